@@ -1,0 +1,3 @@
+from bai.cli.main import main
+
+main()

@@ -1,0 +1,39 @@
+"""Helpers shared by CLI commands: errors, the client, running coroutines."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any, NoReturn
+
+import typer
+
+# Exit status when a session could not start (as `docker run` uses 125 for its own failures).
+EXIT_NOT_STARTED = 125
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    print(f"bai: error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def client():
+    from bai.client import Client
+    from bai.common import credentials
+
+    creds = credentials.load()
+    if creds is None:
+        fail(
+            f"no credentials: start `bai node` on this machine (it saves them to {credentials.credentials_path()}) "
+            "or set BACKEND_ENDPOINT, BACKEND_ACCESS_KEY and BACKEND_SECRET_KEY"
+        )
+    return Client(creds)
+
+
+def run_async(coro) -> Any:
+    from bai.client import APIError
+
+    try:
+        return asyncio.run(coro)
+    except APIError as e:
+        fail(str(e))

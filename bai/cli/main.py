@@ -1,0 +1,131 @@
+"""The `bai` command line. Heavy modules are imported inside commands, so `bai --help` stays fast."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+
+from bai.cli import session as session_cli
+from bai.cli.common import fail, run_async
+
+app = typer.Typer(
+    name="bai",
+    help="Compute sessions in containers: a node, a CLI and a dashboard in one program.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(session_cli.app, name="session")
+agent_app = typer.Typer(help="Agents: the hosts that run kernels.", no_args_is_help=True)
+image_app = typer.Typer(help="Kernel images known to the agents.", no_args_is_help=True)
+config_app = typer.Typer(help="Configuration.", no_args_is_help=True)
+app.add_typer(agent_app, name="agent")
+app.add_typer(image_app, name="image")
+app.add_typer(config_app, name="config")
+
+
+def _node_overrides(role, listen, state_dir, backend) -> dict[str, Any]:
+    node: dict[str, Any] = {}
+    for key, value in (("role", role), ("listen", listen), ("state_dir", state_dir), ("backend", backend)):
+        if value is not None:
+            node[key] = value
+    return {"node": node}
+
+
+@app.command()
+def node(
+    role: str = typer.Option(None, "--role", help="all (manager and agent in one process), manager or agent."),
+    listen: str = typer.Option(None, "--listen", help="HOST:PORT of the HTTP API [default: 127.0.0.1:8091]."),
+    state_dir: str = typer.Option(None, "--state-dir", help="Where the node keeps its state [~/.local/share/bai]."),
+    backend: str = typer.Option(None, "--backend", help="Kernel backend: auto, docker or local."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the node does."),
+) -> None:
+    """Start a node: by default a whole cluster (manager and agent) in one process."""
+    from bai.common.config import ConfigError, load
+
+    try:
+        cfg, _ = load(_node_overrides(role, listen, state_dir, backend))
+    except ConfigError as e:
+        fail(str(e), code=2)
+    from bai.node.main import main as node_main
+
+    raise typer.Exit(node_main(cfg, verbose))
+
+
+@app.command("client-env")
+def client_env() -> None:
+    """Print `export` lines with the saved endpoint and keypair (for scripts and the official client)."""
+    import shlex
+
+    from bai.common import credentials
+
+    creds = credentials.load()
+    if creds is None:
+        fail(f"no saved credentials at {credentials.credentials_path()}: start `bai node` once first")
+    print(f"export BACKEND_ENDPOINT={shlex.quote(creds.endpoint)}")
+    print(f"export BACKEND_ACCESS_KEY={shlex.quote(creds.access_key)}")
+    print(f"export BACKEND_SECRET_KEY={shlex.quote(creds.secret_key)}")
+
+
+@agent_app.command("ls")
+def agent_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List agents with their resource slots."""
+    from bai.cli.common import client
+
+    async def go() -> list[dict[str, Any]]:
+        async with client() as c:
+            return await c.agents()
+
+    items = run_async(go())
+    if as_json:
+        print(json.dumps(items, indent=2))
+        return
+    from bai.cli.output import agents_table, console
+
+    console().print(agents_table(items))
+
+
+@image_app.command("ls")
+def image_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the images the agents can run."""
+    from bai.cli.common import client
+
+    async def go() -> list[dict[str, Any]]:
+        async with client() as c:
+            return await c.images()
+
+    items = run_async(go())
+    if as_json:
+        print(json.dumps(items, indent=2))
+        return
+    from bai.cli.output import console, images_table
+
+    console().print(images_table(items))
+
+
+@config_app.command("show")
+def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Print the configuration in effect and the files it came from."""
+    from bai.common.config import ConfigError, load
+
+    try:
+        cfg, used = load()
+    except ConfigError as e:
+        fail(str(e), code=2)
+    if as_json:
+        print(json.dumps({"files": [str(p) for p in used], "config": cfg}, indent=2))
+        return
+    from bai.common.tomlout import dumps
+
+    print(f"# files: {', '.join(str(p) for p in used) or '(none: defaults only)'}")
+    print(dumps(cfg), end="")
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

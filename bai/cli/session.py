@@ -1,0 +1,350 @@
+"""`bai session …`: create, run, inspect and destroy sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from bai.cli.common import EXIT_NOT_STARTED, fail, run_async
+
+app = typer.Typer(help="Sessions: groups of kernels that run your code.", no_args_is_help=True)
+
+STARTING = {"PENDING", "SCHEDULED", "PULLING", "PREPARING", "TIMEOUT"}
+
+
+def parse_resources(cpu: str | None, mem: str | None) -> dict[str, str]:
+    from bai.common.slots import SlotError, parse_bytes, parse_count
+
+    out = {}
+    try:
+        if cpu is not None:
+            if parse_count(cpu) <= 0:
+                raise SlotError(f"--cpu must be more than 0, got {cpu!r}")
+            out["cpu"] = cpu
+        if mem is not None:
+            if parse_bytes(mem) <= 0:
+                raise SlotError(f"--mem must be more than 0, got {mem!r}")
+            out["mem"] = mem
+    except SlotError as e:
+        raise typer.BadParameter(str(e)) from None
+    return out
+
+
+def parse_env(pairs: list[str] | None) -> dict[str, str]:
+    env = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise typer.BadParameter(f"--env wants KEY=VALUE with a valid variable name, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def check_name(name: str | None) -> None:
+    from bai.common.names import name_problem
+
+    if name is not None and (problem := name_problem(name)):
+        raise typer.BadParameter(problem, param_hint="--name")
+
+
+def _print_console(items: list[list[Any]]) -> None:
+    for kind, data in items:
+        if kind == "stderr":
+            sys.stderr.write(data)
+            sys.stderr.flush()
+        elif kind == "stdout":
+            sys.stdout.write(data)
+            sys.stdout.flush()
+        else:
+            sys.stdout.write(f"----- output record (type: {kind}) -----\n{data}\n----- end of record -----\n")
+            sys.stdout.flush()
+
+
+async def wait_running(c, image: str, name: str, quiet: bool, **kw: Any) -> dict[str, Any]:
+    """Create (or get) the session and wait until it runs, showing why it waits."""
+    from rich.console import Console
+
+    err = Console(stderr=True, highlight=False)
+    status = (
+        err.status(f"starting session {name} ({image})…", spinner="dots") if not quiet and err.is_terminal else None
+    )
+    if status is not None:
+        status.start()
+    try:
+        while True:
+            result = await c.create_session(image, name=name, max_wait=2, **kw)
+            if result["status"] not in STARTING:
+                break
+            if status is not None:
+                from bai.cli.output import reason
+
+                info = await c.get_session(result["sessionId"])
+                why = reason(info)
+                status.update(f"session {name}: {info['status']}" + (f" ({why})" if why else "") + "…")
+    finally:
+        if status is not None:
+            status.stop()
+    if result["status"] not in ("RUNNING", "RUNNING_DEGRADED"):
+        from bai.cli.output import reason
+
+        info = await c.get_session(result["sessionId"])
+        print(f"bai: session {name} could not start: {info['status']} ({reason(info)})", file=sys.stderr)
+        raise typer.Exit(EXIT_NOT_STARTED)
+    return result
+
+
+async def stream_execution(c, session_id: str, mode: str, code: str, options: dict[str, Any]) -> int:
+    """Run code in a session, print its output as it comes, return its exit code."""
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+    main_task = asyncio.current_task()
+
+    def on_sigint() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            print("\n[interrupting; press Ctrl-C again to stop waiting]", file=sys.stderr)
+            asyncio.ensure_future(c.interrupt(session_id))
+        elif main_task is not None:
+            main_task.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        async with c.execute(session_id) as stream:
+            await stream.start(mode, code, options)
+            async for frame in stream.frames():
+                _print_console(frame.get("console") or [])
+                status = frame.get("status")
+                if status == "finished":
+                    return int(frame.get("exitCode") or 0)
+                if status == "waiting-input":
+                    line = await loop.run_in_executor(None, sys.stdin.readline)
+                    await stream.send_input(line.rstrip("\n"))
+                elif status == "error":
+                    print(f"bai: error: {frame.get('msg')}", file=sys.stderr)
+                    return 1
+        print("bai: error: the execution stream ended before the code finished", file=sys.stderr)
+        return 1
+    except asyncio.CancelledError:
+        return 130
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def _job(code: str | None, args: list[str], exec_cmd: str | None) -> tuple[str, str, dict[str, Any], list[Path]]:
+    """What to run: (mode, code, options, files to upload) from -c, FILE... or -- CMD."""
+    command_mode = "--" in sys.argv
+    if code is not None and args:
+        raise typer.BadParameter("give either -c CODE, FILE... or -- CMD, not several")
+    if code is not None:
+        return "query", code, {}, []
+    if args and command_mode:
+        return "batch", "", {"exec": shlex.join(args)}, []
+    if args:
+        files = [Path(a) for a in args]
+        for f in files:
+            if not f.is_file():
+                raise typer.BadParameter(f"no such file: {f}")
+        first = files[0].name
+        if exec_cmd is None:
+            if first.endswith(".py"):
+                exec_cmd = f"python3 {shlex.quote(first)}"
+            elif first.endswith(".sh"):
+                exec_cmd = f"sh {shlex.quote(first)}"
+            else:
+                exec_cmd = f"./{shlex.quote(first)}"
+        return "batch", "", {"exec": exec_cmd}, files
+    if exec_cmd is not None:
+        return "batch", "", {"exec": exec_cmd}, []
+    if not sys.stdin.isatty():
+        return "query", sys.stdin.read(), {}, []
+    raise typer.BadParameter("nothing to run: give -c CODE, FILE... or -- CMD")
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def run(
+    image: str = typer.Argument(..., help="Image or alias (`python` is the default Python image)."),
+    args: list[str] = typer.Argument(None, help="FILE... to upload and run, or -- CMD ... to run a command."),
+    code: str = typer.Option(None, "-c", "--code", help="Python code to run (query mode)."),
+    exec_cmd: str = typer.Option(None, "--exec", help="Command to run after uploading FILEs."),
+    cpu: str = typer.Option(None, "--cpu", help="CPU cores, e.g. 1 or 0.5."),
+    mem: str = typer.Option(None, "--mem", help="Memory, e.g. 512m or 1g."),
+    env: list[str] = typer.Option(None, "--env", "-e", help="Environment variable KEY=VALUE (repeatable)."),
+    name: str = typer.Option(None, "--name", help="Session name (default: a generated one)."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the session running afterwards."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress messages."),
+) -> None:
+    """Run code in a new session, stream its output, and exit with its exit code."""
+    resources = parse_resources(cpu, mem)
+    environ = parse_env(env)
+    check_name(name)
+    mode, text, options, files = _job(code, args or [], exec_cmd)
+    name = name or f"run-{secrets.token_hex(4)}"
+    from bai.cli.common import client
+
+    async def go() -> int:
+        async with client() as c:
+            started = await wait_running(c, image, name, quiet, resources=resources, environ=environ)
+            sid = started["sessionId"]
+            try:
+                if files:
+                    await c.upload(sid, [(f.name, f.read_bytes()) for f in files])
+                return await stream_execution(c, sid, mode, text, options)
+            finally:
+                if keep:
+                    if not quiet:
+                        print(f"[session {name} ({sid}) keeps running]", file=sys.stderr)
+                else:
+                    await asyncio.shield(c.destroy_session(sid))
+
+    raise typer.Exit(run_async(go()))
+
+
+@app.command()
+def create(
+    image: str = typer.Argument(..., help="Image or alias."),
+    name: str = typer.Option(None, "--name", help="Session name (default: a generated one)."),
+    cpu: str = typer.Option(None, "--cpu", help="CPU cores, e.g. 1 or 0.5."),
+    mem: str = typer.Option(None, "--mem", help="Memory, e.g. 512m or 1g."),
+    env: list[str] = typer.Option(None, "--env", "-e", help="Environment variable KEY=VALUE (repeatable)."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Return at once, without waiting until it runs."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Create a session and return once it runs (or at once with --no-wait)."""
+    resources = parse_resources(cpu, mem)
+    environ = parse_env(env)
+    check_name(name)
+    name = name or f"sess-{secrets.token_hex(4)}"
+    from bai.cli.common import client
+
+    async def go() -> dict[str, Any]:
+        async with client() as c:
+            if no_wait:
+                return await c.create_session(image, name=name, resources=resources, environ=environ, enqueue_only=True)
+            return await wait_running(c, image, name, as_json, resources=resources, environ=environ)
+
+    result = run_async(go())
+    if as_json:
+        print(json.dumps(result))
+    else:
+        print(f"session {result['sessionName']} ({result['sessionId']}) is {result['status']}")
+
+
+@app.command()
+def exec(  # noqa: A001 - the command is called exec
+    ref: str = typer.Argument(..., help="Session name or id."),
+    args: list[str] = typer.Argument(None, help="FILE... to upload and run, or -- CMD ... to run a command."),
+    code: str = typer.Option(None, "-c", "--code", help="Python code to run (query mode)."),
+    exec_cmd: str = typer.Option(None, "--exec", help="Command to run after uploading FILEs."),
+) -> None:
+    """Run code in a running session and stream its output; exits with the code's exit status."""
+    mode, text, options, files = _job(code, args or [], exec_cmd)
+    from bai.cli.common import client
+
+    async def go() -> int:
+        async with client() as c:
+            session = await c.get_session(ref)
+            if session["status"] != "RUNNING":
+                fail(f"session {ref} is {session['status']}, not RUNNING")
+            if files:
+                await c.upload(session["id"], [(f.name, f.read_bytes()) for f in files])
+            return await stream_execution(c, session["id"], mode, text, options)
+
+    raise typer.Exit(run_async(go()))
+
+
+@app.command("ls")
+def ls(
+    all_: bool = typer.Option(False, "--all", "-a", help="Include terminated and cancelled sessions."),
+    status: str = typer.Option(None, "--status", help="Comma-separated statuses to show."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List sessions (active ones unless --all)."""
+    from bai.cli.common import client
+
+    async def go() -> list[dict[str, Any]]:
+        async with client() as c:
+            return await c.list_sessions(all=all_, status=status)
+
+    items = run_async(go())
+    if as_json:
+        print(json.dumps(items, indent=2))
+        return
+    from bai.cli.output import console, sessions_table
+
+    if not items:
+        print("no sessions" + ("" if all_ else " (use --all to include ended ones)"))
+        return
+    console().print(sessions_table(items))
+
+
+@app.command()
+def info(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show a session: status and why, resources, kernels and its history."""
+    from bai.cli.common import client
+
+    async def go() -> dict[str, Any]:
+        async with client() as c:
+            return await c.get_session(ref)
+
+    session = run_async(go())
+    if as_json:
+        print(json.dumps(session, indent=2))
+        return
+    from bai.cli.output import session_details
+
+    print("\n".join(session_details(session)))
+
+
+@app.command()
+def logs(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new output until the session ends."),
+) -> None:
+    """Print a session's kernel output (also after it has ended)."""
+    from bai.cli.common import client
+
+    async def go() -> None:
+        async with client() as c:
+            if not follow:
+                sys.stdout.write(await c.logs(ref))
+                return
+            async for text in c.follow_logs(ref):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+
+    run_async(go())
+
+
+@app.command()
+def destroy(
+    refs: list[str] = typer.Argument(..., help="Session names or ids."),
+    force: bool = typer.Option(False, "--force", "-f", help="Also destroy sessions that are starting or stuck."),
+) -> None:
+    """Destroy sessions (a pending one is cancelled)."""
+    from bai.cli.common import client
+
+    async def go() -> int:
+        failed = 0
+        async with client() as c:
+            for ref in refs:
+                try:
+                    await c.destroy_session(ref, forced=force)
+                    print(f"destroyed {ref}")
+                except Exception as e:  # report each, go on with the rest
+                    print(f"bai: error: {ref}: {e}", file=sys.stderr)
+                    failed += 1
+        return 1 if failed else 0
+
+    raise typer.Exit(run_async(go()))

@@ -1,0 +1,151 @@
+"""Backend.AI keypair request signing (HMAC-SHA256), both sides.
+
+The algorithm is the one of the reference spec §1.3; it is pure and unit-tested against the
+published test vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+EMPTY_BODY_HASH = hashlib.sha256(b"").hexdigest()
+MAX_CLOCK_SKEW = timedelta(minutes=15)
+_AUTH_RE = re.compile(r"^(?:BackendAI|Sorna)\s+(?P<params>.+)$")
+
+
+class AuthError(Exception):
+    """Authentication failed; `slug` is the problem type (auth-failed / invalid-auth-params)."""
+
+    def __init__(self, slug: str, msg: str) -> None:
+        super().__init__(msg)
+        self.slug = slug
+        self.msg = msg
+
+
+@dataclass(frozen=True)
+class Keypair:
+    access_key: str
+    secret_key: str
+
+    @classmethod
+    def generate(cls) -> Keypair:
+        alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+        access = "AKIA" + "".join(secrets.choice(alphabet) for _ in range(16))
+        return cls(access, secrets.token_urlsafe(30))
+
+
+def string_to_sign(method: str, path: str, date: str, host: str, ctype: str, version: str) -> str:
+    return "\n".join(
+        [
+            method.upper(),
+            path,
+            date,
+            f"host:{host}",
+            f"content-type:{ctype}",
+            f"x-backendai-version:{version}",
+            EMPTY_BODY_HASH,
+        ]
+    )
+
+
+def parse_date(value: str) -> datetime:
+    """Parse the Date header leniently: ISO-8601 or RFC 1123; naive dates are UTC."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            parsed = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            raise AuthError("invalid-auth-params", f"Cannot parse the date {value!r}.") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def sign(
+    secret_key: str,
+    method: str,
+    path: str,
+    date: str,
+    host: str,
+    ctype: str,
+    version: str,
+    hash_name: str = "sha256",
+) -> str:
+    """Return the hex signature of a request."""
+    digest = getattr(hashlib, hash_name)
+    day = parse_date(date).strftime("%Y%m%d")
+    k1 = hmac.new(secret_key.encode(), day.encode(), digest).digest()
+    k2 = hmac.new(k1, host.encode(), digest).digest()
+    msg = string_to_sign(method, path, date, host, ctype, version)
+    return hmac.new(k2, msg.encode(), digest).hexdigest()
+
+
+def now_header() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def authorization_header(access_key: str, signature: str) -> str:
+    return f"BackendAI signMethod=HMAC-SHA256, credential={access_key}:{signature}"
+
+
+def parse_authorization(value: str) -> tuple[str, str, str]:
+    """Split an Authorization header into (hash name, access key, signature)."""
+    m = _AUTH_RE.match(value.strip())
+    if not m:
+        raise AuthError("invalid-auth-params", "Malformed Authorization header.")
+    params = {}
+    for part in m["params"].split(","):
+        key, sep, val = part.strip().partition("=")
+        if sep:
+            params[key.strip()] = val.strip()
+    method = params.get("signMethod", "")
+    cred = params.get("credential", "")
+    access_key, sep, signature = cred.partition(":")
+    if not method.upper().startswith("HMAC-") or not sep or not access_key or not signature:
+        raise AuthError("invalid-auth-params", "Malformed Authorization header.")
+    hash_name = method[5:].lower().replace("-", "")
+    if hash_name not in hashlib.algorithms_guaranteed:
+        raise AuthError("invalid-auth-params", f"Unsupported signing method {method}.")
+    return hash_name, access_key, signature
+
+
+def verify(
+    *,
+    authorization: str | None,
+    date: str | None,
+    method: str,
+    path: str,
+    host: str,
+    ctype: str,
+    version: str,
+    lookup_secret,
+    now: datetime | None = None,
+) -> str:
+    """Check a request signature; return the access key or raise AuthError.
+
+    `lookup_secret(access_key)` returns the secret key, or None for an unknown/inactive key.
+    """
+    if not authorization:
+        raise AuthError("auth-failed", "Unauthorized access.")
+    hash_name, access_key, signature = parse_authorization(authorization)
+    if not date:
+        raise AuthError("invalid-auth-params", "Missing Date header.")
+    when = parse_date(date)
+    now = now or datetime.now(UTC)
+    if abs(now - when) > MAX_CLOCK_SKEW:
+        raise AuthError("invalid-auth-params", "Date/time sync error: the request date is too far off.")
+    secret = lookup_secret(access_key)
+    if secret is None:
+        raise AuthError("auth-failed", "Access key not found or inactive.")
+    expected = sign(secret, method, path, date, host, ctype, version, hash_name)
+    if not hmac.compare_digest(expected, signature):
+        raise AuthError("auth-failed", "Signature mismatch.")
+    return access_key

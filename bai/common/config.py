@@ -1,0 +1,97 @@
+"""Configuration: TOML files merged in order of precedence, then CLI flags.
+
+Files, lowest precedence first: /etc/bai/bai.toml, ~/.config/bai/bai.toml, ./bai.toml.
+`BAI_CONFIG=PATH` replaces that list with one file.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "node": {
+        "role": "all",
+        "listen": "127.0.0.1:8091",
+        "state_dir": "",  # empty: $XDG_DATA_HOME/bai or ~/.local/share/bai
+        "backend": "auto",  # auto | docker | local
+    },
+    "images": {
+        # `bai session run python ...` resolves the alias to this image.
+        "aliases": {"python": "bai-python:3.11"},
+    },
+    "agent": {
+        "id": "",  # empty: derived from the host name and the state dir
+        "scaling_group": "default",
+        "cpu": "",  # capacity override; empty: from psutil
+        "mem": "",
+        "default_cpu": "1",  # a session that asks for nothing gets this much
+        "default_mem": "1g",
+        "pids_limit": 4096,
+        "start_timeout": 30.0,
+        "docker": {"network": "none", "labels": {}},
+    },
+    "client": {"endpoint": ""},
+}
+
+
+def config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "bai"
+
+
+def data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "bai"
+
+
+def config_files() -> list[Path]:
+    explicit = os.environ.get("BAI_CONFIG")
+    if explicit:
+        return [Path(explicit)]
+    return [Path("/etc/bai/bai.toml"), config_dir() / "bai.toml", Path.cwd() / "bai.toml"]
+
+
+class ConfigError(Exception):
+    pass
+
+
+def merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load(overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[Path]]:
+    """Return the merged configuration and the files it was read from."""
+    cfg = copy.deepcopy(DEFAULTS)
+    used = []
+    for path in config_files():
+        if not path.is_file():
+            if os.environ.get("BAI_CONFIG"):
+                raise ConfigError(f"config file {path} (from BAI_CONFIG) does not exist")
+            continue
+        try:
+            with path.open("rb") as f:
+                cfg = merge(cfg, tomllib.load(f))
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: {e}") from None
+        used.append(path)
+    if overrides:
+        cfg = merge(cfg, overrides)
+    return cfg, used
+
+
+def parse_hostport(value: str, flag: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{flag} wants HOST:PORT, got {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)

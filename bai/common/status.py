@@ -1,0 +1,89 @@
+"""Session and kernel states, their legal transitions and the status_info strings.
+
+Names, transitions and strings follow Backend.AI (reference spec §3).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SessionStatus(StrEnum):
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    PULLING = "PULLING"
+    PREPARING = "PREPARING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    RUNNING_DEGRADED = "RUNNING_DEGRADED"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+    CANCELLED = "CANCELLED"
+
+
+S = SessionStatus
+
+SESSION_TRANSITIONS: dict[SessionStatus, frozenset[SessionStatus]] = {
+    S.PENDING: frozenset({S.SCHEDULED, S.TERMINATING, S.TERMINATED, S.ERROR, S.CANCELLED}),
+    S.SCHEDULED: frozenset({S.PULLING, S.PREPARING, S.TERMINATED, S.ERROR, S.CANCELLED}),
+    S.PULLING: frozenset({S.PREPARING, S.RUNNING, S.RUNNING_DEGRADED, S.TERMINATED, S.ERROR, S.CANCELLED}),
+    S.PREPARING: frozenset(
+        {S.PULLING, S.RUNNING, S.RUNNING_DEGRADED, S.TERMINATING, S.TERMINATED, S.ERROR, S.CANCELLED}
+    ),
+    S.RUNNING: frozenset({S.RESTARTING, S.RUNNING_DEGRADED, S.TERMINATING, S.TERMINATED, S.ERROR}),
+    S.RESTARTING: frozenset({S.RUNNING, S.RUNNING_DEGRADED, S.TERMINATING, S.TERMINATED, S.ERROR}),
+    S.RUNNING_DEGRADED: frozenset({S.RUNNING, S.TERMINATING, S.TERMINATED, S.ERROR}),
+    S.TERMINATING: frozenset({S.TERMINATED, S.ERROR}),
+    S.ERROR: frozenset({S.TERMINATED}),
+    S.TERMINATED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+DEAD_STATUSES = frozenset({S.TERMINATED, S.CANCELLED})
+# Statuses in which a session holds resources on an agent.
+OCCUPYING_STATUSES = frozenset(set(SessionStatus) - {S.PENDING, S.TERMINATED, S.CANCELLED})
+ACTIVE_STATUSES = frozenset(set(SessionStatus) - DEAD_STATUSES)
+
+
+class IllegalTransition(Exception):
+    def __init__(self, current: SessionStatus, target: SessionStatus) -> None:
+        super().__init__(f"a session cannot go from {current} to {target}")
+        self.current = current
+        self.target = target
+
+
+def check_transition(current: SessionStatus, target: SessionStatus) -> None:
+    if target not in SESSION_TRANSITIONS[current]:
+        raise IllegalTransition(current, target)
+
+
+class StatusInfo:
+    """The exact status_info strings of Backend.AI (reference spec §3.3)."""
+
+    SCHEDULED = "scheduled"
+    PREDICATE_CHECKS_FAILED = "predicate-checks-failed"
+    NO_AVAILABLE_INSTANCES = "no-available-instances"
+    SCHEDULER_ERROR = "scheduler-error"
+    FAILED_TO_START = "failed-to-start"
+    USER_REQUESTED = "user-requested"
+    FORCE_TERMINATED = "force-terminated"
+    SELF_TERMINATED = "self-terminated"
+    AGENT_TERMINATION = "agent-termination"
+    ALREADY_TERMINATED = "already-terminated"
+    TASK_DONE = "task-done"
+    TASK_FAILED = "task-failed"
+    NOT_FOUND_IN_MANAGER = "not-found-in-manager"
+
+
+# Session lifecycle event names (reference spec §2.11), keyed by the status they announce.
+SESSION_EVENTS: dict[SessionStatus, str] = {
+    S.PENDING: "session_enqueued",
+    S.SCHEDULED: "session_scheduled",
+    S.PREPARING: "session_preparing",
+    S.RUNNING: "session_started",
+    S.CANCELLED: "session_cancelled",
+    S.TERMINATING: "session_terminating",
+    S.TERMINATED: "session_terminated",
+    S.ERROR: "session_failure",
+}

@@ -1,0 +1,240 @@
+"""The agent: runs kernels through a backend, answers the manager's calls, ships events and logs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import platform
+import socket
+from decimal import Decimal
+from typing import Any
+
+from bai import __version__
+from bai.common import slots as slotlib
+from bai.node.agent.backends.base import Backend, Kernel, KernelSpec, KernelStartError
+from bai.node.agent.channel import ChannelError
+from bai.node.link.base import AgentLink
+
+log = logging.getLogger("bai.agent")
+LOG_FLUSH_INTERVAL = 0.05
+LOG_FLUSH_BYTES = 256 * 1024
+
+
+class LogShipper:
+    """Batches kernel output into `kernel_logs` events (every 50 ms or 256 KiB)."""
+
+    def __init__(self, link: AgentLink) -> None:
+        self.link = link
+        self.chunks: list[tuple[str, str]] = []
+        self.size = 0
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name="log-shipper")
+
+    def add(self, kernel_id: str, text: str) -> None:
+        if self.chunks and self.chunks[-1][0] == kernel_id:
+            self.chunks[-1] = (kernel_id, self.chunks[-1][1] + text)
+        else:
+            self.chunks.append((kernel_id, text))
+        self.size += len(text)
+        if self.size >= LOG_FLUSH_BYTES:
+            self._wake.set()
+
+    async def flush(self) -> None:
+        if self.chunks:
+            chunks, self.chunks, self.size = self.chunks, [], 0
+            await self.link.emit("kernel_logs", {"chunks": chunks})
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), LOG_FLUSH_INTERVAL)
+            self._wake.clear()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("shipping logs failed")
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self.flush()
+
+
+class Agent:
+    def __init__(
+        self,
+        agent_id: str,
+        backend: Backend,
+        link: AgentLink,
+        slots: slotlib.Slots,
+        scaling_group: str = "default",
+    ) -> None:
+        self.id = agent_id
+        self.backend = backend
+        self.link = link
+        self.slots = slots
+        self.scaling_group = scaling_group
+        self.kernels: dict[str, Kernel] = {}
+        self.logs: LogShipper | None = None
+
+    def registration(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "hostname": socket.gethostname(),
+            "backend": self.backend.name,
+            "version": __version__,
+            "architecture": platform.machine(),
+            "scaling_group": self.scaling_group,
+            "slots": slotlib.to_wire(self.slots),
+            "kernels": [
+                {
+                    "kernel_id": k.spec.kernel_id,
+                    "session_id": k.spec.session_id,
+                    "container_id": k.container_id,
+                }
+                for k in self.kernels.values()
+            ],
+        }
+
+    async def start(self) -> None:
+        self.logs = LogShipper(self.link)
+        # adopted kernels get their real output sink in _watch_exit
+        for kernel in await self.backend.adopt(lambda kind, text: None):
+            self.kernels[kernel.spec.kernel_id] = kernel
+            self._watch_exit(kernel)
+        answer = await self.link.join(self.registration(), self)
+        for kid in answer.get("destroy", []):
+            kernel = self.kernels.pop(kid, None)
+            if kernel is not None:
+                log.info("removing kernel %s: the manager does not know it", kid)
+                await self.backend.destroy(kernel)
+
+    async def stop(self) -> None:
+        await self.backend.close(list(self.kernels.values()))
+        if self.logs is not None:
+            await self.logs.close()
+        await self.link.close()
+
+    def _output_sink(self, kernel_id: str):
+        def sink(kind: str, text: str) -> None:
+            if self.logs is not None:
+                self.logs.add(kernel_id, text)
+
+        return sink
+
+    def _watch_exit(self, kernel: Kernel) -> None:
+        kernel.channel.on_output = self._output_sink(kernel.spec.kernel_id)
+
+        def done(fut: asyncio.Future[int]) -> None:
+            if kernel.destroying or self.kernels.get(kernel.spec.kernel_id) is not kernel:
+                return
+            asyncio.ensure_future(self._kernel_exited(kernel, fut.result()))
+
+        kernel.exited.add_done_callback(done)
+
+    async def _kernel_exited(self, kernel: Kernel, code: int) -> None:
+        kid = kernel.spec.kernel_id
+        self.kernels.pop(kid, None)
+        with contextlib.suppress(Exception):
+            await self.backend.destroy(kernel)
+        if self.logs is not None:
+            await self.logs.flush()
+        await self.link.emit(
+            "kernel_terminated",
+            {
+                "kernel_id": kid,
+                "session_id": kernel.spec.session_id,
+                "reason": "self-terminated",
+                "exit_code": code,
+            },
+        )
+
+    # -- calls from the manager ---------------------------------------------------------------
+
+    async def handle_call(self, method: str, args: dict[str, Any]) -> Any:
+        fn = getattr(self, f"rpc_{method.replace('-', '_')}", None)
+        if fn is None:
+            raise ValueError(f"unknown agent call {method!r}")
+        return await fn(**args)
+
+    async def rpc_ping(self) -> dict[str, Any]:
+        return {"id": self.id, "kernels": len(self.kernels)}
+
+    async def rpc_create_kernel(self, config: dict[str, Any]) -> dict[str, Any]:
+        spec = KernelSpec(
+            kernel_id=config["kernel_id"],
+            session_id=config["session_id"],
+            session_name=config["session_name"],
+            access_key=config["access_key"],
+            image=config["image"],
+            slots={k: Decimal(v) for k, v in config["slots"].items()},
+            environ=config.get("environ") or {},
+            cluster_role=config.get("cluster_role", "main"),
+            cluster_idx=config.get("cluster_idx", 1),
+            network=config.get("network"),
+        )
+        try:
+            kernel = await self.backend.create(spec, self._output_sink(spec.kernel_id))
+        except KernelStartError:
+            raise
+        except Exception as e:
+            log.exception("creating kernel %s failed", spec.kernel_id)
+            raise KernelStartError(f"{type(e).__name__}: {e}") from None
+        self.kernels[spec.kernel_id] = kernel
+        self._watch_exit(kernel)
+        return {
+            "kernel_id": spec.kernel_id,
+            "container_id": kernel.container_id,
+            "pid": kernel.pid,
+            "query": kernel.channel.supports_query,
+        }
+
+    async def rpc_destroy_kernel(self, kernel_id: str, reason: str = "user-requested") -> dict[str, Any]:
+        kernel = self.kernels.pop(kernel_id, None)
+        if kernel is None:
+            return {"kernel_id": kernel_id, "found": False}
+        await self.backend.destroy(kernel)
+        if self.logs is not None:
+            await self.logs.flush()
+        return {"kernel_id": kernel_id, "found": True}
+
+    def _kernel(self, kernel_id: str) -> Kernel:
+        kernel = self.kernels.get(kernel_id)
+        if kernel is None:
+            raise ChannelError(f"kernel {kernel_id} is not running on agent {self.id}")
+        return kernel
+
+    async def rpc_execute(
+        self,
+        kernel_id: str,
+        run_id: str,
+        mode: str,
+        code: str = "",
+        options: dict[str, Any] | None = None,
+        flush_timeout: float = 2.0,
+    ) -> dict[str, Any]:
+        channel = self._kernel(kernel_id).channel
+        if mode in ("query", "batch"):
+            if mode == "batch":
+                code = (options or {}).get("exec") or code
+                if not code or code == "*":
+                    raise ChannelError("batch mode needs a command (options.exec)")
+            await channel.start_run(run_id, mode, code)
+        elif mode == "input":
+            await channel.send_input(code)
+        elif mode != "continue":
+            raise ChannelError(f"unknown execution mode {mode!r}")
+        return await channel.next_result(run_id, flush_timeout)
+
+    async def rpc_interrupt(self, kernel_id: str) -> None:
+        await self._kernel(kernel_id).channel.interrupt()
+
+    async def rpc_upload_files(self, kernel_id: str, files: list[tuple[str, bytes]]) -> None:
+        channel = self._kernel(kernel_id).channel
+        for path, data in files:
+            await channel.put_file(path, data)
+
+    async def rpc_images(self) -> list[dict[str, Any]]:
+        return await self.backend.images()

@@ -1,0 +1,97 @@
+"""What a kernel backend provides to the agent."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Protocol
+
+from bai.node.agent.channel import Channel, ChannelError, RunnerChannel, wait_for_socket
+
+
+class KernelStartError(Exception):
+    """A kernel could not start; the message is a sentence a user can act on."""
+
+
+@dataclass
+class KernelSpec:
+    kernel_id: str
+    session_id: str
+    session_name: str
+    access_key: str
+    image: str
+    slots: dict[str, Decimal]
+    environ: dict[str, str]
+    cluster_role: str = "main"
+    cluster_idx: int = 1
+    network: str | None = None
+
+
+@dataclass
+class Kernel:
+    spec: KernelSpec
+    channel: Channel
+    run_dir: Path
+    container_id: str | None = None
+    pid: int | None = None
+    exited: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    destroying: bool = False
+
+    def set_exit(self, code: int) -> None:
+        if not self.exited.done():
+            self.exited.set_result(code)
+        if not self.channel.exit_code.done():
+            self.channel.exit_code.set_result(code)
+
+
+class Backend(Protocol):
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def create(self, spec: KernelSpec, on_output) -> Kernel: ...
+
+    async def destroy(self, kernel: Kernel) -> None: ...
+
+    async def adopt(self, on_output) -> list[Kernel]:
+        """Kernels of this agent still alive from an earlier run."""
+        ...
+
+    async def images(self) -> list[dict[str, Any]]: ...
+
+    async def close(self, kernels: list[Kernel]) -> None: ...
+
+
+def kernel_env(spec: KernelSpec) -> dict[str, str]:
+    env = {
+        "BACKENDAI_SESSION_ID": spec.session_id,
+        "BACKENDAI_SESSION_NAME": spec.session_name,
+        "BACKENDAI_ACCESS_KEY": spec.access_key,
+        "BACKENDAI_KERNEL_ID": spec.kernel_id,
+        "BACKENDAI_KERNEL_IMAGE": spec.image,
+        "BACKENDAI_CLUSTER_ROLE": spec.cluster_role,
+        "BACKENDAI_CLUSTER_IDX": str(spec.cluster_idx),
+        "BACKENDAI_CLUSTER_SIZE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update(spec.environ)
+    return env
+
+
+async def connect_runner(run_dir: Path, on_output, deadline: float, exited) -> RunnerChannel:
+    """Connect to a runner whose socket has appeared, retrying while it starts listening."""
+    loop = asyncio.get_running_loop()
+    channel = RunnerChannel(run_dir / "runner.sock", on_output)
+    while True:
+        try:
+            await channel.connect()
+            return channel
+        except (ConnectionRefusedError, FileNotFoundError):
+            if loop.time() > deadline or (exited is not None and exited.done()):
+                raise ChannelError("the kernel's runner is not answering") from None
+            await asyncio.sleep(0.005)
+
+
+__all__ = ["wait_for_socket", "connect_runner", "Kernel", "KernelSpec", "KernelStartError", "Backend"]

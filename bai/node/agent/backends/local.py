@@ -1,0 +1,120 @@
+"""The local backend: kernels are runner.py subprocesses of the node's own user.
+
+For single-user workstations without Docker. Kernels run UNSANDBOXED as the node's user; each
+has its own process group, working folder and an address-space limit (RLIMIT_AS) from `mem`.
+CPU amounts are accounted for scheduling but not enforced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from bai.node.agent.backends.base import Kernel, KernelSpec, KernelStartError, connect_runner, kernel_env
+from bai.node.agent.channel import ChannelError, wait_for_socket
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, kernels_dir: Path, runner_path: Path, start_timeout: float) -> None:
+        self.kernels_dir = kernels_dir
+        self.runner_path = runner_path
+        self.start_timeout = start_timeout
+        self._procs: dict[str, asyncio.subprocess.Process] = {}
+
+    async def start(self) -> None:
+        self.kernels_dir.mkdir(parents=True, exist_ok=True)
+
+    async def images(self) -> list[dict[str, Any]]:
+        return [{"name": "python", "id": "local", "size": 0, "python": sys.version.split()[0]}]
+
+    async def create(self, spec: KernelSpec, on_output) -> Kernel:
+        if spec.image not in ("python", "local", "python3") and not spec.image.startswith("bai-python"):
+            raise KernelStartError(
+                f"image {spec.image!r} is not available on the local backend (it runs the host's Python)"
+            )
+        loop = asyncio.get_running_loop()
+        kdir = self.kernels_dir / spec.kernel_id
+        run_dir, work_dir = kdir / "run", kdir / "work"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        mem = int(spec.slots.get("mem", 0))
+        env = dict(os.environ)
+        env.update(kernel_env(spec))
+        env["HOME"] = str(work_dir)
+
+        def limit() -> None:  # runs in the child before exec
+            if mem > 0:
+                resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+
+        log_file = open(kdir / "runner.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-u",
+                str(self.runner_path),
+                "--socket",
+                str(run_dir / "runner.sock"),
+                "--workdir",
+                str(work_dir),
+                cwd=work_dir,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=limit,
+            )
+        finally:
+            log_file.close()
+        self._procs[spec.kernel_id] = proc
+        watcher = asyncio.ensure_future(proc.wait())
+        deadline = loop.time() + self.start_timeout
+        try:
+            await wait_for_socket(run_dir, deadline, watcher)
+            channel = await connect_runner(run_dir, on_output, deadline, watcher)
+        except ChannelError as e:
+            tail = (kdir / "runner.log").read_text(errors="replace")[-500:].strip()
+            await self._kill(proc)
+            shutil.rmtree(kdir, ignore_errors=True)
+            raise KernelStartError(f"{e}: {tail or 'no output'}") from None
+        kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, pid=proc.pid)
+        watcher.add_done_callback(lambda f: kernel.set_exit(_exit_status(f.result())))
+        return kernel
+
+    async def _kill(self, proc: asyncio.subprocess.Process) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await proc.wait()
+
+    async def destroy(self, kernel: Kernel) -> None:
+        kernel.destroying = True
+        proc = self._procs.pop(kernel.spec.kernel_id, None)
+        await kernel.channel.close()
+        if proc is not None:
+            await self._kill(proc)
+        shutil.rmtree(kernel.run_dir.parent, ignore_errors=True)
+
+    async def adopt(self, on_output) -> list[Kernel]:
+        # Local kernels die with the node; leftovers are only folders.
+        if self.kernels_dir.exists():
+            for child in self.kernels_dir.iterdir():
+                shutil.rmtree(child, ignore_errors=True)
+        return []
+
+    async def close(self, kernels: list[Kernel]) -> None:
+        for kernel in kernels:
+            await self.destroy(kernel)
+
+
+def _exit_status(code: int) -> int:
+    return 128 - code if code < 0 else code

@@ -1,0 +1,538 @@
+"""Kernel runner: executes code inside a kernel container on behalf of the agent.
+
+This file is copied into arbitrary container images and started with whatever
+Python (3.8 or newer) the image provides, so it uses the standard library only
+and never imports ``bai``::
+
+    python3 -u /opt/bai/runner.py --socket /opt/bai/run/runner.sock [--workdir /home/work]
+
+The runner listens on a Unix stream socket (bound via its directory, so paths
+longer than 108 bytes work; a stale socket file is removed; mode 0o666) and
+serves ONE connection at a time until it closes, then accepts the next one.
+Work continues while no client is connected; output produced meanwhile is
+dropped.  SIGTERM makes the runner exit with status 0.
+
+Wire protocol: newline-delimited JSON (UTF-8), one object per line.
+
+Agent -> runner (``op``):
+  query       {"op": "query", "code": STR}   run Python source in one persistent
+              namespace (module ``__main__``); compiled as "<cell>", exec
+              semantics (a trailing expression is not echoed).
+  batch       {"op": "batch", "cmd": STR}    run ``/bin/sh -c cmd`` in the
+              workdir, in its own process group, stdout/stderr streamed.
+  input       {"op": "input", "data": STR}   query: the pending (or next)
+              ``input()`` returns data minus one trailing newline.  batch: write
+              data (newline-terminated) to the process's stdin.  Else ignored.
+  input-eof   {"op": "input-eof"}            batch: close stdin.  Else ignored.
+  interrupt   {"op": "interrupt"}            query: KeyboardInterrupt in the
+              running code; batch: SIGINT to the process group.  Else ignored.
+  put-file    {"op": "put-file", "path": REL, "b64": BASE64, "mode": INT?}
+              write a file under the workdir (parents created); absolute paths,
+              ".." components and paths resolving outside are refused.
+  ping        {"op": "ping"}
+query/batch jobs run strictly one at a time in arrival order; input,
+interrupt, put-file and ping are handled immediately, even while code runs.
+input/input-eof that arrive while no job executes but one is queued are kept
+for the next job to start (so an input sent right after a batch op is not lost).
+
+Runner -> agent (``t``):
+  hello          {"t": "hello", "pid": INT, "python": "3.11.7", "busy": BOOL}
+                 first message on every accepted connection.
+  stdout/stderr  {"t": "stdout", "d": STR}  output chunks, sent as produced.
+  waiting-input  {"t": "waiting-input", "opts": {"is_password": BOOL}}
+                 query code called input() (prompt already sent as stdout) or
+                 getpass.getpass() (is_password true); answer with an input op.
+  finished       {"t": "finished", "exit": INT}  after all output of a job.
+                 query: 0 ok; 1 uncaught exception (traceback on stderr);
+                 SystemExit code (None -> 0, int -> int, other -> printed, 1);
+                 130 KeyboardInterrupt.  batch: return code, 128+N on signal N.
+  put-file       {"t": "put-file", "path": REL, "ok": BOOL, "error": STR?}
+  pong           {"t": "pong"}
+  error          {"t": "error", "msg": STR}  malformed line or unknown op.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import builtins
+import codecs
+import getpass
+import io
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import types
+
+PYTHON_VERSION = "%d.%d.%d" % tuple(sys.version_info[:3])
+READ_CHUNK = 64 * 1024
+_RUNNER_GLOBALS = globals()
+
+
+def _ignore_signal(signum, frame):
+    # A Python-level no-op handler (unlike SIG_IGN it is not inherited by
+    # children across exec), used for SIGINT while no query is executing.
+    pass
+
+
+class _Stream(io.TextIOBase):
+    """Text stream that forwards every write() to the agent immediately."""
+
+    def __init__(self, runner: Runner, kind: str) -> None:
+        super().__init__()
+        self._runner = runner
+        self._kind = kind
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+    @property
+    def errors(self) -> str:
+        return "strict"
+
+    @property
+    def name(self) -> str:
+        return "<%s>" % self._kind
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        if not isinstance(s, str):
+            raise TypeError("write() argument must be str, not %s" % type(s).__name__)
+        if s:
+            self._runner.send({"t": self._kind, "d": s})
+        return len(s)
+
+
+class Runner:
+    def __init__(self, workdir: str) -> None:
+        self.workdir = workdir
+        self.pid = os.getpid()
+        self.main_ident = threading.get_ident()
+        self.send_lock = threading.Lock()
+        self.state_lock = threading.Lock()
+        self.conn: socket.socket | None = None
+        # All fields below are guarded by state_lock.
+        self.jobs: queue.Queue = queue.Queue()
+        self.queued = 0  # jobs accepted but not yet started
+        self.early: list = []  # input/input-eof received while a job was queued
+        self.inputs: queue.Queue = queue.Queue()
+        self.current: str | None = None  # "query" / "batch" while executing
+        self.interruptible = False  # main thread is inside a query's exec()
+        self.proc: subprocess.Popen | None = None
+        self.stdin_q: queue.Queue | None = None
+        self.out: _Stream | None = None
+        # The persistent user namespace is a real module installed as __main__,
+        # so pickle/multiprocessing can find user-defined functions and classes.
+        self.runner_module = sys.modules.get("__main__")
+        self.module = types.ModuleType("__main__")
+        self.module.__dict__["__builtins__"] = builtins
+        sys.modules["__main__"] = self.module
+        os.register_at_fork(after_in_child=self._after_fork_child)
+
+    def _after_fork_child(self) -> None:
+        # Locks may have been held by other (now vanished) threads.
+        self.send_lock = threading.Lock()
+        self.state_lock = threading.Lock()
+
+    # -- sending ---------------------------------------------------------
+
+    def send(self, obj: dict) -> None:
+        try:
+            data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: escape them instead
+            data = json.dumps(obj).encode("ascii")
+        if len(data) > 16384 and self.interruptible and threading.get_ident() == self.main_ident:
+            # An interrupt landing inside a blocked sendall() could leave half a
+            # line on the wire: hold SIGINT until the message is complete.  (On
+            # Linux, Unix stream sends this small are never split, and masking
+            # every write would slow print() floods down by half.)
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+            try:
+                with self.send_lock:
+                    self._send_locked(data + b"\n")
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        else:
+            with self.send_lock:
+                self._send_locked(data + b"\n")
+
+    def _send_locked(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None:
+            return  # nobody listening: drop
+        try:
+            conn.sendall(data)
+        except OSError:
+            self.conn = None
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    # -- connections (runs in the "conn" thread) -------------------------
+
+    def serve(self, server: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                time.sleep(0.1)
+                continue
+            hello = {
+                "t": "hello",
+                "pid": self.pid,
+                "python": PYTHON_VERSION,
+                "busy": self.current is not None or self.queued > 0,
+            }
+            with self.send_lock:
+                self.conn = conn
+                self._send_locked(json.dumps(hello).encode() + b"\n")
+            try:
+                self._read_loop(conn)
+            finally:
+                with self.send_lock:
+                    if self.conn is conn:
+                        self.conn = None
+                conn.close()
+
+    def _read_loop(self, conn: socket.socket) -> None:
+        buf = bytearray()
+        while True:
+            try:
+                data = conn.recv(READ_CHUNK)
+            except OSError:
+                return
+            if not data:
+                return
+            start = len(buf)
+            buf += data
+            end = buf.find(b"\n", start)
+            while end >= 0:
+                line = bytes(buf[:end])
+                del buf[: end + 1]
+                if line.strip():
+                    self.dispatch(line)
+                end = buf.find(b"\n")
+
+    def dispatch(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line.decode("utf-8", errors="replace"))
+        except ValueError as e:
+            self.send({"t": "error", "msg": "malformed JSON: %s" % e})
+            return
+        if not isinstance(msg, dict):
+            self.send({"t": "error", "msg": "message must be a JSON object"})
+            return
+        op = msg.get("op")
+        if op == "ping":
+            self.send({"t": "pong"})
+        elif op in ("query", "batch"):
+            field = "code" if op == "query" else "cmd"
+            if not isinstance(msg.get(field), str):
+                self.send({"t": "error", "msg": "%s: %r must be a string" % (op, field)})
+                return
+            with self.state_lock:
+                self.queued += 1
+                self.jobs.put((op, msg[field]))
+        elif op == "input":
+            data = msg.get("data")
+            if not isinstance(data, str):
+                self.send({"t": "error", "msg": "input: 'data' must be a string"})
+                return
+            self._route_input(data)
+        elif op == "input-eof":
+            self._route_input(None)
+        elif op == "interrupt":
+            with self.state_lock:
+                if self.current == "query" and self.interruptible:
+                    signal.pthread_kill(self.main_ident, signal.SIGINT)
+                elif self.current == "batch" and self.proc is not None:
+                    try:
+                        os.killpg(self.proc.pid, signal.SIGINT)
+                    except OSError:
+                        pass
+        elif op == "put-file":
+            self.send(self.put_file(msg))
+        else:
+            self.send({"t": "error", "msg": "unknown op: %r" % (op,)})
+
+    def _route_input(self, data: str | None) -> None:
+        """Deliver input (None: EOF) to the running job, or keep it for the
+        next job if one is queued; drop it when idle."""
+        with self.state_lock:
+            if self.current is None:
+                if self.queued:
+                    self.early.append(data)
+            elif self.current == "query":
+                if data is not None:
+                    self.inputs.put(data)
+            elif self.stdin_q is not None:
+                if data is not None and not data.endswith("\n"):
+                    data += "\n"
+                self.stdin_q.put(data)
+
+    def _start_job(self, kind: str) -> queue.Queue:
+        """Mark a dequeued job as current and hand it the early input."""
+        q: queue.Queue = queue.Queue()
+        with self.state_lock:
+            self.queued -= 1
+            self.current = kind
+            for data in self.early:
+                if kind == "batch" and data is not None and not data.endswith("\n"):
+                    data += "\n"
+                if kind == "batch" or data is not None:
+                    q.put(data)
+            self.early = []
+            if kind == "query":
+                self.inputs = q
+            else:
+                self.stdin_q = q
+        return q
+
+    def _end_job(self) -> None:
+        with self.state_lock:
+            self.current = None
+            self.proc = self.stdin_q = None
+
+    def put_file(self, msg: dict) -> dict:
+        path = msg.get("path")
+        reply = {"t": "put-file", "path": path, "ok": False}
+        try:
+            if not isinstance(path, str) or not path:
+                raise ValueError("path must be a non-empty string")
+            if os.path.isabs(path) or ".." in path.split("/"):
+                raise ValueError("path must be relative and must not contain '..'")
+            mode = msg.get("mode")
+            if mode is not None and (not isinstance(mode, int) or isinstance(mode, bool)):
+                raise ValueError("mode must be an integer")
+            b64 = msg.get("b64")
+            if not isinstance(b64, str):
+                raise ValueError("b64 must be a string")
+            data = base64.b64decode(b64, validate=True)
+            root = os.path.realpath(self.workdir)
+            target = os.path.realpath(os.path.join(root, path))
+            if os.path.commonpath([root, target]) != root or target == root:
+                raise ValueError("path resolves outside the workdir")
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(data)
+            if mode is not None:
+                os.chmod(target, mode & 0o7777)
+        except Exception as e:
+            reply["error"] = "%s: %s" % (type(e).__name__, e)
+            return reply
+        reply["ok"] = True
+        return reply
+
+    # -- job execution (main thread) ------------------------------------
+
+    def run_forever(self) -> None:
+        while True:
+            try:
+                kind, payload = self.jobs.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            stdin_q = self._start_job(kind)
+            try:
+                if kind == "query":
+                    code = self.run_query(payload)
+                else:
+                    code = self.run_batch(payload, stdin_q)
+            finally:
+                self._end_job()
+            self.send({"t": "finished", "exit": code})
+
+    def run_query(self, source: str) -> int:
+        out, err = _Stream(self, "stdout"), _Stream(self, "stderr")
+        saved = (sys.stdout, sys.stderr, builtins.input, getpass.getpass)
+        sys.stdout, sys.stderr = out, err
+        builtins.input, getpass.getpass = self._input, self._getpass
+        self.out = out
+        exit_code = 0
+        try:
+            try:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                with self.state_lock:
+                    self.interruptible = True
+                exec(compile(source, "<cell>", "exec"), self.module.__dict__)
+            finally:
+                with self.state_lock:
+                    self.interruptible = False
+                signal.signal(signal.SIGINT, _ignore_signal)
+        except SystemExit as e:
+            if e.code is None:
+                exit_code = 0
+            elif isinstance(e.code, int):
+                exit_code = e.code
+            else:
+                err.write("%s\n" % (e.code,))
+                exit_code = 1
+        except KeyboardInterrupt as e:
+            self._print_exc(e, err)
+            exit_code = 130
+        except BaseException as e:
+            self._print_exc(e, err)
+            exit_code = 1
+        finally:
+            signal.signal(signal.SIGINT, _ignore_signal)
+            if os.getpid() != self.pid:
+                # A fork()ed child returned from the cell: it must not go on
+                # to act as a second runner.
+                os._exit(exit_code & 0xFF)
+            sys.stdout, sys.stderr, builtins.input, getpass.getpass = saved
+            self.out = None
+        return exit_code
+
+    @staticmethod
+    def _print_exc(exc: BaseException, stream: _Stream) -> None:
+        tb = exc.__traceback__
+        # Hide the runner's own frames (the exec() call in run_query).
+        while tb is not None and tb.tb_frame.f_globals is _RUNNER_GLOBALS:
+            tb = tb.tb_next
+        lines = traceback.format_exception(type(exc), exc, tb)
+        stream.write("".join(lines))
+
+    def _input(self, prompt: object = "") -> str:
+        return self._read_input(str(prompt), False)
+
+    def _getpass(self, prompt: str = "Password: ", stream: object = None) -> str:
+        return self._read_input(prompt, True)
+
+    def _read_input(self, prompt: str, is_password: bool) -> str:
+        out = self.out
+        if prompt and out is not None:
+            out.write(prompt)
+        self.send({"t": "waiting-input", "opts": {"is_password": is_password}})
+        while True:
+            try:
+                data = self.inputs.get(timeout=0.2)
+                break
+            except queue.Empty:
+                continue
+        return data[:-1] if data.endswith("\n") else data
+
+    def run_batch(self, cmd: str, stdin_q: queue.Queue) -> int:
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                shell=True,
+                cwd=self.workdir,
+                start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except OSError as e:
+            self.send({"t": "stderr", "d": "cannot start batch command: %s\n" % e})
+            return 127
+        with self.state_lock:
+            self.proc = proc
+        feeder = threading.Thread(target=self._feed_stdin, args=(proc, stdin_q), daemon=True)
+        feeder.start()
+        pumps = [
+            threading.Thread(target=self._pump, args=(proc.stdout, "stdout"), daemon=True),
+            threading.Thread(target=self._pump, args=(proc.stderr, "stderr"), daemon=True),
+        ]
+        for t in pumps:
+            t.start()
+        for t in pumps:
+            t.join()
+        rc = proc.wait()
+        with self.state_lock:
+            self.proc = self.stdin_q = None
+        stdin_q.put(None)
+        feeder.join()
+        return rc if rc >= 0 else 128 - rc
+
+    @staticmethod
+    def _feed_stdin(proc: subprocess.Popen, stdin_q: queue.Queue) -> None:
+        stdin = proc.stdin
+        while True:
+            data = stdin_q.get()
+            if data is None:
+                break
+            try:
+                stdin.write(data.encode("utf-8"))
+                stdin.flush()
+            except (OSError, ValueError):
+                break  # process closed its stdin or exited
+        try:
+            stdin.close()
+        except OSError:
+            pass
+
+    def _pump(self, pipe: io.BufferedReader, kind: str) -> None:
+        fd = pipe.fileno()
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except InterruptedError:
+                continue
+            except OSError:
+                chunk = b""
+            text = decoder.decode(chunk, final=not chunk)
+            if text:
+                self.send({"t": kind, "d": text})
+            if not chunk:
+                break
+        pipe.close()
+
+    def terminate(self, signum: int, frame: object) -> None:
+        proc = self.proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except OSError:
+                pass
+        os._exit(0)
+
+
+def bind_socket(path: str) -> socket.socket:
+    """Bind a Unix socket at *path*, which may exceed the sun_path limit."""
+    directory, name = os.path.split(os.path.abspath(path))
+    os.chdir(directory)
+    if os.path.lexists(name):
+        os.unlink(name)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(name)
+    os.chmod(name, 0o666)
+    server.listen(1)
+    return server
+
+
+def main(argv: list | None = None) -> None:
+    parser = argparse.ArgumentParser(description="bai kernel runner")
+    parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    parser.add_argument("--workdir", default=None, help="working directory (default: cwd)")
+    args = parser.parse_args(argv)
+    workdir = os.path.abspath(args.workdir or os.getcwd())
+    server = bind_socket(args.socket)
+    os.chdir(workdir)
+    # Like `python -c`, make modules in the working directory importable
+    # (instead of the directory holding this file).
+    if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(__file__)):
+        sys.path[0] = workdir
+    else:
+        sys.path.insert(0, workdir)
+    runner = Runner(workdir)
+    signal.signal(signal.SIGTERM, runner.terminate)
+    signal.signal(signal.SIGINT, _ignore_signal)
+    threading.Thread(target=runner.serve, args=(server,), name="conn", daemon=True).start()
+    runner.run_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The in-process link for `bai node --role all`: direct calls and an ordered event queue."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
+
+
+class InprocHub:
+    """Joins a manager and the agents of the same process."""
+
+    def __init__(self) -> None:
+        self.manager = InprocManagerLink(self)
+
+    def agent_link(self, agent_id: str) -> InprocAgentLink:
+        return InprocAgentLink(self, agent_id)
+
+
+class InprocManagerLink:
+    def __init__(self, hub: InprocHub) -> None:
+        self.hub = hub
+        self.handler: ManagerHandler | None = None
+        self.agents: dict[str, AgentHandler] = {}
+        self._events: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
+        self._pump: asyncio.Task[None] | None = None
+
+    async def start(self, handler: ManagerHandler) -> None:
+        self.handler = handler
+        self._pump = asyncio.create_task(self._deliver_events(), name="inproc-events")
+
+    async def _deliver_events(self) -> None:
+        assert self.handler is not None
+        while True:
+            agent_id, name, payload = await self._events.get()
+            try:
+                await self.handler.agent_event(agent_id, name, payload)
+            except Exception:  # a bad event must not stop the pump
+                import logging
+
+                logging.getLogger("bai.link").exception("event %s from %s failed", name, agent_id)
+
+    async def call(self, agent_id: str, method: str, args: dict[str, Any], timeout: float | None = None) -> Any:
+        handler = self.agents.get(agent_id)
+        if handler is None:
+            raise AgentUnavailable(f"agent {agent_id} is not connected")
+        try:
+            return await asyncio.wait_for(handler.handle_call(method, args), timeout)
+        except (RemoteError, asyncio.CancelledError, TimeoutError):
+            raise
+        except Exception as e:  # what a remote transport would carry back
+            raise RemoteError(type(e).__name__, str(e)) from e
+
+    def connected(self) -> set[str]:
+        return set(self.agents)
+
+    async def close(self) -> None:
+        if self._pump:
+            # deliver what is queued, then stop
+            for _ in range(1000):
+                if self._events.empty():
+                    break
+                await asyncio.sleep(0.001)
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+
+
+class InprocAgentLink:
+    def __init__(self, hub: InprocHub, agent_id: str) -> None:
+        self.hub = hub
+        self.agent_id = agent_id
+
+    async def join(self, registration: dict[str, Any], handler: AgentHandler) -> dict[str, Any]:
+        manager = self.hub.manager
+        assert manager.handler is not None, "the manager link must start before agents join"
+        manager.agents[self.agent_id] = handler
+        return await manager.handler.agent_joined(self.agent_id, registration)
+
+    async def emit(self, name: str, payload: dict[str, Any]) -> None:
+        self.hub.manager._events.put_nowait((self.agent_id, name, payload))
+
+    async def close(self) -> None:
+        manager = self.hub.manager
+        if manager.agents.pop(self.agent_id, None) is not None and manager.handler is not None:
+            await manager.handler.agent_left(self.agent_id)

@@ -1,0 +1,424 @@
+"""The HTTP API (Backend.AI paths and shapes, reference spec §1-§2), served by aiohttp."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from datetime import UTC, datetime
+from pathlib import PurePosixPath
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from bai import API_VERSION, __version__
+from bai.common import auth
+from bai.common.problems import Problem, invalid
+from bai.common.status import ACTIVE_STATUSES, SessionStatus
+from bai.node.manager.registry import Registry
+from bai.node.manager.requests import parse_create
+
+log = logging.getLogger("bai.api")
+PUBLIC = {("GET", "/")}
+MAX_UPLOAD_FILES = 64
+MAX_UPLOAD_BYTES = 16 * 1024 * 1024
+
+REGISTRY = web.AppKey("registry", Registry)
+SETTINGS = web.AppKey("settings", dict)
+
+
+def problem_response(p: Problem) -> web.Response:
+    return web.json_response(p.body(), status=p.status, content_type="application/problem+json")
+
+
+@web.middleware
+async def errors(request: web.Request, handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except Problem as p:
+        return problem_response(p)
+    except auth.AuthError as e:
+        title = "Authentication failed." if e.slug == "auth-failed" else "Invalid authentication parameters."
+        return problem_response(Problem(e.slug, title, e.msg))
+    except web.HTTPNotFound:
+        return problem_response(Problem("url-not-found", "Unknown URL path.", f"{request.method} {request.path}"))
+    except web.HTTPMethodNotAllowed:
+        return problem_response(
+            Problem("url-not-found", "Unknown URL path.", f"{request.method} is not allowed on {request.path}")
+        )
+    except web.HTTPException:
+        raise
+    except Exception as e:
+        log.exception("internal error on %s %s", request.method, request.path)
+        return problem_response(Problem("internal-server-error", "Internal server error.", f"{type(e).__name__}: {e}"))
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler) -> web.StreamResponse:
+    if (request.method, request.path) in PUBLIC and "Authorization" not in request.headers:
+        return await handler(request)
+    keypairs = request.app[SETTINGS]["keypairs"]
+    access_key = auth.verify(
+        authorization=request.headers.get("Authorization"),
+        date=request.headers.get("Date") or request.headers.get("X-BackendAI-Date"),
+        method=request.method,
+        path=request.raw_path,
+        host=request.host,
+        ctype=request.content_type if "Content-Type" in request.headers else "application/octet-stream",
+        version=request.headers.get("X-BackendAI-Version", API_VERSION),
+        lookup_secret=lambda ak: (keypairs.get(ak) or {}).get("secret_key"),
+    )
+    request["access_key"] = access_key
+    request["is_admin"] = bool(keypairs[access_key]["is_admin"])
+    return await handler(request)
+
+
+async def read_json(request: web.Request) -> Any:
+    if not request.body_exists:
+        return {}
+    try:
+        return await request.json()
+    except ValueError:
+        raise invalid("the request body is not valid JSON") from None
+
+
+def registry_of(request: web.Request) -> Registry:
+    return request.app[REGISTRY]
+
+
+# -- representation -------------------------------------------------------------------------------
+
+
+def _age_ms(created: str) -> int:
+    return int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds() * 1000)
+
+
+async def session_json(registry: Registry, row: dict[str, Any], *, detail: bool = False) -> dict[str, Any]:
+    kernels = await registry.store.kernels_of(row["id"])
+    main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
+    occupying = (
+        row["requested_slots"]
+        if SessionStatus(row["status"])
+        not in (SessionStatus.PENDING, SessionStatus.TERMINATED, SessionStatus.CANCELLED)
+        else {}
+    )
+    out: dict[str, Any] = {
+        "id": row["id"],
+        "sessionId": row["id"],
+        "name": row["name"],
+        "sessionName": row["name"],
+        "accessKey": row["access_key"],
+        "image": row["image"],
+        "lang": row["image"],
+        "type": row["type"].upper(),
+        "status": row["status"],
+        "statusInfo": row["status_info"],
+        "statusData": row["status_data"],
+        "statusChanged": row["status_changed"],
+        "result": row["result"],
+        "creationTime": row["created_at"],
+        "terminationTime": row["terminated_at"],
+        "age": _age_ms(row["created_at"]),
+        "scalingGroup": row["scaling_group"],
+        "requestedSlots": row["requested_slots"],
+        "occupyingSlots": occupying,
+        "occupiedSlots": occupying,
+        "environ": row["environ"],
+        "tag": row["tag"],
+        "agent": main["agent_id"] if main else None,
+        "containerId": main["container_id"] if main else None,
+        "exitCode": main["exit_code"] if main else None,
+        "kernels": [
+            {
+                "id": k["id"],
+                "clusterRole": k["cluster_role"],
+                "clusterIdx": k["cluster_idx"],
+                "agent": k["agent_id"],
+                "containerId": k["container_id"],
+                "status": k["status"],
+                "exitCode": k["exit_code"],
+            }
+            for k in kernels
+        ],
+    }
+    if detail:
+        out["transitions"] = await registry.store.transitions_of(row["id"])
+        if row["status"] == SessionStatus.PENDING:
+            pending = await registry.store.list_sessions(None, [SessionStatus.PENDING])
+            out["queuePosition"] = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
+    return out
+
+
+# -- handlers ---------------------------------------------------------------------------------------
+
+
+async def hello(request: web.Request) -> web.Response:
+    return web.json_response({"version": API_VERSION, "manager": __version__})
+
+
+async def announcement(request: web.Request) -> web.Response:
+    return web.json_response({"enabled": False, "message": ""})
+
+
+async def create_session(request: web.Request) -> web.Response:
+    registry = registry_of(request)
+    settings = request.app[SETTINGS]
+    body = await read_json(request)
+    known = {"cpu", "mem"}
+    for agent in await registry.store.agents():
+        known.update(agent["slots"])
+    req = parse_create(body, known, settings["default_resources"], settings["image_aliases"])
+    row, created = await registry.create(request["access_key"], req)
+    if not req.enqueue_only and row["status"] not in ("RUNNING",):
+        waited = await registry.wait_started(row["id"], req.max_wait or None)
+        if waited is None:
+            status = "TIMEOUT"
+        else:
+            row, status = waited, waited["status"]
+    else:
+        status = row["status"]
+    result = {
+        "sessionId": row["id"],
+        "sessionName": row["name"],
+        "status": status,
+        "servicePorts": [],
+        "created": created,
+    }
+    if not created:
+        result["service_ports"] = []
+    if status in ("CANCELLED", "ERROR", "TERMINATED"):
+        result["statusInfo"] = row["status_info"]
+        result["statusData"] = row["status_data"]
+    return web.json_response(result, status=201 if created else 200)
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    registry = registry_of(request)
+    status_param = request.query.get("status")
+    if request.query.get("all") in ("1", "true"):
+        statuses = None
+    elif status_param:
+        try:
+            statuses = [SessionStatus(s.strip().upper()) for s in status_param.split(",") if s.strip()]
+        except ValueError as e:
+            raise invalid(str(e)) from None
+    else:
+        statuses = list(ACTIVE_STATUSES)
+    rows = await registry.store.list_sessions(request["access_key"], statuses)
+    return web.json_response({"items": [await session_json(registry, r) for r in rows]})
+
+
+async def get_session(request: web.Request) -> web.Response:
+    registry = registry_of(request)
+    row = await registry.resolve(request.match_info["ref"], request["access_key"], active_only=False)
+    return web.json_response(await session_json(registry, row, detail=True))
+
+
+async def destroy_session(request: web.Request) -> web.Response:
+    registry = registry_of(request)
+    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    forced = request.query.get("forced", "").lower() in ("1", "true", "yes")
+    stats = await registry.destroy(row, forced)
+    return web.json_response({"stats": stats})
+
+
+async def execute_http(request: web.Request) -> web.Response:
+    """Polling execute (reference spec §2.4)."""
+    registry = registry_of(request)
+    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    body = await read_json(request)
+    if not isinstance(body, dict) or "mode" not in body:
+        raise invalid("mode is required (query, batch, continue or input)")
+    run_id = body.get("runId") or secrets.token_hex(8)
+    result = await registry.execute(row, run_id, body["mode"], body.get("code") or "", body.get("options") or {}, 2.0)
+    return web.json_response({"result": result})
+
+
+async def interrupt(request: web.Request) -> web.Response:
+    registry = registry_of(request)
+    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    await registry.interrupt(row)
+    return web.Response(status=204)
+
+
+async def logs(request: web.Request) -> web.StreamResponse:
+    registry = registry_of(request)
+    row = await registry.resolve(request.match_info["ref"], request["access_key"], active_only=False)
+    kernel = await registry.main_kernel(row)
+    store = registry.store
+    if request.query.get("follow", "").lower() not in ("1", "true", "yes"):
+        parts, seq = [], 0
+        while chunk := await store.read_logs(kernel["id"], seq):
+            parts.extend(d for _, d in chunk)
+            seq = chunk[-1][0]
+        return web.json_response({"result": {"logs": "".join(parts)}})
+
+    async def is_over() -> bool:
+        current = await store.get_session(row["id"])
+        return current is None or SessionStatus(current["status"]) not in ACTIVE_STATUSES
+
+    response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+    await response.prepare(request)
+    async for data in registry.logs.follow(store.read_logs, kernel["id"], is_over):
+        await response.write(data.encode())
+    await response.write_eof()
+    return response
+
+
+async def upload(request: web.Request) -> web.Response:
+    registry = registry_of(request)
+    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    if not request.content_type.startswith("multipart/"):
+        raise invalid("upload wants multipart/form-data with one 'src' part per file")
+    reader = await request.multipart()
+    files: list[tuple[str, bytes]] = []
+    while (part := await reader.next()) is not None:
+        name = part.filename or ""
+        path = PurePosixPath(name)
+        if not name or path.is_absolute() or ".." in path.parts:
+            raise invalid(f"bad file name {name!r}: use a relative path inside /home/work")
+        data = await part.read(decode=False)
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise invalid(f"{name} is larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MiB")
+        files.append((name, bytes(data)))
+        if len(files) > MAX_UPLOAD_FILES:
+            raise invalid(f"at most {MAX_UPLOAD_FILES} files per upload")
+    await registry.upload(row, files)
+    return web.Response(status=204)
+
+
+async def execute_ws(request: web.Request) -> web.StreamResponse:
+    """Streaming execute over a WebSocket (reference spec §2.3)."""
+    registry = registry_of(request)
+    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    ws = web.WebSocketResponse(autoping=True, heartbeat=None, max_msg_size=64 * 1024 * 1024)
+    await ws.prepare(request)
+    run_id = secrets.token_hex(8)
+    receiving = asyncio.ensure_future(ws.receive())
+    finished = False
+    try:
+        first = await receiving
+        if first.type != WSMsgType.TEXT:
+            return ws
+        try:
+            params = json.loads(first.data)
+            mode, code, options = (
+                params.get("mode", "query"),
+                params.get("code", ""),
+                params.get("options") or {},
+            )
+        except (ValueError, AttributeError):
+            await ws.send_json({"status": "error", "msg": "the first frame must be a JSON object"})
+            return ws
+        receiving = asyncio.ensure_future(ws.receive())
+        inputs: list[str] = []  # text frames that arrived while the code ran: fed as input
+        while True:
+            call = asyncio.ensure_future(registry.execute(row, run_id, mode, code, options, 5.0))
+            while not call.done():
+                await asyncio.wait({call, receiving}, return_when=asyncio.FIRST_COMPLETED)
+                if receiving.done():
+                    msg = receiving.result()
+                    if msg.type != WSMsgType.TEXT:  # the client went away mid-run
+                        call.cancel()
+                        await registry.interrupt(row)
+                        return ws
+                    inputs.append(msg.data)
+                    receiving = asyncio.ensure_future(ws.receive())
+            try:
+                result = call.result()
+            except Problem as p:
+                await ws.send_json({"status": "error", "msg": p.msg or p.title, "console": [], "exitCode": None})
+                return ws
+            if result["status"] != "continued" or result["console"]:
+                await ws.send_json(
+                    {
+                        "status": result["status"],
+                        "console": result["console"],
+                        "exitCode": result["exitCode"],
+                        "options": result["options"],
+                        "files": [],
+                    }
+                )
+            if result["status"] == "finished":
+                finished = True
+                return ws
+            if result["status"] == "waiting-input" and not inputs:
+                msg = await receiving
+                if msg.type != WSMsgType.TEXT:
+                    await registry.interrupt(row)
+                    return ws
+                inputs.append(msg.data)
+                receiving = asyncio.ensure_future(ws.receive())
+            if inputs:
+                mode, code = "input", inputs.pop(0)
+            else:
+                mode, code = "continue", ""
+    finally:
+        receiving.cancel()
+        if not finished and not ws.closed:
+            with contextlib.suppress(Exception):
+                await ws.close()
+
+
+async def list_agents(request: web.Request) -> web.Response:
+    registry = registry_of(request)
+    occupied = await registry.occupied_by_agent()
+    connected = registry.link.connected()
+    from bai.common import slots as slotlib
+
+    items = []
+    for a in await registry.store.agents():
+        items.append(
+            {
+                "id": a["id"],
+                "hostname": a["hostname"],
+                "backend": a["backend"],
+                "version": a["version"],
+                "scalingGroup": a["scaling_group"],
+                "status": a["status"] if a["id"] in connected or a["status"] != "ALIVE" else "LOST",
+                "availableSlots": a["slots"],
+                "occupiedSlots": slotlib.to_wire(occupied.get(a["id"], {})),
+                "firstContact": a["first_contact"],
+                "lastSeen": a["last_seen"],
+            }
+        )
+    return web.json_response({"items": items})
+
+
+async def list_images(request: web.Request) -> web.Response:
+    registry = registry_of(request)
+    items = []
+    aliases = request.app[SETTINGS]["image_aliases"]
+    for agent_id in sorted(registry.link.connected()):
+        for image in await registry.link.call(agent_id, "images", {}, timeout=30):
+            items.append(
+                {
+                    **image,
+                    "agent": agent_id,
+                    "aliases": sorted(a for a, t in aliases.items() if t == image["name"]),
+                }
+            )
+    return web.json_response({"items": items})
+
+
+def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
+    app = web.Application(middlewares=[errors, authenticate], client_max_size=MAX_UPLOAD_BYTES * 4)
+    app[REGISTRY] = registry
+    app[SETTINGS] = settings
+    r = app.router
+    r.add_get("/", hello)
+    r.add_get("/manager/announcement", announcement)
+    r.add_post("/session", create_session)
+    r.add_get("/session", list_sessions)
+    r.add_get("/session/{ref}", get_session)
+    r.add_delete("/session/{ref}", destroy_session)
+    r.add_post("/session/{ref}", execute_http)
+    r.add_post("/session/{ref}/interrupt", interrupt)
+    r.add_get("/session/{ref}/logs", logs)
+    r.add_post("/session/{ref}/upload", upload)
+    r.add_get("/stream/session/{ref}/execute", execute_ws)
+    r.add_get("/agents", list_agents)
+    r.add_get("/images", list_images)
+    return app

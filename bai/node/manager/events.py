@@ -1,0 +1,84 @@
+"""In-memory publication of committed state changes: session events and new log lines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+Event = tuple[str, dict[str, Any]]
+
+
+class EventHub:
+    """Fan-out of (event name, session row) to subscribers; only committed changes are published."""
+
+    def __init__(self) -> None:
+        self._subscribers: set[asyncio.Queue[Event]] = set()
+
+    def publish(self, name: str, session: dict[str, Any]) -> None:
+        for q in self._subscribers:
+            q.put_nowait((name, session))
+
+    @contextlib.contextmanager
+    def subscribe(self):
+        q: asyncio.Queue[Event] = asyncio.Queue()
+        self._subscribers.add(q)
+        try:
+            yield q
+        finally:
+            self._subscribers.discard(q)
+
+    async def wait_for(
+        self,
+        session_id: str,
+        current: Callable[[], Any],
+        done: Callable[[dict[str, Any]], bool],
+        timeout: float | None,
+    ) -> dict[str, Any] | None:
+        """Wait until the session satisfies `done`; `current()` reads it once subscribed (no race)."""
+        with self.subscribe() as q:
+            row = await current()
+            if row is None or done(row):
+                return row
+            try:
+                async with asyncio.timeout(timeout):
+                    while True:
+                        _, session = await q.get()
+                        if session["id"] == session_id and done(session):
+                            return session
+            except TimeoutError:
+                return None
+
+
+class LogHub:
+    """Wakes followers of a kernel's log when new lines are stored."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+
+    def notify(self, kernel_id: str) -> None:
+        event = self._events.pop(kernel_id, None)
+        if event is not None:
+            event.set()
+
+    async def wait(self, kernel_id: str, timeout: float) -> None:
+        event = self._events.setdefault(kernel_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    async def follow(self, read, kernel_id: str, is_over) -> AsyncIterator[str]:
+        """Yield stored chunks from the start, then new ones until `is_over()` says the kernel is gone."""
+        last = 0
+        while True:
+            chunks = await read(kernel_id, last)
+            for last, data in chunks:  # noqa: B007 - `last` is where the next read starts
+                yield data
+            if chunks:
+                continue
+            if await is_over():
+                # one last read: lines stored between the read and the check
+                for _, data in await read(kernel_id, last):
+                    yield data
+                return
+            await self.wait(kernel_id, 1.0)

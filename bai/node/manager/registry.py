@@ -1,0 +1,431 @@
+"""The session lifecycle: create, schedule results, start, execute, destroy, agent events.
+
+Every state change goes through `Store.transition` (one transaction that rejects illegal moves)
+and is published on the EventHub only after it is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from bai.common import slots as slotlib
+from bai.common.problems import Problem, invalid, no_session
+from bai.common.status import (
+    ACTIVE_STATUSES,
+    DEAD_STATUSES,
+    OCCUPYING_STATUSES,
+    SESSION_EVENTS,
+    SessionStatus,
+    StatusInfo,
+)
+from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
+from bai.node.manager.events import EventHub, LogHub
+from bai.node.manager.requests import CreateRequest
+from bai.node.manager.store import Store
+
+log = logging.getLogger("bai.manager")
+S = SessionStatus
+STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {S.ERROR, S.TERMINATING}
+
+
+def _error_data(agent_id: str | None, exc: BaseException) -> dict[str, Any]:
+    message = exc.message if isinstance(exc, RemoteError) else str(exc)
+    name = exc.kind if isinstance(exc, RemoteError) else type(exc).__name__
+    return {"error": {"src": "agent", "agent_id": agent_id, "name": name, "repr": message}}
+
+
+class Registry:
+    def __init__(self, store: Store, link: ManagerLink, start_timeout: float = 60.0) -> None:
+        self.store = store
+        self.link = link
+        self.events = EventHub()
+        self.logs = LogHub()
+        self.start_timeout = start_timeout
+        self.wake_dispatcher = lambda: None  # set by the dispatcher
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("task %s failed", name, exc_info=t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # -- state changes ------------------------------------------------------------------------
+
+    async def transition(self, session_id: str, target: SessionStatus, info: str = "", data=None, **kw) -> Any:
+        row = await self.store.transition(session_id, target, info, data, **kw)
+        if row is not None:
+            self.events.publish(SESSION_EVENTS.get(target, f"session_{target.lower()}"), row)
+            if target in DEAD_STATUSES or target == S.TERMINATING:
+                self.wake_dispatcher()
+        return row
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    async def resolve(self, ref: str, access_key: str, *, active_only: bool = True) -> dict[str, Any]:
+        """Find a session by id or name (Backend.AI rules); dead ones too unless `active_only`."""
+        rows = await self.store.find_sessions(ref, access_key, active_only=True)
+        if not rows and not active_only:
+            rows = (await self.store.find_sessions(ref, access_key, active_only=False))[:1]
+        exact = [r for r in rows if r["id"] == ref]
+        if exact:
+            return exact[0]
+        if len(rows) > 1:
+            raise Problem(
+                "too-many-sessions-matched",
+                "Too many sessions matched.",
+                f"{len(rows)} sessions match {ref!r}; use the session id",
+                {"matches": [{"id": r["id"], "name": r["name"], "status": r["status"]} for r in rows]},
+            )
+        if not rows:
+            raise no_session(ref)
+        return rows[0]
+
+    async def main_kernel(self, session: dict[str, Any]) -> dict[str, Any]:
+        kernels = await self.store.kernels_of(session["id"])
+        for k in kernels:
+            if k["cluster_role"] == "main":
+                return k
+        raise no_session(session["id"])
+
+    # -- create ---------------------------------------------------------------------------------
+
+    async def create(self, access_key: str, req: CreateRequest) -> tuple[dict[str, Any], bool]:
+        existing = await self.store.find_sessions(req.name, access_key, active_only=True)
+        existing = [r for r in existing if r["name"] == req.name]
+        if existing:
+            row = existing[0]
+            if row["image"] != req.image or not req.reuse:
+                raise Problem(
+                    "session-already-exists",
+                    "The session already exists but you requested a different image.",
+                    f"session {req.name!r} already exists",
+                    {"existingSessionId": row["id"]},
+                )
+            return row, False
+        session_id = str(uuid.uuid4())
+        now = datetime.now(UTC).isoformat()
+        kernel = {
+            "id": str(uuid.uuid4()),
+            "cluster_role": "main",
+            "cluster_idx": 1,
+            "slots": slotlib.to_wire(req.resources),
+        }
+        session = {
+            "id": session_id,
+            "name": req.name,
+            "access_key": access_key,
+            "image": req.image,
+            "type": req.type,
+            "requested_slots": slotlib.to_wire(req.resources),
+            "environ": req.environ,
+            "config": req.config,
+            "scaling_group": req.scaling_group,
+            "tag": req.tag,
+            "created_at": now,
+        }
+        await self.store.create_session(session, [kernel])
+        row = await self.store.get_session(session_id)
+        assert row is not None
+        self.events.publish("session_enqueued", row)
+        self.wake_dispatcher()
+        return row, True
+
+    async def wait_started(self, session_id: str, timeout: float | None) -> dict[str, Any] | None:
+        return await self.events.wait_for(
+            session_id,
+            lambda: self.store.get_session(session_id),
+            lambda row: S(row["status"]) in STARTED_OR_OVER,
+            timeout,
+        )
+
+    # -- scheduling results ---------------------------------------------------------------------
+
+    async def set_pending_reason(self, session_id: str, info: str, msg: str, retries: int) -> None:
+        data = {"scheduler": {"retries": retries, "last_try": datetime.now(UTC).isoformat(), "msg": msg}}
+        await self.store.set_pending_info(session_id, info, data)
+
+    async def place(self, session_id: str, agent_id: str) -> None:
+        kernels = await self.store.kernels_of(session_id)
+        row = await self.transition(
+            session_id,
+            S.SCHEDULED,
+            StatusInfo.SCHEDULED,
+            {},
+            allowed_from=[S.PENDING],
+            kernel_updates={k["id"]: {"agent_id": agent_id} for k in kernels},
+        )
+        if row is not None:
+            self.spawn(self._start_session(row, agent_id), f"start-{session_id}")
+
+    async def _start_session(self, session: dict[str, Any], agent_id: str) -> None:
+        sid = session["id"]
+        if await self.transition(sid, S.PREPARING, "", {}, allowed_from=[S.SCHEDULED]) is None:
+            return
+        kernel = await self.main_kernel(session)
+        config = {
+            "kernel_id": kernel["id"],
+            "session_id": sid,
+            "session_name": session["name"],
+            "access_key": session["access_key"],
+            "image": session["image"],
+            "slots": kernel["occupied_slots"],
+            "environ": session["environ"],
+            "cluster_role": kernel["cluster_role"],
+            "cluster_idx": kernel["cluster_idx"],
+            "network": session["config"].get("network"),
+        }
+        try:
+            result = await self.link.call(agent_id, "create_kernel", {"config": config}, timeout=self.start_timeout)
+        except (RemoteError, AgentUnavailable, TimeoutError) as e:
+            if isinstance(e, TimeoutError):
+                e = TimeoutError(f"the kernel did not start within {self.start_timeout:.0f} s")
+            await self.transition(
+                sid,
+                S.CANCELLED,
+                StatusInfo.FAILED_TO_START,
+                _error_data(agent_id, e),
+                allowed_from=[S.PREPARING],
+            )
+            if isinstance(e, TimeoutError):  # it may still come up: make sure it does not linger
+                with contextlib.suppress(Exception):
+                    await self.link.call(agent_id, "destroy_kernel", {"kernel_id": kernel["id"]}, timeout=30)
+            return
+        started = await self.transition(
+            sid,
+            S.RUNNING,
+            "",
+            {},
+            allowed_from=[S.PREPARING],
+            kernel_updates={kernel["id"]: {"container_id": result.get("container_id")}},
+        )
+        if started is None:  # destroyed while preparing
+            with contextlib.suppress(Exception):
+                await self.link.call(agent_id, "destroy_kernel", {"kernel_id": kernel["id"]}, timeout=30)
+            return
+        if session["type"] == "batch":
+            self.spawn(self._run_batch(started, kernel, agent_id), f"batch-{sid}")
+
+    async def _run_batch(self, session: dict[str, Any], kernel: dict[str, Any], agent_id: str) -> None:
+        """A batch session runs its startup command, then ends by itself with its exit code."""
+        command = session["config"]["startup_command"]
+        run_id = secrets.token_hex(8)
+        mode, code = "batch", command
+        exit_code = 1
+        try:
+            while True:
+                result = await self.link.call(
+                    agent_id,
+                    "execute",
+                    {
+                        "kernel_id": kernel["id"],
+                        "run_id": run_id,
+                        "mode": mode,
+                        "code": code,
+                        "options": {"exec": command},
+                        "flush_timeout": 30.0,
+                    },
+                )
+                if result["status"] == "finished":
+                    exit_code = result["exitCode"]
+                    break
+                mode, code = "continue", ""
+        except (RemoteError, AgentUnavailable) as e:
+            log.warning("batch session %s: %s", session["id"], e)
+        ok = exit_code == 0
+        info = StatusInfo.TASK_DONE if ok else StatusInfo.TASK_FAILED
+        row = await self.transition(
+            session["id"],
+            S.TERMINATING,
+            info,
+            {"exitCode": exit_code},
+            allowed_from=[S.RUNNING],
+            result="SUCCESS" if ok else "FAILURE",
+            kernel_updates={kernel["id"]: {"exit_code": exit_code}},
+        )
+        if row is not None:
+            self.events.publish("session_success" if ok else "session_failure", row)
+            await self._finish_destroy(row, agent_id, info)
+
+    # -- destroy ----------------------------------------------------------------------------------
+
+    async def destroy(self, session: dict[str, Any], forced: bool) -> dict[str, Any]:
+        status = S(session["status"])
+        info = StatusInfo.FORCE_TERMINATED if forced else StatusInfo.USER_REQUESTED
+        if status in DEAD_STATUSES:
+            raise Problem("generic-forbidden", "Forbidden.", f"the session is already {status}")
+        if status == S.PENDING:
+            await self.transition(session["id"], S.CANCELLED, info, {}, allowed_from=[S.PENDING])
+            return {}
+        if status in (S.SCHEDULED, S.PREPARING, S.PULLING, S.TERMINATING, S.ERROR) and not forced:
+            raise Problem(
+                "generic-forbidden",
+                "Forbidden.",
+                f"the session is {status}; wait, or destroy it with forced=true",
+            )
+        kernel = await self.main_kernel(session)
+        target = S.CANCELLED if status in (S.SCHEDULED, S.PULLING) else S.TERMINATING
+        row = await self.transition(session["id"], target, info, {})
+        if row is None:
+            row = await self.store.get_session(session["id"])
+        if target == S.TERMINATING and row is not None:
+            await self._finish_destroy(row, kernel["agent_id"], info)
+        return {}
+
+    async def _finish_destroy(self, session: dict[str, Any], agent_id: str | None, info: str) -> None:
+        kernel = await self.main_kernel(session)
+        if agent_id:
+            try:
+                await self.link.call(
+                    agent_id, "destroy_kernel", {"kernel_id": kernel["id"], "reason": info}, timeout=60
+                )
+            except (RemoteError, AgentUnavailable, TimeoutError) as e:
+                log.warning("destroying kernel %s on %s: %s", kernel["id"], agent_id, e)
+        await self.transition(
+            session["id"], S.TERMINATED, info, session["status_data"], allowed_from=[S.TERMINATING, S.ERROR]
+        )
+
+    # -- execution --------------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        session: dict[str, Any],
+        run_id: str,
+        mode: str,
+        code: str,
+        options: dict[str, Any],
+        flush: float,
+    ) -> dict[str, Any]:
+        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
+            raise Problem("generic-bad-request", "Bad request.", f"the session is {session['status']}, not RUNNING")
+        kernel = await self.main_kernel(session)
+        args = {
+            "kernel_id": kernel["id"],
+            "run_id": run_id,
+            "mode": mode,
+            "code": code,
+            "options": options,
+            "flush_timeout": flush,
+        }
+        try:
+            return await self.link.call(kernel["agent_id"], "execute", args, timeout=flush + 60)
+        except RemoteError as e:
+            raise invalid(e.message) from None
+        except AgentUnavailable as e:
+            raise Problem("instance-not-available", "Instance not available.", str(e)) from None
+
+    async def interrupt(self, session: dict[str, Any]) -> None:
+        kernel = await self.main_kernel(session)
+        if kernel["agent_id"] and S(session["status"]) in (S.RUNNING, S.RUNNING_DEGRADED):
+            with contextlib.suppress(RemoteError, AgentUnavailable):
+                await self.link.call(kernel["agent_id"], "interrupt", {"kernel_id": kernel["id"]}, timeout=10)
+
+    async def upload(self, session: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
+        kernel = await self.main_kernel(session)
+        try:
+            await self.link.call(
+                kernel["agent_id"], "upload_files", {"kernel_id": kernel["id"], "files": files}, timeout=120
+            )
+        except RemoteError as e:
+            raise invalid(e.message) from None
+
+    # -- what agents tell us ----------------------------------------------------------------------
+
+    async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
+        """Record the agent and reconcile its kernels with ours."""
+        await self.store.upsert_agent(registration)
+        theirs = {k["kernel_id"] for k in registration.get("kernels", [])}
+        ours = await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id)
+        for kernel in ours:
+            if kernel["id"] in theirs:
+                continue
+            status = S(kernel["status"])
+            if status in (S.SCHEDULED, S.PREPARING, S.PULLING):
+                await self.transition(
+                    kernel["session_id"],
+                    S.CANCELLED,
+                    StatusInfo.FAILED_TO_START,
+                    {
+                        "error": {
+                            "src": "agent",
+                            "agent_id": agent_id,
+                            "name": "AgentRestarted",
+                            "repr": f"agent {agent_id} restarted while the kernel was starting",
+                        }
+                    },
+                )
+            elif status == S.TERMINATING:
+                await self.transition(kernel["session_id"], S.TERMINATED, kernel["status_info"] or "user-requested")
+            else:
+                await self.transition(
+                    kernel["session_id"],
+                    S.TERMINATED,
+                    StatusInfo.AGENT_TERMINATION,
+                    {"msg": f"the kernel was gone when agent {agent_id} restarted"},
+                )
+        known = {k["id"] for k in ours}
+        self.wake_dispatcher()
+        return {"destroy": sorted(theirs - known)}
+
+    async def agent_left(self, agent_id: str) -> None:
+        await self.store.set_agent_status(agent_id, "TERMINATED")
+
+    async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
+        if name == "kernel_logs":
+            chunks = [(kid, text) for kid, text in payload["chunks"] if text]
+            if chunks:
+                await self.store.append_logs(chunks)
+                for kid in {kid for kid, _ in chunks}:
+                    self.logs.notify(kid)
+        elif name == "kernel_terminated":
+            await self._kernel_terminated(payload)
+        else:
+            log.warning("unknown event %s from agent %s", name, agent_id)
+
+    async def _kernel_terminated(self, payload: dict[str, Any]) -> None:
+        kernel = await self.store.get_kernel(payload["kernel_id"])
+        if kernel is None:
+            return
+        await self.store.update_kernel(kernel["id"], exit_code=payload.get("exit_code"))
+        await self.transition(
+            kernel["session_id"],
+            S.TERMINATED,
+            payload.get("reason") or StatusInfo.SELF_TERMINATED,
+            {"exitCode": payload.get("exit_code")},
+            allowed_from=[S.RUNNING, S.RUNNING_DEGRADED, S.RESTARTING],
+        )
+        self.logs.notify(kernel["id"])
+
+    # -- capacity -----------------------------------------------------------------------------------
+
+    async def occupied_by_agent(self) -> dict[str, dict[str, Decimal]]:
+        occupied: dict[str, dict[str, Decimal]] = {}
+        for k in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES]):
+            if k["agent_id"]:
+                occupied[k["agent_id"]] = slotlib.add(
+                    occupied.get(k["agent_id"], {}), slotlib.from_wire(k["occupied_slots"])
+                )
+        return occupied
+
+
+__all__ = ["Registry", "ACTIVE_STATUSES"]

@@ -1,0 +1,110 @@
+"""Validation of a session-create request body (reference spec §2.2): pure, no I/O."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from bai.common import slots as slotlib
+from bai.common.names import name_problem
+from bai.common.problems import invalid
+
+SESSION_TYPES = ("interactive", "batch")
+
+
+@dataclass
+class CreateRequest:
+    name: str
+    image: str
+    type: str
+    resources: dict[str, Decimal]
+    environ: dict[str, str]
+    scaling_group: str
+    cluster_size: int
+    enqueue_only: bool
+    max_wait: float
+    reuse: bool
+    startup_command: str | None
+    tag: str | None
+    network: str | None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _first(body: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if body.get(key) is not None:
+            return body[key]
+    return default
+
+
+def generate_name() -> str:
+    return "sess-" + secrets.token_hex(5)
+
+
+def parse_create(body: Any, known_slots: set[str], defaults: dict[str, str], aliases: dict[str, str]) -> CreateRequest:
+    if not isinstance(body, dict):
+        raise invalid("the request body must be a JSON object")
+    config = body.get("config") or {}
+    if not isinstance(config, dict):
+        raise invalid("config must be an object")
+    name = _first(body, "name", "session_name", "clientSessionToken") or generate_name()
+    if not isinstance(name, str):
+        raise invalid("the session name must be a string")
+    if problem := name_problem(name):
+        raise invalid(problem)
+    image = _first(body, "image", "lang")
+    if not isinstance(image, str) or not image.strip():
+        raise invalid("image is required")
+    image = aliases.get(image, image)
+    stype = str(_first(body, "type", "sessionType", default="interactive")).lower()
+    if stype not in SESSION_TYPES:
+        raise invalid(f"unknown session type {stype!r} (use interactive or batch)")
+    startup = _first(body, "startupCommand", "startup_command")
+    if stype == "batch" and not startup:
+        raise invalid("a batch session needs a startup command")
+    if _first(body, "starts_at", "startsAt"):
+        raise invalid("starts_at is not supported yet")
+    if body.get("dependencies"):
+        raise invalid("session dependencies are not supported yet")
+    cluster_size = _first(body, "clusterSize", "cluster_size", default=1)
+    if cluster_size != 1:
+        raise invalid("only single-kernel sessions (clusterSize 1) are supported")
+    raw_resources = config.get("resources") or {}
+    if not isinstance(raw_resources, dict):
+        raise invalid("config.resources must be an object")
+    if "shmem" in raw_resources:
+        raise invalid("shmem belongs in config.resource_opts, not in config.resources")
+    try:
+        resources = slotlib.parse_slots(raw_resources, known_slots)
+        for slot, value in defaults.items():
+            if not resources.get(slot):
+                resources[slot] = slotlib.parse_amount(slot, value)
+    except slotlib.SlotError as e:
+        raise invalid(str(e)) from None
+    environ = config.get("environ") or {}
+    if not isinstance(environ, dict) or not all(isinstance(k, str) for k in environ):
+        raise invalid("config.environ must be an object of strings")
+    max_wait = _first(body, "maxWaitSeconds", "max_wait_seconds", default=0)
+    if not isinstance(max_wait, int | float) or max_wait < 0:
+        raise invalid("maxWaitSeconds must be a non-negative number")
+    network = config.get("network")
+    if network is not None and network not in ("none", "bridge", "host"):
+        raise invalid("config.network must be none, bridge or host")
+    return CreateRequest(
+        name=name,
+        image=image.strip(),
+        type=stype,
+        resources=resources,
+        environ={k: str(v) for k, v in environ.items()},
+        scaling_group=_first(config, "scalingGroup", "scaling_group", default="default"),
+        cluster_size=1,
+        enqueue_only=bool(_first(body, "enqueueOnly", "enqueue_only", default=False)),
+        max_wait=float(max_wait),
+        reuse=bool(_first(body, "reuseIfExists", "reuse_if_exists", default=True)),
+        startup_command=startup,
+        tag=body.get("tag"),
+        network=network,
+        config={"startup_command": startup, "network": network},
+    )
