@@ -18,6 +18,8 @@ def console() -> Console:
     global _console
     if _console is None:
         _console = Console(highlight=False)
+        if not _console.is_terminal:  # piped: do not fold rows at 80 columns
+            _console = Console(highlight=False, width=200)
     return _console
 
 
@@ -53,7 +55,7 @@ def reason(session: dict[str, Any]) -> str:
 def sessions_table(items: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold")
     for col in ("NAME", "ID", "IMAGE", "STATUS", "REASON", "SLOTS", "AGE"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col not in ("REASON", "SLOTS"))
     for s in items:
         table.add_row(
             s["name"],

@@ -23,16 +23,15 @@ STATUS_OF = {
 class Problem(Exception):
     """An API error with a problem slug, a title and an optional message / data."""
 
-    def __init__(self, slug: str, title: str, msg: str | None = None, data: object = None) -> None:
+    def __init__(
+        self, slug: str, title: str, msg: str | None = None, data: object = None, status: int | None = None
+    ) -> None:
         super().__init__(msg or title)
         self.slug = slug
         self.title = title
         self.msg = msg
         self.data = data
-
-    @property
-    def status(self) -> int:
-        return STATUS_OF.get(self.slug, 400)
+        self.status = status or STATUS_OF.get(slug, 400)
 
     def body(self) -> dict[str, object]:
         body: dict[str, object] = {"type": PROBLEM_BASE + self.slug, "title": self.title}

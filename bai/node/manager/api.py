@@ -40,8 +40,9 @@ async def errors(request: web.Request, handler) -> web.StreamResponse:
     except Problem as p:
         return problem_response(p)
     except auth.AuthError as e:
+        # Every authentication failure is a 401 (bad, missing or stale signature alike).
         title = "Authentication failed." if e.slug == "auth-failed" else "Invalid authentication parameters."
-        return problem_response(Problem(e.slug, title, e.msg))
+        return problem_response(Problem(e.slug, title, e.msg, status=401))
     except web.HTTPNotFound:
         return problem_response(Problem("url-not-found", "Unknown URL path.", f"{request.method} {request.path}"))
     except web.HTTPMethodNotAllowed:

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.nodeproc import BUSYBOX_IMAGE, PYTHON_IMAGE, Node, ensure_image, require_docker
+
+BACKENDS = ["docker", "local"]
+
+
+@pytest.fixture(scope="session")
+def python_image() -> str:
+    require_docker()
+    ensure_image("python", PYTHON_IMAGE)
+    return PYTHON_IMAGE
+
+
+@pytest.fixture(scope="session")
+def busybox_image() -> str:
+    require_docker()
+    ensure_image("busybox", BUSYBOX_IMAGE)
+    return BUSYBOX_IMAGE
+
+
+def _node_for(backend: str, request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Node]:
+    if backend == "docker":
+        request.getfixturevalue("python_image")
+    node = Node(tmp_path_factory.mktemp(f"node-{backend}"), backend).start()
+    yield node
+    leftovers = node.leftover_containers()
+    node.stop()
+    if leftovers:
+        subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def node(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Node]:
+    """A running combined node, once per backend; shared by the tests of a module."""
+    yield from _node_for(request.param, request, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def docker_node(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Node]:
+    yield from _node_for("docker", request, tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test that used a docker node, none of its containers may be left."""
+    yield
+    for name in ("node", "docker_node"):
+        if name in request.fixturenames:
+            node: Node = request.getfixturevalue(name)
+            if node.proc is not None:
+                left = node.leftover_containers()
+                assert not left, f"containers left behind by the test: {left}"

@@ -1,0 +1,188 @@
+"""Test helpers: a real `bai node` subprocess on a free port, and the real CLI against it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON_IMAGE = os.environ.get("BAI_TEST_IMAGE", "bai-python:3.11")
+BUSYBOX_IMAGE = os.environ.get("BAI_TEST_BUSYBOX_IMAGE", "bai-busybox:latest")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def docker_ready() -> str | None:
+    """None when a Docker daemon answers, else the reason it does not."""
+    try:
+        out = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=20
+        )
+    except (FileNotFoundError, subprocess.TimeoutExpired) as e:
+        return f"docker CLI unusable: {e}"
+    if out.returncode != 0:
+        return f"no Docker daemon: {out.stderr.strip()[:200]}"
+    return None
+
+
+def require_docker() -> None:
+    """Skip (or, with BAI_REQUIRE_DOCKER=1 as in CI, fail) when Docker is missing."""
+    reason = docker_ready()
+    if reason is None:
+        return
+    if os.environ.get("BAI_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"BAI_REQUIRE_DOCKER=1 but {reason}")
+    pytest.skip(reason)
+
+
+def ensure_image(kind: str, name: str) -> None:
+    out = subprocess.run(
+        ["bash", str(ROOT / "packaging" / "build-kernel-image.sh"), kind, name],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if out.returncode != 0:
+        pytest.fail(f"building the {kind} test image failed:\n{out.stdout}\n{out.stderr}")
+
+
+def containers(label: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()
+
+
+class Node:
+    """A `bai node` subprocess with its own state, config and credentials folders."""
+
+    def __init__(self, base: Path, backend: str, extra_config: str = "") -> None:
+        self.base = base
+        self.backend = backend
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.state_dir = base / "state"
+        self.config_file = base / "bai.toml"
+        self.agent_id = f"test-{base.name[-12:]}-{self.port}"
+        self.config_file.write_text(
+            "[agent]\n"
+            f'id = "{self.agent_id}"\n'
+            'default_mem = "512m"\n'
+            "start_timeout = 20.0\n"
+            "[agent.docker]\n"
+            'labels = { "bai.test" = "1" }\n'
+            "[images.aliases]\n"
+            f'python = "{PYTHON_IMAGE}"\n' + extra_config
+        )
+        self.env = {
+            **os.environ,
+            "XDG_CONFIG_HOME": str(base / "config"),
+            "XDG_DATA_HOME": str(base / "data"),
+            "BAI_CONFIG": str(self.config_file),
+            "PYTHONUNBUFFERED": "1",
+        }
+        for key in ("BACKEND_ENDPOINT", "BACKEND_ACCESS_KEY", "BACKEND_SECRET_KEY"):
+            self.env.pop(key, None)
+        self.proc: subprocess.Popen[str] | None = None
+        self.banner = ""
+        self.log_path = base / "node.log"
+
+    def start(self, timeout: float = 30.0) -> Node:
+        log = self.log_path.open("a")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bai",
+                "node",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--state-dir",
+                str(self.state_dir),
+                "--backend",
+                self.backend,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=self.env,
+            cwd=self.base,
+        )
+        lines = []
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("ready"):
+                self.banner = "".join(lines)
+                return self
+        self.stop()
+        raise AssertionError(f"node did not start:\n{''.join(lines)}\n{self.log_path.read_text()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.proc = None
+        return code
+
+    def cli(
+        self,
+        *args: str,
+        input: str | None = None,
+        timeout: float = 90,
+        check: bool = False,
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "bai", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            input=input,
+            timeout=timeout,
+            cwd=self.base,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"bai {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "bai", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=self.base,
+            bufsize=1,
+        )
+
+    def json(self, *args: str):
+        return json.loads(self.cli(*args, "--json", check=True).stdout)
+
+    def leftover_containers(self) -> list[str]:
+        if self.backend != "docker":
+            return []
+        return containers(f"bai.agent-id={self.agent_id}")
