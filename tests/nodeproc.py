@@ -69,6 +69,7 @@ class Node:
     """A `bai node` subprocess with its own state, config and credentials folders."""
 
     def __init__(self, base: Path, backend: str, extra_config: str = "") -> None:
+        base.mkdir(parents=True, exist_ok=True)
         self.base = base
         self.backend = backend
         self.port = free_port()

@@ -58,7 +58,11 @@ def parse_count(value: str | int | float) -> Decimal:
         raise SlotError(f"{value!r} is not a finite number")
     if num < 0:
         raise SlotError(f"an amount cannot be negative: {value}")
-    return num.quantize(_COUNT_QUANTUM).normalize() if num != 0 else Decimal(0)
+    try:
+        num = num.quantize(_COUNT_QUANTUM)
+    except InvalidOperation:
+        raise SlotError(f"{value!r} is too large") from None
+    return Decimal(int(num)) if num == num.to_integral_value() else num.normalize()
 
 
 def parse_amount(name: str, value: str | int | float) -> Decimal:

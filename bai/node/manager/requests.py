@@ -69,7 +69,7 @@ def parse_create(body: Any, known_slots: set[str], defaults: dict[str, str], ali
     if body.get("dependencies"):
         raise invalid("session dependencies are not supported yet")
     cluster_size = _first(body, "clusterSize", "cluster_size", default=1)
-    if cluster_size != 1:
+    if cluster_size != 1 or isinstance(cluster_size, bool):
         raise invalid("only single-kernel sessions (clusterSize 1) are supported")
     raw_resources = config.get("resources") or {}
     if not isinstance(raw_resources, dict):
@@ -87,7 +87,7 @@ def parse_create(body: Any, known_slots: set[str], defaults: dict[str, str], ali
     if not isinstance(environ, dict) or not all(isinstance(k, str) for k in environ):
         raise invalid("config.environ must be an object of strings")
     max_wait = _first(body, "maxWaitSeconds", "max_wait_seconds", default=0)
-    if not isinstance(max_wait, int | float) or max_wait < 0:
+    if isinstance(max_wait, bool) or not isinstance(max_wait, int | float) or not 0 <= max_wait < float("inf"):
         raise invalid("maxWaitSeconds must be a non-negative number")
     network = config.get("network")
     if network is not None and network not in ("none", "bridge", "host"):

@@ -336,8 +336,8 @@ class Store:
         """Sessions whose id (or id prefix of 8+ chars) or name matches `ref`, newest first."""
 
         def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            clauses = ["(id = ? OR name = ? OR (length(?) >= 8 AND id LIKE ? || '%'))"]
-            params: list[Any] = [ref, ref, ref, ref]
+            clauses = ["(id = ? OR name = ? OR (length(?) >= 8 AND substr(id, 1, length(?)) = ?))"]
+            params: list[Any] = [ref, ref, ref, ref, ref]
             if access_key is not None:
                 clauses.append("access_key = ?")
                 params.append(access_key)

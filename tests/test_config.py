@@ -1,0 +1,178 @@
+"""Tests for bai/common/config.py (TOML files merged by precedence) and bai/common/tomlout.py."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from bai.common import config, tomlout
+from bai.common.config import DEFAULTS, ConfigError
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No BAI_CONFIG, XDG_CONFIG_HOME and the working directory inside tmp_path."""
+    monkeypatch.delenv("BAI_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return tmp_path
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_bai_config_is_merged_over_defaults(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(isolated / "mine.toml", '[node]\nlisten = "0.0.0.0:9000"\n\n[agent.docker]\nnetwork = "bridge"\n')
+    monkeypatch.setenv("BAI_CONFIG", str(path))
+    cfg, used = config.load()
+    assert used == [path]
+    assert cfg["node"]["listen"] == "0.0.0.0:9000"
+    # nested keys keep their siblings
+    assert cfg["node"]["role"] == "all"
+    assert cfg["node"]["backend"] == "auto"
+    assert cfg["agent"]["docker"] == {"network": "bridge", "labels": {}}
+    assert cfg["agent"]["default_mem"] == "1g"
+    assert cfg["images"] == DEFAULTS["images"]
+
+
+def test_load_does_not_modify_defaults(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = copy.deepcopy(DEFAULTS)
+    path = write(isolated / "mine.toml", '[agent.docker.labels]\nteam = "ml"\n')
+    monkeypatch.setenv("BAI_CONFIG", str(path))
+    cfg, _ = config.load({"agent": {"cpu": "4"}})
+    cfg["node"]["role"] = "changed"
+    assert DEFAULTS == before
+
+
+def test_overrides_win_over_the_file(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(isolated / "mine.toml", '[node]\nlisten = "0.0.0.0:9000"\nrole = "manager"\n')
+    monkeypatch.setenv("BAI_CONFIG", str(path))
+    cfg, _ = config.load({"node": {"listen": "127.0.0.1:1234"}})
+    assert cfg["node"]["listen"] == "127.0.0.1:1234"
+    assert cfg["node"]["role"] == "manager"
+
+
+def test_bai_config_replaces_the_search_list(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(Path.cwd() / "bai.toml", '[node]\nrole = "agent"\n')
+    path = write(isolated / "mine.toml", '[client]\nendpoint = "http://x:1"\n')
+    monkeypatch.setenv("BAI_CONFIG", str(path))
+    cfg, used = config.load()
+    assert used == [path]
+    assert cfg["node"]["role"] == "all"
+    assert cfg["client"]["endpoint"] == "http://x:1"
+
+
+def test_missing_bai_config_file_raises(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = isolated / "nope.toml"
+    monkeypatch.setenv("BAI_CONFIG", str(missing))
+    with pytest.raises(ConfigError, match="nope.toml"):
+        config.load()
+
+
+def test_broken_toml_names_the_file(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(isolated / "broken.toml", "[node\nlisten = \n")
+    monkeypatch.setenv("BAI_CONFIG", str(path))
+    with pytest.raises(ConfigError) as exc:
+        config.load()
+    assert str(path) in str(exc.value)
+
+
+def test_broken_toml_in_cwd_names_the_file(isolated: Path) -> None:
+    path = write(Path.cwd() / "bai.toml", "role = = 1\n")
+    with pytest.raises(ConfigError) as exc:
+        config.load()
+    assert str(path) in str(exc.value)
+
+
+def test_search_list_is_lowest_precedence_first(isolated: Path) -> None:
+    assert config.config_files() == [
+        Path("/etc/bai/bai.toml"),
+        isolated / "xdg" / "bai" / "bai.toml",
+        Path.cwd() / "bai.toml",
+    ]
+
+
+def test_files_merge_in_precedence_order(isolated: Path) -> None:
+    user = write(isolated / "xdg" / "bai" / "bai.toml", '[node]\nrole = "agent"\nlisten = "127.0.0.1:7000"\n')
+    local = write(Path.cwd() / "bai.toml", '[node]\nrole = "manager"\n')
+    cfg, used = config.load()
+    assert used[-2:] == [user, local]
+    assert cfg["node"]["role"] == "manager"  # ./bai.toml beats the user file
+    assert cfg["node"]["listen"] == "127.0.0.1:7000"  # user file still counts
+    assert cfg["node"]["backend"] == "auto"  # defaults fill the rest
+
+
+def test_missing_files_are_skipped_without_bai_config(isolated: Path) -> None:
+    cfg, used = config.load()
+    assert not any(str(p).startswith(str(isolated)) for p in used)
+    if not used:
+        assert cfg == DEFAULTS
+
+
+def test_user_file_alone(isolated: Path) -> None:
+    user = write(isolated / "xdg" / "bai" / "bai.toml", '[images.aliases]\nr = "bai-r:4"\n')
+    cfg, used = config.load()
+    assert used[-1] == user
+    assert cfg["images"]["aliases"] == {"python": "bai-python:3.11", "r": "bai-r:4"}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("127.0.0.1:8091", ("127.0.0.1", 8091)),
+        ("0.0.0.0:80", ("0.0.0.0", 80)),
+        (":8091", ("127.0.0.1", 8091)),
+        ("localhost:65535", ("localhost", 65535)),
+        ("[::1]:8091", ("::1", 8091)),
+        ("example.com:0", ("example.com", 0)),
+    ],
+)
+def test_parse_hostport_good(value: str, expected: tuple[str, int]) -> None:
+    assert config.parse_hostport(value, "--listen") == expected
+
+
+@pytest.mark.parametrize("value", ["8091", "host:", "host:port", "host:65536", "host:-1", "", "host:80x"])
+def test_parse_hostport_bad(value: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        config.parse_hostport(value, "--listen")
+    assert "--listen" in str(exc.value)
+    assert repr(value) in str(exc.value)
+
+
+def test_tomlout_defaults_round_trip() -> None:
+    assert tomllib.loads(tomlout.dumps(DEFAULTS)) == DEFAULTS
+
+
+def test_tomlout_nested_tables_and_lists_round_trip() -> None:
+    data = {
+        "title": "bai",
+        "enabled": True,
+        "ratio": 0.75,
+        "ports": [8091, 8092],
+        "node": {
+            "names": ["a", "b"],
+            "empty": {},
+            "deep": {"deeper": {"deepest": {"x": 1, "y": [1.5, False]}}, "z": "zed"},
+        },
+        "hosts": [{"name": "a", "port": 1}, {"name": "b", "port": 2}],
+        "text": 'quote " backslash \\ newline \n tab \t unicode é',
+    }
+    assert tomllib.loads(tomlout.dumps(data)) == data
+
+
+def test_tomlout_merged_config_round_trips() -> None:
+    cfg = config.merge(DEFAULTS, {"agent": {"cpu": "4", "docker": {"labels": {"team": "ml"}}}, "extra": [1, 2]})
+    assert tomllib.loads(tomlout.dumps(cfg)) == cfg
+
+
+def test_tomlout_dotted_keys_round_trip() -> None:
+    cfg = config.merge(DEFAULTS, {"agent": {"docker": {"labels": {"com.example.team": "ml"}}}})
+    assert tomllib.loads(tomlout.dumps(cfg)) == cfg

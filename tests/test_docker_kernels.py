@@ -1,0 +1,134 @@
+"""What only the Docker backend does: enforced limits, isolation, images without Python, re-adoption."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.nodeproc import Node
+
+READ_LIMITS = r"""
+import os
+def first(*paths):
+    for p in paths:
+        if os.path.exists(p):
+            return open(p).read().strip()
+v2 = os.path.exists('/sys/fs/cgroup/cgroup.controllers')
+if v2:
+    quota, period = open('/sys/fs/cgroup/cpu.max').read().split()
+    mem = open('/sys/fs/cgroup/memory.max').read().strip()
+    pids = open('/sys/fs/cgroup/pids.max').read().strip()
+else:
+    quota = open('/sys/fs/cgroup/cpu/cpu.cfs_quota_us').read().strip()
+    period = open('/sys/fs/cgroup/cpu/cpu.cfs_period_us').read().strip()
+    mem = open('/sys/fs/cgroup/memory/memory.limit_in_bytes').read().strip()
+    pids = open('/sys/fs/cgroup/pids/pids.max').read().strip()
+import json
+print(json.dumps({"cpu": int(quota) / int(period), "mem": int(mem), "pids": pids,
+                  "nets": sorted(os.listdir('/sys/class/net'))}))
+"""
+
+
+def test_limits_are_enforced_inside_the_container(docker_node: Node) -> None:
+    result = docker_node.cli("session", "run", "python", "--cpu", "0.5", "--mem", "256m", "-c", READ_LIMITS)
+    assert result.returncode == 0, result.stderr
+    limits = json.loads(result.stdout)
+    assert limits["cpu"] == 0.5
+    assert limits["mem"] == 256 * 1024 * 1024
+    assert limits["pids"] == "4096"
+    assert limits["nets"] == ["lo"]  # --network none
+
+
+def test_memory_limit_kills_a_hog(docker_node: Node) -> None:
+    hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))"
+    result = docker_node.cli("session", "run", "python", "--mem", "128m", "-c", hog, timeout=120)
+    assert result.returncode != 0
+    assert "MemoryError" in result.stderr or result.returncode == 137
+
+
+def test_containers_carry_session_labels(docker_node: Node) -> None:
+    name = "labelled"
+    created = docker_node.json("session", "create", "python", "--name", name)
+    try:
+        info = docker_node.json("session", "info", name)
+        container = info["containerId"]
+        labels = json.loads(
+            subprocess.run(
+                ["docker", "inspect", "--format", "{{json .Config.Labels}}", container],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        assert labels["ai.backend.session-id"] == created["sessionId"]
+        assert labels["ai.backend.kernel-id"] == info["kernels"][0]["id"]
+        assert labels["bai.agent-id"] == docker_node.agent_id
+    finally:
+        docker_node.cli("session", "destroy", name, check=True)
+    gone = subprocess.run(["docker", "inspect", container], capture_output=True)
+    assert gone.returncode != 0  # destroy removed the container
+
+
+def test_image_without_python_runs_commands(docker_node: Node, busybox_image: str) -> None:
+    result = docker_node.cli("session", "run", busybox_image, "--", "echo", "hi")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "hi\n"
+    failing = docker_node.cli("session", "run", busybox_image, "--", "sh", "-c", "exit 7")
+    assert failing.returncode == 7
+    query = docker_node.cli("session", "run", busybox_image, "-c", "print(1)")
+    assert query.returncode != 0
+    assert "no Python" in query.stderr
+
+
+def test_a_restart_keeps_sessions_and_their_kernels(tmp_path, python_image: str) -> None:
+    node = Node(tmp_path, "docker").start()
+    try:
+        node.cli("session", "create", "python", "--name", "survivor", check=True)
+        node.cli("session", "exec", "survivor", "-c", "state = 'kept'", check=True)
+        node.cli("session", "create", "python", "--name", "victim", check=True)
+        victim = node.json("session", "info", "victim")["containerId"]
+        assert node.stop() == 0
+        subprocess.run(["docker", "rm", "-f", victim], check=True, capture_output=True)
+        node.start()
+        assert node.cli("session", "exec", "survivor", "-c", "print(state)", check=True).stdout == "kept\n"
+        info = node.json("session", "info", "victim")
+        assert info["status"] == "TERMINATED"
+        assert info["statusInfo"] == "agent-termination"
+        node.cli("session", "destroy", "survivor", check=True)
+        assert node.leftover_containers() == []
+    finally:
+        left = node.leftover_containers()
+        node.stop()
+        if left:
+            subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+
+
+def test_unknown_containers_of_the_agent_are_removed_on_start(tmp_path, python_image: str) -> None:
+    node = Node(tmp_path, "docker")
+    stray = subprocess.run(
+        [
+            "docker",
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--label",
+            f"bai.agent-id={node.agent_id}",
+            "--label",
+            "bai.test=1",
+            "--label",
+            "ai.backend.kernel-id=00000000-0000-4000-8000-000000000000",
+            python_image,
+            "sleep",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        node.start()
+        assert subprocess.run(["docker", "inspect", stray], capture_output=True).returncode != 0
+    finally:
+        node.stop()
+        subprocess.run(["docker", "rm", "-f", stray], capture_output=True)

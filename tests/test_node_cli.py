@@ -1,0 +1,261 @@
+"""The node process and the API edge: start-up, shutdown, credentials, signatures, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tomllib
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from bai import API_VERSION
+from bai.common import auth
+from tests.nodeproc import Node
+
+
+@pytest.fixture(scope="module")
+def local_node(tmp_path_factory):
+    node = Node(tmp_path_factory.mktemp("local"), "local").start()
+    yield node
+    node.stop()
+
+
+def creds_of(node: Node) -> dict[str, str]:
+    with (Path(node.env["XDG_CONFIG_HOME"]) / "bai" / "credentials.toml").open("rb") as f:
+        return tomllib.load(f)
+
+
+def request(
+    node: Node,
+    method: str,
+    path: str,
+    *,
+    body: bytes | None = None,
+    ctype: str = "text/plain",
+    secret: str | None = None,
+    date: str | None = None,
+    sign: bool = True,
+) -> tuple[int, dict, dict]:
+    creds = creds_of(node)
+    host = f"127.0.0.1:{node.port}"
+    date = date or datetime.now(UTC).isoformat()
+    headers = {"Date": date, "X-BackendAI-Version": API_VERSION, "Content-Type": ctype}
+    if sign:
+        sig = auth.sign(secret or creds["secret_key"], method, path, date, host, ctype, API_VERSION)
+        headers["Authorization"] = auth.authorization_header(creds["access_key"], sig)
+    req = urllib.request.Request(f"http://{host}{path}", data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read())
+
+
+def test_banner_says_endpoint_backend_and_slots(local_node: Node) -> None:
+    banner = local_node.banner
+    assert f"http://127.0.0.1:{local_node.port}" in banner
+    assert "local" in banner and "UNSANDBOXED" in banner
+    assert "cpu" in banner and "mem" in banner
+
+
+def test_credentials_are_saved_privately(local_node: Node) -> None:
+    path = Path(local_node.env["XDG_CONFIG_HOME"]) / "bai" / "credentials.toml"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    creds = creds_of(local_node)
+    assert creds["endpoint"] == local_node.endpoint
+    out = local_node.cli("client-env", check=True).stdout
+    assert f"export BACKEND_ENDPOINT={local_node.endpoint}\n" in out
+    assert f"export BACKEND_ACCESS_KEY={creds['access_key']}\n" in out
+    assert f"export BACKEND_SECRET_KEY={creds['secret_key']}" in out
+
+
+def test_client_env_credentials_work_for_the_cli(local_node: Node) -> None:
+    creds = creds_of(local_node)
+    env = {k: v for k, v in local_node.env.items() if k != "XDG_CONFIG_HOME"}
+    env.update(
+        XDG_CONFIG_HOME="/nonexistent",
+        BACKEND_ENDPOINT=local_node.endpoint,
+        BACKEND_ACCESS_KEY=creds["access_key"],
+        BACKEND_SECRET_KEY=creds["secret_key"],
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "bai", "agent", "ls", "--json"], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout)[0]["id"] == local_node.agent_id
+
+
+def test_version_probe_is_public(local_node: Node) -> None:
+    status, _, body = request(local_node, "GET", "/", sign=False)
+    assert status == 200
+    assert body["version"] == API_VERSION
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["missing", "wrong-secret", "stale", "future"],
+)
+def test_bad_signatures_are_refused(local_node: Node, case: str) -> None:
+    kwargs: dict = {}
+    if case == "missing":
+        kwargs["sign"] = False
+    elif case == "wrong-secret":
+        kwargs["secret"] = "not-the-secret"
+    elif case == "stale":
+        kwargs["date"] = (datetime.now(UTC) - timedelta(minutes=16)).isoformat()
+    else:
+        kwargs["date"] = (datetime.now(UTC) + timedelta(minutes=16)).isoformat()
+    status, headers, body = request(local_node, "GET", "/session", **kwargs)
+    assert status == 401
+    assert headers["Content-Type"].startswith("application/problem+json")
+    assert body["type"].startswith("https://api.backend.ai/probs/")
+    assert body["title"]
+    assert "items" not in body
+
+
+def test_signed_requests_pass(local_node: Node) -> None:
+    status, _, body = request(local_node, "GET", "/session")
+    assert status == 200
+    assert isinstance(body["items"], list)
+
+
+def test_unknown_paths_and_bad_bodies_get_problem_bodies(local_node: Node) -> None:
+    status, _, body = request(local_node, "GET", "/no/such/thing")
+    assert status == 404 and body["type"].endswith("/url-not-found")
+    status, _, body = request(local_node, "POST", "/session", body=b"{not json", ctype="application/json")
+    assert status == 400 and body["type"].endswith("/invalid-api-params")
+    status, _, body = request(
+        local_node,
+        "POST",
+        "/session",
+        body=json.dumps({"image": "python", "name": "x"}).encode(),
+        ctype="application/json",
+    )
+    assert status == 400 and "session name" in body["msg"]
+    status, _, body = request(local_node, "GET", "/session/nosuchsession")
+    assert status == 404 and body["title"] == "No such session."
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--mem", "lots"], "cannot parse"),
+        (["--mem", "-1g"], "cannot parse"),
+        (["--cpu", "-1"], "negative"),
+        (["--cpu", "0"], "more than 0"),
+        (["--cpu", "two"], "cannot parse"),
+        (["--env", "NOEQUALS"], "KEY=VALUE"),
+        (["--env", "1X=y"], "KEY=VALUE"),
+        (["--name", "a b"], "invalid session name"),
+        (["--name", "ab"], "invalid session name"),
+    ],
+)
+def test_bad_cli_input_is_refused_before_anything_is_created(local_node: Node, args: list[str], message: str) -> None:
+    before = local_node.json("session", "ls", "--all")
+    result = local_node.cli("session", "run", "python", *args, "-c", "print(1)")
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert local_node.json("session", "ls", "--all") == before
+
+
+def test_nothing_to_run_is_an_error(local_node: Node) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bai", "session", "run", "python", "missing-file.py"],
+        env=local_node.env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "no such file" in result.stderr
+
+
+def test_commands_on_unknown_sessions_fail_clearly(local_node: Node) -> None:
+    for args in (["info", "ghost"], ["logs", "ghost"], ["destroy", "ghost"], ["exec", "ghost", "-c", "1"]):
+        result = local_node.cli("session", *args)
+        assert result.returncode == 1, args
+        assert "No such session" in result.stderr, args
+        assert "Traceback" not in result.stderr
+
+
+def test_cli_without_a_node_says_so(tmp_path) -> None:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    for key in ("BACKEND_ENDPOINT", "BACKEND_ACCESS_KEY", "BACKEND_SECRET_KEY"):
+        env.pop(key, None)
+    result = subprocess.run([sys.executable, "-m", "bai", "session", "ls"], env=env, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "no credentials" in result.stderr
+    env.update(BACKEND_ENDPOINT="http://127.0.0.1:9", BACKEND_ACCESS_KEY="AK", BACKEND_SECRET_KEY="SK")
+    result = subprocess.run([sys.executable, "-m", "bai", "session", "ls"], env=env, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "cannot reach the manager" in result.stderr
+
+
+def test_port_in_use_gives_one_clear_line(tmp_path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        node = Node(tmp_path, "local")
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bai",
+                "node",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--state-dir",
+                str(node.state_dir),
+                "--backend",
+                "local",
+            ],
+            env=node.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert str(port) in lines[0] and "--listen" in lines[0]
+
+
+def test_sigterm_and_sigint_stop_the_node_cleanly(tmp_path) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        node = Node(tmp_path / sig.name, "local").start()
+        node.cli("session", "create", "python", "--name", "kept-record", check=True)
+        assert node.stop(sig) == 0
+        assert "Traceback" not in node.log_path.read_text()
+        node.start()  # the record is still there after the restart
+        info = node.json("session", "info", "kept-record")
+        assert info["status"] == "TERMINATED"  # local kernels end with their node
+        assert info["statusInfo"] == "agent-termination"
+        node.stop()
+
+
+def test_config_show_reports_files_and_values(local_node: Node) -> None:
+    out = local_node.cli("config", "show", check=True).stdout
+    assert str(local_node.config_file) in out
+    assert f'id = "{local_node.agent_id}"' in out
+    data = json.loads(local_node.cli("config", "show", "--json", check=True).stdout)
+    assert data["config"]["agent"]["default_mem"] == "512m"
+    assert data["config"]["node"]["listen"] == "127.0.0.1:8091"
+
+
+def test_bad_config_file_is_reported(tmp_path) -> None:
+    bad = tmp_path / "bai.toml"
+    bad.write_text("[node\n")
+    env = {**os.environ, "BAI_CONFIG": str(bad)}
+    result = subprocess.run([sys.executable, "-m", "bai", "config", "show"], env=env, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert str(bad) in result.stderr
