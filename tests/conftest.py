@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -54,5 +55,8 @@ def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
         if name in request.fixturenames:
             node: Node = request.getfixturevalue(name)
             if node.proc is not None:
-                left = node.leftover_containers()
+                # `session run` lets the manager finish destroying in the background: allow it a moment
+                deadline = time.monotonic() + 15
+                while (left := node.leftover_containers()) and time.monotonic() < deadline:
+                    time.sleep(0.2)
                 assert not left, f"containers left behind by the test: {left}"

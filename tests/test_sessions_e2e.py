@@ -8,6 +8,14 @@ import time
 from tests.nodeproc import Node
 
 
+def wait_status(node: Node, ref: str, status: str, timeout: float = 15) -> dict:
+    deadline = time.monotonic() + timeout
+    while (info := node.json("session", "info", ref))["status"] != status and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert info["status"] == status, info
+    return info
+
+
 def test_run_prints_output_and_exits_zero(node: Node) -> None:
     result = node.cli("session", "run", "python", "-c", "print(42)")
     assert result.returncode == 0, result.stderr
@@ -113,8 +121,7 @@ def test_env_reaches_the_kernel(node: Node) -> None:
 def test_logs_outlive_the_session(node: Node) -> None:
     name = f"logs-{node.backend}"
     node.cli("session", "run", "python", "--name", name, "-c", "print('kept in the log')", check=True)
-    info = node.json("session", "info", name)
-    assert info["status"] == "TERMINATED"
+    info = wait_status(node, name, "TERMINATED")  # `run` lets the manager finish the clean-up
     assert info["statusInfo"] == "user-requested"
     assert "kept in the log" in node.cli("session", "logs", name, check=True).stdout
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -125,7 +126,21 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 
 
 def main() -> None:
+    code: int | str | None
     try:
         app()
+        code = 0
+    except SystemExit as e:
+        code = e.code
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # `bai … | head`
+        pass
+    # Everything is flushed and closed: skip the interpreter's module teardown (about 35 ms).
+    os._exit(code or 0)

@@ -70,13 +70,11 @@ def _print_console(items: list[list[Any]]) -> None:
 
 async def wait_running(c, image: str, name: str, quiet: bool, **kw: Any) -> dict[str, Any]:
     """Create (or get) the session and wait until it runs, showing why it waits."""
-    from rich.console import Console
+    status = None
+    if not quiet and sys.stderr.isatty():
+        from rich.console import Console
 
-    err = Console(stderr=True, highlight=False)
-    status = (
-        err.status(f"starting session {name} ({image})…", spinner="dots") if not quiet and err.is_terminal else None
-    )
-    if status is not None:
+        status = Console(stderr=True, highlight=False).status(f"starting session {name} ({image})…", spinner="dots")
         status.start()
     try:
         while True:
@@ -189,10 +187,12 @@ def run(
     mode, text, options, files = _job(code, args or [], exec_cmd)
     name = name or f"run-{secrets.token_hex(4)}"
     from bai.cli.common import client
+    from bai.client.api import overlap_import
 
     async def go() -> int:
         async with client() as c:
-            started = await wait_running(c, image, name, quiet, resources=resources, environ=environ)
+            # aiohttp (for the output stream) imports while the session starts
+            started = await overlap_import(wait_running(c, image, name, quiet, resources=resources, environ=environ))
             sid = started["sessionId"]
             try:
                 if files:
@@ -202,8 +202,8 @@ def run(
                 if keep:
                     if not quiet:
                         print(f"[session {name} ({sid}) keeps running]", file=sys.stderr)
-                else:
-                    await asyncio.shield(c.destroy_session(sid))
+                else:  # the manager finishes the clean-up; no need to wait for it
+                    await asyncio.shield(c.destroy_session(sid, wait=False))
 
     raise typer.Exit(run_async(go()))
 
@@ -248,10 +248,11 @@ def exec(  # noqa: A001 - the command is called exec
     """Run code in a running session and stream its output; exits with the code's exit status."""
     mode, text, options, files = _job(code, args or [], exec_cmd)
     from bai.cli.common import client
+    from bai.client.api import overlap_import
 
     async def go() -> int:
         async with client() as c:
-            session = await c.get_session(ref)
+            session = await overlap_import(c.get_session(ref))
             if session["status"] != "RUNNING":
                 fail(f"session {ref} is {session['status']}, not RUNNING")
             if files:

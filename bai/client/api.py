@@ -1,20 +1,40 @@
 """`bai.client`: the one Python client of the bai API (signing, streaming, errors).
 
-The CLI and the dashboard use only this module to talk to a manager.
+The CLI and the dashboard use only this module to talk to a manager. Plain requests go through the
+standard library's http.client (in a worker thread), which imports in a few milliseconds; aiohttp
+(about 150 ms to import) is loaded only for the WebSocket of streaming execution and for uploads;
+`overlap_import` imports it while a first request is under way.
 """
 
 from __future__ import annotations
 
+import asyncio
+import codecs
+import http.client
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
-
-import aiohttp
 
 from bai import API_VERSION
 from bai.common import auth
 from bai.common.credentials import Credentials
+
+if TYPE_CHECKING:
+    import aiohttp
+
+
+async def overlap_import(first_request) -> Any:
+    """Await `first_request` while aiohttp imports (it is only needed after that request).
+
+    The request runs in a worker thread that needs no further imports, so the import in this
+    thread does not wait on import locks and mostly overlaps the request's wait for the manager.
+    """
+    task = asyncio.ensure_future(first_request)
+    await asyncio.sleep(0)  # let the task hand its request to the worker thread
+    import aiohttp  # noqa: F401
+
+    return await task
 
 
 class APIError(Exception):
@@ -32,14 +52,30 @@ class APIError(Exception):
         return f"{self.title} {self.msg}" if self.msg and self.msg != self.title else self.title
 
 
+def _error_from(status: int, reason: str, text: str) -> APIError:
+    try:
+        body = json.loads(text)
+        return APIError(
+            status,
+            body.get("title", reason),
+            body.get("msg"),
+            body.get("type", "").rsplit("/", 1)[-1],
+            body.get("data"),
+        )
+    except (ValueError, AttributeError):
+        return APIError(status, reason or "error", text[:500])
+
+
 class Client:
-    def __init__(self, creds: Credentials, timeout: float | None = None) -> None:
+    def __init__(self, creds: Credentials) -> None:
         self.creds = creds
         self.endpoint = creds.endpoint.rstrip("/")
         parts = urlsplit(self.endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise APIError(0, f"bad endpoint {creds.endpoint!r}", "use http://HOST:PORT")
+        self.scheme = parts.scheme
         self.host = parts.netloc
         self.prefix = parts.path.rstrip("/")
-        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=10)
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Client:
@@ -50,8 +86,10 @@ class Client:
 
     @property
     def http(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=self._timeout)
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         return self._http
 
     async def close(self) -> None:
@@ -77,49 +115,46 @@ class Client:
         query = urlencode({k: v for k, v in (params or {}).items() if v is not None})
         return self.prefix + path + (f"?{query}" if query else "")
 
-    async def _raise_for(self, resp: aiohttp.ClientResponse) -> None:
-        if resp.status < 400:
-            return
-        text = await resp.text()
+    def _url(self, full_path: str) -> str:
+        return f"{self.scheme}://{self.host}{full_path}"
+
+    def _unreachable(self, e: Exception) -> APIError:
+        return APIError(0, f"cannot reach the manager at {self.endpoint}", str(e))
+
+    def _connect(self) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        return cls(self.host, timeout=None)
+
+    def _open(self, method: str, full: str, body: bytes | None, ctype: str) -> http.client.HTTPResponse:
+        """Send a signed request and return the response once its headers are in (blocking)."""
+        conn = self._connect()
         try:
-            body = json.loads(text)
-            raise APIError(
-                resp.status,
-                body.get("title", resp.reason or ""),
-                body.get("msg"),
-                body.get("type", "").rsplit("/", 1)[-1],
-                body.get("data"),
-            )
-        except ValueError:
-            raise APIError(resp.status, resp.reason or "error", text[:500]) from None
+            conn.request(method, full, body=body, headers=self._headers(method, full, ctype))
+            resp = conn.getresponse()
+        except OSError as e:
+            conn.close()
+            raise self._unreachable(e) from None
+        if resp.status >= 400:
+            text = resp.read().decode(errors="replace")
+            conn.close()
+            raise _error_from(resp.status, resp.reason, text)
+        return resp
+
+    def _call(self, method: str, full: str, body: bytes | None, ctype: str) -> Any:
+        resp = self._open(method, full, body, ctype)
+        try:
+            data = resp.read()
+        finally:
+            resp.close()
+        return json.loads(data) if data and resp.status != 204 else None
 
     async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Any = None,
-        params: dict[str, Any] | None = None,
-        data: Any = None,
-        ctype: str | None = None,
+        self, method: str, path: str, *, json_body: Any = None, params: dict[str, Any] | None = None
     ) -> Any:
         full = self._path(path, params)
-        body: Any = data
-        if json_body is not None:
-            ctype, body = "application/json", json.dumps(json_body)
-        elif ctype is None:
-            ctype = "text/plain"
-        headers = self._headers(method, full, ctype, send_ctype=data is None)
-        try:
-            async with self.http.request(
-                method, self.endpoint + full[len(self.prefix) :], data=body, headers=headers
-            ) as resp:
-                await self._raise_for(resp)
-                if resp.status == 204:
-                    return None
-                return await resp.json(content_type=None)
-        except aiohttp.ClientConnectionError as e:
-            raise APIError(0, f"cannot reach the manager at {self.endpoint}", str(e)) from None
+        body = json.dumps(json_body).encode() if json_body is not None else None
+        ctype = "application/json" if json_body is not None else "text/plain"
+        return await asyncio.to_thread(self._call, method, full, body, ctype)
 
     # -- API -----------------------------------------------------------------------------------------
 
@@ -151,8 +186,10 @@ class Client:
         params = {"all": "true" if all else None, "status": status}
         return (await self.request("GET", "/session", params=params))["items"]
 
-    async def destroy_session(self, ref: str, forced: bool = False) -> dict[str, Any]:
-        return await self.request("DELETE", f"/session/{ref}", params={"forced": "true" if forced else None})
+    async def destroy_session(self, ref: str, forced: bool = False, wait: bool = True) -> dict[str, Any]:
+        """Destroy a session; with wait=False the manager answers at once and finishes in the background."""
+        params = {"forced": "true" if forced else None, "wait": None if wait else "false"}
+        return await self.request("DELETE", f"/session/{ref}", params=params)
 
     async def interrupt(self, ref: str) -> None:
         await self.request("POST", f"/session/{ref}/interrupt")
@@ -162,25 +199,30 @@ class Client:
 
     async def follow_logs(self, ref: str) -> AsyncIterator[str]:
         full = self._path(f"/session/{ref}/logs", {"follow": "true"})
-        headers = self._headers("GET", full, "text/plain")
+        resp = await asyncio.to_thread(self._open, "GET", full, None, "text/plain")
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
         try:
-            async with self.http.get(
-                self.endpoint + full[len(self.prefix) :],
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            ) as resp:
-                await self._raise_for(resp)
-                decoder = __import__("codecs").getincrementaldecoder("utf-8")("replace")
-                async for chunk in resp.content.iter_any():
-                    yield decoder.decode(chunk)
-        except aiohttp.ClientConnectionError as e:
-            raise APIError(0, f"cannot reach the manager at {self.endpoint}", str(e)) from None
+            while chunk := await asyncio.to_thread(resp.read1, 65536):
+                yield decoder.decode(chunk)
+        except OSError as e:
+            raise self._unreachable(e) from None
+        finally:
+            resp.close()
 
     async def upload(self, ref: str, files: list[tuple[str, bytes]]) -> None:
+        import aiohttp
+
         form = aiohttp.FormData()
         for name, content in files:
             form.add_field("src", content, filename=name, content_type="application/octet-stream")
-        await self.request("POST", f"/session/{ref}/upload", data=form, ctype="multipart/form-data")
+        full = self._path(f"/session/{ref}/upload", None)
+        headers = self._headers("POST", full, "multipart/form-data", send_ctype=False)
+        try:
+            async with self.http.post(self._url(full), data=form, headers=headers) as resp:
+                if resp.status >= 400:
+                    raise _error_from(resp.status, resp.reason or "", await resp.text())
+        except aiohttp.ClientConnectionError as e:
+            raise self._unreachable(e) from None
 
     async def agents(self) -> list[dict[str, Any]]:
         return (await self.request("GET", "/agents"))["items"]
@@ -201,15 +243,17 @@ class ExecStream:
         self.ws: aiohttp.ClientWebSocketResponse | None = None
 
     async def __aenter__(self) -> ExecStream:
-        full = self.client._path(f"/stream/session/{self.session_id}/execute", None)
-        headers = self.client._headers("GET", full, "application/octet-stream", send_ctype=False)
-        url = self.client.endpoint + full[len(self.client.prefix) :]
+        import aiohttp
+
+        client = self.client
+        full = client._path(f"/stream/session/{self.session_id}/execute", None)
+        headers = client._headers("GET", full, "application/octet-stream", send_ctype=False)
         try:
-            self.ws = await self.client.http.ws_connect(url, headers=headers, autoping=True, max_msg_size=0)
+            self.ws = await client.http.ws_connect(client._url(full), headers=headers, autoping=True, max_msg_size=0)
         except aiohttp.WSServerHandshakeError as e:
             raise APIError(e.status, e.message or "cannot open the execution stream") from None
         except aiohttp.ClientConnectionError as e:
-            raise APIError(0, f"cannot reach the manager at {self.client.endpoint}", str(e)) from None
+            raise client._unreachable(e) from None
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -225,6 +269,8 @@ class ExecStream:
         await self.ws.send_str(text)
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
+        import aiohttp
+
         assert self.ws is not None
         async for msg in self.ws:
             if msg.type == aiohttp.WSMsgType.TEXT:

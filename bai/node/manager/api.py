@@ -221,7 +221,8 @@ async def destroy_session(request: web.Request) -> web.Response:
     registry = registry_of(request)
     row = await registry.resolve(request.match_info["ref"], request["access_key"])
     forced = request.query.get("forced", "").lower() in ("1", "true", "yes")
-    stats = await registry.destroy(row, forced)
+    wait = request.query.get("wait", "").lower() not in ("0", "false", "no")
+    stats = await registry.destroy(row, forced, wait)
     return web.json_response({"stats": stats})
 
 

@@ -269,7 +269,8 @@ class Registry:
 
     # -- destroy ----------------------------------------------------------------------------------
 
-    async def destroy(self, session: dict[str, Any], forced: bool) -> dict[str, Any]:
+    async def destroy(self, session: dict[str, Any], forced: bool, wait: bool = True) -> dict[str, Any]:
+        """End a session. With wait=False a running one is TERMINATING on return and ends in the background."""
         status = S(session["status"])
         info = StatusInfo.FORCE_TERMINATED if forced else StatusInfo.USER_REQUESTED
         if status in DEAD_STATUSES:
@@ -289,7 +290,11 @@ class Registry:
         if row is None:
             row = await self.store.get_session(session["id"])
         if target == S.TERMINATING and row is not None:
-            await self._finish_destroy(row, kernel["agent_id"], info)
+            finishing = self._finish_destroy(row, kernel["agent_id"], info)
+            if wait:
+                await finishing
+            else:
+                self.spawn(finishing, f"destroy-{session['id']}")
         return {}
 
     async def _finish_destroy(self, session: dict[str, Any], agent_id: str | None, info: str) -> None:
