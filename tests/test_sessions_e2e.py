@@ -218,3 +218,27 @@ def test_agent_and_image_listing(node: Node) -> None:
     assert images and all(i["agent"] == node.agent_id for i in images)
     if node.backend == "docker":
         assert any(i["name"] == "bai-python:3.11" or "python" in i["aliases"] for i in images)
+
+
+def test_kernel_that_cannot_start_cancels_the_session(node: Node) -> None:
+    # a broken PYTHONHOME makes the kernel's Python die at start, in a container or as a process
+    name = f"dies-{node.backend}"
+    result = node.cli("session", "run", "python", "--name", name, "--env", "PYTHONHOME=/nonexistent", "-c", "1")
+    assert result.returncode == 125
+    info = node.json("session", "info", name)
+    assert info["status"] == "CANCELLED"
+    assert info["statusInfo"] == "failed-to-start"
+    assert info["statusData"]["error"]["repr"]
+    assert "PREPARING" in [t["status"] for t in info["transitions"]]
+
+
+def test_kernel_that_exits_mid_run_ends_the_session(node: Node) -> None:
+    name = f"exits-{node.backend}"
+    result = node.cli(
+        "session", "run", "python", "--name", name, "-c", "import os\nprint('bye', flush=True)\nos._exit(5)"
+    )
+    assert result.returncode == 5
+    assert result.stdout == "bye\n"
+    info = wait_status(node, name, "TERMINATED")
+    assert info["statusInfo"] == "self-terminated"
+    assert info["exitCode"] == 5

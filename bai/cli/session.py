@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import shlex
@@ -187,7 +188,7 @@ def run(
     mode, text, options, files = _job(code, args or [], exec_cmd)
     name = name or f"run-{secrets.token_hex(4)}"
     from bai.cli.common import client
-    from bai.client.api import overlap_import
+    from bai.client.api import APIError, overlap_import
 
     async def go() -> int:
         async with client() as c:
@@ -203,7 +204,8 @@ def run(
                     if not quiet:
                         print(f"[session {name} ({sid}) keeps running]", file=sys.stderr)
                 else:  # the manager finishes the clean-up; no need to wait for it
-                    await asyncio.shield(c.destroy_session(sid, wait=False))
+                    with contextlib.suppress(APIError):  # the kernel may have ended by itself
+                        await asyncio.shield(c.destroy_session(sid, wait=False))
 
     raise typer.Exit(run_async(go()))
 

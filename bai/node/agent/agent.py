@@ -78,6 +78,12 @@ class Agent:
         self.scaling_group = scaling_group
         self.kernels: dict[str, Kernel] = {}
         self.logs: LogShipper | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("agent task failed", exc_info=task.exception())
 
     def registration(self) -> dict[str, Any]:
         return {
@@ -130,26 +136,33 @@ class Agent:
         def done(fut: asyncio.Future[int]) -> None:
             if kernel.destroying or self.kernels.get(kernel.spec.kernel_id) is not kernel:
                 return
-            asyncio.ensure_future(self._kernel_exited(kernel, fut.result()))
+            task = asyncio.ensure_future(self._kernel_exited(kernel, fut.result()))
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
 
         kernel.exited.add_done_callback(done)
 
     async def _kernel_exited(self, kernel: Kernel, code: int) -> None:
+        """A kernel ended by itself: report it (acknowledged), then let a run still waiting finish."""
         kid = kernel.spec.kernel_id
         self.kernels.pop(kid, None)
-        with contextlib.suppress(Exception):
-            await self.backend.destroy(kernel)
         if self.logs is not None:
             await self.logs.flush()
-        await self.link.emit(
-            "kernel_terminated",
-            {
-                "kernel_id": kid,
-                "session_id": kernel.spec.session_id,
-                "reason": "self-terminated",
-                "exit_code": code,
-            },
-        )
+        try:
+            await self.link.report(
+                "kernel_terminated",
+                {
+                    "kernel_id": kid,
+                    "session_id": kernel.spec.session_id,
+                    "reason": "self-terminated",
+                    "exit_code": code,
+                },
+            )
+        finally:
+            if not kernel.channel.exit_code.done():
+                kernel.channel.exit_code.set_result(code)
+            with contextlib.suppress(Exception):
+                await self.backend.destroy(kernel)
 
     # -- calls from the manager ---------------------------------------------------------------
 

@@ -185,9 +185,10 @@ class RunnerChannel(Channel):
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         if self.run_id is not None:
-            # the runner died mid-run: report the kernel's exit code once the backend knows it
+            # the runner died mid-run: finish the run with the kernel's exit code once the agent has
+            # reported the exit to the manager (so the session has ended before its client hears of it)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.exit_code), 2.0)
+                await asyncio.wait_for(asyncio.shield(self.exit_code), 10.0)
             self.lost("\n[the kernel process ended]\n")
 
     async def _send(self, message: dict[str, Any]) -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
+
+log = logging.getLogger("bai.link")
 
 
 class InprocHub:
@@ -24,7 +27,7 @@ class InprocManagerLink:
         self.hub = hub
         self.handler: ManagerHandler | None = None
         self.agents: dict[str, AgentHandler] = {}
-        self._events: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
+        self._events: asyncio.Queue[tuple[str, str, dict[str, Any], asyncio.Future[None] | None]] = asyncio.Queue()
         self._pump: asyncio.Task[None] | None = None
 
     async def start(self, handler: ManagerHandler) -> None:
@@ -34,13 +37,14 @@ class InprocManagerLink:
     async def _deliver_events(self) -> None:
         assert self.handler is not None
         while True:
-            agent_id, name, payload = await self._events.get()
+            agent_id, name, payload, handled = await self._events.get()
             try:
                 await self.handler.agent_event(agent_id, name, payload)
             except Exception:  # a bad event must not stop the pump
-                import logging
-
-                logging.getLogger("bai.link").exception("event %s from %s failed", name, agent_id)
+                log.exception("event %s from %s failed", name, agent_id)
+            finally:
+                if handled is not None and not handled.done():
+                    handled.set_result(None)
 
     async def call(self, agent_id: str, method: str, args: dict[str, Any], timeout: float | None = None) -> Any:
         handler = self.agents.get(agent_id)
@@ -80,7 +84,12 @@ class InprocAgentLink:
         return await manager.handler.agent_joined(self.agent_id, registration)
 
     async def emit(self, name: str, payload: dict[str, Any]) -> None:
-        self.hub.manager._events.put_nowait((self.agent_id, name, payload))
+        self.hub.manager._events.put_nowait((self.agent_id, name, payload, None))
+
+    async def report(self, name: str, payload: dict[str, Any]) -> None:
+        handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.hub.manager._events.put_nowait((self.agent_id, name, payload, handled))
+        await handled
 
     async def close(self) -> None:
         manager = self.hub.manager

@@ -40,10 +40,9 @@ class Kernel:
     destroying: bool = False
 
     def set_exit(self, code: int) -> None:
+        """The kernel's process ended. The agent tells the manager, then ends a run still going."""
         if not self.exited.done():
             self.exited.set_result(code)
-        if not self.channel.exit_code.done():
-            self.channel.exit_code.set_result(code)
 
 
 class Backend(Protocol):
