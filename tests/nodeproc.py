@@ -80,8 +80,9 @@ class Node:
         self.config_file.write_text(
             "[agent]\n"
             f'id = "{self.agent_id}"\n'
-            'default_mem = "512m"\n'
             "start_timeout = 20.0\n"
+            "[session]\n"
+            'default_mem = "512m"\n'
             "[agent.docker]\n"
             'labels = { "bai.test" = "1" }\n'
             "[images.aliases]\n"

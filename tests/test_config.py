@@ -39,7 +39,7 @@ def test_bai_config_is_merged_over_defaults(isolated: Path, monkeypatch: pytest.
     assert cfg["node"]["role"] == "all"
     assert cfg["node"]["backend"] == "auto"
     assert cfg["agent"]["docker"] == {"network": "bridge", "labels": {}}
-    assert cfg["agent"]["default_mem"] == "1g"
+    assert cfg["session"]["default_mem"] == "1g"
     assert cfg["images"] == DEFAULTS["images"]
 
 
@@ -62,12 +62,12 @@ def test_overrides_win_over_the_file(isolated: Path, monkeypatch: pytest.MonkeyP
 
 def test_bai_config_replaces_the_search_list(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write(Path.cwd() / "bai.toml", '[node]\nrole = "agent"\n')
-    path = write(isolated / "mine.toml", '[client]\nendpoint = "http://x:1"\n')
+    path = write(isolated / "mine.toml", '[node]\nlisten = "127.0.0.1:1"\n')
     monkeypatch.setenv("BAI_CONFIG", str(path))
     cfg, used = config.load()
     assert used == [path]
     assert cfg["node"]["role"] == "all"
-    assert cfg["client"]["endpoint"] == "http://x:1"
+    assert cfg["node"]["listen"] == "127.0.0.1:1"
 
 
 def test_missing_bai_config_file_raises(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -248,7 +248,7 @@ def test_config_show_reports_files_and_values(local_node: Node) -> None:
     assert str(local_node.config_file) in out
     assert f'id = "{local_node.agent_id}"' in out
     data = json.loads(local_node.cli("config", "show", "--json", check=True).stdout)
-    assert data["config"]["agent"]["default_mem"] == "512m"
+    assert data["config"]["session"]["default_mem"] == "512m"
     assert data["config"]["node"]["listen"] == "127.0.0.1:8091"
 
 
@@ -259,3 +259,38 @@ def test_bad_config_file_is_reported(tmp_path) -> None:
     result = subprocess.run([sys.executable, "-m", "bai", "config", "show"], env=env, capture_output=True, text=True)
     assert result.returncode == 2
     assert str(bad) in result.stderr
+
+
+async def test_polling_and_streaming_execute_speak_backend_ai(local_node: Node) -> None:
+    from bai.client import Client
+    from bai.common.credentials import Credentials
+
+    creds = creds_of(local_node)
+    async with Client(Credentials(creds["endpoint"], creds["access_key"], creds["secret_key"])) as c:
+        created = await c.create_session("python", name="poll-exec")
+        assert created["status"] == "RUNNING" and created["created"] is True
+        again = await c.create_session("python", name="poll-exec")
+        assert again["sessionId"] == created["sessionId"] and again["created"] is False
+        try:
+            # polling execute (§2.4): query, then continue with the run id until finished
+            body = {"mode": "query", "code": "x = 6 * 7\nprint(x)", "runId": None, "options": {}}
+            result = (await c.request("POST", "/session/poll-exec", json_body=body))["result"]
+            console = list(result["console"])
+            while result["status"] != "finished":
+                body = {"mode": "continue", "code": "", "runId": result["runId"], "options": {}}
+                result = (await c.request("POST", "/session/poll-exec", json_body=body))["result"]
+                console += result["console"]
+            assert result["exitCode"] == 0
+            assert "".join(d for k, d in console if k == "stdout") == "42\n"
+            # streaming execute (§2.3) sees the same namespace; every frame has the full shape
+            async with c.execute(created["sessionId"]) as stream:
+                await stream.start("query", "print(x + 1)")
+                frames = [f async for f in stream.frames()]
+            assert all(set(f) >= {"status", "console", "exitCode", "options", "files"} for f in frames)
+            assert all(isinstance(f["console"], list) for f in frames)
+            assert frames[-1]["status"] == "finished" and frames[-1]["exitCode"] == 0
+            assert "".join(d for f in frames for k, d in f["console"] if k == "stdout") == "43\n"
+        finally:
+            await c.destroy_session("poll-exec")
+        info = await c.get_session(created["sessionId"])
+        assert info["status"] == "TERMINATED"

@@ -29,13 +29,15 @@ DEFAULTS: dict[str, Any] = {
         "scaling_group": "default",
         "cpu": "",  # capacity override; empty: from psutil
         "mem": "",
-        "default_cpu": "1",  # a session that asks for nothing gets this much
-        "default_mem": "1g",
         "pids_limit": 4096,
         "start_timeout": 30.0,
         "docker": {"network": "none", "labels": {}},
     },
-    "client": {"endpoint": ""},
+    "session": {
+        # what a session gets when it asks for nothing
+        "default_cpu": "1",
+        "default_mem": "1g",
+    },
 }
 
 

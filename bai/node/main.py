@@ -113,8 +113,8 @@ async def run_node(cfg: dict[str, Any]) -> None:
         settings = {
             "keypairs": await store.keypairs(),
             "default_resources": {
-                "cpu": str(cfg["agent"]["default_cpu"]),
-                "mem": str(cfg["agent"]["default_mem"]),
+                "cpu": str(cfg["session"]["default_cpu"]),
+                "mem": str(cfg["session"]["default_mem"]),
             },
             "image_aliases": dict(cfg["images"]["aliases"]),
         }

@@ -19,6 +19,7 @@ from bai.node.link.base import AgentLink
 log = logging.getLogger("bai.agent")
 LOG_FLUSH_INTERVAL = 0.05
 LOG_FLUSH_BYTES = 256 * 1024
+ENDED_KERNEL_GRACE = 60.0  # seconds an ended kernel's last output stays collectable
 
 
 class LogShipper:
@@ -79,6 +80,7 @@ class Agent:
         self.kernels: dict[str, Kernel] = {}
         self.logs: LogShipper | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ended: dict[str, Kernel] = {}  # kernels that ended by themselves, for a grace period
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -146,6 +148,9 @@ class Agent:
         """A kernel ended by itself: report it (acknowledged), then let a run still waiting finish."""
         kid = kernel.spec.kernel_id
         self.kernels.pop(kid, None)
+        # its channel still holds the end of the run: keep it reachable for the calls that collect it
+        self._ended[kid] = kernel
+        asyncio.get_running_loop().call_later(ENDED_KERNEL_GRACE, self._ended.pop, kid, None)
         if self.logs is not None:
             await self.logs.flush()
         try:
@@ -214,7 +219,7 @@ class Agent:
         return {"kernel_id": kernel_id, "found": True}
 
     def _kernel(self, kernel_id: str) -> Kernel:
-        kernel = self.kernels.get(kernel_id)
+        kernel = self.kernels.get(kernel_id) or self._ended.get(kernel_id)
         if kernel is None:
             raise ChannelError(f"kernel {kernel_id} is not running on agent {self.id}")
         return kernel

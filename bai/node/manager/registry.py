@@ -219,8 +219,11 @@ class Registry:
             allowed_from=[S.PREPARING],
             kernel_updates={kernel["id"]: {"container_id": result.get("container_id")}},
         )
-        if started is None:  # destroyed while preparing
-            with contextlib.suppress(Exception):
+        if started is None:
+            current = await self.store.get_session(sid)
+            if current is not None and current["status"] == S.RUNNING:
+                return  # adopted meanwhile (the agent re-registered with the kernel)
+            with contextlib.suppress(Exception):  # destroyed while preparing
                 await self.link.call(agent_id, "destroy_kernel", {"kernel_id": kernel["id"]}, timeout=30)
             return
         if session["type"] == "batch":
@@ -361,10 +364,20 @@ class Registry:
         await self.store.upsert_agent(registration)
         theirs = {k["kernel_id"] for k in registration.get("kernels", [])}
         ours = await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id)
+        containers = {k["kernel_id"]: k.get("container_id") for k in registration.get("kernels", [])}
         for kernel in ours:
-            if kernel["id"] in theirs:
-                continue
             status = S(kernel["status"])
+            if kernel["id"] in theirs:
+                if status in (S.SCHEDULED, S.PREPARING, S.PULLING):
+                    # it came up while the manager was away: the session runs
+                    if status == S.SCHEDULED:
+                        await self.transition(kernel["session_id"], S.PREPARING)
+                    await self.transition(
+                        kernel["session_id"],
+                        S.RUNNING,
+                        kernel_updates={kernel["id"]: {"container_id": containers.get(kernel["id"])}},
+                    )
+                continue
             if status in (S.SCHEDULED, S.PREPARING, S.PULLING):
                 await self.transition(
                     kernel["session_id"],
