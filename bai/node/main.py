@@ -102,7 +102,9 @@ async def run_node(cfg: dict[str, Any]) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
 
     store = await Store.open(state_dir / "bai.db")
-    cleanup: list[Any] = [store.close]
+    # what to stop, in this order, on the way out: requests first, the database last
+    shutdown_order = ("http", "dispatcher", "registry", "agent", "link", "store")
+    stops: dict[str, Any] = {"store": store.close}
     try:
         fresh = Keypair.generate()
         access_key, secret_key = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key)
@@ -110,6 +112,8 @@ async def run_node(cfg: dict[str, Any]) -> None:
         registry = Registry(store, hub.manager, start_timeout=float(cfg["agent"]["start_timeout"]) + 30)
         dispatcher = Dispatcher(registry)
         await hub.manager.start(registry)
+        stops["link"] = hub.manager.close
+        stops["registry"] = registry.close
         settings = {
             "keypairs": await store.keypairs(),
             "default_resources": {
@@ -119,9 +123,10 @@ async def run_node(cfg: dict[str, Any]) -> None:
             "image_aliases": dict(cfg["images"]["aliases"]),
         }
         app = make_app(registry, settings)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # a short shutdown timeout: open execution streams and waiting creates end with the node
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await runner.setup()
-        cleanup.insert(0, runner.cleanup)
+        stops["http"] = runner.cleanup
         try:
             await web.TCPSite(runner, host, port, reuse_address=True).start()
         except OSError as e:
@@ -142,10 +147,9 @@ async def run_node(cfg: dict[str, Any]) -> None:
         slots = discover_slots(str(cfg["agent"]["cpu"]), str(cfg["agent"]["mem"]))
         agent = Agent(agent_id, backend, hub.agent_link(agent_id), slots, cfg["agent"]["scaling_group"])
         await agent.start()
-        cleanup.insert(0, agent.stop)
+        stops["agent"] = agent.stop
         dispatcher.start()
-        cleanup.insert(0, registry.close)
-        cleanup.insert(0, dispatcher.stop)
+        stops["dispatcher"] = dispatcher.stop
 
         say(f"bai node {__version__} (role all: manager and agent in one process)")
         say(f"  endpoint  {endpoint}")
@@ -162,9 +166,10 @@ async def run_node(cfg: dict[str, Any]) -> None:
         await stop.wait()
         say("stopping…")
     finally:
-        for fn in cleanup:
-            with contextlib.suppress(Exception):
-                await fn()
+        for step in shutdown_order:
+            if step in stops:
+                with contextlib.suppress(Exception):
+                    await stops[step]()
 
 
 def main(cfg: dict[str, Any], verbose: bool = False) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from bai import __version__
 from bai.common import slots as slotlib
+from bai.common.background import Background
 from bai.node.agent.backends.base import Backend, Kernel, KernelSpec, KernelStartError
 from bai.node.agent.channel import ChannelError
 from bai.node.link.base import AgentLink
@@ -79,13 +80,8 @@ class Agent:
         self.scaling_group = scaling_group
         self.kernels: dict[str, Kernel] = {}
         self.logs: LogShipper | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.background = Background(log)
         self._ended: dict[str, Kernel] = {}  # kernels that ended by themselves, for a grace period
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("agent task failed", exc_info=task.exception())
 
     def registration(self) -> dict[str, Any]:
         return {
@@ -120,6 +116,7 @@ class Agent:
                 await self.backend.destroy(kernel)
 
     async def stop(self) -> None:
+        await self.background.close()
         await self.backend.close(list(self.kernels.values()))
         if self.logs is not None:
             await self.logs.close()
@@ -138,9 +135,7 @@ class Agent:
         def done(fut: asyncio.Future[int]) -> None:
             if kernel.destroying or self.kernels.get(kernel.spec.kernel_id) is not kernel:
                 return
-            task = asyncio.ensure_future(self._kernel_exited(kernel, fut.result()))
-            self._tasks.add(task)
-            task.add_done_callback(self._task_done)
+            self.background.spawn(self._kernel_exited(kernel, fut.result()), f"kernel-exited-{kernel.spec.kernel_id}")
 
         kernel.exited.add_done_callback(done)
 

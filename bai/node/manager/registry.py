@@ -6,7 +6,6 @@ and is published on the EventHub only after it is committed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import secrets
@@ -16,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from bai.common import slots as slotlib
+from bai.common.background import Background
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import (
     ACTIVE_STATUSES,
@@ -49,26 +49,11 @@ class Registry:
         self.logs = LogHub()
         self.start_timeout = start_timeout
         self.wake_dispatcher = lambda: None  # set by the dispatcher
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    def spawn(self, coro, name: str) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task[Any]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("task %s failed", name, exc_info=t.exception())
-
-        task.add_done_callback(done)
-        return task
+        self.background = Background(log)
+        self.spawn = self.background.spawn
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self.background.close()
 
     # -- state changes ------------------------------------------------------------------------
 
