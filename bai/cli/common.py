@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import typer
@@ -37,3 +39,23 @@ def run_async(coro) -> Any:
         return asyncio.run(coro)
     except APIError as e:
         fail(str(e))
+
+
+def call(fn: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Run one client call, e.g. `call(lambda c: c.agents())`; API errors end the CLI with a message."""
+
+    async def go() -> Any:
+        async with client() as c:
+            return await fn(c)
+
+    return run_async(go())
+
+
+def show(items: Any, as_json: bool, render: Callable[[Any], Any]) -> None:
+    """Print JSON for scripts, or what `render` makes of the items (a rich table) for people."""
+    if as_json:
+        print(json.dumps(items, indent=2))
+        return
+    from bai.cli.output import console
+
+    console().print(render(items))

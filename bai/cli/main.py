@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from bai.cli import session as session_cli
-from bai.cli.common import fail, run_async
+from bai.cli.common import call, fail, show
 
 app = typer.Typer(
     name="bai",
@@ -74,37 +74,17 @@ def client_env() -> None:
 @agent_app.command("ls")
 def agent_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List agents with their resource slots."""
-    from bai.cli.common import client
+    from bai.cli.output import agents_table
 
-    async def go() -> list[dict[str, Any]]:
-        async with client() as c:
-            return await c.agents()
-
-    items = run_async(go())
-    if as_json:
-        print(json.dumps(items, indent=2))
-        return
-    from bai.cli.output import agents_table, console
-
-    console().print(agents_table(items))
+    show(call(lambda c: c.agents()), as_json, agents_table)
 
 
 @image_app.command("ls")
 def image_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the images the agents can run."""
-    from bai.cli.common import client
+    from bai.cli.output import images_table
 
-    async def go() -> list[dict[str, Any]]:
-        async with client() as c:
-            return await c.images()
-
-    items = run_async(go())
-    if as_json:
-        print(json.dumps(items, indent=2))
-        return
-    from bai.cli.output import console, images_table
-
-    console().print(images_table(items))
+    show(call(lambda c: c.images()), as_json, images_table)
 
 
 @config_app.command("show")

@@ -10,13 +10,19 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from bai.cli.common import EXIT_NOT_STARTED, fail, run_async
+from bai.cli.common import EXIT_NOT_STARTED, call, fail, run_async, show
 
 app = typer.Typer(help="Sessions: groups of kernels that run your code.", no_args_is_help=True)
+
+# options shared by `run` and `create`
+Cpu = Annotated[str | None, typer.Option("--cpu", help="CPU cores, e.g. 1 or 0.5.")]
+Mem = Annotated[str | None, typer.Option("--mem", help="Memory, e.g. 512m or 1g.")]
+Env = Annotated[list[str] | None, typer.Option("--env", "-e", help="Environment variable KEY=VALUE (repeatable).")]
+Name = Annotated[str | None, typer.Option("--name", help="Session name (default: a generated one).")]
 
 STARTING = {"PENDING", "SCHEDULED", "PULLING", "PREPARING", "TIMEOUT"}
 
@@ -174,10 +180,10 @@ def run(
     args: list[str] = typer.Argument(None, help="FILE... to upload and run, or -- CMD ... to run a command."),
     code: str = typer.Option(None, "-c", "--code", help="Python code to run (query mode)."),
     exec_cmd: str = typer.Option(None, "--exec", help="Command to run after uploading FILEs."),
-    cpu: str = typer.Option(None, "--cpu", help="CPU cores, e.g. 1 or 0.5."),
-    mem: str = typer.Option(None, "--mem", help="Memory, e.g. 512m or 1g."),
-    env: list[str] = typer.Option(None, "--env", "-e", help="Environment variable KEY=VALUE (repeatable)."),
-    name: str = typer.Option(None, "--name", help="Session name (default: a generated one)."),
+    cpu: Cpu = None,
+    mem: Mem = None,
+    env: Env = None,
+    name: Name = None,
     keep: bool = typer.Option(False, "--keep", help="Keep the session running afterwards."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress messages."),
 ) -> None:
@@ -213,10 +219,10 @@ def run(
 @app.command()
 def create(
     image: str = typer.Argument(..., help="Image or alias."),
-    name: str = typer.Option(None, "--name", help="Session name (default: a generated one)."),
-    cpu: str = typer.Option(None, "--cpu", help="CPU cores, e.g. 1 or 0.5."),
-    mem: str = typer.Option(None, "--mem", help="Memory, e.g. 512m or 1g."),
-    env: list[str] = typer.Option(None, "--env", "-e", help="Environment variable KEY=VALUE (repeatable)."),
+    name: Name = None,
+    cpu: Cpu = None,
+    mem: Mem = None,
+    env: Env = None,
     no_wait: bool = typer.Option(False, "--no-wait", help="Return at once, without waiting until it runs."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -271,22 +277,13 @@ def ls(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List sessions (active ones unless --all)."""
-    from bai.cli.common import client
+    from bai.cli.output import sessions_table
 
-    async def go() -> list[dict[str, Any]]:
-        async with client() as c:
-            return await c.list_sessions(all=all_, status=status)
-
-    items = run_async(go())
-    if as_json:
-        print(json.dumps(items, indent=2))
-        return
-    from bai.cli.output import console, sessions_table
-
-    if not items:
+    items = call(lambda c: c.list_sessions(all=all_, status=status))
+    if not items and not as_json:
         print("no sessions" + ("" if all_ else " (use --all to include ended ones)"))
         return
-    console().print(sessions_table(items))
+    show(items, as_json, sessions_table)
 
 
 @app.command()
@@ -295,19 +292,9 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show a session: status and why, resources, kernels and its history."""
-    from bai.cli.common import client
-
-    async def go() -> dict[str, Any]:
-        async with client() as c:
-            return await c.get_session(ref)
-
-    session = run_async(go())
-    if as_json:
-        print(json.dumps(session, indent=2))
-        return
     from bai.cli.output import session_details
 
-    print("\n".join(session_details(session)))
+    show(call(lambda c: c.get_session(ref)), as_json, lambda s: "\n".join(session_details(s)))
 
 
 @app.command()
