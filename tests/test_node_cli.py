@@ -294,3 +294,11 @@ async def test_polling_and_streaming_execute_speak_backend_ai(local_node: Node) 
             await c.destroy_session("poll-exec")
         info = await c.get_session(created["sessionId"])
         assert info["status"] == "TERMINATED"
+
+
+def test_local_kernels_get_a_memory_limit(local_node: Node) -> None:
+    result = local_node.cli("session", "run", "python", "--mem", "256m", "-c", "b = bytearray(1024 ** 3)")
+    assert result.returncode == 1
+    assert "MemoryError" in result.stderr
+    ok = local_node.cli("session", "run", "python", "--mem", "256m", "-c", "print(len(bytearray(64 * 1024 ** 2)))")
+    assert ok.stdout == f"{64 * 1024**2}\n"

@@ -242,3 +242,34 @@ def test_kernel_that_exits_mid_run_ends_the_session(node: Node) -> None:
     info = wait_status(node, name, "TERMINATED")
     assert info["statusInfo"] == "self-terminated"
     assert info["exitCode"] == 5
+
+
+def test_a_session_that_does_not_fit_waits_and_says_why(node: Node) -> None:
+    big, small = f"huge-{node.backend}", f"small-{node.backend}"
+    node.cli("session", "create", "python", "--name", big, "--mem", "100000g", "--no-wait", check=True)
+    try:
+        info = wait_status(node, big, "PENDING")
+        deadline = time.monotonic() + 10
+        while not info["statusInfo"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            info = node.json("session", "info", big)
+        assert info["statusInfo"] == "no-available-instances"
+        assert "mem" in info["statusData"]["scheduler"]["msg"]
+        assert info["queuePosition"] == 1
+        text = node.cli("session", "info", big, check=True).stdout
+        assert "no-available-instances" in text and "position 1" in text
+        # the session that cannot start does not hold up the one behind it
+        assert node.cli("session", "run", "python", "--name", small, "-c", "print('past it')").stdout == "past it\n"
+        assert node.json("session", "info", big)["status"] == "PENDING"
+        # `run` without a terminal says why it waits
+        waiting = node.popen("session", "run", "python", "--name", f"{big}-2", "--mem", "100000g", "-c", "1")
+        assert waiting.stderr is not None
+        line = waiting.stderr.readline()
+        waiting.kill()
+        waiting.wait()
+        assert "PENDING" in line and "no-available-instances" in line
+    finally:
+        node.cli("session", "destroy", f"{big}-2")
+        node.cli("session", "destroy", big, check=True)
+    info = node.json("session", "info", big)
+    assert info["status"] == "CANCELLED" and info["statusInfo"] == "user-requested"

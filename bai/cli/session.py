@@ -83,17 +83,24 @@ async def wait_running(c, image: str, name: str, quiet: bool, **kw: Any) -> dict
 
         status = Console(stderr=True, highlight=False).status(f"starting session {name} ({image})…", spinner="dots")
         status.start()
+    said = ""
     try:
         while True:
             result = await c.create_session(image, name=name, max_wait=2, **kw)
-            if result["status"] not in STARTING:
-                break
-            if status is not None:
-                from bai.cli.output import reason
+            if result["status"] not in STARTING or quiet:
+                if result["status"] not in STARTING:
+                    break
+                continue
+            from bai.cli.output import reason
 
-                info = await c.get_session(result["sessionId"])
-                why = reason(info)
-                status.update(f"session {name}: {info['status']}" + (f" ({why})" if why else "") + "…")
+            info = await c.get_session(result["sessionId"])
+            why = reason(info)
+            line = f"session {name}: {info['status']}" + (f" ({why})" if why else "")
+            if status is not None:
+                status.update(line + "…")
+            elif line != said:  # not a terminal: say why it waits, once per reason
+                print(f"[{line}]", file=sys.stderr)
+                said = line
     finally:
         if status is not None:
             status.stop()

@@ -16,7 +16,7 @@ from aiohttp import WSMsgType, web
 from bai import API_VERSION, __version__
 from bai.common import auth
 from bai.common.problems import Problem, invalid
-from bai.common.status import ACTIVE_STATUSES, SessionStatus
+from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
 from bai.node.manager.registry import Registry
 from bai.node.manager.requests import parse_create
 
@@ -99,12 +99,7 @@ def _age_ms(created: str) -> int:
 async def session_json(registry: Registry, row: dict[str, Any], *, detail: bool = False) -> dict[str, Any]:
     kernels = await registry.store.kernels_of(row["id"])
     main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
-    occupying = (
-        row["requested_slots"]
-        if SessionStatus(row["status"])
-        not in (SessionStatus.PENDING, SessionStatus.TERMINATED, SessionStatus.CANCELLED)
-        else {}
-    )
+    occupying = row["requested_slots"] if SessionStatus(row["status"]) in OCCUPYING_STATUSES else {}
     out: dict[str, Any] = {
         "id": row["id"],
         "sessionId": row["id"],

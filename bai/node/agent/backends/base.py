@@ -38,6 +38,7 @@ class Kernel:
     pid: int | None = None
     exited: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     destroying: bool = False
+    watcher: asyncio.Task[None] | None = None  # the backend's task that notices the kernel's exit
 
     def set_exit(self, code: int) -> None:
         """The kernel's process ended. The agent tells the manager, then ends a run still going."""

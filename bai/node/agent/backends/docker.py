@@ -166,7 +166,7 @@ class DockerBackend:
         return kernel
 
     def _link_exit(self, kernel: Kernel, exited: asyncio.Future[int], watcher: asyncio.Task[None]) -> None:
-        kernel._watcher = watcher  # type: ignore[attr-defined]  # keep a reference
+        kernel.watcher = watcher
         exited.add_done_callback(lambda f: kernel.set_exit(f.result()))
 
     async def _watch(self, container: Any, exited: asyncio.Future[int]) -> None:
@@ -195,10 +195,9 @@ class DockerBackend:
         if kernel.container_id:
             with contextlib.suppress(DockerError):
                 await self.docker.containers.container(kernel.container_id).delete(force=True)
-        watcher = getattr(kernel, "_watcher", None)
-        if watcher is not None:
+        if kernel.watcher is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(watcher, 5)
+                await asyncio.wait_for(kernel.watcher, 5)
         kernel.set_exit(137)
         shutil.rmtree(kernel.run_dir.parent, ignore_errors=True)
 
@@ -248,9 +247,8 @@ class DockerBackend:
         # Containers keep running; the next start of this agent re-adopts them.
         for kernel in kernels:
             await kernel.channel.close()
-            watcher = getattr(kernel, "_watcher", None)
-            if watcher is not None:
-                watcher.cancel()
+            if kernel.watcher is not None:
+                kernel.watcher.cancel()
         if self.docker is not None:
             await self.docker.close()
 
