@@ -30,7 +30,8 @@ class LogShipper:
         self.link = link
         self.chunks: list[tuple[str, str]] = []
         self.size = 0
-        self._wake = asyncio.Event()
+        self._has_data = asyncio.Event()
+        self._full = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name="log-shipper")
 
     def add(self, kernel_id: str, text: str) -> None:
@@ -39,8 +40,9 @@ class LogShipper:
         else:
             self.chunks.append((kernel_id, text))
         self.size += len(text)
+        self._has_data.set()
         if self.size >= LOG_FLUSH_BYTES:
-            self._wake.set()
+            self._full.set()
 
     async def flush(self) -> None:
         if self.chunks:
@@ -48,10 +50,12 @@ class LogShipper:
             await self.link.emit("kernel_logs", {"chunks": chunks})
 
     async def _run(self) -> None:
-        while True:
+        while True:  # idle until output arrives, then ship it within LOG_FLUSH_INTERVAL
+            await self._has_data.wait()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), LOG_FLUSH_INTERVAL)
-            self._wake.clear()
+                await asyncio.wait_for(self._full.wait(), LOG_FLUSH_INTERVAL)
+            self._has_data.clear()
+            self._full.clear()
             try:
                 await self.flush()
             except Exception:
