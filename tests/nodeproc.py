@@ -68,7 +68,7 @@ def containers(label: str) -> list[str]:
 class Node:
     """A `bai node` subprocess with its own state, config and credentials folders."""
 
-    def __init__(self, base: Path, backend: str, extra_config: str = "") -> None:
+    def __init__(self, base: Path, backend: str, extra_config: str = "", agent_config: str = "") -> None:
         base.mkdir(parents=True, exist_ok=True)
         self.base = base
         self.backend = backend
@@ -80,7 +80,7 @@ class Node:
         self.config_file.write_text(
             "[agent]\n"
             f'id = "{self.agent_id}"\n'
-            "start_timeout = 20.0\n"
+            "start_timeout = 20.0\n" + agent_config +
             "[session]\n"
             'default_mem = "512m"\n'
             "[agent.docker]\n"
@@ -155,12 +155,21 @@ class Node:
         input: str | None = None,
         timeout: float = 90,
         check: bool = False,
+        as_keypair: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        env = self.env
+        if as_keypair is not None:  # act as another keypair (as a user would, through BACKEND_*)
+            env = {
+                **env,
+                "BACKEND_ENDPOINT": self.endpoint,
+                "BACKEND_ACCESS_KEY": as_keypair["accessKey"],
+                "BACKEND_SECRET_KEY": as_keypair["secretKey"],
+            }
         result = subprocess.run(
             [sys.executable, "-m", "bai", *args],
             capture_output=True,
             text=True,
-            env=self.env,
+            env=env,
             input=input,
             timeout=timeout,
             cwd=self.base,
@@ -181,8 +190,8 @@ class Node:
             bufsize=1,
         )
 
-    def json(self, *args: str):
-        return json.loads(self.cli(*args, "--json", check=True).stdout)
+    def json(self, *args: str, as_keypair: dict[str, str] | None = None):
+        return json.loads(self.cli(*args, "--json", check=True, as_keypair=as_keypair).stdout)
 
     def leftover_containers(self) -> list[str]:
         if self.backend != "docker":

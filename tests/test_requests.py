@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -189,9 +190,21 @@ INVALID = {
     "max-wait-string": body_with(maxWaitSeconds="10"),
     "environ-not-dict": _config({"environ": ["A=1"]}),
     "bad-network": _config({"network": "overlay"}),
-    "starts-at": body_with(starts_at="2030-01-01T00:00:00Z"),
-    "dependencies": body_with(dependencies=["other-session"]),
+    "starts-at-interactive": body_with(starts_at="2030-01-01T00:00:00Z"),
+    "starts-at-garbage": body_with(type="batch", startupCommand="true", starts_at="someday"),
+    "dependencies-not-list": body_with(dependencies="other-session"),
+    "dependencies-not-strings": body_with(dependencies=[1]),
 }
+
+
+def test_batch_start_time_and_dependencies() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    body = body_with(type="batch", startupCommand="make", starts_at="1h30m", dependencies=["a-session", "a-session"])
+    req = parse_create(body, KNOWN, DEFAULTS, ALIASES, now=now)
+    assert req.starts_at == now + timedelta(minutes=90)
+    assert req.depends == ["a-session"]
+    iso = parse(body_with(type="batch", startupCommand="make", starts_at="2030-01-01T00:00:00"))
+    assert iso.starts_at == datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("body", list(INVALID.values()), ids=list(INVALID))

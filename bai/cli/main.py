@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from bai.cli import session as session_cli
+from bai.cli.admin import keypair_app, policy_app
 from bai.cli.common import call, fail, show
 
 app = typer.Typer(
@@ -26,6 +27,8 @@ config_app = typer.Typer(help="Configuration.", no_args_is_help=True)
 app.add_typer(agent_app, name="agent")
 app.add_typer(image_app, name="image")
 app.add_typer(config_app, name="config")
+app.add_typer(keypair_app, name="keypair")
+app.add_typer(policy_app, name="policy")
 
 
 def _node_overrides(role, listen, state_dir, backend) -> dict[str, Any]:

@@ -114,6 +114,11 @@ def session_details(s: dict[str, Any]) -> list[str]:
     ]
     if s.get("queuePosition"):
         lines.append(f"Queue       position {s['queuePosition']} of the pending sessions")
+    scheduler = (s.get("statusData") or {}).get("scheduler") or {}
+    for p in scheduler.get("failed_predicates") or []:
+        lines.append(f"  blocked   {p['name']}: {p['msg']}")
+    if scheduler.get("retries"):
+        lines.append(f"Tried       {scheduler['retries']} times, last at {scheduler.get('last_try', '?')}")
     lines += [
         f"Resources   {format_slots(from_wire(s['requestedSlots']))}",
         f"Agent       {s.get('agent') or '-'}",
@@ -133,4 +138,71 @@ def session_details(s: dict[str, Any]) -> list[str]:
         for t in s["transitions"]:
             extra = f" ({t['status_info']})" if t["status_info"] else ""
             lines.append(f"  {t['at']}  {t['status']}{extra}")
+    return lines
+
+
+def keypairs_table(items: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for col in ("ACCESS KEY", "USER", "ADMIN", "ACTIVE", "POLICY", "CREATED"):
+        table.add_column(col, no_wrap=True)
+    for k in items:
+        table.add_row(
+            k["accessKey"],
+            k["userId"],
+            "yes" if k["isAdmin"] else "",
+            "yes" if k["isActive"] else "no",
+            k["resourcePolicy"],
+            age(k["createdAt"]) + " ago",
+        )
+    return table
+
+
+def policies_table(items: list[dict[str, Any]]) -> Table:
+    from bai.common.durations import format_duration
+
+    table = Table(box=None, header_style="bold")
+    for col in ("NAME", "MAX SESSIONS", "TOTAL SLOTS", "OTHER SLOTS", "IDLE TIMEOUT", "MAX LIFETIME"):
+        table.add_column(col)
+    for p in items:
+        slots = format_slots(from_wire(p["total_resource_slots"])) or "-"
+        table.add_row(
+            p["name"],
+            str(p["max_concurrent_sessions"] or "any"),
+            slots,
+            p["default_for_unspecified"].lower(),
+            format_duration(p["idle_timeout"]) if p["idle_timeout"] else "never",
+            format_duration(p["max_session_lifetime"]) if p["max_session_lifetime"] else "none",
+        )
+    return table
+
+
+def _clock(iso: str) -> str:
+    return iso[11:19]
+
+
+def explain_lines(h: dict[str, Any]) -> list[str]:
+    """The decision history of a session, one line per distinct decision."""
+    lines = [f"Session {h['name']} ({h['sessionId']}): {h['status']}"]
+    if not h["history"]:
+        lines.append("  the scheduler has not looked at it (yet)")
+    for item in h["history"]:
+        span = _clock(item["first_at"])
+        if item["rounds"] > 1:
+            span += f"-{_clock(item['last_at'])} ({item['rounds']} rounds)"
+        if item["outcome"] == "scheduled":
+            text = f"placed on {item['agents']}"
+        elif item["outcome"] == "cancelled":
+            text = f"cancelled: {item['status_info']}: {item['msg']}"
+        else:
+            text = f"pending: {item['status_info']}"
+            failed = item["predicates"]
+            if failed:
+                text += "".join(f"\n      - {p['name']}: {p['msg']}" for p in failed)
+            elif item["msg"]:
+                text += f": {item['msg']}"
+        lines.append(f"  {span}  {text}")
+    lines.append("State changes")
+    for t in h["transitions"]:
+        extra = f" ({t['status_info']})" if t["status_info"] else ""
+        lines.append(f"  {_clock(t['at'])}  {t['status']}{extra}")
     return lines

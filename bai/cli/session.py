@@ -25,6 +25,8 @@ Env = Annotated[list[str] | None, typer.Option("--env", "-e", help="Environment 
 Name = Annotated[str | None, typer.Option("--name", help="Session name (default: a generated one).")]
 
 STARTING = {"PENDING", "SCHEDULED", "PULLING", "PREPARING", "TIMEOUT"}
+ENDED = {"TERMINATED", "CANCELLED", "ERROR"}
+BATCH_DONE = {"task-done", "task-failed"}  # a batch session that started, ran and ended
 
 
 def parse_resources(cpu: str | None, mem: str | None) -> dict[str, str]:
@@ -108,6 +110,8 @@ async def wait_running(c, image: str, name: str, quiet: bool, **kw: Any) -> dict
         from bai.cli.output import reason
 
         info = await c.get_session(result["sessionId"])
+        if info["statusInfo"] in BATCH_DONE or info["status"] == "TERMINATING":
+            return {**result, "status": info["status"]}  # a batch session that already ran
         print(f"bai: session {name} could not start: {info['status']} ({reason(info)})", file=sys.stderr)
         raise typer.Exit(EXIT_NOT_STARTED)
     return result
@@ -230,27 +234,67 @@ def create(
     cpu: Cpu = None,
     mem: Mem = None,
     env: Env = None,
+    session_type: Annotated[str, typer.Option("--type", help="interactive, or batch (runs --startup-command).")] = (
+        "interactive"
+    ),
+    startup_command: Annotated[
+        str | None, typer.Option("--startup-command", help="What a batch session runs (a shell command).")
+    ] = None,
+    starts_at: Annotated[
+        str | None, typer.Option("--starts-at", help="Batch: start no earlier than this (ISO time, or 10s, 30min, 1h).")
+    ] = None,
+    depends: Annotated[
+        list[str] | None, typer.Option("--depends", help="Start only after this session succeeded (repeatable).")
+    ] = None,
+    group: Annotated[str | None, typer.Option("--group", help="Scaling group [default].")] = None,
     no_wait: bool = typer.Option(False, "--no-wait", help="Return at once, without waiting until it runs."),
+    wait_end: Annotated[
+        bool, typer.Option("--wait", help="Batch: wait until it ends and exit with its exit code.")
+    ] = False,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Create a session and return once it runs (or at once with --no-wait)."""
     resources = parse_resources(cpu, mem)
     environ = parse_env(env)
     check_name(name)
+    if session_type not in ("interactive", "batch"):
+        raise typer.BadParameter("--type wants interactive or batch")
+    if session_type == "batch" and not startup_command:
+        raise typer.BadParameter("a batch session needs --startup-command")
+    if session_type != "batch" and (startup_command or starts_at or wait_end):
+        raise typer.BadParameter("--startup-command, --starts-at and --wait are for --type batch")
     name = name or f"sess-{secrets.token_hex(4)}"
+    options = {
+        "resources": resources,
+        "environ": environ,
+        "type": session_type,
+        "startup_command": startup_command,
+        "starts_at": starts_at,
+        "depends": depends or [],
+        "scaling_group": group,
+    }
     from bai.cli.common import client
 
     async def go() -> dict[str, Any]:
         async with client() as c:
-            if no_wait:
-                return await c.create_session(image, name=name, resources=resources, environ=environ, enqueue_only=True)
-            return await wait_running(c, image, name, as_json, resources=resources, environ=environ)
+            if no_wait or starts_at or depends:
+                result = await c.create_session(image, name=name, enqueue_only=True, **options)
+            else:
+                result = await wait_running(c, image, name, as_json, **options)
+            if wait_end:
+                # polling the manager until the batch session has ended
+                while (info := await c.get_session(result["sessionId"]))["status"] not in ENDED:  # noqa: ASYNC110
+                    await asyncio.sleep(0.3)
+                result = {**result, "status": info["status"], "exitCode": info["exitCode"]}
+            return result
 
     result = run_async(go())
     if as_json:
         print(json.dumps(result))
     else:
         print(f"session {result['sessionName']} ({result['sessionId']}) is {result['status']}")
+    if wait_end:
+        raise typer.Exit(result["exitCode"] if result["exitCode"] is not None else 1)
 
 
 @app.command()
@@ -302,6 +346,17 @@ def info(
     from bai.cli.output import session_details
 
     show(call(lambda c: c.get_session(ref)), as_json, lambda s: "\n".join(session_details(s)))
+
+
+@app.command()
+def explain(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Why a session waited: every scheduling decision about it, and its state changes."""
+    from bai.cli.output import explain_lines
+
+    show(call(lambda c: c.history(ref)), as_json, lambda h: "\n".join(explain_lines(h)))
 
 
 @app.command()

@@ -170,11 +170,14 @@ class Client:
                 "resources": kw.get("resources") or {},
                 "environ": kw.get("environ") or {},
                 "network": kw.get("network"),
+                "scalingGroup": kw.get("scaling_group"),
             },
             "enqueueOnly": kw.get("enqueue_only", False),
             "maxWaitSeconds": kw.get("max_wait", 0),
             "reuseIfExists": True,
             "startupCommand": kw.get("startup_command"),
+            "starts_at": kw.get("starts_at"),
+            "dependencies": kw.get("depends") or [],
             "clusterSize": 1,
         }
         return await self.request("POST", "/session", json_body=body)
@@ -190,6 +193,9 @@ class Client:
         """Destroy a session; with wait=False the manager answers at once and finishes in the background."""
         params = {"forced": "true" if forced else None, "wait": None if wait else "false"}
         return await self.request("DELETE", f"/session/{ref}", params=params)
+
+    async def history(self, ref: str) -> dict[str, Any]:
+        return await self.request("GET", f"/session/{ref}/history")
 
     async def interrupt(self, ref: str) -> None:
         await self.request("POST", f"/session/{ref}/interrupt")
@@ -223,6 +229,25 @@ class Client:
                     raise _error_from(resp.status, resp.reason or "", await resp.text())
         except aiohttp.ClientConnectionError as e:
             raise self._unreachable(e) from None
+
+    async def keypairs(self) -> list[dict[str, Any]]:
+        return (await self.request("GET", "/admin/keypairs"))["items"]
+
+    async def create_keypair(self, user_id: str, is_admin: bool = False, policy: str | None = None) -> dict[str, Any]:
+        body = {"user_id": user_id, "is_admin": is_admin, "resource_policy": policy}
+        return await self.request("POST", "/admin/keypairs", json_body=body)
+
+    async def update_keypair(self, access_key: str, **fields: Any) -> dict[str, Any]:
+        return await self.request("PATCH", f"/admin/keypairs/{access_key}", json_body=fields)
+
+    async def policies(self) -> list[dict[str, Any]]:
+        return (await self.request("GET", "/admin/policies"))["items"]
+
+    async def create_policy(self, name: str, **fields: Any) -> dict[str, Any]:
+        return await self.request("POST", "/admin/policies", json_body={"name": name, **fields})
+
+    async def update_policy(self, name: str, **fields: Any) -> dict[str, Any]:
+        return await self.request("PATCH", f"/admin/policies/{name}", json_body=fields)
 
     async def agents(self) -> list[dict[str, Any]]:
         return (await self.request("GET", "/agents"))["items"]

@@ -33,6 +33,21 @@ DEFAULTS: dict[str, Any] = {
         "start_timeout": 30.0,
         "docker": {"network": "none", "labels": {}},
     },
+    "manager": {
+        "tick": 10.0,  # seconds between scheduling rounds when no event wakes the dispatcher
+        "hooks": [],  # modules with hook functions (see bai/node/manager/hooks.py)
+        "hook_timeout": 2.0,
+    },
+    # per scaling group: policy fifo | lifo | drf, agent_selection dispersed | concentrated,
+    # allowed_session_types, pending_timeout (seconds; 0 = wait forever)
+    "scaling_groups": {
+        "default": {
+            "policy": "fifo",
+            "agent_selection": "dispersed",
+            "allowed_session_types": ["interactive", "batch"],
+            "pending_timeout": 0.0,
+        },
+    },
     "session": {
         # what a session gets when it asks for nothing
         "default_cpu": "1",

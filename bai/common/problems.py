@@ -14,6 +14,7 @@ STATUS_OF = {
     "session-already-exists": 400,
     "too-many-sessions-matched": 404,
     "generic-forbidden": 403,
+    "insufficient-privilege": 403,
     "quota-exceeded": 412,
     "instance-not-available": 503,
     "internal-server-error": 500,

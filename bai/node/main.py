@@ -87,9 +87,11 @@ async def run_node(cfg: dict[str, Any]) -> None:
     from bai.node.agent.resources import discover_slots
     from bai.node.link.inproc import InprocHub
     from bai.node.manager.api import make_app
-    from bai.node.manager.dispatcher import Dispatcher
+    from bai.node.manager.dispatcher import Dispatcher, scaling_groups
+    from bai.node.manager.hooks import Hooks
     from bai.node.manager.registry import Registry
     from bai.node.manager.store import Store
+    from bai.node.manager.timers import Timers
 
     node = cfg["node"]
     if node["role"] != "all":
@@ -103,14 +105,23 @@ async def run_node(cfg: dict[str, Any]) -> None:
 
     store = await Store.open(state_dir / "bai.db")
     # what to stop, in this order, on the way out: requests first, the database last
-    shutdown_order = ("http", "dispatcher", "registry", "agent", "link", "store")
+    shutdown_order = ("http", "timers", "dispatcher", "registry", "agent", "link", "store")
     stops: dict[str, Any] = {"store": store.close}
     try:
         fresh = Keypair.generate()
         access_key, secret_key = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key)
         hub = InprocHub()
-        registry = Registry(store, hub.manager, start_timeout=float(cfg["agent"]["start_timeout"]) + 30)
-        dispatcher = Dispatcher(registry)
+        try:
+            hooks = Hooks.load(list(cfg["manager"]["hooks"]), float(cfg["manager"]["hook_timeout"]))
+        except ImportError as e:
+            raise NodeError(f"cannot load a hook named in [manager] hooks: {e}") from None
+        registry = Registry(store, hub.manager, float(cfg["agent"]["start_timeout"]) + 30, hooks)
+        try:
+            groups, pending_timeouts = scaling_groups(cfg)
+        except ValueError as e:
+            raise NodeError(str(e)) from None
+        dispatcher = Dispatcher(registry, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]))
+        timers = Timers(registry)
         await hub.manager.start(registry)
         stops["link"] = hub.manager.close
         stops["registry"] = registry.close
@@ -150,6 +161,8 @@ async def run_node(cfg: dict[str, Any]) -> None:
         stops["agent"] = agent.stop
         dispatcher.start()
         stops["dispatcher"] = dispatcher.stop
+        timers.start()
+        stops["timers"] = timers.stop
 
         say(f"bai node {__version__} (role all: manager and agent in one process)")
         say(f"  endpoint  {endpoint}")

@@ -112,7 +112,9 @@ class Agent:
         for kernel in await self.backend.adopt(lambda kind, text: None):
             self.kernels[kernel.spec.kernel_id] = kernel
             self._watch_exit(kernel)
-        answer = await self.link.join(self.registration(), self)
+        registration = self.registration()
+        registration["images"] = await self.backend.images()  # with labels: minimum resources
+        answer = await self.link.join(registration, self)
         for kid in answer.get("destroy", []):
             kernel = self.kernels.pop(kid, None)
             if kernel is not None:

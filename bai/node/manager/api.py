@@ -17,6 +17,8 @@ from bai import API_VERSION, __version__
 from bai.common import auth
 from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
+from bai.node.manager.admin import add_admin_routes
+from bai.node.manager.http import REGISTRY, SETTINGS, problem_response, read_json, registry_of
 from bai.node.manager.registry import Registry
 from bai.node.manager.requests import parse_create
 
@@ -24,13 +26,6 @@ log = logging.getLogger("bai.api")
 PUBLIC = {("GET", "/")}
 MAX_UPLOAD_FILES = 64
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
-
-REGISTRY = web.AppKey("registry", Registry)
-SETTINGS = web.AppKey("settings", dict)
-
-
-def problem_response(p: Problem) -> web.Response:
-    return web.json_response(p.body(), status=p.status, content_type="application/problem+json")
 
 
 @web.middleware
@@ -76,19 +71,6 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
     return await handler(request)
 
 
-async def read_json(request: web.Request) -> Any:
-    if not request.body_exists:
-        return {}
-    try:
-        return await request.json()
-    except ValueError:
-        raise invalid("the request body is not valid JSON") from None
-
-
-def registry_of(request: web.Request) -> Registry:
-    return request.app[REGISTRY]
-
-
 # -- representation -------------------------------------------------------------------------------
 
 
@@ -111,7 +93,11 @@ async def session_json(registry: Registry, row: dict[str, Any], *, detail: bool 
         "type": row["type"].upper(),
         "status": row["status"],
         "statusInfo": row["status_info"],
-        "statusData": row["status_data"],
+        "statusData": {**row["status_data"], "hooks": row["config"]["hook_notes"]}
+        if row["config"].get("hook_notes")
+        else row["status_data"],
+        "startsAt": row["config"].get("starts_at"),
+        "dependsOn": row["config"].get("depends_on", []),
         "statusChanged": row["status_changed"],
         "result": row["result"],
         "creationTime": row["created_at"],
@@ -142,8 +128,12 @@ async def session_json(registry: Registry, row: dict[str, Any], *, detail: bool 
     if detail:
         out["transitions"] = await registry.store.transitions_of(row["id"])
         if row["status"] == SessionStatus.PENDING:
-            pending = await registry.store.list_sessions(None, [SessionStatus.PENDING])
-            out["queuePosition"] = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
+            # the scheduler's own order (per policy) once it has looked; until then, arrival order
+            position = (row["status_data"].get("scheduler") or {}).get("position")
+            if position is None:
+                pending = await registry.store.list_sessions(None, [SessionStatus.PENDING])
+                position = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
+            out["queuePosition"] = position
     return out
 
 
@@ -211,6 +201,21 @@ async def get_session(request: web.Request) -> web.Response:
     registry = registry_of(request)
     row = await registry.resolve(request.match_info["ref"], request["access_key"], active_only=False)
     return web.json_response(await session_json(registry, row, detail=True))
+
+
+async def session_history(request: web.Request) -> web.Response:
+    """Every scheduling decision about a session (`bai session explain`)."""
+    registry = registry_of(request)
+    row = await registry.resolve(request.match_info["ref"], request["access_key"], active_only=False)
+    return web.json_response(
+        {
+            "sessionId": row["id"],
+            "name": row["name"],
+            "status": row["status"],
+            "history": await registry.store.scheduling_history(row["id"]),
+            "transitions": await registry.store.transitions_of(row["id"]),
+        }
+    )
 
 
 async def destroy_session(request: web.Request) -> web.Response:
@@ -415,8 +420,10 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     r.add_post("/session/{ref}", execute_http)
     r.add_post("/session/{ref}/interrupt", interrupt)
     r.add_get("/session/{ref}/logs", logs)
+    r.add_get("/session/{ref}/history", session_history)
     r.add_post("/session/{ref}/upload", upload)
     r.add_get("/stream/session/{ref}/execute", execute_ws)
     r.add_get("/agents", list_agents)
     r.add_get("/images", list_images)
+    add_admin_routes(app)
     return app

@@ -1,25 +1,81 @@
-"""The dispatcher: wakes on events (coalesced) and on a slow tick, schedules, applies decisions."""
+"""The dispatcher: wakes on events (coalesced) and on a slow tick, builds a snapshot, asks the pure
+scheduler for decisions, applies them in one transaction, then publishes events and starts kernels."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
 
 from bai.common import slots as slotlib
-from bai.common.status import SessionStatus, StatusInfo
+from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
 from bai.node.manager.registry import Registry
-from bai.node.scheduler.fifo import AgentState, PendingSession, schedule
+from bai.node.scheduler.core import schedule
+from bai.node.scheduler.snapshot import (
+    AgentState,
+    DependencyState,
+    KernelRequest,
+    KeypairState,
+    PendingSession,
+    ResourcePolicy,
+    ScalingGroup,
+    Snapshot,
+)
 
 log = logging.getLogger("bai.dispatcher")
+COALESCE = 0.002  # seconds to gather a burst of events into one round
+QUOTA_STATUSES = OCCUPYING_STATUSES - {SessionStatus.TERMINATING}  # what counts against a keypair
+MIN_LABEL = "ai.backend.resource.min."
+
+
+def scaling_groups(cfg: dict[str, Any]) -> tuple[dict[str, ScalingGroup], dict[str, float]]:
+    """The scaling groups of the configuration, and their pending timeouts (0 = none)."""
+    groups, timeouts = {}, {}
+    for name, opts in cfg.get("scaling_groups", {}).items():
+        policy = opts.get("policy", "fifo")
+        selection = opts.get("agent_selection", "dispersed")
+        if policy not in ("fifo", "lifo", "drf"):
+            raise ValueError(f"scaling group {name}: policy must be fifo, lifo or drf, not {policy!r}")
+        if selection not in ("dispersed", "concentrated"):
+            raise ValueError(f"scaling group {name}: agent_selection must be dispersed or concentrated")
+        groups[name] = ScalingGroup(
+            name=name,
+            policy=policy,
+            agent_selection=selection,
+            allowed_session_types=frozenset(opts.get("allowed_session_types", ["interactive", "batch"])),
+        )
+        timeouts[name] = float(opts.get("pending_timeout", 0) or 0)
+    return groups, timeouts
+
+
+def image_minimum(labels: dict[str, str]) -> dict[str, Decimal]:
+    out = {}
+    for key, value in labels.items():
+        if key.startswith(MIN_LABEL):
+            slot = key[len(MIN_LABEL) :]
+            with contextlib.suppress(slotlib.SlotError):
+                out[slot] = slotlib.parse_amount(slot, value)
+    return out
 
 
 class Dispatcher:
-    def __init__(self, registry: Registry, tick: float = 5.0) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        groups: dict[str, ScalingGroup] | None = None,
+        pending_timeouts: dict[str, float] | None = None,
+        tick: float = 10.0,
+    ) -> None:
         self.registry = registry
+        self.groups = groups or {"default": ScalingGroup("default")}
+        self.pending_timeouts = pending_timeouts or {}
         self.tick = tick
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._due: datetime | None = None  # the next time a pending session's situation changes by itself
         registry.wake_dispatcher = self.wake
 
     def wake(self) -> None:
@@ -36,8 +92,12 @@ class Dispatcher:
 
     async def _loop(self) -> None:
         while True:
+            timeout = self.tick
+            if self._due is not None:  # a reserved start time or a pending timeout comes first
+                timeout = max(0.0, min(timeout, (self._due - datetime.now(UTC)).total_seconds()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.tick)
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            await asyncio.sleep(COALESCE)
             self._wake.clear()  # wakes arriving during the round trigger one more round
             try:
                 await self.round()
@@ -45,48 +105,154 @@ class Dispatcher:
                 log.exception("scheduling round failed")
                 await self._record_error(e)
 
-    async def round(self) -> None:
+    async def snapshot(self, now: datetime) -> tuple[Snapshot, list[dict[str, Any]]]:
         store = self.registry.store
         pending_rows = await store.list_sessions(None, [SessionStatus.PENDING])
         if not pending_rows:
-            return
-        connected = self.registry.link.connected()
+            return Snapshot(now, [], [], {}, {}, self.groups), []
+        kernels: dict[str, list[dict[str, Any]]] = {}
+        for k in await store.kernels_where([SessionStatus.PENDING.value]):
+            kernels.setdefault(k["session_id"], []).append(k)
         occupied = await self.registry.occupied_by_agent()
+        connected = self.registry.link.connected()
         agents = [
             AgentState(
                 id=a["id"],
+                scaling_group=a["scaling_group"],
                 capacity=slotlib.from_wire(a["slots"]),
                 occupied=occupied.get(a["id"], {}),
-                scaling_group=a["scaling_group"],
             )
             for a in await store.agents()
             if a["status"] == "ALIVE" and a["id"] in connected
         ]
+        # what each keypair holds now
+        usage: dict[str, tuple[int, dict[str, Decimal]]] = {}
+        for row in await store.list_sessions(None, QUOTA_STATUSES):
+            count, slots = usage.get(row["access_key"], (0, {}))
+            usage[row["access_key"]] = (count + 1, slotlib.add(slots, slotlib.from_wire(row["requested_slots"])))
+        policies = await store.policies()
+        keypair_rows = await store.keypairs(active_only=False)
+        keypairs = {}
+        for ak in {r["access_key"] for r in pending_rows}:
+            p = policies.get((keypair_rows.get(ak) or {}).get("resource_policy", "default"), {})
+            count, slots = usage.get(ak, (0, {}))
+            keypairs[ak] = KeypairState(
+                access_key=ak,
+                policy=ResourcePolicy(
+                    name=p.get("name", "default"),
+                    max_concurrent_sessions=p.get("max_concurrent_sessions", 0),
+                    total_resource_slots=slotlib.from_wire(p.get("total_resource_slots")),
+                    default_for_unspecified=p.get("default_for_unspecified", "UNLIMITED"),
+                ),
+                concurrent_sessions=count,
+                occupied=slots,
+            )
+        dependencies = {}
+        for dep_id in {d for r in pending_rows for d in r["config"].get("depends_on", [])}:
+            dep = await store.get_session(dep_id)
+            if dep is not None:
+                dependencies[dep_id] = DependencyState(dep_id, dep["name"], dep["status"], dep["result"])
         pending = []
         for row in pending_rows:
-            kernels = await store.kernels_of(row["id"])
+            starts_at = row["config"].get("starts_at")
             pending.append(
                 PendingSession(
                     id=row["id"],
-                    requested=slotlib.from_wire(kernels[0]["occupied_slots"]),
-                    kernel_ids=tuple(k["id"] for k in kernels),
+                    name=row["name"],
+                    access_key=row["access_key"],
+                    session_type=row["type"],
                     scaling_group=row["scaling_group"],
+                    kernels=tuple(
+                        KernelRequest(k["id"], slotlib.from_wire(k["occupied_slots"]), k["cluster_role"])
+                        for k in kernels.get(row["id"], [])
+                    ),
+                    created_at=datetime.fromisoformat(row["created_at"]),
+                    starts_at=datetime.fromisoformat(starts_at) if starts_at else None,
+                    depends_on=tuple(row["config"].get("depends_on", [])),
+                    image=row["image"],
+                    image_min=image_minimum(self.registry.image_labels.get(row["image"], {})),
+                    retries=(row["status_data"].get("scheduler") or {}).get("retries", 0),
                 )
             )
-        decisions = schedule(pending, agents)
-        retries = {r["id"]: (r["status_data"].get("scheduler") or {}).get("retries", 0) for r in pending_rows}
-        for placement in decisions.placements:
-            await self.registry.place(placement.session_id, placement.agent_id)
-        for item in decisions.unschedulable:
-            await self.registry.set_pending_reason(
-                item.session_id, item.status_info, item.msg, retries[item.session_id] + 1
+        return Snapshot(now, pending, agents, keypairs, dependencies, self.groups), pending_rows
+
+    def _next_due(self, snapshot: Snapshot, now: datetime) -> datetime | None:
+        times = [p.starts_at for p in snapshot.pending if p.starts_at and p.starts_at > now]
+        for p in snapshot.pending:
+            limit = self.pending_timeouts.get(p.scaling_group, 0)
+            if limit:
+                times.append(p.created_at + timedelta(seconds=limit))
+        return min(times) if times else None
+
+    def _timed_out(self, rows: list[dict[str, Any]], now: datetime) -> list[tuple[str, str, dict[str, Any]]]:
+        out = []
+        for row in rows:
+            limit = self.pending_timeouts.get(row["scaling_group"], 0)
+            waited = (now - datetime.fromisoformat(row["created_at"])).total_seconds()
+            if limit and waited > limit:
+                out.append((row["id"], "pending-timeout", {"msg": f"pending for more than {limit:g} s"}))
+        return out
+
+    async def round(self) -> None:
+        now = datetime.now(UTC)
+        snapshot, rows = await self.snapshot(now)
+        self._due = self._next_due(snapshot, now)
+        if not rows:
+            return
+        timed_out = self._timed_out(rows, now)
+        if timed_out:
+            gone = {sid for sid, _, _ in timed_out}
+            snapshot = Snapshot(
+                now,
+                [p for p in snapshot.pending if p.id not in gone],
+                snapshot.agents,
+                snapshot.keypairs,
+                snapshot.dependencies,
+                snapshot.scaling_groups,
             )
+        decisions = schedule(snapshot)
+        last_try = now.isoformat()
+        retries = {p.id: p.retries + 1 for p in snapshot.pending}
+        pending = []
+        history = []
+        for item in decisions.pending:
+            failed = [{"name": r.name, "msg": r.msg} for r in item.predicates if not r.passed]
+            data = {
+                "scheduler": {
+                    "retries": retries[item.session_id],
+                    "last_try": last_try,
+                    "msg": item.msg,
+                    "position": item.position,
+                    "failed_predicates": failed,
+                    "passed_predicates": [{"name": r.name} for r in item.predicates if r.passed],
+                }
+            }
+            pending.append((item.session_id, item.status_info, data))
+            history.append(_history(item.session_id, "pending", item.status_info, item.msg, "", failed))
+        cancels = [(c.session_id, c.status_info, {"msg": c.msg}) for c in decisions.cancels] + timed_out
+        for sid, info, data in cancels:
+            history.append(_history(sid, "cancelled", info, data["msg"], "", []))
+        placements = [(p.session_id, dict(p.agents)) for p in decisions.placements]
+        for sid, agents in placements:
+            history.append(
+                _history(sid, "scheduled", StatusInfo.SCHEDULED, "", ",".join(sorted(set(agents.values()))), [])
+            )
+        await self.registry.apply_round(placements, cancels, pending, history)
 
     async def _record_error(self, exc: Exception) -> None:
         with contextlib.suppress(Exception):
             for row in await self.registry.store.list_sessions(None, [SessionStatus.PENDING]):
                 await self.registry.store.set_pending_info(
-                    row["id"],
-                    StatusInfo.SCHEDULER_ERROR,
-                    {"error": {"name": type(exc).__name__, "repr": str(exc)}},
+                    row["id"], StatusInfo.SCHEDULER_ERROR, {"error": {"name": type(exc).__name__, "repr": str(exc)}}
                 )
+
+
+def _history(session_id: str, outcome: str, info: str, msg: str, agents: str, failed: list) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "outcome": outcome,
+        "status_info": info,
+        "msg": msg,
+        "agents": agents,
+        "predicates": failed,
+    }

@@ -27,11 +27,13 @@ from bai.common.status import (
 )
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
 from bai.node.manager.events import EventHub, LogHub
+from bai.node.manager.hooks import Hooks
 from bai.node.manager.requests import CreateRequest
 from bai.node.manager.store import Store
 
 log = logging.getLogger("bai.manager")
 S = SessionStatus
+HOOK_POINTS = {S.RUNNING: "after_start", S.TERMINATED: "after_termination", S.CANCELLED: "after_termination"}
 STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {S.ERROR, S.TERMINATING}
 
 
@@ -42,9 +44,15 @@ def _error_data(agent_id: str | None, exc: BaseException) -> dict[str, Any]:
 
 
 class Registry:
-    def __init__(self, store: Store, link: ManagerLink, start_timeout: float = 60.0) -> None:
+    def __init__(
+        self, store: Store, link: ManagerLink, start_timeout: float = 60.0, hooks: Hooks | None = None
+    ) -> None:
         self.store = store
         self.link = link
+        self.hooks = hooks or Hooks([])
+        self.activity: dict[str, datetime] = {}  # session id -> last execution activity (idle timeout)
+        self.busy: set[str] = set()  # sessions with code running now
+        self.image_labels: dict[str, dict[str, str]] = {}  # image name -> labels, from the agents
         self.events = EventHub()
         self.logs = LogHub()
         self.start_timeout = start_timeout
@@ -63,7 +71,16 @@ class Registry:
             self.events.publish(SESSION_EVENTS.get(target, f"session_{target.lower()}"), row)
             if target in DEAD_STATUSES or target == S.TERMINATING:
                 self.wake_dispatcher()
+                self.activity.pop(session_id, None)
+                self.busy.discard(session_id)
+            if self.hooks and target in HOOK_POINTS:
+                self.spawn(self._notify_hooks(HOOK_POINTS[target], row), f"hooks-{session_id}")
         return row
+
+    async def _notify_hooks(self, point: str, session: dict[str, Any]) -> None:
+        notes = await self.hooks.notify(point, session)
+        if notes:
+            await self.store.add_hook_notes(session["id"], notes)
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -108,6 +125,12 @@ class Registry:
                     {"existingSessionId": row["id"]},
                 )
             return row, False
+        depends_on = []
+        for ref in req.depends:
+            found = await self.store.find_sessions(ref, access_key, active_only=False)
+            if not found:
+                raise invalid(f"cannot depend on {ref!r}: no such session")
+            depends_on.append(found[0]["id"])
         session_id = str(uuid.uuid4())
         now = datetime.now(UTC).isoformat()
         kernel = {
@@ -124,15 +147,22 @@ class Registry:
             "type": req.type,
             "requested_slots": slotlib.to_wire(req.resources),
             "environ": req.environ,
-            "config": req.config,
+            "config": {**req.config, "depends_on": depends_on},
             "scaling_group": req.scaling_group,
             "tag": req.tag,
             "created_at": now,
         }
+        if self.hooks:
+            reason, notes = await self.hooks.before_enqueue({**session, "status": "PENDING"})
+            if reason is not None:
+                raise Problem("generic-forbidden", "Rejected by a hook.", reason)
+            session["config"]["hook_notes"] = notes
         await self.store.create_session(session, [kernel])
         row = await self.store.get_session(session_id)
         assert row is not None
         self.events.publish("session_enqueued", row)
+        if self.hooks:
+            self.spawn(self._notify_hooks("after_enqueue", row), f"hooks-{session_id}")
         self.wake_dispatcher()
         return row, True
 
@@ -146,22 +176,24 @@ class Registry:
 
     # -- scheduling results ---------------------------------------------------------------------
 
-    async def set_pending_reason(self, session_id: str, info: str, msg: str, retries: int) -> None:
-        data = {"scheduler": {"retries": retries, "last_try": datetime.now(UTC).isoformat(), "msg": msg}}
-        await self.store.set_pending_info(session_id, info, data)
-
-    async def place(self, session_id: str, agent_id: str) -> None:
-        kernels = await self.store.kernels_of(session_id)
-        row = await self.transition(
-            session_id,
-            S.SCHEDULED,
-            StatusInfo.SCHEDULED,
-            {},
-            allowed_from=[S.PENDING],
-            kernel_updates={k["id"]: {"agent_id": agent_id} for k in kernels},
-        )
-        if row is not None:
-            self.spawn(self._start_session(row, agent_id), f"start-{session_id}")
+    async def apply_round(
+        self,
+        placements: list[tuple[str, dict[str, str]]],
+        cancels: list[tuple[str, str, dict[str, Any]]],
+        pending: list[tuple[str, str, dict[str, Any]]],
+        history: list[dict[str, Any]],
+    ) -> None:
+        """Commit a scheduling round, then publish its events and start the placed sessions."""
+        scheduled, cancelled = await self.store.apply_round(placements, cancels, pending, history)
+        agents = dict(placements)
+        for row in cancelled:
+            self.events.publish("session_cancelled", row)
+            if self.hooks:
+                self.spawn(self._notify_hooks("after_termination", row), f"hooks-{row['id']}")
+        for row in scheduled:
+            self.events.publish("session_scheduled", row)
+            agent_id = next(iter(agents[row["id"]].values()))
+            self.spawn(self._start_session(row, agent_id), f"start-{row['id']}")
 
     async def _start_session(self, session: dict[str, Any], agent_id: str) -> None:
         sid = session["id"]
@@ -257,10 +289,12 @@ class Registry:
 
     # -- destroy ----------------------------------------------------------------------------------
 
-    async def destroy(self, session: dict[str, Any], forced: bool, wait: bool = True) -> dict[str, Any]:
+    async def destroy(
+        self, session: dict[str, Any], forced: bool, wait: bool = True, reason: str | None = None
+    ) -> dict[str, Any]:
         """End a session. With wait=False a running one is TERMINATING on return and ends in the background."""
         status = S(session["status"])
-        info = StatusInfo.FORCE_TERMINATED if forced else StatusInfo.USER_REQUESTED
+        info = reason or (StatusInfo.FORCE_TERMINATED if forced else StatusInfo.USER_REQUESTED)
         if status in DEAD_STATUSES:
             raise Problem("generic-forbidden", "Forbidden.", f"the session is already {status}")
         if status == S.PENDING:
@@ -312,6 +346,10 @@ class Registry:
         if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
             raise Problem("generic-bad-request", "Bad request.", f"the session is {session['status']}, not RUNNING")
         kernel = await self.main_kernel(session)
+        sid = session["id"]
+        self.activity[sid] = datetime.now(UTC)
+        if mode in ("query", "batch"):
+            self.busy.add(sid)  # code is running: the session is not idle until it finishes
         args = {
             "kernel_id": kernel["id"],
             "run_id": run_id,
@@ -321,11 +359,17 @@ class Registry:
             "flush_timeout": flush,
         }
         try:
-            return await self.link.call(kernel["agent_id"], "execute", args, timeout=flush + 60)
+            result = await self.link.call(kernel["agent_id"], "execute", args, timeout=flush + 60)
         except RemoteError as e:
+            self.busy.discard(sid)
             raise invalid(e.message) from None
         except AgentUnavailable as e:
+            self.busy.discard(sid)
             raise Problem("instance-not-available", "Instance not available.", str(e)) from None
+        self.activity[sid] = datetime.now(UTC)
+        if result["status"] == "finished":
+            self.busy.discard(sid)
+        return result
 
     async def interrupt(self, session: dict[str, Any]) -> None:
         kernel = await self.main_kernel(session)
@@ -347,6 +391,8 @@ class Registry:
     async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
         """Record the agent and reconcile its kernels with ours."""
         await self.store.upsert_agent(registration)
+        for image in registration.get("images", []):
+            self.image_labels[image["name"]] = image.get("labels") or {}
         theirs = {k["kernel_id"] for k in registration.get("kernels", [])}
         ours = await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id)
         containers = {k["kernel_id"]: k.get("container_id") for k in registration.get("kernels", [])}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from bai.common import slots as slotlib
+from bai.common.durations import parse_duration
 from bai.common.names import name_problem
 from bai.common.problems import invalid
 
@@ -29,6 +31,8 @@ class CreateRequest:
     startup_command: str | None
     tag: str | None
     network: str | None
+    starts_at: datetime | None = None
+    depends: list[str] = field(default_factory=list)  # session names or ids, resolved by the registry
     config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -43,7 +47,31 @@ def generate_name() -> str:
     return "sess-" + secrets.token_hex(5)
 
 
-def parse_create(body: Any, known_slots: set[str], defaults: dict[str, str], aliases: dict[str, str]) -> CreateRequest:
+def parse_starts_at(value: Any, now: datetime) -> datetime | None:
+    """ISO-8601 (naive = UTC) or relative to now (`10s`, `30min`, `1d2h`), as Backend.AI accepts."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise invalid("starts_at must be a string")
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        try:
+            return now + timedelta(seconds=parse_duration(value))
+        except ValueError:
+            raise invalid(
+                f"cannot read starts_at {value!r}: use ISO-8601 or a delay such as 10s, 30min, 1d2h"
+            ) from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def parse_create(
+    body: Any,
+    known_slots: set[str],
+    defaults: dict[str, str],
+    aliases: dict[str, str],
+    now: datetime | None = None,
+) -> CreateRequest:
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
     config = body.get("config") or {}
@@ -64,10 +92,12 @@ def parse_create(body: Any, known_slots: set[str], defaults: dict[str, str], ali
     startup = _first(body, "startupCommand", "startup_command")
     if stype == "batch" and not startup:
         raise invalid("a batch session needs a startup command")
-    if _first(body, "starts_at", "startsAt"):
-        raise invalid("starts_at is not supported yet")
-    if body.get("dependencies"):
-        raise invalid("session dependencies are not supported yet")
+    starts_at = parse_starts_at(_first(body, "starts_at", "startsAt"), now or datetime.now(UTC))
+    if starts_at is not None and stype != "batch":
+        raise invalid("starts_at is only for batch sessions")
+    depends = body.get("dependencies") or []
+    if not isinstance(depends, list) or not all(isinstance(d, str) and d for d in depends):
+        raise invalid("dependencies must be a list of session names or ids")
     cluster_size = _first(body, "clusterSize", "cluster_size", default=1)
     if cluster_size != 1 or isinstance(cluster_size, bool):
         raise invalid("only single-kernel sessions (clusterSize 1) are supported")
@@ -106,5 +136,11 @@ def parse_create(body: Any, known_slots: set[str], defaults: dict[str, str], ali
         startup_command=startup,
         tag=body.get("tag"),
         network=network,
-        config={"startup_command": startup, "network": network},
+        starts_at=starts_at,
+        depends=list(dict.fromkeys(depends)),
+        config={
+            "startup_command": startup,
+            "network": network,
+            "starts_at": starts_at.isoformat() if starts_at else None,
+        },
     )

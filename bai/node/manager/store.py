@@ -26,6 +26,16 @@ CREATE TABLE IF NOT EXISTS keypairs (
     resource_policy TEXT NOT NULL DEFAULT 'default',
     created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS resource_policies (
+    name TEXT PRIMARY KEY,
+    max_concurrent_sessions INTEGER NOT NULL DEFAULT 0,
+    total_resource_slots TEXT NOT NULL DEFAULT '{}',
+    default_for_unspecified TEXT NOT NULL DEFAULT 'UNLIMITED',
+    idle_timeout REAL NOT NULL DEFAULT 0,
+    max_session_lifetime REAL NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL
+);
+INSERT OR IGNORE INTO resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
 CREATE TABLE IF NOT EXISTS agents (
     id TEXT PRIMARY KEY,
     hostname TEXT NOT NULL,
@@ -85,6 +95,18 @@ CREATE TABLE IF NOT EXISTS kernels (
     terminated_at TEXT
 );
 CREATE INDEX IF NOT EXISTS kernels_session ON kernels(session_id);
+CREATE TABLE IF NOT EXISTS scheduling_history (
+    session_id TEXT NOT NULL,
+    first_at TEXT NOT NULL,
+    last_at TEXT NOT NULL,
+    rounds INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    status_info TEXT NOT NULL,
+    msg TEXT NOT NULL,
+    agents TEXT NOT NULL,
+    predicates TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS scheduling_history_session ON scheduling_history(session_id);
 CREATE TABLE IF NOT EXISTS kernel_logs (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     kernel_id TEXT NOT NULL,
@@ -93,7 +115,22 @@ CREATE TABLE IF NOT EXISTS kernel_logs (
 CREATE INDEX IF NOT EXISTS kernel_logs_kernel ON kernel_logs(kernel_id, seq);
 """
 
-_JSON_COLUMNS = {"status_data", "requested_slots", "environ", "config", "slots", "occupied_slots"}
+_JSON_COLUMNS = {
+    "status_data",
+    "requested_slots",
+    "environ",
+    "config",
+    "slots",
+    "occupied_slots",
+    "total_resource_slots",
+}
+POLICY_FIELDS = (
+    "max_concurrent_sessions",
+    "total_resource_slots",
+    "default_for_unspecified",
+    "idle_timeout",
+    "max_session_lifetime",
+)
 
 
 def utcnow() -> str:
@@ -107,6 +144,49 @@ def _row(row: sqlite3.Row | None) -> dict[str, Any] | None:
     for key in _JSON_COLUMNS & out.keys():
         out[key] = json.loads(out[key])
     return out
+
+
+def _transition(
+    conn: sqlite3.Connection,
+    session_id: str,
+    target: SessionStatus,
+    status_info: str,
+    status_data: dict[str, Any] | None,
+    allowed_from: Iterable[SessionStatus] | None,
+    kernel_updates: dict[str, dict[str, Any]] | None,
+    result: str | None,
+) -> dict[str, Any] | None:
+    """One session transition inside the caller's transaction (see Store.transition)."""
+    row = conn.execute("SELECT status FROM sessions WHERE id=?", (session_id,)).fetchone()
+    if row is None:
+        return None
+    current = SessionStatus(row[0])
+    if allowed_from is not None and current not in set(allowed_from):
+        return None
+    if current == target:
+        return None
+    check_transition(current, target)
+    now = utcnow()
+    data = json.dumps(status_data or {})
+    terminated = now if target in (SessionStatus.TERMINATED, SessionStatus.CANCELLED) else None
+    conn.execute(
+        "UPDATE sessions SET status=?, status_info=?, status_data=?, status_changed=?, "
+        "terminated_at=COALESCE(?, terminated_at), result=COALESCE(?, result) WHERE id=?",
+        (target.value, status_info, data, now, terminated, result, session_id),
+    )
+    conn.execute(
+        "INSERT INTO session_transitions VALUES (?, ?, ?, ?, ?)",
+        (session_id, target.value, status_info, data, now),
+    )
+    kernel_ids = [r[0] for r in conn.execute("SELECT id FROM kernels WHERE session_id=?", (session_id,))]
+    for kid in kernel_ids:
+        cols: dict[str, Any] = {"status": target.value, "status_info": status_info, "status_changed": now}
+        if terminated:
+            cols["terminated_at"] = terminated
+        cols.update((kernel_updates or {}).get(kid, {}))
+        sets = ", ".join(f"{c}=?" for c in cols)
+        conn.execute(f"UPDATE kernels SET {sets} WHERE id=?", (*cols.values(), kid))
+    return _row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
 
 
 class Store:
@@ -170,12 +250,85 @@ class Store:
 
         return await self._tx(fn)
 
-    async def keypairs(self) -> dict[str, dict[str, Any]]:
+    async def keypairs(self, active_only: bool = True) -> dict[str, dict[str, Any]]:
         def fn(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-            rows = conn.execute("SELECT * FROM keypairs WHERE is_active=1").fetchall()
-            return {r["access_key"]: dict(r) for r in rows}
+            sql = "SELECT * FROM keypairs" + (" WHERE is_active=1" if active_only else "") + " ORDER BY created_at"
+            return {r["access_key"]: dict(r) for r in conn.execute(sql).fetchall()}
 
         return await self._read(fn)
+
+    async def create_keypair(self, keypair: dict[str, Any]) -> None:
+        def fn(conn: sqlite3.Connection) -> None:
+            if not conn.execute(
+                "SELECT 1 FROM resource_policies WHERE name=?", (keypair["resource_policy"],)
+            ).fetchone():
+                raise KeyError(f"no resource policy {keypair['resource_policy']!r}")
+            conn.execute(
+                "INSERT INTO keypairs(access_key, secret_key, user_id, is_admin, resource_policy, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    keypair["access_key"],
+                    keypair["secret_key"],
+                    keypair["user_id"],
+                    int(keypair["is_admin"]),
+                    keypair["resource_policy"],
+                    utcnow(),
+                ),
+            )
+
+        await self._tx(fn)
+
+    async def update_keypair(self, access_key: str, **cols: Any) -> bool:
+        """Change a keypair's resource_policy / is_active; False when there is no such keypair."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            if (
+                "resource_policy" in cols
+                and not conn.execute(
+                    "SELECT 1 FROM resource_policies WHERE name=?", (cols["resource_policy"],)
+                ).fetchone()
+            ):
+                raise KeyError(f"no resource policy {cols['resource_policy']!r}")
+            sets = ", ".join(f"{c}=?" for c in cols)
+            return (
+                conn.execute(f"UPDATE keypairs SET {sets} WHERE access_key=?", (*cols.values(), access_key)).rowcount
+                > 0
+            )
+
+        return await self._tx(fn)
+
+    # -- resource policies ------------------------------------------------------------------------
+
+    async def policies(self) -> dict[str, dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            rows = conn.execute("SELECT * FROM resource_policies ORDER BY name").fetchall()
+            return {r["name"]: _row(r) for r in rows}
+
+        return await self._read(fn)
+
+    async def save_policy(self, name: str, fields: dict[str, Any], *, create: bool) -> bool:
+        """Create a policy (False if the name is taken) or update one (False if there is none)."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            values = {k: json.dumps(v) if k == "total_resource_slots" else v for k, v in fields.items()}
+            exists = conn.execute("SELECT 1 FROM resource_policies WHERE name=?", (name,)).fetchone() is not None
+            if create:
+                if exists:
+                    return False
+                cols = ["name", "created_at", *values]
+                conn.execute(
+                    f"INSERT INTO resource_policies({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                    (name, utcnow(), *values.values()),
+                )
+                return True
+            if not exists:
+                return False
+            if values:
+                sets = ", ".join(f"{c}=?" for c in values)
+                conn.execute(f"UPDATE resource_policies SET {sets} WHERE name=?", (*values.values(), name))
+            return True
+
+        return await self._tx(fn)
 
     # -- agents ---------------------------------------------------------------------------------
 
@@ -281,45 +434,87 @@ class Store:
         `kernel_updates` get their columns updated in the same transaction; the kernels'
         status follows the session's unless given.
         """
-        allowed = set(allowed_from) if allowed_from is not None else None
+        return await self._tx(
+            lambda conn: _transition(
+                conn, session_id, target, status_info, status_data, allowed_from, kernel_updates, result
+            )
+        )
 
-        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
-            row = conn.execute("SELECT status FROM sessions WHERE id=?", (session_id,)).fetchone()
-            if row is None:
-                return None
-            current = SessionStatus(row[0])
-            if allowed is not None and current not in allowed:
-                return None
-            if current == target:
-                return None
-            check_transition(current, target)
+    async def apply_round(
+        self,
+        placements: list[tuple[str, dict[str, str]]],
+        cancels: list[tuple[str, str, dict[str, Any]]],
+        pending: list[tuple[str, str, dict[str, Any]]],
+        history: list[dict[str, Any]],
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Apply one scheduling round in ONE transaction.
+
+        placements: (session id, {kernel id: agent id}) → SCHEDULED; cancels: (id, status_info, data)
+        → CANCELLED; pending: (id, status_info, data) recorded on sessions still PENDING; history:
+        rows for `scheduling_history` (merged with the session's last row when nothing changed).
+        Returns the rows that were scheduled and cancelled (sessions no longer PENDING are skipped).
+        """
+
+        def fn(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            scheduled, cancelled = [], []
+            for session_id, agents in placements:
+                updates = {kid: {"agent_id": agent} for kid, agent in agents.items()}
+                row = _transition(
+                    conn, session_id, SessionStatus.SCHEDULED, "scheduled", {}, [SessionStatus.PENDING], updates, None
+                )
+                if row is not None:
+                    scheduled.append(row)
+            for session_id, info, data in cancels:
+                row = _transition(
+                    conn, session_id, SessionStatus.CANCELLED, info, data, [SessionStatus.PENDING], None, None
+                )
+                if row is not None:
+                    cancelled.append(row)
+            conn.executemany(
+                "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status='PENDING'",
+                [(info, json.dumps(data), sid) for sid, info, data in pending],
+            )
             now = utcnow()
-            data = json.dumps(status_data or {})
-            terminated = now if target in (SessionStatus.TERMINATED, SessionStatus.CANCELLED) else None
-            conn.execute(
-                "UPDATE sessions SET status=?, status_info=?, status_data=?, status_changed=?, "
-                "terminated_at=COALESCE(?, terminated_at), result=COALESCE(?, result) WHERE id=?",
-                (target.value, status_info, data, now, terminated, result, session_id),
-            )
-            conn.execute(
-                "INSERT INTO session_transitions VALUES (?, ?, ?, ?, ?)",
-                (session_id, target.value, status_info, data, now),
-            )
-            kernel_ids = [r[0] for r in conn.execute("SELECT id FROM kernels WHERE session_id=?", (session_id,))]
-            for kid in kernel_ids:
-                cols: dict[str, Any] = {
-                    "status": target.value,
-                    "status_info": status_info,
-                    "status_changed": now,
-                }
-                if terminated:
-                    cols["terminated_at"] = terminated
-                cols.update((kernel_updates or {}).get(kid, {}))
-                sets = ", ".join(f"{c}=?" for c in cols)
-                conn.execute(f"UPDATE kernels SET {sets} WHERE id=?", (*cols.values(), kid))
-            return _row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+            for h in history:
+                last = conn.execute(
+                    "SELECT rowid, outcome, status_info, msg, agents FROM scheduling_history "
+                    "WHERE session_id=? ORDER BY rowid DESC LIMIT 1",
+                    (h["session_id"],),
+                ).fetchone()
+                same = last is not None and tuple(last[1:]) == (h["outcome"], h["status_info"], h["msg"], h["agents"])
+                if same:
+                    conn.execute(
+                        "UPDATE scheduling_history SET last_at=?, rounds=rounds+1 WHERE rowid=?", (now, last[0])
+                    )
+                else:
+                    conn.execute(
+                        "INSERT INTO scheduling_history(session_id, first_at, last_at, rounds, outcome, status_info, "
+                        "msg, agents, predicates) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                        (
+                            h["session_id"],
+                            now,
+                            now,
+                            h["outcome"],
+                            h["status_info"],
+                            h["msg"],
+                            h["agents"],
+                            json.dumps(h["predicates"]),
+                        ),
+                    )
+            return scheduled, cancelled
 
         return await self._tx(fn)
+
+    async def scheduling_history(self, session_id: str) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT first_at, last_at, rounds, outcome, status_info, msg, agents, predicates "
+                "FROM scheduling_history WHERE session_id=? ORDER BY rowid",
+                (session_id,),
+            ).fetchall()
+            return [{**dict(r), "predicates": json.loads(r["predicates"])} for r in rows]
+
+        return await self._read(fn)
 
     async def update_kernel(self, kernel_id: str, **cols: Any) -> None:
         if not cols:
@@ -432,3 +627,15 @@ class Store:
                 (info, json.dumps(data), session_id),
             )
         )
+
+    async def add_hook_notes(self, session_id: str, notes: list[str]) -> None:
+        """Remember what went wrong with hooks for a session (shown in its status_data["hooks"])."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT config FROM sessions WHERE id=?", (session_id,)).fetchone()
+            if row is not None:
+                config = json.loads(row[0])
+                config["hook_notes"] = [*config.get("hook_notes", []), *notes]
+                conn.execute("UPDATE sessions SET config=? WHERE id=?", (json.dumps(config), session_id))
+
+        await self._tx(fn)

@@ -92,7 +92,8 @@ class DockerBackend:
         for img in await self.docker.images.list():
             for tag in img.get("RepoTags") or []:
                 if tag != "<none>:<none>":
-                    out.append({"name": tag, "id": img["Id"], "size": img.get("Size", 0)})
+                    labels = img.get("Labels") or {}
+                    out.append({"name": tag, "id": img["Id"], "size": img.get("Size", 0), "labels": labels})
         return sorted(out, key=lambda i: i["name"])
 
     def _container_config(self, spec: KernelSpec, run_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,165 @@
+"""`bai keypair …` and `bai policy …`: who may use the cluster, and how much of it (admins only)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from bai.cli.common import call, show
+
+keypair_app = typer.Typer(help="Keypairs (admins): who may use the cluster.", no_args_is_help=True)
+policy_app = typer.Typer(help="Resource policies (admins): how much a keypair may use.", no_args_is_help=True)
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+@keypair_app.command("create")
+def keypair_create(
+    user: Annotated[str, typer.Option("--user", help="Who the keypair is for.")] = "user",
+    admin: Annotated[bool, typer.Option("--admin", help="Give it admin rights.")] = False,
+    policy: Annotated[str, typer.Option("--policy", help="Resource policy name.")] = "default",
+    as_json: AsJson = False,
+) -> None:
+    """Create a keypair and print its secret (shown only this once)."""
+    created = call(lambda c: c.create_keypair(user, admin, policy))
+    if as_json:
+        show(created, True, lambda x: x)
+        return
+    print(f"access key  {created['accessKey']}")
+    print(f"secret key  {created['secretKey']}")
+    print(f"policy      {created['resourcePolicy']}" + ("  (admin)" if created["isAdmin"] else ""))
+    print("use it with: export BACKEND_ACCESS_KEY=… BACKEND_SECRET_KEY=… (and BACKEND_ENDPOINT)")
+
+
+@keypair_app.command("ls")
+def keypair_ls(as_json: AsJson = False) -> None:
+    """List keypairs (without their secrets)."""
+    from bai.cli.output import keypairs_table
+
+    show(call(lambda c: c.keypairs()), as_json, keypairs_table)
+
+
+@keypair_app.command("set-policy")
+def keypair_set_policy(access_key: str, policy: str) -> None:
+    """Put a keypair under another resource policy."""
+    updated = call(lambda c: c.update_keypair(access_key, resource_policy=policy))
+    print(f"keypair {updated['accessKey']} now uses policy {updated['resourcePolicy']}")
+
+
+@keypair_app.command("deactivate")
+def keypair_deactivate(access_key: str) -> None:
+    """Stop a keypair from signing requests (its sessions keep their records)."""
+    call(lambda c: c.update_keypair(access_key, is_active=False))
+    print(f"keypair {access_key} is deactivated")
+
+
+@keypair_app.command("activate")
+def keypair_activate(access_key: str) -> None:
+    """Let a deactivated keypair sign requests again."""
+    call(lambda c: c.update_keypair(access_key, is_active=True))
+    print(f"keypair {access_key} is active")
+
+
+def _policy_fields(
+    max_sessions: int | None,
+    slots: list[str] | None,
+    unspecified: str | None,
+    idle_timeout: str | None,
+    max_lifetime: str | None,
+) -> dict[str, Any]:
+    from bai.common.durations import parse_duration
+
+    fields: dict[str, Any] = {}
+    if max_sessions is not None:
+        if max_sessions < 0:
+            raise typer.BadParameter("--max-sessions must be >= 0 (0 = unlimited)")
+        fields["max_concurrent_sessions"] = max_sessions
+    if slots:
+        from bai.common.slots import SlotError, parse_slots
+
+        total: dict[str, str] = {}
+        for item in slots:
+            for pair in item.split(","):
+                key, sep, value = pair.partition("=")
+                if not sep or not key.strip():
+                    raise typer.BadParameter(f"--slots wants SLOT=AMOUNT, got {pair!r}")
+                total[key.strip()] = value.strip()
+        try:
+            parse_slots(total)
+        except SlotError as e:
+            raise typer.BadParameter(str(e)) from None
+        fields["total_resource_slots"] = total
+    if unspecified is not None:
+        if unspecified.upper() not in ("LIMITED", "UNLIMITED"):
+            raise typer.BadParameter("--unspecified wants limited or unlimited")
+        fields["default_for_unspecified"] = unspecified.upper()
+    for key, value, flag in (
+        ("idle_timeout", idle_timeout, "--idle-timeout"),
+        ("max_session_lifetime", max_lifetime, "--max-lifetime"),
+    ):
+        if value is not None:
+            try:
+                fields[key] = parse_duration(value)
+            except ValueError as e:
+                raise typer.BadParameter(str(e), param_hint=flag) from None
+    return fields
+
+
+MaxSessions = Annotated[int | None, typer.Option("--max-sessions", help="Concurrent sessions per keypair (0 = any).")]
+SlotsOpt = Annotated[
+    list[str] | None, typer.Option("--slots", help="Total slots per keypair, e.g. cpu=4,mem=8g (repeatable).")
+]
+Unspecified = Annotated[
+    str | None, typer.Option("--unspecified", help="Slots not in --slots: unlimited (default) or limited (none).")
+]
+IdleTimeout = Annotated[
+    str | None, typer.Option("--idle-timeout", help="End interactive sessions idle this long (e.g. 30m; 0 = never).")
+]
+MaxLifetime = Annotated[str | None, typer.Option("--max-lifetime", help="End sessions older than this (e.g. 8h).")]
+
+
+@policy_app.command("create")
+def policy_create(
+    name: str,
+    max_sessions: MaxSessions = None,
+    slots: SlotsOpt = None,
+    unspecified: Unspecified = None,
+    idle_timeout: IdleTimeout = None,
+    max_lifetime: MaxLifetime = None,
+    as_json: AsJson = False,
+) -> None:
+    """Create a resource policy."""
+    from bai.cli.output import policies_table
+
+    fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime)
+    created = call(lambda c: c.create_policy(name, **fields))
+    show([created], as_json, policies_table)
+
+
+@policy_app.command("update")
+def policy_update(
+    name: str,
+    max_sessions: MaxSessions = None,
+    slots: SlotsOpt = None,
+    unspecified: Unspecified = None,
+    idle_timeout: IdleTimeout = None,
+    max_lifetime: MaxLifetime = None,
+    as_json: AsJson = False,
+) -> None:
+    """Change a resource policy (only the options given)."""
+    from bai.cli.output import policies_table
+
+    fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime)
+    if not fields:
+        raise typer.BadParameter("give at least one option to change")
+    updated = call(lambda c: c.update_policy(name, **fields))
+    show([updated], as_json, policies_table)
+
+
+@policy_app.command("ls")
+def policy_ls(as_json: AsJson = False) -> None:
+    """List resource policies."""
+    from bai.cli.output import policies_table
+
+    show(call(lambda c: c.policies()), as_json, policies_table)

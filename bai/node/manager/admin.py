@@ -1,0 +1,179 @@
+"""Admin API: keypairs and resource policies (admins only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from bai.common import slots as slotlib
+from bai.common.auth import Keypair
+from bai.common.problems import Problem, invalid
+from bai.node.manager.http import SETTINGS, read_json, registry_of
+from bai.node.manager.store import POLICY_FIELDS, Store
+
+
+def require_admin(request: web.Request) -> None:
+    if not request["is_admin"]:
+        raise Problem("insufficient-privilege", "Insufficient privilege.", "only admin keypairs may do this")
+
+
+def store_of(request: web.Request) -> Store:
+    return registry_of(request).store
+
+
+async def refresh_keypairs(request: web.Request) -> None:
+    """The authentication middleware reads this cache; refresh it after every keypair change."""
+    request.app[SETTINGS]["keypairs"] = await store_of(request).keypairs()
+
+
+def keypair_json(row: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
+    out = {
+        "accessKey": row["access_key"],
+        "userId": row["user_id"],
+        "isAdmin": bool(row["is_admin"]),
+        "isActive": bool(row["is_active"]),
+        "resourcePolicy": row["resource_policy"],
+        "createdAt": row["created_at"],
+    }
+    if with_secret:
+        out["secretKey"] = row["secret_key"]
+    return out
+
+
+def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
+    """Validate resource-policy fields; with `partial`, only the fields given."""
+    if not isinstance(body, dict):
+        raise invalid("the request body must be a JSON object")
+    unknown = set(body) - set(POLICY_FIELDS) - {"name"}
+    if unknown:
+        raise invalid(f"unknown policy fields: {', '.join(sorted(unknown))}")
+    out: dict[str, Any] = {}
+    if "max_concurrent_sessions" in body:
+        value = body["max_concurrent_sessions"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise invalid("max_concurrent_sessions must be a whole number >= 0 (0 = unlimited)")
+        out["max_concurrent_sessions"] = value
+    if "total_resource_slots" in body:
+        raw = body["total_resource_slots"]
+        if not isinstance(raw, dict):
+            raise invalid("total_resource_slots must be an object of slot amounts")
+        try:
+            out["total_resource_slots"] = slotlib.to_wire(slotlib.parse_slots(raw))
+        except slotlib.SlotError as e:
+            raise invalid(str(e)) from None
+    if "default_for_unspecified" in body:
+        value = str(body["default_for_unspecified"]).upper()
+        if value not in ("LIMITED", "UNLIMITED"):
+            raise invalid("default_for_unspecified must be LIMITED or UNLIMITED")
+        out["default_for_unspecified"] = value
+    for key in ("idle_timeout", "max_session_lifetime"):
+        if key in body:
+            value = body[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                raise invalid(f"{key} must be a number of seconds >= 0 (0 = none)")
+            out[key] = float(value)
+    if not partial and not out and "name" not in body:
+        raise invalid("nothing to set")
+    return out
+
+
+def policy_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {"name": row["name"], **{k: row[k] for k in POLICY_FIELDS}}
+
+
+async def list_keypairs(request: web.Request) -> web.Response:
+    require_admin(request)
+    rows = await store_of(request).keypairs(active_only=False)
+    return web.json_response({"items": [keypair_json(r) for r in rows.values()]})
+
+
+async def create_keypair(request: web.Request) -> web.Response:
+    require_admin(request)
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise invalid("the request body must be a JSON object")
+    user_id = body.get("user_id") or "user"
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise invalid("user_id must be a non-empty string")
+    fresh = Keypair.generate()
+    row = {
+        "access_key": fresh.access_key,
+        "secret_key": fresh.secret_key,
+        "user_id": user_id.strip(),
+        "is_admin": bool(body.get("is_admin", False)),
+        "resource_policy": body.get("resource_policy") or "default",
+        "is_active": 1,
+        "created_at": "",
+    }
+    try:
+        await store_of(request).create_keypair(row)
+    except KeyError as e:
+        raise invalid(e.args[0]) from None
+    await refresh_keypairs(request)
+    created = (await store_of(request).keypairs())[fresh.access_key]
+    return web.json_response(keypair_json(created, with_secret=True), status=201)
+
+
+async def update_keypair(request: web.Request) -> web.Response:
+    require_admin(request)
+    access_key = request.match_info["access_key"]
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise invalid("the request body must be a JSON object")
+    cols: dict[str, Any] = {}
+    if "resource_policy" in body:
+        cols["resource_policy"] = str(body["resource_policy"])
+    if "is_active" in body:
+        if access_key == request["access_key"] and not body["is_active"]:
+            raise invalid("you cannot deactivate the keypair you are using")
+        cols["is_active"] = int(bool(body["is_active"]))
+    if not cols:
+        raise invalid("give resource_policy and/or is_active")
+    try:
+        found = await store_of(request).update_keypair(access_key, **cols)
+    except KeyError as e:
+        raise invalid(e.args[0]) from None
+    if not found:
+        raise Problem("object-not-found", "No such keypair.", f"keypair {access_key} does not exist")
+    await refresh_keypairs(request)
+    rows = await store_of(request).keypairs(active_only=False)
+    return web.json_response(keypair_json(rows[access_key]))
+
+
+async def list_policies(request: web.Request) -> web.Response:
+    require_admin(request)
+    rows = await store_of(request).policies()
+    return web.json_response({"items": [policy_json(r) for r in rows.values()]})
+
+
+async def create_policy(request: web.Request) -> web.Response:
+    require_admin(request)
+    body = await read_json(request)
+    name = body.get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name.strip():
+        raise invalid("a policy needs a name")
+    fields = parse_policy(body, partial=False)
+    if not await store_of(request).save_policy(name, fields, create=True):
+        raise Problem("generic-bad-request", "Bad request.", f"policy {name!r} already exists")
+    return web.json_response(policy_json((await store_of(request).policies())[name]), status=201)
+
+
+async def update_policy(request: web.Request) -> web.Response:
+    require_admin(request)
+    name = request.match_info["name"]
+    body = await read_json(request)
+    fields = parse_policy(body, partial=True)
+    if not await store_of(request).save_policy(name, fields, create=False):
+        raise Problem("object-not-found", "No such resource policy.", f"policy {name!r} does not exist")
+    return web.json_response(policy_json((await store_of(request).policies())[name]))
+
+
+def add_admin_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/admin/keypairs", list_keypairs)
+    r.add_post("/admin/keypairs", create_keypair)
+    r.add_patch("/admin/keypairs/{access_key}", update_keypair)
+    r.add_get("/admin/policies", list_policies)
+    r.add_post("/admin/policies", create_policy)
+    r.add_patch("/admin/policies/{name}", update_policy)

@@ -1,0 +1,227 @@
+"""What the scheduling core reads (a `Snapshot`) and what it decides (`Decisions`).
+
+Everything here is plain data: the caller builds a snapshot from its store, calls
+`bai.node.scheduler.core.schedule(snapshot)`, and applies the decisions. Amounts are exact
+`Decimal`s as in `bai.common.slots` (cpu in cores, anything named "*mem*" in bytes).
+
+Datetimes must be timezone-aware (they are compared with each other and with `Snapshot.now`).
+
+Building one from the store (what each field means):
+* `PendingSession`: a PENDING session row; `kernels` = its kernel rows in cluster_idx order as
+  `KernelRequest(kernel id, from_wire(occupied_slots), cluster_role)`; `retries` = its
+  status_data.scheduler.retries (0 when absent). Fields after `kernels` are keyword-only.
+* `AgentState`: every agent of interest; `schedulable=False` (or leave it out) unless it is
+  ALIVE and connected. `capacity` = its available slots, `occupied` = the sum over its kernels
+  in an occupying status (spec §3.1).
+* `KeypairState`, keyed by access key, for the keypairs of the pending sessions (a missing one
+  means no limits): `concurrent_sessions` = its sessions already SCHEDULED or further and not
+  yet TERMINATED/CANCELLED; `occupied` = their requested slots, TERMINATING ones excluded.
+* `DependencyState`, keyed by session id, for every id in any `depends_on` (a missing one
+  cancels the dependent session).
+* `ScalingGroup`, keyed by name; a session's group that is missing gets the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from bai.common.slots import Slots
+from bai.common.status import StatusInfo
+
+__all__ = [
+    "AgentState",
+    "Cancel",
+    "Decisions",
+    "DependencyState",
+    "KernelRequest",
+    "KeypairState",
+    "Pending",
+    "PendingSession",
+    "Placement",
+    "PredicateResult",
+    "ResourcePolicy",
+    "ScalingGroup",
+    "Slots",
+    "Snapshot",
+]
+
+INTERACTIVE = "interactive"
+BATCH = "batch"
+SINGLE_NODE = "single-node"
+MULTI_NODE = "multi-node"
+
+FIFO = "fifo"
+LIFO = "lifo"
+DRF = "drf"
+POLICIES = (FIFO, LIFO, DRF)
+
+DISPERSED = "dispersed"
+CONCENTRATED = "concentrated"
+SELECTIONS = (DISPERSED, CONCENTRATED)
+
+# Backend.AI's default `agent-selection-resource-priority` (spec §8.3).
+DEFAULT_RESOURCE_PRIORITY: tuple[str, ...] = ("cuda", "rocm", "tpu", "cpu", "mem")
+
+# Predicate names, in the order they are checked (spec §8.2 plus the two enqueue-time checks).
+RESERVED_TIME = "reserved_time"
+DEPENDENCIES = "dependencies"
+ALLOWED_SESSION_TYPES = "allowed_session_types"
+IMAGE_MIN_RESOURCES = "image_min_resources"
+CONCURRENCY = "concurrency"
+KEYPAIR_RESOURCE_LIMIT = "keypair_resource_limit"
+PREDICATES: tuple[str, ...] = (
+    RESERVED_TIME,
+    DEPENDENCIES,
+    ALLOWED_SESSION_TYPES,
+    IMAGE_MIN_RESOURCES,
+    CONCURRENCY,
+    KEYPAIR_RESOURCE_LIMIT,
+)
+
+# A session cancelled because something it depends on ended without success. Not a Backend.AI
+# string: Backend.AI leaves such a session pending forever; we cancel it.
+DEPENDENCY_FAILED = "dependency-failed"
+
+# Session statuses after which a dependency can no longer succeed (unless it already has).
+DEAD_DEPENDENCY_STATUSES = frozenset({"TERMINATED", "CANCELLED", "ERROR"})
+
+
+# ----------------------------------------------------------------------------------------------
+# Input
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRequest:
+    kernel_id: str
+    slots: Mapping[str, Decimal]  # normalised per-kernel request (spec §4)
+    cluster_role: str = "main"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSession:
+    id: str
+    name: str
+    access_key: str
+    session_type: str  # "interactive" | "batch"
+    scaling_group: str
+    kernels: tuple[KernelRequest, ...]
+    _: KW_ONLY
+    created_at: datetime  # tz-aware; queue order is (created_at, id)
+    cluster_mode: str = SINGLE_NODE  # single-node: every kernel on ONE agent; multi-node: per kernel
+    starts_at: datetime | None = None  # reserved start time
+    depends_on: tuple[str, ...] = ()  # session ids
+    image: str = ""
+    image_min: Mapping[str, Decimal] = field(default_factory=dict)  # per kernel, from image labels
+    retries: int = 0  # rounds this session has already been considered in
+
+
+@dataclass(slots=True)
+class AgentState:
+    id: str
+    scaling_group: str
+    capacity: Slots  # available_slots
+    occupied: Slots  # sum over kernels in an occupying status
+    schedulable: bool = True  # ALIVE, connected and schedulable
+
+
+@dataclass(frozen=True, slots=True)
+class ResourcePolicy:
+    name: str = "default"
+    max_concurrent_sessions: int = 0  # 0 = unlimited
+    total_resource_slots: Mapping[str, Decimal] = field(default_factory=dict)  # per keypair
+    default_for_unspecified: str = "UNLIMITED"  # slots missing above: "UNLIMITED" or "LIMITED" (= 0)
+
+
+@dataclass(frozen=True, slots=True)
+class KeypairState:
+    access_key: str
+    policy: ResourcePolicy
+    concurrent_sessions: int = 0
+    occupied: Mapping[str, Decimal] = field(default_factory=dict)  # over sessions occupying quota
+
+
+@dataclass(frozen=True, slots=True)
+class DependencyState:
+    session_id: str
+    name: str
+    status: str  # e.g. "RUNNING", "TERMINATED", "CANCELLED", "ERROR"
+    result: str  # "UNDEFINED" | "SUCCESS" | "FAILURE"
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingGroup:
+    name: str
+    policy: str = FIFO  # fifo | lifo | drf
+    agent_selection: str = DISPERSED  # dispersed | concentrated
+    allowed_session_types: frozenset[str] = frozenset({INTERACTIVE, BATCH})
+    resource_priority: tuple[str, ...] = DEFAULT_RESOURCE_PRIORITY
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: datetime
+    pending: Sequence[PendingSession]
+    agents: Sequence[AgentState]
+    keypairs: Mapping[str, KeypairState] = field(default_factory=dict)  # a missing key: no limits
+    dependencies: Mapping[str, DependencyState] = field(default_factory=dict)  # by session id
+    scaling_groups: Mapping[str, ScalingGroup] = field(default_factory=dict)  # missing: defaults
+
+
+# ----------------------------------------------------------------------------------------------
+# Output
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    session_id: str
+    agents: Mapping[str, str]  # kernel_id -> agent_id, every kernel of the session
+
+    @property
+    def agent_ids(self) -> tuple[str, ...]:
+        """The distinct agents used, in kernel order."""
+        return tuple(dict.fromkeys(self.agents.values()))
+
+
+@dataclass(frozen=True, slots=True)
+class PredicateResult:
+    name: str
+    passed: bool
+    msg: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    session_id: str
+    status_info: str  # predicate-checks-failed | no-available-instances
+    msg: str
+    predicates: tuple[PredicateResult, ...]  # every predicate, in check order
+    position: int  # 1-based, among the sessions left pending in the scaling group, policy order
+    retries: int = 1  # the session's retries + 1
+
+    def status_data(self, last_try: datetime) -> dict[str, Any]:
+        """Backend.AI's status_data for this pending reason (spec §3.3)."""
+        data: dict[str, Any] = {"retries": self.retries, "last_try": last_try.isoformat()}
+        if self.status_info == StatusInfo.PREDICATE_CHECKS_FAILED:
+            data["failed_predicates"] = [{"name": p.name, "msg": p.msg} for p in self.predicates if not p.passed]
+            data["passed_predicates"] = [{"name": p.name} for p in self.predicates if p.passed]
+        else:
+            data["msg"] = self.msg
+        return {"scheduler": data}
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    session_id: str
+    status_info: str  # dependency-failed
+    msg: str
+
+
+@dataclass(slots=True)
+class Decisions:
+    placements: list[Placement] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    cancels: list[Cancel] = field(default_factory=list)

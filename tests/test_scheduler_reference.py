@@ -1,0 +1,302 @@
+"""The fast scheduling core against a slow, obviously-correct reference, on random snapshots.
+
+The reference follows the rules literally: Decimal arithmetic, every agent scanned and sorted by
+the full preference key, DRF shares recomputed as exact fractions at every pick. Outcomes must
+match exactly: placements (order and kernel -> agent), pending (status_info, position), cancels.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from bai.common.status import StatusInfo
+from bai.node.scheduler.core import schedule
+from bai.node.scheduler.snapshot import (
+    DEFAULT_RESOURCE_PRIORITY,
+    AgentState,
+    DependencyState,
+    KernelRequest,
+    KeypairState,
+    PendingSession,
+    ResourcePolicy,
+    ScalingGroup,
+    Snapshot,
+)
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+GiB = 1024**3
+MiB = 1024**2
+ZERO = Decimal(0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Random snapshots
+
+
+def random_snapshot(seed: int, policy: str, selection: str, n_sessions: int = 160, n_agents: int = 30) -> Snapshot:
+    rnd = random.Random(seed)
+
+    def amount(low: int, high: int, step: str) -> Decimal:
+        return Decimal(rnd.randint(low, high)) * Decimal(step)
+
+    groups = {
+        "g1": ScalingGroup("g1", policy=policy, agent_selection=selection),
+        "g2": ScalingGroup("g2", policy=policy, agent_selection=selection, allowed_session_types=frozenset({"batch"})),
+    }
+    agents = []
+    for n in range(n_agents):
+        capacity = {"cpu": amount(1, 32, "0.5"), "mem": amount(1, 64, "0.5") * GiB}
+        if rnd.random() < 0.3:
+            capacity["cuda.shares"] = amount(1, 40, "0.1")
+        if rnd.random() < 0.1:
+            capacity["cuda.device"] = Decimal(rnd.randint(1, 2))
+        busy = Decimal(rnd.randint(0, 8)) / 10
+        occupied = {k: (v * busy).quantize(Decimal("0.1")) for k, v in capacity.items() if rnd.random() < 0.7}
+        if "mem" in occupied:
+            occupied["mem"] = occupied["mem"].to_integral_value()
+        group = "g1" if n % 3 else "g2"
+        agents.append(AgentState(f"agent-{rnd.randint(0, 99):02d}-{n}", group, capacity, occupied, rnd.random() > 0.1))
+    keys = [f"AK{n}" for n in range(6)]
+    keypairs = {}
+    for n, key in enumerate(keys):
+        if n == 5:
+            continue  # a keypair the snapshot does not know: no limits
+        limits: dict[str, Decimal] = {}
+        if n in (1, 2):
+            limits = {"cpu": amount(10, 40, "1"), "mem": amount(20, 80, "1") * GiB}
+        if n == 3:
+            limits = {"cuda.shares": Decimal(2)}
+        policy_ = ResourcePolicy(
+            f"p{n}",
+            max_concurrent_sessions=rnd.choice([0, 0, 5, 12]),
+            total_resource_slots=limits,
+            default_for_unspecified="LIMITED" if n == 2 else "UNLIMITED",
+        )
+        used = {"cpu": amount(0, 8, "0.5"), "mem": amount(0, 8, "1") * GiB}
+        keypairs[key] = KeypairState(key, policy_, rnd.randint(0, 4), used)
+    deps = {}
+    for n, (status, result) in enumerate(
+        [("RUNNING", "UNDEFINED"), ("TERMINATED", "SUCCESS"), ("TERMINATED", "FAILURE"), ("PENDING", "UNDEFINED")]
+    ):
+        deps[f"dep{n}"] = DependencyState(f"dep{n}", f"d{n}", status, result)
+    pending = []
+    for n in range(n_sessions):
+        kernels = []
+        count = rnd.choice([1, 1, 1, 2, 3])
+        for k in range(count):
+            request = {"cpu": amount(1, 16, "0.25"), "mem": amount(1, 24, "256") * MiB}
+            if rnd.random() < 0.05:
+                del request["mem"]
+            if rnd.random() < 0.2:
+                request["cuda.shares"] = amount(1, 15, "0.1")
+            if rnd.random() < 0.03:
+                request["cuda.device"] = Decimal(1)
+            if rnd.random() < 0.02:
+                request["tpu.device"] = Decimal(1)
+            kernels.append(KernelRequest(f"s{n}-k{k}", request))
+        depends_on: tuple[str, ...] = ()
+        if rnd.random() < 0.1:
+            depends_on = (rnd.choice([*deps, "ghost"]),)
+        pending.append(
+            PendingSession(
+                f"s{n:03d}",
+                f"name{n}",
+                rnd.choice(keys),
+                rnd.choice(["interactive", "batch"]),
+                rnd.choice(["g1", "g1", "g2", "g3"]),
+                tuple(kernels),
+                created_at=NOW - timedelta(seconds=rnd.randint(0, 500)),  # ties happen: id decides
+                cluster_mode=rnd.choice(["single-node", "multi-node"]),
+                starts_at=NOW + timedelta(seconds=rnd.randint(-60, 60)) if rnd.random() < 0.1 else None,
+                depends_on=depends_on,
+                image="img",
+                image_min={"cpu": Decimal("0.5")} if rnd.random() < 0.5 else {},
+            )
+        )
+    return Snapshot(NOW, pending, agents, keypairs, deps, groups)
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference
+
+
+def prio(name: str) -> tuple[int, str]:
+    device = name.split(".")[0]
+    order = list(DEFAULT_RESOURCE_PRIORITY)
+    return (order.index(device) if device in order else len(order)), name
+
+
+def total_of(session: PendingSession) -> dict[str, Decimal]:
+    out: dict[str, Decimal] = {}
+    for kernel in session.kernels:
+        for k, v in kernel.slots.items():
+            out[k] = out.get(k, ZERO) + v
+    return out
+
+
+def reference(snapshot: Snapshot) -> tuple[list, list, list]:
+    free = {
+        a.id: {k: a.capacity.get(k, ZERO) - a.occupied.get(k, ZERO) for k in a.capacity.keys() | a.occupied.keys()}
+        for a in snapshot.agents
+        if a.schedulable
+    }
+    kinds = {a.id: {k for k, v in a.capacity.items() if v > 0} for a in snapshot.agents}
+    concurrent = {k: s.concurrent_sessions for k, s in snapshot.keypairs.items()}
+    used = {k: dict(s.occupied) for k, s in snapshot.keypairs.items()}
+    placements: list = []
+    pending: list = []
+    cancels: list = []
+
+    def best(group_agents: list[AgentState], request: Mapping[str, Decimal], dispersed: bool) -> str | None:
+        shape = sorted((k for k, v in request.items() if v > 0), key=prio)
+        fits = [a.id for a in group_agents if all(free[a.id].get(k, ZERO) >= request[k] for k in shape)]
+        if not fits:
+            return None
+        sign = -1 if dispersed else 1
+        return min(
+            fits,
+            key=lambda a: (len(kinds[a] - set(shape)), [sign * free[a].get(k, ZERO) for k in shape], a),
+        )
+
+    def consider(session: PendingSession, group: ScalingGroup, group_agents: list[AgentState]) -> str:
+        waiting = False
+        for dep in session.depends_on:
+            state = snapshot.dependencies.get(dep)
+            if state is None or (state.result != "SUCCESS" and state.status in ("TERMINATED", "CANCELLED", "ERROR")):
+                cancels.append(session.id)
+                return "cancel"
+            if state.result != "SUCCESS":
+                waiting = True
+        key = session.access_key
+        policy = snapshot.keypairs[key].policy if key in snapshot.keypairs else ResourcePolicy()
+        total = total_of(session)
+        failed = waiting or (session.starts_at is not None and session.starts_at > snapshot.now)
+        failed |= session.session_type not in group.allowed_session_types
+        failed |= any(k.slots.get(s, ZERO) < m for k in session.kernels for s, m in session.image_min.items())
+        failed |= 0 < policy.max_concurrent_sessions <= concurrent.get(key, 0)
+        for slot, amount in total.items():
+            if amount <= 0:
+                continue
+            limit = policy.total_resource_slots.get(
+                slot, ZERO if policy.default_for_unspecified == "LIMITED" else Decimal("Infinity")
+            )
+            failed |= used.get(key, {}).get(slot, ZERO) + amount > limit
+        if failed:
+            return StatusInfo.PREDICATE_CHECKS_FAILED
+        dispersed = group.agent_selection == "dispersed"
+        mapping = {}
+        if session.cluster_mode == "multi-node":
+            taken = []
+            for kernel in session.kernels:
+                chosen = best(group_agents, kernel.slots, dispersed)
+                if chosen is None:
+                    for agent_id, request in taken:
+                        for k, v in request.items():
+                            free[agent_id][k] += v
+                    return StatusInfo.NO_AVAILABLE_INSTANCES
+                for k, v in kernel.slots.items():
+                    free[chosen][k] = free[chosen].get(k, ZERO) - v
+                taken.append((chosen, kernel.slots))
+                mapping[kernel.kernel_id] = chosen
+        else:
+            chosen = best(group_agents, total, dispersed)
+            if chosen is None:
+                return StatusInfo.NO_AVAILABLE_INSTANCES
+            for k, v in total.items():
+                free[chosen][k] = free[chosen].get(k, ZERO) - v
+            mapping = {kernel.kernel_id: chosen for kernel in session.kernels}
+        concurrent[key] = concurrent.get(key, 0) + 1
+        mine = used.setdefault(key, {})
+        for k, v in total.items():
+            if v > 0:
+                mine[k] = mine.get(k, ZERO) + v
+        placements.append((session.id, mapping))
+        return "placed"
+
+    for name in sorted({s.scaling_group for s in snapshot.pending}):
+        group = snapshot.scaling_groups.get(name, ScalingGroup(name))
+        group_agents = [a for a in snapshot.agents if a.schedulable and a.scaling_group == name]
+        sessions = sorted((s for s in snapshot.pending if s.scaling_group == name), key=lambda s: (s.created_at, s.id))
+        left = []
+        if group.policy in ("fifo", "lifo"):
+            for session in sessions if group.policy == "fifo" else reversed(sessions):
+                outcome = consider(session, group, group_agents)
+                if outcome not in ("placed", "cancel"):
+                    left.append((session.id, outcome))
+        else:
+            capacity: dict[str, Decimal] = {}
+            for a in group_agents:
+                for k, v in a.capacity.items():
+                    capacity[k] = capacity.get(k, ZERO) + v
+
+            def share(key: str, capacity: dict[str, Decimal] = capacity) -> Fraction:
+                return max(
+                    (
+                        Fraction(v) / Fraction(capacity[k])
+                        for k, v in used.get(key, {}).items()
+                        if capacity.get(k, 0) > 0
+                    ),
+                    default=Fraction(0),
+                )
+
+            while sessions:
+                oldest: dict[str, PendingSession] = {}
+                for s in sessions:
+                    oldest.setdefault(s.access_key, s)
+                key = min(oldest, key=lambda k: (share(k), oldest[k].created_at, oldest[k].id))
+                session = oldest[key]
+                sessions.remove(session)
+                outcome = consider(session, group, group_agents)
+                if outcome not in ("placed", "cancel"):
+                    left.append((session.id, outcome))
+        pending.extend((sid, info, n) for n, (sid, info) in enumerate(left, 1))
+    return placements, pending, cancels
+
+
+@pytest.mark.parametrize("policy", ["fifo", "lifo", "drf"])
+@pytest.mark.parametrize("selection", ["dispersed", "concentrated"])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_matches_the_reference(policy: str, selection: str, seed: int) -> None:
+    snapshot = random_snapshot(seed, policy, selection)
+    decisions = schedule(snapshot)
+    placements, pending, cancels = reference(snapshot)
+    assert [(p.session_id, dict(p.agents)) for p in decisions.placements] == placements
+    assert [(p.session_id, p.status_info, p.position) for p in decisions.pending] == pending
+    assert [c.session_id for c in decisions.cancels] == cancels
+    # the random snapshot exercises every outcome
+    assert placements and cancels
+    assert {info for _, info, _ in pending} == {StatusInfo.PREDICATE_CHECKS_FAILED, StatusInfo.NO_AVAILABLE_INSTANCES}
+
+
+def test_every_session_appears_exactly_once_and_agents_are_not_overcommitted() -> None:
+    snapshot = random_snapshot(20261129, "fifo", "dispersed", n_sessions=600, n_agents=60)
+    decisions = schedule(snapshot)
+    seen = [p.session_id for p in decisions.placements]
+    seen += [p.session_id for p in decisions.pending]
+    seen += [c.session_id for c in decisions.cancels]
+    assert sorted(seen) == sorted(s.id for s in snapshot.pending)
+    by_id = {s.id: s for s in snapshot.pending}
+    agents = {a.id: a for a in snapshot.agents}
+    load: dict[str, dict[str, Decimal]] = {}
+    for placement in decisions.placements:
+        session = by_id[placement.session_id]
+        assert set(placement.agents) == {k.kernel_id for k in session.kernels}
+        for kernel in session.kernels:
+            agent = agents[placement.agents[kernel.kernel_id]]
+            assert agent.schedulable and agent.scaling_group == session.scaling_group
+            mine = load.setdefault(agent.id, dict(agent.occupied))
+            for k, v in kernel.slots.items():
+                mine[k] = mine.get(k, ZERO) + v
+                if v > 0:
+                    assert mine[k] <= agent.capacity.get(k, ZERO), (agent.id, k)
+    # positions are 1..n per scaling group
+    positions: dict[str, list[int]] = {}
+    for item in decisions.pending:
+        positions.setdefault(by_id[item.session_id].scaling_group, []).append(item.position)
+    assert all(p == list(range(1, len(p) + 1)) for p in positions.values())

@@ -1,0 +1,214 @@
+"""The scheduler on a running node with small slots: order, reasons, policies, time limits, hooks, keypairs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.nodeproc import Node
+
+HOOK = '''
+import time
+
+def before_enqueue(session):
+    if session["name"].startswith("reject"):
+        return "no sessions named reject-* on this cluster"
+    if session["name"].startswith("slowhook"):
+        time.sleep(5)
+
+def after_start(session):
+    if session["name"].startswith("slowhook"):
+        time.sleep(5)
+'''
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Node:
+    """A local node whose agent offers 2 cpu, with a one-minute tick so only events drive scheduling."""
+    base = tmp_path_factory.mktemp("small")
+    (base / "hookmod").mkdir()
+    (base / "hookmod" / "bai_test_hook.py").write_text(HOOK)
+    node = Node(
+        base,
+        "local",
+        extra_config='[manager]\ntick = 60.0\nhooks = ["bai_test_hook"]\nhook_timeout = 0.5\n',
+        agent_config='cpu = "2"\nmem = "8g"\n',
+    )
+    node.env["PYTHONPATH"] = str(base / "hookmod")
+    node.start()
+    yield node
+    node.stop()
+
+
+def wait_for(node: Node, ref: str, check, timeout: float = 20, as_keypair=None) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        info = node.json("session", "info", ref, as_keypair=as_keypair)
+        if check(info) or time.monotonic() > deadline:
+            return info
+        time.sleep(0.1)
+
+
+def test_a_full_agent_queues_in_order_and_the_next_starts_when_one_ends(small: Node) -> None:
+    names = ["q-one", "q-two", "q-three", "q-four"]
+    for name in names:
+        small.cli("session", "create", "python", "--name", name, "--cpu", "1", "--no-wait", check=True)
+    try:
+        for name in names[:2]:
+            assert wait_for(small, name, lambda i: i["status"] == "RUNNING")["status"] == "RUNNING"
+        third = wait_for(small, "q-three", lambda i: i["statusInfo"] == "no-available-instances")
+        fourth = small.json("session", "info", "q-four")
+        assert third["status"] == fourth["status"] == "PENDING"
+        assert (third["queuePosition"], fourth["queuePosition"]) == (1, 2)
+        assert "cpu" in third["statusData"]["scheduler"]["msg"]
+        listing = small.cli("session", "ls", check=True).stdout
+        assert "no-available-instances" in listing
+        # the tick is a minute: q-three starts because q-one ended, not because time passed
+        ended = time.monotonic()
+        small.cli("session", "destroy", "q-one", check=True)
+        assert wait_for(small, "q-three", lambda i: i["status"] == "RUNNING", timeout=10)["status"] == "RUNNING"
+        assert time.monotonic() - ended < 10
+        assert small.json("session", "info", "q-four")["status"] == "PENDING"
+        explained = small.cli("session", "explain", "q-three", check=True).stdout
+        assert "no-available-instances" in explained and "placed on" in explained
+    finally:
+        for name in names[1:]:
+            small.cli("session", "destroy", name)
+
+
+def test_batch_session_runs_to_completion_and_keeps_its_exit_code(small: Node) -> None:
+    result = small.cli(
+        "session", "create", "python", "--name", "batch-fail", "--type", "batch",
+        "--startup-command", "echo from batch; exit 3", "--wait",
+    )
+    assert result.returncode == 3, result.stderr
+    info = small.json("session", "info", "batch-fail")
+    assert info["status"] == "TERMINATED"
+    assert info["statusInfo"] == "task-failed"
+    assert info["result"] == "FAILURE"
+    assert info["exitCode"] == 3
+    assert "from batch" in small.cli("session", "logs", "batch-fail", check=True).stdout
+    ok = small.cli("session", "create", "python", "--name", "batch-ok", "--type", "batch", "--startup-command", "true",
+                   "--wait")
+    assert ok.returncode == 0
+    assert small.json("session", "info", "batch-ok")["result"] == "SUCCESS"
+
+
+def test_dependencies_wait_for_success_and_cancel_on_failure(small: Node) -> None:
+    small.cli("session", "create", "python", "--name", "dep-first", "--type", "batch",
+              "--startup-command", "sleep 1.5", "--no-wait", check=True)
+    small.cli("session", "create", "python", "--name", "dep-second", "--type", "batch",
+              "--startup-command", "echo second", "--depends", "dep-first", check=True)
+    waiting = small.json("session", "info", "dep-second")
+    if waiting["status"] == "PENDING" and waiting["statusInfo"]:
+        assert waiting["statusInfo"] == "predicate-checks-failed"
+        assert "dep-first" in waiting["statusData"]["scheduler"]["msg"]
+    done = wait_for(small, "dep-second", lambda i: i["status"] == "TERMINATED")
+    assert done["result"] == "SUCCESS"
+    first = small.json("session", "info", "dep-first")
+    assert first["terminationTime"] < done["transitions"][1]["at"]  # scheduled only after dep-first ended
+
+    small.cli("session", "create", "python", "--name", "dep-bad", "--type", "batch", "--startup-command", "exit 1",
+              "--wait")
+    small.cli("session", "create", "python", "--name", "dep-orphan", "--type", "batch",
+              "--startup-command", "true", "--depends", "dep-bad", check=True)
+    orphan = wait_for(small, "dep-orphan", lambda i: i["status"] == "CANCELLED")
+    assert orphan["status"] == "CANCELLED"
+    assert orphan["statusInfo"] == "dependency-failed"
+    assert "dep-bad" in orphan["statusData"]["msg"]
+
+
+def test_reserved_start_time(small: Node) -> None:
+    small.cli("session", "create", "python", "--name", "later", "--type", "batch", "--startup-command", "true",
+              "--starts-at", "2s", check=True)
+    info = wait_for(small, "later", lambda i: i["statusInfo"] == "predicate-checks-failed", timeout=5)
+    assert info["status"] == "PENDING"
+    assert any(p["name"] == "reserved_time" for p in info["statusData"]["scheduler"]["failed_predicates"])
+    # nothing else wakes the dispatcher: the session starts on its own when the time comes
+    assert wait_for(small, "later", lambda i: i["status"] == "TERMINATED", timeout=20)["result"] == "SUCCESS"
+
+
+def test_keypairs_policies_and_privacy(small: Node) -> None:
+    small.cli("policy", "create", "one-at-a-time", "--max-sessions", "1", check=True)
+    alice = small.json("keypair", "create", "--user", "alice", "--policy", "one-at-a-time")
+    bob = small.json("keypair", "create", "--user", "bob")
+    small.cli("session", "create", "python", "--name", "alice-1", "--cpu", "0.5", check=True, as_keypair=alice)
+    try:
+        small.cli("session", "create", "python", "--name", "alice-2", "--cpu", "0.5", "--no-wait", check=True,
+                  as_keypair=alice)
+        second = wait_for(small, "alice-2", lambda i: i["statusInfo"] == "predicate-checks-failed", as_keypair=alice)
+        assert second["status"] == "PENDING"
+        msg = second["statusData"]["scheduler"]["msg"]
+        assert f"keypair {alice['accessKey']} has 1/1 concurrent sessions" in msg
+        text = small.cli("session", "info", "alice-2", check=True, as_keypair=alice).stdout
+        assert "concurrency" in text and "1/1 concurrent sessions" in text
+        # bob sees nothing of alice's sessions, and cannot administer
+        assert small.json("session", "ls", as_keypair=bob) == []
+        missing = small.cli("session", "info", "alice-1", as_keypair=bob)
+        assert missing.returncode == 1 and "No such session" in missing.stderr
+        denied = small.cli("keypair", "ls", as_keypair=bob)
+        assert denied.returncode == 1 and "privilege" in denied.stderr.lower()
+        # the admin sees everyone's sessions
+        assert {"alice-1", "alice-2"} <= {s["name"] for s in small.json("session", "ls")}
+        # lifting the limit lets the waiting session start
+        small.cli("policy", "update", "one-at-a-time", "--max-sessions", "2", check=True)
+        small.cli("session", "destroy", "alice-1", check=True, as_keypair=alice)
+        assert wait_for(small, "alice-2", lambda i: i["status"] == "RUNNING", as_keypair=alice)["status"] == "RUNNING"
+    finally:
+        small.cli("session", "destroy", "alice-1", as_keypair=alice)
+        small.cli("session", "destroy", "alice-2", as_keypair=alice)
+
+
+def test_idle_timeout_and_lifetime_end_sessions(small: Node) -> None:
+    small.cli("policy", "create", "impatient", "--idle-timeout", "2s", check=True)
+    small.cli("policy", "create", "short-lived", "--max-lifetime", "3s", check=True)
+    idle = small.json("keypair", "create", "--user", "idler", "--policy", "impatient")
+    brief = small.json("keypair", "create", "--user", "brief", "--policy", "short-lived")
+    small.cli("session", "create", "python", "--name", "idler-1", "--cpu", "0.5", check=True, as_keypair=idle)
+    small.cli("session", "create", "python", "--name", "brief-1", "--cpu", "0.5", check=True, as_keypair=brief)
+    # activity keeps the idle one alive for a while
+    small.cli("session", "exec", "idler-1", "-c", "import time; time.sleep(2.5)", check=True, as_keypair=idle)
+    assert small.json("session", "info", "idler-1", as_keypair=idle)["status"] == "RUNNING"
+    ended = wait_for(small, "idler-1", lambda i: i["status"] == "TERMINATED", as_keypair=idle)
+    assert ended["statusInfo"] == "idle-timeout"
+    expired = wait_for(small, "brief-1", lambda i: i["status"] == "TERMINATED", as_keypair=brief)
+    assert expired["statusInfo"] == "idle-session-lifetime"
+
+
+def test_hooks_reject_and_slow_hooks_do_not_stall(small: Node) -> None:
+    rejected = small.cli("session", "create", "python", "--name", "reject-me")
+    assert rejected.returncode == 1
+    assert "no sessions named reject-* on this cluster" in rejected.stderr
+    assert "reject-me" not in small.cli("session", "ls", "--all", check=True).stdout
+    started = time.monotonic()
+    small.cli("session", "create", "python", "--name", "slowhook-1", "--cpu", "0.5", check=True)
+    assert time.monotonic() - started < 4  # the 5 s hook was cut off at its 0.5 s limit
+    try:
+        info = wait_for(small, "slowhook-1", lambda i: len(i["statusData"].get("hooks", [])) >= 2, timeout=5)
+        notes = " ".join(info["statusData"]["hooks"])
+        assert "before_enqueue timed out" in notes and "after_start timed out" in notes
+        assert small.cli("session", "exec", "slowhook-1", "-c", "print('fine')", check=True).stdout == "fine\n"
+    finally:
+        small.cli("session", "destroy", "slowhook-1", check=True)
+
+
+def test_bad_policy_and_keypair_input(small: Node) -> None:
+    for args in (
+        ["policy", "create", "bad", "--slots", "cpu=-1"],
+        ["policy", "create", "bad", "--idle-timeout", "soon"],
+        ["policy", "create", "bad", "--unspecified", "maybe"],
+        ["session", "create", "python", "--type", "batch"],
+        ["session", "create", "python", "--starts-at", "1h"],
+    ):
+        result = small.cli(*args)
+        assert result.returncode == 2, args
+    assert small.cli("keypair", "create", "--policy", "no-such-policy").returncode == 1
+    assert "bad" not in small.cli("policy", "ls", check=True).stdout
+
+
+def test_scaling_group_config_is_validated(tmp_path: Path) -> None:
+    node = Node(tmp_path, "local", extra_config='[scaling_groups.default]\npolicy = "random"\n')
+    with pytest.raises(AssertionError, match="policy must be fifo, lifo or drf"):
+        node.start(timeout=20)
