@@ -74,6 +74,11 @@ class StatusInfo:
     TASK_DONE = "task-done"
     TASK_FAILED = "task-failed"
     NOT_FOUND_IN_MANAGER = "not-found-in-manager"
+    PENDING_TIMEOUT = "pending-timeout"
+    IDLE_TIMEOUT = "idle-timeout"
+    SESSION_LIFETIME = "idle-session-lifetime"
+    # not a Backend.AI string: Backend.AI leaves such a session pending forever, we cancel it
+    DEPENDENCY_FAILED = "dependency-failed"
 
 
 # Session lifecycle event names (reference spec §2.11), keyed by the status they announce.

@@ -190,7 +190,7 @@ class Dispatcher:
             limit = self.pending_timeouts.get(row["scaling_group"], 0)
             waited = (now - datetime.fromisoformat(row["created_at"])).total_seconds()
             if limit and waited > limit:
-                out.append((row["id"], "pending-timeout", {"msg": f"pending for more than {limit:g} s"}))
+                out.append((row["id"], StatusInfo.PENDING_TIMEOUT, {"msg": f"pending for more than {limit:g} s"}))
         return out
 
     async def round(self) -> None:

@@ -14,11 +14,11 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from bai.common.status import SessionStatus
+from bai.common.status import SessionStatus, StatusInfo
 
 log = logging.getLogger("bai.timers")
-IDLE_TIMEOUT = "idle-timeout"
-LIFETIME = "idle-session-lifetime"
+IDLE_TIMEOUT = StatusInfo.IDLE_TIMEOUT
+LIFETIME = StatusInfo.SESSION_LIFETIME
 
 
 def expired(
