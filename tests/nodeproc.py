@@ -80,8 +80,7 @@ class Node:
         self.config_file.write_text(
             "[agent]\n"
             f'id = "{self.agent_id}"\n'
-            "start_timeout = 20.0\n" + agent_config +
-            "[session]\n"
+            "start_timeout = 20.0\n" + agent_config + "[session]\n"
             'default_mem = "512m"\n'
             "[agent.docker]\n"
             'labels = { "bai.test" = "1" }\n'

@@ -9,7 +9,7 @@ import pytest
 
 from tests.nodeproc import Node
 
-HOOK = '''
+HOOK = """
 import time
 
 def before_enqueue(session):
@@ -21,7 +21,7 @@ def before_enqueue(session):
 def after_start(session):
     if session["name"].startswith("slowhook"):
         time.sleep(5)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,16 @@ def test_a_full_agent_queues_in_order_and_the_next_starts_when_one_ends(small: N
 
 def test_batch_session_runs_to_completion_and_keeps_its_exit_code(small: Node) -> None:
     result = small.cli(
-        "session", "create", "python", "--name", "batch-fail", "--type", "batch",
-        "--startup-command", "echo from batch; exit 3", "--wait",
+        "session",
+        "create",
+        "python",
+        "--name",
+        "batch-fail",
+        "--type",
+        "batch",
+        "--startup-command",
+        "echo from batch; exit 3",
+        "--wait",
     )
     assert result.returncode == 3, result.stderr
     info = small.json("session", "info", "batch-fail")
@@ -90,17 +98,41 @@ def test_batch_session_runs_to_completion_and_keeps_its_exit_code(small: Node) -
     assert info["result"] == "FAILURE"
     assert info["exitCode"] == 3
     assert "from batch" in small.cli("session", "logs", "batch-fail", check=True).stdout
-    ok = small.cli("session", "create", "python", "--name", "batch-ok", "--type", "batch", "--startup-command", "true",
-                   "--wait")
+    ok = small.cli(
+        "session", "create", "python", "--name", "batch-ok", "--type", "batch", "--startup-command", "true", "--wait"
+    )
     assert ok.returncode == 0
     assert small.json("session", "info", "batch-ok")["result"] == "SUCCESS"
 
 
 def test_dependencies_wait_for_success_and_cancel_on_failure(small: Node) -> None:
-    small.cli("session", "create", "python", "--name", "dep-first", "--type", "batch",
-              "--startup-command", "sleep 1.5", "--no-wait", check=True)
-    small.cli("session", "create", "python", "--name", "dep-second", "--type", "batch",
-              "--startup-command", "echo second", "--depends", "dep-first", check=True)
+    small.cli(
+        "session",
+        "create",
+        "python",
+        "--name",
+        "dep-first",
+        "--type",
+        "batch",
+        "--startup-command",
+        "sleep 1.5",
+        "--no-wait",
+        check=True,
+    )
+    small.cli(
+        "session",
+        "create",
+        "python",
+        "--name",
+        "dep-second",
+        "--type",
+        "batch",
+        "--startup-command",
+        "echo second",
+        "--depends",
+        "dep-first",
+        check=True,
+    )
     waiting = small.json("session", "info", "dep-second")
     if waiting["status"] == "PENDING" and waiting["statusInfo"]:
         assert waiting["statusInfo"] == "predicate-checks-failed"
@@ -110,10 +142,23 @@ def test_dependencies_wait_for_success_and_cancel_on_failure(small: Node) -> Non
     first = small.json("session", "info", "dep-first")
     assert first["terminationTime"] < done["transitions"][1]["at"]  # scheduled only after dep-first ended
 
-    small.cli("session", "create", "python", "--name", "dep-bad", "--type", "batch", "--startup-command", "exit 1",
-              "--wait")
-    small.cli("session", "create", "python", "--name", "dep-orphan", "--type", "batch",
-              "--startup-command", "true", "--depends", "dep-bad", check=True)
+    small.cli(
+        "session", "create", "python", "--name", "dep-bad", "--type", "batch", "--startup-command", "exit 1", "--wait"
+    )
+    small.cli(
+        "session",
+        "create",
+        "python",
+        "--name",
+        "dep-orphan",
+        "--type",
+        "batch",
+        "--startup-command",
+        "true",
+        "--depends",
+        "dep-bad",
+        check=True,
+    )
     orphan = wait_for(small, "dep-orphan", lambda i: i["status"] == "CANCELLED")
     assert orphan["status"] == "CANCELLED"
     assert orphan["statusInfo"] == "dependency-failed"
@@ -121,8 +166,20 @@ def test_dependencies_wait_for_success_and_cancel_on_failure(small: Node) -> Non
 
 
 def test_reserved_start_time(small: Node) -> None:
-    small.cli("session", "create", "python", "--name", "later", "--type", "batch", "--startup-command", "true",
-              "--starts-at", "2s", check=True)
+    small.cli(
+        "session",
+        "create",
+        "python",
+        "--name",
+        "later",
+        "--type",
+        "batch",
+        "--startup-command",
+        "true",
+        "--starts-at",
+        "2s",
+        check=True,
+    )
     info = wait_for(small, "later", lambda i: i["statusInfo"] == "predicate-checks-failed", timeout=5)
     assert info["status"] == "PENDING"
     assert any(p["name"] == "reserved_time" for p in info["statusData"]["scheduler"]["failed_predicates"])
@@ -136,8 +193,18 @@ def test_keypairs_policies_and_privacy(small: Node) -> None:
     bob = small.json("keypair", "create", "--user", "bob")
     small.cli("session", "create", "python", "--name", "alice-1", "--cpu", "0.5", check=True, as_keypair=alice)
     try:
-        small.cli("session", "create", "python", "--name", "alice-2", "--cpu", "0.5", "--no-wait", check=True,
-                  as_keypair=alice)
+        small.cli(
+            "session",
+            "create",
+            "python",
+            "--name",
+            "alice-2",
+            "--cpu",
+            "0.5",
+            "--no-wait",
+            check=True,
+            as_keypair=alice,
+        )
         second = wait_for(small, "alice-2", lambda i: i["statusInfo"] == "predicate-checks-failed", as_keypair=alice)
         assert second["status"] == "PENDING"
         msg = second["statusData"]["scheduler"]["msg"]
@@ -212,3 +279,23 @@ def test_scaling_group_config_is_validated(tmp_path: Path) -> None:
     node = Node(tmp_path, "local", extra_config='[scaling_groups.default]\npolicy = "random"\n')
     with pytest.raises(AssertionError, match="policy must be fifo, lifo or drf"):
         node.start(timeout=20)
+
+
+def test_preparing_too_long_is_an_error_and_leaves_nothing(tmp_path: Path) -> None:
+    slow = tmp_path / "slowstart"
+    slow.mkdir(parents=True)
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(8)\n")  # the kernel's Python starts slowly
+    node = Node(tmp_path / "node", "local", extra_config="[manager]\npreparing_timeout = 1.0\n").start()
+    try:
+        result = node.cli("session", "create", "python", "--name", "sluggish", "--env", f"PYTHONPATH={slow}")
+        assert result.returncode == 125
+        info = wait_for(node, "sluggish", lambda i: i["status"] == "TERMINATED", timeout=10)
+        assert [t["status"] for t in info["transitions"]][-2:] == ["ERROR", "TERMINATED"]
+        assert info["statusInfo"] == "failed-to-start"
+        assert "did not start within 1 s" in info["statusData"]["error"]["repr"]
+        # the slots are free again and no kernel process is left behind
+        assert node.cli("session", "run", "python", "-c", "print('ok')", check=True).stdout == "ok\n"
+        leftovers = list((node.state_dir / "kernels").iterdir())
+        assert leftovers == []
+    finally:
+        node.stop()

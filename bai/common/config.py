@@ -37,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
         "tick": 10.0,  # seconds between scheduling rounds when no event wakes the dispatcher
         "hooks": [],  # modules with hook functions (see bai/node/manager/hooks.py)
         "hook_timeout": 2.0,
+        "preparing_timeout": 60.0,  # a session still PREPARING after this long goes to ERROR
     },
     # per scaling group: policy fifo | lifo | drf, agent_selection dispersed | concentrated,
     # allowed_session_types, pending_timeout (seconds; 0 = wait forever)

@@ -115,7 +115,7 @@ async def run_node(cfg: dict[str, Any]) -> None:
             hooks = Hooks.load(list(cfg["manager"]["hooks"]), float(cfg["manager"]["hook_timeout"]))
         except ImportError as e:
             raise NodeError(f"cannot load a hook named in [manager] hooks: {e}") from None
-        registry = Registry(store, hub.manager, float(cfg["agent"]["start_timeout"]) + 30, hooks)
+        registry = Registry(store, hub.manager, float(cfg["manager"]["preparing_timeout"]), hooks)
         try:
             groups, pending_timeouts = scaling_groups(cfg)
         except ValueError as e:

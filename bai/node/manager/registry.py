@@ -214,19 +214,18 @@ class Registry:
         }
         try:
             result = await self.link.call(agent_id, "create_kernel", {"config": config}, timeout=self.start_timeout)
-        except (RemoteError, AgentUnavailable, TimeoutError) as e:
-            if isinstance(e, TimeoutError):
-                e = TimeoutError(f"the kernel did not start within {self.start_timeout:.0f} s")
-            await self.transition(
-                sid,
-                S.CANCELLED,
-                StatusInfo.FAILED_TO_START,
-                _error_data(agent_id, e),
-                allowed_from=[S.PREPARING],
-            )
-            if isinstance(e, TimeoutError):  # it may still come up: make sure it does not linger
+        except TimeoutError:
+            # PREPARING took too long: an ERROR with the reason, then clean up and free the slots
+            error = _error_data(agent_id, TimeoutError(f"the kernel did not start within {self.start_timeout:g} s"))
+            if await self.transition(sid, S.ERROR, StatusInfo.FAILED_TO_START, error, allowed_from=[S.PREPARING]):
                 with contextlib.suppress(Exception):
                     await self.link.call(agent_id, "destroy_kernel", {"kernel_id": kernel["id"]}, timeout=30)
+                await self.transition(sid, S.TERMINATED, StatusInfo.FAILED_TO_START, error, allowed_from=[S.ERROR])
+            return
+        except (RemoteError, AgentUnavailable) as e:
+            await self.transition(
+                sid, S.CANCELLED, StatusInfo.FAILED_TO_START, _error_data(agent_id, e), allowed_from=[S.PREPARING]
+            )
             return
         started = await self.transition(
             sid,

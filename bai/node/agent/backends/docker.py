@@ -153,6 +153,11 @@ class DockerBackend:
                 channel: Channel = await connect_runner(run_dir, on_output, deadline, exited)
             else:
                 channel = ExecChannel(self.docker, container.id, on_output)
+        except asyncio.CancelledError:  # the manager gave up waiting: leave nothing behind
+            with contextlib.suppress(DockerError):
+                await asyncio.shield(container.delete(force=True))
+            shutil.rmtree(run_dir.parent, ignore_errors=True)
+            raise
         except (ChannelError, DockerError) as e:
             detail = await self._tail(container)
             with contextlib.suppress(DockerError):

@@ -81,10 +81,13 @@ class LocalBackend:
         try:
             await wait_for_socket(run_dir, deadline, watcher)
             channel = await connect_runner(run_dir, on_output, deadline, watcher)
-        except ChannelError as e:
+        except (ChannelError, asyncio.CancelledError) as e:  # failed, or the manager gave up waiting
             tail = (kdir / "runner.log").read_text(errors="replace")[-500:].strip()
+            self._procs.pop(spec.kernel_id, None)
             await self._kill(proc)
             shutil.rmtree(kdir, ignore_errors=True)
+            if isinstance(e, asyncio.CancelledError):
+                raise
             raise KernelStartError(f"{e}: {tail or 'no output'}") from None
         kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, pid=proc.pid)
         watcher.add_done_callback(lambda f: kernel.set_exit(_exit_status(f.result())))
