@@ -87,7 +87,7 @@ class Agent:
         self.background = Background(log)
         self._ended: dict[str, Kernel] = {}  # kernels that ended by themselves, for a grace period
 
-    def registration(self) -> dict[str, Any]:
+    async def registration(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "hostname": socket.gethostname(),
@@ -104,7 +104,24 @@ class Agent:
                 }
                 for k in self.kernels.values()
             ],
+            "images": await self.backend.images(),  # with labels: minimum resources
         }
+
+    def heartbeat(self) -> dict[str, Any]:
+        occupied: slotlib.Slots = {}
+        for k in self.kernels.values():
+            occupied = slotlib.add(occupied, k.spec.slots)
+        return {"occupied_slots": slotlib.to_wire(occupied), "kernels": sorted(self.kernels)}
+
+    async def rejoined(self, answer: dict[str, Any]) -> None:
+        await self._reconcile(answer)
+
+    async def _reconcile(self, answer: dict[str, Any]) -> None:
+        for kid in answer.get("destroy", []):
+            kernel = self.kernels.pop(kid, None)
+            if kernel is not None:
+                log.info("removing kernel %s: the manager does not know it", kid)
+                await self.backend.destroy(kernel)
 
     async def start(self) -> None:
         self.logs = LogShipper(self.link)
@@ -112,14 +129,7 @@ class Agent:
         for kernel in await self.backend.adopt(lambda kind, text: None):
             self.kernels[kernel.spec.kernel_id] = kernel
             self._watch_exit(kernel)
-        registration = self.registration()
-        registration["images"] = await self.backend.images()  # with labels: minimum resources
-        answer = await self.link.join(registration, self)
-        for kid in answer.get("destroy", []):
-            kernel = self.kernels.pop(kid, None)
-            if kernel is not None:
-                log.info("removing kernel %s: the manager does not know it", kid)
-                await self.backend.destroy(kernel)
+        await self._reconcile(await self.link.join(self))
 
     async def stop(self) -> None:
         await self.background.close()

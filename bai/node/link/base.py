@@ -26,16 +26,34 @@ class ManagerHandler(Protocol):
     """What the manager gives its link."""
 
     async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
-        """An agent (re)connected; return what the agent needs to reconcile."""
+        """An agent registered (first time, or again after a restart / reconnect); return what it
+        needs to reconcile: {"destroy": [kernel ids the manager does not know]}."""
         ...
 
-    async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None: ...
+    async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
+        """An event from an agent, in the order the agent sent them. `name == "heartbeat"` carries
+        the agent's occupied slots and kernel list."""
+        ...
 
-    async def agent_left(self, agent_id: str) -> None: ...
+    async def agent_left(self, agent_id: str, reason: str) -> None:
+        """The agent closed its link ("closed") or stopped heartbeating ("lost")."""
+        ...
 
 
 class AgentHandler(Protocol):
     """What an agent gives its link."""
+
+    async def registration(self) -> dict[str, Any]:
+        """What the agent registers with (asked again for every re-registration)."""
+        ...
+
+    async def rejoined(self, answer: dict[str, Any]) -> None:
+        """The manager accepted a re-registration (after a restart of either side); reconcile."""
+        ...
+
+    def heartbeat(self) -> dict[str, Any]:
+        """The payload of a heartbeat: occupied slots and kernel ids."""
+        ...
 
     async def handle_call(self, method: str, args: dict[str, Any]) -> Any: ...
 
@@ -51,7 +69,10 @@ class ManagerLink(Protocol):
 
 
 class AgentLink(Protocol):
-    async def join(self, registration: dict[str, Any], handler: AgentHandler) -> dict[str, Any]: ...
+    async def join(self, handler: AgentHandler) -> dict[str, Any]:
+        """Register (asking `handler.registration()`), start answering calls; return the manager's
+        reconcile answer. A link that can lose its manager re-registers by itself later."""
+        ...
 
     async def emit(self, name: str, payload: dict[str, Any]) -> None:
         """Send an event; events arrive in order."""

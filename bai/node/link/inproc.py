@@ -77,11 +77,11 @@ class InprocAgentLink:
         self.hub = hub
         self.agent_id = agent_id
 
-    async def join(self, registration: dict[str, Any], handler: AgentHandler) -> dict[str, Any]:
+    async def join(self, handler: AgentHandler) -> dict[str, Any]:
         manager = self.hub.manager
         assert manager.handler is not None, "the manager link must start before agents join"
         manager.agents[self.agent_id] = handler
-        return await manager.handler.agent_joined(self.agent_id, registration)
+        return await manager.handler.agent_joined(self.agent_id, await handler.registration())
 
     async def emit(self, name: str, payload: dict[str, Any]) -> None:
         self.hub.manager._events.put_nowait((self.agent_id, name, payload, None))
@@ -94,4 +94,4 @@ class InprocAgentLink:
     async def close(self) -> None:
         manager = self.hub.manager
         if manager.agents.pop(self.agent_id, None) is not None and manager.handler is not None:
-            await manager.handler.agent_left(self.agent_id)
+            await manager.handler.agent_left(self.agent_id, "closed")

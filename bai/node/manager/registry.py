@@ -435,11 +435,13 @@ class Registry:
         self.wake_dispatcher()
         return {"destroy": sorted(theirs - known)}
 
-    async def agent_left(self, agent_id: str) -> None:
-        await self.store.set_agent_status(agent_id, "TERMINATED")
+    async def agent_left(self, agent_id: str, reason: str) -> None:
+        await self.store.set_agent_status(agent_id, "LOST" if reason == "lost" else "TERMINATED")
 
     async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
-        if name == "kernel_logs":
+        if name == "heartbeat":
+            await self.store.touch_agent(agent_id)
+        elif name == "kernel_logs":
             chunks = [(kid, text) for kid, text in payload["chunks"] if text]
             if chunks:
                 await self.store.append_logs(chunks)

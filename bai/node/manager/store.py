@@ -362,6 +362,11 @@ class Store:
             )
         )
 
+    async def touch_agent(self, agent_id: str) -> None:
+        await self._tx(
+            lambda conn: conn.execute("UPDATE agents SET last_seen=?, status='ALIVE' WHERE id=?", (utcnow(), agent_id))
+        )
+
     async def agents(self) -> list[dict[str, Any]]:
         def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
             return [_row(r) for r in conn.execute("SELECT * FROM agents ORDER BY id").fetchall()]
