@@ -28,15 +28,18 @@ app.add_typer(agent_app, name="agent")
 app.add_typer(image_app, name="image")
 app.add_typer(config_app, name="config")
 app.add_typer(keypair_app, name="keypair")
+cluster_app = typer.Typer(help="The cluster: how agents join.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(policy_app, name="policy")
 
 
-def _node_overrides(role, listen, state_dir, backend) -> dict[str, Any]:
-    node: dict[str, Any] = {}
-    for key, value in (("role", role), ("listen", listen), ("state_dir", state_dir), ("backend", backend)):
+def _overrides(**flags: tuple[str, str, Any]) -> dict[str, Any]:
+    """{flag: (section, key, value)} → a config mapping of the flags that were given."""
+    out: dict[str, Any] = {}
+    for section, key, value in flags.values():
         if value is not None:
-            node[key] = value
-    return {"node": node}
+            out.setdefault(section, {})[key] = value
+    return out
 
 
 @app.command()
@@ -45,18 +48,55 @@ def node(
     listen: str = typer.Option(None, "--listen", help="HOST:PORT of the HTTP API [default: 127.0.0.1:8091]."),
     state_dir: str = typer.Option(None, "--state-dir", help="Where the node keeps its state [~/.local/share/bai]."),
     backend: str = typer.Option(None, "--backend", help="Kernel backend: auto, docker or local."),
+    link_listen: str = typer.Option(None, "--link-listen", help="Manager: HOST:PORT for agents [127.0.0.1:5002]."),
+    manager: str = typer.Option(None, "--manager", help="Agent: the manager's link, tcp://HOST:PORT."),
+    manager_key: str = typer.Option(None, "--manager-key", help="Agent: the manager's public key."),
+    join_token: str = typer.Option(None, "--join-token", help="Agent: the cluster's join token."),
+    agent_id: str = typer.Option(None, "--agent-id", help="Agent: its id [host name + state folder]."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the node does."),
 ) -> None:
-    """Start a node: by default a whole cluster (manager and agent) in one process."""
+    """Start a node: by default a whole cluster (manager and agent) in one process.
+
+    A cluster: `bai node --role manager` on one host, then on each other host the command that
+    `bai cluster join-info` prints (`bai node --role agent --manager tcp://… --manager-key … --join-token …`).
+    """
     from bai.common.config import ConfigError, load
 
     try:
-        cfg, _ = load(_node_overrides(role, listen, state_dir, backend))
+        cfg, _ = load(
+            _overrides(
+                role=("node", "role", role),
+                listen=("node", "listen", listen),
+                state_dir=("node", "state_dir", state_dir),
+                backend=("node", "backend", backend),
+                link_listen=("node", "link_listen", link_listen),
+                manager=("node", "manager", manager),
+                manager_key=("agent", "manager_key", manager_key),
+                join_token=("agent", "join_token", join_token),
+                agent_id=("agent", "id", agent_id),
+            )
+        )
     except ConfigError as e:
         fail(str(e), code=2)
     from bai.node.main import main as node_main
 
     raise typer.Exit(node_main(cfg, verbose))
+
+
+@cluster_app.command("join-info")
+def cluster_join_info(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """What an agent needs to join this cluster (admins): the command to run on the agent's host."""
+    import shlex
+
+    info = call(lambda c: c.cluster())
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    print("Run on each agent host (the token is a secret: anyone with it can join):")
+    print(
+        f"  bai node --role agent --manager {info['endpoint']} --manager-key {shlex.quote(info['manager_key'])} "
+        f"--join-token {shlex.quote(info['join_token'])}"
+    )
 
 
 @app.command("client-env")

@@ -249,6 +249,9 @@ class Client:
     async def update_policy(self, name: str, **fields: Any) -> dict[str, Any]:
         return await self.request("PATCH", f"/admin/policies/{name}", json_body=fields)
 
+    async def cluster(self) -> dict[str, Any]:
+        return await self.request("GET", "/admin/cluster")
+
     async def agents(self) -> list[dict[str, Any]]:
         return (await self.request("GET", "/agents"))["items"]
 

@@ -18,7 +18,13 @@ DEFAULTS: dict[str, Any] = {
         "role": "all",
         "listen": "127.0.0.1:8091",
         "state_dir": "",  # empty: $XDG_DATA_HOME/bai or ~/.local/share/bai
-        "backend": "auto",  # auto | docker | local
+        "backend": "auto",  # auto | docker | local (agents of a cluster: docker unless told)
+        "link_listen": "127.0.0.1:5002",  # role manager: where agents connect
+        "manager": "",  # role agent: tcp://HOST:PORT of the manager's link
+    },
+    "link": {
+        "heartbeat_interval": 3.0,  # seconds between an agent's heartbeats
+        "missed_heartbeats": 3,  # the manager marks an agent LOST after this many are missed
     },
     "images": {
         # `bai session run python ...` resolves the alias to this image.
@@ -30,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
         "cpu": "",  # capacity override; empty: from psutil
         "mem": "",
         "pids_limit": 4096,
+        "manager_key": "",  # role agent: the manager's public key (from `bai cluster join-info`)
+        "join_token": "",  # role agent: the cluster's join token
         "start_timeout": 30.0,
         "docker": {"network": "none", "labels": {}},
     },
@@ -38,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
         "hooks": [],  # modules with hook functions (see bai/node/manager/hooks.py)
         "hook_timeout": 2.0,
         "preparing_timeout": 60.0,  # a session still PREPARING after this long goes to ERROR
+        "lost_grace": 30.0,  # after an agent is LOST, wait this long before its sessions get `agent-lost`
     },
     # per scaling group: policy fifo | lifo | drf, agent_selection dispersed | concentrated,
     # allowed_session_types, pending_timeout (seconds; 0 = wait forever)

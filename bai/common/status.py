@@ -75,6 +75,7 @@ class StatusInfo:
     TASK_FAILED = "task-failed"
     NOT_FOUND_IN_MANAGER = "not-found-in-manager"
     PENDING_TIMEOUT = "pending-timeout"
+    AGENT_LOST = "agent-lost"
     IDLE_TIMEOUT = "idle-timeout"
     SESSION_LIFETIME = "idle-session-lifetime"
     # not a Backend.AI string: Backend.AI leaves such a session pending forever, we cancel it

@@ -82,10 +82,23 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
     )
 
 
-async def run_node(cfg: dict[str, Any]) -> None:
-    from bai.node.agent.agent import Agent
-    from bai.node.agent.resources import discover_slots
-    from bai.node.link.inproc import InprocHub
+def state_dir_of(cfg: dict[str, Any]) -> Path:
+    state_dir = Path(cfg["node"]["state_dir"] or data_dir()).expanduser().resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return state_dir
+
+
+def hostport(value: str, flag: str) -> tuple[str, int]:
+    try:
+        return parse_hostport(value.removeprefix("tcp://"), flag)
+    except ConfigError as e:
+        raise NodeError(str(e)) from None
+
+
+async def start_manager(
+    cfg: dict[str, Any], state_dir: Path, link, stops: dict[str, Any], cluster: dict[str, str] | None = None
+) -> list[str]:
+    """The manager's parts: store, registry, dispatcher, timers, HTTP API. Returns banner lines."""
     from bai.node.manager.api import make_app
     from bai.node.manager.dispatcher import Dispatcher, scaling_groups
     from bai.node.manager.hooks import Hooks
@@ -93,83 +106,146 @@ async def run_node(cfg: dict[str, Any]) -> None:
     from bai.node.manager.store import Store
     from bai.node.manager.timers import Timers
 
-    node = cfg["node"]
-    if node["role"] != "all":
-        raise NodeError(f"role {node['role']!r} is not available yet: only --role all runs in this version")
-    try:
-        host, port = parse_hostport(node["listen"], "--listen")
-    except ConfigError as e:
-        raise NodeError(str(e)) from None
-    state_dir = Path(node["state_dir"] or data_dir()).expanduser().resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
-
+    host, port = hostport(cfg["node"]["listen"], "--listen")
     store = await Store.open(state_dir / "bai.db")
+    stops["store"] = store.close
+    fresh = Keypair.generate()
+    access_key, secret_key = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key)
+    try:
+        hooks = Hooks.load(list(cfg["manager"]["hooks"]), float(cfg["manager"]["hook_timeout"]))
+    except ImportError as e:
+        raise NodeError(f"cannot load a hook named in [manager] hooks: {e}") from None
+    registry = Registry(
+        store, link, float(cfg["manager"]["preparing_timeout"]), hooks, lost_grace=float(cfg["manager"]["lost_grace"])
+    )
+    try:
+        groups, pending_timeouts = scaling_groups(cfg)
+    except ValueError as e:
+        raise NodeError(str(e)) from None
+    dispatcher = Dispatcher(registry, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]))
+    timers = Timers(registry)
+    settings = {
+        "keypairs": await store.keypairs(),
+        "default_resources": {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])},
+        "image_aliases": dict(cfg["images"]["aliases"]),
+        "cluster": cluster,
+    }
+    # a short shutdown timeout: open execution streams and waiting creates end with the node
+    runner = web.AppRunner(make_app(registry, settings), access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    await runner.setup()
+    stops["http"] = runner.cleanup
+    try:
+        await web.TCPSite(runner, host, port, reuse_address=True).start()
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise NodeError(
+                f"port {port} on {host} is already in use; choose another with --listen HOST:PORT"
+            ) from None
+        raise NodeError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    try:
+        await link.start(registry)
+    except OSError as e:
+        raise NodeError(
+            f"the agent link cannot listen: {e} (choose another address with --link-listen HOST:PORT)"
+        ) from None
+    stops["link"] = link.close
+    stops["registry"] = registry.close
+    dispatcher.start()
+    stops["dispatcher"] = dispatcher.stop
+    timers.start()
+    stops["timers"] = timers.stop
+    shown_host = host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    endpoint = f"http://{shown_host}:{port}"
+    cred_path = credentials.save(credentials.Credentials(endpoint, access_key, secret_key))
+    lines = [f"  endpoint  {endpoint}", f"  state     {state_dir}"]
+    if settings["cluster"]:
+        lines.append(
+            f"  link      {settings['cluster']['endpoint']} (agents: `bai cluster join-info` says how to join)"
+        )
+    lines.append(f"  keypair   {access_key} (saved to {cred_path})")
+    return lines
+
+
+async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: dict[str, Any]) -> list[str]:
+    """The agent's parts: backend, slots, link to the manager. Returns banner lines."""
+    from bai.node.agent.agent import Agent
+    from bai.node.agent.resources import discover_slots
+
+    agent_id = cfg["agent"]["id"] or f"{socket.gethostname()}-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:6]}"
+    runner_path = install_runner(state_dir)
+    backend, backend_text = await choose_backend(cfg, agent_id, state_dir, runner_path)
+    slots = discover_slots(str(cfg["agent"]["cpu"]), str(cfg["agent"]["mem"]))
+    agent = Agent(agent_id, backend, make_link(agent_id), slots, cfg["agent"]["scaling_group"])
+    await agent.start()
+    stops["agent"] = agent.stop
+    return [f"  backend   {backend_text}", f"  agent     {agent_id}: {format_slots(slots)}"]
+
+
+def zmq_agent_link_factory(cfg: dict[str, Any]):
+    from bai.node.link.zmq import ZmqAgentLink
+
+    manager = cfg["node"]["manager"]
+    key, token = cfg["agent"]["manager_key"], cfg["agent"]["join_token"]
+    if not manager or not key or not token:
+        raise NodeError(
+            "an agent needs --manager tcp://HOST:PORT, --manager-key and --join-token "
+            "(run `bai cluster join-info` where the manager runs)"
+        )
+    host, port = hostport(manager, "--manager")
+    interval = float(cfg["link"]["heartbeat_interval"])
+    return lambda agent_id: ZmqAgentLink(agent_id, f"tcp://{host}:{port}", key, token, heartbeat_interval=interval)
+
+
+async def run_node(cfg: dict[str, Any]) -> None:
+    role = cfg["node"]["role"]
+    if role not in ("all", "manager", "agent"):
+        raise NodeError(f"unknown role {role!r}: use all, manager or agent (--role)")
+    if role == "agent" and cfg["node"]["backend"] == "auto":
+        cfg["node"]["backend"] = "docker"  # agents run containers unless told to use local processes
+    state_dir = state_dir_of(cfg)
     # what to stop, in this order, on the way out: requests first, the database last
     shutdown_order = ("http", "timers", "dispatcher", "registry", "agent", "link", "store")
-    stops: dict[str, Any] = {"store": store.close}
+    stops: dict[str, Any] = {}
     try:
-        fresh = Keypair.generate()
-        access_key, secret_key = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key)
-        hub = InprocHub()
-        try:
-            hooks = Hooks.load(list(cfg["manager"]["hooks"]), float(cfg["manager"]["hook_timeout"]))
-        except ImportError as e:
-            raise NodeError(f"cannot load a hook named in [manager] hooks: {e}") from None
-        registry = Registry(store, hub.manager, float(cfg["manager"]["preparing_timeout"]), hooks)
-        try:
-            groups, pending_timeouts = scaling_groups(cfg)
-        except ValueError as e:
-            raise NodeError(str(e)) from None
-        dispatcher = Dispatcher(registry, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]))
-        timers = Timers(registry)
-        await hub.manager.start(registry)
-        stops["link"] = hub.manager.close
-        stops["registry"] = registry.close
-        settings = {
-            "keypairs": await store.keypairs(),
-            "default_resources": {
-                "cpu": str(cfg["session"]["default_cpu"]),
-                "mem": str(cfg["session"]["default_mem"]),
-            },
-            "image_aliases": dict(cfg["images"]["aliases"]),
-        }
-        app = make_app(registry, settings)
-        # a short shutdown timeout: open execution streams and waiting creates end with the node
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
-        await runner.setup()
-        stops["http"] = runner.cleanup
-        try:
-            await web.TCPSite(runner, host, port, reuse_address=True).start()
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise NodeError(
-                    f"port {port} on {host} is already in use; choose another with --listen HOST:PORT"
-                ) from None
-            raise NodeError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-        shown_host = host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        endpoint = f"http://{shown_host}:{port}"
-        cred_path = credentials.save(credentials.Credentials(endpoint, access_key, secret_key))
+        lines: list[str] = []
+        if role == "all":
+            from bai.node.link.inproc import InprocHub
 
-        agent_id = (
-            cfg["agent"]["id"] or f"{socket.gethostname()}-{hashlib.sha1(str(state_dir).encode()).hexdigest()[:6]}"
-        )
-        runner_path = install_runner(state_dir)
-        backend, backend_text = await choose_backend(cfg, agent_id, state_dir, runner_path)
-        slots = discover_slots(str(cfg["agent"]["cpu"]), str(cfg["agent"]["mem"]))
-        agent = Agent(agent_id, backend, hub.agent_link(agent_id), slots, cfg["agent"]["scaling_group"])
-        await agent.start()
-        stops["agent"] = agent.stop
-        dispatcher.start()
-        stops["dispatcher"] = dispatcher.stop
-        timers.start()
-        stops["timers"] = timers.stop
+            hub = InprocHub()
+            lines += await start_manager(cfg, state_dir, hub.manager, stops)
+            lines += await start_agent(cfg, state_dir, hub.agent_link, stops)
+            title = "role all: manager and agent in one process"
+        elif role == "manager":
+            from bai.node.link.keys import load_or_create
+            from bai.node.link.zmq import ZmqManagerLink
 
-        say(f"bai node {__version__} (role all: manager and agent in one process)")
-        say(f"  endpoint  {endpoint}")
-        say(f"  state     {state_dir}")
-        say(f"  backend   {backend_text}")
-        say(f"  agent     {agent_id}: {format_slots(slots)}")
-        say(f"  keypair   {access_key} (saved to {cred_path})")
+            host, port = hostport(cfg["node"]["link_listen"], "--link-listen")
+            timeout = float(cfg["link"]["heartbeat_interval"]) * int(cfg["link"]["missed_heartbeats"])
+            secrets = load_or_create(state_dir)
+            link = ZmqManagerLink(f"tcp://{host}:{port}", secrets, heartbeat_timeout=timeout)
+            shown = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
+            cluster = {
+                "endpoint": f"tcp://{shown}:{port}",
+                "manager_key": secrets.public_key,
+                "join_token": secrets.join_token,
+            }
+            lines += await start_manager(cfg, state_dir, link, stops, cluster)
+            title = "role manager"
+        else:
+            from bai.node.link.zmq import LinkRefused, LinkUnavailable
+
+            try:
+                lines += await start_agent(cfg, state_dir, zmq_agent_link_factory(cfg), stops)
+            except LinkRefused as e:
+                raise NodeError(f"the manager refused this agent: {e}") from None
+            except LinkUnavailable as e:
+                raise NodeError(f"no manager answered at {cfg['node']['manager']}: {e}") from None
+            lines.append(f"  manager   {cfg['node']['manager']}")
+            title = "role agent"
+
+        say(f"bai node {__version__} ({title})")
+        for line in lines:
+            say(line)
         say("ready; Ctrl-C stops the node")
 
         stop = asyncio.Event()

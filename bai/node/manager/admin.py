@@ -169,8 +169,21 @@ async def update_policy(request: web.Request) -> web.Response:
     return web.json_response(policy_json((await store_of(request).policies())[name]))
 
 
+async def cluster_info(request: web.Request) -> web.Response:
+    require_admin(request)
+    info = request.app[SETTINGS].get("cluster")
+    if not info:
+        raise Problem(
+            "generic-bad-request",
+            "Not a cluster.",
+            "this node runs with --role all (manager and agent in one process): there is nothing to join",
+        )
+    return web.json_response(info)
+
+
 def add_admin_routes(app: web.Application) -> None:
     r = app.router
+    r.add_get("/admin/cluster", cluster_info)
     r.add_get("/admin/keypairs", list_keypairs)
     r.add_post("/admin/keypairs", create_keypair)
     r.add_patch("/admin/keypairs/{access_key}", update_keypair)

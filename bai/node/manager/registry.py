@@ -6,6 +6,7 @@ and is published on the EventHub only after it is committed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -45,8 +46,15 @@ def _error_data(agent_id: str | None, exc: BaseException) -> dict[str, Any]:
 
 class Registry:
     def __init__(
-        self, store: Store, link: ManagerLink, start_timeout: float = 60.0, hooks: Hooks | None = None
+        self,
+        store: Store,
+        link: ManagerLink,
+        start_timeout: float = 60.0,
+        hooks: Hooks | None = None,
+        lost_grace: float = 30.0,
     ) -> None:
+        self.lost_grace = lost_grace
+        self._lost: dict[str, asyncio.Task[Any]] = {}  # agent id -> the grace period running out
         self.store = store
         self.link = link
         self.hooks = hooks or Hooks([])
@@ -389,6 +397,9 @@ class Registry:
 
     async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
         """Record the agent and reconcile its kernels with ours."""
+        lost = self._lost.pop(agent_id, None)
+        if lost is not None:  # back within the grace period: its sessions carry on
+            lost.cancel()
         await self.store.upsert_agent(registration)
         for image in registration.get("images", []):
             self.image_labels[image["name"]] = image.get("labels") or {}
@@ -437,6 +448,22 @@ class Registry:
 
     async def agent_left(self, agent_id: str, reason: str) -> None:
         await self.store.set_agent_status(agent_id, "LOST" if reason == "lost" else "TERMINATED")
+        if reason == "lost":
+            log.warning("agent %s is LOST (no heartbeat); its sessions wait %g s for it", agent_id, self.lost_grace)
+            self._lost[agent_id] = self.spawn(self._agent_gone(agent_id), f"lost-{agent_id}")
+        self.wake_dispatcher()
+
+    async def _agent_gone(self, agent_id: str) -> None:
+        """The grace period of a lost agent ran out: its sessions end in ERROR (`agent-lost`)."""
+        await asyncio.sleep(self.lost_grace)
+        self._lost.pop(agent_id, None)
+        for kernel in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id):
+            await self.transition(
+                kernel["session_id"],
+                S.ERROR,
+                StatusInfo.AGENT_LOST,
+                {"msg": f"agent {agent_id} stopped heartbeating and did not come back within {self.lost_grace:g} s"},
+            )
 
     async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
         if name == "heartbeat":

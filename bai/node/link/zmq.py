@@ -1,0 +1,775 @@
+"""The ZeroMQ link between a manager and agents on other hosts.
+
+One ROUTER on the manager (CURVE server), one DEALER per agent (CURVE client, routing id = agent id).
+Every message is one msgpack frame `[kind, body]` (the ROUTER adds the routing-id frame):
+
+agent → manager
+  register   {agent_id, token, link, attempt, registration}
+  heartbeat  {link, low, sent, payload}
+  event      {link, seq, low, name, payload, ack_wanted}
+  reply      {id, ok: true, result} | {id, ok: false, kind, message}
+  bye        {}
+manager → agent
+  registered {attempt, answer}    refused {reason, attempt}    register-please {}
+  call       {id, method, args}
+  ack        {link, seq}          (cumulative: every event up to seq was handled)
+  resend     {link, from}         (a gap: send again from this seq)
+  bye-ack    {link, seq}          (the agent_left("closed") was handled, and every event up to seq)
+
+Events are numbered per agent link object (`link` is a random id of that object, so a restarted agent
+starts again from 1). The agent keeps every event until an ack covers it and sends the unacked ones again
+after a re-registration or when the manager asks (it compares a heartbeat's `sent` with what it got), so an
+event survives a manager restart or a network cut. `low` is the lowest seq the agent still holds: the
+manager never waits for anything below it. The manager delivers events to its handler in seq order, one at
+a time, per agent, and drops duplicates; delivery is at least once across a manager restart (an event
+handled but not yet acknowledged is sent to the next manager again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import zmq
+import zmq.asyncio
+
+from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
+from bai.node.link.keys import ManagerSecrets
+
+log = logging.getLogger("bai.link")
+
+HWM = 100_000  # messages queued per peer before sends wait (agent) or fail (manager)
+MAX_BUFFERED_EVENTS = 100_000  # unacknowledged events an agent keeps; beyond, the oldest are dropped
+REGISTER_RETRY = 1.0  # seconds between register messages while no answer comes
+REFUSED_RETRY = 5.0  # seconds between re-registrations the manager refuses
+RESEND_ASK_INTERVAL = 1.0  # the manager asks for a resend of the same gap at most this often
+ACK_EVERY = 100  # the manager acknowledges at least every this many events of a burst
+NUDGE_INTERVAL = 0.5  # register-please to one unknown peer at most this often
+SEND_BATCH = 256  # events the agent sends before letting other tasks run
+
+
+class LinkRefused(Exception):
+    """The manager refused this agent (a wrong join token, or its registration failed)."""
+
+
+class LinkUnavailable(Exception):
+    """No manager answered in time, or the link is closed."""
+
+
+def _pack(kind: str, body: dict[str, Any]) -> bytes:
+    return msgpack.packb([kind, body], use_bin_type=True)
+
+
+def _unpack(data: bytes) -> tuple[str, dict[str, Any]]:
+    kind, body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    if not isinstance(kind, str) or not isinstance(body, dict):
+        raise ValueError("not a [kind, body] message")
+    return kind, body
+
+
+def _keepalive(sock: zmq.Socket) -> None:
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, HWM)
+    sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 30)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 10)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
+
+
+async def _cancel(tasks: list[asyncio.Task[Any] | None]) -> None:
+    live = [t for t in tasks if t is not None and not t.done()]
+    for t in live:
+        t.cancel()
+    for t in live:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+
+
+# -- manager ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Peer:
+    """What the manager knows of one agent id."""
+
+    agent_id: str
+    rid: bytes  # where to send: the routing id of its registered link object
+    queue: asyncio.Queue[tuple[Any, ...]] = field(default_factory=asyncio.Queue)
+    pump: asyncio.Task[None] | None = None
+    registered: bool = False
+    link: str | None = None  # the agent link object whose events we count
+    received: int = 0  # every event up to this seq is queued for delivery (or was delivered)
+    handled: int = 0  # every event up to this seq was delivered
+    acked: int = 0  # the last ack sent
+    last_seen: float = 0.0
+    joining: str | None = None  # the register attempt queued for the handler
+    answered: tuple[str, str, dict[str, Any]] | None = None  # (link, attempt, answer) of the last registration
+    resend_asked: tuple[int, float] = (-1, 0.0)
+
+
+class ZmqManagerLink:
+    """The manager's side: a CURVE ROUTER that agents register with."""
+
+    def __init__(self, bind: str, secrets: ManagerSecrets, heartbeat_timeout: float = 9.0) -> None:
+        if "://" not in bind:
+            bind = f"tcp://{bind}"
+        if bind.endswith(":0"):
+            bind = bind[:-2] + ":*"  # any free port; see .endpoint after start()
+        self.bind = bind
+        self.secrets = secrets
+        self.heartbeat_timeout = heartbeat_timeout
+        self.endpoint: str | None = None
+        self.handler: ManagerHandler | None = None
+        self._ctx: zmq.asyncio.Context | None = None
+        self._sock: zmq.asyncio.Socket | None = None
+        self._peers: dict[str, _Peer] = {}  # by agent id
+        self._by_rid: dict[bytes, _Peer] = {}  # the routing ids of registered link objects
+        self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
+        self._next_call = 0
+        self._nudged: dict[bytes, float] = {}
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._closed = False
+
+    async def start(self, handler: ManagerHandler) -> None:
+        self.handler = handler
+        self._ctx = zmq.asyncio.Context()
+        sock = self._ctx.socket(zmq.ROUTER)
+        _keepalive(sock)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to an unknown peer fails instead of vanishing
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting agent takes its routing id over at once
+        ivl = max(1000, int(self.heartbeat_timeout * 1000 / 3))
+        sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)  # ZMTP pings: drop dead connections
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * ivl)
+        sock.curve_secretkey = self.secrets.secret_key.encode("ascii")
+        sock.curve_publickey = self.secrets.public_key.encode("ascii")
+        sock.curve_server = True
+        try:
+            sock.bind(self.bind)
+        except zmq.ZMQError as e:
+            sock.close(linger=0)
+            self._ctx.term()
+            self._ctx = None
+            raise OSError(e.errno, f"cannot bind {self.bind}: {e.strerror}") from None
+        self._sock = sock
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._tasks = [
+            asyncio.create_task(self._receive(), name="zmq-manager-receive"),
+            asyncio.create_task(self._watch_liveness(), name="zmq-manager-liveness"),
+        ]
+        log.info("agent link listening on %s", self.endpoint)
+
+    # -- calls --------------------------------------------------------------------------------------
+
+    async def call(self, agent_id: str, method: str, args: dict[str, Any], timeout: float | None = None) -> Any:
+        peer = self._peers.get(agent_id)
+        if peer is None or not peer.registered or self._closed:
+            raise AgentUnavailable(f"agent {agent_id} is not connected")
+        self._next_call += 1
+        call_id = self._next_call
+        data = _pack("call", {"id": call_id, "method": method, "args": args})
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = (agent_id, fut)
+        try:
+            if not self._send_now(peer.rid, data):
+                raise AgentUnavailable(f"agent {agent_id} is not connected")
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._pending.pop(call_id, None)
+
+    def connected(self) -> set[str]:
+        return {aid for aid, peer in self._peers.items() if peer.registered}
+
+    # -- sending ------------------------------------------------------------------------------------
+
+    def _send_now(self, rid: bytes, data: bytes) -> bool:
+        """Send without waiting; False when the peer is gone or its queue is full."""
+        if self._sock is None:
+            return False
+        try:
+            fut = self._sock.send_multipart([rid, data], flags=zmq.DONTWAIT)
+        except zmq.ZMQError as e:
+            log.debug("cannot send to %r: %s", rid, e)
+            return False
+        if fut.done() and fut.exception() is not None:
+            log.debug("cannot send to %r: %s", rid, fut.exception())
+            return False
+        return True
+
+    def _send(self, rid: bytes, kind: str, body: dict[str, Any]) -> bool:
+        return self._send_now(rid, _pack(kind, body))
+
+    # -- receiving ----------------------------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        assert self._sock is not None
+        while True:
+            frames = await self._sock.recv_multipart()
+            if len(frames) != 2:
+                log.warning("ignoring a message of %d frames from %r", len(frames), frames[0] if frames else None)
+                continue
+            rid, data = frames
+            try:
+                kind, body = _unpack(data)
+                self._dispatch(rid, kind, body)
+            except Exception:
+                log.exception("bad message from %r", rid)
+
+    def _dispatch(self, rid: bytes, kind: str, body: dict[str, Any]) -> None:
+        if kind == "register":
+            self._on_register(rid, body)
+            return
+        peer = self._by_rid.get(rid)  # only a registration (with the token) makes a routing id known
+        if peer is None or not peer.registered:
+            if kind == "bye":
+                self._send(rid, "bye-ack", {})
+            elif kind != "reply":  # a late reply of a forgotten call needs no answer
+                self._nudge(rid)
+            return
+        peer.last_seen = time.monotonic()
+        if kind == "event":
+            self._on_event(peer, body)
+        elif kind == "heartbeat":
+            self._on_heartbeat(peer, body)
+        elif kind == "reply":
+            self._on_reply(peer, body)
+        elif kind == "bye":
+            self._drop(peer, "closed")
+        else:
+            log.warning("unknown message %r from agent %s", kind, peer.agent_id)
+
+    def _nudge(self, rid: bytes) -> None:
+        """Ask a peer we do not have registered (we restarted, or declared it lost) to register."""
+        now = time.monotonic()
+        if now - self._nudged.get(rid, 0.0) >= NUDGE_INTERVAL:
+            self._nudged[rid] = now
+            self._send(rid, "register-please", {})
+
+    def _on_register(self, rid: bytes, body: dict[str, Any]) -> None:
+        agent_id = body.get("agent_id")
+        token = body.get("token")
+        attempt = str(body.get("attempt", ""))
+        if not isinstance(token, str) or not secrets.compare_digest(
+            token.encode("utf-8"), self.secrets.join_token.encode("utf-8")
+        ):
+            log.warning("refused the registration of agent %r (routing id %r): wrong join token", agent_id, rid)
+            self._send(rid, "refused", {"reason": "join token rejected by the manager", "attempt": attempt})
+            return
+        if not isinstance(agent_id, str) or not agent_id:
+            log.warning("refused a registration from %r: no agent id", rid)
+            self._send(rid, "refused", {"reason": "the registration has no agent id", "attempt": attempt})
+            return
+        link = str(body.get("link", ""))
+        registration = body.get("registration") or {}
+        peer = self._peers.get(agent_id)
+        if peer is None:
+            peer = self._peers[agent_id] = _Peer(agent_id, rid)
+            peer.pump = asyncio.create_task(self._pump(peer), name=f"zmq-events-{agent_id}")
+        peer.last_seen = time.monotonic()
+        if peer.joining == attempt:
+            return  # a retry of a registration the handler is working on
+        if peer.registered and peer.rid == rid and peer.answered is not None and peer.answered[:2] == (link, attempt):
+            self._send(rid, "registered", {"attempt": attempt, "answer": peer.answered[2]})  # a retry
+            return
+        peer.joining = attempt
+        peer.queue.put_nowait(("join", rid, link, attempt, registration))
+
+    def _on_event(self, peer: _Peer, body: dict[str, Any]) -> None:
+        if body.get("link") != peer.link:
+            return  # from an earlier link object of this agent (it restarted)
+        seq, low = int(body["seq"]), int(body.get("low", 0))
+        if low - 1 > peer.received:
+            if peer.received:
+                log.warning("agent %s dropped events %d..%d", peer.agent_id, peer.received + 1, low - 1)
+            peer.received = low - 1
+        if seq <= peer.received:
+            return  # a duplicate after a resend
+        if seq > peer.received + 1:
+            self._ask_resend(peer)  # a gap: what came in between was lost on the way
+            return
+        peer.received = seq
+        name, payload = body.get("name", ""), body.get("payload")
+        peer.queue.put_nowait(("event", peer.link, seq, name, payload, bool(body.get("ack_wanted"))))
+
+    def _on_heartbeat(self, peer: _Peer, body: dict[str, Any]) -> None:
+        peer.queue.put_nowait(("heartbeat", body.get("payload") or {}))
+        if body.get("link") != peer.link:
+            return
+        low = int(body.get("low", 0))
+        if low - 1 > peer.received:
+            peer.received = low - 1
+        if int(body.get("sent", 0)) > peer.received:
+            self._ask_resend(peer)  # it sent events before this heartbeat that never came
+        self._send(peer.rid, "ack", {"link": peer.link, "seq": peer.handled})  # repairs a lost ack
+
+    def _ask_resend(self, peer: _Peer) -> None:
+        now = time.monotonic()
+        asked_for, asked_at = peer.resend_asked
+        if asked_for != peer.received or now - asked_at >= RESEND_ASK_INTERVAL:
+            peer.resend_asked = (peer.received, now)
+            log.debug("asking agent %s to send its events again from %d", peer.agent_id, peer.received + 1)
+            self._send(peer.rid, "resend", {"link": peer.link, "from": peer.received + 1})
+
+    def _on_reply(self, peer: _Peer, body: dict[str, Any]) -> None:
+        entry = self._pending.get(body.get("id"))  # type: ignore[arg-type]
+        if entry is None or entry[1].done() or entry[0] != peer.agent_id:
+            return  # timed out meanwhile (or not this agent's call)
+        fut = entry[1]
+        if body.get("ok"):
+            fut.set_result(body.get("result"))
+        else:
+            fut.set_exception(RemoteError(str(body.get("kind", "Exception")), str(body.get("message", ""))))
+
+    def _drop(self, peer: _Peer, reason: str) -> None:
+        """The agent closed its link or went silent: forget it (its events still get delivered)."""
+        peer.registered = False
+        peer.answered = None
+        for call_id, (aid, fut) in list(self._pending.items()):
+            if aid == peer.agent_id and not fut.done():
+                why = "closed its link" if reason == "closed" else "is lost"
+                fut.set_exception(AgentUnavailable(f"agent {aid} {why}"))
+                self._pending.pop(call_id, None)
+        peer.queue.put_nowait(("left", reason))
+
+    async def _watch_liveness(self) -> None:
+        tick = min(1.0, self.heartbeat_timeout / 5)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for peer in list(self._peers.values()):
+                if peer.registered and now - peer.last_seen > self.heartbeat_timeout:
+                    log.warning("agent %s is lost: nothing heard for %.1f s", peer.agent_id, now - peer.last_seen)
+                    self._drop(peer, "lost")
+            for rid, at in list(self._nudged.items()):
+                if now - at > 10 * NUDGE_INTERVAL:
+                    del self._nudged[rid]
+
+    # -- delivering ---------------------------------------------------------------------------------
+
+    async def _pump(self, peer: _Peer) -> None:
+        """One agent's registrations, events, heartbeats and departures, in order, one at a time."""
+        while True:
+            item = await peer.queue.get()
+            try:
+                await self._deliver(peer, item)
+            except Exception:  # a bad event must not stop the pump
+                log.exception("%s from agent %s failed", item[0] if item[0] != "event" else item[3], peer.agent_id)
+            # acknowledge what was handled: at once when asked, else at the end of a burst or every ACK_EVERY
+            urgent = item[0] == "event" and item[5]
+            if peer.handled > peer.acked and (urgent or peer.queue.empty() or peer.handled - peer.acked >= ACK_EVERY):
+                peer.acked = peer.handled
+                self._send(peer.rid, "ack", {"link": peer.link, "seq": peer.handled})
+
+    async def _deliver(self, peer: _Peer, item: tuple[Any, ...]) -> None:
+        assert self.handler is not None
+        kind = item[0]
+        if kind == "event":
+            _, link, seq, name, payload, _ = item
+            try:
+                await self.handler.agent_event(peer.agent_id, name, payload)
+            finally:
+                if link == peer.link:
+                    peer.handled = max(peer.handled, seq)
+        elif kind == "heartbeat":
+            await self.handler.agent_event(peer.agent_id, "heartbeat", item[1])
+        elif kind == "join":
+            _, rid, link, attempt, registration = item
+            try:
+                answer = await self.handler.agent_joined(peer.agent_id, registration)
+            except Exception as e:
+                log.exception("registering agent %s failed", peer.agent_id)
+                peer.joining = None
+                reason = f"registration failed: {type(e).__name__}: {e}"
+                self._send(peer.rid, "refused", {"reason": reason, "attempt": attempt})
+                return
+            if peer.link != link:  # a new link object (the agent restarted): its events count from 1
+                peer.link, peer.received, peer.handled, peer.acked = link, 0, 0, 0
+            if self._by_rid.get(peer.rid) is peer:
+                del self._by_rid[peer.rid]
+            peer.rid = rid
+            self._by_rid[rid] = peer
+            peer.joining = None
+            peer.registered = True
+            peer.last_seen = time.monotonic()
+            peer.answered = (link, attempt, answer)
+            self._nudged.pop(peer.rid, None)
+            log.info("agent %s registered", peer.agent_id)
+            self._send(peer.rid, "registered", {"attempt": attempt, "answer": answer})
+        elif kind == "left":
+            reason = item[1]
+            try:
+                await self.handler.agent_left(peer.agent_id, reason)
+            finally:
+                if reason == "closed":  # everything before the bye was handled: say so
+                    self._send(peer.rid, "bye-ack", {"link": peer.link, "seq": peer.handled})
+
+    # -- closing ------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await _cancel([*self._tasks, *(p.pump for p in self._peers.values())])
+        for _, fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(AgentUnavailable("the manager link is closed"))
+        self._pending.clear()
+        for peer in self._peers.values():
+            peer.registered = False
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+
+# -- agent --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Event:
+    name: str
+    payload: dict[str, Any]
+    ack_wanted: bool
+
+
+class ZmqAgentLink:
+    """An agent's side: a CURVE DEALER that registers with the manager, answers calls, sends events."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        manager_endpoint: str,
+        manager_public_key: str,
+        join_token: str,
+        heartbeat_interval: float = 3.0,
+        join_timeout: float = 30.0,
+        close_timeout: float = 5.0,
+        max_buffered: int = MAX_BUFFERED_EVENTS,
+    ) -> None:
+        self.agent_id = agent_id
+        self.manager_endpoint = manager_endpoint
+        self.manager_public_key = manager_public_key
+        self.join_token = join_token
+        self.heartbeat_interval = heartbeat_interval
+        self.join_timeout = join_timeout
+        self.close_timeout = close_timeout
+        self.max_buffered = max_buffered
+        # the routing id is "AGENT_ID.LINK_ID": readable in logs, and unguessable, so that no other CURVE client
+        # (the manager's key is public) can take it over; CURVE encrypts it on the wire
+        self.link_id = secrets.token_urlsafe(12)  # also: events are numbered per link object
+        self.routing_id = f"{agent_id}.{self.link_id}".encode()
+        if not agent_id or len(self.routing_id) > 255:
+            raise ValueError(f"agent id {agent_id!r} must be 1..200 bytes")
+        self.handler: AgentHandler | None = None
+        self._ctx: zmq.asyncio.Context | None = None
+        self._sock: zmq.asyncio.Socket | None = None
+        self._registered = False
+        self._closed = False
+        # events: seq -> event, for every seq in [_low, _seq]; _send_from is the next one to send
+        self._events: dict[int, _Event] = {}
+        self._seq = 0
+        self._low = 1
+        self._send_from = 1
+        self._dropped = 0
+        self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._wake_sender = asyncio.Event()
+        self._drained = asyncio.Event()  # set while every event was handed to the socket
+        self._attempt: str | None = None
+        self._answer: asyncio.Future[dict[str, Any]] | None = None
+        self._bye_ack: asyncio.Future[None] | None = None
+        self._receive_task: asyncio.Task[None] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._sender_task: asyncio.Task[None] | None = None
+        self._rejoin_task: asyncio.Task[None] | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+
+    # -- joining ------------------------------------------------------------------------------------
+
+    async def join(self, handler: AgentHandler) -> dict[str, Any]:
+        assert self.handler is None, "join() once per link"
+        self.handler = handler
+        self._ctx = zmq.asyncio.Context()
+        sock = self._ctx.socket(zmq.DEALER)
+        _keepalive(sock)
+        sock.setsockopt(zmq.ROUTING_ID, self.routing_id)
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        ivl = max(1000, int(self.heartbeat_interval * 1000))
+        sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)  # ZMTP pings: notice a dead connection and reconnect
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * ivl)
+        public, secret = zmq.curve_keypair()
+        sock.curve_publickey = public
+        sock.curve_secretkey = secret
+        sock.curve_serverkey = self.manager_public_key.encode("ascii")
+        sock.connect(self.manager_endpoint)
+        self._sock = sock
+        self._receive_task = asyncio.create_task(self._receive(), name="zmq-agent-receive")
+        try:
+            answer = await self._register(deadline=time.monotonic() + self.join_timeout)
+        except BaseException:
+            await self._shutdown()
+            raise
+        self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name="zmq-agent-heartbeat")
+        self._sender_task = asyncio.create_task(self._send_events(), name="zmq-agent-events")
+        self._accepted()
+        return answer
+
+    async def _register(self, deadline: float | None) -> dict[str, Any]:
+        """Send register until the manager answers; the answer, or LinkRefused / LinkUnavailable."""
+        assert self.handler is not None and self._sock is not None
+        self._registered = False
+        registration = await self.handler.registration()
+        self._attempt = attempt = secrets.token_hex(6)
+        self._answer = answer = asyncio.get_running_loop().create_future()
+        data = _pack(
+            "register",
+            {
+                "agent_id": self.agent_id,
+                "token": self.join_token,
+                "link": self.link_id,
+                "attempt": attempt,
+                "registration": registration,
+            },
+        )
+        while True:
+            if deadline is None:
+                await self._sock.send_multipart([data])
+            else:  # the queue to a manager that never came up may be full
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._sock.send_multipart([data]), max(deadline - time.monotonic(), 0.01))
+            wait = REGISTER_RETRY if deadline is None else min(REGISTER_RETRY, deadline - time.monotonic())
+            try:
+                return await asyncio.wait_for(asyncio.shield(answer), max(wait, 0.0))
+            except TimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise LinkUnavailable(
+                        f"no manager answered at {self.manager_endpoint} within {self.join_timeout:g} s"
+                    ) from None
+
+    def _accepted(self) -> None:
+        """Registered: send every unacknowledged event again, in order."""
+        self._registered = True
+        self._send_from = self._low
+        self._wake_sender.set()
+
+    async def _rejoin(self) -> None:
+        """The manager asked us to register again (it restarted, or had declared us lost)."""
+        assert self.handler is not None
+        log.info("the manager asked agent %s to register again", self.agent_id)
+        while True:
+            try:
+                answer = await self._register(deadline=None)
+                break
+            except LinkRefused as e:
+                log.error("the manager refused agent %s: %s; trying again in %g s", self.agent_id, e, REFUSED_RETRY)
+                await asyncio.sleep(REFUSED_RETRY)
+            except Exception:
+                log.exception("re-registering agent %s failed; trying again", self.agent_id)
+                await asyncio.sleep(REGISTER_RETRY)
+        self._accepted()
+        try:
+            await self.handler.rejoined(answer)
+        except Exception:
+            log.exception("reconciling agent %s after re-registration failed", self.agent_id)
+
+    # -- events -------------------------------------------------------------------------------------
+
+    def _enqueue(self, name: str, payload: dict[str, Any], ack_wanted: bool) -> int:
+        if self._closed:
+            raise LinkUnavailable("the agent link is closed")
+        self._seq += 1
+        self._events[self._seq] = _Event(name, payload, ack_wanted)
+        self._drained.clear()
+        if len(self._events) > self.max_buffered:
+            self._events.pop(self._low, None)
+            waiter = self._waiters.pop(self._low, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(LinkUnavailable("the event was dropped: too many unacknowledged events"))
+            self._low += 1
+            self._send_from = max(self._send_from, self._low)
+            if self._dropped % 10_000 == 0:
+                log.error(
+                    "agent %s holds %d unacknowledged events: dropping the oldest (%d dropped so far)",
+                    self.agent_id,
+                    self.max_buffered,
+                    self._dropped + 1,
+                )
+            self._dropped += 1
+        self._wake_sender.set()
+        return self._seq
+
+    async def emit(self, name: str, payload: dict[str, Any]) -> None:
+        self._enqueue(name, payload, False)
+
+    async def report(self, name: str, payload: dict[str, Any]) -> None:
+        seq = self._enqueue(name, payload, True)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[seq] = waiter
+        try:
+            await waiter
+        finally:
+            self._waiters.pop(seq, None)
+
+    async def _send_events(self) -> None:
+        assert self._sock is not None
+        while True:
+            await self._wake_sender.wait()
+            self._wake_sender.clear()
+            sent = 0
+            while self._registered and self._send_from <= self._seq:
+                seq = max(self._send_from, self._low)
+                self._send_from = seq + 1
+                event = self._events.get(seq)
+                if event is None:
+                    continue
+                body = {
+                    "link": self.link_id,
+                    "seq": seq,
+                    "low": self._low,
+                    "name": event.name,
+                    "payload": event.payload,
+                    "ack_wanted": event.ack_wanted,
+                }
+                try:
+                    data = _pack("event", body)
+                except Exception:
+                    log.exception("event %s cannot be encoded; dropped", event.name)
+                    data = _pack("event", {**body, "name": "unencodable", "payload": {"name": event.name}})
+                await self._sock.send_multipart([data])
+                sent += 1
+                if sent % SEND_BATCH == 0:
+                    await asyncio.sleep(0)
+            if self._registered and self._send_from > self._seq:
+                self._drained.set()
+
+    def _on_ack(self, seq: int) -> None:
+        while self._low <= min(seq, self._seq):
+            self._events.pop(self._low, None)
+            self._low += 1
+        if self._send_from < self._low:
+            self._send_from = self._low
+        for s in [s for s in self._waiters if s <= seq]:
+            waiter = self._waiters.pop(s)
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- receiving ----------------------------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        assert self._sock is not None
+        while True:
+            frames = await self._sock.recv_multipart()
+            try:
+                kind, body = _unpack(frames[-1])
+                self._dispatch(kind, body)
+            except Exception:
+                log.exception("bad message from the manager")
+
+    def _dispatch(self, kind: str, body: dict[str, Any]) -> None:
+        if kind == "call":
+            task = asyncio.create_task(self._answer_call(body), name=f"zmq-call-{body.get('method')}")
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
+        elif kind == "ack":
+            if body.get("link") == self.link_id:
+                self._on_ack(int(body["seq"]))
+        elif kind == "resend":
+            if body.get("link") == self.link_id and self._registered:
+                self._send_from = max(self._low, min(self._send_from, int(body["from"])))
+                self._wake_sender.set()
+        elif kind == "registered":
+            if self._answer is not None and not self._answer.done() and body.get("attempt") == self._attempt:
+                self._answer.set_result(body.get("answer") or {})
+        elif kind == "refused":
+            if self._answer is not None and not self._answer.done() and body.get("attempt") == self._attempt:
+                self._answer.set_exception(LinkRefused(str(body.get("reason", "refused by the manager"))))
+        elif kind == "register-please":
+            if self._registered and not self._closed and (self._rejoin_task is None or self._rejoin_task.done()):
+                self._registered = False
+                self._rejoin_task = asyncio.create_task(self._rejoin(), name="zmq-agent-rejoin")
+        elif kind == "bye-ack":
+            if body.get("link") == self.link_id:
+                self._on_ack(int(body.get("seq", 0)))
+            if self._bye_ack is not None and not self._bye_ack.done():
+                self._bye_ack.set_result(None)
+        else:
+            log.warning("unknown message %r from the manager", kind)
+
+    async def _answer_call(self, body: dict[str, Any]) -> None:
+        assert self.handler is not None and self._sock is not None
+        call_id = body.get("id")
+        try:
+            result = await self.handler.handle_call(str(body.get("method")), body.get("args") or {})
+            data = _pack("reply", {"id": call_id, "ok": True, "result": result})
+        except asyncio.CancelledError:
+            raise
+        except RemoteError as e:
+            data = _pack("reply", {"id": call_id, "ok": False, "kind": e.kind, "message": e.message})
+        except Exception as e:
+            data = _pack("reply", {"id": call_id, "ok": False, "kind": type(e).__name__, "message": str(e)})
+        await self._sock.send_multipart([data])
+
+    async def _heartbeat_loop(self) -> None:
+        assert self.handler is not None and self._sock is not None
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            if not self._registered:
+                continue  # re-registering: the register messages say we are alive
+            try:
+                payload = self.handler.heartbeat()
+            except Exception:
+                log.exception("the heartbeat payload failed")
+                payload = {}
+            body = {"link": self.link_id, "low": self._low, "sent": self._send_from - 1, "payload": payload}
+            await self._sock.send_multipart([_pack("heartbeat", body)])
+
+    # -- closing ------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Send what is queued, say bye (the manager answers once it handled everything before it), stop."""
+        if self._closed:
+            return
+        if self._registered and self._sock is not None:
+            deadline = time.monotonic() + self.close_timeout
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), self.close_timeout)
+            self._closed = True
+            self._bye_ack = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._sock.send_multipart([_pack("bye", {})]), 1.0)
+                await asyncio.wait_for(self._bye_ack, max(0.1, deadline - time.monotonic()))
+        if self._events:
+            log.warning("agent %s closes its link with %d unacknowledged events", self.agent_id, len(self._events))
+        await self._shutdown()
+
+    async def abort(self) -> None:
+        """Drop the link the way a crash would: no bye, the manager notices by missing heartbeats."""
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        self._closed = True
+        self._registered = False
+        tasks = [self._receive_task, self._heartbeat_task, self._sender_task, self._rejoin_task, *self._calls]
+        await _cancel(tasks)
+        for waiter in self._waiters.values():
+            if not waiter.done():
+                waiter.set_exception(LinkUnavailable("the agent link is closed"))
+        if self._answer is not None and not self._answer.done():
+            self._answer.cancel()
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+
+__all__ = ["ZmqManagerLink", "ZmqAgentLink", "LinkRefused", "LinkUnavailable", "AgentUnavailable", "RemoteError"]

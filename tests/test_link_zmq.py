@@ -1,0 +1,383 @@
+"""The ZeroMQ manager↔agent link over real CURVE sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import stat
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import zmq
+import zmq.asyncio
+
+from bai.node.link.base import AgentUnavailable, RemoteError
+from bai.node.link.keys import ManagerSecrets, load_or_create
+from bai.node.link.zmq import LinkRefused, LinkUnavailable, ZmqAgentLink, ZmqManagerLink
+
+HEARTBEAT = 0.1  # agents heartbeat fast here
+TIMEOUT = 0.6  # and the manager declares them lost fast
+
+
+class FakeManager:
+    """Records what the manager's link hands it."""
+
+    def __init__(self) -> None:
+        self.joined: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+        self.heartbeats: list[tuple[str, dict[str, Any]]] = []
+        self.left: list[tuple[str, str]] = []
+
+    async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
+        self.joined.append((agent_id, registration))
+        return {"destroy": ["k-unknown"], "joins": len(self.joined)}
+
+    async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
+        if name == "heartbeat":
+            self.heartbeats.append((agent_id, payload))
+            return
+        if name == "boom":
+            raise RuntimeError("the handler broke")
+        if "slow" in payload:
+            await asyncio.sleep(payload["slow"])
+        self.events.append((agent_id, name, payload))
+
+    async def agent_left(self, agent_id: str, reason: str) -> None:
+        self.left.append((agent_id, reason))
+
+    def names(self) -> list[str]:
+        return [name for _, name, _ in self.events]
+
+
+class FakeAgent:
+    """Answers calls and records what the agent's link hands it."""
+
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = agent_id
+        self.rejoins: list[dict[str, Any]] = []
+
+    async def registration(self) -> dict[str, Any]:
+        return {"id": self.agent_id, "slots": {"cpu": "4"}, "kernels": []}
+
+    async def rejoined(self, answer: dict[str, Any]) -> None:
+        self.rejoins.append(answer)
+
+    def heartbeat(self) -> dict[str, Any]:
+        return {"occupied_slots": {}, "kernels": []}
+
+    async def handle_call(self, method: str, args: dict[str, Any]) -> Any:
+        if method == "echo":
+            return {"args": args, "blob": b"\x00\xffbinary"}
+        if method == "fail":
+            raise KeyError("no such kernel")
+        if method == "sleep":
+            await asyncio.sleep(args["seconds"])
+            return "slept"
+        raise ValueError(f"unknown call {method}")
+
+
+async def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def manager_secrets(tmp_path: Path) -> ManagerSecrets:
+    return load_or_create(tmp_path)
+
+
+@pytest.fixture
+async def links(manager_secrets: ManagerSecrets) -> AsyncIterator[Links]:
+    made = Links(manager_secrets)
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+class Links:
+    """Makes managers and agents and closes whatever a test left open."""
+
+    def __init__(self, secrets: ManagerSecrets) -> None:
+        self.secrets = secrets
+        self.managers: list[ZmqManagerLink] = []
+        self.agents: list[ZmqAgentLink] = []
+
+    async def manager(self, handler: FakeManager, bind: str = "tcp://127.0.0.1:0") -> ZmqManagerLink:
+        link = ZmqManagerLink(bind, self.secrets, heartbeat_timeout=TIMEOUT)
+        await link.start(handler)
+        self.managers.append(link)
+        return link
+
+    def agent(self, manager: ZmqManagerLink, agent_id: str = "agent-1", **kw: Any) -> ZmqAgentLink:
+        kw.setdefault("heartbeat_interval", HEARTBEAT)
+        kw.setdefault("join_token", self.secrets.join_token)
+        assert manager.endpoint is not None
+        link = ZmqAgentLink(agent_id, manager.endpoint, self.secrets.public_key, **kw)
+        self.agents.append(link)
+        return link
+
+    async def close(self) -> None:
+        for agent in self.agents:
+            await agent.abort()
+        for manager in self.managers:
+            await manager.close()
+
+
+Pair = tuple[FakeManager, ZmqManagerLink, FakeAgent, ZmqAgentLink]
+
+
+async def joined_pair(links: Links, agent_id: str = "agent-1") -> Pair:
+    fm = FakeManager()
+    manager = await links.manager(fm)
+    fa = FakeAgent(agent_id)
+    agent = links.agent(manager, agent_id)
+    await agent.join(fa)
+    return fm, manager, fa, agent
+
+
+def test_keys_are_created_once_with_private_modes(tmp_path: Path) -> None:
+    first = load_or_create(tmp_path)
+    d = tmp_path / "link"
+    assert stat.S_IMODE((d / "manager.key_secret").stat().st_mode) == 0o600
+    assert stat.S_IMODE((d / "join-token").stat().st_mode) == 0o600
+    assert (d / "manager.key").read_text().strip() == first.public_key
+    assert len(first.public_key) == len(first.secret_key) == 40
+    assert zmq.curve_public(first.secret_key.encode()).decode() == first.public_key
+    assert load_or_create(tmp_path) == first
+    assert first.secret_key not in repr(first) and first.join_token not in repr(first)
+
+
+async def test_register_returns_the_answer_and_calls_round_trip(links: Links) -> None:
+    fm, manager, _, _ = await joined_pair(links)
+    assert manager.endpoint is not None and not manager.endpoint.endswith(":0")
+    assert fm.joined == [("agent-1", {"id": "agent-1", "slots": {"cpu": "4"}, "kernels": []})]
+    assert manager.connected() == {"agent-1"}
+    result = await manager.call("agent-1", "echo", {"data": b"\x01\x02", "files": [("a.txt", b"x")]}, timeout=5)
+    assert result == {"args": {"data": b"\x01\x02", "files": [["a.txt", b"x"]]}, "blob": b"\x00\xffbinary"}
+
+
+async def test_join_returns_the_managers_answer(links: Links) -> None:
+    fm = FakeManager()
+    manager = await links.manager(fm)
+    answer = await links.agent(manager).join(FakeAgent("agent-1"))
+    assert answer == {"destroy": ["k-unknown"], "joins": 1}
+
+
+async def test_a_remote_exception_comes_back_as_remote_error(links: Links) -> None:
+    _, manager, _, _ = await joined_pair(links)
+    with pytest.raises(RemoteError) as info:
+        await manager.call("agent-1", "fail", {}, timeout=5)
+    assert info.value.kind == "KeyError"
+    assert "no such kernel" in info.value.message
+
+
+async def test_a_slow_call_times_out_without_blocking_others(links: Links) -> None:
+    _, manager, _, _ = await joined_pair(links)
+    slow = asyncio.create_task(manager.call("agent-1", "sleep", {"seconds": 0.5}, timeout=5))
+    with pytest.raises(TimeoutError):
+        await manager.call("agent-1", "sleep", {"seconds": 2}, timeout=0.2)
+    assert await manager.call("agent-1", "echo", {}, timeout=0.3)  # answered while the slow one runs
+    assert await slow == "slept"
+    assert not manager._pending  # the timed-out call was forgotten
+
+
+async def test_calling_an_unknown_agent_is_unavailable(links: Links) -> None:
+    manager = await links.manager(FakeManager())
+    with pytest.raises(AgentUnavailable):
+        await manager.call("nobody", "echo", {}, timeout=1)
+
+
+async def test_a_burst_of_events_arrives_in_order_and_report_waits_for_the_handler(links: Links) -> None:
+    fm, _, _, agent = await joined_pair(links)
+    for i in range(1000):
+        await agent.emit("kernel_logs", {"i": i})
+    await agent.report("kernel_terminated", {"slow": 0.3})
+    # report returned only after the handler finished the slow event, and after all the events before it
+    assert len(fm.events) == 1001
+    assert [p["i"] for _, _, p in fm.events[:1000]] == list(range(1000))
+    assert fm.events[-1] == ("agent-1", "kernel_terminated", {"slow": 0.3})
+    await wait_until(lambda: not agent._events)  # every event acknowledged, nothing buffered
+
+
+async def test_a_failing_handler_does_not_stop_the_events(links: Links) -> None:
+    fm, _, _, agent = await joined_pair(links)
+    await agent.emit("boom", {})
+    await agent.report("after", {})
+    assert fm.names() == ["after"]
+
+
+async def test_a_wrong_join_token_is_refused(links: Links, caplog: pytest.LogCaptureFixture) -> None:
+    fm = FakeManager()
+    manager = await links.manager(fm)
+    agent = links.agent(manager, "intruder", join_token="not-the-token")
+    with caplog.at_level(logging.WARNING, logger="bai.link"), pytest.raises(LinkRefused, match="join token"):
+        await agent.join(FakeAgent("intruder"))
+    assert fm.joined == [] and fm.events == [] and fm.left == []
+    assert manager.connected() == set()
+    assert any("intruder" in r.getMessage() and "refused" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_client_without_curve_gets_nothing(links: Links, manager_secrets: ManagerSecrets) -> None:
+    fm = FakeManager()
+    manager = await links.manager(fm)
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.ROUTING_ID, b"plain")
+    try:
+        sock.connect(manager.endpoint)
+        body = {"agent_id": "plain", "token": manager_secrets.join_token, "link": "x", "attempt": "y"}
+        await sock.send_multipart([msgpack.packb(["register", {**body, "registration": {}}], use_bin_type=True)])
+        assert await sock.poll(1000) == 0
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+    assert fm.joined == [] and manager.connected() == set()
+
+
+async def test_joining_with_no_manager_gives_up(links: Links, manager_secrets: ManagerSecrets) -> None:
+    manager = await links.manager(FakeManager())
+    endpoint = manager.endpoint
+    await manager.close()
+    agent = ZmqAgentLink("agent-1", endpoint, manager_secrets.public_key, manager_secrets.join_token, join_timeout=0.5)
+    links.agents.append(agent)
+    with pytest.raises(LinkUnavailable):
+        await agent.join(FakeAgent("agent-1"))
+
+
+async def test_a_silent_agent_is_lost(links: Links) -> None:
+    fm, manager, _, agent = await joined_pair(links)
+    await agent.abort()  # no bye, no more heartbeats
+    started = time.monotonic()
+    await wait_until(lambda: fm.left == [("agent-1", "lost")], timeout=TIMEOUT + 1)
+    assert time.monotonic() - started < TIMEOUT + 1
+    assert manager.connected() == set()
+    with pytest.raises(AgentUnavailable):
+        await manager.call("agent-1", "echo", {}, timeout=1)
+    await asyncio.sleep(TIMEOUT)
+    assert fm.left == [("agent-1", "lost")]  # once
+
+
+async def test_a_lost_agent_that_heartbeats_again_comes_back(links: Links) -> None:
+    fm, manager, fa, agent = await joined_pair(links)
+    assert agent._heartbeat_task is not None
+    agent._heartbeat_task.cancel()
+    await wait_until(lambda: fm.left == [("agent-1", "lost")], timeout=TIMEOUT + 1)
+    await agent.emit("while-lost", {})  # the manager ignores it; it comes again after the re-registration
+    agent._heartbeat_task = asyncio.create_task(agent._heartbeat_loop())
+    await wait_until(lambda: len(fa.rejoins) == 1 and manager.connected() == {"agent-1"})
+    assert [aid for aid, _ in fm.joined] == ["agent-1", "agent-1"]
+    assert fa.rejoins == [{"destroy": ["k-unknown"], "joins": 2}]
+    await wait_until(lambda: fm.names() == ["while-lost"])
+    assert await manager.call("agent-1", "echo", {}, timeout=2)
+
+
+async def test_a_lost_event_is_sent_again(links: Links) -> None:
+    fm, _, _, agent = await joined_pair(links)
+
+    class DropOnce:
+        """The socket, losing the event with seq 5 on its way (like a connection cut would)."""
+
+        def __init__(self, sock: zmq.asyncio.Socket) -> None:
+            self.sock = sock
+            self.dropped = False
+
+        def send_multipart(self, frames: list[bytes], **kw: Any) -> Any:
+            kind, body = msgpack.unpackb(frames[-1], raw=False)
+            if kind == "event" and body["seq"] == 5 and not self.dropped:
+                self.dropped = True
+                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                fut.set_result(None)
+                return fut
+            return self.sock.send_multipart(frames, **kw)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.sock, name)
+
+    real = agent._sock
+    assert real is not None
+    agent._sock = DropOnce(real)  # type: ignore[assignment]
+    try:
+        for i in range(1, 11):
+            await agent.emit("e", {"i": i})
+        await wait_until(lambda: len(fm.events) == 10, timeout=3)
+    finally:
+        agent._sock = real
+    assert [p["i"] for _, _, p in fm.events] == list(range(1, 11))
+
+
+async def test_a_restarted_manager_gets_the_agent_and_its_events_back(
+    links: Links, manager_secrets: ManagerSecrets
+) -> None:
+    fm1, manager1, fa, agent = await joined_pair(links)
+    await agent.report("before", {})
+    await wait_until(lambda: not agent._events)
+    endpoint = manager1.endpoint
+    assert endpoint is not None
+    await manager1.close()
+
+    for i in range(20):
+        await agent.emit("while-down", {"i": i})
+    reported = asyncio.create_task(agent.report("reported-while-down", {}))
+    await asyncio.sleep(0.3)
+    assert not reported.done()
+
+    fm2 = FakeManager()
+    await links.manager(fm2, bind=endpoint)
+    await asyncio.wait_for(reported, 5)
+    assert [aid for aid, _ in fm2.joined] == ["agent-1"]
+    assert fa.rejoins == [{"destroy": ["k-unknown"], "joins": 1}]
+    assert fm2.names() == ["while-down"] * 20 + ["reported-while-down"]
+    assert [p["i"] for _, _, p in fm2.events[:20]] == list(range(20))
+    assert fm1.names() == ["before"]
+
+
+async def test_a_restarted_agent_counts_its_events_from_the_start_again(links: Links) -> None:
+    fm, manager, _, agent = await joined_pair(links)
+    for i in range(5):
+        await agent.emit("old", {"i": i})
+    await wait_until(lambda: len(fm.events) == 5)
+    await agent.abort()
+    again = links.agent(manager, "agent-1")  # the same agent id, a new process
+    await again.join(FakeAgent("agent-1"))
+    await again.report("new", {})
+    assert fm.names() == ["old"] * 5 + ["new"]
+    assert manager.connected() == {"agent-1"}
+
+
+async def test_closing_an_agent_says_bye(links: Links) -> None:
+    fm, manager, _, agent = await joined_pair(links)
+    await agent.emit("last-words", {})
+    await agent.close()
+    assert not agent._events  # the bye's answer acknowledged everything before it
+    assert fm.names() == ["last-words"]
+    assert fm.left == [("agent-1", "closed")]
+    assert manager.connected() == set()
+    with pytest.raises(AgentUnavailable):
+        await manager.call("agent-1", "echo", {}, timeout=1)
+    with pytest.raises(LinkUnavailable):
+        await agent.emit("too-late", {})
+
+
+async def test_two_agents_are_told_apart(links: Links) -> None:
+    fm = FakeManager()
+    manager = await links.manager(fm)
+    a, b = links.agent(manager, "a"), links.agent(manager, "b")
+    await asyncio.gather(a.join(FakeAgent("a")), b.join(FakeAgent("b")))
+    assert manager.connected() == {"a", "b"}
+    await asyncio.gather(a.report("from-a", {}), b.report("from-b", {}))
+    assert sorted((aid, name) for aid, name, _ in fm.events) == [("a", "from-a"), ("b", "from-b")]
+    assert (await manager.call("b", "echo", {"x": 1}, timeout=2))["args"] == {"x": 1}
+    await wait_until(lambda: {aid for aid, _ in fm.heartbeats} == {"a", "b"})
+    with contextlib.suppress(Exception):
+        await a.close()
+    assert manager.connected() == {"b"}
