@@ -6,9 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.nodeproc import BUSYBOX_IMAGE, PYTHON_IMAGE, Node, ensure_image, require_docker
+from tests.nodeproc import BUSYBOX_IMAGE, PYTHON_IMAGE, Cluster, Node, ensure_image, require_docker
 
-BACKENDS = ["docker", "local"]
+# every session test runs on both kernel backends, over both links (in-process, and ZeroMQ between
+# a manager process and an agent process)
+NODES = ["docker", "local", "docker-zmq", "local-zmq"]
 
 
 @pytest.fixture(scope="session")
@@ -25,10 +27,12 @@ def busybox_image() -> str:
     return BUSYBOX_IMAGE
 
 
-def _node_for(backend: str, request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Node]:
+def _node_for(kind: str, request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Node]:
+    backend, _, link = kind.partition("-")
     if backend == "docker":
         request.getfixturevalue("python_image")
-    node = Node(tmp_path_factory.mktemp(f"node-{backend}"), backend).start()
+    base = tmp_path_factory.mktemp(f"node-{kind}")
+    node = Cluster(base, backend).start() if link == "zmq" else Node(base, backend).start()
     yield node
     leftovers = node.leftover_containers()
     node.stop()
@@ -36,7 +40,7 @@ def _node_for(backend: str, request: pytest.FixtureRequest, tmp_path_factory) ->
         subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=NODES)
 def node(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Node]:
     """A running combined node, once per backend; shared by the tests of a module."""
     yield from _node_for(request.param, request, tmp_path_factory)

@@ -68,10 +68,20 @@ def containers(label: str) -> list[str]:
 class Node:
     """A `bai node` subprocess with its own state, config and credentials folders."""
 
-    def __init__(self, base: Path, backend: str, extra_config: str = "", agent_config: str = "") -> None:
+    def __init__(
+        self,
+        base: Path,
+        backend: str,
+        extra_config: str = "",
+        agent_config: str = "",
+        role: str = "all",
+        args: tuple[str, ...] = (),
+    ) -> None:
         base.mkdir(parents=True, exist_ok=True)
         self.base = base
         self.backend = backend
+        self.role = role
+        self.args = args
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.state_dir = base / "state"
@@ -114,6 +124,9 @@ class Node:
                 str(self.state_dir),
                 "--backend",
                 self.backend,
+                "--role",
+                self.role,
+                *self.args,
             ],
             stdout=subprocess.PIPE,
             stderr=log,
@@ -134,6 +147,13 @@ class Node:
                 return self
         self.stop()
         raise AssertionError(f"node did not start:\n{''.join(lines)}\n{self.log_path.read_text()}")
+
+    def kill(self) -> None:
+        """kill -9: no clean-up of any kind."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc is None:
@@ -196,3 +216,86 @@ class Node:
         if self.backend != "docker":
             return []
         return containers(f"bai.agent-id={self.agent_id}")
+
+
+LINK_CONFIG = "[link]\nheartbeat_interval = 0.5\nmissed_heartbeats = 3\n[manager]\nlost_grace = 3.0\n"
+
+
+class Cluster:
+    """A manager process and agent processes talking over the ZeroMQ link, on 127.0.0.1.
+
+    Offers what `Node` offers to session tests (cli, json, agent_id, leftover_containers)."""
+
+    def __init__(
+        self, base: Path, backend: str, agents: int = 1, agent_config: str = "", extra_config: str = ""
+    ) -> None:
+        self.base = base
+        self.backend = backend
+        self.link_port = free_port()
+        self.manager = Node(
+            base / "manager",
+            backend,
+            extra_config=LINK_CONFIG + extra_config,
+            role="manager",
+            args=("--link-listen", f"127.0.0.1:{self.link_port}"),
+        )
+        self.env = self.manager.env
+        self.endpoint = self.manager.endpoint
+        self.port = self.manager.port
+        self.state_dir = self.manager.state_dir
+        self.agent_config = agent_config
+        self.agents: list[Node] = []
+        self._agent_count = agents
+
+    def add_agent(self, index: int, token: str | None = None) -> Node:
+        info = self.join_info()
+        agent = Node(
+            self.base / f"agent{index}",
+            self.backend,
+            extra_config=LINK_CONFIG,
+            agent_config=self.agent_config,
+            role="agent",
+            args=(
+                "--manager",
+                info["endpoint"],
+                "--manager-key",
+                info["manager_key"],
+                "--join-token",
+                token or info["join_token"],
+            ),
+        )
+        return agent
+
+    def join_info(self) -> dict:
+        return self.manager.json("cluster", "join-info")
+
+    def start(self) -> Cluster:
+        self.manager.start()
+        for i in range(self._agent_count):
+            self.agents.append(self.add_agent(i).start())
+        return self
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            agent.stop()
+        self.manager.stop()
+
+    @property
+    def proc(self):
+        return self.manager.proc
+
+    @property
+    def agent_id(self) -> str:
+        return self.agents[0].agent_id
+
+    def cli(self, *args: str, **kw):
+        return self.manager.cli(*args, **kw)
+
+    def popen(self, *args: str):
+        return self.manager.popen(*args)
+
+    def json(self, *args: str, **kw):
+        return self.manager.json(*args, **kw)
+
+    def leftover_containers(self) -> list[str]:
+        return [c for agent in self.agents for c in agent.leftover_containers()]

@@ -211,6 +211,8 @@ async def test_a_burst_of_events_arrives_in_order_and_report_waits_for_the_handl
 async def test_a_failing_handler_does_not_stop_the_events(links: Links) -> None:
     fm, _, _, agent = await joined_pair(links)
     await agent.emit("boom", {})
+    with pytest.raises(TypeError):
+        await agent.emit("cannot-travel", {"what": object()})  # refused at once, nothing queued
     await agent.report("after", {})
     assert fm.names() == ["after"]
 
@@ -242,6 +244,39 @@ async def test_a_client_without_curve_gets_nothing(links: Links, manager_secrets
         sock.close(linger=0)
         ctx.term()
     assert fm.joined == [] and manager.connected() == set()
+
+
+async def test_a_curve_client_without_the_token_cannot_speak_for_an_agent(
+    links: Links, manager_secrets: ManagerSecrets
+) -> None:
+    fm, manager, _, _ = await joined_pair(links)
+    fm.heartbeats.clear()
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.ROUTING_ID, b"agent-1")  # the agent id, but not its link's routing id
+    public, secret = zmq.curve_keypair()
+    sock.curve_publickey, sock.curve_secretkey = public, secret
+    sock.curve_serverkey = manager_secrets.public_key.encode()
+    try:
+        sock.connect(manager.endpoint)
+        for kind, body in [
+            ("event", {"link": "x", "seq": 1, "low": 1, "name": "forged", "payload": {}, "ack_wanted": True}),
+            ("heartbeat", {"link": "x", "low": 1, "sent": 0, "payload": {"forged": True}}),
+            ("bye", {}),
+        ]:
+            await sock.send_multipart([msgpack.packb([kind, body], use_bin_type=True)])
+        assert await sock.poll(2000)
+        kind, _ = msgpack.unpackb(await sock.recv(), raw=False)
+        assert kind in ("register-please", "bye-ack")
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+    await asyncio.sleep(0.2)
+    assert fm.events == [] and fm.left == []
+    assert all("forged" not in payload for _, payload in fm.heartbeats)
+    assert manager.connected() == {"agent-1"}
+    assert await manager.call("agent-1", "echo", {}, timeout=2)  # still reaches the real agent
 
 
 async def test_joining_with_no_manager_gives_up(links: Links, manager_secrets: ManagerSecrets) -> None:
@@ -313,6 +348,91 @@ async def test_a_lost_event_is_sent_again(links: Links) -> None:
     finally:
         agent._sock = real
     assert [p["i"] for _, _, p in fm.events] == list(range(1, 11))
+
+
+class CuttableProxy:
+    """A TCP relay between an agent and the manager whose connections can be cut (a network failure)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.writers: list[asyncio.StreamWriter] = []
+        self.blackhole = False  # while set, what is relayed vanishes (and the connection looks fine)
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self.writers += [writer, up_writer]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(Exception):
+                while data := await src.read(65536):
+                    if not self.blackhole:
+                        dst.write(data)
+                        await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        for w in self.writers:
+            w.transport.abort()
+        self.writers.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_events_survive_a_network_cut(links: Links, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="bai.link")
+    fm = FakeManager()
+    manager = await links.manager(fm)
+    assert manager.endpoint is not None
+    proxy = CuttableProxy(int(manager.endpoint.rsplit(":", 1)[1]))
+    await proxy.start()
+    try:
+        agent = ZmqAgentLink(
+            "agent-1",
+            f"tcp://127.0.0.1:{proxy.port}",
+            links.secrets.public_key,
+            links.secrets.join_token,
+            heartbeat_interval=HEARTBEAT,
+        )
+        links.agents.append(agent)
+        await agent.join(FakeAgent("agent-1"))
+        for i in range(3000):
+            await agent.emit("e", {"i": i, "pad": "x" * 100})
+            if i % 100 == 0:
+                await asyncio.sleep(0.002)  # let the events flow
+            if i in (500, 1500):
+                proxy.blackhole = True  # these events are "sent" and lost in the network
+            if i in (800, 1800):
+                await asyncio.sleep(0.05)
+                proxy.cut()  # the connection breaks; the agent reconnects through the relay
+                proxy.blackhole = False
+                await wait_until(lambda i=i: len(fm.events) > i)  # through again
+        await asyncio.wait_for(agent.report("last", {}), 10)
+        assert [p["i"] for _, _, p in fm.events[:-1]] == list(range(3000))  # in order, none twice
+        assert "send its events again" in caplog.text  # the manager noticed the gap
+        # events lost with nothing after them: the next heartbeat says what was sent
+        proxy.blackhole = True
+        for i in range(5):
+            await agent.emit("tail", {"i": i})
+        await asyncio.sleep(0.05)
+        proxy.cut()
+        proxy.blackhole = False
+        await wait_until(lambda: fm.names()[-5:] == ["tail"] * 5, timeout=5)
+        assert len(fm.events) == 3006
+        assert fm.left == [] and manager.connected() == {"agent-1"}
+        assert await manager.call("agent-1", "echo", {}, timeout=2)
+    finally:
+        await proxy.close()
 
 
 async def test_a_restarted_manager_gets_the_agent_and_its_events_back(

@@ -1,12 +1,15 @@
 """The ZeroMQ link between a manager and agents on other hosts.
 
-One ROUTER on the manager (CURVE server), one DEALER per agent (CURVE client, routing id = agent id).
+One ROUTER on the manager (CURVE server), one DEALER per agent link object (CURVE client with a fresh key
+pair, routing id `AGENT_ID.LINK_ID` where LINK_ID is random: readable, and unguessable, so no other client
+of the public manager key can take an agent's routing id over). Only a `register` with the join token makes
+a routing id known to the manager; anything else from an unknown routing id is answered `register-please`.
 Every message is one msgpack frame `[kind, body]` (the ROUTER adds the routing-id frame):
 
 agent → manager
   register   {agent_id, token, link, attempt, registration}
   heartbeat  {link, low, sent, payload}
-  event      {link, seq, low, name, payload, ack_wanted}
+  event      {link, seq, low, name, payload: msgpack bytes of the payload, ack_wanted}
   reply      {id, ok: true, result} | {id, ok: false, kind, message}
   bye        {}
 manager → agent
@@ -32,6 +35,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +77,16 @@ def _unpack(data: bytes) -> tuple[str, dict[str, Any]]:
     return kind, body
 
 
+_UNDECODABLE = object()  # an event payload that could not be decoded: counted as handled, not delivered
+
+
+def _unpack_payload(data: Any) -> Any:
+    """An event's payload travels msgpack-encoded inside the message (the agent encodes it once)."""
+    if isinstance(data, bytes):
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    return data if data is not None else {}
+
+
 def _keepalive(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, HWM)
@@ -112,6 +126,7 @@ class _Peer:
     joining: str | None = None  # the register attempt queued for the handler
     answered: tuple[str, str, dict[str, Any]] | None = None  # (link, attempt, answer) of the last registration
     resend_asked: tuple[int, float] = (-1, 0.0)
+    replaced: deque[str] = field(default_factory=lambda: deque(maxlen=8))  # earlier links of this agent id
 
 
 class ZmqManagerLink:
@@ -134,6 +149,8 @@ class ZmqManagerLink:
         self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
         self._next_call = 0
         self._nudged: dict[bytes, float] = {}
+        self._refused_logged_at = -1e9
+        self._refusals_unlogged = 0
         self._tasks: list[asyncio.Task[Any]] = []
         self._closed = False
 
@@ -258,7 +275,7 @@ class ZmqManagerLink:
         if not isinstance(token, str) or not secrets.compare_digest(
             token.encode("utf-8"), self.secrets.join_token.encode("utf-8")
         ):
-            log.warning("refused the registration of agent %r (routing id %r): wrong join token", agent_id, rid)
+            self._log_refusal(rid, agent_id)
             self._send(rid, "refused", {"reason": "join token rejected by the manager", "attempt": attempt})
             return
         if not isinstance(agent_id, str) or not agent_id:
@@ -280,6 +297,16 @@ class ZmqManagerLink:
         peer.joining = attempt
         peer.queue.put_nowait(("join", rid, link, attempt, registration))
 
+    def _log_refusal(self, rid: bytes, agent_id: Any) -> None:
+        """Log a refused registration; at most one line a second, so that a stranger cannot flood the log."""
+        now = time.monotonic()
+        if now - self._refused_logged_at < 1.0:
+            self._refusals_unlogged += 1
+            return
+        more = f" ({self._refusals_unlogged} more refused since the last report)" if self._refusals_unlogged else ""
+        log.warning("refused the registration of agent %r (routing id %r): wrong join token%s", agent_id, rid, more)
+        self._refused_logged_at, self._refusals_unlogged = now, 0
+
     def _on_event(self, peer: _Peer, body: dict[str, Any]) -> None:
         if body.get("link") != peer.link:
             return  # from an earlier link object of this agent (it restarted)
@@ -294,7 +321,12 @@ class ZmqManagerLink:
             self._ask_resend(peer)  # a gap: what came in between was lost on the way
             return
         peer.received = seq
-        name, payload = body.get("name", ""), body.get("payload")
+        name = body.get("name", "")
+        try:
+            payload = _unpack_payload(body.get("payload"))
+        except Exception:
+            log.exception("event %s (seq %d) from agent %s cannot be decoded; skipped", name, seq, peer.agent_id)
+            payload = _UNDECODABLE
         peer.queue.put_nowait(("event", peer.link, seq, name, payload, bool(body.get("ack_wanted"))))
 
     def _on_heartbeat(self, peer: _Peer, body: dict[str, Any]) -> None:
@@ -372,7 +404,8 @@ class ZmqManagerLink:
         if kind == "event":
             _, link, seq, name, payload, _ = item
             try:
-                await self.handler.agent_event(peer.agent_id, name, payload)
+                if payload is not _UNDECODABLE:
+                    await self.handler.agent_event(peer.agent_id, name, payload)
             finally:
                 if link == peer.link:
                     peer.handled = max(peer.handled, seq)
@@ -386,9 +419,13 @@ class ZmqManagerLink:
                 log.exception("registering agent %s failed", peer.agent_id)
                 peer.joining = None
                 reason = f"registration failed: {type(e).__name__}: {e}"
-                self._send(peer.rid, "refused", {"reason": reason, "attempt": attempt})
+                self._send(rid, "refused", {"reason": reason, "attempt": attempt})
                 return
             if peer.link != link:  # a new link object (the agent restarted): its events count from 1
+                if link in peer.replaced:  # a link we had replaced came back: they take turns
+                    log.warning("two live agents register as %s: give each its own agent id", peer.agent_id)
+                if peer.link is not None:
+                    peer.replaced.append(peer.link)
                 peer.link, peer.received, peer.handled, peer.acked = link, 0, 0, 0
             if self._by_rid.get(peer.rid) is peer:
                 del self._by_rid[peer.rid]
@@ -436,7 +473,7 @@ class ZmqManagerLink:
 @dataclass
 class _Event:
     name: str
-    payload: dict[str, Any]
+    payload: bytes  # msgpack, encoded once when the event is emitted (a snapshot; resends reuse it)
     ack_wanted: bool
 
 
@@ -585,8 +622,9 @@ class ZmqAgentLink:
     def _enqueue(self, name: str, payload: dict[str, Any], ack_wanted: bool) -> int:
         if self._closed:
             raise LinkUnavailable("the agent link is closed")
+        data = msgpack.packb(payload, use_bin_type=True)  # a payload that cannot travel fails here
         self._seq += 1
-        self._events[self._seq] = _Event(name, payload, ack_wanted)
+        self._events[self._seq] = _Event(name, data, ack_wanted)
         self._drained.clear()
         if len(self._events) > self.max_buffered:
             self._events.pop(self._low, None)
@@ -638,12 +676,7 @@ class ZmqAgentLink:
                     "payload": event.payload,
                     "ack_wanted": event.ack_wanted,
                 }
-                try:
-                    data = _pack("event", body)
-                except Exception:
-                    log.exception("event %s cannot be encoded; dropped", event.name)
-                    data = _pack("event", {**body, "name": "unencodable", "payload": {"name": event.name}})
-                await self._sock.send_multipart([data])
+                await self._sock.send_multipart([_pack("event", body)])
                 sent += 1
                 if sent % SEND_BATCH == 0:
                     await asyncio.sleep(0)
@@ -683,6 +716,7 @@ class ZmqAgentLink:
                 self._on_ack(int(body["seq"]))
         elif kind == "resend":
             if body.get("link") == self.link_id and self._registered:
+                log.debug("the manager asks for the events from %s again", body["from"])
                 self._send_from = max(self._low, min(self._send_from, int(body["from"])))
                 self._wake_sender.set()
         elif kind == "registered":
@@ -723,13 +757,13 @@ class ZmqAgentLink:
             await asyncio.sleep(self.heartbeat_interval)
             if not self._registered:
                 continue  # re-registering: the register messages say we are alive
+            body = {"link": self.link_id, "low": self._low, "sent": self._send_from - 1, "payload": {}}
             try:
-                payload = self.handler.heartbeat()
+                data = _pack("heartbeat", {**body, "payload": self.handler.heartbeat()})
             except Exception:
-                log.exception("the heartbeat payload failed")
-                payload = {}
-            body = {"link": self.link_id, "low": self._low, "sent": self._send_from - 1, "payload": payload}
-            await self._sock.send_multipart([_pack("heartbeat", body)])
+                log.exception("the heartbeat payload failed; sending an empty one")
+                data = _pack("heartbeat", body)
+            await self._sock.send_multipart([data])
 
     # -- closing ------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import resource
 import shutil
@@ -19,6 +20,8 @@ from typing import Any
 
 from bai.node.agent.backends.base import Kernel, KernelSpec, KernelStartError, connect_runner, kernel_env
 from bai.node.agent.channel import ChannelError, wait_for_socket
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class LocalBackend:
@@ -51,7 +54,11 @@ class LocalBackend:
         env.update(kernel_env(spec))
         env["HOME"] = str(work_dir)
 
+        libc = ctypes.CDLL(None, use_errno=True)
+
         def limit() -> None:  # runs in the child before exec
+            # the kernel ends with its agent, even one killed with -9 (the runner handles SIGTERM)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
             if mem > 0:
                 resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 
