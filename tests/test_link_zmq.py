@@ -185,7 +185,7 @@ async def test_a_slow_call_times_out_without_blocking_others(links: Links) -> No
     slow = asyncio.create_task(manager.call("agent-1", "sleep", {"seconds": 0.5}, timeout=5))
     with pytest.raises(TimeoutError):
         await manager.call("agent-1", "sleep", {"seconds": 2}, timeout=0.2)
-    assert await manager.call("agent-1", "echo", {}, timeout=0.3)  # answered while the slow one runs
+    assert await manager.call("agent-1", "echo", {}, timeout=1)  # answered while the slow one runs
     assert await slow == "slept"
     assert not manager._pending  # the timed-out call was forgotten
 
@@ -206,6 +206,22 @@ async def test_a_burst_of_events_arrives_in_order_and_report_waits_for_the_handl
     assert [p["i"] for _, _, p in fm.events[:1000]] == list(range(1000))
     assert fm.events[-1] == ("agent-1", "kernel_terminated", {"slow": 0.3})
     await wait_until(lambda: not agent._events)  # every event acknowledged, nothing buffered
+
+
+async def test_a_full_buffer_drops_the_oldest_events(links: Links) -> None:
+    fm = FakeManager()
+    manager = await links.manager(fm)
+    agent = links.agent(manager, max_buffered=10)
+    dropped = asyncio.create_task(agent.report("dropped", {}))  # seq 1: dropped before it is ever sent
+    await asyncio.sleep(0)
+    for i in range(30):  # before joining: nothing can be sent yet
+        await agent.emit("e", {"i": i})
+    with pytest.raises(LinkUnavailable, match="dropped"):
+        await dropped
+    await agent.join(FakeAgent("agent-1"))
+    await agent.report("after", {})
+    assert [p["i"] for _, _, p in fm.events[:-1]] == list(range(21, 30))  # the newest 10, less the report's slot
+    assert fm.names()[-1] == "after"
 
 
 async def test_a_failing_handler_does_not_stop_the_events(links: Links) -> None:

@@ -50,6 +50,8 @@ log = logging.getLogger("bai.link")
 
 HWM = 100_000  # messages queued per peer before sends wait (agent) or fail (manager)
 MAX_BUFFERED_EVENTS = 100_000  # unacknowledged events an agent keeps; beyond, the oldest are dropped
+MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # and their encoded size
+SEND_WINDOW = 2_000  # events sent and not yet acknowledged, at most (the rest waits in the agent's buffer)
 REGISTER_RETRY = 1.0  # seconds between register messages while no answer comes
 REFUSED_RETRY = 5.0  # seconds between re-registrations the manager refuses
 RESEND_ASK_INTERVAL = 1.0  # the manager asks for a resend of the same gap at most this often
@@ -516,6 +518,7 @@ class ZmqAgentLink:
         self._low = 1
         self._send_from = 1
         self._dropped = 0
+        self._buffered_bytes = 0
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._wake_sender = asyncio.Event()
         self._drained = asyncio.Event()  # set while every event was handed to the socket
@@ -625,9 +628,12 @@ class ZmqAgentLink:
         data = msgpack.packb(payload, use_bin_type=True)  # a payload that cannot travel fails here
         self._seq += 1
         self._events[self._seq] = _Event(name, data, ack_wanted)
+        self._buffered_bytes += len(data)
         self._drained.clear()
-        if len(self._events) > self.max_buffered:
-            self._events.pop(self._low, None)
+        while len(self._events) > self.max_buffered or (
+            self._buffered_bytes > MAX_BUFFERED_BYTES and len(self._events) > 1
+        ):
+            self._forget(self._low)
             waiter = self._waiters.pop(self._low, None)
             if waiter is not None and not waiter.done():
                 waiter.set_exception(LinkUnavailable("the event was dropped: too many unacknowledged events"))
@@ -635,9 +641,10 @@ class ZmqAgentLink:
             self._send_from = max(self._send_from, self._low)
             if self._dropped % 10_000 == 0:
                 log.error(
-                    "agent %s holds %d unacknowledged events: dropping the oldest (%d dropped so far)",
+                    "agent %s holds %d unacknowledged events (%d bytes): dropping the oldest (%d dropped so far)",
                     self.agent_id,
-                    self.max_buffered,
+                    len(self._events),
+                    self._buffered_bytes,
                     self._dropped + 1,
                 )
             self._dropped += 1
@@ -662,7 +669,7 @@ class ZmqAgentLink:
             await self._wake_sender.wait()
             self._wake_sender.clear()
             sent = 0
-            while self._registered and self._send_from <= self._seq:
+            while self._registered and self._send_from <= self._seq and self._send_from - self._low < SEND_WINDOW:
                 seq = max(self._send_from, self._low)
                 self._send_from = seq + 1
                 event = self._events.get(seq)
@@ -683,9 +690,16 @@ class ZmqAgentLink:
             if self._registered and self._send_from > self._seq:
                 self._drained.set()
 
+    def _forget(self, seq: int) -> None:
+        event = self._events.pop(seq, None)
+        if event is not None:
+            self._buffered_bytes -= len(event.payload)
+
     def _on_ack(self, seq: int) -> None:
+        if seq >= self._low:
+            self._wake_sender.set()  # the send window moved
         while self._low <= min(seq, self._seq):
-            self._events.pop(self._low, None)
+            self._forget(self._low)
             self._low += 1
         if self._send_from < self._low:
             self._send_from = self._low
