@@ -120,3 +120,29 @@ def test_the_manager_restarts_and_sessions_carry_on(tmp_path, python_image: str)
             import subprocess
 
             subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+
+
+def test_a_restarted_docker_agent_readopts_its_containers(tmp_path, python_image: str) -> None:
+    cluster = Cluster(tmp_path, "docker", agents=1).start()
+    try:
+        cluster.cli("session", "create", "python", "--name", "adopted", check=True)
+        cluster.cli("session", "exec", "adopted", "-c", "kept = 'state'", check=True)
+        agent = cluster.agents[0]
+        assert agent.stop() == 0  # the agent stops; its container keeps running
+        assert agent.leftover_containers()
+        cluster.agents[0] = agent.start()
+        out = wait_until(
+            lambda: (r := cluster.cli("session", "exec", "adopted", "-c", "print(kept)")).returncode == 0 and r,
+            timeout=20,
+        )
+        assert out and out.stdout == "state\n"
+        assert cluster.json("session", "info", "adopted")["status"] == "RUNNING"
+        cluster.cli("session", "destroy", "adopted", check=True)
+        assert cluster.leftover_containers() == []
+    finally:
+        left = cluster.leftover_containers()
+        cluster.stop()
+        if left:
+            import subprocess
+
+            subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
