@@ -146,3 +146,21 @@ def test_a_restarted_docker_agent_readopts_its_containers(tmp_path, python_image
             import subprocess
 
             subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+
+
+def test_agent_flags_are_checked(three: Cluster, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    info = three.join_info()
+    base = [sys.executable, "-m", "bai", "node", "--role", "agent", "--backend", "local", "--state-dir", str(tmp_path)]
+    cases = [
+        ([], "needs --manager"),
+        (["--manager", info["endpoint"], "--manager-key", "x", "--join-token", "t"], "not a CURVE public key"),
+        (["--manager", "nowhere", "--manager-key", info["manager_key"], "--join-token", "t"], "HOST:PORT"),
+    ]
+    for extra, message in cases:
+        out = subprocess.run(base + extra, env=three.env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1, extra
+        assert message in out.stderr, (extra, out.stderr)
+        assert "Traceback" not in out.stderr

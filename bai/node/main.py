@@ -196,6 +196,15 @@ def zmq_agent_link_factory(cfg: dict[str, Any]):
             "(run `bai cluster join-info` where the manager runs)"
         )
     host, port = hostport(manager, "--manager")
+    from zmq.utils import z85
+
+    try:
+        if len(key) != 40 or len(z85.decode(key)) != 32:
+            raise ValueError
+    except ValueError:
+        raise NodeError(
+            "--manager-key is not a CURVE public key (40 characters, as `bai cluster join-info` prints it)"
+        ) from None
     interval = float(cfg["link"]["heartbeat_interval"])
     return lambda agent_id: ZmqAgentLink(agent_id, f"tcp://{host}:{port}", key, token, heartbeat_interval=interval)
 
