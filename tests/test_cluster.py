@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 import zmq
 
 from tests.nodeproc import Cluster
+
+
+@contextlib.contextmanager
+def docker_cluster(base) -> Iterator[Cluster]:
+    """A manager and one docker agent; whatever containers the test leaves are removed afterwards."""
+    cluster = Cluster(base, "docker", agents=1).start()
+    try:
+        yield cluster
+    finally:
+        left = cluster.leftover_containers()
+        cluster.stop()
+        if left:
+            subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
 
 
 def wait_until(fn, timeout: float = 20.0, interval: float = 0.2):
@@ -94,8 +111,7 @@ def test_a_plain_socket_hears_nothing(three: Cluster) -> None:
 
 
 def test_the_manager_restarts_and_sessions_carry_on(tmp_path, python_image: str) -> None:
-    cluster = Cluster(tmp_path, "docker", agents=1).start()
-    try:
+    with docker_cluster(tmp_path) as cluster:
         cluster.cli("session", "create", "python", "--name", "keeps-going", check=True)
         cluster.cli("session", "exec", "keeps-going", "-c", "counter = 41", check=True)
         cluster.manager.kill()  # kill -9 while the session runs
@@ -113,18 +129,10 @@ def test_the_manager_restarts_and_sessions_carry_on(tmp_path, python_image: str)
         assert cluster.json("session", "info", "keeps-going")["status"] == "RUNNING"
         cluster.cli("session", "destroy", "keeps-going", check=True)
         assert cluster.leftover_containers() == []
-    finally:
-        left = cluster.leftover_containers()
-        cluster.stop()
-        if left:
-            import subprocess
-
-            subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
 
 
 def test_a_restarted_docker_agent_readopts_its_containers(tmp_path, python_image: str) -> None:
-    cluster = Cluster(tmp_path, "docker", agents=1).start()
-    try:
+    with docker_cluster(tmp_path) as cluster:
         cluster.cli("session", "create", "python", "--name", "adopted", check=True)
         cluster.cli("session", "exec", "adopted", "-c", "kept = 'state'", check=True)
         agent = cluster.agents[0]
@@ -139,19 +147,9 @@ def test_a_restarted_docker_agent_readopts_its_containers(tmp_path, python_image
         assert cluster.json("session", "info", "adopted")["status"] == "RUNNING"
         cluster.cli("session", "destroy", "adopted", check=True)
         assert cluster.leftover_containers() == []
-    finally:
-        left = cluster.leftover_containers()
-        cluster.stop()
-        if left:
-            import subprocess
-
-            subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
 
 
 def test_agent_flags_are_checked(three: Cluster, tmp_path) -> None:
-    import subprocess
-    import sys
-
     info = three.join_info()
     base = [sys.executable, "-m", "bai", "node", "--role", "agent", "--backend", "local", "--state-dir", str(tmp_path)]
     cases = [
