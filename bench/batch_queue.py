@@ -14,23 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.benchnode import start_node  # noqa: E402
 
 
 def at(transitions: list[dict], status: str) -> datetime:
@@ -83,45 +74,11 @@ def main() -> None:
     ap.add_argument("--backend", default="docker")
     ap.add_argument("--image", default="bai-python:3.11")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="bai-bench-"))
-    port = free_port()
-    config = tmp / "bai.toml"
-    config.write_text(
-        f'[images.aliases]\npython = "{args.image}"\n[agent]\ncpu = "2"\n'
-        '[agent.docker]\nlabels = { "bai.bench" = "1" }\n[manager]\ntick = 10.0\n'
+    node = start_node(
+        f'[images.aliases]\npython = "{args.image}"\n[agent]\ncpu = "2"\n[manager]\ntick = 10.0\n', args.backend
     )
-    env = {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(tmp / "config"),
-        "XDG_DATA_HOME": str(tmp / "data"),
-        "BAI_CONFIG": str(config),
-    }
-    node = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bai",
-            "node",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--state-dir",
-            str(tmp / "state"),
-            "--backend",
-            args.backend,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    assert node.stdout is not None
-    for line in node.stdout:
-        if line.startswith("ready"):
-            break
-    else:
-        raise SystemExit("the node did not start")
     try:
-        wall, reactions = asyncio.run(run(env, args.sessions))
+        wall, reactions = asyncio.run(run(node.env, args.sessions))
         print(f"backend                                  {args.backend}, agent offers cpu 2, tick 10 s")
         print(
             f"{args.sessions} batch sessions `true`, 1 cpu each     {wall:.2f} s until all ended"
@@ -133,13 +90,7 @@ def main() -> None:
                 f"max {max(reactions) * 1000:.1f} ms over {len(reactions)} hand-overs  (target <= 50 ms)"
             )
     finally:
-        node.terminate()
-        node.wait(30)
-        leftovers = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", "label=bai.bench=1"], capture_output=True, text=True
-        ).stdout.split()
-        if leftovers:
-            subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
+        node.stop()
 
 
 if __name__ == "__main__":

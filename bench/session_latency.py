@@ -13,24 +13,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.benchnode import start_node  # noqa: E402
 
 
 def timed(cmd: list[str], env: dict[str, str], expect: str) -> float:
@@ -83,42 +75,10 @@ def main() -> None:
     ap.add_argument("--backend", default="docker")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="bai-bench-"))
-    port = free_port()
-    config = tmp / "bai.toml"
-    config.write_text(f'[images.aliases]\npython = "{args.image}"\n[agent.docker]\nlabels = {{ "bai.bench" = "1" }}\n')
-    env = {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(tmp / "config"),
-        "XDG_DATA_HOME": str(tmp / "data"),
-        "BAI_CONFIG": str(config),
-    }
-    node = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bai",
-            "node",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--state-dir",
-            str(tmp / "state"),
-            "--backend",
-            args.backend,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    assert node.stdout is not None
-    for line in node.stdout:
-        if line.startswith("ready"):
-            break
-    else:
-        raise SystemExit("the node did not start")
+    node = start_node(f'[images.aliases]\npython = "{args.image}"\n', args.backend)
+    env = node.env
     try:
-        proc = psutil.Process(node.pid)
+        proc = psutil.Process(node.proc.pid)
         time.sleep(1.0)
         rss_start = proc.memory_info().rss
 
@@ -147,19 +107,7 @@ def main() -> None:
             "  (target <= 60 MiB)"
         )
     finally:
-        node.terminate()
-        node.wait(30)
-        subprocess.run(
-            [
-                "docker",
-                "rm",
-                "-f",
-                *subprocess.run(
-                    ["docker", "ps", "-aq", "--filter", "label=bai.bench=1"], capture_output=True, text=True
-                ).stdout.split(),
-            ],
-            capture_output=True,
-        )
+        node.stop()
 
 
 if __name__ == "__main__":
