@@ -152,10 +152,7 @@ async def create_session(request: web.Request) -> web.Response:
     registry = registry_of(request)
     settings = request.app[SETTINGS]
     body = await read_json(request)
-    known = {"cpu", "mem"}
-    for agent in await registry.store.agents():
-        known.update(agent["slots"])
-    req = parse_create(body, known, settings["default_resources"], settings["image_aliases"])
+    req = parse_create(body, registry.known_slots, settings["default_resources"], settings["image_aliases"])
     row, created = await registry.create(request["access_key"], req)
     if not req.enqueue_only and row["status"] not in ("RUNNING",):
         waited = await registry.wait_started(row["id"], req.max_wait or None)

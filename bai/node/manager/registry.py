@@ -61,6 +61,7 @@ class Registry:
         self.activity: dict[str, datetime] = {}  # session id -> last execution activity (idle timeout)
         self.busy: set[str] = set()  # sessions with code running now
         self.image_labels: dict[str, dict[str, str]] = {}  # image name -> labels, from the agents
+        self.known_slots: set[str] = {"cpu", "mem"}  # slot names some agent has offered
         self.events = EventHub()
         self.logs = LogHub()
         self.start_timeout = start_timeout
@@ -401,6 +402,7 @@ class Registry:
         if lost is not None:  # back within the grace period: its sessions carry on
             lost.cancel()
         await self.store.upsert_agent(registration)
+        self.known_slots.update(registration.get("slots", {}))
         for image in registration.get("images", []):
             self.image_labels[image["name"]] = image.get("labels") or {}
         theirs = {k["kernel_id"] for k in registration.get("kernels", [])}

@@ -95,6 +95,8 @@ CREATE TABLE IF NOT EXISTS kernels (
     terminated_at TEXT
 );
 CREATE INDEX IF NOT EXISTS kernels_session ON kernels(session_id);
+CREATE INDEX IF NOT EXISTS kernels_status ON kernels(status, agent_id);
+CREATE INDEX IF NOT EXISTS sessions_seq ON sessions(seq);
 CREATE TABLE IF NOT EXISTS scheduling_history (
     session_id TEXT NOT NULL,
     first_at TEXT NOT NULL,
@@ -536,22 +538,30 @@ class Store:
         """Sessions whose id (or id prefix of 8+ chars) or name matches `ref`, newest first."""
 
         def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            clauses = ["(id = ? OR name = ? OR (length(?) >= 8 AND substr(id, 1, length(?)) = ?))"]
-            params: list[Any] = [ref, ref, ref, ref, ref]
+            # three indexed look-ups (id, owner+name, id range for a prefix) rather than one OR that scans
+            matches = "SELECT rowid FROM sessions WHERE id = ?1"
             if access_key is not None:
-                clauses.append("access_key = ?")
+                matches += " UNION SELECT rowid FROM sessions WHERE access_key = ?2 AND name = ?1"
+            else:
+                matches += " UNION SELECT rowid FROM sessions WHERE name = ?1"
+            if len(ref) >= 8:
+                matches += " UNION SELECT rowid FROM sessions WHERE id >= ?1 AND id < ?1 || '~'"
+            sql = f"SELECT * FROM sessions WHERE rowid IN ({matches})"
+            params: list[Any] = [ref]
+            if access_key is not None:
+                sql += " AND access_key = ?2"
                 params.append(access_key)
             if active_only:
-                clauses.append(f"status IN ({','.join('?' * len(ACTIVE_STATUSES))})")
-                params.extend(s.value for s in ACTIVE_STATUSES)
-            sql = f"SELECT * FROM sessions WHERE {' AND '.join(clauses)} ORDER BY seq DESC"
-            return [_row(r) for r in conn.execute(sql, params).fetchall()]
+                sql += f" AND status IN ({','.join(repr(s.value) for s in ACTIVE_STATUSES)})"
+            return [_row(r) for r in conn.execute(sql + " ORDER BY seq DESC", params).fetchall()]
 
         return await self._read(fn)
 
     async def list_sessions(
-        self, access_key: str | None, statuses: Iterable[SessionStatus] | None, limit: int = 1000
+        self, access_key: str | None, statuses: Iterable[SessionStatus] | None, limit: int = -1
     ) -> list[dict[str, Any]]:
+        """Sessions in queue order; `limit` -1 means all of them."""
+
         def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
             clauses, params = [], []
             if access_key is not None:
