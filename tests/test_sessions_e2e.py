@@ -273,3 +273,17 @@ def test_a_session_that_does_not_fit_waits_and_says_why(node: Node) -> None:
         node.cli("session", "destroy", big, check=True)
     info = node.json("session", "info", big)
     assert info["status"] == "CANCELLED" and info["statusInfo"] == "user-requested"
+
+
+def test_events_follow_a_session_to_its_end(node: Node) -> None:
+    name = f"watched-{node.backend}"
+    node.cli("session", "create", "python", "--name", name, "--no-wait", check=True)
+    watcher = node.popen("session", "events", name)
+    time.sleep(1.0)  # let the watcher subscribe
+    wait_status(node, name, "RUNNING")
+    node.cli("session", "destroy", name, check=True)
+    out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    events = [line.split()[2] for line in out.splitlines()]
+    assert events[-2:] == ["session_terminating", "session_terminated"]
+    assert "user-requested" in out.splitlines()[-1]

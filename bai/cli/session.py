@@ -360,6 +360,27 @@ def explain(
 
 
 @app.command()
+def events(
+    ref: str = typer.Argument(None, help="Session name or id (default: every session you can see)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep listening after the session ended."),
+) -> None:
+    """Print a session's lifecycle events as they happen, until it ends (or all sessions' with no name)."""
+    from datetime import datetime
+
+    from bai.cli.common import client
+
+    async def go() -> None:
+        async with client() as c:
+            async for name, data in c.events(ref, until_end=not follow):
+                extra = f" ({data['reason']})" if data.get("reason") else ""
+                if data.get("exitCode") is not None:
+                    extra += f" exit code {data['exitCode']}"
+                print(f"{datetime.now().strftime('%H:%M:%S')}  {data['sessionName']}  {name}{extra}", flush=True)
+
+    run_async(go())
+
+
+@app.command()
 def logs(
     ref: str = typer.Argument(..., help="Session name or id."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new output until the session ends."),

@@ -215,6 +215,28 @@ class Client:
         finally:
             resp.close()
 
+    async def events(self, ref: str | None = None, until_end: bool = True) -> AsyncIterator[tuple[str, dict]]:
+        """Session lifecycle events (Server-Sent Events) as (event name, data)."""
+        params = {"sessionName": ref, "scope": "session", "follow": "false" if until_end and ref else None}
+        full = self._path("/events/session", params)
+        resp = await asyncio.to_thread(self._open, "GET", full, None, "application/octet-stream")
+        name, data = "message", []
+        try:
+            while line := await asyncio.to_thread(resp.readline):
+                text = line.decode().rstrip("\r\n")
+                if not text:
+                    if data:
+                        yield name, json.loads("\n".join(data))
+                    name, data = "message", []
+                elif text.startswith("event:"):
+                    name = text[6:].strip()
+                elif text.startswith("data:"):
+                    data.append(text[5:].strip())
+        except OSError as e:
+            raise self._unreachable(e) from None
+        finally:
+            resp.close()
+
     async def upload(self, ref: str, files: list[tuple[str, bytes]]) -> None:
         import aiohttp
 

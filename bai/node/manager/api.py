@@ -16,13 +16,14 @@ from aiohttp import WSMsgType, web
 from bai import API_VERSION, __version__
 from bai.common import auth
 from bai.common.problems import Problem, invalid
-from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
+from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SESSION_EVENTS, SessionStatus
 from bai.node.manager.admin import add_admin_routes
 from bai.node.manager.http import REGISTRY, SETTINGS, problem_response, read_json, registry_of
 from bai.node.manager.registry import Registry
 from bai.node.manager.requests import parse_create
 
 log = logging.getLogger("bai.api")
+SESSION_EVENT_OF = {status.value: name for status, name in SESSION_EVENTS.items()}
 PUBLIC = {("GET", "/")}
 MAX_UPLOAD_FILES = 64
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
@@ -362,6 +363,70 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
                 await ws.close()
 
 
+KERNEL_EVENTS = {
+    "session_preparing": "kernel_preparing",
+    "session_started": "kernel_started",
+    "session_cancelled": "kernel_cancelled",
+    "session_terminating": "kernel_terminating",
+    "session_terminated": "kernel_terminated",
+}
+FINAL_EVENTS = {"session_terminated", "session_cancelled"}
+
+
+async def session_events(request: web.Request) -> web.StreamResponse:
+    """Session lifecycle events as Server-Sent Events (reference spec §2.11).
+
+    `sessionId` or `sessionName` picks one session (without either: all the requester may see);
+    `scope` is `*`, `session` or `kernel`. The stream stays open, as Backend.AI's does; `follow=false`
+    (a bai extension) ends it after the session's final event."""
+    registry = registry_of(request)
+    ref = request.query.get("sessionId") or request.query.get("sessionName")
+    scope = request.query.get("scope", "*")
+    if scope not in ("*", "session", "kernel"):
+        raise invalid("scope must be *, session or kernel")
+    owner = None if request["is_admin"] else request["access_key"]
+    only = None
+    if ref:
+        only = (await registry.resolve(ref, request["access_key"], active_only=False))["id"]
+    until_end = request.query.get("follow", "").lower() in ("0", "false", "no")
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+
+    async def send(name: str, row: dict[str, Any], kernel: dict[str, Any] | None) -> None:
+        data = {
+            "reason": row["status_info"],
+            "sessionName": row["name"],
+            "ownerAccessKey": row["access_key"],
+            "sessionId": row["id"],
+            "exitCode": (row["status_data"] or {}).get("exitCode"),
+        }
+        if kernel is not None:
+            data.update(kernelId=kernel["id"], clusterRole=kernel["cluster_role"], clusterIdx=kernel["cluster_idx"])
+        await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+
+    with registry.events.subscribe() as queue:
+        if only is not None and until_end:  # already over: say so at once
+            current = await registry.store.get_session(only)
+            if current and SessionStatus(current["status"]) in (SessionStatus.TERMINATED, SessionStatus.CANCELLED):
+                await send(SESSION_EVENT_OF[current["status"]], current, None)
+                return response
+        while True:
+            try:
+                name, row = await asyncio.wait_for(queue.get(), 15)
+            except TimeoutError:
+                await response.write(b": keep-alive\n\n")
+                continue
+            if (only is not None and row["id"] != only) or (owner is not None and row["access_key"] != owner):
+                continue
+            if scope in ("*", "session"):
+                await send(name, row, None)
+            if scope in ("*", "kernel") and name in KERNEL_EVENTS:
+                for kernel in await registry.store.kernels_of(row["id"]):
+                    await send(KERNEL_EVENTS[name], row, kernel)
+            if until_end and only is not None and name in FINAL_EVENTS:
+                return response
+
+
 async def list_agents(request: web.Request) -> web.Response:
     registry = registry_of(request)
     occupied = await registry.occupied_by_agent()
@@ -420,6 +485,7 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     r.add_get("/session/{ref}/history", session_history)
     r.add_post("/session/{ref}/upload", upload)
     r.add_get("/stream/session/{ref}/execute", execute_ws)
+    r.add_get("/events/session", session_events)
     r.add_get("/agents", list_agents)
     r.add_get("/images", list_images)
     add_admin_routes(app)
