@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from datetime import UTC, datetime
 
 from tests.nodeproc import Node
 
@@ -213,6 +214,8 @@ def test_agent_and_image_listing(node: Node) -> None:
     agents = node.json("agent", "ls")
     assert [a["id"] for a in agents] == [node.agent_id]
     assert agents[0]["status"] == "ALIVE" and agents[0]["backend"] == node.backend
+    seen = datetime.fromisoformat(agents[0]["lastSeen"])
+    assert (datetime.now(UTC) - seen).total_seconds() < 10  # heartbeats keep it fresh, on both links
     assert int(agents[0]["availableSlots"]["cpu"]) >= 1
     images = node.json("image", "ls")
     assert images and all(i["agent"] == node.agent_id for i in images)

@@ -224,7 +224,7 @@ async def run_node(cfg: dict[str, Any]) -> None:
         if role == "all":
             from bai.node.link.inproc import InprocHub
 
-            hub = InprocHub()
+            hub = InprocHub(float(cfg["link"]["heartbeat_interval"]))
             lines += await start_manager(cfg, state_dir, hub.manager, stops)
             lines += await start_agent(cfg, state_dir, hub.agent_link, stops)
             title = "role all: manager and agent in one process"

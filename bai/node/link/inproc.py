@@ -15,7 +15,8 @@ log = logging.getLogger("bai.link")
 class InprocHub:
     """Joins a manager and the agents of the same process."""
 
-    def __init__(self) -> None:
+    def __init__(self, heartbeat_interval: float = 3.0) -> None:
+        self.heartbeat_interval = heartbeat_interval
         self.manager = InprocManagerLink(self)
 
     def agent_link(self, agent_id: str) -> InprocAgentLink:
@@ -76,12 +77,21 @@ class InprocAgentLink:
     def __init__(self, hub: InprocHub, agent_id: str) -> None:
         self.hub = hub
         self.agent_id = agent_id
+        self._heartbeats: asyncio.Task[None] | None = None
 
     async def join(self, handler: AgentHandler) -> dict[str, Any]:
         manager = self.hub.manager
         assert manager.handler is not None, "the manager link must start before agents join"
         manager.agents[self.agent_id] = handler
-        return await manager.handler.agent_joined(self.agent_id, await handler.registration())
+        answer = await manager.handler.agent_joined(self.agent_id, await handler.registration())
+        self._heartbeats = asyncio.create_task(self._beat(handler), name=f"heartbeat-{self.agent_id}")
+        return answer
+
+    async def _beat(self, handler: AgentHandler) -> None:
+        """Heartbeats as over a network link, so `bai agent ls` shows the same heartbeat age."""
+        while True:
+            await asyncio.sleep(self.hub.heartbeat_interval)
+            await self.emit("heartbeat", handler.heartbeat())
 
     async def emit(self, name: str, payload: dict[str, Any]) -> None:
         self.hub.manager._events.put_nowait((self.agent_id, name, payload, None))
@@ -92,6 +102,8 @@ class InprocAgentLink:
         await handled
 
     async def close(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
         manager = self.hub.manager
         if manager.agents.pop(self.agent_id, None) is not None and manager.handler is not None:
             await manager.handler.agent_left(self.agent_id, "closed")

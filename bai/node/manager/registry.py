@@ -19,7 +19,6 @@ from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import (
-    ACTIVE_STATUSES,
     DEAD_STATUSES,
     OCCUPYING_STATUSES,
     SESSION_EVENTS,
@@ -506,5 +505,3 @@ class Registry:
                 )
         return occupied
 
-
-__all__ = ["Registry", "ACTIVE_STATUSES"]

@@ -8,7 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from bai.node.agent.channel import Channel, ChannelError, RunnerChannel, wait_for_socket
+from bai.node.agent.channel import Channel, ChannelError, RunnerChannel
 
 
 class KernelStartError(Exception):
@@ -93,5 +93,3 @@ async def connect_runner(run_dir: Path, on_output, deadline: float, exited) -> R
                 raise ChannelError("the kernel's runner is not answering") from None
             await asyncio.sleep(0.005)
 
-
-__all__ = ["wait_for_socket", "connect_runner", "Kernel", "KernelSpec", "KernelStartError", "Backend"]
