@@ -302,3 +302,36 @@ def test_local_kernels_get_a_memory_limit(local_node: Node) -> None:
     assert "MemoryError" in result.stderr
     ok = local_node.cli("session", "run", "python", "--mem", "256m", "-c", "print(len(bytearray(64 * 1024 ** 2)))")
     assert ok.stdout == f"{64 * 1024**2}\n"
+
+
+async def test_graphql_answers_the_official_clients_queries(local_node: Node) -> None:
+    from bai.client import Client
+    from bai.common.credentials import Credentials
+
+    creds = creds_of(local_node)
+    async with Client(Credentials(creds["endpoint"], creds["access_key"], creds["secret_key"])) as c:
+        created = await c.create_session("python", name="gql-listed", resources={"cpu": "0.5"})
+        try:
+            query = (
+                "query($limit:Int!, $offset:Int!, $status: String) { compute_session_list(limit:$limit, "
+                "offset:$offset, status:$status) { items { status name id occupying_slots type } total_count } }"
+            )
+            body = {"query": query, "variables": {"limit": 20, "offset": 0, "status": "RUNNING"}}
+            data = (await c.request("POST", "/admin/gql", json_body=body))["data"]["compute_session_list"]
+            assert data["total_count"] >= 1
+            item = next(i for i in data["items"] if i["name"] == "gql-listed")
+            assert list(item) == ["status", "name", "id", "occupying_slots", "type"]  # the order asked for
+            assert item["type"] == "INTERACTIVE" and item["status"] == "RUNNING"
+            assert json.loads(item["occupying_slots"])["cpu"] == "0.5"  # a JSON string, as the client expects
+            one = {
+                "query": "query($id: UUID!) { compute_session(id: $id) { id containers { cluster_role } } }",
+                "variables": {"id": created["sessionId"]},
+            }
+            session = (await c.request("POST", "/admin/gql", json_body=one))["data"]["compute_session"]
+            assert session == {"id": created["sessionId"], "containers": [{"cluster_role": "main"}]}
+            kp = await c.request("POST", "/admin/gql", json_body={"query": "{ keypair { access_key is_admin } }"})
+            assert kp["data"]["keypair"] == {"access_key": creds["access_key"], "is_admin": True}
+            bad = await c.request("POST", "/admin/gql", json_body={"query": "{ no_such_thing { id } }"})
+            assert bad["errors"] and "no_such_thing" in bad["errors"][0]["message"]
+        finally:
+            await c.destroy_session("gql-listed")

@@ -18,6 +18,7 @@ from bai.common import auth
 from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SESSION_EVENTS, SessionStatus
 from bai.node.manager.admin import add_admin_routes
+from bai.node.manager.graphql_api import add_graphql_routes
 from bai.node.manager.http import REGISTRY, SETTINGS, problem_response, read_json, registry_of
 from bai.node.manager.registry import Registry
 from bai.node.manager.requests import parse_create
@@ -489,4 +490,5 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     r.add_get("/agents", list_agents)
     r.add_get("/images", list_images)
     add_admin_routes(app)
+    add_graphql_routes(app)
     return app

@@ -504,4 +504,3 @@ class Registry:
                     occupied.get(k["agent_id"], {}), slotlib.from_wire(k["occupied_slots"])
                 )
         return occupied
-

@@ -92,4 +92,3 @@ async def connect_runner(run_dir: Path, on_output, deadline: float, exited) -> R
             if loop.time() > deadline or (exited is not None and exited.done()):
                 raise ChannelError("the kernel's runner is not answering") from None
             await asyncio.sleep(0.005)
-

@@ -1,0 +1,155 @@
+"""`POST /admin/gql`: the queries of the official client's `ps`, `session list` and `session info`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from bai.common.problems import invalid
+from bai.common.status import ACTIVE_STATUSES, SessionStatus
+from bai.node.manager.gql import Field, GraphQLError, argument, parse, project
+from bai.node.manager.http import SETTINGS, read_json, registry_of
+from bai.node.manager.registry import Registry
+
+DEFAULT_LIST_STATUSES = "PENDING,SCHEDULED,PULLING,PREPARING,RUNNING,RUNNING_DEGRADED,TERMINATING,ERROR"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value)
+
+
+def kernel_item(k: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": k["id"],
+        "cluster_role": k["cluster_role"],
+        "cluster_idx": k["cluster_idx"],
+        "cluster_hostname": f"{k['cluster_role']}{k['cluster_idx']}",
+        "session_id": session["id"],
+        "image": k["image"],
+        "registry": "local",
+        "architecture": "x86_64",
+        "status": k["status"],
+        "status_info": k["status_info"],
+        "status_data": _json(session["status_data"]),
+        "status_changed": k["status_changed"],
+        "created_at": k["created_at"],
+        "terminated_at": k["terminated_at"],
+        "agent": k["agent_id"],
+        "container_id": k["container_id"],
+        "resource_opts": _json({}),
+        "occupied_slots": _json(k["occupied_slots"]),
+        "occupied_shares": _json({}),
+        "preopen_ports": [],
+        "live_stat": None,
+        "last_stat": None,
+        "exit_code": k["exit_code"],
+    }
+
+
+async def session_item(registry: Registry, row: dict[str, Any]) -> dict[str, Any]:
+    kernels = await registry.store.kernels_of(row["id"])
+    main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
+
+    async def dependencies() -> list[dict[str, Any]]:
+        out = []
+        for dep_id in row["config"].get("depends_on", []):
+            dep = await registry.store.get_session(dep_id)
+            if dep is not None:
+                out.append({"id": dep["id"], "name": dep["name"], "status": dep["status"]})
+        return out
+
+    occupying = row["requested_slots"] if SessionStatus(row["status"]) in ACTIVE_STATUSES else {}
+    return {
+        "id": row["id"],
+        "session_id": row["id"],
+        "name": row["name"],
+        "access_key": row["access_key"],
+        "user_id": row["access_key"],
+        "domain_name": "default",
+        "group_name": "default",
+        "group_id": "default",
+        "main_kernel_id": main["id"] if main else None,
+        "image": row["image"],
+        "architecture": "x86_64",
+        "type": row["type"].upper(),
+        "session_type": row["type"].upper(),
+        "cluster_mode": "SINGLE_NODE",
+        "cluster_size": row["cluster_size"],
+        "tag": row["tag"],
+        "status": row["status"],
+        "status_info": row["status_info"],
+        "status_data": _json(row["status_data"]),
+        "status_changed": row["status_changed"],
+        "result": row["result"],
+        "created_at": row["created_at"],
+        "terminated_at": row["terminated_at"],
+        "starts_at": row["config"].get("starts_at"),
+        "startup_command": row["config"].get("startup_command"),
+        "scaling_group": row["scaling_group"],
+        "occupying_slots": _json(occupying),
+        "occupied_slots": _json(occupying),
+        "requested_slots": _json(row["requested_slots"]),
+        "idle_checks": _json({}),
+        "agent_ids": [k["agent_id"] for k in kernels if k["agent_id"]],
+        "containers": [kernel_item(k, row) for k in kernels],
+        "kernels": [kernel_item(k, row) for k in kernels],
+        "dependencies": await dependencies(),
+    }
+
+
+async def resolve(request: web.Request, f: Field, variables: dict[str, Any]) -> Any:
+    registry = registry_of(request)
+    access_key, is_admin = request["access_key"], request["is_admin"]
+    if f.name == "keypair":
+        kp = request.app[SETTINGS]["keypairs"][access_key]
+        return {
+            "user_id": kp["user_id"],
+            "access_key": kp["access_key"],
+            "secret_key": kp["secret_key"],
+            "is_active": bool(kp["is_active"]),
+            "is_admin": bool(kp["is_admin"]),
+            "resource_policy": kp["resource_policy"],
+            "created_at": kp["created_at"],
+        }
+    if f.name == "compute_session_list":
+        limit = int(argument(f, "limit", variables, 20) or 20)
+        offset = int(argument(f, "offset", variables, 0) or 0)
+        statuses_text = argument(f, "status", variables) or DEFAULT_LIST_STATUSES
+        try:
+            statuses = [SessionStatus(s.strip().upper()) for s in statuses_text.split(",") if s.strip()]
+        except ValueError as e:
+            raise GraphQLError(str(e)) from None
+        owner = argument(f, "access_key", variables) if is_admin else access_key
+        rows = await registry.store.list_sessions(owner, statuses)
+        rows.sort(key=lambda r: r["created_at"], reverse=True)  # newest first, as Backend.AI lists
+        page = rows[offset : offset + limit]
+        return {"items": [await session_item(registry, r) for r in page], "total_count": len(rows)}
+    if f.name in ("compute_session", "session"):
+        ref = argument(f, "id", variables) or argument(f, "session_id", variables)
+        if not ref:
+            raise GraphQLError(f"{f.name} needs an id")
+        rows = await registry.store.find_sessions(str(ref), None if is_admin else access_key, active_only=False)
+        exact = [r for r in rows if r["id"] == str(ref)]
+        return await session_item(registry, exact[0]) if exact else None
+    raise GraphQLError(f"Cannot query field '{f.name}' on type 'Queries'")
+
+
+async def graphql(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    if not isinstance(body, dict) or not isinstance(body.get("query"), str):
+        raise invalid("a GraphQL request is a JSON object with a query string")
+    variables = body.get("variables") or {}
+    try:
+        data = {}
+        for f in parse(body["query"]):
+            data[f.alias] = project(await resolve(request, f, variables), f.selections)
+    except GraphQLError as e:
+        return web.json_response({"data": None, "errors": [{"message": str(e)}]})
+    return web.json_response({"data": data})
+
+
+def add_graphql_routes(app: web.Application) -> None:
+    app.router.add_post("/admin/gql", graphql)
+    app.router.add_post("/admin/graphql", graphql)
