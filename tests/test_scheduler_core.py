@@ -571,3 +571,10 @@ def test_unknown_policy_or_selection_raises() -> None:
 
 def test_empty_snapshot() -> None:
     assert schedule(snap([], [agent("a1")])) == Decisions()
+
+
+def test_a_dependency_that_succeeded_but_is_still_terminating_is_waited_for() -> None:
+    d = schedule(deps_snapshot(DependencyState("dep-1", "build", "TERMINATING", "SUCCESS")))
+    assert not d.placements and not d.cancels
+    [pending] = d.pending
+    assert "waiting for session build (TERMINATING)" in pending.msg

@@ -82,7 +82,13 @@ def random_snapshot(seed: int, policy: str, selection: str, n_sessions: int = 16
         keypairs[key] = KeypairState(key, policy_, rnd.randint(0, 4), used)
     deps = {}
     for n, (status, result) in enumerate(
-        [("RUNNING", "UNDEFINED"), ("TERMINATED", "SUCCESS"), ("TERMINATED", "FAILURE"), ("PENDING", "UNDEFINED")]
+        [
+            ("RUNNING", "UNDEFINED"),
+            ("TERMINATED", "SUCCESS"),
+            ("TERMINATED", "FAILURE"),
+            ("PENDING", "UNDEFINED"),
+            ("TERMINATING", "SUCCESS"),
+        ]
     ):
         deps[f"dep{n}"] = DependencyState(f"dep{n}", f"d{n}", status, result)
     pending = []
@@ -171,7 +177,7 @@ def reference(snapshot: Snapshot) -> tuple[list, list, list]:
             if state is None or (state.result != "SUCCESS" and state.status in ("TERMINATED", "CANCELLED", "ERROR")):
                 cancels.append(session.id)
                 return "cancel"
-            if state.result != "SUCCESS":
+            if state.result != "SUCCESS" or state.status != "TERMINATED":
                 waiting = True
         key = session.access_key
         policy = snapshot.keypairs[key].policy if key in snapshot.keypairs else ResourcePolicy()

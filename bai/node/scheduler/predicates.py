@@ -54,8 +54,9 @@ def reserved_time(session: PendingSession, now: datetime) -> str | None:
 def dependencies(session: PendingSession, states: Mapping[str, DependencyState]) -> tuple[str | None, str | None]:
     """(cancel, wait): `cancel` when a dependency can never succeed, else `wait` while one runs.
 
-    A dependency passes once its result is SUCCESS. One that is dead (TERMINATED, CANCELLED,
-    ERROR) without success, or that the snapshot does not know, cancels the session.
+    A dependency passes once it has TERMINATED with result SUCCESS (a batch session that succeeded
+    but is still TERMINATING is waited for). One that is dead (TERMINATED, CANCELLED, ERROR) without
+    success, or that the snapshot does not know, cancels the session.
     """
     dead: list[str] = []
     waiting: list[str] = []
@@ -63,7 +64,7 @@ def dependencies(session: PendingSession, states: Mapping[str, DependencyState])
         state = states.get(dep_id)
         if state is None:
             dead.append(f"depends on session {dep_id}, which does not exist")
-        elif state.result == "SUCCESS":
+        elif state.result == "SUCCESS" and state.status == "TERMINATED":
             continue
         elif state.status in DEAD_DEPENDENCY_STATUSES:
             dead.append(
