@@ -72,7 +72,7 @@ def test_a_killed_agent_is_lost_its_sessions_say_why_and_work_goes_elsewhere(thr
     victim.kill()
     started = time.monotonic()
     assert wait_until(lambda: agent_status(three).get(victim.agent_id) == "LOST", timeout=10)
-    assert time.monotonic() - started < 5  # 3 missed heartbeats of 0.5 s, plus a check
+    assert time.monotonic() - started < 8  # 3 missed heartbeats of 0.5 s, plus a check (and a loaded CI box)
     # new work goes to the agents that are left
     three.cli("session", "create", "python", "--name", "after-loss", "--cpu", "1", check=True)
     assert three.json("session", "info", "after-loss")["agent"] != victim.agent_id

@@ -229,14 +229,14 @@ def test_keypairs_policies_and_privacy(small: Node) -> None:
 
 
 def test_idle_timeout_and_lifetime_end_sessions(small: Node) -> None:
-    small.cli("policy", "create", "impatient", "--idle-timeout", "2s", check=True)
+    small.cli("policy", "create", "impatient", "--idle-timeout", "4s", check=True)
     small.cli("policy", "create", "short-lived", "--max-lifetime", "3s", check=True)
     idle = small.json("keypair", "create", "--user", "idler", "--policy", "impatient")
     brief = small.json("keypair", "create", "--user", "brief", "--policy", "short-lived")
     small.cli("session", "create", "python", "--name", "idler-1", "--cpu", "0.5", check=True, as_keypair=idle)
     small.cli("session", "create", "python", "--name", "brief-1", "--cpu", "0.5", check=True, as_keypair=brief)
     # activity keeps the idle one alive for a while
-    small.cli("session", "exec", "idler-1", "-c", "import time; time.sleep(2.5)", check=True, as_keypair=idle)
+    small.cli("session", "exec", "idler-1", "-c", "import time; time.sleep(4.5)", check=True, as_keypair=idle)
     assert small.json("session", "info", "idler-1", as_keypair=idle)["status"] == "RUNNING"
     ended = wait_for(small, "idler-1", lambda i: i["status"] == "TERMINATED", as_keypair=idle)
     assert ended["statusInfo"] == "idle-timeout"
