@@ -335,3 +335,23 @@ async def test_graphql_answers_the_official_clients_queries(local_node: Node) ->
             assert bad["errors"] and "no_such_thing" in bad["errors"][0]["message"]
         finally:
             await c.destroy_session("gql-listed")
+
+
+async def test_concurrent_creates_with_one_name_make_one_session(local_node: Node) -> None:
+    import asyncio
+
+    from bai.client import Client
+    from bai.common.credentials import Credentials
+
+    creds = creds_of(local_node)
+    async with Client(Credentials(creds["endpoint"], creds["access_key"], creds["secret_key"])) as c:
+        results = await asyncio.gather(
+            *(c.create_session("python", name="only-one", enqueue_only=True) for _ in range(8))
+        )
+        try:
+            assert len({r["sessionId"] for r in results}) == 1
+            assert sum(r["created"] for r in results) == 1
+            listed = [s for s in await c.list_sessions(all=True) if s["name"] == "only-one"]
+            assert len(listed) == 1
+        finally:
+            await c.destroy_session("only-one", forced=True)

@@ -120,19 +120,22 @@ class Registry:
 
     # -- create ---------------------------------------------------------------------------------
 
+    def _reuse(self, row: dict[str, Any], req: CreateRequest) -> tuple[dict[str, Any], bool]:
+        """Get-or-create: the live session of that name, if the request may reuse it."""
+        if row["image"] != req.image or not req.reuse:
+            raise Problem(
+                "session-already-exists",
+                "The session already exists but you requested a different image.",
+                f"session {req.name!r} already exists",
+                {"existingSessionId": row["id"]},
+            )
+        return row, False
+
     async def create(self, access_key: str, req: CreateRequest) -> tuple[dict[str, Any], bool]:
         existing = await self.store.find_sessions(req.name, access_key, active_only=True)
         existing = [r for r in existing if r["name"] == req.name]
         if existing:
-            row = existing[0]
-            if row["image"] != req.image or not req.reuse:
-                raise Problem(
-                    "session-already-exists",
-                    "The session already exists but you requested a different image.",
-                    f"session {req.name!r} already exists",
-                    {"existingSessionId": row["id"]},
-                )
-            return row, False
+            return self._reuse(existing[0], req)
         depends_on = []
         for ref in req.depends:
             found = await self.store.find_sessions(ref, access_key, active_only=False)
@@ -165,7 +168,11 @@ class Registry:
             if reason is not None:
                 raise Problem("generic-forbidden", "Rejected by a hook.", reason)
             session["config"]["hook_notes"] = notes
-        await self.store.create_session(session, [kernel])
+        taken = await self.store.create_session(session, [kernel])
+        if taken is not None:  # a concurrent request created it first
+            same = await self.store.get_session(taken)
+            assert same is not None
+            return self._reuse(same, req)
         row = await self.store.get_session(session_id)
         assert row is not None
         self.events.publish("session_enqueued", row)

@@ -377,8 +377,18 @@ class Store:
 
     # -- sessions -------------------------------------------------------------------------------
 
-    async def create_session(self, session: dict[str, Any], kernels: list[dict[str, Any]]) -> None:
-        def fn(conn: sqlite3.Connection) -> None:
+    async def create_session(self, session: dict[str, Any], kernels: list[dict[str, Any]]) -> str | None:
+        """Insert a PENDING session and its kernels; if the owner already has an active session of
+        that name, insert nothing and return that session's id (names are unique among live ones)."""
+
+        def fn(conn: sqlite3.Connection) -> str | None:
+            live = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
+            taken = conn.execute(
+                f"SELECT id FROM sessions WHERE access_key=? AND name=? AND status IN ({live})",
+                (session["access_key"], session["name"]),
+            ).fetchone()
+            if taken is not None:
+                return taken[0]
             seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions").fetchone()[0]
             now = session["created_at"]
             conn.execute(
@@ -421,7 +431,9 @@ class Store:
                 ],
             )
 
-        await self._tx(fn)
+            return None
+
+        return await self._tx(fn)
 
     async def transition(
         self,
