@@ -76,6 +76,15 @@ READ_CHUNK = 64 * 1024
 _RUNNER_GLOBALS = globals()
 
 
+def _sigint_group(proc: subprocess.Popen) -> None:
+    """SIGINT to a batch command's process group, unless it has ended."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+        except OSError:
+            pass
+
+
 def _ignore_signal(signum, frame):
     # A Python-level no-op handler (unlike SIG_IGN it is not inherited by
     # children across exec), used for SIGINT while no query is executing.
@@ -259,10 +268,14 @@ class Runner:
                 if self.current == "query" and self.interruptible:
                     signal.pthread_kill(self.main_ident, signal.SIGINT)
                 elif self.current == "batch" and self.proc is not None:
-                    try:
-                        os.killpg(self.proc.pid, signal.SIGINT)
-                    except OSError:
-                        pass
+                    proc = self.proc
+                    _sigint_group(proc)
+                    # A shell can swallow a SIGINT that lands between its fork and the exec of
+                    # the command: say it again if the command is still running.
+                    for delay in (0.5, 1.5):
+                        timer = threading.Timer(delay, _sigint_group, (proc,))
+                        timer.daemon = True
+                        timer.start()
         elif op == "put-file":
             self.send(self.put_file(msg))
         else:
