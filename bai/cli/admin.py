@@ -130,11 +130,8 @@ def policy_create(
     as_json: AsJson = False,
 ) -> None:
     """Create a resource policy."""
-    from bai.cli.output import policies_table
-
     fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime)
-    created = call(lambda c: c.create_policy(name, **fields))
-    show([created], as_json, policies_table)
+    _show_policy(call(lambda c: c.create_policy(name, **fields)), as_json)
 
 
 @policy_app.command("update")
@@ -148,13 +145,16 @@ def policy_update(
     as_json: AsJson = False,
 ) -> None:
     """Change a resource policy (only the options given)."""
-    from bai.cli.output import policies_table
-
     fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime)
     if not fields:
         raise typer.BadParameter("give at least one option to change")
-    updated = call(lambda c: c.update_policy(name, **fields))
-    show([updated], as_json, policies_table)
+    _show_policy(call(lambda c: c.update_policy(name, **fields)), as_json)
+
+
+def _show_policy(policy: dict[str, Any], as_json: bool) -> None:
+    from bai.cli.output import policies_table
+
+    show([policy], as_json, policies_table)
 
 
 @policy_app.command("ls")

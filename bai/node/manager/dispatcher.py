@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from bai.common import slots as slotlib
+from bai.common.background import Background
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
 from bai.node.manager.registry import Registry
 from bai.node.scheduler.core import schedule
@@ -74,7 +75,7 @@ class Dispatcher:
         self.pending_timeouts = pending_timeouts or {}
         self.tick = tick
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self.background = Background(log)
         self._due: datetime | None = None  # the next time a pending session's situation changes by itself
         registry.wake_dispatcher = self.wake
 
@@ -82,13 +83,10 @@ class Dispatcher:
         self._wake.set()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="dispatcher")
+        self.background.spawn(self._loop(), "dispatcher")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.background.close()
 
     async def _loop(self) -> None:
         while True:

@@ -8,12 +8,12 @@ Batch sessions are exempt from the idle timeout: they are busy by definition.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from bai.common.background import Background
 from bai.common.status import SessionStatus, StatusInfo
 
 log = logging.getLogger("bai.timers")
@@ -53,16 +53,13 @@ class Timers:
     def __init__(self, registry, interval: float = 1.0) -> None:
         self.registry = registry
         self.interval = interval
-        self._task: asyncio.Task[None] | None = None
+        self.background = Background(log)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="timers")
+        self.background.spawn(self._loop(), "timers")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.background.close()
 
     async def _loop(self) -> None:
         while True:
