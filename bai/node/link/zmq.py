@@ -461,12 +461,16 @@ class ZmqManagerLink:
         self._pending.clear()
         for peer in self._peers.values():
             peer.registered = False
-        if self._sock is not None:
-            self._sock.close(linger=0)
-            self._sock = None
-        if self._ctx is not None:
-            self._ctx.term()
-            self._ctx = None
+        self._sock, self._ctx = _close_zmq(self._sock, self._ctx)
+
+
+def _close_zmq(sock: Any, ctx: Any) -> tuple[None, None]:
+    """Close a link's socket (dropping unsent messages) and terminate its context."""
+    if sock is not None:
+        sock.close(linger=0)
+    if ctx is not None:
+        ctx.term()
+    return None, None
 
 
 # -- agent --------------------------------------------------------------------------------------------
@@ -812,12 +816,7 @@ class ZmqAgentLink:
                 waiter.set_exception(LinkUnavailable("the agent link is closed"))
         if self._answer is not None and not self._answer.done():
             self._answer.cancel()
-        if self._sock is not None:
-            self._sock.close(linger=0)
-            self._sock = None
-        if self._ctx is not None:
-            self._ctx.term()
-            self._ctx = None
+        self._sock, self._ctx = _close_zmq(self._sock, self._ctx)
 
 
 __all__ = ["ZmqManagerLink", "ZmqAgentLink", "LinkRefused", "LinkUnavailable", "AgentUnavailable", "RemoteError"]

@@ -80,8 +80,11 @@ def _age_ms(created: str) -> int:
     return int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds() * 1000)
 
 
-async def session_json(registry: Registry, row: dict[str, Any], *, detail: bool = False) -> dict[str, Any]:
-    kernels = await registry.store.kernels_of(row["id"])
+async def session_json(
+    registry: Registry, row: dict[str, Any], *, detail: bool = False, kernels: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    if kernels is None:
+        kernels = await registry.store.kernels_of(row["id"])
     main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
     occupying = row["requested_slots"] if SessionStatus(row["status"]) in OCCUPYING_STATUSES else {}
     out: dict[str, Any] = {
@@ -193,7 +196,9 @@ async def list_sessions(request: web.Request) -> web.Response:
         statuses = list(ACTIVE_STATUSES)
     owner = None if request["is_admin"] else request["access_key"]  # admins see every session
     rows = await registry.store.list_sessions(owner, statuses)
-    return web.json_response({"items": [await session_json(registry, r) for r in rows]})
+    kernels = await registry.store.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
+    items = [await session_json(registry, r, kernels=kernels.get(r["id"], [])) for r in rows]
+    return web.json_response({"items": items})
 
 
 async def get_session(request: web.Request) -> web.Response:

@@ -590,14 +590,25 @@ class Store:
         return await self._read(fn)
 
     async def kernels_of(self, session_id: str) -> list[dict[str, Any]]:
-        return await self._read(
-            lambda conn: [
-                _row(r)
-                for r in conn.execute(
-                    "SELECT * FROM kernels WHERE session_id=? ORDER BY cluster_idx", (session_id,)
+        return (await self.kernels_of_many([session_id])).get(session_id, [])
+
+    async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The kernels of several sessions in one read, keyed by session id."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
+            out: dict[str, list[dict[str, Any]]] = {}
+            for start in range(0, len(session_ids), 500):  # stay under SQLite's parameter limit
+                chunk = session_ids[start : start + 500]
+                rows = conn.execute(
+                    f"SELECT * FROM kernels WHERE session_id IN ({','.join('?' * len(chunk))}) "
+                    "ORDER BY session_id, cluster_idx",
+                    chunk,
                 ).fetchall()
-            ]
-        )
+                for r in rows:
+                    out.setdefault(r["session_id"], []).append(_row(r))
+            return out
+
+        return await self._read(fn)
 
     async def kernels_where(self, statuses: Iterable[str], agent_id: str | None = None) -> list[dict[str, Any]]:
         values = list(statuses)
