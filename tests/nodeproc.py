@@ -227,7 +227,13 @@ class Cluster:
     Offers what `Node` offers to session tests (cli, json, agent_id, leftover_containers)."""
 
     def __init__(
-        self, base: Path, backend: str, agents: int = 1, agent_config: str = "", extra_config: str = ""
+        self,
+        base: Path,
+        backend: str,
+        agents: int = 1,
+        agent_config: str = "",
+        extra_config: str = "",
+        agent_ids: list[str] | None = None,
     ) -> None:
         self.base = base
         self.backend = backend
@@ -246,6 +252,7 @@ class Cluster:
         self.agent_config = agent_config
         self.agents: list[Node] = []
         self._agent_count = agents
+        self.agent_ids = agent_ids or []  # fixed agent ids (by index); otherwise derived from the port
 
     def add_agent(self, index: int, token: str | None = None) -> Node:
         info = self.join_info()
@@ -262,8 +269,11 @@ class Cluster:
                 info["manager_key"],
                 "--join-token",
                 token or info["join_token"],
+                *(("--agent-id", self.agent_ids[index]) if index < len(self.agent_ids) else ()),
             ),
         )
+        if index < len(self.agent_ids):
+            agent.agent_id = self.agent_ids[index]
         return agent
 
     def join_info(self) -> dict:

@@ -114,6 +114,28 @@ def client_env() -> None:
     print(f"export BACKEND_SECRET_KEY={shlex.quote(creds.secret_key)}")
 
 
+@app.command()
+def tui(
+    endpoint: str = typer.Option(None, "--endpoint", help="The manager's URL [saved credentials / BACKEND_ENDPOINT]."),
+    read_only: bool = typer.Option(False, "--read-only", help="Watch only: hide actions such as terminate."),
+) -> None:
+    """A live dashboard: agents and their slots, sessions and why they wait, kernel logs (? lists the keys)."""
+    import dataclasses
+
+    from bai.cli.common import client
+    from bai.client import APIError
+
+    c = client()
+    if endpoint:
+        try:
+            c = type(c)(dataclasses.replace(c.creds, endpoint=endpoint))
+        except APIError as e:
+            fail(str(e))
+    from bai.tui.app import run
+
+    run(c, read_only=read_only)
+
+
 @agent_app.command("ls")
 def agent_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List agents with their resource slots."""

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from bai.common.present import age, reason
 from bai.common.slots import format_slots, from_wire
 
 _console: Console | None = None
@@ -21,35 +21,6 @@ def console() -> Console:
         if not _console.is_terminal:  # piped: do not fold rows at 80 columns
             _console = Console(highlight=False, width=200)
     return _console
-
-
-def age(iso: str | None) -> str:
-    if not iso:
-        return "-"
-    seconds = int((datetime.now(UTC) - datetime.fromisoformat(iso)).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def reason(session: dict[str, Any]) -> str:
-    """A sentence a user can act on: why a session is pending, or why it ended."""
-    info = session.get("statusInfo") or ""
-    data = session.get("statusData") or {}
-    detail = ""
-    if isinstance(data, dict):
-        if isinstance(data.get("error"), dict):
-            detail = data["error"].get("repr") or data["error"].get("name", "")
-        elif isinstance(data.get("scheduler"), dict):
-            detail = data["scheduler"].get("msg", "")
-        elif data.get("exitCode") is not None:
-            detail = f"exit code {data['exitCode']}"
-        elif data.get("msg"):
-            detail = data["msg"]
-    if info and detail:
-        return f"{info}: {detail}"
-    return info or detail
 
 
 def sessions_table(items: list[dict[str, Any]]) -> Table:
@@ -174,35 +145,3 @@ def policies_table(items: list[dict[str, Any]]) -> Table:
             format_duration(p["max_session_lifetime"]) if p["max_session_lifetime"] else "none",
         )
     return table
-
-
-def _clock(iso: str) -> str:
-    return iso[11:19]
-
-
-def explain_lines(h: dict[str, Any]) -> list[str]:
-    """The decision history of a session, one line per distinct decision."""
-    lines = [f"Session {h['name']} ({h['sessionId']}): {h['status']}"]
-    if not h["history"]:
-        lines.append("  the scheduler has not looked at it (yet)")
-    for item in h["history"]:
-        span = _clock(item["first_at"])
-        if item["rounds"] > 1:
-            span += f"-{_clock(item['last_at'])} ({item['rounds']} rounds)"
-        if item["outcome"] == "scheduled":
-            text = f"placed on {item['agents']}"
-        elif item["outcome"] == "cancelled":
-            text = f"cancelled: {item['status_info']}: {item['msg']}"
-        else:
-            text = f"pending: {item['status_info']}"
-            failed = item["predicates"]
-            if failed:
-                text += "".join(f"\n      - {p['name']}: {p['msg']}" for p in failed)
-            elif item["msg"]:
-                text += f": {item['msg']}"
-        lines.append(f"  {span}  {text}")
-    lines.append("State changes")
-    for t in h["transitions"]:
-        extra = f" ({t['status_info']})" if t["status_info"] else ""
-        lines.append(f"  {_clock(t['at'])}  {t['status']}{extra}")
-    return lines

@@ -354,7 +354,7 @@ def explain(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Why a session waited: every scheduling decision about it, and its state changes."""
-    from bai.cli.output import explain_lines
+    from bai.common.present import explain_lines
 
     show(call(lambda c: c.history(ref)), as_json, lambda h: "\n".join(explain_lines(h)))
 

@@ -66,6 +66,34 @@ def _error_from(status: int, reason: str, text: str) -> APIError:
         return APIError(status, reason or "error", text[:500])
 
 
+def _read_event(resp: http.client.HTTPResponse) -> list[bytes]:
+    """The lines of the next Server-Sent Event, up to its blank line (one thread hop per event);
+    an empty list at the end of the stream."""
+    lines = []
+    while line := resp.readline():
+        if line in (b"\n", b"\r\n"):
+            if lines:
+                return lines
+            continue
+        lines.append(line)
+    return lines
+
+
+def _abort(resp: http.client.HTTPResponse) -> None:
+    """Close a streaming response now, even while a worker thread is blocked reading it: shutting the
+    socket down wakes that read (a plain close does not), so the thread ends and the program can exit."""
+    import socket
+
+    raw = getattr(resp.fp, "raw", None)
+    sock = getattr(raw, "_sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    resp.close()
+
+
 class Client:
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
@@ -213,29 +241,58 @@ class Client:
         except OSError as e:
             raise self._unreachable(e) from None
         finally:
-            resp.close()
+            _abort(resp)
 
     async def events(self, ref: str | None = None, until_end: bool = True) -> AsyncIterator[tuple[str, dict]]:
         """Session lifecycle events (Server-Sent Events) as (event name, data)."""
         params = {"sessionName": ref, "scope": "session", "follow": "false" if until_end and ref else None}
-        full = self._path("/events/session", params)
+        async for item in self._sse(self._path("/events/session", params)):
+            yield item
+
+    async def dashboard_events(
+        self,
+        topics: str = "sessions,agents",
+        session: str | None = None,
+        kernel: str | None = None,
+        tail: int | None = None,
+        after: int | None = None,
+        finished: int | None = None,
+    ) -> AsyncIterator[tuple[str, dict]]:
+        """The dashboard stream `GET /bai/events` (see bai/node/manager/dashboard.py) as (event name, data):
+        a snapshot of sessions and agents, then what changes; or (topics="logs") a kernel's output."""
+        params = {
+            "topics": topics,
+            "session": session,
+            "kernel": kernel,
+            "tail": tail,
+            "after": after,
+            "finished": finished,
+        }
+        async for item in self._sse(self._path("/bai/events", params)):
+            yield item
+
+    async def _sse(self, full: str) -> AsyncIterator[tuple[str, dict]]:
+        """Read Server-Sent Events; each event's data is JSON. Reading happens in a worker thread."""
         resp = await asyncio.to_thread(self._open, "GET", full, None, "application/octet-stream")
         name, data = "message", []
         try:
-            while line := await asyncio.to_thread(resp.readline):
-                text = line.decode().rstrip("\r\n")
-                if not text:
-                    if data:
-                        yield name, json.loads("\n".join(data))
-                    name, data = "message", []
-                elif text.startswith("event:"):
-                    name = text[6:].strip()
-                elif text.startswith("data:"):
-                    data.append(text[5:].strip())
+            while True:
+                lines = await asyncio.to_thread(_read_event, resp)
+                if not lines:
+                    return
+                for line in lines:
+                    text = line.decode().rstrip("\r\n")
+                    if text.startswith("event:"):
+                        name = text[6:].strip()
+                    elif text.startswith("data:"):
+                        data.append(text[5:].strip())
+                if data:
+                    yield name, json.loads("\n".join(data))
+                name, data = "message", []
         except OSError as e:
             raise self._unreachable(e) from None
         finally:
-            resp.close()
+            _abort(resp)
 
     async def upload(self, ref: str, files: list[tuple[str, bytes]]) -> None:
         import aiohttp

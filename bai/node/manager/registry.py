@@ -61,7 +61,10 @@ class Registry:
         self.busy: set[str] = set()  # sessions with code running now
         self.image_labels: dict[str, dict[str, str]] = {}  # image name -> labels, from the agents
         self.known_slots: set[str] = {"cpu", "mem"}  # slot names some agent has offered
-        self.events = EventHub()
+        self.events = EventHub()  # session lifecycle: (event name, session row)
+        # what the dashboard follows besides sessions: ("agent_joined"|"agent_lost"|"agent_terminated"|
+        # "agent_heartbeat", {"id": agent id}) and ("pending_updated", {"ids": [...]}) after a scheduling round
+        self.changes = EventHub()
         self.logs = LogHub()
         self.start_timeout = start_timeout
         self.wake_dispatcher = lambda: None  # set by the dispatcher
@@ -200,6 +203,8 @@ class Registry:
     ) -> None:
         """Commit a scheduling round, then publish its events and start the placed sessions."""
         scheduled, cancelled = await self.store.apply_round(placements, cancels, pending, history)
+        if pending:
+            self.changes.publish("pending_updated", {"ids": [sid for sid, _, _ in pending]})
         agents = dict(placements)
         for row in cancelled:
             self.events.publish("session_cancelled", row)
@@ -451,11 +456,13 @@ class Registry:
                     {"msg": f"the kernel was gone when agent {agent_id} restarted"},
                 )
         known = {k["id"] for k in ours}
+        self.changes.publish("agent_joined", {"id": agent_id})
         self.wake_dispatcher()
         return {"destroy": sorted(theirs - known)}
 
     async def agent_left(self, agent_id: str, reason: str) -> None:
         await self.store.set_agent_status(agent_id, "LOST" if reason == "lost" else "TERMINATED")
+        self.changes.publish("agent_lost" if reason == "lost" else "agent_terminated", {"id": agent_id})
         if reason == "lost":
             log.warning("agent %s is LOST (no heartbeat); its sessions wait %g s for it", agent_id, self.lost_grace)
             self._lost[agent_id] = self.spawn(self._agent_gone(agent_id), f"lost-{agent_id}")
@@ -476,6 +483,7 @@ class Registry:
     async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
         if name == "heartbeat":
             await self.store.touch_agent(agent_id)
+            self.changes.publish("agent_heartbeat", {"id": agent_id})
         elif name == "kernel_logs":
             chunks = [(kid, text) for kid, text in payload["chunks"] if text]
             if chunks:

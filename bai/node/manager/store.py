@@ -112,7 +112,8 @@ CREATE INDEX IF NOT EXISTS scheduling_history_session ON scheduling_history(sess
 CREATE TABLE IF NOT EXISTS kernel_logs (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     kernel_id TEXT NOT NULL,
-    data TEXT NOT NULL
+    data TEXT NOT NULL,
+    ts TEXT  -- when the manager stored the chunk (ISO 8601, UTC)
 );
 CREATE INDEX IF NOT EXISTS kernel_logs_kernel ON kernel_logs(kernel_id, seq);
 """
@@ -206,6 +207,9 @@ class Store:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=5000")
             conn.executescript(SCHEMA)
+            # state written by an older bai: add what this version keeps (no data is touched)
+            if "ts" not in {r[1] for r in conn.execute("PRAGMA table_info(kernel_logs)")}:
+                conn.execute("ALTER TABLE kernel_logs ADD COLUMN ts TEXT")
 
         await db._execute(init, db._conn)  # one hop for all the set-up
         return cls(db)
@@ -546,6 +550,19 @@ class Store:
             lambda conn: _row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
         )
 
+    async def sessions_by_ids(self, session_ids: list[str]) -> list[dict[str, Any]]:
+        """The sessions with these ids (those that exist), in one read."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            out = []
+            for start in range(0, len(session_ids), 500):  # stay under SQLite's parameter limit
+                chunk = session_ids[start : start + 500]
+                sql = f"SELECT * FROM sessions WHERE id IN ({','.join('?' * len(chunk))})"
+                out.extend(_row(r) for r in conn.execute(sql, chunk).fetchall())
+            return out
+
+        return await self._read(fn)
+
     async def find_sessions(self, ref: str, access_key: str | None, *, active_only: bool) -> list[dict[str, Any]]:
         """Sessions whose id (or id prefix of 8+ chars) or name matches `ref`, newest first."""
 
@@ -570,9 +587,9 @@ class Store:
         return await self._read(fn)
 
     async def list_sessions(
-        self, access_key: str | None, statuses: Iterable[SessionStatus] | None, limit: int = -1
+        self, access_key: str | None, statuses: Iterable[SessionStatus] | None, limit: int = -1, newest: bool = False
     ) -> list[dict[str, Any]]:
-        """Sessions in queue order; `limit` -1 means all of them."""
+        """Sessions in queue order (`newest`: the latest first); `limit` -1 means all of them."""
 
         def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
             clauses, params = [], []
@@ -584,7 +601,7 @@ class Store:
                 clauses.append(f"status IN ({','.join('?' * len(values))})")
                 params.extend(values)
             where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-            sql = f"SELECT * FROM sessions {where} ORDER BY seq LIMIT ?"
+            sql = f"SELECT * FROM sessions {where} ORDER BY seq {'DESC' if newest else ''} LIMIT ?"
             return [_row(r) for r in conn.execute(sql, (*params, limit)).fetchall()]
 
         return await self._read(fn)
@@ -644,18 +661,42 @@ class Store:
 
     async def append_logs(self, chunks: list[tuple[str, str]]) -> None:
         """Append (kernel_id, text) chunks in one transaction."""
-        await self._tx(lambda conn: conn.executemany("INSERT INTO kernel_logs(kernel_id, data) VALUES (?, ?)", chunks))
+        now = utcnow()
+        rows = [(kid, text, now) for kid, text in chunks]
+        await self._tx(
+            lambda conn: conn.executemany("INSERT INTO kernel_logs(kernel_id, data, ts) VALUES (?, ?, ?)", rows)
+        )
 
     async def read_logs(self, kernel_id: str, after_seq: int = 0, limit: int = 1000) -> list[tuple[int, str]]:
+        return [(seq, data) for seq, data, _ in await self.read_log_chunks(kernel_id, after_seq, limit)]
+
+    async def read_log_chunks(
+        self, kernel_id: str, after_seq: int = 0, limit: int = 1000
+    ) -> list[tuple[int, str, str | None]]:
+        """(seq, text, stored-at) chunks of a kernel's log after `after_seq`, oldest first."""
         return await self._read(
             lambda conn: [
-                (r[0], r[1])
+                (r[0], r[1], r[2])
                 for r in conn.execute(
-                    "SELECT seq, data FROM kernel_logs WHERE kernel_id=? AND seq>? ORDER BY seq LIMIT ?",
+                    "SELECT seq, data, ts FROM kernel_logs WHERE kernel_id=? AND seq>? ORDER BY seq LIMIT ?",
                     (kernel_id, after_seq, limit),
                 ).fetchall()
             ]
         )
+
+    async def log_tail_start(self, kernel_id: str, lines: int) -> int:
+        """The `after_seq` from which reading a kernel's log yields about its last `lines` lines."""
+
+        def fn(conn: sqlite3.Connection) -> int:
+            seen = 0
+            cursor = conn.execute("SELECT seq, data FROM kernel_logs WHERE kernel_id=? ORDER BY seq DESC", (kernel_id,))
+            for seq, data in cursor:
+                seen += data.count("\n")
+                if seen > lines:
+                    return seq
+            return 0
+
+        return await self._read(fn)
 
     async def set_pending_info(self, session_id: str, info: str, data: dict[str, Any]) -> None:
         """Record why a PENDING session is still pending (no status change, no transition row)."""

@@ -1,0 +1,99 @@
+"""How sessions and agents look on the API: one representation for every endpoint that shows them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from bai.common import slots as slotlib
+from bai.common.status import OCCUPYING_STATUSES, SessionStatus
+from bai.node.manager.registry import Registry
+
+
+def _age_ms(created: str) -> int:
+    return int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds() * 1000)
+
+
+async def session_json(
+    registry: Registry, row: dict[str, Any], *, detail: bool = False, kernels: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    if kernels is None:
+        kernels = await registry.store.kernels_of(row["id"])
+    main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
+    occupying = row["requested_slots"] if SessionStatus(row["status"]) in OCCUPYING_STATUSES else {}
+    out: dict[str, Any] = {
+        "id": row["id"],
+        "sessionId": row["id"],
+        "name": row["name"],
+        "sessionName": row["name"],
+        "accessKey": row["access_key"],
+        "image": row["image"],
+        "lang": row["image"],
+        "type": row["type"].upper(),
+        "status": row["status"],
+        "statusInfo": row["status_info"],
+        "statusData": {**row["status_data"], "hooks": row["config"]["hook_notes"]}
+        if row["config"].get("hook_notes")
+        else row["status_data"],
+        "startsAt": row["config"].get("starts_at"),
+        "dependsOn": row["config"].get("depends_on", []),
+        "statusChanged": row["status_changed"],
+        "result": row["result"],
+        "creationTime": row["created_at"],
+        "terminationTime": row["terminated_at"],
+        "age": _age_ms(row["created_at"]),
+        "scalingGroup": row["scaling_group"],
+        "requestedSlots": row["requested_slots"],
+        "occupyingSlots": occupying,
+        "occupiedSlots": occupying,
+        "environ": row["environ"],
+        "tag": row["tag"],
+        "agent": main["agent_id"] if main else None,
+        "containerId": main["container_id"] if main else None,
+        "exitCode": main["exit_code"] if main else None,
+        "kernels": [
+            {
+                "id": k["id"],
+                "clusterRole": k["cluster_role"],
+                "clusterIdx": k["cluster_idx"],
+                "agent": k["agent_id"],
+                "containerId": k["container_id"],
+                "status": k["status"],
+                "exitCode": k["exit_code"],
+            }
+            for k in kernels
+        ],
+    }
+    if detail:
+        out["transitions"] = await registry.store.transitions_of(row["id"])
+        if row["status"] == SessionStatus.PENDING:
+            # the scheduler's own order (per policy) once it has looked; until then, arrival order
+            position = (row["status_data"].get("scheduler") or {}).get("position")
+            if position is None:
+                pending = await registry.store.list_sessions(None, [SessionStatus.PENDING])
+                position = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
+            out["queuePosition"] = position
+    return out
+
+
+async def agent_items(registry: Registry) -> list[dict[str, Any]]:
+    """Every agent the manager knows, with its capacity and what its kernels occupy (two reads)."""
+    occupied = await registry.occupied_by_agent()
+    connected = registry.link.connected()
+    items = []
+    for a in await registry.store.agents():
+        items.append(
+            {
+                "id": a["id"],
+                "hostname": a["hostname"],
+                "backend": a["backend"],
+                "version": a["version"],
+                "scalingGroup": a["scaling_group"],
+                "status": a["status"] if a["id"] in connected or a["status"] != "ALIVE" else "LOST",
+                "availableSlots": a["slots"],
+                "occupiedSlots": slotlib.to_wire(occupied.get(a["id"], {})),
+                "firstContact": a["first_contact"],
+                "lastSeen": a["last_seen"],
+            }
+        )
+    return items

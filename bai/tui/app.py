@@ -1,0 +1,458 @@
+"""`bai tui`: a live dashboard of agents, resource slots, sessions and kernel logs (Textual).
+
+Everything it shows comes through `bai.client` from the manager's dashboard stream (`GET /bai/events`):
+a snapshot, then changes as they happen; a kernel's output comes on a stream of its own. When the stream
+breaks the dashboard says so and reconnects by itself (backing off up to 5 s), taking a fresh snapshot.
+Drawing is throttled: the model changes on every event, the visible view is redrawn at most 5 times a
+second (and once a second for ages), the log view at most 10 times a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import ContentSwitcher, DataTable, Footer, Static
+
+from bai.client.api import APIError, Client
+from bai.common.present import utc_now
+from bai.tui.modals import ConfirmScreen, HelpScreen, PromptScreen
+from bai.tui.model import ClusterModel, Filter
+from bai.tui.views import AgentsView, DetailView, LogsView, SessionsView
+
+VIEWS = ("agents", "sessions", "detail", "logs")
+VIEW_NAMES = {
+    "agents": "agents", "a": "agents", "agent": "agents", "1": "agents",
+    "sessions": "sessions", "s": "sessions", "session": "sessions", "2": "sessions",
+    "detail": "detail", "describe": "detail", "d": "detail", "3": "detail",
+    "logs": "logs", "l": "logs", "log": "logs", "4": "logs",
+}  # fmt: skip
+SESSION_VIEWS = ("sessions", "detail", "logs")
+LOG_ACTIONS = {"toggle_timestamps", "toggle_wrap", "log_end", "log_start"}
+MAX_BACKOFF = 5.0
+
+
+class Dashboard(App):
+    TITLE = "bai"
+    ENABLE_COMMAND_PALETTE = False  # `:` is the command line here
+    CSS = """
+    #topbar { height: 1; background: $panel; padding: 0 1; }
+    ContentSwitcher { height: 1fr; }
+    """
+    BINDINGS = [
+        Binding("1", "show('agents')", "Agents", show=False),
+        Binding("2", "show('sessions')", "Sessions", show=False),
+        Binding("3", "show('detail')", "Detail", show=False),
+        Binding("4", "show('logs')", "Logs", show=False),
+        Binding("d", "describe", "Describe"),
+        Binding("l", "logs", "Logs"),
+        Binding("ctrl+d", "terminate", "Terminate"),
+        Binding("slash", "filter", "Filter"),
+        Binding("t", "toggle_timestamps", "Time"),
+        Binding("w", "toggle_wrap", "Wrap"),
+        Binding("G", "log_end", "End"),
+        Binding("g", "log_start", "Start", show=False),
+        Binding("colon", "command", "Cmd", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("escape", "back", "Back"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        read_only: bool = False,
+        clock: Callable[[], datetime] = utc_now,
+        max_log_lines: int = 10_000,
+        start_view: str = "sessions",
+    ) -> None:
+        super().__init__()
+        self.client = client
+        self.read_only = read_only
+        self.clock = clock
+        self.model = ClusterModel()
+        self.max_log_lines = max_log_lines
+        self.start_view = start_view
+        self.view = start_view
+        self.history: list[str] = []
+        self.connection = "connecting"
+        self.connected = False
+        self.snapshots = 0  # how many snapshots arrived (1 + reconnections)
+        self._drawn: dict[str, int] = {}
+        self._pending_logs: list[list[Any]] = []
+        self._detail_key: Any = None
+        self._last_age_tick = 0.0
+
+    # -- layout -----------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="topbar")
+        with ContentSwitcher(initial=self.start_view):
+            yield AgentsView(id="agents")
+            yield SessionsView(id="sessions")
+            yield DetailView(id="detail")
+            yield LogsView(self.max_log_lines, id="logs")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.run_worker(self._follow_cluster(), group="cluster", exclusive=True)
+        self.set_interval(0.2, self._tick)
+        self.set_interval(0.1, self._flush_logs)
+        self._focus_view()
+        self._draw_topbar()
+
+    @property
+    def agents_view(self) -> AgentsView:
+        return self.query_one(AgentsView)
+
+    @property
+    def sessions_view(self) -> SessionsView:
+        return self.query_one(SessionsView)
+
+    @property
+    def detail_view(self) -> DetailView:
+        return self.query_one(DetailView)
+
+    @property
+    def logs_view(self) -> LogsView:
+        return self.query_one(LogsView)
+
+    # -- the live stream --------------------------------------------------------------------------
+
+    async def _follow_cluster(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                async for name, data in self.client.dashboard_events():
+                    if name == "snapshot":
+                        self.model.load_snapshot(data)
+                        self.snapshots += 1
+                        attempt = 0
+                        self.connected = True
+                        self.connection = "connected"
+                        self._draw_topbar()
+                    elif name == "sessions":
+                        self.model.update_sessions(data["items"])
+                    elif name == "agents":
+                        self.model.update_agents(data["items"])
+                error = "the manager closed the stream"
+            except APIError as e:
+                error = str(e)
+            attempt += 1
+            delay = min(MAX_BACKOFF, 0.25 * 2**attempt)
+            self.connected = False
+            self.connection = f"disconnected ({error}); retry {attempt} in {delay:g}s"
+            self._draw_topbar()
+            await asyncio.sleep(delay)
+
+    async def _follow_logs(self, session_id: str) -> None:
+        view = self.logs_view
+        attempt = 0
+        while True:
+            after = view.buffer.last_seq or None
+            try:
+                async for name, data in self.client.dashboard_events(topics="logs", session=session_id, after=after):
+                    if view.session_id != session_id:
+                        return
+                    view.kernel_id = data.get("kernelId")
+                    view.state = "live"
+                    attempt = 0
+                    if name == "log":
+                        self._pending_logs.extend(data["chunks"])
+                    elif name == "log_end":
+                        self._flush_logs()
+                        view.buffer.ended = True
+                        view.state = "kernel ended"
+                        view.refresh_view()
+                        return
+            except APIError as e:
+                if e.status in (400, 401, 403, 404):
+                    view.state = f"cannot follow: {e}"
+                    view.refresh_view()
+                    return
+                view.state = f"disconnected ({e})"
+            attempt += 1
+            delay = min(MAX_BACKOFF, 0.25 * 2**attempt)
+            view.state = f"{view.state.split(';')[0]}; retry in {delay:g}s"
+            view.refresh_view()
+            await asyncio.sleep(delay)
+
+    # -- drawing ----------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Redraw the visible view when the model changed, and once a second for ages and clocks."""
+        now = asyncio.get_running_loop().time()
+        age_tick = now - self._last_age_tick >= 1.0
+        if age_tick:
+            self._last_age_tick = now
+            self._draw_topbar()
+        version = self.model.version + self.model.agents_version
+        if self.view in ("agents", "sessions") and (age_tick or self._drawn.get(self.view) != version):
+            self._drawn[self.view] = version
+            self.query_one(f"#{self.view}").refresh_view()  # type: ignore[attr-defined]
+        elif self.view == "detail":
+            self._maybe_reload_detail()
+        elif self.view == "logs" and age_tick:
+            self.logs_view.refresh_view()
+
+    def _flush_logs(self) -> None:
+        if self._pending_logs:
+            chunks, self._pending_logs = self._pending_logs, []
+            self.logs_view.feed(chunks)
+            if self.view == "logs":
+                self.logs_view.refresh_view()
+
+    def _draw_topbar(self) -> None:
+        """bai, the views (the current one lit), the connection, the clock; the endpoint when it fits."""
+        width = self.size.width or 80
+        text = Text()
+        text.append("bai ", style="bold")
+        for i, (view, label) in enumerate(
+            (("agents", "agents"), ("sessions", "sessions"), ("detail", "describe"), ("logs", "logs")), 1
+        ):
+            style = "bold reverse" if view == self.view else "dim"
+            text.append(f" {i} {label} ", style=style)
+        text.append("  ")
+        if self.connected:
+            text.append("● connected", style="bold green")
+        else:
+            text.append(f"○ {self.connection}", style="bold red")
+        if self.read_only:
+            text.append(" · read-only", style="cyan")
+        if width >= 120:
+            text.append(f"  {self.client.endpoint}", style="dim")
+        clock = self.clock().strftime("%H:%M:%S")
+        pad = width - 2 - text.cell_len - len(clock)
+        if pad >= 2:
+            text.append(" " * pad)
+            text.append(clock, style="dim")
+        text.truncate(max(1, width - 2), overflow="ellipsis")
+        self.query_one("#topbar", Static).update(text)
+
+    # -- navigation -------------------------------------------------------------------------------
+
+    def _switch(self, view: str) -> None:
+        self.view = view
+        self.query_one(ContentSwitcher).current = view
+        self._drawn.pop(view, None)
+        if view in ("agents", "sessions"):
+            self.query_one(f"#{view}").refresh_view()  # type: ignore[attr-defined]
+            self._drawn[view] = self.model.version + self.model.agents_version
+        elif view == "detail":
+            self.detail_view.refresh_view()
+        elif view == "logs":
+            self.logs_view.refresh_view()
+        self._focus_view()
+        self.refresh_bindings()
+        self._draw_topbar()
+
+    def _focus_view(self) -> None:
+        target = {
+            "agents": "#agents-table",
+            "sessions": "#sessions-table",
+            "detail": "#detail-scroll",
+            "logs": "#log-view",
+        }[self.view]
+        self.query_one(target).focus()
+
+    def action_show(self, view: str) -> None:
+        if view != self.view:
+            self.history.append(self.view)
+            del self.history[:-20]
+            self._switch(view)
+
+    def action_back(self) -> None:
+        if self.history:
+            self._switch(self.history.pop())
+
+    def selected_session(self) -> str | None:
+        if self.view == "sessions":
+            return self.sessions_view.selected()
+        if self.view == "detail":
+            return self.detail_view.session_id
+        if self.view == "logs":
+            return self.logs_view.session_id
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "terminate":
+            if self.read_only or self.view not in SESSION_VIEWS:
+                return False
+            sid = self.selected_session()
+            row = self.model.sessions.get(sid or "")
+            return None if row is None or row["status"] in ("TERMINATED", "CANCELLED") else True
+        if action == "describe":
+            return self.view in ("sessions", "logs")
+        if action == "logs":
+            return self.view in ("sessions", "detail")
+        if action == "filter":
+            return self.view in ("sessions", "logs")
+        if action in LOG_ACTIONS:
+            return self.view == "logs"
+        if action == "back":
+            return bool(self.history)
+        return True
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.refresh_bindings()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "sessions-table":
+            self.action_describe()
+        elif event.data_table.id == "agents-table" and event.row_key.value:
+            self.sessions_view.filter = Filter.parse(event.row_key.value)
+            self.action_show("sessions")
+
+    # -- actions on sessions ----------------------------------------------------------------------
+
+    def action_describe(self) -> None:
+        sid = self.selected_session()
+        if sid is None:
+            self.notify("No session chosen.", severity="warning")
+            return
+        if sid != self.detail_view.session_id:
+            self.detail_view.show(sid, None, None)
+        self._load_detail(sid)
+        self.action_show("detail")
+
+    def _load_detail(self, sid: str) -> None:
+        row = self.model.sessions.get(sid)
+        self._detail_key = _detail_key(row)
+        self.run_worker(self._fetch_detail(sid), group="detail", exclusive=True)
+
+    async def _fetch_detail(self, sid: str) -> None:
+        try:
+            detail, history = await asyncio.gather(self.client.get_session(sid), self.client.history(sid))
+        except APIError as e:
+            self.detail_view.show(sid, None, None, error=f"cannot load the session: {e}")
+            return
+        if self.detail_view.session_id == sid:
+            self.detail_view.show(sid, detail, history)
+
+    def _maybe_reload_detail(self) -> None:
+        sid = self.detail_view.session_id
+        if sid is not None and _detail_key(self.model.sessions.get(sid)) != self._detail_key:
+            self._load_detail(sid)
+
+    def action_logs(self) -> None:
+        sid = self.selected_session()
+        if sid is None:
+            self.notify("No session chosen.", severity="warning")
+            return
+        if sid != self.logs_view.session_id:
+            row = self.model.sessions.get(sid) or {}
+            self._pending_logs = []
+            self.logs_view.reset(sid, row.get("name", sid[:8]))
+            self.run_worker(self._follow_logs(sid), group="logs", exclusive=True)
+        self.action_show("logs")
+
+    def action_terminate(self) -> None:
+        if self.read_only:
+            return
+        sid = self.selected_session()
+        row = self.model.sessions.get(sid or "")
+        if sid is None or row is None:
+            self.notify("No session chosen.", severity="warning")
+            return
+        question = f"Terminate session {row['name']} ({sid[:8]}, {row['status']})?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(self._terminate(sid, row["name"]), group=f"terminate-{sid}")
+
+        self.push_screen(ConfirmScreen(question, yes="Terminate"), answered)
+
+    async def _terminate(self, sid: str, name: str) -> None:
+        try:
+            await self.client.destroy_session(sid, wait=False)
+        except APIError as e:
+            self.notify(f"Could not terminate {name}: {e}", severity="error", timeout=8)
+            return
+        self.notify(f"Terminating {name}…")
+
+    # -- prompts ----------------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        if self.view == "sessions":
+            current = self.sessions_view.filter.text
+            hint = "filter sessions: words, status:pending|running|finished|STATUS, owner:KEY; a leading ! inverts"
+        elif self.view == "logs":
+            current = self.logs_view.log_view.filter.text
+            hint = "filter lines: words that must all occur; a leading ! inverts; empty: no filter"
+        else:
+            return
+        view = self.view
+
+        def done(value: str | None) -> None:
+            if value is None:
+                return
+            flt = Filter.parse(value)
+            if view == "sessions":
+                self.sessions_view.filter = flt
+                self.sessions_view.refresh_view()
+            else:
+                self.logs_view.log_view.set_filter(flt)
+                self.logs_view.refresh_view()
+
+        self.push_screen(PromptScreen("/", current, hint), done)
+
+    def action_command(self) -> None:
+        def done(value: str | None) -> None:
+            if not value:
+                return
+            word = value.strip().lstrip(":").lower()
+            if word in ("q", "quit", "exit"):
+                self.exit()
+            elif word in ("h", "help", "?"):
+                self.action_help()
+            elif word in VIEW_NAMES:
+                target = VIEW_NAMES[word]
+                if target == "detail" and self.view == "sessions":
+                    self.action_describe()
+                elif target == "logs" and self.view in ("sessions", "detail"):
+                    self.action_logs()
+                else:
+                    self.action_show(target)
+            else:
+                self.notify(f"Unknown command :{word} (try agents, sessions, describe, logs, help, quit)")
+
+        self.push_screen(PromptScreen(":", "", "agents · sessions · describe · logs · help · quit"), done)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.read_only))
+
+    # -- log view keys ----------------------------------------------------------------------------
+
+    def action_toggle_timestamps(self) -> None:
+        view = self.logs_view.log_view
+        view.timestamps = not view.timestamps
+        self.logs_view.refresh_view()
+
+    def action_toggle_wrap(self) -> None:
+        view = self.logs_view.log_view
+        view.wrap_lines = not view.wrap_lines
+        self.logs_view.refresh_view()
+
+    def action_log_end(self) -> None:
+        self.logs_view.log_view.jump_end()
+        self.logs_view.refresh_view()
+
+    def action_log_start(self) -> None:
+        self.logs_view.log_view.jump_start()
+        self.logs_view.refresh_view()
+
+
+def _detail_key(row: dict[str, Any] | None) -> Any:
+    if row is None:
+        return None
+    return (row["status"], row.get("statusChanged"), row.get("queuePosition"), row.get("reason"))
+
+
+def run(client: Client, read_only: bool = False) -> None:
+    Dashboard(client, read_only=read_only).run()

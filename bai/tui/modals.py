@@ -1,0 +1,157 @@
+"""Dialogs over the dashboard: confirm an action, type a filter or a command, the key list."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Static
+
+DIALOG_CSS = """
+{name} {{ align: center middle; background: $background 60%; }}
+{name} > Vertical {{
+    width: auto; max-width: 90%; min-width: 40; height: auto; max-height: 90%;
+    border: thick $accent; background: $surface; padding: 0 1;
+}}
+"""
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Yes / no; `y` or the button confirms, `n` or Esc cancels."""
+
+    DEFAULT_CSS = (
+        DIALOG_CSS.format(name="ConfirmScreen")
+        + """
+    ConfirmScreen Horizontal { height: auto; align: center middle; margin-top: 1; }
+    ConfirmScreen Button { margin: 0 1; }
+    """
+    )
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n", "answer(False)", "No"),
+        Binding("escape", "answer(False)", "Cancel"),
+    ]
+
+    def __init__(self, question: str, yes: str = "Yes") -> None:
+        super().__init__()
+        self.question = question
+        self.yes = yes
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text(self.question, style="bold"), id="question")
+            yield Static(Text("y: yes   n / Esc: no", style="dim"))
+            with Horizontal():
+                yield Button(self.yes, variant="error", id="yes")
+                yield Button("No", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()  # the safe choice is the default
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class PromptScreen(ModalScreen[str | None]):
+    """One line of input (a filter after `/`, a view after `:`); Enter accepts, Esc cancels."""
+
+    DEFAULT_CSS = """
+    PromptScreen { align: center bottom; background: $background 30%; }
+    PromptScreen > Vertical { height: auto; width: 100%; background: $surface; padding: 0 1; }
+    PromptScreen Input { width: 100%; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, prompt: str, value: str = "", hint: str = "") -> None:
+        super().__init__()
+        self.prompt = prompt
+        self.value = value
+        self.hint = hint
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            if self.hint:
+                yield Static(Text(self.hint, style="dim"))
+            yield Input(value=self.value, placeholder=self.prompt, id="prompt")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+KEYS: list[tuple[str, list[tuple[str, str]]]] = [
+    (
+        "Views",
+        [
+            ("1  :agents", "agents, their slots and the cluster total"),
+            ("2  :sessions", "pending, running and recently finished sessions"),
+            ("3  :describe", "the chosen session in detail"),
+            ("4  :logs", "the chosen session's kernel output, live"),
+            ("Esc", "back to the previous view"),
+            (":", "type a view name (agents, sessions, describe, logs, help, quit)"),
+        ],
+    ),
+    (
+        "Sessions and details",
+        [
+            ("d / Enter", "describe the session under the cursor"),
+            ("l", "open its logs"),
+            ("Ctrl-d", "terminate it (asks first; hidden with --read-only)"),
+            ("/", "filter: words, status:pending|running|finished|STATUS, owner:KEY; ! inverts"),
+            ("Enter on an agent", "its sessions"),
+        ],
+    ),
+    (
+        "Logs",
+        [
+            ("/", "filter lines (words must all occur; a leading ! inverts)"),
+            ("t", "timestamps on / off"),
+            ("w", "wrap long lines on / off"),
+            ("G / g", "jump to the end (and follow) / to the start"),
+            ("↑ PgUp …", "scrolling up pauses following; G resumes"),
+        ],
+    ),
+    ("Anywhere", [("?", "this help"), ("q", "quit")]),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = DIALOG_CSS.format(name="HelpScreen") + "HelpScreen > Vertical { width: 96; overflow-y: auto; }\n"
+    BINDINGS = [
+        Binding("escape", "close", "Close"),
+        Binding("question_mark", "close", "Close"),
+        Binding("q", "close", "Close"),
+    ]
+
+    def __init__(self, read_only: bool = False) -> None:
+        super().__init__()
+        self.read_only = read_only
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        for section, keys in KEYS:
+            table.add_row(Text(section, style="bold underline"), "")
+            for key, text in keys:
+                if self.read_only and key == "Ctrl-d":
+                    continue
+                table.add_row(key, text)
+        with Vertical():
+            yield Static(table)
+            yield Static(Text("Esc, ? or q closes this help", style="dim"))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,380 @@
+"""The dashboard's views: agents, sessions, one session's details, and a kernel's live log."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import DataTable, Static
+
+from bai.common.present import age, explain_lines
+from bai.common.slots import from_wire
+from bai.tui.model import Filter, LogBuffer, group_of
+from bai.tui.tables import Column, TableSync
+from bai.tui.widgets import LogView, bar, compact, slot_cell
+
+if TYPE_CHECKING:
+    from bai.tui.app import Dashboard
+
+STATUS_STYLE = {
+    "PENDING": "yellow",
+    "SCHEDULED": "cyan",
+    "PREPARING": "cyan",
+    "PULLING": "cyan",
+    "RUNNING": "green",
+    "RUNNING_DEGRADED": "yellow",
+    "RESTARTING": "yellow",
+    "TERMINATING": "magenta",
+    "TERMINATED": "grey50",
+    "CANCELLED": "grey50",
+    "ERROR": "bold red",
+    "ALIVE": "green",
+    "LOST": "bold red",
+}
+
+
+def styled_status(status: str) -> Text:
+    return Text(status, style=STATUS_STYLE.get(status, ""))
+
+
+def slots_text(slots: dict[str, str]) -> str:
+    values = from_wire(slots)
+    order = [n for n in ("cpu", "mem") if n in values] + sorted(set(values) - {"cpu", "mem"})
+    return " ".join(f"{n} {compact(n, values[n])}" for n in order if values[n])
+
+
+class View(Vertical):
+    """A view of the dashboard; `refresh_view` redraws it from the app's model."""
+
+    @property
+    def dash(self) -> Dashboard:
+        return self.app  # type: ignore[return-value]
+
+    def refresh_view(self) -> None:
+        pass
+
+
+class AgentsView(View):
+    DEFAULT_CSS = """
+    AgentsView #agents-total { height: auto; padding: 0 1; }
+    AgentsView DataTable { height: 1fr; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="agents-total")
+        yield DataTable(id="agents-table", cursor_type="row")
+
+    def on_mount(self) -> None:
+        self.sync = TableSync(self.query_one(DataTable))
+
+    def _columns(self, width: int, slots: list[str]) -> list[Column]:
+        model = self.dash.model
+        id_width = min(max((len(a) for a in model.agents), default=8), 28)
+        cols = [Column("id", "AGENT", id_width)]
+        if width >= 120:
+            cols.append(Column("host", "HOST", 14))
+        cols += [
+            Column("status", "STATUS", 6),
+            Column("backend", "BACKEND", 7),
+            Column("group", "GROUP", 9 if width >= 100 else 7),
+            Column("hb", "SEEN", 4),
+        ]
+        used = sum((c.width or 0) + 2 for c in cols)
+        per_slot = max(14, (width - used - 2) // max(1, len(slots)) - 2)
+        cols += [Column(f"slot:{name}", name.upper(), per_slot) for name in slots]
+        return cols
+
+    def refresh_view(self) -> None:
+        model = self.dash.model
+        now = self.dash.clock()
+        width = self.size.width or self.app.size.width
+        slots = model.slot_names()
+        columns = self._columns(width, slots)
+        self.sync.set_columns(columns)
+        per_slot = columns[-1].width if slots else 0
+        bar_width = max(0, (per_slot or 0) - 12)
+        rows = []
+        for a in model.agent_rows():
+            cap, used = from_wire(a.get("availableSlots")), from_wire(a.get("occupiedSlots"))
+            cells: list[Any] = [a["id"]]
+            if width >= 120:
+                cells.append(a.get("hostname") or "")
+            cells += [
+                styled_status(a["status"]),
+                a.get("backend") or "",
+                a.get("scalingGroup") or "",
+                age(a.get("lastSeen"), now),
+            ]
+            for name in slots:
+                cells.append(slot_cell(name, used.get(name, Decimal(0)), cap.get(name, Decimal(0)), bar_width))
+            rows.append((a["id"], tuple(cells)))
+        self.sync.sync(rows)
+        cap, used, alive = model.totals()
+        total = Text()
+        total.append("Cluster ", style="bold")
+        total.append(f"{alive}/{len(model.agents)} agents alive")
+        total_bar = 20 if width >= 120 else 8
+        for name in slots:
+            total.append(f"  {name} ", style="bold")
+            total.append_text(bar(used.get(name, Decimal(0)), cap.get(name, Decimal(0)), total_bar))
+            total.append(f" {compact(name, used.get(name, Decimal(0)))}/{compact(name, cap.get(name, Decimal(0)))}")
+        self.query_one("#agents-total", Static).update(total)
+
+
+class SessionsView(View):
+    DEFAULT_CSS = """
+    SessionsView #sessions-summary { height: 1; padding: 0 1; }
+    SessionsView DataTable { height: 1fr; }
+    """
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.filter = Filter()
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="sessions-summary")
+        yield DataTable(id="sessions-table", cursor_type="row")
+
+    def on_mount(self) -> None:
+        self.sync = TableSync(self.query_one(DataTable))
+
+    def selected(self) -> str | None:
+        return self.sync.selected_key() if self.sync.keys else None
+
+    def _columns(self, width: int) -> list[Column]:
+        medium, wide = width >= 100, width >= 160
+        cols = [Column("name", "NAME", 22 if wide else 18 if medium else 14)]
+        if medium:
+            cols.append(Column("id", "ID", 8))
+        if wide:
+            cols.append(Column("owner", "OWNER", 20))
+        cols += [
+            Column("status", "STATUS", 10),
+            Column("where", "AGENT / QUEUE", 20 if wide else 14 if medium else 12),
+        ]
+        if wide:
+            cols.append(Column("image", "IMAGE", 20))
+            cols.append(Column("type", "TYPE", 5))
+        cols += [Column("slots", "SLOTS", 20 if wide else 16 if medium else 11), Column("age", "AGE", 4)]
+        used = sum((c.width or 0) + 2 for c in cols) + 2  # cell padding, and the scroll bar
+        cols.append(Column("info", "EXIT / REASON", max(12, width - used - 2)))
+        return cols
+
+    def refresh_view(self) -> None:
+        model = self.dash.model
+        now = self.dash.clock()
+        width = self.size.width or self.app.size.width
+        medium, wide = width >= 100, width >= 160
+        self.sync.set_columns(self._columns(width))
+        items = model.session_rows(self.filter)
+        rows = []
+        for s in items:
+            group = group_of(s["status"])
+            if group == "pending":
+                pos = s.get("queuePosition")
+                where = Text(f"queue #{pos}" if pos else "queue", style="yellow")
+                info = s.get("reason") or ""
+            else:
+                where = Text(s.get("agent") or "-")
+                info = s.get("reason") or ""
+                if group == "finished" and s.get("exitCode") is not None:
+                    # the exit code first; the status info (its detail is the same exit code) after it
+                    status_info = s.get("statusInfo") or ""
+                    info = f"exit {s['exitCode']}" + (f" · {status_info}" if status_info else "")
+            cells: list[Any] = [s["name"]]
+            if medium:
+                cells.append(s["id"][:8])
+            if wide:
+                cells.append(s["accessKey"])
+            cells += [styled_status(s["status"]), where]
+            if wide:
+                cells += [s["image"], s["type"][:5].lower()]
+            cells += [slots_text(s.get("requestedSlots") or {}), age(s["creationTime"], now), info]
+            rows.append((s["id"], tuple(cells)))
+        self.sync.sync(rows)
+        counts = model.counts()
+        summary = Text()
+        summary.append("Sessions ", style="bold")
+        summary.append(f"{counts['pending']} pending", style="yellow")
+        summary.append(" · ")
+        summary.append(f"{counts['running']} running", style="green")
+        summary.append(f" · {counts['finished']} finished")
+        if self.filter:
+            summary.append(f"   filter /{self.filter.text}  ({len(items)} shown)", style="bold cyan")
+        self.query_one("#sessions-summary", Static).update(summary)
+
+
+class DetailView(View):
+    """One session: what it is, where it runs, its kernels and mounts, and its history."""
+
+    DEFAULT_CSS = """
+    DetailView VerticalScroll { height: 1fr; padding: 0 1; }
+    """
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.session_id: str | None = None
+        self.detail: dict[str, Any] | None = None
+        self.history: dict[str, Any] | None = None
+        self.error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(can_focus=True, id="detail-scroll"):
+            yield Static(id="detail-body")
+
+    def show(self, session_id: str, detail: dict[str, Any] | None, history: dict[str, Any] | None, error=None) -> None:
+        self.session_id, self.detail, self.history, self.error = session_id, detail, history, error
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        body = self.query_one("#detail-body", Static)
+        if self.session_id is None:
+            body.update(Text("No session chosen: pick one in the sessions view (2) and press d or Enter."))
+            return
+        if self.detail is None:
+            body.update(Text(self.error or "loading…", style="red" if self.error else "dim"))
+            return
+        body.update(render_detail(self.detail, self.history, self.dash.clock()))
+
+
+def _field_table() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    return table
+
+
+def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Group:
+    from bai.common.present import reason
+
+    fields = _field_table()
+    fields.add_row("Session", Text(f"{s['name']}  ") + Text(s["id"], style="dim"))
+    fields.add_row(
+        "Status",
+        Text.assemble(
+            (s["status"], STATUS_STYLE.get(s["status"], "")), f"  since {age(s.get('statusChanged'), now)} ago"
+        ),
+    )
+    why = reason(s)
+    if why:
+        fields.add_row("Status info", why)
+    if s.get("queuePosition"):
+        fields.add_row("Queue", f"position {s['queuePosition']} of the pending sessions")
+    scheduler = (s.get("statusData") or {}).get("scheduler") or {}
+    for p in scheduler.get("failed_predicates") or []:
+        fields.add_row("  blocked by", Text(p["name"], style="yellow") + Text(f": {p['msg']}"))
+    fields.add_row("Image", s["image"])
+    fields.add_row("Type", s["type"].lower())
+    fields.add_row("Owner", s["accessKey"])
+    fields.add_row("Resources", slots_text(s.get("requestedSlots") or {}) or "-")
+    fields.add_row("Agent", s.get("agent") or "-")
+    fields.add_row("Created", f"{s['creationTime'][:19].replace('T', ' ')}  ({age(s['creationTime'], now)} ago)")
+    if s.get("terminationTime"):
+        fields.add_row("Ended", s["terminationTime"][:19].replace("T", " "))
+    if s.get("exitCode") is not None:
+        fields.add_row("Exit code", str(s["exitCode"]))
+    mounts = s.get("mounts") or []
+    fields.add_row("Mounts", ", ".join(str(m) for m in mounts) if mounts else Text("none", style="dim"))
+
+    kernels = Table(title="Kernels", title_justify="left", title_style="bold", box=None, header_style="bold")
+    for col in ("ID", "ROLE", "AGENT", "CONTAINER", "STATUS", "EXIT"):
+        kernels.add_column(col, no_wrap=True)
+    for k in s.get("kernels", []):
+        exit_code = k.get("exitCode")
+        kernels.add_row(
+            k["id"][:8],
+            f"{k['clusterRole']}{k.get('clusterIdx', '')}",
+            k.get("agent") or "-",
+            (k.get("containerId") or "-")[:12],
+            styled_status(k["status"]),
+            "-" if exit_code is None else str(exit_code),
+        )
+
+    transitions = Table(title="Status history", title_justify="left", title_style="bold", box=None)
+    transitions.add_column("AT", no_wrap=True, style="dim")
+    transitions.add_column("STATUS", no_wrap=True)
+    transitions.add_column("INFO")
+    for t in s.get("transitions") or []:
+        transitions.add_row(t["at"][:23].replace("T", " "), styled_status(t["status"]), t.get("status_info") or "")
+
+    parts: list[Any] = [fields, Text(""), kernels, Text(""), transitions]
+    if history is not None:
+        lines = explain_lines(history)
+        # the decision part only (the state changes are above)
+        cut = lines.index("State changes") if "State changes" in lines else len(lines)
+        parts += [Text(""), Text("Scheduler decisions", style="bold")]
+        parts += [Text(line) for line in lines[1:cut]]
+    return Group(*parts)
+
+
+class LogsView(View):
+    """A kernel's output, live: `/` filter (`!` inverts), t timestamps, w wrap, G end, g start."""
+
+    DEFAULT_CSS = """
+    LogsView #logs-status { height: 1; padding: 0 1; }
+    LogsView LogView { height: 1fr; }
+    """
+
+    def __init__(self, max_lines: int = 10_000, **kw) -> None:
+        super().__init__(**kw)
+        self.buffer = LogBuffer(max_lines)
+        self.session_id: str | None = None
+        self.session_name = ""
+        self.kernel_id: str | None = None
+        self.state = "no session"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="logs-status")
+        yield LogView(self.buffer, id="log-view")
+
+    @property
+    def log_view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def reset(self, session_id: str, name: str) -> None:
+        self.session_id, self.session_name, self.kernel_id = session_id, name, None
+        self.buffer.clear()
+        self.log_view.following = True
+        self.log_view.new_while_paused = 0
+        self.log_view.rebuild()
+        self.state = "connecting"
+        self.refresh_view()
+
+    def feed(self, chunks: list[list[Any]]) -> None:
+        added = []
+        for seq, text, ts in chunks:
+            added += self.buffer.feed(text, ts, seq)
+        self.log_view.lines_added(added)
+
+    def refresh_view(self) -> None:
+        view = self.log_view
+        status = Text()
+        if self.session_id is None:
+            status.append("No session chosen: pick one in the sessions view (2) and press l.")
+            self.query_one("#logs-status", Static).update(status)
+            return
+        status.append("Logs ", style="bold")
+        status.append(self.session_name)
+        if self.kernel_id:
+            status.append(f" · kernel {self.kernel_id[:8]}", style="dim")
+        status.append(" · ")
+        if self.buffer.ended:
+            status.append("ended", style="grey50")
+        elif view.following:
+            status.append("following", style="green")
+        else:
+            status.append(f"PAUSED (+{view.new_while_paused} new, G to follow)", style="bold yellow")
+        if self.state != "live" and not self.buffer.ended:
+            status.append(f" · {self.state}", style="dim")
+        status.append(f" · {len(self.buffer.lines)} lines")
+        if view.filter:
+            status.append(f" · filter /{view.filter.text}", style="bold cyan")
+        flags = [name for name, on in (("ts", view.timestamps), ("wrap", view.wrap_lines)) if on]
+        if flags:
+            status.append(" · " + " ".join(flags), style="cyan")
+        self.query_one("#logs-status", Static).update(status)

@@ -1,0 +1,271 @@
+"""`bai tui` driven with Textual's pilot against real nodes: navigation, filters, terminate, reconnect, logs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bai.tui.app import Dashboard
+from bai.tui.modals import ConfirmScreen, HelpScreen, PromptScreen
+from tests.nodeproc import ROOT, Node
+from tests.tui_support import node_client, plain, until
+
+SIZE = (120, 40)
+
+
+@pytest.fixture(scope="module")
+def sim_node(tmp_path_factory) -> Iterator[Node]:
+    node = Node(tmp_path_factory.mktemp("tui"), "sim", agent_config='cpu = "4"\nmem = "8g"\n').start()
+    node.cli("session", "create", "--name", "nav-running", "--cpu", "1", "sim", check=True)
+    node.cli("session", "create", "--name", "nav-waiting", "--cpu", "99", "--no-wait", "sim", check=True)
+    node.cli(
+        "session", "create", "--name", "nav-done", "--type", "batch", "--startup-command", "exit 3", "--wait", "sim"
+    )  # fmt: skip
+    yield node
+    node.stop()
+
+
+def shown_names(app: Dashboard) -> list[str]:
+    return [app.model.sessions[key]["name"] for key in app.sessions_view.sync.keys]
+
+
+async def type_prompt(pilot, text: str) -> None:
+    await until(pilot, lambda: isinstance(pilot.app.screen, PromptScreen), what="the prompt")
+    prompt = pilot.app.screen
+    prompt.query_one("Input").value = text
+    await pilot.press("enter")
+
+
+async def test_views_and_keys(sim_node: Node) -> None:
+    app = Dashboard(node_client(sim_node))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        await pilot.pause(0.3)
+        assert app.view == "sessions"
+        names = shown_names(app)
+        # pending first (with its queue position and reason), then running, then finished
+        assert names.index("nav-waiting") < names.index("nav-running") < names.index("nav-done")
+        table = app.sessions_view.sync
+        waiting = next(k for k in table.keys if app.model.sessions[k]["name"] == "nav-waiting")
+        cells = [str(c) for c in table.cells[waiting]]
+        assert "queue #1" in cells and any("no-available-instances" in c for c in cells)
+        done = next(k for k in table.keys if app.model.sessions[k]["name"] == "nav-done")
+        assert any(str(c).startswith("exit 3") for c in table.cells[done])
+
+        await pilot.press("1")
+        assert app.view == "agents"
+        await pilot.pause(0.3)
+        assert app.agents_view.sync.keys == [sim_node.agent_id]
+        assert "1/1 agents alive" in plain(app.agents_view.query_one("#agents-total"))
+
+        await pilot.press("colon")
+        await type_prompt(pilot, "sessions")
+        assert app.view == "sessions"
+        await pilot.press("escape")  # back to where we came from
+        assert app.view == "agents"
+        await pilot.press("escape")
+        assert app.view == "sessions"
+
+        # describe the running one: detail with its kernel and history
+        app.sessions_view.filter = app.sessions_view.filter.parse("nav-running")
+        app.sessions_view.refresh_view()
+        await pilot.press("d")
+        assert app.view == "detail"
+        await until(pilot, lambda: app.detail_view.detail is not None, what="the session's details")
+        body = plain(app.detail_view.query_one("#detail-body"))
+        assert "nav-running" in body and "Kernels" in body and "Status history" in body
+        assert "Scheduler decisions" in body and "placed on" in body
+
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+        await pilot.press("l")
+        assert app.view == "logs" and app.logs_view.session_name == "nav-running"
+        await pilot.press("escape")
+        assert app.view == "detail"
+        await pilot.press("q")
+    assert app.return_code in (0, None)
+
+
+async def test_filter_sessions_by_status_owner_and_words(sim_node: Node) -> None:
+    app = Dashboard(node_client(sim_node))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        await pilot.press("slash")
+        await type_prompt(pilot, "status:pending")
+        await pilot.pause(0.3)
+        assert shown_names(app) == ["nav-waiting"]
+        assert "filter /status:pending" in plain(app.sessions_view.query_one("#sessions-summary"))
+        await pilot.press("slash")
+        await type_prompt(pilot, "!status:pending nav")
+        await pilot.pause(0.3)
+        assert "nav-waiting" not in shown_names(app) and "nav-running" in shown_names(app)
+        await pilot.press("slash")
+        await type_prompt(pilot, "owner:AKIANOBODY")
+        await pilot.pause(0.3)
+        assert shown_names(app) == []
+        await pilot.press("slash")
+        await type_prompt(pilot, "")
+        await pilot.pause(0.3)
+        assert {"nav-waiting", "nav-running", "nav-done"} <= set(shown_names(app))
+
+
+async def test_terminate_asks_first(sim_node: Node) -> None:
+    sim_node.cli("session", "create", "--name", "to-terminate", "sim", check=True)
+    app = Dashboard(node_client(sim_node))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: any(s["name"] == "to-terminate" for s in app.model.sessions.values()))
+        await pilot.press("slash")
+        await type_prompt(pilot, "to-terminate")
+        await pilot.pause(0.3)
+        assert shown_names(app) == ["to-terminate"]
+
+        await pilot.press("ctrl+d")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.pause(0.5)
+        assert sim_node.json("session", "info", "to-terminate")["status"] == "RUNNING"
+
+        await pilot.press("ctrl+d")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        sid = next(k for k, s in app.model.sessions.items() if s["name"] == "to-terminate")
+        await until(pilot, lambda: app.model.sessions[sid]["status"] == "TERMINATED", what="TERMINATED")
+        assert sim_node.json("session", "info", sid)["status"] == "TERMINATED"
+        # an ended session cannot be terminated again: the key does nothing
+        await pilot.pause(0.3)
+        assert app.check_action("terminate", ()) is None
+        await pilot.press("ctrl+d")
+        assert not isinstance(app.screen, ConfirmScreen)
+
+
+async def test_read_only_hides_actions(sim_node: Node) -> None:
+    app = Dashboard(node_client(sim_node), read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        await pilot.press("slash")
+        await type_prompt(pilot, "nav-running")
+        await pilot.pause(0.3)
+        assert app.check_action("terminate", ()) is False
+        await pilot.press("ctrl+d")
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert "read-only" in plain(app.query_one("#topbar"))
+        footer_keys = {b.binding.action for b in app.active_bindings.values() if b.enabled and b.binding.show}
+        assert "terminate" not in footer_keys and "describe" in footer_keys
+    assert sim_node.json("session", "info", "nav-running")["status"] == "RUNNING"
+
+
+async def test_reconnects_when_the_manager_restarts(tmp_path) -> None:
+    node = Node(tmp_path / "restart", "sim").start()
+    try:
+        app = Dashboard(node_client(node))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.connected, what="connected")
+            assert app.snapshots == 1
+            node.stop()
+            await until(pilot, lambda: not app.connected, what="the loss of the connection")
+            await pilot.pause(0.3)
+            assert "disconnected" in plain(app.query_one("#topbar"))
+            node.start()
+            node.cli("session", "create", "--name", "after-restart", "sim", check=True)
+            await until(pilot, lambda: app.connected and app.snapshots == 2, timeout=20, what="reconnection")
+            await until(pilot, lambda: any(s["name"] == "after-restart" for s in app.model.sessions.values()))
+            assert "● connected" in plain(app.query_one("#topbar"))
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="module")
+def local_node(tmp_path_factory) -> Iterator[Node]:
+    node = Node(tmp_path_factory.mktemp("tui-local"), "local").start()
+    yield node
+    node.stop()
+
+
+async def test_logs_follow_pause_filter_and_bound(local_node: Node) -> None:
+    # a kernel printing about 200 numbered lines a second, and a few longer ones, until stopped
+    script = 'i=0; while :; do echo "line $i"; i=$((i+1)); [ $((i % 50)) = 0 ] && sleep 0.25; done'
+    local_node.cli(
+        "session", "create", "--name", "chatty", "--type", "batch", "--startup-command", script, "python", check=True
+    )  # fmt: skip
+    app = Dashboard(node_client(local_node), max_log_lines=300)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: any(s["name"] == "chatty" for s in app.model.sessions.values()))
+        await pilot.press("slash")
+        await type_prompt(pilot, "chatty")
+        await pilot.pause(0.3)
+        await pilot.press("l")
+        view = app.logs_view
+        log = view.log_view
+        await until(pilot, lambda: view.buffer.next_index > 400, what="400 lines")
+        assert len(view.buffer.lines) <= 300, "the buffer keeps only the last lines"
+        assert log.following and log.scroll_y == log.max_scroll_y
+
+        await pilot.press("g")  # to the top: following stops, new lines are counted
+        assert not log.following and log.scroll_y == 0
+        await until(pilot, lambda: log.new_while_paused > 0, what="lines counted while paused")
+        await pilot.pause(0.2)
+        assert "PAUSED" in plain(view.query_one("#logs-status"))
+        await pilot.press("G")
+        assert log.following
+        await pilot.pause(0.3)
+        assert log.scroll_y == log.max_scroll_y
+
+        await pilot.press("pageup")  # scrolling up pauses too
+        assert not log.following
+
+        await pilot.press("slash")
+        await type_prompt(pilot, "line 7")
+        await pilot.pause(0.3)
+        assert log.rows and all("line" in text and "7" in text for _, text in log.rows)  # every word occurs
+        assert len(log.rows) < len(view.buffer.lines)
+        await pilot.press("slash")
+        await type_prompt(pilot, "!7")
+        await pilot.pause(0.3)
+        assert log.rows and all("7" not in text for _, text in log.rows)
+        await pilot.press("slash")
+        await type_prompt(pilot, "")
+
+        await pilot.press("t")
+        await pilot.pause(0.2)
+        assert log.timestamps and all(text[2] == ":" and text[5] == ":" for _, text in log.rows[-20:])
+        await pilot.press("t")
+        await pilot.press("w")
+        assert log.wrap_lines
+    local_node.cli("session", "destroy", "chatty", check=True)
+
+
+def test_cli_starts_the_dashboard_and_quits_on_q(sim_node: Node) -> None:
+    """`bai tui` in a real terminal (tmux): it draws, shows the connection, and q ends it."""
+    if subprocess.run(["which", "tmux"], capture_output=True).returncode != 0:
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    name = f"bai-tui-{sim_node.port}"
+    env_args = [f"{k}={v}" for k, v in sim_node.env.items() if k.startswith(("XDG_", "BAI_"))]
+    cmd = ["env", *env_args, sys.executable, "-m", "bai", "tui", "--read-only"]
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "100", "-y", "30", "-c", str(ROOT), *cmd], check=True)
+    try:
+        deadline = time.monotonic() + 20
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+            if "connected" in screen and "nav-running" in screen:
+                break
+            time.sleep(0.2)
+        assert "● connected" in screen and "nav-running" in screen, screen
+        subprocess.run(["tmux", "send-keys", "-t", name, "q"], check=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if subprocess.run(["tmux", "has-session", "-t", name], capture_output=True).returncode != 0:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("bai tui did not quit on q")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)

@@ -1,0 +1,189 @@
+"""Helpers for the dashboard tests: wait on the app, and a client wrapper that makes pictures repeatable.
+
+`StableClient` passes every call to a real `bai.client.Client` talking to a real node, and rewrites
+only what differs from run to run — session and kernel ids (uuid4), access keys, host names, container
+ids and timestamps — into values derived from names and a frozen clock. Statuses, queue positions,
+reasons, slots and log text are the node's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bai.client.api import Client
+
+FROZEN = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+NAMESPACE = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+ACCESS_KEY = "AKIATESTADMIN0000000"
+
+# how long before the frozen clock each kind of timestamp is shown
+AGO = {
+    "creationTime": timedelta(minutes=12),
+    "created_at": timedelta(minutes=12),
+    "statusChanged": timedelta(minutes=7),
+    "terminationTime": timedelta(minutes=3),
+    "lastSeen": timedelta(seconds=2),
+    "firstContact": timedelta(hours=2),
+    "first_at": timedelta(minutes=11),
+    "last_at": timedelta(minutes=10),
+    "last_try": timedelta(minutes=10),
+    "now": timedelta(0),
+}
+
+
+def frozen_clock() -> datetime:
+    return FROZEN
+
+
+def _iso(delta: timedelta) -> str:
+    return (FROZEN - delta).isoformat()
+
+
+class StableClient:
+    """A `Client` whose answers carry repeatable ids and times (see the module docstring)."""
+
+    def __init__(self, real: Client) -> None:
+        self.real = real
+        self.endpoint = "http://127.0.0.1:8091"
+        self.ids: dict[str, str] = {}  # real id -> stable id
+        self.back: dict[str, str] = {}  # stable id -> real id
+        self.hosts: dict[str, str] = {}
+
+    # -- rewriting ----------------------------------------------------------------------------------
+
+    def _id(self, real: str, seed: str) -> str:
+        if real not in self.ids:
+            stable = str(uuid.uuid5(NAMESPACE, seed))
+            self.ids[real] = stable
+            self.back[stable] = real
+        return self.ids[real]
+
+    def _session(self, s: dict[str, Any]) -> dict[str, Any]:
+        s = dict(s)
+        name = s.get("name") or s.get("sessionName")
+        for key in ("id", "sessionId"):
+            if key in s:
+                s[key] = self._id(s[key], f"session/{name}")
+        if "kernels" in s:
+            kernels = []
+            for i, k in enumerate(s["kernels"]):
+                if isinstance(k, str):
+                    kernels.append(self._id(k, f"kernel/{name}/{i}"))
+                else:
+                    k = dict(k, id=self._id(k["id"], f"kernel/{name}/{i}"))
+                    if k.get("containerId"):
+                        k["containerId"] = uuid.uuid5(NAMESPACE, f"container/{name}/{i}").hex
+                    kernels.append(k)
+            s["kernels"] = kernels
+        if s.get("containerId"):
+            s["containerId"] = uuid.uuid5(NAMESPACE, f"container/{name}/0").hex
+        for key in ("accessKey", "ownerAccessKey"):
+            if key in s:
+                s[key] = ACCESS_KEY
+        for key, ago in AGO.items():
+            if s.get(key):
+                s[key] = _iso(ago)
+        if s.get("transitions"):
+            s["transitions"] = [
+                dict(t, at=_iso(AGO["creationTime"] - timedelta(seconds=i))) for i, t in enumerate(s["transitions"])
+            ]
+        if "history" in s:
+            s["history"] = [{**h, **{k: _iso(AGO[k]) for k in ("first_at", "last_at")}} for h in s["history"]]
+        return s
+
+    def _agent(self, a: dict[str, Any]) -> dict[str, Any]:
+        a = dict(a)
+        if "hostname" in a:
+            a["hostname"] = self.hosts.setdefault(a["id"], f"host-{a['id'].rsplit('-', 1)[-1]}")
+        for key, ago in AGO.items():
+            if a.get(key):
+                a[key] = _iso(ago)
+        if "version" in a:
+            a["version"] = "0.0.0"
+        return a
+
+    # -- the calls the dashboard makes ------------------------------------------------------------
+
+    async def dashboard_events(self, topics: str = "sessions,agents", session: str | None = None, **kw):
+        if session is not None:
+            session = self.back.get(session, session)
+        async for name, data in self.real.dashboard_events(topics=topics, session=session, **kw):
+            yield name, self._event(name, data)
+
+    def _event(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
+        if name == "snapshot":
+            return {
+                "now": _iso(AGO["now"]),
+                "sessions": [self._session(s) for s in data["sessions"]],
+                "agents": [self._agent(a) for a in data["agents"]],
+            }
+        if name == "sessions":
+            return {"items": [self._session(s) for s in data["items"]]}
+        if name == "agents":
+            return {"items": [self._agent(a) for a in data["items"]]}
+        if name in ("log", "log_end"):
+            out = dict(data, kernelId=self.ids.get(data["kernelId"], data["kernelId"]))
+            if "chunks" in out:
+                out["chunks"] = [[seq, text, _iso(timedelta(minutes=1))] for seq, text, _ in out["chunks"]]
+            return out
+        return data
+
+    async def get_session(self, ref: str) -> dict[str, Any]:
+        return self._session(await self.real.get_session(self.back.get(ref, ref)))
+
+    async def history(self, ref: str) -> dict[str, Any]:
+        return self._session(await self.real.history(self.back.get(ref, ref)))
+
+    async def destroy_session(self, ref: str, **kw: Any) -> dict[str, Any]:
+        return await self.real.destroy_session(self.back.get(ref, ref), **kw)
+
+
+async def until(pilot, check: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    """Let the app run until `check()` holds (it reads the app's state), or fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+async def collect(stream: AsyncIterator[tuple[str, dict]], stop: Callable[[str, dict], bool], timeout: float = 15):
+    """Events of a stream until `stop(name, data)` is true (that event included)."""
+    out = []
+
+    async def go() -> None:
+        async for name, data in stream:
+            out.append((name, data))
+            if stop(name, data):
+                return
+
+    await asyncio.wait_for(go(), timeout)
+    return out
+
+
+def node_client(node, as_keypair: dict[str, str] | None = None) -> Client:
+    """A client of a test node: its admin keypair (saved by the node), or another keypair."""
+    import tomllib
+    from pathlib import Path
+
+    from bai.common.credentials import Credentials
+
+    if as_keypair is not None:
+        return Client(Credentials(node.endpoint, as_keypair["accessKey"], as_keypair["secretKey"]))
+    path = Path(node.env["XDG_CONFIG_HOME"]) / "bai" / "credentials.toml"
+    data = tomllib.loads(path.read_text())
+    return Client(Credentials(node.endpoint, data["access_key"], data["secret_key"]))
+
+
+def plain(widget) -> str:
+    """The text a Static shows (its content drawn by rich, without styles)."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(widget.content)
+    return console.export_text()
