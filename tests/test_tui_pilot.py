@@ -249,7 +249,9 @@ def test_cli_starts_the_dashboard_and_quits_on_q(sim_node: Node) -> None:
     name = f"bai-tui-{sim_node.port}"
     env_args = [f"{k}={v}" for k, v in sim_node.env.items() if k.startswith(("XDG_", "BAI_"))]
     cmd = ["env", *env_args, sys.executable, "-m", "bai", "tui", "--read-only"]
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "100", "-y", "30", "-c", str(ROOT), *cmd], check=True)
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", name, "-x", "100", "-y", "30", "-c", str(ROOT), *cmd], check=True
+    )
     try:
         deadline = time.monotonic() + 20
         screen = ""
