@@ -9,6 +9,7 @@ reasons, slots and log text are the node's own.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +21,7 @@ from bai.client.api import Client
 FROZEN = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 NAMESPACE = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 ACCESS_KEY = "AKIATESTADMIN0000000"
+UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 # how long before the frozen clock each kind of timestamp is shown
 AGO = {
@@ -92,9 +94,9 @@ class StableClient:
             s["transitions"] = [
                 dict(t, at=_iso(AGO["creationTime"] - timedelta(seconds=i))) for i, t in enumerate(s["transitions"])
             ]
-        if "history" in s:
-            s["history"] = [{**h, **{k: _iso(AGO[k]) for k in ("first_at", "last_at")}} for h in s["history"]]
-        return s
+        if "history" in s:  # how many rounds saw the same decision depends on timing: show one
+            s["history"] = [{**h, "rounds": 1, "first_at": _iso(AGO["first_at"]), "last_at": ""} for h in s["history"]]
+        return self._scrub(s)
 
     def _agent(self, a: dict[str, Any]) -> dict[str, Any]:
         a = dict(a)
@@ -115,8 +117,20 @@ class StableClient:
         async for name, data in self.real.dashboard_events(topics=topics, session=session, **kw):
             yield name, self._event(name, data)
 
+    def _scrub(self, value: Any) -> Any:
+        """Real ids quoted inside messages (e.g. "session flaky-job (<uuid>) ended …") become stable ones."""
+        if isinstance(value, str):
+            return UUID_RE.sub(lambda m: self.ids.get(m.group(0), m.group(0)), value)
+        if isinstance(value, list):
+            return [self._scrub(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self._scrub(v) for k, v in value.items()}
+        return value
+
     def _event(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
         if name == "snapshot":
+            for s in data["sessions"]:  # every id first: messages may name sessions listed later
+                self._id(s["id"], f"session/{s['name']}")
             return {
                 "now": _iso(AGO["now"]),
                 "sessions": [self._session(s) for s in data["sessions"]],

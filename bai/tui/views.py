@@ -249,6 +249,13 @@ def _field_table() -> Table:
     return table
 
 
+def _stamp(iso: str) -> str:
+    """2026-11-29 13:11:33.279 (UTC, as stored)."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
+
+
 def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Group:
     from bai.common.present import reason
 
@@ -300,7 +307,7 @@ def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Gro
     transitions.add_column("STATUS", no_wrap=True)
     transitions.add_column("INFO")
     for t in s.get("transitions") or []:
-        transitions.add_row(t["at"][:23].replace("T", " "), styled_status(t["status"]), t.get("status_info") or "")
+        transitions.add_row(_stamp(t["at"]), styled_status(t["status"]), t.get("status_info") or "")
 
     parts: list[Any] = [fields, Text(""), kernels, Text(""), transitions]
     if history is not None:

@@ -157,6 +157,8 @@ class LogView(ScrollView, can_focus=True):
     def on_resize(self) -> None:
         if self.wrap_lines:
             self.rebuild()
+        elif self.following:
+            self.call_after_refresh(self._scroll_end)
 
     def _resize(self) -> None:
         width = 0 if self.wrap_lines else self._width
@@ -167,9 +169,21 @@ class LogView(ScrollView, can_focus=True):
     def _scroll_end(self) -> None:
         self._programmatic = True
         try:
-            self.scroll_to(y=max(0, len(self.rows) - self.scrollable_content_region.height), animate=False, force=True)
+            self.scroll_end(animate=False, immediate=True, x_axis=False, force=True)
         finally:
             self._programmatic = False
+        # a scroll bar that appears with this content shortens the view after the next layout
+        self.call_after_refresh(self._settle_at_end)
+
+    def _settle_at_end(self) -> None:
+        if self.following and self.scroll_y < self.max_scroll_y:
+            self._programmatic = True
+            try:
+                self.scroll_end(animate=False, immediate=True, x_axis=False, force=True)
+            finally:
+                self._programmatic = False
+        if self.show_vertical_scrollbar:
+            self.vertical_scrollbar.refresh()  # its thumb may have been drawn before the last scroll
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)

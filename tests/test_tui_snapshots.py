@@ -1,0 +1,156 @@
+"""Pictures of every dashboard view at 80×24, 120×40 and 200×60 (pytest-textual-snapshot).
+
+Taken from real nodes: a manager with three simulated agents (the `sim` backend) holding running,
+pending, finished and cancelled sessions, and a local-backend node whose batch kernel printed a log.
+The dashboard runs with a frozen clock, through `StableClient`, which replaces only what changes from
+run to run (uuids, access keys, host names, timestamps); see tests/tui_support.py.
+
+After a deliberate change of a view: `pytest tests/test_tui_snapshots.py --snapshot-update`, then look at
+the pictures (`bash packaging/snapshots-to-png.sh` converts them to PNG) before committing them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bai.tui.app import Dashboard
+from tests.nodeproc import Cluster, Node
+from tests.tui_support import StableClient, frozen_clock, node_client, until
+
+SIZES = [(80, 24), (120, 40), (200, 60)]
+AGENT_CONFIG = 'cpu = "4"\nmem = "8g"\n'
+SESSIONS = 7
+
+
+@pytest.fixture(scope="module")
+def sim_cluster(tmp_path_factory) -> Iterator[Cluster]:
+    cluster = Cluster(
+        tmp_path_factory.mktemp("snap"),
+        "sim",
+        agents=3,
+        agent_config=AGENT_CONFIG,
+        agent_ids=["agent-1", "agent-2", "agent-3"],
+    ).start()
+
+    def create(*args: str, check: bool = True) -> None:
+        cluster.cli("session", "create", *args, check=check)
+
+    create("--name", "train-resnet", "--cpu", "2", "--mem", "2g", "sim")
+    create("--name", "notebook-ana", "--cpu", "1", "--mem", "1g", "sim")
+    create("--name", "etl-nightly", "--type", "batch", "--startup-command", "echo done", "--wait", "sim")
+    create("--name", "flaky-job", "--type", "batch", "--startup-command", "exit 3", "--wait", "sim", check=False)
+    create(
+        "--name", "report-after-flaky", "--type", "batch", "--startup-command", "true", "--depends", "flaky-job",
+        "--no-wait", "sim",
+    )  # fmt: skip
+    create("--name", "big-sweep", "--cpu", "16", "--no-wait", "sim")
+    create(
+        "--name", "after-notebook", "--type", "batch", "--startup-command", "true", "--depends", "notebook-ana",
+        "--no-wait", "sim",
+    )  # fmt: skip
+    # steady state: the cancelled one is cancelled and both waiting ones have a queue position
+    for _ in range(100):
+        items = {s["name"]: s for s in cluster.json("session", "ls", "--all")}
+        if items.get("report-after-flaky", {}).get("status") == "CANCELLED" and all(
+            (items[n].get("statusData") or {}).get("scheduler") for n in ("big-sweep", "after-notebook")
+        ):
+            break
+        time.sleep(0.1)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def log_node(tmp_path_factory) -> Iterator[Node]:
+    node = Node(tmp_path_factory.mktemp("snap-logs"), "local").start()
+    script = (
+        'echo "loading dataset: 50000 images"; '
+        "for e in $(seq 1 40); do "
+        'echo "epoch $e/40 loss=0.$((900 - e * 17)) acc=0.$((40 + e)) lr=0.001 '
+        'grad_norm=1.$((e * 3)) samples_per_second=1423.5 gpu_mem=7.31GiB"; done; '
+        'echo "WARNING: validation set smaller than expected (4096 < 5000)"; echo "saved checkpoint to /home/work/out"'
+    )
+    node.cli(
+        "session", "create", "--name", "train-log", "--type", "batch", "--startup-command", script, "--wait",
+        "python", check=True,
+    )  # fmt: skip
+    yield node
+    node.stop()
+
+
+def dashboard(node) -> Dashboard:
+    return Dashboard(StableClient(node_client(node)), clock=frozen_clock)
+
+
+async def _loaded(pilot, app: Dashboard, sessions: int) -> None:
+    await until(pilot, lambda: app.connected and len(app.model.sessions) >= sessions, what="the snapshot")
+    await until(pilot, lambda: len(app.sessions_view.sync.keys) >= sessions, what="the sessions drawn")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_sessions_view(snap_compare, sim_cluster: Cluster, size) -> None:
+    app = dashboard(sim_cluster)
+
+    async def before(pilot) -> None:
+        await _loaded(pilot, app, SESSIONS)
+        await pilot.pause(0.5)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_agents_view(snap_compare, sim_cluster: Cluster, size) -> None:
+    app = dashboard(sim_cluster)
+
+    async def before(pilot) -> None:
+        await _loaded(pilot, app, SESSIONS)
+        await until(pilot, lambda: len(app.model.agents) == 3, what="three agents")
+        await pilot.press("1")
+        await pilot.pause(0.5)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_detail_view(snap_compare, sim_cluster: Cluster, size) -> None:
+    """A session that waits for another one: its blocking predicate and the scheduler's decisions."""
+    app = dashboard(sim_cluster)
+
+    async def before(pilot) -> None:
+        await _loaded(pilot, app, SESSIONS)
+        app.sessions_view.filter = app.sessions_view.filter.parse("after-notebook")
+        app.sessions_view.refresh_view()
+        await pilot.press("d")
+        await until(pilot, lambda: app.detail_view.detail is not None, what="the details")
+        await pilot.pause(0.5)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_logs_view(snap_compare, log_node: Node, size) -> None:
+    app = dashboard(log_node)
+
+    async def before(pilot) -> None:
+        await _loaded(pilot, app, 1)
+        await pilot.press("l")
+        await until(pilot, lambda: app.logs_view.buffer.ended, what="the end of the log")
+        log = app.logs_view.log_view
+        await until(pilot, lambda: log.scroll_y == log.max_scroll_y, what="the view at the end")
+
+        def bar_drawn() -> bool:  # the scroll bar's thumb follows the view a frame later
+            bar = log.vertical_scrollbar
+            return not log.show_vertical_scrollbar or (
+                bar.position == log.scroll_y
+                and bar.window_virtual_size == log.virtual_size.height
+                and bar.window_size == log.scrollable_content_region.height
+            )
+
+        await until(pilot, bar_drawn, what="the scroll bar drawn")
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.5)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
