@@ -66,11 +66,12 @@ def sim_cluster(tmp_path_factory) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def log_node(tmp_path_factory) -> Iterator[Node]:
     node = Node(tmp_path_factory.mktemp("snap-logs"), "local").start()
+    # short enough to fit 80×24 without scrolling: Textual sometimes draws a scroll bar's thumb from a
+    # layout one frame old, which would make the pictures differ while showing the same lines
     script = (
         'echo "loading dataset: 50000 images"; '
-        "for e in $(seq 1 40); do "
-        'echo "epoch $e/40 loss=0.$((900 - e * 17)) acc=0.$((40 + e)) lr=0.001 '
-        'grad_norm=1.$((e * 3)) samples_per_second=1423.5 gpu_mem=7.31GiB"; done; '
+        "for e in $(seq 1 15); do "
+        'echo "epoch $e/15 loss=0.$((900 - e * 17)) acc=0.$((40 + e)) lr=0.001 gpu_mem=7.31GiB"; done; '
         'echo "WARNING: validation set smaller than expected (4096 < 5000)"; echo "saved checkpoint to /home/work/out"'
     )
     node.cli(
@@ -138,18 +139,6 @@ def test_logs_view(snap_compare, log_node: Node, size) -> None:
         await _loaded(pilot, app, 1)
         await pilot.press("l")
         await until(pilot, lambda: app.logs_view.buffer.ended, what="the end of the log")
-        log = app.logs_view.log_view
-        await until(pilot, lambda: log.scroll_y == log.max_scroll_y, what="the view at the end")
-
-        def bar_drawn() -> bool:  # the scroll bar's thumb follows the view a frame later
-            bar = log.vertical_scrollbar
-            return not log.show_vertical_scrollbar or (
-                bar.position == log.scroll_y
-                and bar.window_virtual_size == log.virtual_size.height
-                and bar.window_size == log.scrollable_content_region.height
-            )
-
-        await until(pilot, bar_drawn, what="the scroll bar drawn")
         await pilot.wait_for_scheduled_animations()
         await pilot.pause(0.5)
 

@@ -65,6 +65,11 @@ def slot_cell(name: str, used: Decimal, cap: Decimal, bar_width: int) -> Text:
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
 
+def _cells(text: str) -> int:
+    """Terminal cells of a line: its length when it is ASCII (most logs), else rich's measure."""
+    return len(text) if text.isascii() else cell_len(text)
+
+
 class LogView(ScrollView, can_focus=True):
     """The last lines of a kernel's output: filter (`!` inverts), timestamps, wrap, follow.
 
@@ -95,7 +100,11 @@ class LogView(ScrollView, can_focus=True):
     def _rows_of(self, line: LogLine) -> list[tuple[int, str]]:
         if not self.filter.match_text(line.text):
             return []
-        text = _CONTROL.sub("�", line.text.expandtabs())
+        text = line.text
+        if "\t" in text:
+            text = text.expandtabs()
+        if not text.isprintable():
+            text = _CONTROL.sub("�", text)
         if self.timestamps:
             text = f"{clock_of(line.ts)} {text}"
         if self.wrap_lines:
@@ -109,7 +118,7 @@ class LogView(ScrollView, can_focus=True):
         for line in self.buffer.all_lines():
             rows.extend(self._rows_of(line))
         self.rows = rows
-        self._width = max((cell_len(t) for _, t in rows), default=0)
+        self._width = max((_cells(t) for _, t in rows), default=0)
         self._resize()
         if self.following:
             self._scroll_end()
@@ -134,7 +143,7 @@ class LogView(ScrollView, can_focus=True):
             del self.rows[:cut]
         self.rows.extend(added)
         if added:
-            self._width = max(self._width, max(cell_len(t) for _, t in added))
+            self._width = max(self._width, max(_cells(t) for _, t in added))
         if not self.following:
             self.new_while_paused += len(lines)
         self._resize()
@@ -221,5 +230,5 @@ class LogView(ScrollView, can_focus=True):
         if index >= len(self.rows):
             return Strip.blank(width, style)
         _, text = self.rows[index]
-        strip = Strip([Segment(text, style)], cell_len(text))
+        strip = Strip([Segment(text, style)], _cells(text))
         return strip.crop_extend(scroll_x, scroll_x + width, style)
