@@ -123,12 +123,12 @@ def tui(
     import dataclasses
 
     from bai.cli.common import client
-    from bai.client import APIError
+    from bai.client import APIError, Client
 
     c = client()
     if endpoint:
         try:
-            c = type(c)(dataclasses.replace(c.creds, endpoint=endpoint))
+            c = Client(dataclasses.replace(c.creds, endpoint=endpoint))
         except APIError as e:
             fail(str(e))
     from bai.tui.app import run

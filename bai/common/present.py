@@ -61,9 +61,9 @@ def explain_lines(h: dict[str, Any]) -> list[str]:
     if not h["history"]:
         lines.append("  the scheduler has not looked at it (yet)")
     for item in h["history"]:
-        span = _clock(item["first_at"])
+        when = _clock(item["first_at"])
         if item["rounds"] > 1:
-            span += f"-{_clock(item['last_at'])} ({item['rounds']} rounds)"
+            when += f"-{_clock(item['last_at'])} ({item['rounds']} rounds)"
         if item["outcome"] == "scheduled":
             text = f"placed on {item['agents']}"
         elif item["outcome"] == "cancelled":
@@ -75,7 +75,7 @@ def explain_lines(h: dict[str, Any]) -> list[str]:
                 text += "".join(f"\n      - {p['name']}: {p['msg']}" for p in failed)
             elif item["msg"]:
                 text += f": {item['msg']}"
-        lines.append(f"  {span}  {text}")
+        lines.append(f"  {when}  {text}")
     lines.append("State changes")
     for t in h["transitions"]:
         extra = f" ({t['status_info']})" if t["status_info"] else ""

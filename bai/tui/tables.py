@@ -30,6 +30,7 @@ class TableSync:
         self.columns: list[Column] = []
         self.keys: list[str] = []
         self.cells: dict[str, tuple[Cell, ...]] = {}
+        self._restore: str | None = None  # the row to select once rows are back after new columns
 
     def set_columns(self, columns: Sequence[Column]) -> bool:
         if list(columns) == self.columns:
@@ -46,7 +47,7 @@ class TableSync:
     def selected_key(self) -> str | None:
         table = self.table
         if not self.keys or table.row_count == 0:
-            return getattr(self, "_restore", None)
+            return self._restore
         row = min(max(table.cursor_row, 0), table.row_count - 1)
         return table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
 

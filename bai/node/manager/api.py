@@ -194,14 +194,10 @@ async def logs(request: web.Request) -> web.StreamResponse:
             seq = chunk[-1][0]
         return web.json_response({"result": {"logs": "".join(parts)}})
 
-    async def is_over() -> bool:
-        current = await store.get_session(row["id"])
-        return current is None or SessionStatus(current["status"]) not in ACTIVE_STATUSES
-
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     await response.prepare(request)
-    async for data in registry.logs.follow(store.read_logs, kernel["id"], is_over):
-        await response.write(data.encode())
+    async for chunks in registry.logs.follow(store.read_logs, kernel["id"], lambda: registry.session_over(row["id"])):
+        await response.write("".join(data for _, data in chunks).encode())
     await response.write_eof()
     return response
 

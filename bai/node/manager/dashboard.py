@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bai.common.present import reason
+from bai.common.present import reason, utc_now
 from bai.common.problems import invalid
 from bai.common.status import ACTIVE_STATUSES, DEAD_STATUSES, SessionStatus
 from bai.node.manager.http import registry_of
@@ -126,7 +126,7 @@ async def _cluster(registry: Registry, stream: _Stream, owner: str | None, finis
         sent_agents = {a["id"]: a for a in agents}
         await stream.send(
             "snapshot",
-            {"now": _now(), "sessions": list(sent_sessions.values()), "agents": agents},
+            {"now": utc_now().isoformat(), "sessions": list(sent_sessions.values()), "agents": agents},
         )
 
         async def pump(queue: asyncio.Queue, handler) -> None:
@@ -138,7 +138,8 @@ async def _cluster(registry: Registry, stream: _Stream, owner: str | None, finis
                 await wake.wait()
                 await asyncio.sleep(interval)  # coalesce what else happens meanwhile
                 wake.clear()
-                ids, _ = list(dirty), dirty.clear()
+                ids = list(dirty)
+                dirty.clear()
                 changed = []
                 rows = [r for r in await store.sessions_by_ids(ids) if owner is None or r["access_key"] == owner]
                 for item in await _rows(registry, rows):
@@ -168,25 +169,14 @@ async def _logs(
     registry: Registry, stream: _Stream, session: dict[str, Any], kernel_id: str, tail: int, after: int | None
 ) -> None:
     store = registry.store
-    last = after if after is not None else await store.log_tail_start(kernel_id, tail)
+    start = after if after is not None else await store.log_tail_start(kernel_id, tail)
 
-    async def is_over() -> bool:
-        current = await store.get_session(session["id"])
-        return current is None or SessionStatus(current["status"]) not in ACTIVE_STATUSES
+    async def read(kernel: str, last: int) -> list[tuple[int, str, str | None]]:
+        return await store.read_log_chunks(kernel, last, limit=2000)
 
-    while True:
-        chunks = await store.read_log_chunks(kernel_id, last, limit=2000)
-        if chunks:
-            last = chunks[-1][0]
-            await stream.send("log", {"kernelId": kernel_id, "chunks": chunks})
-            continue
-        if await is_over():
-            chunks = await store.read_log_chunks(kernel_id, last, limit=-1)  # stored while we looked
-            if chunks:
-                await stream.send("log", {"kernelId": kernel_id, "chunks": chunks})
-            await stream.send("log_end", {"kernelId": kernel_id})
-            return
-        await registry.logs.wait(kernel_id, 1.0)
+    async for chunks in registry.logs.follow(read, kernel_id, lambda: registry.session_over(session["id"]), start):
+        await stream.send("log", {"kernelId": kernel_id, "chunks": chunks})
+    await stream.send("log_end", {"kernelId": kernel_id})
 
 
 async def _all(*coros) -> None:
@@ -202,12 +192,6 @@ async def _all(*coros) -> None:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-
-
-def _now() -> str:
-    from bai.common.present import utc_now
-
-    return utc_now().isoformat()
 
 
 def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:

@@ -67,18 +67,21 @@ class LogHub:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
-    async def follow(self, read, kernel_id: str, is_over) -> AsyncIterator[str]:
-        """Yield stored chunks from the start, then new ones until `is_over()` says the kernel is gone."""
-        last = 0
+    async def follow(self, read, kernel_id: str, is_over, after: int = 0) -> AsyncIterator[list[tuple]]:
+        """Yield batches of stored chunks after chunk `after` (rows of `read(kernel_id, after)`, each
+        starting with its seq), then new ones as they are stored, until `is_over()` says the kernel is
+        gone and everything stored was yielded."""
+        last = after
         while True:
             chunks = await read(kernel_id, last)
-            for last, data in chunks:  # noqa: B007 - `last` is where the next read starts
-                yield data
             if chunks:
+                last = chunks[-1][0]
+                yield chunks
                 continue
             if await is_over():
-                # one last read: lines stored between the read and the check
-                for _, data in await read(kernel_id, last):
-                    yield data
+                # the last reads: chunks stored between the read and the check
+                while chunks := await read(kernel_id, last):
+                    last = chunks[-1][0]
+                    yield chunks
                 return
             await self.wait(kernel_id, 1.0)

@@ -19,6 +19,7 @@ from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import (
+    ACTIVE_STATUSES,
     DEAD_STATUSES,
     OCCUPYING_STATUSES,
     SESSION_EVENTS,
@@ -113,6 +114,11 @@ class Registry:
         if not rows:
             raise no_session(ref)
         return rows[0]
+
+    async def session_over(self, session_id: str) -> bool:
+        """Whether a session has ended (or is gone): its kernels print nothing more."""
+        current = await self.store.get_session(session_id)
+        return current is None or S(current["status"]) not in ACTIVE_STATUSES
 
     async def main_kernel(self, session: dict[str, Any]) -> dict[str, Any]:
         kernels = await self.store.kernels_of(session["id"])
