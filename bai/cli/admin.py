@@ -67,6 +67,8 @@ def _policy_fields(
     unspecified: str | None,
     idle_timeout: str | None,
     max_lifetime: str | None,
+    max_vfolders: int | None = None,
+    vfolder_size: str | None = None,
 ) -> dict[str, Any]:
     from bai.common.durations import parse_duration
 
@@ -94,6 +96,12 @@ def _policy_fields(
         if unspecified.upper() not in ("LIMITED", "UNLIMITED"):
             raise typer.BadParameter("--unspecified wants limited or unlimited")
         fields["default_for_unspecified"] = unspecified.upper()
+    if max_vfolders is not None:
+        if max_vfolders < 0:
+            raise typer.BadParameter("--max-vfolders must be >= 0 (0 = unlimited)")
+        fields["max_vfolder_count"] = max_vfolders
+    if vfolder_size is not None:
+        fields["max_vfolder_size"] = vfolder_size
     for key, value, flag in (
         ("idle_timeout", idle_timeout, "--idle-timeout"),
         ("max_session_lifetime", max_lifetime, "--max-lifetime"),
@@ -117,6 +125,10 @@ IdleTimeout = Annotated[
     str | None, typer.Option("--idle-timeout", help="End interactive sessions idle this long (e.g. 30m; 0 = never).")
 ]
 MaxLifetime = Annotated[str | None, typer.Option("--max-lifetime", help="End sessions older than this (e.g. 8h).")]
+MaxVfolders = Annotated[int | None, typer.Option("--max-vfolders", help="Virtual folders per keypair (0 = any).")]
+VfolderSize = Annotated[
+    str | None, typer.Option("--vfolder-size", help="Size limit of each virtual folder, e.g. 10g (0 = none).")
+]
 
 
 @policy_app.command("create")
@@ -127,10 +139,12 @@ def policy_create(
     unspecified: Unspecified = None,
     idle_timeout: IdleTimeout = None,
     max_lifetime: MaxLifetime = None,
+    max_vfolders: MaxVfolders = None,
+    vfolder_size: VfolderSize = None,
     as_json: AsJson = False,
 ) -> None:
     """Create a resource policy."""
-    fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime)
+    fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size)
     _show_policy(call(lambda c: c.create_policy(name, **fields)), as_json)
 
 
@@ -142,10 +156,12 @@ def policy_update(
     unspecified: Unspecified = None,
     idle_timeout: IdleTimeout = None,
     max_lifetime: MaxLifetime = None,
+    max_vfolders: MaxVfolders = None,
+    vfolder_size: VfolderSize = None,
     as_json: AsJson = False,
 ) -> None:
     """Change a resource policy (only the options given)."""
-    fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime)
+    fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size)
     if not fields:
         raise typer.BadParameter("give at least one option to change")
     _show_policy(call(lambda c: c.update_policy(name, **fields)), as_json)

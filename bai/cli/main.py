@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from bai.cli import session as session_cli
+from bai.cli import vfolder as vfolder_cli
 from bai.cli.admin import keypair_app, policy_app
 from bai.cli.common import call, fail, show
 
@@ -31,6 +32,8 @@ app.add_typer(keypair_app, name="keypair")
 cluster_app = typer.Typer(help="The cluster: how agents join.", no_args_is_help=True)
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(policy_app, name="policy")
+app.add_typer(vfolder_cli.app, name="vfolder")
+app.add_typer(vfolder_cli.dotfile_app, name="dotfile")
 
 
 def _overrides(**flags: tuple[str, str, Any]) -> dict[str, Any]:

@@ -132,7 +132,11 @@ def policies_table(items: list[dict[str, Any]]) -> Table:
     from bai.common.durations import format_duration
 
     table = Table(box=None, header_style="bold")
-    for col in ("NAME", "MAX SESSIONS", "TOTAL SLOTS", "OTHER SLOTS", "IDLE TIMEOUT", "MAX LIFETIME"):
+    from bai.common.slots import format_bytes
+
+    cols = ("NAME", "MAX SESSIONS", "TOTAL SLOTS", "OTHER SLOTS", "IDLE TIMEOUT", "MAX LIFETIME")
+    cols += ("VFOLDERS", "FOLDER SIZE")
+    for col in cols:
         table.add_column(col)
     for p in items:
         slots = format_slots(from_wire(p["total_resource_slots"])) or "-"
@@ -143,5 +147,7 @@ def policies_table(items: list[dict[str, Any]]) -> Table:
             p["default_for_unspecified"].lower(),
             format_duration(p["idle_timeout"]) if p["idle_timeout"] else "never",
             format_duration(p["max_session_lifetime"]) if p["max_session_lifetime"] else "none",
+            str(p.get("max_vfolder_count") or "any"),
+            format_bytes(p["max_vfolder_size"]) if p.get("max_vfolder_size") else "any",
         )
     return table

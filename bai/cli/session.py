@@ -57,6 +57,25 @@ def parse_env(pairs: list[str] | None) -> dict[str, str]:
     return env
 
 
+Mount = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mount",
+        "-v",
+        help="Mount a virtual folder: NAME[:PATH][:ro] (default /home/work/NAME; repeatable).",
+    ),
+]
+
+
+def parse_mounts(args: list[str] | None) -> dict[str, Any]:
+    from bai.common.mounts import MountError, mount_config
+
+    try:
+        return mount_config(args or [])
+    except MountError as e:
+        raise typer.BadParameter(str(e), param_hint="--mount") from None
+
+
 def check_name(name: str | None) -> None:
     from bai.common.names import name_problem
 
@@ -195,12 +214,14 @@ def run(
     mem: Mem = None,
     env: Env = None,
     name: Name = None,
+    mount: Mount = None,
     keep: bool = typer.Option(False, "--keep", help="Keep the session running afterwards."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress messages."),
 ) -> None:
     """Run code in a new session, stream its output, and exit with its exit code."""
     resources = parse_resources(cpu, mem)
     environ = parse_env(env)
+    mounts = parse_mounts(mount)
     check_name(name)
     mode, text, options, files = _job(code, args or [], exec_cmd)
     name = name or f"run-{secrets.token_hex(4)}"
@@ -210,7 +231,9 @@ def run(
     async def go() -> int:
         async with client() as c:
             # aiohttp (for the output stream) imports while the session starts
-            started = await overlap_import(wait_running(c, image, name, quiet, resources=resources, environ=environ))
+            started = await overlap_import(
+                wait_running(c, image, name, quiet, resources=resources, environ=environ, mounts=mounts)
+            )
             sid = started["sessionId"]
             try:
                 if files:
@@ -234,6 +257,7 @@ def create(
     cpu: Cpu = None,
     mem: Mem = None,
     env: Env = None,
+    mount: Mount = None,
     session_type: Annotated[str, typer.Option("--type", help="interactive, or batch (runs --startup-command).")] = (
         "interactive"
     ),
@@ -272,6 +296,7 @@ def create(
         "starts_at": starts_at,
         "depends": depends or [],
         "scaling_group": group,
+        "mounts": parse_mounts(mount),
     }
     from bai.cli.common import client
 

@@ -199,6 +199,7 @@ class Client:
                 "environ": kw.get("environ") or {},
                 "network": kw.get("network"),
                 "scalingGroup": kw.get("scaling_group"),
+                **(kw.get("mounts") or {}),  # mounts, mount_map, mount_options (bai.common.mounts.mount_config)
             },
             "enqueueOnly": kw.get("enqueue_only", False),
             "maxWaitSeconds": kw.get("max_wait", 0),
@@ -336,6 +337,118 @@ class Client:
 
     async def images(self) -> list[dict[str, Any]]:
         return (await self.request("GET", "/images"))["items"]
+
+    # -- virtual folders and dotfiles (reference spec §9) -------------------------------------------
+
+    async def vfolder_hosts(self) -> dict[str, Any]:
+        return await self.request("GET", "/folders/_/hosts")
+
+    async def create_vfolder(self, name: str, host: str | None = None, usage_mode: str = "general") -> dict[str, Any]:
+        body = {"name": name, "host": host, "usage_mode": usage_mode, "permission": "rw", "quota": "0"}
+        return await self.request("POST", "/folders", json_body=body)
+
+    async def vfolders(self, shared: bool = False, trash: bool = False, all: bool = False) -> list[dict[str, Any]]:
+        params = {"shared": "true" if shared else None, "trash": "true" if trash else None}
+        params["all"] = "true" if all else None
+        return await self.request("GET", "/folders", params=params)
+
+    async def vfolder(self, name: str) -> dict[str, Any]:
+        return await self.request("GET", f"/folders/{name}")
+
+    async def vfolder_action(self, name: str, action: str, method: str = "POST", **body: Any) -> Any:
+        """rename (new_name), restore, purge, share / unshare (access_keys, permission), mkdir (path,
+        parents, exist_ok), rename-file (target_path, new_path), delete-files (files, recursive)."""
+        return await self.request(method, f"/folders/{name}/{action}", json_body=body or None)
+
+    async def delete_vfolder(self, name: str) -> None:
+        await self.request("DELETE", f"/folders/{name}")
+
+    async def vfolder_files(self, name: str, path: str = "") -> list[dict[str, Any]]:
+        return (await self.request("GET", f"/folders/{name}/files", params={"path": path or None}))["items"]
+
+    async def upload_file(self, name: str, source: Any, path: str, progress=None, chunk: int = 16 << 20) -> int:
+        """Upload a local file (a Path) to `path` in the folder; `progress(n)` is told of every chunk sent.
+        The file appears in the folder only when every byte has arrived."""
+        size = source.stat().st_size
+        grant = await self.request("POST", f"/folders/{name}/request-upload", json_body={"path": path, "size": size})
+        if size == 0:
+            return 0
+        url = urlsplit(grant["url"])
+        target = f"{url.path}?{urlencode({'token': grant['token']})}"
+
+        def send() -> int:
+            conn = self._connect()
+            offset = 0
+            try:
+                with source.open("rb") as f:
+                    while data := f.read(chunk):
+                        headers = {
+                            "Tus-Resumable": "1.0.0",
+                            "Upload-Offset": str(offset),
+                            "Content-Type": "application/offset+octet-stream",
+                        }
+                        conn.request("PATCH", target, body=data, headers=headers)
+                        resp = conn.getresponse()
+                        text = resp.read().decode(errors="replace")
+                        if resp.status != 204:
+                            raise _error_from(resp.status, resp.reason, text)
+                        offset = int(resp.headers.get("Upload-Offset", offset + len(data)))
+                        if progress is not None:
+                            progress(len(data))
+            except http.client.HTTPException as e:
+                raise APIError(0, "the upload broke off", str(e) or type(e).__name__) from None
+            except OSError as e:
+                raise self._unreachable(e) from None
+            finally:
+                conn.close()
+            return offset
+
+        return await asyncio.to_thread(send)
+
+    async def download_file(self, name: str, path: str, dest: Any, progress=None) -> int:
+        """Download a file of the folder to `dest` (a Path; written under a temporary name, then renamed)."""
+        grant = await self.request("POST", f"/folders/{name}/request-download", json_body={"path": path})
+        url = urlsplit(grant["url"])
+        target = f"{url.path}?{urlencode({'token': grant['token']})}"
+
+        def fetch() -> int:
+            conn = self._connect()
+            tmp = dest.with_name(f".{dest.name}.part")
+            received = 0
+            try:
+                conn.request("GET", target)
+                resp = conn.getresponse()
+                if resp.status != 200:
+                    raise _error_from(resp.status, resp.reason, resp.read().decode(errors="replace"))
+                with tmp.open("wb") as f:
+                    while data := resp.read(4 << 20):
+                        f.write(data)
+                        received += len(data)
+                        if progress is not None:
+                            progress(len(data))
+                if resp.length not in (None, 0):
+                    raise APIError(0, "the download ended early", f"{received} bytes received")
+                tmp.replace(dest)
+            except http.client.HTTPException as e:
+                raise APIError(0, "the download broke off", str(e) or type(e).__name__) from None
+            except OSError as e:
+                raise self._unreachable(e) from None
+            finally:
+                conn.close()
+                tmp.unlink(missing_ok=True)
+            return received
+
+        return await asyncio.to_thread(fetch)
+
+    async def dotfiles(self) -> list[dict[str, Any]]:
+        return await self.request("GET", "/user-config/dotfiles")
+
+    async def put_dotfile(self, path: str, data: str, permission: str = "644") -> None:
+        body = {"path": path, "data": data, "permission": permission}
+        await self.request("POST", "/user-config/dotfiles", json_body=body)
+
+    async def delete_dotfile(self, path: str) -> None:
+        await self.request("DELETE", "/user-config/dotfiles", params={"path": path})
 
     def execute(self, session_id: str) -> ExecStream:
         return ExecStream(self, session_id)

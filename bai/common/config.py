@@ -39,7 +39,9 @@ DEFAULTS: dict[str, Any] = {
         "manager_key": "",  # role agent: the manager's public key (from `bai cluster join-info`)
         "join_token": "",  # role agent: the cluster's join token
         "start_timeout": 30.0,
-        "docker": {"network": "none", "labels": {}},
+        # user: who kernels run as in their containers ("" = the image's default user); bai's images
+        # have the user work (1000:1000) owning /home/work, and virtual folders belong to it
+        "docker": {"network": "none", "labels": {}, "user": "1000:1000"},
     },
     "manager": {
         "tick": 10.0,  # seconds between scheduling rounds when no event wakes the dispatcher
@@ -57,6 +59,16 @@ DEFAULTS: dict[str, Any] = {
             "allowed_session_types": ["interactive", "batch"],
             "pending_timeout": 0.0,
         },
+    },
+    "vfolders": {
+        # named roots of virtual folders; in a cluster every node must see each at the same path.
+        # `local` defaults to <state dir>/vfolders when not set here
+        "hosts": {},
+        "default_host": "local",
+        # folders and uploaded files belong to the kernels' user (uid 1000 in bai's images) when the
+        # node runs as root, so kernels can write in them; -1 leaves ownership alone
+        "kernel_uid": 1000,
+        "kernel_gid": 1000,
     },
     "session": {
         # what a session gets when it asks for nothing

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import hashlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -70,6 +71,7 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
             pids_limit=int(agent_cfg["pids_limit"]),
             labels={str(k): str(v) for k, v in agent_cfg["docker"]["labels"].items()},
             start_timeout=float(agent_cfg["start_timeout"]),
+            user=str(agent_cfg["docker"]["user"]),
         )
         try:
             await backend.start()
@@ -86,10 +88,24 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
     )
 
 
+def vfolder_hosts(cfg: dict[str, Any], state_dir: Path) -> dict[str, Path]:
+    """The vfolder hosts of the configuration, `local` defaulting to <state dir>/vfolders."""
+    hosts = {"local": state_dir / "vfolders"}
+    for name, path in (cfg["vfolders"]["hosts"] or {}).items():
+        hosts[str(name)] = Path(str(path)).expanduser().resolve()
+    return hosts
+
+
 def state_dir_of(cfg: dict[str, Any]) -> Path:
     state_dir = Path(cfg["node"]["state_dir"] or data_dir()).expanduser().resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     return state_dir
+
+
+async def _sweep_uploads(vfolders) -> None:
+    while True:
+        await vfolders.sweep()
+        await asyncio.sleep(600)
 
 
 def hostport(value: str, flag: str) -> tuple[str, int]:
@@ -128,6 +144,21 @@ async def start_manager(
         raise NodeError(str(e)) from None
     dispatcher = Dispatcher(registry, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]))
     timers = Timers(registry)
+    from bai.node.manager.vfolders.service import VFolders
+
+    owner = {k: int(cfg["vfolders"][k]) for k in ("kernel_uid", "kernel_gid")}
+    as_root = os.geteuid() == 0
+    try:
+        registry.vfolders = VFolders(
+            store,
+            vfolder_hosts(cfg, state_dir),
+            str(cfg["vfolders"]["default_host"]),
+            owner["kernel_uid"] if as_root and owner["kernel_uid"] >= 0 else None,
+            owner["kernel_gid"] if as_root and owner["kernel_gid"] >= 0 else None,
+        )
+    except (ValueError, OSError) as e:
+        raise NodeError(f"[vfolders]: {e}") from None
+    registry.spawn(_sweep_uploads(registry.vfolders), "vfolder-sweeper")
     settings = {
         "keypairs": await store.keypairs(),
         "default_resources": {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])},
@@ -179,7 +210,9 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
     runner_path = install_runner(state_dir)
     backend, backend_text = await choose_backend(cfg, agent_id, state_dir, runner_path)
     slots = discover_slots(str(cfg["agent"]["cpu"]), str(cfg["agent"]["mem"]))
-    agent = Agent(agent_id, backend, make_link(agent_id), slots, cfg["agent"]["scaling_group"])
+    agent = Agent(
+        agent_id, backend, make_link(agent_id), slots, cfg["agent"]["scaling_group"], vfolder_hosts(cfg, state_dir)
+    )
     await agent.start()
     stops["agent"] = agent.stop
     return [f"  backend   {backend_text}", f"  agent     {agent_id}: {format_slots(slots)}"]

@@ -8,12 +8,13 @@ import logging
 import platform
 import socket
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from bai import __version__
 from bai.common import slots as slotlib
 from bai.common.background import Background
-from bai.node.agent.backends.base import Backend, Kernel, KernelSpec, KernelStartError
+from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount
 from bai.node.agent.channel import ChannelError
 from bai.node.link.base import AgentLink
 
@@ -76,8 +77,10 @@ class Agent:
         link: AgentLink,
         slots: slotlib.Slots,
         scaling_group: str = "default",
+        vfolder_hosts: dict[str, Path] | None = None,
     ) -> None:
         self.id = agent_id
+        self.vfolder_hosts = vfolder_hosts or {}  # name -> root, as this node's configuration says
         self.backend = backend
         self.link = link
         self.slots = slots
@@ -105,6 +108,8 @@ class Agent:
                 for k in self.kernels.values()
             ],
             "images": await self.backend.images(),  # with labels: minimum resources
+            # the vfolder hosts this agent can reach, at which path (the manager compares with its own)
+            "vfolder_hosts": {name: str(root) for name, root in self.vfolder_hosts.items() if root.is_dir()},
         }
 
     def heartbeat(self) -> dict[str, Any]:
@@ -203,7 +208,14 @@ class Agent:
             cluster_role=config.get("cluster_role", "main"),
             cluster_idx=config.get("cluster_idx", 1),
             network=config.get("network"),
+            mounts=[Mount(m["host_path"], m["target"], bool(m["read_only"])) for m in config.get("mounts") or []],
+            dotfiles=[Dotfile(d["path"], d["data"], int(d["permission"], 8)) for d in config.get("dotfiles") or []],
         )
+        for mount in spec.mounts:  # a folder this agent cannot see would be an empty directory
+            if not Path(mount.host_path).is_dir():
+                raise KernelStartError(
+                    f"this agent does not see the folder mounted at {mount.target} ({mount.host_path})"
+                )
         try:
             kernel = await self.backend.create(spec, self._output_sink(spec.kernel_id))
         except KernelStartError:

@@ -67,6 +67,16 @@ def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
         if value not in ("LIMITED", "UNLIMITED"):
             raise invalid("default_for_unspecified must be LIMITED or UNLIMITED")
         out["default_for_unspecified"] = value
+    if "max_vfolder_count" in body:
+        value = body["max_vfolder_count"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise invalid("max_vfolder_count must be a whole number >= 0 (0 = unlimited)")
+        out["max_vfolder_count"] = value
+    if "max_vfolder_size" in body:
+        try:
+            out["max_vfolder_size"] = int(slotlib.parse_bytes(body["max_vfolder_size"]))
+        except (slotlib.SlotError, TypeError, ValueError, OverflowError):
+            raise invalid("max_vfolder_size must be a size such as 10g or a number of bytes (0 = unlimited)") from None
     for key in ("idle_timeout", "max_session_lifetime"):
         if key in body:
             value = body[key]

@@ -58,6 +58,8 @@ async def errors(request: web.Request, handler) -> web.StreamResponse:
 async def authenticate(request: web.Request, handler) -> web.StreamResponse:
     if (request.method, request.path) in PUBLIC and "Authorization" not in request.headers:
         return await handler(request)
+    if request.path in request.app[SETTINGS].get("public_paths", ()):  # bound to a token instead
+        return await handler(request)
     keypairs = request.app[SETTINGS]["keypairs"]
     access_key = auth.verify(
         authorization=request.headers.get("Authorization"),
@@ -90,7 +92,7 @@ async def create_session(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     body = await read_json(request)
     req = parse_create(body, registry.known_slots, settings["default_resources"], settings["image_aliases"])
-    row, created = await registry.create(request["access_key"], req)
+    row, created = await registry.create(request["access_key"], req, request["is_admin"])
     if not req.enqueue_only and row["status"] not in ("RUNNING",):
         waited = await registry.wait_started(row["id"], req.max_wait or None)
         if waited is None:
@@ -404,4 +406,8 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     add_admin_routes(app)
     add_graphql_routes(app)
     add_dashboard_routes(app)
+    if registry.vfolders is not None:
+        from bai.node.manager.vfolders.api import add_vfolder_routes
+
+        add_vfolder_routes(app, registry.vfolders)
     return app

@@ -119,6 +119,7 @@ class Dispatcher:
                 scaling_group=a["scaling_group"],
                 capacity=slotlib.from_wire(a["slots"]),
                 occupied=occupied.get(a["id"], {}),
+                vfolder_hosts=self.registry.agent_hosts.get(a["id"], frozenset()),
             )
             for a in await store.agents()
             if a["status"] == "ALIVE" and a["id"] in connected
@@ -168,6 +169,7 @@ class Dispatcher:
                     starts_at=datetime.fromisoformat(starts_at) if starts_at else None,
                     depends_on=tuple(row["config"].get("depends_on", [])),
                     image=row["image"],
+                    vfolder_hosts=frozenset(m["host"] for m in row["config"].get("mounts") or []),
                     image_min=image_minimum(self.registry.image_labels.get(row["image"], {})),
                     retries=(row["status_data"].get("scheduler") or {}).get("retries", 0),
                 )

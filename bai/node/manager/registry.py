@@ -31,6 +31,7 @@ from bai.node.manager.events import EventHub, LogHub
 from bai.node.manager.hooks import Hooks
 from bai.node.manager.requests import CreateRequest
 from bai.node.manager.store import Store
+from bai.node.manager.vfolders.service import VFolders
 
 log = logging.getLogger("bai.manager")
 S = SessionStatus
@@ -68,6 +69,8 @@ class Registry:
         self.changes = EventHub()
         self.logs = LogHub()
         self.start_timeout = start_timeout
+        self.vfolders: VFolders | None = None  # set by the node when it serves virtual folders
+        self.agent_hosts: dict[str, frozenset[str]] = {}  # agent id -> vfolder hosts it sees (our paths)
         self.wake_dispatcher = lambda: None  # set by the dispatcher
         self.background = Background(log)
         self.spawn = self.background.spawn
@@ -140,11 +143,16 @@ class Registry:
             )
         return row, False
 
-    async def create(self, access_key: str, req: CreateRequest) -> tuple[dict[str, Any], bool]:
+    async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[dict[str, Any], bool]:
         existing = await self.store.find_sessions(req.name, access_key, active_only=True)
         existing = [r for r in existing if r["name"] == req.name]
         if existing:
             return self._reuse(existing[0], req)
+        mounts: list[dict[str, Any]] = []
+        if req.mounts:
+            if self.vfolders is None:
+                raise invalid("this manager serves no virtual folders")
+            mounts = await self.vfolders.mounts_for(access_key, is_admin, req.mounts)
         depends_on = []
         for ref in req.depends:
             found = await self.store.find_sessions(ref, access_key, active_only=False)
@@ -167,7 +175,7 @@ class Registry:
             "type": req.type,
             "requested_slots": slotlib.to_wire(req.resources),
             "environ": req.environ,
-            "config": {**req.config, "depends_on": depends_on},
+            "config": {**req.config, "depends_on": depends_on, "mounts": mounts},
             "scaling_group": req.scaling_group,
             "tag": req.tag,
             "created_at": now,
@@ -237,6 +245,12 @@ class Registry:
             "cluster_role": kernel["cluster_role"],
             "cluster_idx": kernel["cluster_idx"],
             "network": session["config"].get("network"),
+            "mounts": [
+                {**m, "host_path": str(self.vfolders.path_of(m))}
+                for m in session["config"].get("mounts") or []
+                if self.vfolders is not None
+            ],
+            "dotfiles": await self.store.dotfiles(session["access_key"]),
         }
         try:
             result = await self.link.call(agent_id, "create_kernel", {"config": config}, timeout=self.start_timeout)
@@ -419,6 +433,9 @@ class Registry:
         if lost is not None:  # back within the grace period: its sessions carry on
             lost.cancel()
         await self.store.upsert_agent(registration)
+        seen = registration.get("vfolder_hosts") or {}
+        ours = self.vfolders.hosts if self.vfolders is not None else {}
+        self.agent_hosts[agent_id] = frozenset(h for h, path in ours.items() if seen.get(h) == str(path))
         self.known_slots.update(registration.get("slots", {}))
         for image in registration.get("images", []):
             self.image_labels[image["name"]] = image.get("labels") or {}

@@ -10,6 +10,7 @@ from typing import Any
 
 from bai.common import slots as slotlib
 from bai.common.durations import parse_duration
+from bai.common.mounts import MountError, MountRequest, plan_mounts
 from bai.common.names import name_problem
 from bai.common.problems import invalid
 
@@ -33,6 +34,7 @@ class CreateRequest:
     network: str | None
     starts_at: datetime | None = None
     depends: list[str] = field(default_factory=list)  # session names or ids, resolved by the registry
+    mounts: list[MountRequest] = field(default_factory=list)  # folders, resolved by the registry
     config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -119,6 +121,14 @@ def parse_create(
     max_wait = _first(body, "maxWaitSeconds", "max_wait_seconds", default=0)
     if isinstance(max_wait, bool) or not isinstance(max_wait, int | float) or not 0 <= max_wait < float("inf"):
         raise invalid("maxWaitSeconds must be a non-negative number")
+    try:
+        mounts = plan_mounts(
+            _first(config, "mounts"),
+            _first(config, "mount_map", "mountMap"),
+            _first(config, "mount_options", "mountOptions"),
+        )
+    except MountError as e:
+        raise invalid(str(e)) from None
     network = config.get("network")
     if network is not None and network not in ("none", "bridge", "host"):
         raise invalid("config.network must be none, bridge or host")
@@ -138,6 +148,7 @@ def parse_create(
         network=network,
         starts_at=starts_at,
         depends=list(dict.fromkeys(depends)),
+        mounts=mounts,
         config={
             "startup_command": startup,
             "network": network,

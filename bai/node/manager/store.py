@@ -33,7 +33,9 @@ CREATE TABLE IF NOT EXISTS resource_policies (
     default_for_unspecified TEXT NOT NULL DEFAULT 'UNLIMITED',
     idle_timeout REAL NOT NULL DEFAULT 0,
     max_session_lifetime REAL NOT NULL DEFAULT 0,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    max_vfolder_count INTEGER NOT NULL DEFAULT 0,  -- 0 = unlimited
+    max_vfolder_size INTEGER NOT NULL DEFAULT 0  -- bytes per folder; 0 = unlimited
 );
 INSERT OR IGNORE INTO resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
 CREATE TABLE IF NOT EXISTS agents (
@@ -116,6 +118,30 @@ CREATE TABLE IF NOT EXISTS kernel_logs (
     ts TEXT  -- when the manager stored the chunk (ISO 8601, UTC)
 );
 CREATE INDEX IF NOT EXISTS kernel_logs_kernel ON kernel_logs(kernel_id, seq);
+CREATE TABLE IF NOT EXISTS vfolders (
+    id TEXT PRIMARY KEY,  -- hex; also the folder's directory name under its host's root
+    name TEXT NOT NULL,
+    host TEXT NOT NULL,
+    owner TEXT NOT NULL,  -- access key
+    usage_mode TEXT NOT NULL DEFAULT 'general',
+    status TEXT NOT NULL DEFAULT 'ready',  -- ready | trashed
+    created_at TEXT NOT NULL,
+    trashed_at TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS vfolders_owner_name ON vfolders(owner, name) WHERE status = 'ready';
+CREATE TABLE IF NOT EXISTS vfolder_shares (
+    vfolder_id TEXT NOT NULL,
+    access_key TEXT NOT NULL,
+    permission TEXT NOT NULL,  -- ro | rw
+    PRIMARY KEY (vfolder_id, access_key)
+);
+CREATE TABLE IF NOT EXISTS dotfiles (
+    access_key TEXT NOT NULL,
+    path TEXT NOT NULL,  -- relative to the kernel's home
+    data TEXT NOT NULL,
+    permission TEXT NOT NULL DEFAULT '644',
+    PRIMARY KEY (access_key, path)
+);
 """
 
 _JSON_COLUMNS = {
@@ -133,6 +159,8 @@ POLICY_FIELDS = (
     "default_for_unspecified",
     "idle_timeout",
     "max_session_lifetime",
+    "max_vfolder_count",
+    "max_vfolder_size",
 )
 
 
@@ -210,6 +238,10 @@ class Store:
             # state written by an older bai: add what this version keeps (no data is touched)
             if "ts" not in {r[1] for r in conn.execute("PRAGMA table_info(kernel_logs)")}:
                 conn.execute("ALTER TABLE kernel_logs ADD COLUMN ts TEXT")
+            policy_columns = {r[1] for r in conn.execute("PRAGMA table_info(resource_policies)")}
+            for column in ("max_vfolder_count", "max_vfolder_size"):
+                if column not in policy_columns:
+                    conn.execute(f"ALTER TABLE resource_policies ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
 
         await db._execute(init, db._conn)  # one hop for all the set-up
         return cls(db)
@@ -655,6 +687,122 @@ class Store:
                     (session_id,),
                 ).fetchall()
             ]
+        )
+
+    # -- virtual folders ----------------------------------------------------------------------------
+
+    async def create_vfolder(self, folder: dict[str, Any]) -> bool:
+        """Insert a folder; False when its owner already has a ready folder of that name."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(
+                    "INSERT INTO vfolders(id, name, host, owner, usage_mode, status, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, 'ready', ?)",
+                    (folder["id"], folder["name"], folder["host"], folder["owner"], folder["usage_mode"], utcnow()),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        return await self._tx(fn)
+
+    async def vfolders_of(self, access_key: str | None, status: str = "ready") -> list[dict[str, Any]]:
+        """Folders a keypair owns (permission `wd`) or that are shared with it (`ro` / `rw`), by name;
+        every folder (as its owner sees it) when `access_key` is None."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            if access_key is None:
+                sql = "SELECT *, 'wd' AS permission, 1 AS is_owner FROM vfolders WHERE status=? ORDER BY name, id"
+                return [dict(r) for r in conn.execute(sql, (status,)).fetchall()]
+            sql = (
+                "SELECT v.*, 'wd' AS permission, 1 AS is_owner FROM vfolders v WHERE v.owner=? AND v.status=? "
+                "UNION ALL SELECT v.*, s.permission AS permission, 0 AS is_owner FROM vfolders v "
+                "JOIN vfolder_shares s ON s.vfolder_id = v.id WHERE s.access_key=? AND v.status=? "
+                "ORDER BY is_owner DESC, name, id"
+            )
+            return [dict(r) for r in conn.execute(sql, (access_key, status, access_key, status)).fetchall()]
+
+        return await self._read(fn)
+
+    async def get_vfolder(self, folder_id: str) -> dict[str, Any] | None:
+        return await self._read(
+            lambda conn: _row(conn.execute("SELECT * FROM vfolders WHERE id=?", (folder_id,)).fetchone())
+        )
+
+    async def update_vfolder(self, folder_id: str, **cols: Any) -> bool:
+        """Change a folder's name / status / trashed_at; False when the new name is taken."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            sets = ", ".join(f"{c}=?" for c in cols)
+            try:
+                conn.execute(f"UPDATE vfolders SET {sets} WHERE id=?", (*cols.values(), folder_id))
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        return await self._tx(fn)
+
+    async def delete_vfolder(self, folder_id: str) -> None:
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM vfolder_shares WHERE vfolder_id=?", (folder_id,))
+            conn.execute("DELETE FROM vfolders WHERE id=?", (folder_id,))
+
+        await self._tx(fn)
+
+    async def count_vfolders(self, owner: str) -> int:
+        return await self._read(
+            lambda conn: conn.execute("SELECT COUNT(*) FROM vfolders WHERE owner=?", (owner,)).fetchone()[0]
+        )
+
+    async def share_vfolder(self, folder_id: str, access_key: str, permission: str | None) -> None:
+        """Share with a keypair as `ro` / `rw`, or (permission None) stop sharing."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            if permission is None:
+                conn.execute("DELETE FROM vfolder_shares WHERE vfolder_id=? AND access_key=?", (folder_id, access_key))
+            else:
+                conn.execute(
+                    "INSERT INTO vfolder_shares(vfolder_id, access_key, permission) VALUES (?, ?, ?) "
+                    "ON CONFLICT(vfolder_id, access_key) DO UPDATE SET permission=excluded.permission",
+                    (folder_id, access_key, permission),
+                )
+
+        await self._tx(fn)
+
+    async def shares_of(self, folder_id: str) -> dict[str, str]:
+        def fn(conn: sqlite3.Connection) -> dict[str, str]:
+            rows = conn.execute(
+                "SELECT access_key, permission FROM vfolder_shares WHERE vfolder_id=? ORDER BY access_key",
+                (folder_id,),
+            ).fetchall()
+            return {r[0]: r[1] for r in rows}
+
+        return await self._read(fn)
+
+    # -- dotfiles -----------------------------------------------------------------------------------
+
+    async def dotfiles(self, access_key: str) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            sql = "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path"
+            return [dict(r) for r in conn.execute(sql, (access_key,)).fetchall()]
+
+        return await self._read(fn)
+
+    async def put_dotfile(self, access_key: str, path: str, data: str, permission: str) -> None:
+        await self._tx(
+            lambda conn: conn.execute(
+                "INSERT INTO dotfiles(access_key, path, data, permission) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(access_key, path) DO UPDATE SET data=excluded.data, permission=excluded.permission",
+                (access_key, path, data, permission),
+            )
+        )
+
+    async def delete_dotfile(self, access_key: str, path: str) -> bool:
+        return await self._tx(
+            lambda conn: (
+                conn.execute("DELETE FROM dotfiles WHERE access_key=? AND path=?", (access_key, path)).rowcount > 0
+            )
         )
 
     # -- logs -----------------------------------------------------------------------------------

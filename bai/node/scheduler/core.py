@@ -32,6 +32,7 @@ unknown policy or selection strategy, TypeError for a non-Decimal amount).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 
 from bai.common.status import StatusInfo
 
@@ -124,6 +125,7 @@ class _Round:
         self.sg = group
         self.allowed_types = group.allowed_session_types
         self.pool = AgentPool(name, agents, self.table, group.agent_selection, group.resource_priority)
+        self.hosts_of = {a.id: a.vfolder_hosts for a in agents}
         self.left = []
         consider = self.consider
         if policy == DRF:
@@ -207,6 +209,10 @@ class _Round:
             if agent is None:
                 self.no_room(session, pool.explain(prepared[1], prepared[2]))
                 return None
+            if session.vfolder_hosts and not session.vfolder_hosts <= self.hosts_of[pool.ids[agent]]:
+                agent = self.agent_seeing(session)
+                if agent is None:
+                    return None
             pool.reserve(agent, total)
             agent_id = pool.ids[agent]
             mapping = {kernel.kernel_id: agent_id for kernel in kernels}
@@ -234,6 +240,26 @@ class _Round:
             taken.append((agent, request))
         ids = pool.ids
         return {kernel.kernel_id: ids[agent] for kernel, (agent, _) in zip(kernels, taken, strict=True)}
+
+    def agent_seeing(self, session: PendingSession) -> int | None:
+        """The first agent with room that sees the session's vfolder hosts (when the policy's choice
+        does not); None, with the reason recorded, when there is none."""
+        pool = self.pool
+        need: dict[str, Decimal] = {}
+        for kernel in session.kernels:
+            for name, amount in kernel.slots.items():
+                need[name] = need.get(name, Decimal(0)) + amount
+        hosts = ", ".join(sorted(session.vfolder_hosts))
+        seeing = [i for i, agent_id in enumerate(pool.ids) if session.vfolder_hosts <= self.hosts_of[agent_id]]
+        for i in seeing:
+            free = pool.free(i)
+            if all(free.get(name, Decimal(0)) >= amount for name, amount in need.items() if amount):
+                return i
+        if seeing:
+            self.no_room(session, f"no agent that sees vfolder host {hosts} has room")
+        else:
+            self.no_room(session, f"no agent of scaling group {pool.group} sees vfolder host {hosts}")
+        return None
 
     def no_room(self, session: PendingSession, msg: str) -> None:
         if not self.known_group and not len(self.pool):

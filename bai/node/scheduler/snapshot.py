@@ -117,6 +117,7 @@ class PendingSession:
     image: str = ""
     image_min: Mapping[str, Decimal] = field(default_factory=dict)  # per kernel, from image labels
     retries: int = 0  # rounds this session has already been considered in
+    vfolder_hosts: frozenset[str] = frozenset()  # hosts of the folders it mounts: its agent must see them
 
 
 @dataclass(slots=True)
@@ -126,6 +127,7 @@ class AgentState:
     capacity: Slots  # available_slots
     occupied: Slots  # sum over kernels in an occupying status
     schedulable: bool = True  # ALIVE, connected and schedulable
+    vfolder_hosts: frozenset[str] = frozenset()  # vfolder hosts it sees (at the manager's paths)
 
 
 @dataclass(frozen=True, slots=True)

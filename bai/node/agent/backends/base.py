@@ -27,6 +27,26 @@ class KernelSpec:
     cluster_role: str = "main"
     cluster_idx: int = 1
     network: str | None = None
+    mounts: list[Mount] = field(default_factory=list)
+    dotfiles: list[Dotfile] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A virtual folder in a kernel: host directory → target path."""
+
+    host_path: str
+    target: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class Dotfile:
+    """A file written into every new kernel's home (/home/work), e.g. .bashrc."""
+
+    path: str  # relative to the home
+    data: str
+    mode: int = 0o644
 
 
 @dataclass

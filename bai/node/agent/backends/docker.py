@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import shutil
 import signal
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
 
-from bai.node.agent.backends.base import Kernel, KernelSpec, KernelStartError, connect_runner, kernel_env
+from bai.node.agent.backends.base import Dotfile, Kernel, KernelSpec, KernelStartError, connect_runner, kernel_env
 from bai.node.agent.channel import Channel, ChannelError, wait_for_socket
 
 LABEL_KERNEL = "ai.backend.kernel-id"
@@ -34,6 +36,31 @@ ENTRYPOINT = (
     "echo no python in this image > /opt/bai/run/nopython; "
     "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 )
+
+
+def dotfiles_tar(dotfiles: list[Dotfile], user: str) -> bytes:
+    """A tar of the dotfiles (and their folders) for /home/work, owned by the kernel's user."""
+    uid, _, gid = (user or "0:0").partition(":")
+    owner = {"uid": int(uid) if uid.isdigit() else 0, "gid": int(gid) if gid.isdigit() else 0}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs: set[str] = set()
+        for f in dotfiles:
+            parts = f.path.strip("/").split("/")
+            for i in range(1, len(parts)):
+                folder = "/".join(parts[:i])
+                if folder not in dirs:
+                    dirs.add(folder)
+                    info = tarfile.TarInfo(folder)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    info.uid, info.gid = owner["uid"], owner["gid"]
+                    tar.addfile(info)
+            data = f.data.encode()
+            info = tarfile.TarInfo("/".join(parts))
+            info.size, info.mode = len(data), f.mode
+            info.uid, info.gid = owner["uid"], owner["gid"]
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 class DockerUnavailable(Exception):
@@ -67,8 +94,10 @@ class DockerBackend:
         pids_limit: int = 4096,
         labels: dict[str, str] | None = None,
         start_timeout: float = 30.0,
+        user: str = "",
     ) -> None:
         self.agent_id = agent_id
+        self.user = user
         self.kernels_dir = kernels_dir
         self.runner_path = runner_path
         self.network = network
@@ -99,7 +128,11 @@ class DockerBackend:
     def _container_config(self, spec: KernelSpec, run_dir: Path) -> dict[str, Any]:
         env = kernel_env(spec)
         host: dict[str, Any] = {
-            "Binds": [f"{self.runner_path}:/opt/bai/runner.py:ro", f"{run_dir}:/opt/bai/run:rw"],
+            "Binds": [
+                f"{self.runner_path}:/opt/bai/runner.py:ro",
+                f"{run_dir}:/opt/bai/run:rw",
+                *(f"{m.host_path}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts),
+            ],
             "NetworkMode": spec.network or self.network,
             "PidsLimit": self.pids_limit,
         }
@@ -117,7 +150,7 @@ class DockerBackend:
             "bai.session-name": spec.session_name,
             "bai.cluster-role": spec.cluster_role,
         }
-        return {
+        config: dict[str, Any] = {
             "Image": spec.image,
             "Entrypoint": ["/bin/sh", "-c", ENTRYPOINT],
             "Cmd": [],
@@ -127,6 +160,9 @@ class DockerBackend:
             "Hostname": f"{spec.cluster_role}{spec.cluster_idx}",
             "HostConfig": host,
         }
+        if self.user:
+            config["User"] = self.user
+        return config
 
     async def create(self, spec: KernelSpec, on_output) -> Kernel:
         assert self.docker is not None
@@ -145,6 +181,8 @@ class DockerBackend:
             raise KernelStartError(f"cannot create the container: {e.message}") from None
         exited: asyncio.Future[int] = loop.create_future()
         try:
+            if spec.dotfiles:
+                await container.put_archive("/home/work", dotfiles_tar(spec.dotfiles, self.user))
             await container.start()
             watcher = asyncio.create_task(self._watch(container, exited))
             deadline = loop.time() + self.start_timeout

@@ -3,6 +3,11 @@
 For single-user workstations without Docker. Kernels run UNSANDBOXED as the node's user; each
 has its own process group, working folder and an address-space limit (RLIMIT_AS) from `mem`.
 CPU amounts are accounted for scheduling but not enforced.
+
+A kernel that mounts virtual folders runs under bubblewrap (`bwrap`, Debian package bubblewrap): it
+sees the host read-write as usual, but /home is a fresh tmpfs holding its own scratch home at
+/home/work and the folders at their targets (read-only ones read-only). Without bubblewrap such a
+kernel is refused with a message saying so; kernels without mounts do not need it.
 """
 
 from __future__ import annotations
@@ -18,10 +23,46 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bai.node.agent.backends.base import Kernel, KernelSpec, KernelStartError, connect_runner, kernel_env
+from bai.node.agent.backends.base import (
+    Dotfile,
+    Kernel,
+    KernelSpec,
+    KernelStartError,
+    Mount,
+    connect_runner,
+    kernel_env,
+)
 from bai.node.agent.channel import ChannelError, wait_for_socket
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def write_dotfiles(home: Path, dotfiles: list[Dotfile]) -> None:
+    for f in dotfiles:
+        parts = [p for p in f.path.split("/") if p not in ("", ".")]
+        if not parts or ".." in parts:
+            continue  # the manager refuses such paths; never write outside the home
+        target = home.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f.data)
+        target.chmod(f.mode)
+
+
+def sandbox(bwrap: str, kdir: Path, work_dir: Path, runner: Path, mounts: list[Mount]) -> list[str]:
+    """The bubblewrap prefix of a kernel with mounts: the host as it is, a tmpfs /home with the
+    kernel's home at /home/work and each folder at its target, then what the kernel itself needs from
+    under /home (the interpreter, the runner, its own folder) put back."""
+    args = [bwrap, "--bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"]
+    args += ["--tmpfs", "/home", "--bind", str(work_dir), "/home/work"]
+    needed = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent, runner.parent}
+    for path in sorted(needed):
+        if path.is_relative_to("/home"):
+            args += ["--ro-bind", str(path), str(path)]
+    if kdir.is_relative_to("/home"):
+        args += ["--bind", str(kdir), str(kdir)]
+    for m in mounts:
+        args += ["--ro-bind" if m.read_only else "--bind", m.host_path, m.target]
+    return [*args, "--chdir", "/home/work", "--"]
 
 
 class LocalBackend:
@@ -53,6 +94,28 @@ class LocalBackend:
         env = dict(os.environ)
         env.update(kernel_env(spec))
         env["HOME"] = str(work_dir)
+        write_dotfiles(work_dir, spec.dotfiles)
+        command = [sys.executable, "-u", str(self.runner_path), "--socket", str(run_dir / "runner.sock")]
+        if spec.mounts:
+            bwrap = shutil.which("bwrap")
+            if bwrap is None:
+                shutil.rmtree(kdir, ignore_errors=True)
+                raise KernelStartError(
+                    "mounting virtual folders in a local kernel needs bubblewrap (apt-get install bubblewrap)"
+                )
+            outside = [m.target for m in spec.mounts if not m.target.startswith("/home/work/")]
+            if outside:
+                shutil.rmtree(kdir, ignore_errors=True)
+                raise KernelStartError(f"the local backend mounts folders under /home/work only, not at {outside[0]}")
+            env["HOME"] = "/home/work"
+            command = [
+                *sandbox(bwrap, kdir, work_dir, self.runner_path, spec.mounts),
+                *command,
+                "--workdir",
+                "/home/work",
+            ]
+        else:
+            command += ["--workdir", str(work_dir)]
 
         libc = ctypes.CDLL(None, use_errno=True)
 
@@ -65,13 +128,7 @@ class LocalBackend:
         log_file = open(kdir / "runner.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-u",
-                str(self.runner_path),
-                "--socket",
-                str(run_dir / "runner.sock"),
-                "--workdir",
-                str(work_dir),
+                *command,
                 cwd=work_dir,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,

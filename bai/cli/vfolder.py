@@ -1,0 +1,307 @@
+"""`bai vfolder …` (virtual folders: data that outlives sessions) and `bai dotfile …`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bai.cli.common import call, client, fail, run_async, show
+
+app = typer.Typer(
+    help="Virtual folders: files that outlive sessions, mounted at /home/work/NAME.", no_args_is_help=True
+)
+dotfile_app = typer.Typer(help="Dotfiles written into every new kernel's home (e.g. .bashrc).", no_args_is_help=True)
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _table(items: list[dict[str, Any]]):
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for col in ("NAME", "ID", "HOST", "PERMISSION", "OWNER", "STATUS"):
+        table.add_column(col, no_wrap=True)
+    for f in items:
+        owner = "you" if f["is_owner"] else f["owner"]
+        table.add_row(f["name"], f["id"][:12], f["host"], f["permission"], owner, f["status"])
+    return table
+
+
+@app.command("hosts")
+def hosts(as_json: AsJson = False) -> None:
+    """Where folders can live (the default host first)."""
+    info = call(lambda c: c.vfolder_hosts())
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    for name in info["allowed"]:
+        print(name + ("  (default)" if name == info["default"] else ""))
+
+
+@app.command("create")
+def create(
+    name: str,
+    host: Annotated[str | None, typer.Option("--host", help="vfolder host [the default host].")] = None,
+    usage_mode: Annotated[str, typer.Option("--usage-mode", help="general, model or data.")] = "general",
+    as_json: AsJson = False,
+) -> None:
+    """Create a folder."""
+    folder = call(lambda c: c.create_vfolder(name, host, usage_mode))
+    if as_json:
+        print(json.dumps(folder))
+    else:
+        print(f"folder {folder['name']} ({folder['id']}) on host {folder['host']}")
+
+
+@app.command("ls")
+def ls(
+    shared: Annotated[bool, typer.Option("--shared", help="Only folders others shared with you.")] = False,
+    trash: Annotated[bool, typer.Option("--trash", help="The folders in your trash.")] = False,
+    everyone: Annotated[bool, typer.Option("--all", help="Admins: every keypair's folders.")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Your folders and those shared with you."""
+    items = call(lambda c: c.vfolders(shared=shared, trash=trash, all=everyone))
+    if not items and not as_json:
+        print("no folders")
+        return
+    show(items, as_json, _table)
+
+
+@app.command("info")
+def info(name: str, as_json: AsJson = False) -> None:
+    """A folder: where it lives, who may use it, and how much it holds."""
+    from bai.common.slots import format_bytes
+
+    f = call(lambda c: c.vfolder(name))
+    if as_json:
+        print(json.dumps(f, indent=2))
+        return
+    print(f"Folder      {f['name']} ({f['id']})")
+    print(f"Host        {f['host']}")
+    print(f"Permission  {f['permission']}" + ("  (owner)" if f["is_owner"] else f"  (shared by {f['owner']})"))
+    print(f"Usage       {format_bytes(f['used_bytes'])} in {f['numFiles']} files")
+    print(f"Status      {f['status']}   created {f['created_at']}")
+    for who, perm in (f.get("shares") or {}).items():
+        print(f"Shared      with {who} ({perm})")
+
+
+@app.command("rename")
+def rename(name: str, new_name: str) -> None:
+    """Give a folder another name (owner only)."""
+    call(lambda c: c.vfolder_action(name, "rename", new_name=new_name))
+    print(f"folder {name} is now {new_name}")
+
+
+@app.command("rm")
+def rm(name: str) -> None:
+    """Move a folder to the trash (`bai vfolder purge` deletes it for good, `restore` brings it back)."""
+    call(lambda c: c.delete_vfolder(name))
+    print(f"folder {name} is in the trash")
+
+
+@app.command("restore")
+def restore(name: str) -> None:
+    """Bring a folder back from the trash."""
+    call(lambda c: c.vfolder_action(name, "restore"))
+    print(f"folder {name} is back")
+
+
+@app.command("purge")
+def purge(name: str) -> None:
+    """Delete a folder in the trash and every file in it, for good."""
+    call(lambda c: c.vfolder_action(name, "purge"))
+    print(f"folder {name} is deleted")
+
+
+@app.command("share")
+def share(
+    name: str,
+    who: Annotated[list[str], typer.Argument(help="Access keys or user ids.")],
+    permission: Annotated[str, typer.Option("--permission", "-p", help="ro (read-only) or rw.")] = "ro",
+) -> None:
+    """Let other keypairs use a folder, read-only or read-write (owner only)."""
+    done = call(lambda c: c.vfolder_action(name, "share", access_keys=who, permission=permission))
+    print(f"folder {name} shared ({permission}) with {', '.join(done['shared_with']) or 'nobody new'}")
+
+
+@app.command("unshare")
+def unshare(name: str, who: Annotated[list[str], typer.Argument(help="Access keys or user ids.")]) -> None:
+    """Stop sharing a folder with keypairs."""
+    done = call(lambda c: c.vfolder_action(name, "unshare", "DELETE", access_keys=who))
+    print(f"folder {name} no longer shared with {', '.join(done['unshared_from'])}")
+
+
+@app.command("ls-files")
+def ls_files(name: str, path: Annotated[str, typer.Argument(help="A folder inside it.")] = "", as_json: AsJson = False):
+    """The files in a folder (or in a folder inside it)."""
+    items = call(lambda c: c.vfolder_files(name, path))
+
+    def render(items: list[dict[str, Any]]):
+        from rich.table import Table
+
+        from bai.common.slots import format_bytes
+
+        table = Table(box=None, header_style="bold")
+        for col in ("NAME", "TYPE", "SIZE", "MODIFIED"):
+            table.add_column(col, no_wrap=True)
+        for i in items:
+            size = format_bytes(i["size"]) if i["type"] == "file" else ""
+            table.add_row(i["name"] + ("/" if i["type"] == "dir" else ""), i["type"], size, i["modified"][:19])
+        return table
+
+    show(items, as_json, render)
+
+
+@app.command("mkdir")
+def mkdir(
+    name: str,
+    path: str,
+    parents: Annotated[bool, typer.Option("--parents", "-p", help="Make missing parent folders too.")] = False,
+) -> None:
+    """Make a folder inside a folder."""
+    call(lambda c: c.vfolder_action(name, "mkdir", path=path, parents=parents, exist_ok=parents))
+
+
+@app.command("mv")
+def mv(name: str, src: str, dst: str) -> None:
+    """Rename or move a file or folder inside a folder."""
+    call(lambda c: c.vfolder_action(name, "rename-file", target_path=src, new_path=dst))
+
+
+@app.command("rm-files")
+def rm_files(
+    name: str,
+    paths: list[str],
+    recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Folders and what they hold.")] = False,
+) -> None:
+    """Delete files (and with -r folders) in a folder."""
+    done = call(lambda c: c.vfolder_action(name, "delete-files", "DELETE", files=paths, recursive=recursive))
+    print(f"removed {done['removed']}")
+
+
+def _progress(total: int, what: str):
+    """A rich progress bar on a terminal for transfers (None when not a terminal)."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        transient=False,
+    )
+    progress.add_task(what, total=total)
+    return progress
+
+
+@app.command("upload")
+def upload(
+    name: str,
+    sources: Annotated[list[Path], typer.Argument(help="Files or folders to upload.")],
+    dst: Annotated[str, typer.Option("--dst", help="Folder inside the vfolder to put them in.")] = "",
+) -> None:
+    """Upload files and folders (whole trees); each file appears only once it is complete."""
+    plan: list[tuple[Path, str]] = []
+    folders: list[str] = []
+    for src in sources:
+        if not src.exists():
+            fail(f"{src}: no such file or folder")
+        base = f"{dst.strip('/')}/{src.name}" if dst.strip("/") else src.name
+        if src.is_dir():
+            folders.append(base)
+            for path in sorted(src.rglob("*")):
+                rel = f"{base}/{path.relative_to(src).as_posix()}"
+                if path.is_dir() and not path.is_symlink():
+                    folders.append(rel)
+                elif path.is_file():
+                    plan.append((path, rel))
+        else:
+            plan.append((src, base))
+    total = sum(p.stat().st_size for p, _ in plan)
+    progress = _progress(total, f"upload to {name}")
+
+    async def go() -> None:
+        async with client() as c:
+            for folder in folders:
+                await c.vfolder_action(name, "mkdir", path=folder, parents=True, exist_ok=True)
+            for path, rel in plan:
+                tick = (lambda n: progress.advance(0, n)) if progress else None
+                await c.upload_file(name, path, rel, tick)
+
+    if progress:
+        with progress:
+            run_async(go())
+    else:
+        run_async(go())
+    print(f"uploaded {len(plan)} files ({total} bytes) to {name}")
+
+
+@app.command("download")
+def download(
+    name: str,
+    paths: Annotated[list[str], typer.Argument(help="Files in the folder.")],
+    dst: Annotated[Path, typer.Option("--dst", help="Local folder to write into.")] = Path("."),
+) -> None:
+    """Download files; an existing local file is not overwritten."""
+    for p in paths:
+        if (dst / Path(p).name).exists():
+            fail(f"{dst / Path(p).name} exists already; not overwriting it")
+
+    async def go() -> int:
+        total = 0
+        async with client() as c:
+            for p in paths:
+                total += await c.download_file(name, p, dst / Path(p).name)
+        return total
+
+    received = run_async(go())
+    print(f"downloaded {len(paths)} files ({received} bytes) to {dst}")
+
+
+@dotfile_app.command("add")
+def dotfile_add(
+    path: Annotated[str, typer.Argument(help="Where in the kernel's home, e.g. .bashrc or .config/x.toml.")],
+    source: Annotated[Path | None, typer.Option("--file", "-f", help="Local file to take the text from.")] = None,
+    data: Annotated[str | None, typer.Option("--data", help="The text itself.")] = None,
+    permission: Annotated[str, typer.Option("--permission", help="Octal mode, e.g. 644 or 755.")] = "644",
+) -> None:
+    """Add (or replace) a dotfile that every new kernel of yours gets in its home."""
+    if (source is None) == (data is None):
+        raise typer.BadParameter("give the text with --file or --data (one of them)")
+    text = source.read_text() if source is not None else data
+    call(lambda c: c.put_dotfile(path, text or "", permission))
+    print(f"dotfile {path} saved")
+
+
+@dotfile_app.command("ls")
+def dotfile_ls(as_json: AsJson = False) -> None:
+    """Your dotfiles."""
+    items = call(lambda c: c.dotfiles())
+    if as_json:
+        print(json.dumps(items, indent=2))
+        return
+    if not items:
+        print("no dotfiles")
+    for d in items:
+        print(f"{d['path']}  ({d['permission']}, {len(d['data'].encode())} bytes)")
+
+
+@dotfile_app.command("rm")
+def dotfile_rm(path: str) -> None:
+    """Remove a dotfile (kernels that have it keep their copy)."""
+    call(lambda c: c.delete_dotfile(path))
+    print(f"dotfile {path} removed")
