@@ -254,12 +254,12 @@ class Cluster:
         self._agent_count = agents
         self.agent_ids = agent_ids or []  # fixed agent ids (by index); otherwise derived from the port
 
-    def add_agent(self, index: int, token: str | None = None) -> Node:
+    def add_agent(self, index: int, token: str | None = None, extra_config: str = "") -> Node:
         info = self.join_info()
         agent = Node(
             self.base / f"agent{index}",
             self.backend,
-            extra_config=LINK_CONFIG,
+            extra_config=LINK_CONFIG + extra_config,
             agent_config=self.agent_config,
             role="agent",
             args=(

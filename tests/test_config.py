@@ -38,7 +38,7 @@ def test_bai_config_is_merged_over_defaults(isolated: Path, monkeypatch: pytest.
     # nested keys keep their siblings
     assert cfg["node"]["role"] == "all"
     assert cfg["node"]["backend"] == "auto"
-    assert cfg["agent"]["docker"] == {"network": "bridge", "labels": {}}
+    assert cfg["agent"]["docker"] == {"network": "bridge", "labels": {}, "user": "1000:1000"}
     assert cfg["session"]["default_mem"] == "1g"
     assert cfg["images"] == DEFAULTS["images"]
 

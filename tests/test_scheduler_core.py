@@ -578,3 +578,22 @@ def test_a_dependency_that_succeeded_but_is_still_terminating_is_waited_for() ->
     assert not d.placements and not d.cancels
     [pending] = d.pending
     assert "waiting for session build (TERMINATING)" in pending.msg
+
+
+def test_sessions_mounting_folders_go_only_to_agents_that_see_their_host() -> None:
+    import dataclasses
+
+    blind = dataclasses.replace(agent("a-blind", cpu=16), vfolder_hosts=frozenset())
+    seeing = dataclasses.replace(agent("b-sees", cpu=2), vfolder_hosts=frozenset({"local"}))
+    # dispersed would pick the emptier blind agent; the folder's host decides
+    mounting = sess("m", 1, vfolder_hosts=frozenset({"local"}))
+    plain = sess("p", 1, t=1)
+    d = schedule(snap([mounting, plain], [blind, seeing]))
+    assert where(d) == {"m": "b-sees", "p": "a-blind"}
+    # no agent with room sees the host: pending, and the reason says so
+    too_big = sess("big", 4, vfolder_hosts=frozenset({"local"}))
+    d = schedule(snap([too_big], [blind, seeing]))
+    assert pending_of(d, "big").msg == "no agent that sees vfolder host local has room"
+    other = sess("o", 1, vfolder_hosts=frozenset({"nfs"}))
+    d = schedule(snap([other], [blind, seeing]))
+    assert pending_of(d, "o").msg == "no agent of scaling group default sees vfolder host nfs"

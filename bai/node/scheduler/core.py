@@ -191,9 +191,8 @@ class _Round:
 
         # -- placement
         if per_kernel is None:
-            agent = pool.select(prepared[1], prepared[2])
+            agent = self.select_for(session, prepared)
             if agent is None:
-                self.no_room(session, pool.explain(prepared[1], prepared[2]))
                 return None
             pool.reserve(agent, total)
             mapping = {kernels[0].kernel_id: pool.ids[agent]}
@@ -205,14 +204,9 @@ class _Round:
             if mapping is None:
                 return None
         else:
-            agent = pool.select(prepared[1], prepared[2])
+            agent = self.select_for(session, prepared)
             if agent is None:
-                self.no_room(session, pool.explain(prepared[1], prepared[2]))
                 return None
-            if session.vfolder_hosts and not session.vfolder_hosts <= self.hosts_of[pool.ids[agent]]:
-                agent = self.agent_seeing(session)
-                if agent is None:
-                    return None
             pool.reserve(agent, total)
             agent_id = pool.ids[agent]
             mapping = {kernel.kernel_id: agent_id for kernel in kernels}
@@ -240,6 +234,17 @@ class _Round:
             taken.append((agent, request))
         ids = pool.ids
         return {kernel.kernel_id: ids[agent] for kernel, (agent, _) in zip(kernels, taken, strict=True)}
+
+    def select_for(self, session: PendingSession, prepared: Prepared) -> int | None:
+        """The agent for a session placed whole on one agent, or None with the reason recorded."""
+        pool = self.pool
+        agent = pool.select(prepared[1], prepared[2])
+        if agent is None:
+            self.no_room(session, pool.explain(prepared[1], prepared[2]))
+            return None
+        if session.vfolder_hosts and not session.vfolder_hosts <= self.hosts_of[pool.ids[agent]]:
+            return self.agent_seeing(session)
+        return agent
 
     def agent_seeing(self, session: PendingSession) -> int | None:
         """The first agent with room that sees the session's vfolder hosts (when the policy's choice
