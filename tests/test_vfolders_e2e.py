@@ -261,6 +261,9 @@ def test_trash_restore_purge_and_a_mounted_folder_stays(vnode: Node, tmp_path: P
     path = folder_dir(vnode, "bin-me")
     vnode.cli("session", "create", "python", "--name", "holds-bin-me", "--mount", "bin-me", check=True)
     try:
+        mounts = vnode.json("session", "info", "holds-bin-me")["mounts"]
+        assert [(m["name"], m["target"], m["readOnly"]) for m in mounts] == [("bin-me", "/home/work/bin-me", False)]
+        assert "Mount       bin-me at /home/work/bin-me" in vnode.cli("session", "info", "holds-bin-me").stdout
         busy = vnode.cli("vfolder", "rm", "bin-me")
         assert busy.returncode != 0 and "holds-bin-me" in busy.stderr
     finally:

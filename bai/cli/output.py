@@ -93,6 +93,10 @@ def session_details(s: dict[str, Any]) -> list[str]:
     lines += [
         f"Resources   {format_slots(from_wire(s['requestedSlots']))}",
         f"Agent       {s.get('agent') or '-'}",
+        *(
+            f"Mount       {m['name']} at {m['target']}" + (" (read-only)" if m["readOnly"] else "")
+            for m in s.get("mounts") or []
+        ),
         f"Created     {s['creationTime']} ({age(s['creationTime'])} ago)",
     ]
     if s.get("terminationTime"):

@@ -286,7 +286,12 @@ def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Gro
     if s.get("exitCode") is not None:
         fields.add_row("Exit code", str(s["exitCode"]))
     mounts = s.get("mounts") or []
-    fields.add_row("Mounts", ", ".join(str(m) for m in mounts) if mounts else Text("none", style="dim"))
+    fields.add_row(
+        "Mounts",
+        "\n".join(f"{m['name']} → {m['target']}" + (" (read-only)" if m["readOnly"] else "") for m in mounts)
+        if mounts
+        else Text("none", style="dim"),
+    )
 
     kernels = Table(title="Kernels", title_justify="left", title_style="bold", box=None, header_style="bold")
     for col in ("ID", "ROLE", "AGENT", "CONTAINER", "STATUS", "EXIT"):

@@ -48,6 +48,10 @@ async def session_json(
         "occupiedSlots": occupying,
         "environ": row["environ"],
         "tag": row["tag"],
+        "mounts": [
+            {"name": m["name"], "id": m["id"], "target": m["target"], "readOnly": m["read_only"]}
+            for m in row["config"].get("mounts") or []
+        ],
         "agent": main["agent_id"] if main else None,
         "containerId": main["container_id"] if main else None,
         "exitCode": main["exit_code"] if main else None,
