@@ -318,3 +318,17 @@ def test_a_split_cluster_places_mounting_sessions_only_on_agents_that_see_the_ho
         assert info["agent"] == seeing.agent_id
     finally:
         cluster.stop()
+
+
+def test_local_kernels_without_bubblewrap_refuse_mounts_clearly(tmp_path: Path) -> None:
+    node = Node(tmp_path / "no-bwrap", "local")
+    node.env["PATH"] = str(tmp_path / "empty-bin")  # no bwrap to be found (the node needs no other program)
+    node.start()
+    try:
+        node.cli("vfolder", "create", "wants-bwrap", check=True)
+        refused = run(node, "--mount", "wants-bwrap", "python", "-c", "print(1)")
+        assert refused.returncode != 0 and "needs bubblewrap" in refused.stderr, refused.stderr
+        plain = run(node, "python", "-c", "print('no mounts, no bubblewrap needed')")
+        assert plain.returncode == 0 and "no bubblewrap needed" in plain.stdout
+    finally:
+        node.stop()
