@@ -9,13 +9,16 @@ Prints, for a node with the local backend whose state lies in the same temporary
    baseline), of uploading them all through the API and of downloading them all through the API (both
    with `--concurrency` transfers at a time), and the ratios API/cp.
 
-Every run is warm-cache: the page cache cannot be dropped without root, so each source is read once by an
-untimed `cp` before the timed runs; dirty pages are written back (`sync`) before each timed run, and no
-timed run waits for its own writes to reach the disk (neither does `cp`). Uploads are checked by the stored size, downloads by their SHA-256.
-Progress goes to stderr, figures to stdout. Everything lies under one bai-bench-vfolder-* temporary folder,
-removed at the end unless `--keep`.
+The API transfers run once each; the cp baseline is the median of `--cp-runs` runs (cheap, and noisy on a
+small VM), each of which is printed. Every run is warm-cache: the page cache cannot be dropped without
+root, so each source is read once by an untimed `cp` before the timed runs. Dirty pages are written back
+(`sync`) before each timed run, and no timed run waits for its own writes to reach the disk (cp neither).
+Uploads are checked by the stored sizes, downloads by their SHA-256. Progress goes to stderr, figures to
+stdout. Everything lies under one bai-bench-vfolder-* temporary folder (the node's state too, so the
+same disk), removed at the end unless `--keep`.
 
-    .venv/bin/python bench/vfolder.py [--size-mib 1024] [--files 10000] [--file-kib 4] [--concurrency 8] [--keep]
+    .venv/bin/python bench/vfolder.py [--size-mib 1024] [--files 10000] [--file-kib 4] [--concurrency 8]
+        [--cp-runs 3] [--keep]
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import asyncio
 import hashlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +36,7 @@ import time
 import tomllib
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +54,12 @@ BLOCK = 8 * MIB
 CHUNK = 16 * MIB
 TARGET = 0.5
 FOLDER = "bench"
+
+
+@dataclass
+class Figures:
+    times: dict[str, float]  # seconds: "cp" (the median of cp_runs), "upload", "download"
+    cp_runs: list[float]
 
 
 def log(msg: str) -> None:
@@ -240,32 +251,34 @@ async def small_files(
 # -- output ------------------------------------------------------------------------------------------
 
 
-def ratio(api: float, baseline: float) -> str:
-    """API throughput as a multiple of cp's (times are inverse to throughput)."""
-    return f"{baseline / api:.2f}× cp"
+def spread(values: list[float]) -> str:
+    return f"median of {len(values)}: " + ", ".join(f"{v:.2f}" for v in values) + " s"
 
 
-def report_large(times: dict[str, float], size: int) -> None:
+def report_large(fig: Figures, size: int) -> None:
     mib = size / MIB
+    times = fig.times
     print(f"\none large file: {mib:.0f} MiB (API upload in {CHUNK // MIB} MiB PATCH chunks)")
     for key, label in (("cp", "cp (baseline)"), ("upload", "API upload"), ("download", "API download")):
-        line = f"  {label:<15} {times[key]:8.2f} s  {mib / times[key]:9.1f} MiB/s"
-        if key != "cp":
+        line = f"  {label:<17} {times[key]:8.2f} s  {mib / times[key]:9.1f} MiB/s"
+        if key == "cp":
+            line += f"   ({spread(fig.cp_runs)})"
+        else:
             r = times["cp"] / times[key]
-            line += f"   {ratio(times[key], times['cp'])}  (target ≥ {TARGET}×: {'met' if r >= TARGET else 'MISSED'})"
+            line += f"   {r:.2f}× cp  (target ≥ {TARGET}× cp: {'met' if r >= TARGET else 'MISSED'})"
         print(line)
 
 
-def report_small(times: dict[str, float], count: int, size: int, concurrency: int) -> None:
+def report_small(fig: Figures, count: int, size: int, concurrency: int) -> None:
     mib = count * size / MIB
+    times = fig.times
     print(
         f"\nmany small files: {count} × {size // 1024} KiB = {mib:.1f} MiB"
-        f" (API: {concurrency} concurrent transfers, one request-upload/download grant per file)"
+        f" (API: {concurrency} transfers at a time, each with its own request-upload/-download grant)"
     )
     for key, label in (("cp", "cp -r (baseline)"), ("upload", "API upload"), ("download", "API download")):
         line = f"  {label:<17} {times[key]:8.2f} s  {count / times[key]:9.0f} files/s  {mib / times[key]:8.1f} MiB/s"
-        if key != "cp":
-            line += f"   {ratio(times[key], times['cp'])}"
+        line += f"   ({spread(fig.cp_runs)})" if key == "cp" else f"   {times['cp'] / times[key]:.2f}× cp"
         print(line)
 
 
@@ -282,13 +295,18 @@ async def run(args: argparse.Namespace, work: Path, node: BenchNode) -> None:
         stored_root = node.folder / "state" / "vfolders" / folder_id
         if not stored_root.is_dir():
             raise SystemExit(f"the folder {FOLDER!r} is not stored at {stored_root}")
-        large = await large_file(client, work, stored_root, args.size_mib * MIB)
-        small = await small_files(client, work, stored_root, args.files, args.file_kib * 1024, args.concurrency)
+        large = await large_file(client, work, stored_root, args.size_mib * MIB, args.cp_runs)
+        small = await small_files(
+            client, work, stored_root, args.files, args.file_kib * 1024, args.concurrency, args.cp_runs
+        )
 
     print(f"virtual-folder transfers: bai API (local node, 127.0.0.1) against cp, same disk ({work})")
     print("all runs warm-cache (the page cache cannot be dropped without root; each source was read once before)")
     print("sync before each timed run; no run waits for its own writes to reach the disk (cp neither)")
-    print("one run of each; the client, the node and cp share this machine's CPUs")
+    print(
+        f"API: one run each; cp: median of {args.cp_runs} runs; the client, the node and cp share"
+        f" this machine's {os.cpu_count()} CPUs"
+    )
     report_large(large, args.size_mib * MIB)
     report_small(small, args.files, args.file_kib * 1024, args.concurrency)
 
@@ -299,9 +317,10 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10000, help="how many small files")
     ap.add_argument("--file-kib", type=int, default=4, help="size of each small file")
     ap.add_argument("--concurrency", type=int, default=8, help="API transfers at a time for the small files")
+    ap.add_argument("--cp-runs", type=int, default=3, help="timed cp runs; the baseline is their median")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = ap.parse_args()
-    if min(args.size_mib, args.files, args.file_kib, args.concurrency) < 1:
+    if min(args.size_mib, args.files, args.file_kib, args.concurrency, args.cp_runs) < 1:
         ap.error("every size and count must be at least 1")
 
     work = Path(tempfile.mkdtemp(prefix="bai-bench-vfolder-"))
