@@ -384,7 +384,11 @@ async def list_images(request: web.Request) -> web.Response:
 
 
 def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
-    app = web.Application(middlewares=[errors, authenticate], client_max_size=MAX_UPLOAD_BYTES * 4)
+    app = web.Application(
+        middlewares=[errors, authenticate],
+        client_max_size=MAX_UPLOAD_BYTES * 4,
+        handler_args={"read_bufsize": 4 << 20},  # large request bodies (uploads) arrive in big pieces
+    )
     app[REGISTRY] = registry
     app[SETTINGS] = settings
     r = app.router

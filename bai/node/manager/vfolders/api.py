@@ -196,16 +196,18 @@ async def tus_patch(request: web.Request) -> web.Response:
         raise invalid("Upload-Offset must be a number") from None
     svc = service(request)
     size = offset
-    chunk = bytearray()
-    async for data in request.content.iter_chunked(1024 * 1024):
-        chunk += data
-        if len(chunk) >= 8 * 1024 * 1024:  # write as it comes: a 16 MiB chunk need not sit in memory
-            size = await svc.append(token, bytes(chunk), size)
-            chunk.clear()
-        if size - offset + len(chunk) > MAX_CHUNK:
+    parts: list[bytes] = []
+    held = 0
+    async for data in request.content.iter_any():
+        parts.append(data)
+        held += len(data)
+        if size - offset + held > MAX_CHUNK:
             raise invalid(f"a chunk may be at most {MAX_CHUNK} bytes")
-    if chunk or size == offset:
-        size = await svc.append(token, bytes(chunk), size)
+        if held >= 8 * 1024 * 1024:  # write as it comes: a 16 MiB chunk need not sit in memory
+            size = await svc.append(token, b"".join(parts), size)
+            parts, held = [], 0
+    if parts or size == offset:
+        size = await svc.append(token, b"".join(parts), size)
     return web.Response(status=204, headers={"Upload-Offset": str(size), "Tus-Resumable": "1.0.0"})
 
 
@@ -226,17 +228,25 @@ async def download(request: web.Request) -> web.StreamResponse:
         )
         response.content_length = size
         await response.prepare(request)
-        offset = 0
-        while offset < size:
-            data = await asyncio.to_thread(os.pread, fd, min(DOWNLOAD_CHUNK, size - offset), offset)
-            if not data:
-                break  # the file shrank meanwhile: the client sees a short body
-            await response.write(data)
-            offset += len(data)
+        with os.fdopen(os.dup(fd), "rb", buffering=0) as fobj:
+            try:  # the kernel copies the file to the socket (no pass through Python)
+                await asyncio.get_running_loop().sendfile(request.transport, fobj, 0, size)
+            except (NotImplementedError, RuntimeError):
+                await _send_by_reading(response, fd, size)
         await response.write_eof()
         return response
     finally:
         os.close(fd)
+
+
+async def _send_by_reading(response: web.StreamResponse, fd: int, size: int) -> None:
+    offset = 0
+    while offset < size:
+        data = await asyncio.to_thread(os.pread, fd, min(DOWNLOAD_CHUNK, size - offset), offset)
+        if not data:
+            break  # the file shrank meanwhile: the client sees a short body
+        await response.write(data)
+        offset += len(data)
 
 
 # -- dotfiles --------------------------------------------------------------------------------------------
