@@ -79,6 +79,11 @@ def _read_event(resp: http.client.HTTPResponse) -> list[bytes]:
     return lines
 
 
+def _token_target(grant: dict[str, str]) -> str:
+    """The path and query of a transfer URL the manager handed out with its token."""
+    return f"{urlsplit(grant['url']).path}?{urlencode({'token': grant['token']})}"
+
+
 def _abort(resp: http.client.HTTPResponse) -> None:
     """Close a streaming response now, even while a worker thread is blocked reading it: shutting the
     socket down wakes that read (a plain close does not), so the thread ends and the program can exit."""
@@ -148,6 +153,11 @@ class Client:
 
     def _unreachable(self, e: Exception) -> APIError:
         return APIError(0, f"cannot reach the manager at {self.endpoint}", str(e))
+
+    def _broke_off(self, what: str, e: Exception) -> APIError:
+        if isinstance(e, OSError):
+            return self._unreachable(e)
+        return APIError(0, f"the {what} broke off", str(e) or type(e).__name__)
 
     def _connect(self) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
@@ -373,8 +383,7 @@ class Client:
         grant = await self.request("POST", f"/folders/{name}/request-upload", json_body={"path": path, "size": size})
         if size == 0:
             return 0
-        url = urlsplit(grant["url"])
-        target = f"{url.path}?{urlencode({'token': grant['token']})}"
+        target = _token_target(grant)
 
         def send() -> int:
             conn = self._connect()
@@ -395,10 +404,8 @@ class Client:
                         offset = int(resp.headers.get("Upload-Offset", offset + len(data)))
                         if progress is not None:
                             progress(len(data))
-            except http.client.HTTPException as e:
-                raise APIError(0, "the upload broke off", str(e) or type(e).__name__) from None
-            except OSError as e:
-                raise self._unreachable(e) from None
+            except (http.client.HTTPException, OSError) as e:
+                raise self._broke_off("upload", e) from None
             finally:
                 conn.close()
             return offset
@@ -408,8 +415,7 @@ class Client:
     async def download_file(self, name: str, path: str, dest: Any, progress=None) -> int:
         """Download a file of the folder to `dest` (a Path; written under a temporary name, then renamed)."""
         grant = await self.request("POST", f"/folders/{name}/request-download", json_body={"path": path})
-        url = urlsplit(grant["url"])
-        target = f"{url.path}?{urlencode({'token': grant['token']})}"
+        target = _token_target(grant)
 
         def fetch() -> int:
             conn = self._connect()
@@ -431,10 +437,8 @@ class Client:
                 if resp.length not in (None, 0):
                     raise APIError(0, "the download ended early", f"{received} bytes received")
                 tmp.replace(dest)
-            except http.client.HTTPException as e:
-                raise APIError(0, "the download broke off", str(e) or type(e).__name__) from None
-            except OSError as e:
-                raise self._unreachable(e) from None
+            except (http.client.HTTPException, OSError) as e:
+                raise self._broke_off("download", e) from None
             finally:
                 conn.close()
                 tmp.unlink(missing_ok=True)
