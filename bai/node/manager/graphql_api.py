@@ -133,7 +133,37 @@ async def resolve(request: web.Request, f: Field, variables: dict[str, Any]) -> 
         rows = await registry.store.find_sessions(str(ref), None if is_admin else access_key, active_only=False)
         exact = [r for r in rows if r["id"] == str(ref)]
         return await session_item(registry, exact[0]) if exact else None
+    if f.name == "vfolder_list":
+        if registry.vfolders is None:
+            return {"items": [], "total_count": 0}
+        limit = int(argument(f, "limit", variables, 20) or 20)
+        offset = int(argument(f, "offset", variables, 0) or 0)
+        rows = await registry.vfolders.visible(access_key, False)
+        page = rows[offset : offset + limit]
+        return {"items": [vfolder_item(r) for r in page], "total_count": len(rows)}
     raise GraphQLError(f"Cannot query field '{f.name}' on type 'Queries'")
+
+
+def vfolder_item(row: dict[str, Any]) -> dict[str, Any]:
+    """A folder with the field names of Backend.AI's `VirtualFolder` GraphQL type."""
+    return {
+        "id": row["id"],
+        "host": row["host"],
+        "name": row["name"],
+        "created_at": row["created_at"],
+        "creator": row["owner"],
+        "user": row["owner"],
+        "group": None,
+        "group_name": None,
+        "permission": row["permission"],
+        "ownership_type": "user",
+        "usage_mode": row["usage_mode"],
+        "status": row["status"],
+        "is_owner": bool(row["is_owner"]),
+        "cloneable": False,
+        "max_files": 0,
+        "max_size": 0,
+    }
 
 
 async def graphql(request: web.Request) -> web.Response:
