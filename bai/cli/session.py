@@ -425,6 +425,38 @@ def logs(
     run_async(go())
 
 
+@app.command("files")
+def ls_files(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    path: str = typer.Argument("/home/work", help="A folder in the kernel (relative paths are under /home/work)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List the files in a running session's kernel."""
+    from bai.cli.common import call, fail, show
+
+    result = call(lambda c: c.list_files(ref, path))
+    if result.get("errors"):
+        fail(result["errors"])
+    items = json.loads(result["files"])
+
+    def render(items: list[dict[str, Any]]):
+        from datetime import UTC, datetime
+
+        from rich.table import Table
+
+        from bai.common.slots import format_bytes
+
+        table = Table(box=None, header_style="bold", title=result["abspath"], title_justify="left")
+        for col in ("MODE", "SIZE", "MODIFIED", "NAME"):
+            table.add_column(col, no_wrap=True)
+        for f in items:
+            when = datetime.fromtimestamp(f["mtime"], UTC).strftime("%Y-%m-%d %H:%M")
+            table.add_row(f["mode"], format_bytes(f["size"]), when, f["filename"])
+        return table
+
+    show(items, as_json, render)
+
+
 @app.command()
 def destroy(
     refs: list[str] = typer.Argument(..., help="Session names or ids."),

@@ -320,6 +320,10 @@ class Client:
         except aiohttp.ClientConnectionError as e:
             raise self._unreachable(e) from None
 
+    async def list_files(self, ref: str, path: str = "/home/work") -> dict[str, Any]:
+        """A folder inside a session's kernel: files (a JSON string, as Backend.AI sends it), errors, abspath."""
+        return await self.request("GET", f"/session/{ref}/files", params={"path": path})
+
     async def keypairs(self) -> list[dict[str, Any]]:
         return (await self.request("GET", "/admin/keypairs"))["items"]
 

@@ -277,5 +277,8 @@ class Agent:
         for path, data in files:
             await channel.put_file(path, data)
 
+    async def rpc_list_files(self, kernel_id: str, path: str) -> dict[str, Any]:
+        return await self.backend.list_files(self._kernel(kernel_id), path)
+
     async def rpc_images(self) -> list[dict[str, Any]]:
         return await self.backend.images()

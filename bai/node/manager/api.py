@@ -204,6 +204,17 @@ async def logs(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def list_files(request: web.Request) -> web.Response:
+    """`session ls` (spec §2.9): parameters from the JSON body (the client sends one on GET) or the query."""
+    registry = registry_of(request)
+    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    body = await read_json(request) if request.body_exists else {}
+    path = (body.get("path") if isinstance(body, dict) else None) or request.query.get("path") or "/home/work"
+    if not isinstance(path, str) or "\x00" in path:
+        raise invalid("path must be a folder path in the kernel")
+    return web.json_response(await registry.list_files(row, path))
+
+
 async def upload(request: web.Request) -> web.Response:
     registry = registry_of(request)
     row = await registry.resolve(request.match_info["ref"], request["access_key"])
@@ -403,6 +414,7 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     r.add_get("/session/{ref}/logs", logs)
     r.add_get("/session/{ref}/history", session_history)
     r.add_post("/session/{ref}/upload", upload)
+    r.add_get("/session/{ref}/files", list_files)
     r.add_get("/stream/session/{ref}/execute", execute_ws)
     r.add_get("/events/session", session_events)
     r.add_get("/agents", list_agents)

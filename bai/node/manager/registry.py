@@ -425,6 +425,19 @@ class Registry:
         except RemoteError as e:
             raise invalid(e.message) from None
 
+    async def list_files(self, session: dict[str, Any], path: str) -> dict[str, Any]:
+        kernel = await self.main_kernel(session)
+        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
+            raise invalid(
+                f"session {session['name']} is {session['status']}: only a running kernel's files can be listed"
+            )
+        try:
+            return await self.link.call(
+                kernel["agent_id"], "list_files", {"kernel_id": kernel["id"], "path": path}, timeout=60
+            )
+        except (RemoteError, AgentUnavailable) as e:
+            raise invalid(str(e)) from None
+
     # -- what agents tell us ----------------------------------------------------------------------
 
     async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:

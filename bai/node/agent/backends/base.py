@@ -81,6 +81,10 @@ class Backend(Protocol):
 
     async def images(self) -> list[dict[str, Any]]: ...
 
+    async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
+        """A folder as the kernel sees it (bai.node.agent.files.list_dir's shape)."""
+        ...
+
     async def close(self, kernels: list[Kernel]) -> None: ...
 
 

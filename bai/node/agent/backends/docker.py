@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ from aiodocker.exceptions import DockerError
 
 from bai.node.agent.backends.base import Dotfile, Kernel, KernelSpec, KernelStartError, connect_runner, kernel_env
 from bai.node.agent.channel import Channel, ChannelError, wait_for_socket
+from bai.node.agent.files import list_script
 
 LABEL_KERNEL = "ai.backend.kernel-id"
 LABEL_SESSION = "ai.backend.session-id"
@@ -286,6 +288,28 @@ class DockerBackend:
             self._link_exit(kernel, exited, watcher)
             kernels.append(kernel)
         return kernels
+
+    async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
+        """Run the listing with the container's Python, so it sees the kernel's files and mounts."""
+        assert self.docker is not None
+        container = self.docker.containers.container(kernel.container_id)
+        try:
+            run = await container.exec(["python3", "-c", list_script(), path], workdir="/home/work")
+            stream = run.start(detach=False)
+            out, err = b"", b""
+            async with stream:
+                while (msg := await stream.read_out()) is not None:
+                    if msg.stream == 1:
+                        out += msg.data
+                    else:
+                        err += msg.data
+        except DockerError as e:
+            return {"files": "[]", "errors": f"cannot list files: {e.message}", "abspath": path}
+        try:
+            return json.loads(out)
+        except ValueError:
+            detail = err.decode(errors="replace").strip()[-300:] or "no Python in this image?"
+            return {"files": "[]", "errors": f"cannot list files: {detail}", "abspath": path}
 
     async def close(self, kernels: list[Kernel]) -> None:
         # Containers keep running; the next start of this agent re-adopts them.

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import posixpath
 import resource
 import shutil
 import signal
@@ -33,6 +34,7 @@ from bai.node.agent.backends.base import (
     kernel_env,
 )
 from bai.node.agent.channel import ChannelError, wait_for_socket
+from bai.node.agent.files import list_dir
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
@@ -162,6 +164,22 @@ class LocalBackend:
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
             await proc.wait()
+
+    async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
+        """List the host folder behind a path of the kernel's view (its home, or a mounted folder)."""
+        work = kernel.run_dir.parent / "work"
+        full = posixpath.normpath(posixpath.join("/home/work", path))
+        host = None
+        for m in sorted(kernel.spec.mounts, key=lambda m: len(m.target), reverse=True):
+            if full == m.target or full.startswith(m.target + "/"):
+                host = m.host_path + full[len(m.target) :]
+                break
+        if host is None and (full == "/home/work" or full.startswith("/home/work/")):
+            host = str(work) + full[len("/home/work") :]
+        if host is None:
+            return {"files": "[]", "errors": f"{full}: only /home/work and its folders can be listed", "abspath": full}
+        result = await asyncio.to_thread(list_dir, host)
+        return {**result, "abspath": full, "errors": result["errors"].replace(host, full)}
 
     async def destroy(self, kernel: Kernel) -> None:
         kernel.destroying = True

@@ -17,7 +17,7 @@ batch mode (the command is split like a shell word list, never run)
   `sleep S`                          exit 0 after S seconds; an interrupt ends it with 130
   anything else                      no output, exit 0
 put_file
-  accepted and discarded; the paths are recorded in `SimChannel.files`.
+  accepted and discarded; the paths are recorded in `SimChannel.files` (and listed by `list_files`).
 """
 
 from __future__ import annotations
@@ -207,6 +207,17 @@ class SimBackend:
 
     async def images(self) -> list[dict[str, Any]]:
         return [{"name": self.image, "id": "sim", "size": 0, "labels": {}}]
+
+    async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
+        """The names put_file received (sizes unknown: the data was discarded), for /home/work."""
+        import json
+
+        channel = kernel.channel
+        names = sorted(getattr(channel, "files", [])) if path.rstrip("/") in ("/home/work", "", ".") else []
+        files = [
+            {"filename": n, "size": 0, "mode": "-rw-r--r--", "mtime": 0.0, "ctime": 0.0, "atime": 0.0} for n in names
+        ]
+        return {"files": json.dumps(files), "errors": "", "abspath": "/home/work"}
 
     async def create(self, spec: KernelSpec, on_output) -> Kernel:
         if self.start_delay > 0:
