@@ -233,3 +233,16 @@ def test_huge_cpu_is_invalid_api_params() -> None:
     with pytest.raises(Problem) as exc:
         parse(_resources({"cpu": 1e30}))
     assert exc.value.slug == "invalid-api-params"
+
+
+def test_backend_ai_image_references_go_through_the_aliases() -> None:
+    from bai.node.manager.requests import resolve_image
+
+    aliases = {"python": "bai-python:3.11", "python:3.9-ubuntu20.04": "bai-python:3.9"}
+    assert resolve_image("python", aliases) == "bai-python:3.11"
+    assert resolve_image("python:3.9-ubuntu20.04", aliases) == "bai-python:3.9"
+    assert resolve_image("cr.backend.ai/stable/python:3.9-ubuntu20.04", aliases) == "bai-python:3.9"
+    assert resolve_image("cr.backend.ai/multiarch/python:3.10-ubuntu22.04", aliases) == "bai-python:3.11"
+    assert resolve_image("localhost:5000/python", aliases) == "bai-python:3.11"
+    assert resolve_image("bai-busybox:latest", aliases) == "bai-busybox:latest"  # no alias: used as it is
+    assert resolve_image("ghcr.io/acme/tool:1", aliases) == "ghcr.io/acme/tool:1"

@@ -79,6 +79,9 @@ def _read_event(resp: http.client.HTTPResponse) -> list[bytes]:
     return lines
 
 
+BAI_FOLDER_ACTIONS = {"restore", "purge"}
+
+
 def _token_target(grant: dict[str, str]) -> str:
     """The path and query of a transfer URL the manager handed out with its token."""
     return f"{urlsplit(grant['url']).path}?{urlencode({'token': grant['token']})}"
@@ -234,7 +237,7 @@ class Client:
         return await self.request("DELETE", f"/session/{ref}", params=params)
 
     async def history(self, ref: str) -> dict[str, Any]:
-        return await self.request("GET", f"/session/{ref}/history")
+        return await self.request("GET", f"/bai/session/{ref}/history")
 
     async def interrupt(self, ref: str) -> None:
         await self.request("POST", f"/session/{ref}/interrupt")
@@ -325,32 +328,32 @@ class Client:
         return await self.request("GET", f"/session/{ref}/files", params={"path": path})
 
     async def keypairs(self) -> list[dict[str, Any]]:
-        return (await self.request("GET", "/admin/keypairs"))["items"]
+        return (await self.request("GET", "/bai/admin/keypairs"))["items"]
 
     async def create_keypair(self, user_id: str, is_admin: bool = False, policy: str | None = None) -> dict[str, Any]:
         body = {"user_id": user_id, "is_admin": is_admin, "resource_policy": policy}
-        return await self.request("POST", "/admin/keypairs", json_body=body)
+        return await self.request("POST", "/bai/admin/keypairs", json_body=body)
 
     async def update_keypair(self, access_key: str, **fields: Any) -> dict[str, Any]:
-        return await self.request("PATCH", f"/admin/keypairs/{access_key}", json_body=fields)
+        return await self.request("PATCH", f"/bai/admin/keypairs/{access_key}", json_body=fields)
 
     async def policies(self) -> list[dict[str, Any]]:
-        return (await self.request("GET", "/admin/policies"))["items"]
+        return (await self.request("GET", "/bai/admin/policies"))["items"]
 
     async def create_policy(self, name: str, **fields: Any) -> dict[str, Any]:
-        return await self.request("POST", "/admin/policies", json_body={"name": name, **fields})
+        return await self.request("POST", "/bai/admin/policies", json_body={"name": name, **fields})
 
     async def update_policy(self, name: str, **fields: Any) -> dict[str, Any]:
-        return await self.request("PATCH", f"/admin/policies/{name}", json_body=fields)
+        return await self.request("PATCH", f"/bai/admin/policies/{name}", json_body=fields)
 
     async def cluster(self) -> dict[str, Any]:
-        return await self.request("GET", "/admin/cluster")
+        return await self.request("GET", "/bai/admin/cluster")
 
     async def agents(self) -> list[dict[str, Any]]:
-        return (await self.request("GET", "/agents"))["items"]
+        return (await self.request("GET", "/bai/agents"))["items"]
 
     async def images(self) -> list[dict[str, Any]]:
-        return (await self.request("GET", "/images"))["items"]
+        return (await self.request("GET", "/bai/images"))["items"]
 
     # -- virtual folders and dotfiles (reference spec §9) -------------------------------------------
 
@@ -372,7 +375,8 @@ class Client:
     async def vfolder_action(self, name: str, action: str, method: str = "POST", **body: Any) -> Any:
         """rename (new_name), restore, purge, share / unshare (access_keys, permission), mkdir (path,
         parents, exist_ok), rename-file (target_path, new_path), delete-files (files, recursive)."""
-        return await self.request(method, f"/folders/{name}/{action}", json_body=body or None)
+        prefix = "/bai" if action in BAI_FOLDER_ACTIONS else ""  # bai's own, where Backend.AI has none
+        return await self.request(method, f"{prefix}/folders/{name}/{action}", json_body=body or None)
 
     async def delete_vfolder(self, name: str) -> None:
         await self.request("DELETE", f"/folders/{name}")

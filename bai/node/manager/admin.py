@@ -193,10 +193,10 @@ async def cluster_info(request: web.Request) -> web.Response:
 
 def add_admin_routes(app: web.Application) -> None:
     r = app.router
-    r.add_get("/admin/cluster", cluster_info)
-    r.add_get("/admin/keypairs", list_keypairs)
-    r.add_post("/admin/keypairs", create_keypair)
-    r.add_patch("/admin/keypairs/{access_key}", update_keypair)
-    r.add_get("/admin/policies", list_policies)
-    r.add_post("/admin/policies", create_policy)
-    r.add_patch("/admin/policies/{name}", update_policy)
+    r.add_get("/bai/admin/cluster", cluster_info)
+    r.add_get("/bai/admin/keypairs", list_keypairs)
+    r.add_post("/bai/admin/keypairs", create_keypair)
+    r.add_patch("/bai/admin/keypairs/{access_key}", update_keypair)
+    r.add_get("/bai/admin/policies", list_policies)
+    r.add_post("/bai/admin/policies", create_policy)
+    r.add_patch("/bai/admin/policies/{name}", update_policy)

@@ -394,6 +394,44 @@ async def list_images(request: web.Request) -> web.Response:
     return web.json_response({"items": items})
 
 
+# Backend.AI endpoints bai does not implement: a clear 501, not a 404 that reads like a typo.
+NOT_IMPLEMENTED = [
+    ("*", "/stream/session/{ref}/pty"),
+    ("*", "/stream/session/{ref}/apps"),
+    ("*", "/stream/session/{ref}/httpproxy"),
+    ("*", "/stream/session/{ref}/tcpproxy"),
+    ("*", "/session/{ref}/commit"),
+    ("*", "/session/{ref}/restart"),
+    ("*", "/session/{ref}/complete"),
+    ("*", "/session/{ref}/rename"),
+    ("*", "/session/{ref}/download"),
+    ("*", "/session/{ref}/download_single"),
+    ("*", "/session/_/create-from-template"),
+    ("*", "/session/_/create-cluster"),
+    ("*", "/session/_/match"),
+    ("*", "/folders/{name}/clone"),
+    ("*", "/folders/{name}/invite"),
+    ("*", "/folders/invitations/{rest:.*}"),
+    ("*", "/folders/{name}/leave"),
+    ("*", "/folders/{name}/update-options"),
+    ("*", "/folders/_/quota"),
+    ("*", "/folders/_/usage"),
+    ("*", "/resource/{rest:.*}"),
+    ("*", "/scaling-groups"),
+    ("*", "/template/{rest:.*}"),
+    ("*", "/services{rest:.*}"),
+    ("*", "/auth/{rest:.*}"),
+]
+
+
+async def not_implemented(request: web.Request) -> web.Response:
+    raise Problem(
+        "not-implemented",
+        "Not implemented.",
+        f"{request.method} {request.path} is a Backend.AI endpoint bai does not offer",
+    )
+
+
 def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     app = web.Application(
         middlewares=[errors, authenticate],
@@ -412,13 +450,13 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     r.add_post("/session/{ref}", execute_http)
     r.add_post("/session/{ref}/interrupt", interrupt)
     r.add_get("/session/{ref}/logs", logs)
-    r.add_get("/session/{ref}/history", session_history)
+    r.add_get("/bai/session/{ref}/history", session_history)
     r.add_post("/session/{ref}/upload", upload)
     r.add_get("/session/{ref}/files", list_files)
     r.add_get("/stream/session/{ref}/execute", execute_ws)
     r.add_get("/events/session", session_events)
-    r.add_get("/agents", list_agents)
-    r.add_get("/images", list_images)
+    r.add_get("/bai/agents", list_agents)
+    r.add_get("/bai/images", list_images)
     add_admin_routes(app)
     add_graphql_routes(app)
     add_dashboard_routes(app)
@@ -426,4 +464,6 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
         from bai.node.manager.vfolders.api import add_vfolder_routes
 
         add_vfolder_routes(app, registry.vfolders)
+    for method, path in NOT_IMPLEMENTED:  # last: real routes of the same shape come first
+        r.add_route(method, path, not_implemented)
     return app

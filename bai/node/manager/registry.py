@@ -148,6 +148,7 @@ class Registry:
         existing = [r for r in existing if r["name"] == req.name]
         if existing:
             return self._reuse(existing[0], req)
+        await self._check_image(req.image)
         mounts: list[dict[str, Any]] = []
         if req.mounts:
             if self.vfolders is None:
@@ -197,6 +198,19 @@ class Registry:
             self.spawn(self._notify_hooks("after_enqueue", row), f"hooks-{session_id}")
         self.wake_dispatcher()
         return row, True
+
+    async def _check_image(self, image: str) -> None:
+        """Refuse an image no agent has, when every agent needs it present (docker; local and sim
+        agents take any Python image name)."""
+        agents = [a for a in await self.store.agents() if a["status"] == "ALIVE"]
+        if not agents or any(a["backend"] != "docker" for a in agents) or image in self.image_labels:
+            return
+        known = ", ".join(sorted(self.image_labels)) or "none"
+        raise Problem(
+            "invalid-api-params",
+            "Unknown image.",
+            f"no agent has the image {image!r} (images: {known}; add an alias under [images.aliases])",
+        )
 
     async def wait_started(self, session_id: str, timeout: float | None) -> dict[str, Any] | None:
         return await self.events.wait_for(

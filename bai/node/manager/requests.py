@@ -67,6 +67,29 @@ def parse_starts_at(value: Any, now: datetime) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+def resolve_image(ref: str, aliases: dict[str, str]) -> str:
+    """A Backend.AI-style image reference → a local image, through the configured aliases.
+
+    `python`, `python:3.9-ubuntu20.04` and `cr.backend.ai/stable/python:3.9-ubuntu20.04` are tried in
+    turn without their registry (`cr.backend.ai/stable/`: a first component with a dot, a colon or
+    `localhost`, then the namespace), then without their tag; the first alias found wins. A reference
+    no alias covers is used as it is (a local image name such as `bai-busybox:latest`)."""
+    if ref in aliases:
+        return aliases[ref]
+    parts = ref.split("/")
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        parts = parts[1:]  # the registry
+    candidates = ["/".join(parts[i:]) for i in range(len(parts))]  # with and without the namespace
+    for name in candidates:
+        if name in aliases:
+            return aliases[name]
+    for name in candidates:
+        repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+        if repo in aliases:
+            return aliases[repo]
+    return ref
+
+
 def parse_create(
     body: Any,
     known_slots: set[str],
@@ -87,7 +110,7 @@ def parse_create(
     image = _first(body, "image", "lang")
     if not isinstance(image, str) or not image.strip():
         raise invalid("image is required")
-    image = aliases.get(image, image)
+    image = resolve_image(image.strip(), aliases)
     stype = str(_first(body, "type", "sessionType", default="interactive")).lower()
     if stype not in SESSION_TYPES:
         raise invalid(f"unknown session type {stype!r} (use interactive or batch)")

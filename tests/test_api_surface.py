@@ -1,0 +1,42 @@
+"""What a client that strays sees: JSON problems, never HTML or a 500; bai's own endpoints under /bai/."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from bai.client.api import APIError
+from tests.nodeproc import Node
+from tests.tui_support import node_client
+
+
+@pytest.fixture(scope="module")
+def sim_node(tmp_path_factory) -> Iterator[Node]:
+    node = Node(tmp_path_factory.mktemp("surface"), "sim").start()
+    yield node
+    node.stop()
+
+
+async def test_unknown_and_unimplemented_endpoints_answer_with_problems(sim_node: Node) -> None:
+    client = node_client(sim_node)
+    for method, path, status, slug in (
+        ("GET", "/no/such/path", 404, "url-not-found"),
+        ("GET", "/agents", 404, "url-not-found"),  # bai's own endpoints moved under /bai/
+        ("GET", "/stream/session/abc/pty", 501, "not-implemented"),
+        ("POST", "/folders/x/clone", 501, "not-implemented"),
+        ("GET", "/resource/presets", 501, "not-implemented"),
+        ("PUT", "/session", 404, "url-not-found"),
+    ):
+        with pytest.raises(APIError) as err:
+            await client.request(method, path)
+        assert (err.value.status, err.value.slug) == (status, slug), (method, path)
+        assert err.value.msg and path.split("/")[1] in err.value.msg
+
+
+async def test_bai_endpoints_live_under_the_prefix(sim_node: Node) -> None:
+    client = node_client(sim_node)
+    assert [a["id"] for a in await client.agents()] == [sim_node.agent_id]
+    assert (await client.request("GET", "/bai/images"))["items"][0]["name"] == "sim"
+    assert any(k["isAdmin"] for k in await client.keypairs())
+    assert "default" in [p["name"] for p in await client.policies()]

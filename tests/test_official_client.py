@@ -1,0 +1,162 @@
+"""The official Backend.AI client (`backend.ai-client==23.9.10`), unchanged, against a real bai node with
+Docker kernels. The client exits 0 even when something fails, so these tests read its output and the
+node's state (reference spec §0).
+
+The client lives in its own virtualenv (Python 3.11, `yarl<1.17.1`): `.venv-bac/` in the checkout (what
+`.ci/run` installs) or `$BAI_OFFICIAL_CLIENT` (the path of its `backend.ai` program).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import tomllib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.nodeproc import ROOT, Node
+
+
+def official_client() -> str:
+    path = os.environ.get("BAI_OFFICIAL_CLIENT") or str(ROOT / ".venv-bac" / "bin" / "backend.ai")
+    if Path(path).is_file():
+        return path
+    reason = f"the official client is not installed at {path} (see .ci/run: backend.ai-client==23.9.10)"
+    if os.environ.get("BAI_REQUIRE_DOCKER") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def client_node(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Node]:
+    request.getfixturevalue("python_image")
+    node = Node(tmp_path_factory.mktemp("official"), "docker").start()
+    yield node
+    left = node.leftover_containers()
+    node.stop()
+    if left:
+        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+
+
+class Official:
+    """Runs `backend.ai …` with the node's keypair, as `eval "$(bai client-env)"` would set it up."""
+
+    def __init__(self, program: str, node: Node, cwd: Path) -> None:
+        self.program = program
+        creds = tomllib.loads((Path(node.env["XDG_CONFIG_HOME"]) / "bai" / "credentials.toml").read_text())
+        exports = node.cli("client-env", check=True).stdout
+        assert f"export BACKEND_ACCESS_KEY={creds['access_key']}" in exports
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(cwd),
+            "LANG": "C.UTF-8",
+            "BACKEND_ENDPOINT": node.endpoint,
+            "BACKEND_ACCESS_KEY": creds["access_key"],
+            "BACKEND_SECRET_KEY": creds["secret_key"],
+        }
+        self.cwd = cwd
+
+    def __call__(self, *args: str, timeout: float = 120) -> str:
+        out = subprocess.run(
+            [self.program, *args], capture_output=True, text=True, env=self.env, cwd=self.cwd, timeout=timeout
+        )
+        return out.stdout + out.stderr
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [self.program, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+            cwd=self.cwd,
+        )
+
+
+@pytest.fixture
+def bai_client(client_node: Node, tmp_path: Path) -> Official:
+    return Official(official_client(), client_node, tmp_path)
+
+
+def test_config_shows_the_node(bai_client: Official, client_node: Node) -> None:
+    out = bai_client("config")
+    assert client_node.endpoint in out and bai_client.env["BACKEND_ACCESS_KEY"] in out
+
+
+def test_run_prints_the_output(bai_client: Official, client_node: Node) -> None:
+    out = bai_client("run", "--rm", "python", "-c", "print(6 * 7)")
+    assert "42" in out and "exit code = 0" in out, out
+    assert not [s for s in client_node.json("session", "ls") if s["status"] == "RUNNING"]
+
+
+def test_run_uploads_files_and_runs_a_batch_command(bai_client: Official) -> None:
+    (bai_client.cwd / "main.py").write_text("import sys\nprint('from a file on', sys.platform)\n")
+    out = bai_client("run", "--rm", "--exec", "python main.py", "python", "main.py")
+    assert "from a file on linux" in out, out
+
+
+def test_image_references_resolve_and_unknown_ones_say_so(bai_client: Official) -> None:
+    out = bai_client("run", "--rm", "cr.backend.ai/stable/python:3.9-ubuntu20.04", "-c", "print('resolved')")
+    assert "resolved" in out, out
+    out = bai_client("run", "--rm", "no-such-image:1.0", "-c", "print(1)")
+    assert "no agent has the image 'no-such-image:1.0'" in out, out
+
+
+def test_session_create_ps_info_logs_ls_destroy(bai_client: Official, client_node: Node) -> None:
+    name = "oc-" + uuid.uuid4().hex[:6]
+    out = bai_client("session", "create", "-t", name, "python")
+    assert "is created and ready" in out, out
+    sid = client_node.json("session", "info", name)["id"]
+    assert name in bai_client("ps")
+    info = bai_client("session", "info", sid)
+    assert name in info and "RUNNING" in info, info
+    client_node.cli(
+        "session", "exec", name, "-c", "open('made-here.txt', 'w').write('x'); print('log line 7')", check=True
+    )
+    assert "log line 7" in bai_client("session", "logs", name)
+    assert "made-here.txt" in bai_client("session", "ls", name)
+    bai_client("session", "destroy", name)
+    assert client_node.json("session", "info", sid)["status"] == "TERMINATED"
+
+
+def test_session_events_stream(bai_client: Official, client_node: Node) -> None:
+    name = "ev-" + uuid.uuid4().hex[:6]
+    client_node.cli("session", "create", "python", "--name", name, check=True)
+    events = bai_client.popen("session", "events", name)
+    try:
+        time.sleep(2)  # subscribed
+        client_node.cli("session", "destroy", name, check=True)
+        deadline = time.monotonic() + 30
+        seen = ""
+        assert events.stdout is not None
+        os.set_blocking(events.stdout.fileno(), False)
+        while "session_terminated" not in seen and time.monotonic() < deadline:
+            seen += events.stdout.read() or ""
+            time.sleep(0.2)
+        assert "session_terminating" in seen and "session_terminated" in seen, seen
+    finally:
+        events.kill()
+        events.wait()
+
+
+def test_vfolder_round_trip(bai_client: Official, client_node: Node) -> None:
+    assert "Default vfolder host: local" in bai_client("vfolder", "list-hosts")
+    name = "ocvf-" + uuid.uuid4().hex[:6]
+    assert f'Virtual folder "{name}" is created' in bai_client("vfolder", "create", name, "local")
+    assert name in bai_client("vfolder", "list")
+    assert "Owner: True" in bai_client("vfolder", "info", name)
+    payload = os.urandom(3 * 1024 * 1024 + 17)
+    (bai_client.cwd / "blob.bin").write_bytes(payload)
+    (bai_client.cwd / "empty.txt").write_bytes(b"")
+    assert "Done" in bai_client("vfolder", "upload", name, "blob.bin", "empty.txt")
+    (bai_client.cwd / "back").mkdir()
+    out = bai_client("vfolder", "download", name, "blob.bin", "empty.txt", "--base-dir", "back")
+    assert "Done" in out, out
+    assert (bai_client.cwd / "back" / "blob.bin").read_bytes() == payload
+    assert (bai_client.cwd / "back" / "empty.txt").read_bytes() == b""
+    listed = {f["name"]: f["size"] for f in client_node.json("vfolder", "ls-files", name)}
+    assert listed == {"blob.bin": len(payload), "empty.txt": 0}
