@@ -179,9 +179,14 @@ def test_create_is_get_or_create_by_name(node: Node) -> None:
         node.cli("session", "destroy", name, check=True)
 
 
-def test_unknown_image_cancels_with_a_reason(node: Node) -> None:
+def test_unknown_image_is_refused_or_cancels_with_a_reason(node: Node) -> None:
     name = f"noimg-{node.backend}"
     result = node.cli("session", "run", "nope", "--name", name, "-c", "print(1)")
+    if node.backend == "docker":  # every agent must have the image: refused before a session exists
+        assert result.returncode == 1
+        assert "no agent has the image 'nope'" in result.stderr and "bai-python:3.11" in result.stderr
+        assert node.cli("session", "info", name).returncode != 0
+        return
     assert result.returncode == 125
     assert "could not start" in result.stderr
     info = node.json("session", "info", name)
