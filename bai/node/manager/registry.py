@@ -71,6 +71,7 @@ class Registry:
         self.start_timeout = start_timeout
         self.vfolders: VFolders | None = None  # set by the node when it serves virtual folders
         self.agent_hosts: dict[str, frozenset[str]] = {}  # agent id -> vfolder hosts it sees (our paths)
+        self.agent_backends: dict[str, str] = {}  # agent id -> its kernel backend (docker, local, sim)
         self.wake_dispatcher = lambda: None  # set by the dispatcher
         self.background = Background(log)
         self.spawn = self.background.spawn
@@ -202,8 +203,8 @@ class Registry:
     async def _check_image(self, image: str) -> None:
         """Refuse an image no agent has, when every agent needs it present (docker; local and sim
         agents take any Python image name)."""
-        agents = [a for a in await self.store.agents() if a["status"] == "ALIVE"]
-        if not agents or any(a["backend"] != "docker" for a in agents) or image in self.image_labels:
+        backends = {self.agent_backends.get(a) for a in self.link.connected()}
+        if backends != {"docker"} or image in self.image_labels:
             return
         known = ", ".join(sorted(self.image_labels)) or "none"
         raise Problem(
@@ -460,6 +461,7 @@ class Registry:
         if lost is not None:  # back within the grace period: its sessions carry on
             lost.cancel()
         await self.store.upsert_agent(registration)
+        self.agent_backends[agent_id] = registration.get("backend", "")
         seen = registration.get("vfolder_hosts") or {}
         ours = self.vfolders.hosts if self.vfolders is not None else {}
         self.agent_hosts[agent_id] = frozenset(h for h, path in ours.items() if seen.get(h) == str(path))
