@@ -92,22 +92,24 @@ def test_broken_toml_in_cwd_names_the_file(isolated: Path) -> None:
     assert str(path) in str(exc.value)
 
 
-def test_search_list_is_lowest_precedence_first(isolated: Path) -> None:
+def test_search_list_is_in_lookup_order(isolated: Path) -> None:
     assert config.config_files() == [
-        Path("/etc/bai/bai.toml"),
-        isolated / "xdg" / "bai" / "bai.toml",
         Path.cwd() / "bai.toml",
+        isolated / "xdg" / "bai" / "bai.toml",
+        Path("/etc/bai/bai.toml"),
     ]
 
 
-def test_files_merge_in_precedence_order(isolated: Path) -> None:
-    user = write(isolated / "xdg" / "bai" / "bai.toml", '[node]\nrole = "agent"\nlisten = "127.0.0.1:7000"\n')
+def test_the_first_file_found_wins_alone(isolated: Path) -> None:
+    write(isolated / "xdg" / "bai" / "bai.toml", '[node]\nrole = "agent"\nlisten = "127.0.0.1:7000"\n')
     local = write(Path.cwd() / "bai.toml", '[node]\nrole = "manager"\n')
-    cfg, used = config.load()
-    assert used[-2:] == [user, local]
-    assert cfg["node"]["role"] == "manager"  # ./bai.toml beats the user file
-    assert cfg["node"]["listen"] == "127.0.0.1:7000"  # user file still counts
-    assert cfg["node"]["backend"] == "auto"  # defaults fill the rest
+    cfg, used, sources = config.load_with_sources({"node": {"backend": "local"}})
+    assert used == [local]
+    assert cfg["node"]["role"] == "manager"
+    assert cfg["node"]["listen"] == "127.0.0.1:8091"  # the user file is not read at all
+    assert sources["node.role"] == str(local)
+    assert sources["node.listen"] == "default"
+    assert sources["node.backend"] == "command line"
 
 
 def test_missing_files_are_skipped_without_bai_config(isolated: Path) -> None:
@@ -120,7 +122,7 @@ def test_missing_files_are_skipped_without_bai_config(isolated: Path) -> None:
 def test_user_file_alone(isolated: Path) -> None:
     user = write(isolated / "xdg" / "bai" / "bai.toml", '[images.aliases]\nr = "bai-r:4"\n')
     cfg, used = config.load()
-    assert used[-1] == user
+    assert used == [user]
     assert cfg["images"]["aliases"] == {"python": "bai-python:3.11", "r": "bai-r:4"}
 
 
@@ -176,3 +178,39 @@ def test_tomlout_merged_config_round_trips() -> None:
 def test_tomlout_dotted_keys_round_trip() -> None:
     cfg = config.merge(DEFAULTS, {"agent": {"docker": {"labels": {"com.example.team": "ml"}}}})
     assert tomllib.loads(tomlout.dumps(cfg)) == cfg
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[agent]\ncpus = 4\n", "[agent] cpus: unknown key (expected one of: cpu,"),
+        ("[nodes]\nrole = 'all'\n", "nodes: unknown key (expected one of: agent,"),
+        ("[link]\nheartbeat_interval = 'fast'\n", "[link] heartbeat_interval: expected a number, got 'fast'"),
+        ("[agent]\npids_limit = 1.5\n", "[agent] pids_limit: expected a whole number, got 1.5"),
+        ("[manager]\nhooks = 'mod'\n", "[manager] hooks: expected a list, got 'mod'"),
+        ("[scaling_groups.gpu]\npolicy = 'fifo'\nselection = 'x'\n", "[scaling_groups.gpu] selection: unknown key"),
+        ("[images]\naliases = { python = 3 }\n", "[images] aliases: expected a table of strings"),
+        ("node = 1\n", "node: expected a table, got 1"),
+    ],
+)
+def test_a_bad_file_names_the_file_the_key_and_what_was_expected(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, text: str, words: str
+) -> None:
+    path = write(isolated / "bad.toml", text)
+    monkeypatch.setenv("BAI_CONFIG", str(path))
+    with pytest.raises(ConfigError) as exc:
+        config.load()
+    assert str(exc.value).startswith(f"{path}: ") and words in str(exc.value)
+
+
+def test_open_tables_and_scaling_groups_accept_their_own_names(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (
+        '[images.aliases]\n"cr.backend.ai/stable/python" = "bai-python:3.11"\n'
+        '[agent.docker.labels]\n"com.example.team" = "ml"\n'
+        '[vfolders.hosts]\nnfs = "/mnt/nfs"\n'
+        '[scaling_groups.gpu]\npolicy = "drf"\n'
+    )
+    monkeypatch.setenv("BAI_CONFIG", str(write(isolated / "ok.toml", text)))
+    cfg, _ = config.load()
+    assert cfg["scaling_groups"]["gpu"] == {"policy": "drf"}
+    assert cfg["vfolders"]["hosts"] == {"nfs": "/mnt/nfs"}

@@ -355,3 +355,24 @@ async def test_concurrent_creates_with_one_name_make_one_session(local_node: Nod
             assert len(listed) == 1
         finally:
             await c.destroy_session("only-one", forced=True)
+
+
+def test_config_show_says_where_each_value_came_from(tmp_path) -> None:
+    cfg = tmp_path / "bai.toml"
+    cfg.write_text('[node]\nlisten = "127.0.0.1:9555"\n')
+    env = {**os.environ, "BAI_CONFIG": str(cfg)}
+    out = subprocess.run([sys.executable, "-m", "bai", "config", "show"], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith('listen = "127.0.0.1:9555"') and line.endswith(f"# {cfg}") for line in lines)
+    assert any(line.startswith('role = "all"') and line.endswith("# default") for line in lines)
+
+
+def test_a_node_with_an_unknown_config_key_does_not_start(tmp_path) -> None:
+    cfg = tmp_path / "bai.toml"
+    cfg.write_text("[agent]\ncpus = 4\n")
+    env = {**os.environ, "BAI_CONFIG": str(cfg)}
+    cmd = [sys.executable, "-m", "bai", "node", "--state-dir", str(tmp_path / "state"), "--listen", "127.0.0.1:0"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert f"{cfg}: [agent] cpus: unknown key (expected one of: cpu," in out.stderr

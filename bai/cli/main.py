@@ -157,20 +157,40 @@ def image_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
 
 @config_app.command("show")
 def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Print the configuration in effect and the files it came from."""
-    from bai.common.config import ConfigError, load
+    """Print the configuration in effect and where each value came from (default, file or flag)."""
+    from bai.common.config import ConfigError, config_files, load_with_sources
 
     try:
-        cfg, used = load()
+        cfg, used, sources = load_with_sources()
     except ConfigError as e:
         fail(str(e), code=2)
     if as_json:
-        print(json.dumps({"files": [str(p) for p in used], "config": cfg}, indent=2))
+        print(json.dumps({"files": [str(p) for p in used], "config": cfg, "sources": sources}, indent=2))
         return
     from bai.common.tomlout import dumps
 
-    print(f"# files: {', '.join(str(p) for p in used) or '(none: defaults only)'}")
-    print(dumps(cfg), end="")
+    looked = ", ".join(str(p) for p in config_files())
+    print(f"# file: {used[0] if used else '(none: defaults only)'}   (first found of: {looked})")
+    for line in dumps(cfg).splitlines():
+        print(_with_source(line, sources))
+
+
+_section = ""
+
+
+def _with_source(line: str, sources: dict[str, str]) -> str:
+    """A line of TOML with `# from …` after each value (the table's, for inline tables)."""
+    global _section
+    if line.startswith("["):
+        _section = line.strip("[]")
+        return line
+    key, sep, _ = line.partition(" = ")
+    if not sep:
+        return line
+    dotted = f"{_section}.{key}" if _section else key
+    found = {src for k, src in sources.items() if k == dotted or k.startswith(dotted + ".")}
+    where = found.pop() if len(found) == 1 else ("several" if found else "default")
+    return f"{line:<48} # {where}"
 
 
 def main() -> None:

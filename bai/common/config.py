@@ -1,7 +1,9 @@
-"""Configuration: TOML files merged in order of precedence, then CLI flags.
+"""Configuration: one TOML schema for every role, from the first file found, then CLI flags.
 
-Files, lowest precedence first: /etc/bai/bai.toml, ~/.config/bai/bai.toml, ./bai.toml.
-`BAI_CONFIG=PATH` replaces that list with one file.
+Looked up in order, the first that exists is used (and only it): ./bai.toml, ~/.config/bai/bai.toml,
+/etc/bai/bai.toml. `BAI_CONFIG=PATH` names the one file instead. Values missing from the file come from
+`DEFAULTS`; flags override both. An unknown key or a value of the wrong type stops the program with the
+file, the key and what was expected. `load_with_sources` also says where each value came from.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
         "manager_key": "",  # role agent: the manager's public key (from `bai cluster join-info`)
         "join_token": "",  # role agent: the cluster's join token
         "start_timeout": 30.0,
+        "sim_start_delay": 0.05,  # backend sim only: seconds a simulated kernel takes to start
         # user: who kernels run as in their containers ("" = the image's default user); bai's images
         # have the user work (1000:1000) owning /home/work, and virtual folders belong to it
         "docker": {"network": "none", "labels": {}, "user": "1000:1000"},
@@ -89,10 +92,11 @@ def data_dir() -> Path:
 
 
 def config_files() -> list[Path]:
+    """Where the configuration is looked for, in order: the first file that exists wins."""
     explicit = os.environ.get("BAI_CONFIG")
     if explicit:
         return [Path(explicit)]
-    return [Path("/etc/bai/bai.toml"), config_dir() / "bai.toml", Path.cwd() / "bai.toml"]
+    return [Path.cwd() / "bai.toml", config_dir() / "bai.toml", Path("/etc/bai/bai.toml")]
 
 
 class ConfigError(Exception):
@@ -109,10 +113,85 @@ def merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load(overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[Path]]:
-    """Return the merged configuration and the files it was read from."""
+# tables whose keys are the user's own (values of one type), and the table of scaling groups, each of
+# which follows the schema of `scaling_groups.default`
+OPEN_TABLES: dict[str, type] = {"images.aliases": str, "agent.docker.labels": str, "vfolders.hosts": str}
+GROUPS = "scaling_groups"
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int):
+        return "a whole number"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return "a string"
+
+
+def _fits(value: Any, default: Any) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(default, list):
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if isinstance(default, dict):
+        return isinstance(value, dict)
+    return isinstance(value, str)
+
+
+def check(data: Mapping[str, Any], file: Path, schema: Mapping[str, Any] = DEFAULTS, section: str = "") -> None:
+    """Refuse unknown keys and values of the wrong type, naming the file, the key and what was expected."""
+    for key, value in data.items():
+        dotted = f"{section}.{key}" if section else key
+        where = f"{file}: [{section}] {key}" if section else f"{file}: {key}"
+        if dotted in OPEN_TABLES:
+            kind = OPEN_TABLES[dotted]
+            if not isinstance(value, dict) or not all(isinstance(v, kind) for v in value.values()):
+                raise ConfigError(f'{where}: expected a table of strings (name = "value")')
+            continue
+        if dotted == GROUPS:
+            if not isinstance(value, dict) or not all(isinstance(g, dict) for g in value.values()):
+                raise ConfigError(f"{where}: expected tables [scaling_groups.NAME]")
+            for name, group in value.items():
+                check(group, file, DEFAULTS[GROUPS]["default"], f"{GROUPS}.{name}")
+            continue
+        if key not in schema:
+            expected = ", ".join(sorted(schema)) or "nothing"
+            raise ConfigError(f"{where}: unknown key (expected one of: {expected})")
+        default = schema[key]
+        if not _fits(value, default):
+            raise ConfigError(f"{where}: expected {_type_name(default)}, got {value!r}")
+        if isinstance(default, dict):
+            check(value, file, default, dotted)
+
+
+def _leaves(data: Mapping[str, Any], section: str = "") -> list[str]:
+    out = []
+    for key, value in data.items():
+        dotted = f"{section}.{key}" if section else key
+        if isinstance(value, dict) and value:
+            out.extend(_leaves(value, dotted))
+        else:
+            out.append(dotted)
+    return out
+
+
+def load_with_sources(
+    overrides: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[Path], dict[str, str]]:
+    """The configuration, the file it was read from ([] for none) and, per dotted key, its source:
+    "default", the file's path, or "command line"."""
     cfg = copy.deepcopy(DEFAULTS)
-    used = []
+    sources = dict.fromkeys(_leaves(DEFAULTS), "default")
+    used: list[Path] = []
     for path in config_files():
         if not path.is_file():
             if os.environ.get("BAI_CONFIG"):
@@ -120,12 +199,25 @@ def load(overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], li
             continue
         try:
             with path.open("rb") as f:
-                cfg = merge(cfg, tomllib.load(f))
+                data = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: {e}") from None
+        except OSError as e:
+            raise ConfigError(f"{path}: {e.strerror}") from None
+        check(data, path)
+        cfg = merge(cfg, data)
+        sources.update(dict.fromkeys(_leaves(data), str(path)))
         used.append(path)
+        break  # the first file found wins
     if overrides:
         cfg = merge(cfg, overrides)
+        sources.update(dict.fromkeys(_leaves(overrides), "command line"))
+    return cfg, used, sources
+
+
+def load(overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[Path]]:
+    """The configuration and the file it was read from."""
+    cfg, used, _ = load_with_sources(overrides)
     return cfg, used
 
 

@@ -58,7 +58,7 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
     if wanted == "sim":  # kernels only in memory: for scale tests and benchmarks
         from bai.node.agent.backends.sim import SimBackend
 
-        return SimBackend(start_delay=float(agent_cfg.get("sim_start_delay", 0.05))), "sim (simulated kernels)"
+        return SimBackend(start_delay=float(agent_cfg["sim_start_delay"])), "sim (simulated kernels)"
     kernels_dir = state_dir / "kernels"
     if wanted == "auto":
         wanted = "docker" if await docker_available() else "local"
