@@ -376,3 +376,12 @@ def test_a_node_with_an_unknown_config_key_does_not_start(tmp_path) -> None:
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
     assert f"{cfg}: [agent] cpus: unknown key (expected one of: cpu," in out.stderr
+
+
+def test_json_logs_are_one_object_per_line(tmp_path) -> None:
+    node = Node(tmp_path / "jsonlog", "sim", args=("--log-format", "json", "-v")).start()
+    node.stop()
+    lines = [line for line in node.log_path.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]  # every line is JSON
+    assert records and all({"time", "level", "logger", "message"} <= r.keys() for r in records)
+    assert any(r["logger"].startswith("bai.") and r["level"] == "info" for r in records)

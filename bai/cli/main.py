@@ -57,6 +57,8 @@ def node(
     join_token: str = typer.Option(None, "--join-token", help="Agent: the cluster's join token."),
     agent_id: str = typer.Option(None, "--agent-id", help="Agent: its id [host name + state folder]."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the node does."),
+    debug: bool = typer.Option(False, "--debug", help="Log everything, libraries included."),
+    log_format: str = typer.Option("human", "--log-format", help="human (lines) or json (one object per line)."),
 ) -> None:
     """Start a node: by default a whole cluster (manager and agent) in one process.
 
@@ -83,7 +85,9 @@ def node(
         fail(str(e), code=2)
     from bai.node.main import main as node_main
 
-    raise typer.Exit(node_main(cfg, verbose))
+    if log_format not in ("human", "json"):
+        raise typer.BadParameter("--log-format wants human or json", param_hint="--log-format")
+    raise typer.Exit(node_main(cfg, verbose, log_format, debug))
 
 
 @cluster_app.command("join-info")

@@ -293,6 +293,7 @@ async def run_node(cfg: dict[str, Any]) -> None:
         for line in lines:
             say(line)
         say("ready; Ctrl-C stops the node")
+        log.info("node %s ready (%s): %s", __version__, title, "; ".join(line.strip() for line in lines))
 
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -307,11 +308,10 @@ async def run_node(cfg: dict[str, Any]) -> None:
                     await stops[step]()
 
 
-def main(cfg: dict[str, Any], verbose: bool = False) -> int:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def main(cfg: dict[str, Any], verbose: bool = False, log_format: str = "human", debug: bool = False) -> int:
+    from bai.common import logs
+
+    logs.setup(log_format, verbose, debug)
     try:
         asyncio.run(run_node(cfg))
     except NodeError as e:
