@@ -21,6 +21,25 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from bai import __version__
+
+        print(f"bai {__version__} (Python {sys.version.split()[0]})")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print bai's version and exit.", is_eager=True, callback=_print_version
+    ),
+) -> None:
+    """Compute sessions in containers: a node, a CLI and a dashboard in one program."""
+
+
 app.add_typer(session_cli.app, name="session")
 agent_app = typer.Typer(help="Agents: the hosts that run kernels.", no_args_is_help=True)
 image_app = typer.Typer(help="Kernel images known to the agents.", no_args_is_help=True)
@@ -199,6 +218,12 @@ def _with_source(line: str, sources: dict[str, str]) -> str:
 
 def main() -> None:
     code: int | str | None
+    try:
+        from bai.common.zipapp import clean_old_extractions
+
+        clean_old_extractions()  # from bai.pyz: older builds' unpacked copies go (a no-op otherwise)
+    except OSError:
+        pass
     try:
         app()
         code = 0

@@ -1,0 +1,95 @@
+"""The shiv zipapp: built from shiv.toml, run from another folder with its own SHIV_ROOT, a node and a
+session from it, and old extractions cleaned up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.nodeproc import ROOT, free_port
+
+
+@pytest.fixture(scope="module")
+def pyz(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("zipapp") / "bai.pyz"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "packaging" / "build-zipapp.py"), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert out.stat().st_size < 15 * 1024 * 1024, "the zipapp should stay under 15 MB"
+    return out
+
+
+@pytest.fixture
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    """Nothing of this checkout: another folder, its own SHIV_ROOT, config and data homes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BACKEND_", "BAI_", "PYTHON", "VIRTUAL_ENV"))}
+    env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if ".venv" not in p)
+    env.update(
+        SHIV_ROOT=str(tmp_path / "shiv"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        XDG_DATA_HOME=str(tmp_path / "data"),
+        HOME=str(tmp_path / "home"),
+    )
+    (tmp_path / "home").mkdir()
+    return env
+
+
+def run(
+    pyz: Path, env: dict[str, str], cwd: Path, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(pyz), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_zipapp_runs_from_anywhere_and_keeps_one_extraction(pyz: Path, clean_env: dict, tmp_path: Path) -> None:
+    shiv_root = Path(clean_env["SHIV_ROOT"])
+    old = shiv_root / f"{pyz.name}_0123456789abcdef" / "site-packages"
+    old.mkdir(parents=True)
+    (shiv_root / f".{pyz.name}_0123456789abcdef_lock").touch()
+    other_app = shiv_root / "other.pyz_0123456789abcdef" / "site-packages"  # not ours: left alone
+    other_app.mkdir(parents=True)
+    result = run(pyz, clean_env, tmp_path, "--version")
+    assert result.returncode == 0 and result.stdout.startswith("bai "), result.stderr
+    ours = sorted(p.name for p in shiv_root.glob(f"{pyz.name}_*"))
+    assert len(ours) == 1 and not ours[0].endswith("0123456789abcdef"), ours
+    assert not (shiv_root / f".{pyz.name}_0123456789abcdef_lock").exists()
+    assert other_app.is_dir()
+
+
+@pytest.fixture
+def pyz_node(pyz: Path, clean_env: dict, tmp_path: Path) -> Iterator[tuple[Path, dict, Path]]:
+    port = free_port()
+    work = tmp_path / "work"
+    work.mkdir()
+    log = (tmp_path / "node.log").open("w")
+    proc = subprocess.Popen(
+        [str(pyz), "node", "--backend", "local", "--listen", f"127.0.0.1:{port}"],
+        env=clean_env,
+        cwd=work,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while "ready" not in (tmp_path / "node.log").read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "node.log").read_text()
+        time.sleep(0.2)
+    yield pyz, clean_env, work
+    proc.terminate()
+    proc.wait(30)
+
+
+def test_a_node_and_a_session_from_the_zipapp(pyz_node) -> None:
+    pyz, env, work = pyz_node
+    result = run(pyz, env, work, "session", "run", "python", "-c", "print('from the zipapp', 6 * 7)")
+    assert result.returncode == 0 and "from the zipapp 42" in result.stdout, result.stderr
+    listed = run(pyz, env, work, "agent", "ls")
+    assert listed.returncode == 0 and "local" in listed.stdout
