@@ -385,3 +385,33 @@ def test_json_logs_are_one_object_per_line(tmp_path) -> None:
     records = [json.loads(line) for line in lines]  # every line is JSON
     assert records and all({"time", "level", "logger", "message"} <= r.keys() for r in records)
     assert any(r["logger"].startswith("bai.") and r["level"] == "info" for r in records)
+
+
+def test_https_with_a_self_signed_certificate(tmp_path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        capture_output=True,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    node = Node(tmp_path / "tls", "sim", args=("--tls-cert", str(cert), "--tls-key", str(key))).start()
+    try:
+        assert f"endpoint  https://127.0.0.1:{node.port}" in node.banner
+        untrusted = node.cli("agent", "ls")
+        assert untrusted.returncode == 1 and "certificate bai does not trust" in untrusted.stderr
+        assert "--ca" in untrusted.stderr
+        trusted = node.cli("--ca", str(cert), "session", "run", "sim", "-c", "print(7)")
+        assert trusted.returncode == 0 and trusted.stdout.strip() == "7", trusted.stderr
+        # plain HTTP to the HTTPS port gets nowhere
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=10)
+        with pytest.raises((http.client.HTTPException, OSError)):
+            conn.request("GET", "/")
+            conn.getresponse().read()
+    finally:
+        node.stop()
+    half = Node(tmp_path / "half", "sim", args=("--tls-cert", str(cert)))
+    with pytest.raises(AssertionError, match="needs both --tls-cert and --tls-key"):
+        half.start(timeout=15)

@@ -36,8 +36,13 @@ def _root(
     version: bool = typer.Option(
         False, "--version", help="Print bai's version and exit.", is_eager=True, callback=_print_version
     ),
+    ca: str = typer.Option(None, "--ca", help="Trust this PEM CA file for an https:// manager (private CA)."),
 ) -> None:
     """Compute sessions in containers: a node, a CLI and a dashboard in one program."""
+    if ca:
+        if not os.path.isfile(ca):
+            raise typer.BadParameter(f"{ca}: no such file", param_hint="--ca")
+        os.environ["BACKEND_CA_FILE"] = ca  # read by bai.client, as BACKEND_* settings are
 
 
 app.add_typer(session_cli.app, name="session")
@@ -75,6 +80,8 @@ def node(
     manager_key: str = typer.Option(None, "--manager-key", help="Agent: the manager's public key."),
     join_token: str = typer.Option(None, "--join-token", help="Agent: the cluster's join token."),
     agent_id: str = typer.Option(None, "--agent-id", help="Agent: its id [host name + state folder]."),
+    tls_cert: str = typer.Option(None, "--tls-cert", help="Serve the API over HTTPS with this PEM certificate."),
+    tls_key: str = typer.Option(None, "--tls-key", help="The certificate's PEM private key."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the node does."),
     debug: bool = typer.Option(False, "--debug", help="Log everything, libraries included."),
     log_format: str = typer.Option("human", "--log-format", help="human (lines) or json (one object per line)."),
@@ -98,6 +105,8 @@ def node(
                 manager_key=("agent", "manager_key", manager_key),
                 join_token=("agent", "join_token", join_token),
                 agent_id=("agent", "id", agent_id),
+                tls_cert=("node", "tls_cert", tls_cert),
+                tls_key=("node", "tls_key", tls_key),
             )
         )
     except ConfigError as e:

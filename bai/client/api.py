@@ -12,6 +12,7 @@ import asyncio
 import codecs
 import http.client
 import json
+import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
@@ -113,6 +114,7 @@ class Client:
         self.host = parts.netloc
         self.prefix = parts.path.rstrip("/")
         self._http: aiohttp.ClientSession | None = None
+        self._ssl: Any = None
 
     async def __aenter__(self) -> Client:
         return self
@@ -125,7 +127,10 @@ class Client:
         import aiohttp
 
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+            connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.scheme == "https" else None
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), connector=connector
+            )
         return self._http
 
     async def close(self) -> None:
@@ -155,6 +160,11 @@ class Client:
         return f"{self.scheme}://{self.host}{full_path}"
 
     def _unreachable(self, e: Exception) -> APIError:
+        import ssl
+
+        if isinstance(e, ssl.SSLCertVerificationError):
+            hint = f"{e.verify_message}: trust its CA with `bai --ca FILE` (or BACKEND_CA_FILE)"
+            return APIError(0, f"the manager at {self.endpoint} has a certificate bai does not trust", hint)
         return APIError(0, f"cannot reach the manager at {self.endpoint}", str(e))
 
     def _broke_off(self, what: str, e: Exception) -> APIError:
@@ -162,9 +172,19 @@ class Client:
             return self._unreachable(e)
         return APIError(0, f"the {what} broke off", str(e) or type(e).__name__)
 
+    @property
+    def ssl_context(self):
+        """The TLS context for an https:// manager: the system's CAs, or BACKEND_CA_FILE (`bai --ca`)."""
+        if self._ssl is None:
+            import ssl
+
+            self._ssl = ssl.create_default_context(cafile=os.environ.get("BACKEND_CA_FILE") or None)
+        return self._ssl
+
     def _connect(self) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        return cls(self.host, timeout=None)
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(self.host, timeout=None, context=self.ssl_context)
+        return http.client.HTTPConnection(self.host, timeout=None)
 
     def _open(self, method: str, full: str, body: bytes | None, ctype: str) -> http.client.HTTPResponse:
         """Send a signed request and return the response once its headers are in (blocking)."""

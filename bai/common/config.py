@@ -23,6 +23,10 @@ DEFAULTS: dict[str, Any] = {
         "backend": "auto",  # auto | docker | local (agents of a cluster: docker unless told)
         "link_listen": "127.0.0.1:5002",  # role manager: where agents connect
         "manager": "",  # role agent: tcp://HOST:PORT of the manager's link
+        # serve the API over HTTPS (both needed; PEM files); clients verify it (`bai --ca FILE` for a
+        # private CA)
+        "tls_cert": "",
+        "tls_key": "",
     },
     "link": {
         "heartbeat_interval": 3.0,  # seconds between an agent's heartbeats

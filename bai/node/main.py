@@ -108,6 +108,23 @@ async def _sweep_uploads(vfolders) -> None:
         await asyncio.sleep(600)
 
 
+def tls_context(cfg: dict[str, Any]):
+    """The server's TLS context from [node] tls_cert / tls_key, or None for plain HTTP."""
+    cert, key = str(cfg["node"]["tls_cert"]), str(cfg["node"]["tls_key"])
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise NodeError("HTTPS needs both --tls-cert and --tls-key")
+    import ssl
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(Path(cert).expanduser(), Path(key).expanduser())
+    except (OSError, ssl.SSLError) as e:
+        raise NodeError(f"cannot use the TLS certificate {cert} with key {key}: {e}") from None
+    return context
+
+
 def hostport(value: str, flag: str) -> tuple[str, int]:
     try:
         return parse_hostport(value.removeprefix("tcp://"), flag)
@@ -170,7 +187,7 @@ async def start_manager(
     await runner.setup()
     stops["http"] = runner.cleanup
     try:
-        await web.TCPSite(runner, host, port, reuse_address=True).start()
+        await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls_context(cfg)).start()
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             raise NodeError(
@@ -190,7 +207,7 @@ async def start_manager(
     timers.start()
     stops["timers"] = timers.stop
     shown_host = host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-    endpoint = f"http://{shown_host}:{port}"
+    endpoint = f"{'https' if cfg['node']['tls_cert'] else 'http'}://{shown_host}:{port}"
     cred_path = credentials.save(credentials.Credentials(endpoint, access_key, secret_key))
     lines = [f"  endpoint  {endpoint}", f"  state     {state_dir}"]
     if settings["cluster"]:
