@@ -40,3 +40,32 @@ async def test_bai_endpoints_live_under_the_prefix(sim_node: Node) -> None:
     assert (await client.request("GET", "/bai/images"))["items"][0]["name"] == "sim"
     assert any(k["isAdmin"] for k in await client.keypairs())
     assert "default" in [p["name"] for p in await client.policies()]
+
+
+def test_metrics_for_prometheus_after_running_sessions(sim_node: Node) -> None:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sim_node.cli("session", "create", "sim", "--name", "metric-run", "--cpu", "1", check=True)
+    sim_node.cli("session", "create", "sim", "--name", "metric-wait", "--cpu", "64", "--no-wait", check=True)
+    sim_node.cli(
+        "session", "create", "sim", "--name", "metric-done", "--type", "batch", "--startup-command", "true",
+        "--wait", check=True,
+    )  # fmt: skip
+    text = urllib.request.urlopen(f"{sim_node.endpoint}/metrics", timeout=10).read().decode()  # unsigned
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    assert samples[("bai_sessions", (("status", "RUNNING"),))] >= 1
+    assert samples[("bai_sessions", (("status", "PENDING"),))] >= 1
+    assert samples[("bai_sessions", (("status", "TERMINATED"),))] >= 1
+    assert samples[("bai_pending_sessions", ())] == samples[("bai_sessions", (("status", "PENDING"),))]
+    assert samples[("bai_agents", (("status", "ALIVE"),))] == 1
+    assert samples[("bai_slot_capacity", (("slot", "cpu"),))] >= 2
+    assert samples[("bai_slot_used", (("slot", "cpu"),))] >= 1
+    assert samples[("bai_scheduling_latency_seconds_count", ())] >= 2  # metric-run and metric-done
+    assert samples[("bai_sessions_scheduled_total", ())] >= 2
+    for name in ("metric-run", "metric-wait"):
+        sim_node.cli("session", "destroy", name, check=True)

@@ -20,13 +20,14 @@ from bai.node.manager.admin import add_admin_routes
 from bai.node.manager.dashboard import add_dashboard_routes
 from bai.node.manager.graphql_api import add_graphql_routes
 from bai.node.manager.http import REGISTRY, SETTINGS, problem_response, read_json, registry_of
+from bai.node.manager.metrics import add_metrics_routes
 from bai.node.manager.registry import Registry
 from bai.node.manager.represent import agent_items, session_json
 from bai.node.manager.requests import parse_create
 
 log = logging.getLogger("bai.api")
 SESSION_EVENT_OF = {status.value: name for status, name in SESSION_EVENTS.items()}
-PUBLIC = {("GET", "/")}
+PUBLIC = {("GET", "/"), ("GET", "/metrics")}
 MAX_UPLOAD_FILES = 64
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
 
@@ -460,6 +461,7 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     add_admin_routes(app)
     add_graphql_routes(app)
     add_dashboard_routes(app)
+    add_metrics_routes(app)
     if registry.vfolders is not None:
         from bai.node.manager.vfolders.api import add_vfolder_routes
 

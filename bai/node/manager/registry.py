@@ -29,6 +29,7 @@ from bai.common.status import (
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
 from bai.node.manager.events import EventHub, LogHub
 from bai.node.manager.hooks import Hooks
+from bai.node.manager.metrics import ManagerMetrics
 from bai.node.manager.requests import CreateRequest
 from bai.node.manager.store import Store
 from bai.node.manager.vfolders.service import VFolders
@@ -72,6 +73,7 @@ class Registry:
         self.vfolders: VFolders | None = None  # set by the node when it serves virtual folders
         self.agent_hosts: dict[str, frozenset[str]] = {}  # agent id -> vfolder hosts it sees (our paths)
         self.agent_backends: dict[str, str] = {}  # agent id -> its kernel backend (docker, local, sim)
+        self.metrics = ManagerMetrics()
         self.wake_dispatcher = lambda: None  # set by the dispatcher
         self.background = Background(log)
         self.spawn = self.background.spawn
@@ -235,6 +237,8 @@ class Registry:
         if pending:
             self.changes.publish("pending_updated", {"ids": [sid for sid, _, _ in pending]})
         agents = dict(placements)
+        now = datetime.now(UTC)
+        self.metrics.scheduled([(now - datetime.fromisoformat(r["created_at"])).total_seconds() for r in scheduled])
         for row in cancelled:
             self.events.publish("session_cancelled", row)
             if self.hooks:

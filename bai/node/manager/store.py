@@ -582,6 +582,11 @@ class Store:
             lambda conn: _row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
         )
 
+    async def count_sessions_by_status(self) -> dict[str, int]:
+        return await self._read(
+            lambda conn: dict(conn.execute("SELECT status, COUNT(*) FROM sessions GROUP BY status").fetchall())
+        )
+
     async def sessions_by_ids(self, session_ids: list[str]) -> list[dict[str, Any]]:
         """The sessions with these ids (those that exist), in one read."""
 
