@@ -11,7 +11,7 @@ import pytest
 
 from tests.nodeproc import ROOT
 
-UNITS = ["bai-manager.service", "bai-agent.service"]
+UNITS = ["bai-manager.service", "bai-agent.service", "bai-watcher.service"]
 
 
 def test_systemd_units_verify(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_systemd_units_verify(tmp_path: Path) -> None:
     paths = []
     for name in UNITS:
         text = (ROOT / "packaging" / "systemd" / name).read_text()
-        assert "ExecStart=/usr/local/bin/bai.pyz node" in text and "Restart=on-failure" in text
+        assert "ExecStart=/usr/local/bin/bai.pyz " in text and "Restart=" in text
         assert "KillSignal=SIGTERM" in text
         unit = tmp_path / name
         unit.write_text(text.replace("/usr/local/bin/bai.pyz", str(program)))

@@ -118,6 +118,24 @@ def node(
     raise typer.Exit(node_main(cfg, verbose, log_format, debug))
 
 
+@app.command()
+def watcher(
+    listen: str = typer.Option(None, "--listen", help="HOST:PORT [127.0.0.1:6009]."),
+    state_dir: str = typer.Option(None, "--state-dir", help="The agent's state folder [~/.local/share/bai]."),
+) -> None:
+    """Run the watcher beside an agent: status, drain / undrain, restart, metrics (see bai/node/watcher.py)."""
+    from bai.common.config import ConfigError, load
+
+    try:
+        cfg, _ = load(_overrides(listen=("watcher", "listen", listen), state_dir=("node", "state_dir", state_dir)))
+    except ConfigError as e:
+        fail(str(e), code=2)
+    from bai.node.main import state_dir_of
+    from bai.node.watcher import main as watcher_main
+
+    raise typer.Exit(watcher_main(cfg, state_dir_of(cfg)))
+
+
 @cluster_app.command("join-info")
 def cluster_join_info(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """What an agent needs to join this cluster (admins): the command to run on the agent's host."""

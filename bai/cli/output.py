@@ -55,7 +55,7 @@ def agents_table(items: list[dict[str, Any]]) -> Table:
 
         table.add_row(
             a["id"],
-            a["status"],
+            a["status"] + ("" if a.get("schedulable", True) else " (drained)"),
             a["backend"],
             a["scalingGroup"],
             pair("cpu"),

@@ -50,6 +50,14 @@ DEFAULTS: dict[str, Any] = {
         # have the user work (1000:1000) owning /home/work, and virtual folders belong to it
         "docker": {"network": "none", "labels": {}, "user": "1000:1000"},
     },
+    "watcher": {
+        # `bai watcher`: a small HTTP service beside an agent (a separate process, so it answers even
+        # when the agent is stuck): status, drain / undrain, restart, metrics
+        "listen": "127.0.0.1:6009",
+        "token": "",  # empty: one is made at first start and kept in <state dir>/watcher.token (0600)
+        "restart_command": "systemctl restart bai-agent",  # {pid} is the agent's process id
+        "stale_after": 30.0,  # seconds without a status from the agent before it counts as stuck
+    },
     "manager": {
         "tick": 10.0,  # seconds between scheduling rounds when no event wakes the dispatcher
         "hooks": [],  # modules with hook functions (see bai/node/manager/hooks.py)

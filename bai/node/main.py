@@ -228,7 +228,13 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
     backend, backend_text = await choose_backend(cfg, agent_id, state_dir, runner_path)
     slots = discover_slots(str(cfg["agent"]["cpu"]), str(cfg["agent"]["mem"]))
     agent = Agent(
-        agent_id, backend, make_link(agent_id), slots, cfg["agent"]["scaling_group"], vfolder_hosts(cfg, state_dir)
+        agent_id,
+        backend,
+        make_link(agent_id),
+        slots,
+        cfg["agent"]["scaling_group"],
+        vfolder_hosts(cfg, state_dir),
+        state_dir,
     )
     await agent.start()
     stops["agent"] = agent.stop

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import platform
 import socket
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -78,8 +81,12 @@ class Agent:
         slots: slotlib.Slots,
         scaling_group: str = "default",
         vfolder_hosts: dict[str, Path] | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self.id = agent_id
+        # the watcher (`bai watcher`, a separate process) reads status.json and sets / clears `drained`
+        self.status_file = state_dir / "agent-status.json" if state_dir else None
+        self.drain_file = state_dir / "drained" if state_dir else None
         self.vfolder_hosts = vfolder_hosts or {}  # name -> root, as this node's configuration says
         self.backend = backend
         self.link = link
@@ -116,7 +123,36 @@ class Agent:
         occupied: slotlib.Slots = {}
         for k in self.kernels.values():
             occupied = slotlib.add(occupied, k.spec.slots)
-        return {"occupied_slots": slotlib.to_wire(occupied), "kernels": sorted(self.kernels)}
+        drained = self.drain_file is not None and self.drain_file.exists()
+        beat = {
+            "occupied_slots": slotlib.to_wire(occupied),
+            "kernels": sorted(self.kernels),
+            "schedulable": not drained,
+        }
+        self._write_status(beat)
+        return beat
+
+    def _write_status(self, beat: dict[str, Any]) -> None:
+        """What the watcher reports; its age tells a stuck agent from a busy one."""
+        if self.status_file is None:
+            return
+        status = {
+            "id": self.id,
+            "pid": os.getpid(),
+            "time": time.time(),
+            "backend": self.backend.name,
+            "drained": not beat["schedulable"],
+            "kernels": [
+                {"kernel_id": k.spec.kernel_id, "session": k.spec.session_name, "container_id": k.container_id}
+                for k in self.kernels.values()
+            ],
+        }
+        tmp = self.status_file.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(status))
+            tmp.replace(self.status_file)
+        except OSError as e:
+            log.warning("cannot write %s: %s", self.status_file, e)
 
     async def rejoined(self, answer: dict[str, Any]) -> None:
         await self._reconcile(answer)

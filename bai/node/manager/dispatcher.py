@@ -120,6 +120,7 @@ class Dispatcher:
                 capacity=slotlib.from_wire(a["slots"]),
                 occupied=occupied.get(a["id"], {}),
                 vfolder_hosts=self.registry.agent_hosts.get(a["id"], frozenset()),
+                schedulable=self.registry.agent_schedulable.get(a["id"], True),
             )
             for a in await store.agents()
             if a["status"] == "ALIVE" and a["id"] in connected

@@ -74,6 +74,7 @@ class Registry:
         self.agent_hosts: dict[str, frozenset[str]] = {}  # agent id -> vfolder hosts it sees (our paths)
         self.agent_backends: dict[str, str] = {}  # agent id -> its kernel backend (docker, local, sim)
         self.metrics = ManagerMetrics()
+        self.agent_schedulable: dict[str, bool] = {}  # False while an agent is drained (its heartbeats say)
         self.wake_dispatcher = lambda: None  # set by the dispatcher
         self.background = Background(log)
         self.spawn = self.background.spawn
@@ -539,6 +540,11 @@ class Registry:
     async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
         if name == "heartbeat":
             await self.store.touch_agent(agent_id)
+            schedulable = bool(payload.get("schedulable", True))
+            if self.agent_schedulable.get(agent_id, True) != schedulable:
+                self.agent_schedulable[agent_id] = schedulable
+                log.warning("agent %s is %s", agent_id, "schedulable again" if schedulable else "drained")
+                self.wake_dispatcher()
             self.changes.publish("agent_heartbeat", {"id": agent_id})
         elif name == "kernel_logs":
             chunks = [(kid, text) for kid, text in payload["chunks"] if text]

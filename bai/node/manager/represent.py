@@ -98,6 +98,7 @@ async def agent_items(registry: Registry) -> list[dict[str, Any]]:
                 "occupiedSlots": slotlib.to_wire(occupied.get(a["id"], {})),
                 "firstContact": a["first_contact"],
                 "lastSeen": a["last_seen"],
+                "schedulable": registry.agent_schedulable.get(a["id"], True),
             }
         )
     return items
