@@ -205,6 +205,47 @@ def image_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
     show(call(lambda c: c.images()), as_json, images_table)
 
 
+@image_app.command("pull")
+def image_pull(
+    image: str,
+    agent: str = typer.Option(None, "--agent", help="Pull on this agent only [every Docker agent]."),
+) -> None:
+    """Pull an image from its registry onto the agents (admins)."""
+    for done in call(lambda c: c.pull_image(image, agent)):
+        print(f"{done['agent']}: {done['name']} ({done['size'] / 2**20:.1f} MiB)")
+
+
+@image_app.command("rm")
+def image_rm(
+    image: str,
+    agent: str = typer.Option(None, "--agent", help="Remove from this agent only [every agent that has it]."),
+) -> None:
+    """Remove an image from the agents (admins)."""
+    removed = call(lambda c: c.remove_image(image, agent))
+    print(f"{image} removed from {', '.join(removed)}")
+
+
+@image_app.command("alias")
+def image_alias(
+    alias: str = typer.Argument(None, help="The name users give, e.g. python or pytorch."),
+    image: str = typer.Argument(None, help="The image it stands for."),
+    remove: bool = typer.Option(False, "--remove", help="Remove the alias."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List aliases, set ALIAS → IMAGE, or --remove ALIAS (admins; kept by the manager)."""
+    if alias is None:
+        aliases = call(lambda c: c.image_aliases())
+        if as_json:
+            print(json.dumps(aliases, indent=2))
+        for name, target in sorted(aliases.items()):
+            print(f"{name} → {target}")
+        return
+    if remove == (image is not None):
+        raise typer.BadParameter("give ALIAS IMAGE to set, or ALIAS --remove")
+    call(lambda c: c.set_image_alias(alias, None if remove else image))
+    print(f"alias {alias} removed" if remove else f"alias {alias} → {image}")
+
+
 @config_app.command("show")
 def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Print the configuration in effect and where each value came from (default, file or flag)."""

@@ -375,6 +375,23 @@ class Client:
     async def images(self) -> list[dict[str, Any]]:
         return (await self.request("GET", "/bai/images"))["items"]
 
+    async def pull_image(self, image: str, agent: str | None = None) -> list[dict[str, Any]]:
+        body = {"image": image, "agent": agent}
+        return (await self.request("POST", "/bai/images/pull", json_body=body))["pulled"]
+
+    async def remove_image(self, image: str, agent: str | None = None) -> list[str]:
+        params = {"image": image, "agent": agent}
+        return (await self.request("DELETE", "/bai/images", params=params))["removed_from"]
+
+    async def image_aliases(self) -> dict[str, str]:
+        return await self.request("GET", "/bai/images/aliases")
+
+    async def set_image_alias(self, alias: str, image: str | None) -> None:
+        if image is None:
+            await self.request("DELETE", f"/bai/images/aliases/{alias}")
+        else:
+            await self.request("PUT", f"/bai/images/aliases/{alias}", json_body={"image": image})
+
     # -- virtual folders and dotfiles (reference spec §9) -------------------------------------------
 
     async def vfolder_hosts(self) -> dict[str, Any]:

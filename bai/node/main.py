@@ -179,7 +179,8 @@ async def start_manager(
     settings = {
         "keypairs": await store.keypairs(),
         "default_resources": {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])},
-        "image_aliases": dict(cfg["images"]["aliases"]),
+        "image_aliases": {**cfg["images"]["aliases"], **await store.image_aliases()},
+        "config_aliases": dict(cfg["images"]["aliases"]),
         "cluster": cluster,
     }
     # a short shutdown timeout: open execution streams and waiting creates end with the node

@@ -17,6 +17,7 @@ from typing import Any
 from bai import __version__
 from bai.common import slots as slotlib
 from bai.common.background import Background
+from bai.common.images import registry_of
 from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount
 from bai.node.agent.channel import ChannelError
 from bai.node.link.base import AgentLink
@@ -247,6 +248,8 @@ class Agent:
             mounts=[Mount(m["host_path"], m["target"], bool(m["read_only"])) for m in config.get("mounts") or []],
             dotfiles=[Dotfile(d["path"], d["data"], int(d["permission"], 8)) for d in config.get("dotfiles") or []],
         )
+        if registry_of(spec.image) and hasattr(self.backend, "pull") and not await self.backend.has_image(spec.image):
+            await self._pull_for(spec)
         for mount in spec.mounts:  # a folder this agent cannot see would be an empty directory
             if not Path(mount.host_path).is_dir():
                 raise KernelStartError(
@@ -267,6 +270,31 @@ class Agent:
             "pid": kernel.pid,
             "query": kernel.channel.supports_query,
         }
+
+    async def _pull_for(self, spec: KernelSpec) -> None:
+        """Pull a kernel's image from its registry, telling the manager how far it got (at most 4 times a second)."""
+        last = 0.0
+
+        async def progress(done: int, total: int) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last >= 0.25:
+                last = now
+                event = {"kernel_id": spec.kernel_id, "session_id": spec.session_id, "image": spec.image}
+                await self.link.emit("kernel_pulling", {**event, "done": done, "total": total})
+
+        await progress(0, 0)
+        await self.backend.pull(spec.image, progress)
+
+    async def rpc_pull_image(self, image: str) -> dict[str, Any]:
+        if not hasattr(self.backend, "pull"):
+            raise KernelStartError(f"the {self.backend.name} backend has no images to pull")
+        return await self.backend.pull(image)
+
+    async def rpc_remove_image(self, image: str) -> None:
+        if not hasattr(self.backend, "remove_image"):
+            raise KernelStartError(f"the {self.backend.name} backend has no images to remove")
+        await self.backend.remove_image(image)
 
     async def rpc_destroy_kernel(self, kernel_id: str, reason: str = "user-requested") -> dict[str, Any]:
         kernel = self.kernels.pop(kernel_id, None)

@@ -20,6 +20,7 @@ from bai.node.manager.admin import add_admin_routes
 from bai.node.manager.dashboard import add_dashboard_routes
 from bai.node.manager.graphql_api import add_graphql_routes
 from bai.node.manager.http import REGISTRY, SETTINGS, problem_response, read_json, registry_of
+from bai.node.manager.images_api import add_image_routes
 from bai.node.manager.metrics import add_metrics_routes
 from bai.node.manager.registry import Registry
 from bai.node.manager.represent import agent_items, session_json
@@ -379,22 +380,6 @@ async def list_agents(request: web.Request) -> web.Response:
     return web.json_response({"items": await agent_items(registry_of(request))})
 
 
-async def list_images(request: web.Request) -> web.Response:
-    registry = registry_of(request)
-    items = []
-    aliases = request.app[SETTINGS]["image_aliases"]
-    for agent_id in sorted(registry.link.connected()):
-        for image in await registry.link.call(agent_id, "images", {}, timeout=30):
-            items.append(
-                {
-                    **image,
-                    "agent": agent_id,
-                    "aliases": sorted(a for a, t in aliases.items() if t == image["name"]),
-                }
-            )
-    return web.json_response({"items": items})
-
-
 # Backend.AI endpoints bai does not implement: a clear 501, not a 404 that reads like a typo.
 NOT_IMPLEMENTED = [
     ("*", "/stream/session/{ref}/pty"),
@@ -457,11 +442,11 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     r.add_get("/stream/session/{ref}/execute", execute_ws)
     r.add_get("/events/session", session_events)
     r.add_get("/bai/agents", list_agents)
-    r.add_get("/bai/images", list_images)
     add_admin_routes(app)
     add_graphql_routes(app)
     add_dashboard_routes(app)
     add_metrics_routes(app)
+    add_image_routes(app)
     if registry.vfolders is not None:
         from bai.node.manager.vfolders.api import add_vfolder_routes
 

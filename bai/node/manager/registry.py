@@ -17,6 +17,7 @@ from typing import Any
 
 from bai.common import slots as slotlib
 from bai.common.background import Background
+from bai.common.images import registry_of
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import (
     ACTIVE_STATUSES,
@@ -36,6 +37,8 @@ from bai.node.manager.vfolders.service import VFolders
 
 log = logging.getLogger("bai.manager")
 S = SessionStatus
+PULL_TIMEOUT = 900.0  # seconds an image pull may add to a kernel's start
+STARTING = [S.PREPARING, S.PULLING]  # a kernel on its way: being created, or its image pulled first
 HOOK_POINTS = {S.RUNNING: "after_start", S.TERMINATED: "after_termination", S.CANCELLED: "after_termination"}
 STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {S.ERROR, S.TERMINATING}
 
@@ -207,8 +210,8 @@ class Registry:
         """Refuse an image no agent has, when every agent needs it present (docker; local and sim
         agents take any Python image name)."""
         backends = {self.agent_backends.get(a) for a in self.link.connected()}
-        if backends != {"docker"} or image in self.image_labels:
-            return
+        if backends != {"docker"} or image in self.image_labels or registry_of(image):
+            return  # (an image from a registry is pulled when a kernel needs it)
         known = ", ".join(sorted(self.image_labels)) or "none"
         raise Problem(
             "invalid-api-params",
@@ -273,18 +276,20 @@ class Registry:
             "dotfiles": await self.store.dotfiles(session["access_key"]),
         }
         try:
-            result = await self.link.call(agent_id, "create_kernel", {"config": config}, timeout=self.start_timeout)
+            # an image from a registry may have to be pulled first: allow for that too
+            limit = self.start_timeout + (PULL_TIMEOUT if registry_of(session["image"]) else 0)
+            result = await self.link.call(agent_id, "create_kernel", {"config": config}, timeout=limit)
         except TimeoutError:
             # PREPARING took too long: an ERROR with the reason, then clean up and free the slots
             error = _error_data(agent_id, TimeoutError(f"the kernel did not start within {self.start_timeout:g} s"))
-            if await self.transition(sid, S.ERROR, StatusInfo.FAILED_TO_START, error, allowed_from=[S.PREPARING]):
+            if await self.transition(sid, S.ERROR, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING):
                 with contextlib.suppress(Exception):
                     await self.link.call(agent_id, "destroy_kernel", {"kernel_id": kernel["id"]}, timeout=30)
                 await self.transition(sid, S.TERMINATED, StatusInfo.FAILED_TO_START, error, allowed_from=[S.ERROR])
             return
         except (RemoteError, AgentUnavailable) as e:
             await self.transition(
-                sid, S.CANCELLED, StatusInfo.FAILED_TO_START, _error_data(agent_id, e), allowed_from=[S.PREPARING]
+                sid, S.CANCELLED, StatusInfo.FAILED_TO_START, _error_data(agent_id, e), allowed_from=STARTING
             )
             return
         started = await self.transition(
@@ -292,7 +297,7 @@ class Registry:
             S.RUNNING,
             "",
             {},
-            allowed_from=[S.PREPARING],
+            allowed_from=STARTING,
             kernel_updates={kernel["id"]: {"container_id": result.get("container_id")}},
         )
         if started is None:
@@ -552,10 +557,24 @@ class Registry:
                 await self.store.append_logs(chunks)
                 for kid in {kid for kid, _ in chunks}:
                     self.logs.notify(kid)
+        elif name == "kernel_pulling":
+            await self._pulling(payload)
         elif name == "kernel_terminated":
             await self._kernel_terminated(payload)
         else:
             log.warning("unknown event %s from agent %s", name, agent_id)
+
+    async def _pulling(self, payload: dict[str, Any]) -> None:
+        """The agent pulls the kernel's image: PULLING, with how far it got in the status info."""
+        done, total = int(payload.get("done", 0)), int(payload.get("total", 0))
+        so_far = f": {done / 2**20:.1f} of {total / 2**20:.1f} MiB" if total else ""
+        data = {"msg": f"pulling {payload['image']}{so_far}", "pull": {"done": done, "total": total}}
+        sid = payload["session_id"]
+        row = await self.store.set_status_info(sid, S.PULLING, "pulling-image", data)
+        if row is not None:
+            self.events.publish("session_pulling", row)
+        else:
+            await self.transition(sid, S.PULLING, "pulling-image", data, allowed_from=[S.PREPARING])
 
     async def _kernel_terminated(self, payload: dict[str, Any]) -> None:
         kernel = await self.store.get_kernel(payload["kernel_id"])

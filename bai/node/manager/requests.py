@@ -10,6 +10,7 @@ from typing import Any
 
 from bai.common import slots as slotlib
 from bai.common.durations import parse_duration
+from bai.common.images import registry_of
 from bai.common.mounts import MountError, MountRequest, plan_mounts
 from bai.common.names import name_problem
 from bai.common.problems import invalid
@@ -77,7 +78,7 @@ def resolve_image(ref: str, aliases: dict[str, str]) -> str:
     if ref in aliases:
         return aliases[ref]
     parts = ref.split("/")
-    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+    if registry_of(ref):
         parts = parts[1:]  # the registry
     candidates = ["/".join(parts[i:]) for i in range(len(parts))]  # with and without the namespace
     for name in candidates:

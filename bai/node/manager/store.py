@@ -135,6 +135,10 @@ CREATE TABLE IF NOT EXISTS vfolder_shares (
     permission TEXT NOT NULL,  -- ro | rw
     PRIMARY KEY (vfolder_id, access_key)
 );
+CREATE TABLE IF NOT EXISTS image_aliases (
+    alias TEXT PRIMARY KEY,  -- set with `bai image alias`; they override [images.aliases]
+    image TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS dotfiles (
     access_key TEXT NOT NULL,
     path TEXT NOT NULL,  -- relative to the kernel's home
@@ -785,6 +789,26 @@ class Store:
 
         return await self._read(fn)
 
+    # -- image aliases ------------------------------------------------------------------------------
+
+    async def image_aliases(self) -> dict[str, str]:
+        return await self._read(lambda conn: dict(conn.execute("SELECT alias, image FROM image_aliases").fetchall()))
+
+    async def set_image_alias(self, alias: str, image: str | None) -> bool:
+        """Set an alias (image None: remove it); False when removing one that does not exist."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            if image is None:
+                return conn.execute("DELETE FROM image_aliases WHERE alias=?", (alias,)).rowcount > 0
+            conn.execute(
+                "INSERT INTO image_aliases(alias, image) VALUES (?, ?) "
+                "ON CONFLICT(alias) DO UPDATE SET image=excluded.image",
+                (alias, image),
+            )
+            return True
+
+        return await self._tx(fn)
+
     # -- dotfiles -----------------------------------------------------------------------------------
 
     async def dotfiles(self, access_key: str) -> list[dict[str, Any]]:
@@ -853,12 +877,21 @@ class Store:
 
     async def set_pending_info(self, session_id: str, info: str, data: dict[str, Any]) -> None:
         """Record why a PENDING session is still pending (no status change, no transition row)."""
-        await self._tx(
-            lambda conn: conn.execute(
-                "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status='PENDING'",
-                (info, json.dumps(data), session_id),
-            )
-        )
+        await self.set_status_info(session_id, "PENDING", info, data)
+
+    async def set_status_info(self, session_id: str, status: str, info: str, data: dict[str, Any]) -> dict | None:
+        """Update the status info and data of a session still in `status` (no transition); its row, or None."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            changed = conn.execute(
+                "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status=?",
+                (info, json.dumps(data), session_id, status),
+            ).rowcount
+            if not changed:
+                return None
+            return _row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+
+        return await self._tx(fn)
 
     async def add_hook_notes(self, session_id: str, notes: list[str]) -> None:
         """Remember what went wrong with hooks for a session (shown in its status_data["hooks"])."""

@@ -289,6 +289,48 @@ class DockerBackend:
             kernels.append(kernel)
         return kernels
 
+    async def has_image(self, image: str) -> bool:
+        assert self.docker is not None
+        try:
+            await self.docker.images.inspect(image)
+        except DockerError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    async def pull(self, image: str, progress=None) -> dict[str, Any]:
+        """`docker pull` with progress: `progress(done_bytes, total_bytes)` as layers download."""
+        assert self.docker is not None
+        layers: dict[str, tuple[int, int]] = {}
+        try:
+            async for event in self.docker.images.pull(image, stream=True, timeout=None):
+                detail = event.get("progressDetail") or {}
+                if event.get("id") and detail.get("total"):
+                    layers[event["id"]] = (int(detail.get("current", 0)), int(detail["total"]))
+                elif event.get("id") and event.get("status") in ("Download complete", "Pull complete"):
+                    done = layers.get(event["id"])
+                    if done:
+                        layers[event["id"]] = (done[1], done[1])
+                if progress is not None:
+                    await progress(sum(c for c, _ in layers.values()), sum(t for _, t in layers.values()))
+        except DockerError as e:
+            raise KernelStartError(f"cannot pull {image}: {e.message}") from None
+        info = await self.docker.images.inspect(image)
+        return {
+            "name": image,
+            "id": info["Id"],
+            "size": info.get("Size", 0),
+            "labels": info["Config"].get("Labels") or {},
+        }
+
+    async def remove_image(self, image: str) -> None:
+        assert self.docker is not None
+        try:
+            await self.docker.images.delete(image)
+        except DockerError as e:
+            raise KernelStartError(f"cannot remove {image}: {e.message}") from None
+
     async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
         """Run the listing with the container's Python, so it sees the kernel's files and mounts."""
         assert self.docker is not None

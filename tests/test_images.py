@@ -1,0 +1,99 @@
+"""Images from a registry: a local registry (Debian's docker-registry) on 127.0.0.1; a session whose
+image the agent lacks goes through PULLING; bai image pull | rm | alias."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tests.nodeproc import BUSYBOX_IMAGE, Node, free_port
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory, busybox_image: str) -> Iterator[str]:
+    program = shutil.which("docker-registry")
+    if program is None:
+        if os.environ.get("BAI_REQUIRE_DOCKER") == "1":
+            pytest.fail("docker-registry is missing (CI installs Debian's docker-registry)")
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    base = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    config = base / "config.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {base / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen([program, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
+            break
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, "the registry did not start"
+            time.sleep(0.2)
+    ref = f"127.0.0.1:{port}/bai/busybox:pulled"
+    for cmd in (["docker", "tag", busybox_image, ref], ["docker", "push", ref], ["docker", "rmi", ref]):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+    yield ref
+    subprocess.run(["docker", "rmi", ref], capture_output=True)
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def image_node(tmp_path_factory, busybox_image: str) -> Iterator[Node]:
+    node = Node(tmp_path_factory.mktemp("images"), "docker").start()
+    yield node
+    left = node.leftover_containers()
+    node.stop()
+    if left:
+        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+
+
+def has_local(ref: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
+
+
+def test_a_session_pulls_its_image_from_the_registry(image_node: Node, registry: str) -> None:
+    assert not has_local(registry)
+    result = image_node.cli("session", "run", registry, "--name", "pulls-first", "--", "echo", "pulled-ok")
+    assert result.returncode == 0 and "pulled-ok" in result.stdout, result.stderr
+    statuses = [t["status"] for t in image_node.json("session", "info", "pulls-first")["transitions"]]
+    assert statuses[:4] == ["PENDING", "SCHEDULED", "PREPARING", "PULLING"] and "RUNNING" in statuses
+    assert has_local(registry)
+    assert registry in [i["name"] for i in image_node.json("image", "ls")]
+
+
+def test_image_rm_pull_and_alias(image_node: Node, registry: str) -> None:
+    if not has_local(registry):
+        image_node.cli("image", "pull", registry, check=True)
+    removed = image_node.cli("image", "rm", registry, check=True)
+    assert registry in removed.stdout and not has_local(registry)
+    pulled = image_node.cli("image", "pull", registry, check=True)
+    assert image_node.agent_id in pulled.stdout and has_local(registry)
+    image_node.cli("image", "alias", "bb", registry, check=True)
+    assert f"bb → {registry}" in image_node.cli("image", "alias", check=True).stdout
+    via = image_node.cli("session", "run", "bb", "--", "echo", "via-alias")
+    assert via.returncode == 0 and "via-alias" in via.stdout, via.stderr
+    image_node.cli("image", "alias", "bb", "--remove", check=True)
+    assert "bb →" not in image_node.cli("image", "alias", check=True).stdout
+
+
+def test_a_missing_image_in_the_registry_fails_clearly(image_node: Node, registry: str) -> None:
+    missing = registry.rsplit("/", 1)[0] + "/nothing-here:1"
+    result = image_node.cli("session", "run", missing, "--", "true")
+    assert result.returncode == 125 and "cannot pull" in result.stderr, result.stderr
+
+
+def test_only_admins_change_images(image_node: Node, registry: str) -> None:
+    user = image_node.json("keypair", "create", "--user", "no-images")
+    denied = image_node.cli("image", "pull", registry, as_keypair=user)
+    assert denied.returncode != 0 and "admin" in denied.stderr
+    assert BUSYBOX_IMAGE in [i["name"] for i in image_node.json("image", "ls", as_keypair=user)]
