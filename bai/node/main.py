@@ -276,6 +276,20 @@ async def run_node(cfg: dict[str, Any]) -> None:
     # what to stop, in this order, on the way out: requests first, the database last
     shutdown_order = ("http", "timers", "dispatcher", "registry", "agent", "link", "store")
     stops: dict[str, Any] = {}
+    # from the start: a signal while starting cancels the start (an agent may wait long for its manager)
+    # and still ends in the clean shutdown below; once ready, it ends the wait
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    starting = asyncio.current_task()
+
+    def on_signal() -> None:
+        stop.set()
+        if starting is not None and not starting.done() and not ready.is_set():
+            starting.cancel()
+
+    ready = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
     try:
         lines: list[str] = []
         if role == "all":
@@ -317,12 +331,9 @@ async def run_node(cfg: dict[str, Any]) -> None:
         for line in lines:
             say(line)
         say("ready; Ctrl-C stops the node")
+        ready.set()
         log.info("node %s ready (%s): %s", __version__, title, "; ".join(line.strip() for line in lines))
 
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         say("stopping…")
     finally:
@@ -338,6 +349,9 @@ def main(cfg: dict[str, Any], verbose: bool = False, log_format: str = "human", 
     logs.setup(log_format, verbose, debug)
     try:
         asyncio.run(run_node(cfg))
+    except asyncio.CancelledError:  # stopped while starting; the parts already up were shut down
+        say("stopped before it was ready")
+        return 0
     except NodeError as e:
         print(f"bai node: {e}", file=sys.stderr)
         return 1
