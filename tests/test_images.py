@@ -47,53 +47,43 @@ def registry(tmp_path_factory, busybox_image: str) -> Iterator[str]:
     proc.wait(10)
 
 
-@pytest.fixture(scope="module")
-def image_node(tmp_path_factory, busybox_image: str) -> Iterator[Node]:
-    node = Node(tmp_path_factory.mktemp("images"), "docker").start()
-    yield node
-    left = node.leftover_containers()
-    node.stop()
-    if left:
-        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
-
-
 def has_local(ref: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
 
 
-def test_a_session_pulls_its_image_from_the_registry(image_node: Node, registry: str) -> None:
+def test_a_session_pulls_its_image_from_the_registry(docker_node: Node, registry: str) -> None:
     assert not has_local(registry)
-    result = image_node.cli("session", "run", registry, "--name", "pulls-first", "--", "echo", "pulled-ok")
+    result = docker_node.cli("session", "run", registry, "--name", "pulls-first", "--", "echo", "pulled-ok")
     assert result.returncode == 0 and "pulled-ok" in result.stdout, result.stderr
-    statuses = [t["status"] for t in image_node.json("session", "info", "pulls-first")["transitions"]]
+    statuses = [t["status"] for t in docker_node.json("session", "info", "pulls-first")["transitions"]]
     assert statuses[:4] == ["PENDING", "SCHEDULED", "PREPARING", "PULLING"] and "RUNNING" in statuses
     assert has_local(registry)
-    assert registry in [i["name"] for i in image_node.json("image", "ls")]
+    assert registry in [i["name"] for i in docker_node.json("image", "ls")]
 
 
-def test_image_rm_pull_and_alias(image_node: Node, registry: str) -> None:
+def test_image_rm_pull_and_alias(docker_node: Node, registry: str) -> None:
     if not has_local(registry):
-        image_node.cli("image", "pull", registry, check=True)
-    removed = image_node.cli("image", "rm", registry, check=True)
+        docker_node.cli("image", "pull", registry, check=True)
+    removed = docker_node.cli("image", "rm", registry, check=True)
     assert registry in removed.stdout and not has_local(registry)
-    pulled = image_node.cli("image", "pull", registry, check=True)
-    assert image_node.agent_id in pulled.stdout and has_local(registry)
-    image_node.cli("image", "alias", "bb", registry, check=True)
-    assert f"bb → {registry}" in image_node.cli("image", "alias", check=True).stdout
-    via = image_node.cli("session", "run", "bb", "--", "echo", "via-alias")
+    pulled = docker_node.cli("image", "pull", registry, check=True)
+    assert docker_node.agent_id in pulled.stdout and has_local(registry)
+    docker_node.cli("image", "alias", "bb", registry, check=True)
+    assert f"bb → {registry}" in docker_node.cli("image", "alias", check=True).stdout
+    via = docker_node.cli("session", "run", "bb", "--", "echo", "via-alias")
     assert via.returncode == 0 and "via-alias" in via.stdout, via.stderr
-    image_node.cli("image", "alias", "bb", "--remove", check=True)
-    assert "bb →" not in image_node.cli("image", "alias", check=True).stdout
+    docker_node.cli("image", "alias", "bb", "--remove", check=True)
+    assert "bb →" not in docker_node.cli("image", "alias", check=True).stdout
 
 
-def test_a_missing_image_in_the_registry_fails_clearly(image_node: Node, registry: str) -> None:
+def test_a_missing_image_in_the_registry_fails_clearly(docker_node: Node, registry: str) -> None:
     missing = registry.rsplit("/", 1)[0] + "/nothing-here:1"
-    result = image_node.cli("session", "run", missing, "--", "true")
+    result = docker_node.cli("session", "run", missing, "--", "true")
     assert result.returncode == 125 and "cannot pull" in result.stderr, result.stderr
 
 
-def test_only_admins_change_images(image_node: Node, registry: str) -> None:
-    user = image_node.json("keypair", "create", "--user", "no-images")
-    denied = image_node.cli("image", "pull", registry, as_keypair=user)
+def test_only_admins_change_images(docker_node: Node, registry: str) -> None:
+    user = docker_node.json("keypair", "create", "--user", "no-images")
+    denied = docker_node.cli("image", "pull", registry, as_keypair=user)
     assert denied.returncode != 0 and "admin" in denied.stderr
-    assert BUSYBOX_IMAGE in [i["name"] for i in image_node.json("image", "ls", as_keypair=user)]
+    assert BUSYBOX_IMAGE in [i["name"] for i in docker_node.json("image", "ls", as_keypair=user)]

@@ -13,7 +13,6 @@ import subprocess
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,17 +28,6 @@ def official_client() -> str:
     if os.environ.get("BAI_REQUIRE_DOCKER") == "1":
         pytest.fail(reason)
     pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def client_node(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Node]:
-    request.getfixturevalue("python_image")
-    node = Node(tmp_path_factory.mktemp("official"), "docker").start()
-    yield node
-    left = node.leftover_containers()
-    node.stop()
-    if left:
-        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
 
 
 class Official:
@@ -78,19 +66,19 @@ class Official:
 
 
 @pytest.fixture
-def bai_client(client_node: Node, tmp_path: Path) -> Official:
-    return Official(official_client(), client_node, tmp_path)
+def bai_client(docker_node: Node, tmp_path: Path) -> Official:
+    return Official(official_client(), docker_node, tmp_path)
 
 
-def test_config_shows_the_node(bai_client: Official, client_node: Node) -> None:
+def test_config_shows_the_node(bai_client: Official, docker_node: Node) -> None:
     out = bai_client("config")
-    assert client_node.endpoint in out and bai_client.env["BACKEND_ACCESS_KEY"] in out
+    assert docker_node.endpoint in out and bai_client.env["BACKEND_ACCESS_KEY"] in out
 
 
-def test_run_prints_the_output(bai_client: Official, client_node: Node) -> None:
+def test_run_prints_the_output(bai_client: Official, docker_node: Node) -> None:
     out = bai_client("run", "--rm", "python", "-c", "print(6 * 7)")
     assert "42" in out and "exit code = 0" in out, out
-    assert not [s for s in client_node.json("session", "ls") if s["status"] == "RUNNING"]
+    assert not [s for s in docker_node.json("session", "ls") if s["status"] == "RUNNING"]
 
 
 def test_run_uploads_files_and_runs_a_batch_command(bai_client: Official) -> None:
@@ -106,30 +94,30 @@ def test_image_references_resolve_and_unknown_ones_say_so(bai_client: Official) 
     assert "no agent has the image 'no-such-image:1.0'" in out, out
 
 
-def test_session_create_ps_info_logs_ls_destroy(bai_client: Official, client_node: Node) -> None:
+def test_session_create_ps_info_logs_ls_destroy(bai_client: Official, docker_node: Node) -> None:
     name = "oc-" + uuid.uuid4().hex[:6]
     out = bai_client("session", "create", "-t", name, "python")
     assert "is created and ready" in out, out
-    sid = client_node.json("session", "info", name)["id"]
+    sid = docker_node.json("session", "info", name)["id"]
     assert name in bai_client("ps")
     info = bai_client("session", "info", sid)
     assert name in info and "RUNNING" in info, info
-    client_node.cli(
+    docker_node.cli(
         "session", "exec", name, "-c", "open('made-here.txt', 'w').write('x'); print('log line 7')", check=True
     )
     assert "log line 7" in bai_client("session", "logs", name)
     assert "made-here.txt" in bai_client("session", "ls", name)
     bai_client("session", "destroy", name)
-    assert client_node.json("session", "info", sid)["status"] == "TERMINATED"
+    assert docker_node.json("session", "info", sid)["status"] == "TERMINATED"
 
 
-def test_session_events_stream(bai_client: Official, client_node: Node) -> None:
+def test_session_events_stream(bai_client: Official, docker_node: Node) -> None:
     name = "ev-" + uuid.uuid4().hex[:6]
-    client_node.cli("session", "create", "python", "--name", name, check=True)
+    docker_node.cli("session", "create", "python", "--name", name, check=True)
     events = bai_client.popen("session", "events", name)
     try:
         time.sleep(2)  # subscribed
-        client_node.cli("session", "destroy", name, check=True)
+        docker_node.cli("session", "destroy", name, check=True)
         deadline = time.monotonic() + 30
         seen = ""
         assert events.stdout is not None
@@ -143,7 +131,7 @@ def test_session_events_stream(bai_client: Official, client_node: Node) -> None:
         events.wait()
 
 
-def test_vfolder_round_trip(bai_client: Official, client_node: Node) -> None:
+def test_vfolder_round_trip(bai_client: Official, docker_node: Node) -> None:
     assert "Default vfolder host: local" in bai_client("vfolder", "list-hosts")
     name = "ocvf-" + uuid.uuid4().hex[:6]
     assert f'Virtual folder "{name}" is created' in bai_client("vfolder", "create", name, "local")
@@ -158,5 +146,5 @@ def test_vfolder_round_trip(bai_client: Official, client_node: Node) -> None:
     assert "Done" in out, out
     assert (bai_client.cwd / "back" / "blob.bin").read_bytes() == payload
     assert (bai_client.cwd / "back" / "empty.txt").read_bytes() == b""
-    listed = {f["name"]: f["size"] for f in client_node.json("vfolder", "ls-files", name)}
+    listed = {f["name"]: f["size"] for f in docker_node.json("vfolder", "ls-files", name)}
     assert listed == {"blob.bin": len(payload), "empty.txt": 0}
