@@ -205,6 +205,22 @@ class LogView(ScrollView, can_focus=True):
         elif not at_end and new < old:
             self.following = False
 
+    # scrolling up is the user's intent to read back: pause following at once, whatever the animation
+    def action_scroll_up(self) -> None:
+        self.following = False
+        super().action_scroll_up()
+
+    def action_page_up(self) -> None:
+        self.following = False
+        super().action_page_up()
+
+    def action_scroll_home(self) -> None:
+        self.following = False
+        super().action_scroll_home()
+
+    def on_mouse_scroll_up(self) -> None:
+        self.following = False
+
     def jump_end(self) -> None:
         self.following = True
         self.new_while_paused = 0
