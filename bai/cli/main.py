@@ -197,6 +197,27 @@ def agent_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
     show(call(lambda c: c.agents()), as_json, agents_table)
 
 
+@agent_app.command("info")
+def agent_info(agent_id: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """One agent: its slots, what is used, and each GPU with its use and allocation."""
+    from bai.cli.output import gpu_lines
+    from bai.common.slots import format_slots, from_wire
+
+    found = [a for a in call(lambda c: c.agents()) if a["id"] == agent_id]
+    if not found:
+        fail(f"no agent {agent_id!r}")
+    a = found[0]
+    if as_json:
+        print(json.dumps(a, indent=2))
+        return
+    print(f"Agent     {a['id']} on {a['hostname']} ({a['backend']}, group {a['scalingGroup']})")
+    print(f"Status    {a['status']}" + ("" if a.get("schedulable", True) else " (drained)"))
+    print(f"Slots     {format_slots(from_wire(a['availableSlots']))}")
+    print(f"Used      {format_slots(from_wire(a['occupiedSlots'])) or 'nothing'}")
+    for line in gpu_lines(a.get("gpus") or []) or ["GPUs      none"]:
+        print(line)
+
+
 @image_app.command("ls")
 def image_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the images the agents can run."""

@@ -42,7 +42,7 @@ def sessions_table(items: list[dict[str, Any]]) -> Table:
 
 def agents_table(items: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold")
-    for col in ("ID", "STATUS", "BACKEND", "GROUP", "CPU", "MEM", "SEEN"):
+    for col in ("ID", "STATUS", "BACKEND", "GROUP", "CPU", "MEM", "GPUS", "SEEN"):
         table.add_column(col)
     for a in items:
         cap, used = from_wire(a["availableSlots"]), from_wire(a["occupiedSlots"])
@@ -60,9 +60,33 @@ def agents_table(items: list[dict[str, Any]]) -> Table:
             a["scalingGroup"],
             pair("cpu"),
             pair("mem"),
+            gpu_summary(a.get("gpus") or []),
             age(a["lastSeen"]),
         )
     return table
+
+
+def gpu_summary(gpus: list[dict[str, Any]]) -> str:
+    """`2 × H200, 0.75 held` (or - without GPUs)."""
+    if not gpus:
+        return "-"
+    held = sum(Decimal(g.get("allocated") or 0) for g in gpus)
+    return f"{len(gpus)} × {gpus[0]['name']}, {held.normalize():f} held"
+
+
+def gpu_lines(gpus: list[dict[str, Any]]) -> list[str]:
+    """One line per GPU: index, model, memory, live use, and how much of it kernels hold."""
+    from bai.common.slots import format_bytes
+
+    out = []
+    for g in gpus:
+        util = "-" if g.get("utilization") is None else f"{g['utilization']}%"
+        used = "-" if g.get("memory_used") is None else format_bytes(g["memory_used"])
+        out.append(
+            f"GPU {g['index']}  {g['name']}  {g['uuid']}  memory {used} / {format_bytes(g['memory_total'])}  "
+            f"utilization {util}  held {Decimal(g.get('allocated') or 0).normalize():f}"
+        )
+    return out
 
 
 def images_table(items: list[dict[str, Any]]) -> Table:
@@ -108,6 +132,8 @@ def session_details(s: dict[str, Any]) -> list[str]:
             f"Kernel      {k['id']} {k['clusterRole']} {k['status']}"
             + (f" container {k['containerId'][:12]}" if k.get("containerId") else "")
         )
+        for d in k.get("devices") or []:
+            lines.append(f"  GPU       {d['uuid']} (share {d['share']})")
     if s.get("transitions"):
         lines.append("History")
         for t in s["transitions"]:

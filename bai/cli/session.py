@@ -21,6 +21,8 @@ app = typer.Typer(help="Sessions: groups of kernels that run your code.", no_arg
 # options shared by `run` and `create`
 Cpu = Annotated[str | None, typer.Option("--cpu", help="CPU cores, e.g. 1 or 0.5.")]
 Mem = Annotated[str | None, typer.Option("--mem", help="Memory, e.g. 512m or 1g.")]
+Gpu = Annotated[str | None, typer.Option("--gpu", help="Whole GPUs (slot cuda.device), e.g. 1.")]
+GpuShare = Annotated[str | None, typer.Option("--gpu-share", help="A fraction of a GPU (slot cuda.shares), e.g. 0.5.")]
 Env = Annotated[list[str] | None, typer.Option("--env", "-e", help="Environment variable KEY=VALUE (repeatable).")]
 Name = Annotated[str | None, typer.Option("--name", help="Session name (default: a generated one).")]
 
@@ -29,11 +31,22 @@ ENDED = {"TERMINATED", "CANCELLED", "ERROR"}
 BATCH_DONE = {"task-done", "task-failed"}  # a batch session that started, ran and ended
 
 
-def parse_resources(cpu: str | None, mem: str | None) -> dict[str, str]:
+def parse_resources(
+    cpu: str | None, mem: str | None, gpu: str | None = None, gpu_share: str | None = None
+) -> dict[str, str]:
     from bai.common.slots import SlotError, parse_bytes, parse_count
 
     out = {}
     try:
+        if gpu is not None:
+            n = parse_count(gpu)
+            if n <= 0 or n != int(n):
+                raise SlotError(f"--gpu wants a whole number of GPUs, got {gpu!r} (--gpu-share for a fraction)")
+            out["cuda.device"] = gpu
+        if gpu_share is not None:
+            if parse_count(gpu_share) <= 0:
+                raise SlotError(f"--gpu-share must be more than 0, got {gpu_share!r}")
+            out["cuda.shares"] = gpu_share
         if cpu is not None:
             if parse_count(cpu) <= 0:
                 raise SlotError(f"--cpu must be more than 0, got {cpu!r}")
@@ -212,6 +225,8 @@ def run(
     exec_cmd: str = typer.Option(None, "--exec", help="Command to run after uploading FILEs."),
     cpu: Cpu = None,
     mem: Mem = None,
+    gpu: Gpu = None,
+    gpu_share: GpuShare = None,
     env: Env = None,
     name: Name = None,
     mount: Mount = None,
@@ -219,7 +234,7 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress messages."),
 ) -> None:
     """Run code in a new session, stream its output, and exit with its exit code."""
-    resources = parse_resources(cpu, mem)
+    resources = parse_resources(cpu, mem, gpu, gpu_share)
     environ = parse_env(env)
     mounts = parse_mounts(mount)
     check_name(name)
@@ -256,6 +271,8 @@ def create(
     name: Name = None,
     cpu: Cpu = None,
     mem: Mem = None,
+    gpu: Gpu = None,
+    gpu_share: GpuShare = None,
     env: Env = None,
     mount: Mount = None,
     session_type: Annotated[str, typer.Option("--type", help="interactive, or batch (runs --startup-command).")] = (
@@ -278,7 +295,7 @@ def create(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Create a session and return once it runs (or at once with --no-wait)."""
-    resources = parse_resources(cpu, mem)
+    resources = parse_resources(cpu, mem, gpu, gpu_share)
     environ = parse_env(env)
     check_name(name)
     if session_type not in ("interactive", "batch"):

@@ -45,7 +45,10 @@ DEFAULTS: dict[str, Any] = {
         "manager_key": "",  # role agent: the manager's public key (from `bai cluster join-info`)
         "join_token": "",  # role agent: the cluster's join token
         "start_timeout": 30.0,
-        "sim_start_delay": 0.05,  # backend sim only: seconds a simulated kernel takes to start
+        "sim_start_delay": 0.05,
+        # NVIDIA GPUs (found through NVML) are offered as cuda.device (whole devices); with gpu_shares
+        # also as cuda.shares (fractions of a device, e.g. 0.25)
+        "gpu_shares": False,  # backend sim only: seconds a simulated kernel takes to start
         # user: who kernels run as in their containers ("" = the image's default user); bai's images
         # have the user work (1000:1000) owning /home/work, and virtual folders belong to it
         "docker": {"network": "none", "labels": {}, "user": "1000:1000"},

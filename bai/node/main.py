@@ -228,6 +228,16 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
     runner_path = install_runner(state_dir)
     backend, backend_text = await choose_backend(cfg, agent_id, state_dir, runner_path)
     slots = discover_slots(str(cfg["agent"]["cpu"]), str(cfg["agent"]["mem"]))
+    from decimal import Decimal
+
+    from bai.common.gpus import DEVICE, SHARES
+    from bai.node.agent.gpus import NVML
+
+    nvml = NVML()
+    if nvml.gpus:
+        slots[DEVICE] = Decimal(len(nvml.gpus))
+        if cfg["agent"]["gpu_shares"]:
+            slots[SHARES] = Decimal(len(nvml.gpus))
     agent = Agent(
         agent_id,
         backend,
@@ -236,10 +246,13 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
         cfg["agent"]["scaling_group"],
         vfolder_hosts(cfg, state_dir),
         state_dir,
+        nvml,
     )
     await agent.start()
     stops["agent"] = agent.stop
-    return [f"  backend   {backend_text}", f"  agent     {agent_id}: {format_slots(slots)}"]
+    gpus = ", ".join(f"{g.index}: {g.name} ({g.memory_total / 2**30:.0f} GiB)" for g in nvml.gpus)
+    gpu_line = f"  gpus      {gpus}" if nvml.gpus else f"  gpus      none ({nvml.error or 'no devices'})"
+    return [f"  backend   {backend_text}", f"  agent     {agent_id}: {format_slots(slots)}", gpu_line]
 
 
 def zmq_agent_link_factory(cfg: dict[str, Any]):

@@ -20,6 +20,8 @@ from bai.common.background import Background
 from bai.common.images import registry_of
 from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount
 from bai.node.agent.channel import ChannelError
+from bai.node.agent.gpu_alloc import GpuAllocator
+from bai.node.agent.gpus import NVML
 from bai.node.link.base import AgentLink
 
 log = logging.getLogger("bai.agent")
@@ -83,7 +85,10 @@ class Agent:
         scaling_group: str = "default",
         vfolder_hosts: dict[str, Path] | None = None,
         state_dir: Path | None = None,
+        gpus: NVML | None = None,
     ) -> None:
+        self.gpus = gpus
+        self.gpu_alloc = GpuAllocator([g.uuid for g in gpus.gpus] if gpus else [])
         self.id = agent_id
         # the watcher (`bai watcher`, a separate process) reads status.json and sets / clears `drained`
         self.status_file = state_dir / "agent-status.json" if state_dir else None
@@ -118,6 +123,7 @@ class Agent:
             "images": await self.backend.images(),  # with labels: minimum resources
             # the vfolder hosts this agent can reach, at which path (the manager compares with its own)
             "vfolder_hosts": {name: str(root) for name, root in self.vfolder_hosts.items() if root.is_dir()},
+            "gpus": self.gpus.describe() if self.gpus else [],
         }
 
     def heartbeat(self) -> dict[str, Any]:
@@ -130,6 +136,9 @@ class Agent:
             "kernels": sorted(self.kernels),
             "schedulable": not drained,
         }
+        if self.gpus and self.gpus.gpus:  # live use, and how much of each device kernels hold
+            free = self.gpu_alloc.free()
+            beat["gpus"] = [{**live, "allocated": str(1 - f)} for live, f in zip(self.gpus.sample(), free, strict=True)]
         self._write_status(beat)
         return beat
 
@@ -164,12 +173,14 @@ class Agent:
             if kernel is not None:
                 log.info("removing kernel %s: the manager does not know it", kid)
                 await self.backend.destroy(kernel)
+                self.gpu_alloc.release(kid)
 
     async def start(self) -> None:
         self.logs = LogShipper(self.link)
         # adopted kernels get their real output sink in _watch_exit
         for kernel in await self.backend.adopt(lambda kind, text: None):
             self.kernels[kernel.spec.kernel_id] = kernel
+            self.gpu_alloc.adopt(kernel.spec.kernel_id, kernel.spec.gpus)  # from the container's labels
             self._watch_exit(kernel)
         await self._reconcile(await self.link.join(self))
 
@@ -201,6 +212,7 @@ class Agent:
         """A kernel ended by itself: report it (acknowledged), then let a run still waiting finish."""
         kid = kernel.spec.kernel_id
         self.kernels.pop(kid, None)
+        self.gpu_alloc.release(kid)
         # its channel still holds the end of the run: keep it reachable for the calls that collect it
         self._ended[kid] = kernel
         asyncio.get_running_loop().call_later(ENDED_KERNEL_GRACE, self._ended.pop, kid, None)
@@ -250,6 +262,7 @@ class Agent:
         )
         if registry_of(spec.image) and hasattr(self.backend, "pull") and not await self.backend.has_image(spec.image):
             await self._pull_for(spec)
+        spec.gpus = self.gpu_alloc.allocate(spec.kernel_id, spec.slots)  # raises when they do not fit
         for mount in spec.mounts:  # a folder this agent cannot see would be an empty directory
             if not Path(mount.host_path).is_dir():
                 raise KernelStartError(
@@ -258,14 +271,19 @@ class Agent:
         try:
             kernel = await self.backend.create(spec, self._output_sink(spec.kernel_id))
         except KernelStartError:
+            self.gpu_alloc.release(spec.kernel_id)
             raise
-        except Exception as e:
+        except BaseException as e:
+            self.gpu_alloc.release(spec.kernel_id)
+            if not isinstance(e, Exception):
+                raise
             log.exception("creating kernel %s failed", spec.kernel_id)
             raise KernelStartError(f"{type(e).__name__}: {e}") from None
         self.kernels[spec.kernel_id] = kernel
         self._watch_exit(kernel)
         return {
             "kernel_id": spec.kernel_id,
+            "gpus": [[u, str(a)] for u, a in spec.gpus],
             "container_id": kernel.container_id,
             "pid": kernel.pid,
             "query": kernel.channel.supports_query,
@@ -301,6 +319,7 @@ class Agent:
         if kernel is None:
             return {"kernel_id": kernel_id, "found": False}
         await self.backend.destroy(kernel)
+        self.gpu_alloc.release(kernel_id)
         if self.logs is not None:
             await self.logs.flush()
         return {"kernel_id": kernel_id, "found": True}

@@ -112,6 +112,7 @@ class Dispatcher:
         for k in await store.kernels_where([SessionStatus.PENDING.value]):
             kernels.setdefault(k["session_id"], []).append(k)
         occupied = await self.registry.occupied_by_agent()
+        gpu_free = await self.registry.gpu_free_by_agent()
         connected = self.registry.link.connected()
         agents = [
             AgentState(
@@ -121,6 +122,7 @@ class Dispatcher:
                 occupied=occupied.get(a["id"], {}),
                 vfolder_hosts=self.registry.agent_hosts.get(a["id"], frozenset()),
                 schedulable=self.registry.agent_schedulable.get(a["id"], True),
+                gpu_free=gpu_free.get(a["id"], ()),
             )
             for a in await store.agents()
             if a["status"] == "ALIVE" and a["id"] in connected

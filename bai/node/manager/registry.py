@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import uuid
@@ -17,6 +18,8 @@ from typing import Any
 
 from bai.common import slots as slotlib
 from bai.common.background import Background
+from bai.common.gpus import pack as gpu_pack
+from bai.common.gpus import request_of as gpu_request
 from bai.common.images import registry_of
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import (
@@ -78,6 +81,8 @@ class Registry:
         self.agent_backends: dict[str, str] = {}  # agent id -> its kernel backend (docker, local, sim)
         self.metrics = ManagerMetrics()
         self.agent_schedulable: dict[str, bool] = {}  # False while an agent is drained (its heartbeats say)
+        # agent id -> {"devices": [{index, uuid, name, memory_total}], "live": [{uuid, utilization, …}]}
+        self.agent_gpus: dict[str, dict[str, Any]] = {}
         self.wake_dispatcher = lambda: None  # set by the dispatcher
         self.background = Background(log)
         self.spawn = self.background.spawn
@@ -298,7 +303,12 @@ class Registry:
             "",
             {},
             allowed_from=STARTING,
-            kernel_updates={kernel["id"]: {"container_id": result.get("container_id")}},
+            kernel_updates={
+                kernel["id"]: {
+                    "container_id": result.get("container_id"),
+                    "devices": json.dumps(result.get("gpus", [])),
+                }
+            },
         )
         if started is None:
             current = await self.store.get_session(sid)
@@ -472,6 +482,10 @@ class Registry:
             lost.cancel()
         await self.store.upsert_agent(registration)
         self.agent_backends[agent_id] = registration.get("backend", "")
+        if registration.get("gpus"):
+            self.agent_gpus[agent_id] = {"devices": registration["gpus"], "live": []}
+        else:
+            self.agent_gpus.pop(agent_id, None)
         seen = registration.get("vfolder_hosts") or {}
         ours = self.vfolders.hosts if self.vfolders is not None else {}
         self.agent_hosts[agent_id] = frozenset(h for h, path in ours.items() if seen.get(h) == str(path))
@@ -545,6 +559,8 @@ class Registry:
     async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
         if name == "heartbeat":
             await self.store.touch_agent(agent_id)
+            if agent_id in self.agent_gpus and "gpus" in payload:
+                self.agent_gpus[agent_id]["live"] = payload["gpus"]
             schedulable = bool(payload.get("schedulable", True))
             if self.agent_schedulable.get(agent_id, True) != schedulable:
                 self.agent_schedulable[agent_id] = schedulable
@@ -591,6 +607,30 @@ class Registry:
         self.logs.notify(kernel["id"])
 
     # -- capacity -----------------------------------------------------------------------------------
+
+    async def gpu_free_by_agent(self) -> dict[str, tuple[Decimal, ...]]:
+        """What each GPU of each agent has left (1 = unused), from the devices kernels hold; a kernel
+        still starting (no devices recorded yet) is counted where it will most likely land."""
+        if not self.agent_gpus:
+            return {}
+        free = {a: [Decimal(1)] * len(g["devices"]) for a, g in self.agent_gpus.items()}
+        index = {a: {d["uuid"]: i for i, d in enumerate(g["devices"])} for a, g in self.agent_gpus.items()}
+        starting = []
+        for k in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES]):
+            agent = k["agent_id"]
+            if agent not in free:
+                continue
+            if k["devices"]:
+                for uuid, amount in k["devices"]:
+                    if uuid in index[agent]:
+                        free[agent][index[agent][uuid]] -= Decimal(amount)
+            else:
+                starting.append(k)
+        for k in starting:
+            taken = gpu_pack(free[k["agent_id"]], *gpu_request(slotlib.from_wire(k["occupied_slots"])))
+            for i, amount in taken or []:
+                free[k["agent_id"]][i] -= amount
+        return {a: tuple(f) for a, f in free.items()}
 
     async def occupied_by_agent(self) -> dict[str, dict[str, Decimal]]:
         occupied: dict[str, dict[str, Decimal]] = {}

@@ -64,6 +64,7 @@ async def session_json(
                 "containerId": k["container_id"],
                 "status": k["status"],
                 "exitCode": k["exit_code"],
+                "devices": [{"uuid": u, "share": str(a)} for u, a in k.get("devices") or []],
             }
             for k in kernels
         ],
@@ -99,6 +100,26 @@ async def agent_items(registry: Registry) -> list[dict[str, Any]]:
                 "firstContact": a["first_contact"],
                 "lastSeen": a["last_seen"],
                 "schedulable": registry.agent_schedulable.get(a["id"], True),
+                "gpus": _gpus(registry.agent_gpus.get(a["id"])),
             }
         )
     return items
+
+
+def _gpus(info: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """An agent's GPUs: what they are, and (from its last heartbeat) how busy and how much is held."""
+    if not info:
+        return []
+    live = {g["uuid"]: g for g in info.get("live") or []}
+    out = []
+    for d in info["devices"]:
+        now = live.get(d["uuid"], {})
+        out.append(
+            {
+                **d,
+                "utilization": now.get("utilization"),
+                "memory_used": now.get("memory_used"),
+                "allocated": now.get("allocated", "0"),
+            }
+        )
+    return out

@@ -94,7 +94,8 @@ CREATE TABLE IF NOT EXISTS kernels (
     occupied_slots TEXT NOT NULL,
     exit_code INTEGER,
     created_at TEXT NOT NULL,
-    terminated_at TEXT
+    terminated_at TEXT,
+    devices TEXT NOT NULL DEFAULT '[]'  -- [[GPU UUID, share], ...] the kernel holds
 );
 CREATE INDEX IF NOT EXISTS kernels_session ON kernels(session_id);
 CREATE INDEX IF NOT EXISTS kernels_status ON kernels(status, agent_id);
@@ -156,6 +157,7 @@ _JSON_COLUMNS = {
     "slots",
     "occupied_slots",
     "total_resource_slots",
+    "devices",
 }
 POLICY_FIELDS = (
     "max_concurrent_sessions",
@@ -242,6 +244,8 @@ class Store:
             # state written by an older bai: add what this version keeps (no data is touched)
             if "ts" not in {r[1] for r in conn.execute("PRAGMA table_info(kernel_logs)")}:
                 conn.execute("ALTER TABLE kernel_logs ADD COLUMN ts TEXT")
+            if "devices" not in {r[1] for r in conn.execute("PRAGMA table_info(kernels)")}:
+                conn.execute("ALTER TABLE kernels ADD COLUMN devices TEXT NOT NULL DEFAULT '[]'")
             policy_columns = {r[1] for r in conn.execute("PRAGMA table_info(resource_policies)")}
             for column in ("max_vfolder_count", "max_vfolder_size"):
                 if column not in policy_columns:

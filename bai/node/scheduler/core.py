@@ -34,6 +34,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
+from bai.common.gpus import describe_shortage as gpu_shortage
+from bai.common.gpus import pack as gpu_pack
+from bai.common.gpus import request_of as gpu_request
 from bai.common.status import StatusInfo
 
 from . import predicates as preds
@@ -126,6 +129,7 @@ class _Round:
         self.allowed_types = group.allowed_session_types
         self.pool = AgentPool(name, agents, self.table, group.agent_selection, group.resource_priority)
         self.hosts_of = {a.id: a.vfolder_hosts for a in agents}
+        self.gpu_free = {a.id: list(a.gpu_free) for a in agents}
         self.left = []
         consider = self.consider
         if policy == DRF:
@@ -236,40 +240,75 @@ class _Round:
         return {kernel.kernel_id: ids[agent] for kernel, (agent, _) in zip(kernels, taken, strict=True)}
 
     def select_for(self, session: PendingSession, prepared: Prepared) -> int | None:
-        """The agent for a session placed whole on one agent, or None with the reason recorded."""
+        """The agent for a session placed whole on one agent, or None with the reason recorded.
+
+        The policy's choice stands unless the session mounts folders of a host that agent does not see,
+        or asks for GPUs its devices cannot hold (whole devices free, or one device with the share left);
+        then the first agent where everything fits."""
         pool = self.pool
         agent = pool.select(prepared[1], prepared[2])
         if agent is None:
             self.no_room(session, pool.explain(prepared[1], prepared[2]))
             return None
-        if session.vfolder_hosts and not session.vfolder_hosts <= self.hosts_of[pool.ids[agent]]:
-            return self.agent_seeing(session)
-        return agent
+        need = _summed(session)
+        whole, fraction = gpu_request(need)
+        gpus = whole > 0 or fraction > 0
 
-    def agent_seeing(self, session: PendingSession) -> int | None:
-        """The first agent with room that sees the session's vfolder hosts (when the policy's choice
-        does not); None, with the reason recorded, when there is none."""
+        def fits_gpus(agent_id: str) -> bool:
+            # agents without per-device figures are held to the slot arithmetic alone
+            free = self.gpu_free.get(agent_id)
+            return not gpus or not free or gpu_pack(free, whole, fraction) is not None
+
+        def sees(agent_id: str) -> bool:
+            return session.vfolder_hosts <= self.hosts_of[agent_id]
+
+        chosen: int | None = agent
+        if not (sees(pool.ids[agent]) and fits_gpus(pool.ids[agent])):
+            chosen = None
+            for i, agent_id in enumerate(pool.ids):
+                free = pool.free(i)
+                if (
+                    sees(agent_id)
+                    and fits_gpus(agent_id)
+                    and all(free.get(name, Decimal(0)) >= amount for name, amount in need.items() if amount)
+                ):
+                    chosen = i
+                    break
+            if chosen is None:
+                self.no_room(session, self._why_not(session, whole, fraction, sees))
+                return None
+        if gpus and self.gpu_free.get(pool.ids[chosen]):
+            agent_id = pool.ids[chosen]
+            for i, amount in gpu_pack(self.gpu_free[agent_id], whole, fraction) or []:
+                self.gpu_free[agent_id][i] -= amount
+        return chosen
+
+    def _why_not(self, session: PendingSession, whole: int, fraction: Decimal, sees) -> str:
         pool = self.pool
-        need: dict[str, Decimal] = {}
-        for kernel in session.kernels:
-            for name, amount in kernel.slots.items():
-                need[name] = need.get(name, Decimal(0)) + amount
-        hosts = ", ".join(sorted(session.vfolder_hosts))
-        seeing = [i for i, agent_id in enumerate(pool.ids) if session.vfolder_hosts <= self.hosts_of[agent_id]]
-        for i in seeing:
-            free = pool.free(i)
-            if all(free.get(name, Decimal(0)) >= amount for name, amount in need.items() if amount):
-                return i
-        if seeing:
-            self.no_room(session, f"no agent that sees vfolder host {hosts} has room")
-        else:
-            self.no_room(session, f"no agent of scaling group {pool.group} sees vfolder host {hosts}")
-        return None
+        if session.vfolder_hosts:
+            hosts = ", ".join(sorted(session.vfolder_hosts))
+            if not any(sees(a) for a in pool.ids):
+                return f"no agent of scaling group {pool.group} sees vfolder host {hosts}"
+            if not (whole or fraction):
+                return f"no agent that sees vfolder host {hosts} has room"
+        # the GPU shortage, shown on the agent with the most GPU room left
+        best = max(pool.ids, key=lambda a: sum(self.gpu_free.get(a, [])), default=None)
+        if best is None or not self.gpu_free.get(best):
+            return f"no agent of scaling group {pool.group} has GPUs"
+        return f"no agent's GPUs can hold it: best is {best}, {gpu_shortage(self.gpu_free[best], whole, fraction)}"
 
     def no_room(self, session: PendingSession, msg: str) -> None:
         if not self.known_group and not len(self.pool):
             msg += " (the scaling group is not configured)"
         self.left.append((session, _NO_AVAILABLE_INSTANCES, msg, _ALL_PASSED))
+
+
+def _summed(session: PendingSession) -> dict[str, Decimal]:
+    need: dict[str, Decimal] = {}
+    for kernel in session.kernels:
+        for name, amount in kernel.slots.items():
+            need[name] = need.get(name, Decimal(0)) + amount
+    return need
 
 
 def decisions_by_session(decisions: Decisions) -> Mapping[str, Placement | Pending | Cancel]:

@@ -128,6 +128,7 @@ class AgentState:
     occupied: Slots  # sum over kernels in an occupying status
     schedulable: bool = True  # ALIVE, connected and schedulable
     vfolder_hosts: frozenset[str] = frozenset()  # vfolder hosts it sees (at the manager's paths)
+    gpu_free: tuple[Decimal, ...] = ()  # per GPU, what is left of it (1 = unused): fragmentation shows
 
 
 @dataclass(frozen=True, slots=True)

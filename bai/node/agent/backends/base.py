@@ -29,6 +29,7 @@ class KernelSpec:
     network: str | None = None
     mounts: list[Mount] = field(default_factory=list)
     dotfiles: list[Dotfile] = field(default_factory=list)
+    gpus: list[tuple[str, Decimal]] = field(default_factory=list)  # (device UUID, share of it) held
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,26 @@ class Backend(Protocol):
     async def close(self, kernels: list[Kernel]) -> None: ...
 
 
+MPS_PIPE = Path("/tmp/nvidia-mps")  # where an MPS control daemon listens, when one runs
+
+
+def gpu_env(gpus: list[tuple[str, Decimal]]) -> dict[str, str]:
+    """What a kernel is told about its GPUs: which devices (by UUID, for CUDA and the NVIDIA container
+    runtime), its share of a device (`BAI_CUDA_SHARE`), and, where an MPS daemon runs, the matching MPS
+    limit. Without MPS a share is a scheduling promise, not an enforced limit."""
+    if not gpus:
+        return {}
+    uuids = ",".join(u for u, _ in gpus)
+    env = {"CUDA_VISIBLE_DEVICES": uuids, "NVIDIA_VISIBLE_DEVICES": uuids}
+    fractions = [a for _, a in gpus if a < 1]
+    if fractions:
+        env["BAI_CUDA_SHARE"] = f"{fractions[0].normalize():f}"
+        if MPS_PIPE.is_dir():
+            env["CUDA_MPS_PIPE_DIRECTORY"] = str(MPS_PIPE)
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, int(fractions[0] * 100)))
+    return env
+
+
 def kernel_env(spec: KernelSpec) -> dict[str, str]:
     env = {
         "BACKENDAI_SESSION_ID": spec.session_id,
@@ -100,6 +121,7 @@ def kernel_env(spec: KernelSpec) -> dict[str, str]:
         "BACKENDAI_CLUSTER_SIZE": "1",
         "PYTHONUNBUFFERED": "1",
     }
+    env.update(gpu_env(spec.gpus))
     env.update(spec.environ)
     return env
 

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import tarfile
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,11 @@ ENTRYPOINT = (
     "echo no python in this image > /opt/bai/run/nopython; "
     "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 )
+
+
+def gpus_from_labels(labels: dict[str, str]) -> list[tuple[str, Decimal]]:
+    """The GPUs a kernel's container holds, from its `bai.gpus` label (to rebuild the agent's map)."""
+    return [(u, Decimal(a)) for u, a in json.loads(labels.get("bai.gpus") or "[]")]
 
 
 def dotfiles_tar(dotfiles: list[Dotfile], user: str) -> bytes:
@@ -138,6 +144,10 @@ class DockerBackend:
             "NetworkMode": spec.network or self.network,
             "PidsLimit": self.pids_limit,
         }
+        if spec.gpus:  # the NVIDIA container runtime gives the container exactly these devices
+            host["DeviceRequests"] = [
+                {"Driver": "nvidia", "DeviceIDs": [u for u, _ in spec.gpus], "Capabilities": [["gpu"]]}
+            ]
         cpu, mem = spec.slots.get("cpu"), spec.slots.get("mem")
         if cpu:
             host["NanoCpus"] = int(cpu * 1_000_000_000)
@@ -152,6 +162,8 @@ class DockerBackend:
             "bai.session-name": spec.session_name,
             "bai.cluster-role": spec.cluster_role,
         }
+        if spec.gpus:  # the agent rebuilds its GPU map from these after a restart
+            labels["bai.gpus"] = json.dumps([[u, str(a)] for u, a in spec.gpus])
         config: dict[str, Any] = {
             "Image": spec.image,
             "Entrypoint": ["/bin/sh", "-c", ENTRYPOINT],
@@ -283,6 +295,7 @@ class DockerBackend:
                 image=info.get("Image", ""),
                 slots={},
                 environ={},
+                gpus=gpus_from_labels(labels),
             )
             kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=c.id)
             self._link_exit(kernel, exited, watcher)
