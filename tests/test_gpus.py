@@ -103,43 +103,92 @@ def test_docker_containers_request_exactly_their_gpus(tmp_path: Path) -> None:
     assert gpu_env([("g", D(1))])["CUDA_VISIBLE_DEVICES"] == "g" and "BAI_CUDA_SHARE" not in gpu_env([("g", D(1))])
 
 
-def test_a_node_with_gpus_places_shares_and_explains_shortages(tmp_path: Path) -> None:
-    node = Node(tmp_path / "gpu", "sim", agent_config='cpu = "16"\ngpu_shares = true\n')
+@pytest.fixture(scope="module")
+def gpu_node(tmp_path_factory):
+    node = Node(tmp_path_factory.mktemp("gpu"), "sim", agent_config='cpu = "16"\ngpu_shares = true\n')
     node.env["PYTHONPATH"] = os.pathsep.join([str(FAKE), node.env.get("PYTHONPATH", "")])
     node.env["BAI_FAKE_NVML"] = json.dumps(DEVICES)
     node.start()
-    try:
-        assert "gpus      0: Fake H200 (141 GiB), 1: Fake H200 (141 GiB)" in node.banner
-        (agent,) = node.json("agent", "ls")
-        assert agent["availableSlots"]["cuda.device"] == "2" and agent["availableSlots"]["cuda.shares"] == "2"
-        for name in ("half-a", "half-b", "half-c"):
-            node.cli("session", "create", "sim", "--name", name, "--gpu-share", "0.5", check=True)
-        held = {n: node.json("session", "info", n)["kernels"][0]["devices"] for n in ("half-a", "half-b", "half-c")}
-        assert held["half-a"] == held["half-b"] == [{"uuid": "GPU-aaaa-0000", "share": "0.5"}]  # packed
-        assert held["half-c"] == [{"uuid": "GPU-bbbb-1111", "share": "0.5"}]
-        assert "GPU       GPU-aaaa-0000 (share 0.5)" in node.cli("session", "info", "half-a").stdout
-        # a whole GPU: no device is free, though 0.5 shares are
-        node.cli("session", "create", "sim", "--name", "whole-one", "--gpu", "1", "--no-wait", check=True)
-        import time
+    yield node
+    node.stop()
 
-        deadline = time.monotonic() + 15
-        while not (msg := node.json("session", "info", "whole-one")["statusData"].get("scheduler", {}).get("msg")):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        assert "GPUs can hold it" in msg and "free per GPU: 0, 0.5" in msg, msg
-        node.cli("session", "destroy", "half-c", check=True)
-        deadline = time.monotonic() + 15
-        while node.json("session", "info", "whole-one")["status"] != "RUNNING":
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        assert node.json("session", "info", "whole-one")["kernels"][0]["devices"] == [
-            {"uuid": "GPU-bbbb-1111", "share": "1"}
-        ]
-        # the agent's GPUs with live use (from heartbeats) and what kernels hold
-        deadline = time.monotonic() + 15
-        while "held 1" not in (info := node.cli("agent", "info", agent["id"]).stdout):
-            assert time.monotonic() < deadline, info
-            time.sleep(0.2)
-        assert "GPU 0  Fake H200  GPU-aaaa-0000" in info and "utilization 37%" in info and "held 1" in info
-    finally:
-        node.stop()
+
+def test_a_node_with_gpus_places_shares_and_explains_shortages(gpu_node: Node) -> None:
+    node = gpu_node
+    assert "gpus      0: Fake H200 (141 GiB), 1: Fake H200 (141 GiB)" in node.banner
+    (agent,) = node.json("agent", "ls")
+    assert agent["availableSlots"]["cuda.device"] == "2" and agent["availableSlots"]["cuda.shares"] == "2"
+    for name in ("half-a", "half-b", "half-c"):
+        node.cli("session", "create", "sim", "--name", name, "--gpu-share", "0.5", check=True)
+    held = {n: node.json("session", "info", n)["kernels"][0]["devices"] for n in ("half-a", "half-b", "half-c")}
+    assert held["half-a"] == held["half-b"] == [{"uuid": "GPU-aaaa-0000", "share": "0.5"}]  # packed
+    assert held["half-c"] == [{"uuid": "GPU-bbbb-1111", "share": "0.5"}]
+    assert "GPU       GPU-aaaa-0000 (share 0.5)" in node.cli("session", "info", "half-a").stdout
+    # a whole GPU: no device is free, though 0.5 shares are
+    node.cli("session", "create", "sim", "--name", "whole-one", "--gpu", "1", "--no-wait", check=True)
+    import time
+
+    deadline = time.monotonic() + 15
+    while not (msg := node.json("session", "info", "whole-one")["statusData"].get("scheduler", {}).get("msg")):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert "GPUs can hold it" in msg and "free per GPU: 0, 0.5" in msg, msg
+    node.cli("session", "destroy", "half-c", check=True)
+    deadline = time.monotonic() + 15
+    while node.json("session", "info", "whole-one")["status"] != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert node.json("session", "info", "whole-one")["kernels"][0]["devices"] == [
+        {"uuid": "GPU-bbbb-1111", "share": "1"}
+    ]
+    # the agent's GPUs with live use (from heartbeats) and what kernels hold
+    deadline = time.monotonic() + 15
+    while "held 1" not in (info := node.cli("agent", "info", agent["id"]).stdout):
+        assert time.monotonic() < deadline, info
+        time.sleep(0.2)
+    assert "GPU 0  Fake H200  GPU-aaaa-0000" in info and "utilization 37%" in info and "held 1" in info
+    for name in ("half-a", "half-b", "whole-one"):
+        node.cli("session", "destroy", name, check=True)
+
+
+def test_concurrent_requests_never_oversubscribe_a_gpu(gpu_node: Node) -> None:
+
+    names = [f"race-{i}" for i in range(6)]
+    procs = [gpu_node.popen("session", "create", "sim", "--name", n, "--gpu-share", "0.5", "--no-wait") for n in names]
+    for p in procs:
+        p.communicate(timeout=60)
+    import time
+
+    deadline = time.monotonic() + 20
+    while True:
+        infos = [gpu_node.json("session", "info", n) for n in names]
+        settled = [i for i in infos if i["status"] == "RUNNING" or i["statusData"].get("scheduler")]
+        if len(settled) == len(names) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    running = [i for i in infos if i["status"] == "RUNNING"]
+    assert len(running) == 4 and sum(i["status"] == "PENDING" for i in infos) == 2  # 2 GPUs × 2 halves
+    held: dict[str, D] = {}
+    for i in running:
+        for d in i["kernels"][0]["devices"]:
+            held[d["uuid"]] = held.get(d["uuid"], D(0)) + D(d["share"])
+    assert held == {"GPU-aaaa-0000": D(1), "GPU-bbbb-1111": D(1)}
+    for n in names:
+        gpu_node.cli("session", "destroy", n)
+
+
+async def test_the_dashboard_shows_each_gpu(gpu_node: Node) -> None:
+    from bai.tui.app import Dashboard
+    from tests.tui_support import node_client, until
+
+    gpu_node.cli("session", "create", "sim", "--name", "dash-gpu", "--gpu-share", "0.5", check=True)
+    app = Dashboard(node_client(gpu_node))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.connected and app.model.agents, what="agents")
+        await pilot.press("1")
+        await until(
+            pilot,
+            lambda: any("37%·0.5" in str(c) for cells in app.agents_view.sync.cells.values() for c in cells),
+            what="the GPU column",
+        )
+    gpu_node.cli("session", "destroy", "dash-gpu", check=True)

@@ -42,6 +42,20 @@ def styled_status(status: str) -> Text:
     return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
+def gpu_cell(gpus: list[dict[str, Any]]) -> Text:
+    """Each GPU as utilisation·held, e.g. `37%·0.5 0%·1` (held: the share kernels hold)."""
+    if not gpus:
+        return Text("-", style="dim")
+    text = Text()
+    for g in gpus:
+        util = "?" if g.get("utilization") is None else f"{g['utilization']}%"
+        held = Decimal(g.get("allocated") or 0)
+        if text:
+            text.append(" ")
+        text.append(f"{util}·{held.normalize():f}", style="green" if held < 1 else "yellow")
+    return text
+
+
 def slots_text(slots: dict[str, str]) -> str:
     values = from_wire(slots)
     order = [n for n in ("cpu", "mem") if n in values] + sorted(set(values) - {"cpu", "mem"})
@@ -84,6 +98,8 @@ class AgentsView(View):
             Column("group", "GROUP", 9 if width >= 100 else 7),
             Column("hb", "SEEN", 4),
         ]
+        if any(a.get("gpus") for a in model.agents.values()):
+            cols.append(Column("gpus", "GPUS util·held", 24 if width >= 120 else 14))
         used = sum((c.width or 0) + 2 for c in cols)
         per_slot = max(14, (width - used - 2) // max(1, len(slots)) - 2)
         cols += [Column(f"slot:{name}", name.upper(), per_slot) for name in slots]
@@ -110,6 +126,8 @@ class AgentsView(View):
                 a.get("scalingGroup") or "",
                 age(a.get("lastSeen"), now),
             ]
+            if any(c.key == "gpus" for c in columns):
+                cells.append(gpu_cell(a.get("gpus") or []))
             for name in slots:
                 cells.append(slot_cell(name, used.get(name, Decimal(0)), cap.get(name, Decimal(0)), bar_width))
             rows.append((a["id"], tuple(cells)))
