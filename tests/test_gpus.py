@@ -191,4 +191,15 @@ async def test_the_dashboard_shows_each_gpu(gpu_node: Node) -> None:
             lambda: any("37%·0.5" in str(c) for cells in app.agents_view.sync.cells.values() for c in cells),
             what="the GPU column",
         )
+        # the session's detail names the GPU its kernel holds
+        await pilot.press("2")
+        app.sessions_view.filter = app.sessions_view.filter.parse("dash-gpu")
+        app.sessions_view.refresh_view()
+        await until(pilot, lambda: app.sessions_view.sync.keys, what="the session row")
+        await pilot.press("d")
+        await until(pilot, lambda: app.detail_view.detail is not None, what="the detail")
+        from tests.tui_support import plain
+
+        body = plain(app.detail_view.query_one("#detail-body"))
+        assert "GPUS" in body and "GPU-aaaa-0000 ×0.5" in body
     gpu_node.cli("session", "destroy", "dash-gpu", check=True)

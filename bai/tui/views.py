@@ -312,18 +312,22 @@ def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Gro
     )
 
     kernels = Table(title="Kernels", title_justify="left", title_style="bold", box=None, header_style="bold")
-    for col in ("ID", "ROLE", "AGENT", "CONTAINER", "STATUS", "EXIT"):
+    with_gpus = any(k.get("devices") for k in s.get("kernels", []))
+    for col in ("ID", "ROLE", "AGENT", "CONTAINER", "STATUS", "EXIT", *(("GPUS",) if with_gpus else ())):
         kernels.add_column(col, no_wrap=True)
     for k in s.get("kernels", []):
         exit_code = k.get("exitCode")
-        kernels.add_row(
+        row = [
             k["id"][:8],
             f"{k['clusterRole']}{k.get('clusterIdx', '')}",
             k.get("agent") or "-",
             (k.get("containerId") or "-")[:12],
             styled_status(k["status"]),
             "-" if exit_code is None else str(exit_code),
-        )
+        ]
+        if with_gpus:  # which GPU (and how much of it) the kernel holds
+            row.append(", ".join(f"{d['uuid']} ×{d['share']}" for d in k.get("devices") or []) or "-")
+        kernels.add_row(*row)
 
     transitions = Table(title="Status history", title_justify="left", title_style="bold", box=None)
     transitions.add_column("AT", no_wrap=True, style="dim")
