@@ -89,6 +89,29 @@ def test_verify_rejects_wrong_secret() -> None:
     assert "Signature mismatch" in exc.value.msg
 
 
+def test_unknown_key_and_wrong_signature_get_the_same_answer() -> None:
+    """Nothing in the answer tells which access keys exist."""
+    answers = []
+    for header in (signed_header(secret="not-the-secret"), signed_header(access="AKIANOBODYKNOWSTHIS0")):
+        with pytest.raises(AuthError) as exc:
+            do_verify(header)
+        answers.append((exc.value.slug, exc.value.msg))
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("method", ["HMAC-MD5", "HMAC-SHA1", "hmac-sha1", "HMAC-SHA512", "HMAC-SHA224"])
+@pytest.mark.parametrize("access", [ACCESS, "AKIANOBODYKNOWSTHIS0"])
+def test_weak_or_unknown_sign_methods_are_refused_for_any_key(method: str, access: str) -> None:
+    """Signed correctly with MD5 / SHA-1 (once accepted), or another hash: refused before the key is
+    looked up, with one answer whether or not the key exists."""
+    hash_name = method[5:].lower().replace("-", "")
+    sig = auth.sign(SECRET, "POST", "/session", DATE, HOST, "application/json", VERSION, hash_name)
+    with pytest.raises(AuthError) as exc:
+        do_verify(f"BackendAI signMethod={method}, credential={access}:{sig}")
+    assert exc.value.slug == "invalid-auth-params"
+    assert "HMAC-SHA256" in exc.value.msg
+
+
 def test_verify_rejects_signature_for_another_path() -> None:
     sig = auth.sign(SECRET, "POST", "/session/other", DATE, HOST, "application/json", VERSION)
     with pytest.raises(AuthError, match="Signature mismatch"):

@@ -48,10 +48,24 @@ def keypair_set_policy(access_key: str, policy: str) -> None:
 
 
 @keypair_app.command("deactivate")
-def keypair_deactivate(access_key: str) -> None:
-    """Stop a keypair from signing requests (its sessions keep their records)."""
-    call(lambda c: c.update_keypair(access_key, is_active=False))
+def keypair_deactivate(
+    access_key: str,
+    terminate: Annotated[
+        bool, typer.Option("--terminate", help="Also end the keypair's running and pending sessions.")
+    ] = False,
+) -> None:
+    """Stop a keypair from signing requests and close its open streams; its sessions keep running
+    unless --terminate."""
+    fields: dict[str, Any] = {"is_active": False}
+    if terminate:
+        fields["terminate_sessions"] = True
+    result = call(lambda c: c.update_keypair(access_key, **fields))
     print(f"keypair {access_key} is deactivated")
+    if result.get("closedStreams"):
+        print(f"closed {result['closedStreams']} open stream(s) of it")
+    if terminate:
+        ended = result.get("terminatedSessions") or []
+        print(f"terminating {len(ended)} session(s)" + (f": {', '.join(ended)}" if ended else ""))
 
 
 @keypair_app.command("activate")

@@ -19,7 +19,8 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def client():
+def client(owner: str | None = None):
+    """The API client of the saved credentials; `owner` (admins): act on that keypair's sessions."""
     from bai.client import Client
     from bai.common import credentials
 
@@ -29,7 +30,9 @@ def client():
             f"no credentials: start `bai node` on this machine (it saves them to {credentials.credentials_path()}) "
             "or set BACKEND_ENDPOINT, BACKEND_ACCESS_KEY and BACKEND_SECRET_KEY"
         )
-    return Client(creds)
+    c = Client(creds)
+    c.owner = owner or None
+    return c
 
 
 def run_async(coro) -> Any:
@@ -41,11 +44,11 @@ def run_async(coro) -> Any:
         fail(str(e))
 
 
-def call(fn: Callable[[Any], Awaitable[Any]]) -> Any:
+def call(fn: Callable[[Any], Awaitable[Any]], owner: str | None = None) -> Any:
     """Run one client call, e.g. `call(lambda c: c.agents())`; API errors end the CLI with a message."""
 
     async def go() -> Any:
-        async with client() as c:
+        async with client(owner) as c:
             return await fn(c)
 
     return run_async(go())

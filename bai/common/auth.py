@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 
 EMPTY_BODY_HASH = hashlib.sha256(b"").hexdigest()
 MAX_CLOCK_SKEW = timedelta(minutes=15)
+SIGN_METHODS = {"HMAC-SHA256": "sha256"}  # signMethod -> hashlib name
+_DECOY_SECRET = secrets.token_urlsafe(30)
 _AUTH_RE = re.compile(r"^(?:BackendAI|Sorna)\s+(?P<params>.+)$")
 
 
@@ -111,10 +113,11 @@ def parse_authorization(value: str) -> tuple[str, str, str]:
     access_key, sep, signature = cred.partition(":")
     if not method.upper().startswith("HMAC-") or not sep or not access_key or not signature:
         raise AuthError("invalid-auth-params", "Malformed Authorization header.")
-    hash_name = method[5:].lower().replace("-", "")
-    if hash_name not in hashlib.algorithms_guaranteed:
-        raise AuthError("invalid-auth-params", f"Unsupported signing method {method}.")
-    return hash_name, access_key, signature
+    if method.upper() not in SIGN_METHODS:
+        # MD5 and SHA-1 are refused (the official client signs with SHA-256); said before any
+        # look-up, so the answer is the same whether or not the access key exists
+        raise AuthError("invalid-auth-params", f"Unsupported signing method {method}: use HMAC-SHA256.")
+    return SIGN_METHODS[method.upper()], access_key, signature
 
 
 def verify(
@@ -143,9 +146,11 @@ def verify(
     if abs(now - when) > MAX_CLOCK_SKEW:
         raise AuthError("invalid-auth-params", "Date/time sync error: the request date is too far off.")
     secret = lookup_secret(access_key)
-    if secret is None:
-        raise AuthError("auth-failed", "Access key not found or inactive.")
-    expected = sign(secret, method, path, date, host, ctype, version, hash_name)
-    if not hmac.compare_digest(expected, signature):
-        raise AuthError("auth-failed", "Signature mismatch.")
+    # an unknown key is checked against a throw-away secret: the same work and the same answer as a
+    # wrong signature, so a caller cannot tell which access keys exist
+    expected = sign(
+        secret if secret is not None else _DECOY_SECRET, method, path, date, host, ctype, version, hash_name
+    )
+    if not hmac.compare_digest(expected, signature) or secret is None:
+        raise AuthError("auth-failed", "Signature mismatch, or the access key is unknown or inactive.")
     return access_key

@@ -9,7 +9,8 @@ from aiohttp import web
 from bai.common import slots as slotlib
 from bai.common.auth import Keypair
 from bai.common.problems import Problem, invalid
-from bai.node.manager.http import SETTINGS, read_json, registry_of
+from bai.common.status import ACTIVE_STATUSES
+from bai.node.manager.http import SETTINGS, STREAMS, read_json, registry_of
 from bai.node.manager.store import POLICY_FIELDS, Store
 
 
@@ -131,13 +132,25 @@ async def update_keypair(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
+    unknown = set(body) - {"resource_policy", "is_active", "terminate_sessions"}
+    if unknown:
+        raise invalid(f"unknown keypair fields: {', '.join(sorted(unknown))}")
     cols: dict[str, Any] = {}
     if "resource_policy" in body:
-        cols["resource_policy"] = str(body["resource_policy"])
+        if not isinstance(body["resource_policy"], str) or not body["resource_policy"]:
+            raise invalid("resource_policy must be the name of a resource policy")
+        cols["resource_policy"] = body["resource_policy"]
     if "is_active" in body:
+        if not isinstance(body["is_active"], bool):
+            raise invalid("is_active must be true or false")
         if access_key == request["access_key"] and not body["is_active"]:
             raise invalid("you cannot deactivate the keypair you are using")
-        cols["is_active"] = int(bool(body["is_active"]))
+        cols["is_active"] = int(body["is_active"])
+    terminate = body.get("terminate_sessions", False)
+    if not isinstance(terminate, bool):
+        raise invalid("terminate_sessions must be true or false")
+    if terminate and body.get("is_active") is not False:
+        raise invalid("terminate_sessions goes with is_active = false (deactivate --terminate)")
     if not cols:
         raise invalid("give resource_policy and/or is_active")
     try:
@@ -147,8 +160,27 @@ async def update_keypair(request: web.Request) -> web.Response:
     if not found:
         raise Problem("object-not-found", "No such keypair.", f"keypair {access_key} does not exist")
     await refresh_keypairs(request)
-    rows = await store_of(request).keypairs(active_only=False)
-    return web.json_response(keypair_json(rows[access_key]))
+    out = keypair_json((await store_of(request).keypairs(active_only=False))[access_key])
+    if cols.get("is_active") == 0:
+        # a deactivated keypair signs nothing more: its open streams end now, not at their next request;
+        # its sessions keep running (as in Backend.AI) unless the admin asks to terminate them
+        out["closedStreams"] = request.app[STREAMS].close_all(access_key)
+        if terminate:
+            out["terminatedSessions"] = await terminate_sessions_of(request, access_key)
+    return web.json_response(out)
+
+
+async def terminate_sessions_of(request: web.Request, access_key: str) -> list[str]:
+    """End every active session of a keypair (pending ones are cancelled); their names."""
+    registry = registry_of(request)
+    ended = []
+    for row in await registry.store.list_sessions(access_key, ACTIVE_STATUSES):
+        try:
+            await registry.destroy(row, forced=True, wait=False)
+        except Problem:  # ended meanwhile
+            continue
+        ended.append(row["name"])
+    return ended
 
 
 async def list_policies(request: web.Request) -> web.Response:

@@ -30,7 +30,7 @@ from aiohttp import web
 from bai.common.present import reason, utc_now
 from bai.common.problems import invalid
 from bai.common.status import ACTIVE_STATUSES, DEAD_STATUSES, SessionStatus
-from bai.node.manager.http import registry_of
+from bai.node.manager.http import registry_of, session_of
 from bai.node.manager.registry import Registry
 from bai.node.manager.represent import agent_items
 
@@ -228,7 +228,7 @@ async def dashboard_events(request: web.Request) -> web.StreamResponse:
         ref = request.query.get("session")
         if not ref:
             raise invalid("the logs topic needs session=NAME-OR-ID")
-        session = await registry.resolve(ref, request["access_key"], active_only=False)
+        session = await session_of(request, ref, active_only=False)
         kernels = await registry.store.kernels_of(session["id"])
         kernel_id = request.query.get("kernel")
         if kernel_id is None:

@@ -2,15 +2,60 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from bai.common.problems import Problem, invalid
 from bai.node.manager.registry import Registry
+from bai.node.manager.streams import OpenStreams
 
 REGISTRY = web.AppKey("registry", Registry)
 SETTINGS = web.AppKey("settings", dict)
+STREAMS = web.AppKey("streams", OpenStreams)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who makes a request, and whose sessions a session name refers to.
+
+    Users act on their own sessions only. Admins act on any session by id; by name on their own, or
+    on another keypair's with `owner_access_key` (Backend.AI's parameter)."""
+
+    access_key: str
+    is_admin: bool
+    owner: str | None = None  # owner_access_key, when an admin names another keypair
+
+    @property
+    def names_of(self) -> str:
+        """The keypair whose sessions a name refers to."""
+        return self.owner or self.access_key
+
+    @property
+    def ids_of(self) -> str | None:
+        """The keypair whose sessions an id may refer to (None: anyone's)."""
+        return None if self.is_admin else self.access_key
+
+
+def caller_of(request: web.Request, body: Any = None) -> Caller:
+    """The caller of a request, with `owner_access_key` from the query (or the JSON body) checked:
+    only admins may name another keypair."""
+    owner = request.query.get("owner_access_key")
+    if owner is None and isinstance(body, dict):
+        owner = body.get("owner_access_key")
+    if owner in (None, ""):
+        owner = None
+    elif not isinstance(owner, str):
+        raise invalid("owner_access_key must be an access key")
+    if owner is not None and owner != request["access_key"]:
+        if not request["is_admin"]:
+            raise Problem(
+                "generic-forbidden",
+                "Forbidden.",
+                "only admins may act on another keypair's sessions (owner_access_key)",
+            )
+    return Caller(request["access_key"], bool(request["is_admin"]), owner if owner != request["access_key"] else None)
 
 
 def problem_response(p: Problem) -> web.Response:
@@ -28,3 +73,16 @@ async def read_json(request: web.Request) -> Any:
 
 def registry_of(request: web.Request) -> Registry:
     return request.app[REGISTRY]
+
+
+async def session_of(
+    request: web.Request, ref: str | None = None, *, active_only: bool = True, body: Any = None
+) -> dict[str, Any]:
+    """The session a request names (`{ref}` in its path unless given), as the caller may see it."""
+    caller = caller_of(request, body)
+    return await registry_of(request).resolve(
+        ref if ref is not None else request.match_info["ref"],
+        caller.names_of,
+        active_only=active_only,
+        ids_of=caller.ids_of,
+    )
