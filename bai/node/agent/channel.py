@@ -1,6 +1,7 @@
 """Agent-side execution channels: how the agent runs code in a kernel and gathers its output.
 
-`RunnerChannel` speaks the runner protocol (see runner.py) over the kernel's Unix socket.
+`RunnerChannel` speaks the runner protocol (see runner.py) over a Unix socket the agent listens on
+and the kernel's runner connects to.
 Other channels (docker exec for images without Python) feed the same record queue, so
 `next_result` aggregates output the same way for all of them (reference spec §6, "How the
 agent aggregates a result").
@@ -14,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -138,35 +140,98 @@ class Channel:
         }
 
 
-def _connect_path(path: Path) -> tuple[str, int | None]:
-    """A connectable path for a socket, even one longer than sun_path allows."""
-    if len(str(path).encode()) < 100:
-        return str(path), None
+AGENT_SOCKET = "agent.sock"  # in a kernel's run folder: where the agent listens for its runner
+
+
+def bind_unix(path: Path) -> socket.socket:
+    """A listening Unix socket at *path* (a stale one is replaced), even one longer than sun_path allows."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     fd = os.open(path.parent, os.O_PATH)
-    return f"/proc/self/fd/{fd}/{path.name}", fd
+    try:
+        where = f"/proc/self/fd/{fd}/{path.name}"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(where)
+        sock.bind(where)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.close(fd)
+    sock.listen(4)
+    sock.setblocking(False)
+    return sock
 
 
 class RunnerChannel(Channel):
-    """Talks to runner.py over its Unix socket."""
+    """Talks to runner.py: the agent listens on a Unix socket in the kernel's run folder and the runner
+    connects to it (and connects again after the agent restarts). Connecting needs no write access to the
+    folder, so a container gets it read-only and can write nothing there. One runner connection at a
+    time: while one is up, other connections are closed at once."""
 
     def __init__(self, socket_path: Path, on_output: OutputSink) -> None:
         super().__init__(on_output)
         self.socket_path = socket_path
         self.writer: asyncio.StreamWriter | None = None
+        self._server: asyncio.AbstractServer | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._put_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.hello: dict[str, Any] = {}
+        self.connected = asyncio.Event()
 
-    async def connect(self) -> None:
-        path, fd = _connect_path(self.socket_path)
+    async def listen(self, owner: tuple[int, int] | None = None) -> None:
+        """Listen at socket_path: owned by `owner` (uid, gid) with mode 0600 when given (and the agent may
+        give it away), else mode 0666."""
+        sock = bind_unix(self.socket_path)
         try:
-            reader, self.writer = await asyncio.open_unix_connection(path, limit=16 * 1024 * 1024)
+            mode = 0o666
+            if owner is not None:
+                with contextlib.suppress(PermissionError):  # an agent that is not root: anyone's
+                    os.chown(self.socket_path, *owner)
+                    mode = 0o600
+            os.chmod(self.socket_path, mode)
+            self._server = await asyncio.start_unix_server(self._accept, sock=sock, limit=16 * 1024 * 1024)
+        except BaseException:
+            sock.close()
+            raise
+
+    async def wait_connected(self, deadline: float, exited: asyncio.Future[Any] | None = None) -> None:
+        """Until the runner has connected; ChannelError when the kernel exits or the deadline passes."""
+        loop = asyncio.get_running_loop()
+        while not self.connected.is_set():
+            if exited is not None and exited.done():
+                raise ChannelError("the kernel exited while starting")
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ChannelError("the kernel's runner did not connect in time")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.connected.wait(), min(left, 0.05))
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.writer is not None and not self.writer.is_closing():
+            writer.close()  # the runner is connected: nobody else may talk for it
+            return
+        self.writer = writer
+        try:
+            line = await asyncio.wait_for(reader.readline(), 10)
+            hello = json.loads(line)
+            if not isinstance(hello, dict) or hello.get("t") != "hello":
+                raise ValueError(f"expected hello, got {line[:100]!r}")
+        except (ValueError, TimeoutError, ConnectionError, asyncio.LimitOverrunError) as e:
+            log.warning("a connection to %s did not greet as a runner: %s", self.socket_path, e)
+            writer.close()
+            self.writer = None
+            return
+        self.hello = hello
+        self._reader_task = asyncio.current_task()
+        self.connected.set()
+        try:
+            await self._read(reader)
+        except asyncio.CancelledError:
+            pass  # closed by the agent (asyncio would log a cancelled connection task as an error)
         finally:
-            if fd is not None:
-                os.close(fd)
-        line = await asyncio.wait_for(reader.readline(), 10)
-        self.hello = json.loads(line)
-        self._reader_task = asyncio.create_task(self._read(reader), name=f"runner-read-{self.socket_path}")
+            writer.close()
+            if self.writer is writer:
+                self.writer = None
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -221,30 +286,14 @@ class RunnerChannel(Channel):
             raise ChannelError(f"cannot write {path}: {reply.get('error')}")
 
     async def close(self) -> None:
+        """Stop listening and drop the connection (the socket file stays for the next agent to replace)."""
+        if self._server is not None:
+            self._server.close()
         if self.writer is not None:
             self.writer.close()
-        if self._reader_task is not None:
-            self._reader_task.cancel()
+        task = self._reader_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader_task
+                await task
         await super().close()
-
-
-async def wait_for_socket(
-    run_dir: Path, deadline: float, exited: asyncio.Future[Any] | asyncio.Task[Any] | None
-) -> str:
-    """Poll until the runner's socket appears ("runner") or the no-Python marker ("nopython")."""
-    loop = asyncio.get_running_loop()
-    sock, marker = run_dir / "runner.sock", run_dir / "nopython"
-    delay = 0.002
-    while True:
-        if sock.exists():
-            return "runner"
-        if marker.exists():
-            return "nopython"
-        if exited is not None and exited.done():
-            raise ChannelError("the kernel exited while starting")
-        if loop.time() > deadline:
-            raise ChannelError("the kernel's runner did not start in time")
-        await asyncio.sleep(delay)
-        delay = min(delay * 1.5, 0.05)

@@ -4,13 +4,20 @@ This file is copied into arbitrary container images and started with whatever
 Python (3.8 or newer) the image provides, so it uses the standard library only
 and never imports ``bai``::
 
-    python3 -u /opt/bai/runner.py --socket /opt/bai/run/runner.sock [--workdir /home/work]
+    python3 -u /opt/bai/runner.py --connect /opt/bai/run/agent.sock [--workdir /home/work]
+    python3 -u /opt/bai/runner.py --socket PATH [--workdir DIR]
 
-The runner listens on a Unix stream socket (bound via its directory, so paths
-longer than 108 bytes work; a stale socket file is removed; mode 0o666) and
-serves ONE connection at a time until it closes, then accepts the next one.
-Work continues while no client is connected; output produced meanwhile is
-dropped.  SIGTERM makes the runner exit with status 0.
+With ``--connect`` (what the agent uses) the AGENT listens on a Unix stream
+socket and the runner connects to it; when the connection ends (the agent
+restarted) the runner connects again, retrying every 10-250 ms for as long as
+it lives.  Connecting needs no write access to the socket's folder, so the
+agent mounts that folder read-only in a container.  With ``--socket`` the
+runner listens instead (bound via its directory, so paths longer than 108
+bytes work; a stale socket file is removed; mode 0o666) and serves ONE
+connection at a time until it closes, then accepts the next one.  Either way
+the protocol below is the same, work continues while no connection is up,
+and output produced meanwhile is dropped.  SIGTERM makes the runner exit
+with status 0.
 
 Wire protocol: newline-delimited JSON (UTF-8), one object per line.
 
@@ -37,7 +44,7 @@ for the next job to start (so an input sent right after a batch op is not lost).
 
 Runner -> agent (``t``):
   hello          {"t": "hello", "pid": INT, "python": "3.11.7", "busy": BOOL}
-                 first message on every accepted connection.
+                 first message on every connection.
   stdout/stderr  {"t": "stdout", "d": STR}  output chunks, sent as produced.
   waiting-input  {"t": "waiting-input", "opts": {"is_password": BOOL}}
                  query code called input() (prompt already sent as stdout) or
@@ -193,28 +200,45 @@ class Runner:
     # -- connections (runs in the "conn" thread) -------------------------
 
     def serve(self, server: socket.socket) -> None:
+        """--socket: accept one connection at a time."""
         while True:
             try:
                 conn, _ = server.accept()
             except OSError:
                 time.sleep(0.1)
                 continue
-            hello = {
-                "t": "hello",
-                "pid": self.pid,
-                "python": PYTHON_VERSION,
-                "busy": self.current is not None or self.queued > 0,
-            }
-            with self.send_lock:
-                self.conn = conn
-                self._send_locked(json.dumps(hello).encode() + b"\n")
+            self._serve_conn(conn)
+
+    def connect_forever(self, path: str) -> None:
+        """--connect: connect to the agent's socket, and again whenever the connection ends."""
+        delay = 0.01
+        while True:
             try:
-                self._read_loop(conn)
-            finally:
-                with self.send_lock:
-                    if self.conn is conn:
-                        self.conn = None
-                conn.close()
+                conn = connect_socket(path)
+            except OSError:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+                continue
+            delay = 0.01
+            self._serve_conn(conn)
+
+    def _serve_conn(self, conn: socket.socket) -> None:
+        hello = {
+            "t": "hello",
+            "pid": self.pid,
+            "python": PYTHON_VERSION,
+            "busy": self.current is not None or self.queued > 0,
+        }
+        with self.send_lock:
+            self.conn = conn
+            self._send_locked(json.dumps(hello).encode() + b"\n")
+        try:
+            self._read_loop(conn)
+        finally:
+            with self.send_lock:
+                if self.conn is conn:
+                    self.conn = None
+            conn.close()
 
     def _read_loop(self, conn: socket.socket) -> None:
         buf = bytearray()
@@ -526,13 +550,35 @@ def bind_socket(path: str) -> socket.socket:
     return server
 
 
+def connect_socket(path: str) -> socket.socket:
+    """Connect to the Unix socket at *path*, which may exceed the sun_path limit."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if len(path.encode()) < 100:
+            sock.connect(path)
+        else:
+            directory, name = os.path.split(os.path.abspath(path))
+            fd = os.open(directory, getattr(os, "O_PATH", os.O_RDONLY))
+            try:
+                sock.connect("/proc/self/fd/%d/%s" % (fd, name))
+            finally:
+                os.close(fd)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def main(argv: list | None = None) -> None:
     parser = argparse.ArgumentParser(description="bai kernel runner")
-    parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--connect", help="the agent's Unix socket to connect to (and reconnect to)")
+    where.add_argument("--socket", help="Unix socket path to listen on")
     parser.add_argument("--workdir", default=None, help="working directory (default: cwd)")
     args = parser.parse_args(argv)
     workdir = os.path.abspath(args.workdir or os.getcwd())
-    server = bind_socket(args.socket)
+    connect_to = os.path.abspath(args.connect) if args.connect else None
+    server = bind_socket(args.socket) if args.socket else None
     os.chdir(workdir)
     # Like `python -c`, make modules in the working directory importable
     # (instead of the directory holding this file).
@@ -543,7 +589,10 @@ def main(argv: list | None = None) -> None:
     runner = Runner(workdir)
     signal.signal(signal.SIGTERM, runner.terminate)
     signal.signal(signal.SIGINT, _ignore_signal)
-    threading.Thread(target=runner.serve, args=(server,), name="conn", daemon=True).start()
+    if server is not None:
+        threading.Thread(target=runner.serve, args=(server,), name="conn", daemon=True).start()
+    else:
+        threading.Thread(target=runner.connect_forever, args=(connect_to,), name="conn", daemon=True).start()
     runner.run_forever()
 
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from bai.node.agent.channel import Channel, ChannelError, RunnerChannel
+from bai.node.agent.channel import AGENT_SOCKET, Channel, RunnerChannel
 
 
 class KernelStartError(Exception):
@@ -126,15 +126,8 @@ def kernel_env(spec: KernelSpec) -> dict[str, str]:
     return env
 
 
-async def connect_runner(run_dir: Path, on_output, deadline: float, exited) -> RunnerChannel:
-    """Connect to a runner whose socket has appeared, retrying while it starts listening."""
-    loop = asyncio.get_running_loop()
-    channel = RunnerChannel(run_dir / "runner.sock", on_output)
-    while True:
-        try:
-            await channel.connect()
-            return channel
-        except (ConnectionRefusedError, FileNotFoundError):
-            if loop.time() > deadline or (exited is not None and exited.done()):
-                raise ChannelError("the kernel's runner is not answering") from None
-            await asyncio.sleep(0.005)
+async def listen_for_runner(run_dir: Path, on_output, owner: tuple[int, int] | None = None) -> RunnerChannel:
+    """A channel listening in the kernel's run folder for its runner to connect (see RunnerChannel)."""
+    channel = RunnerChannel(run_dir / AGENT_SOCKET, on_output)
+    await channel.listen(owner)
+    return channel

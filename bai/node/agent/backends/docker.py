@@ -1,21 +1,27 @@
 """The Docker backend: one container per kernel, through aiodocker.
 
 Each container gets the kernel's labels, enforced limits (cpu → NanoCpus, mem → Memory with no
-swap, a pids limit), `--network none` unless configured otherwise, the runner mounted read-only at
-/opt/bai/runner.py and a per-kernel folder at /opt/bai/run holding the runner's Unix socket (so
-exec works without any network). Images without Python run batch commands through docker exec.
+swap, a pids limit, nofile / nproc ulimits), `--network none` unless configured otherwise, and is
+confined: every capability dropped (but those of `[agent.docker] cap_add`), no-new-privileges, a
+read-only root filesystem whose only writable places are the kernel's scratch (/home/work, /tmp,
+/var/tmp, bounded as `[agent] scratch_type` says: see scratch.py) and its virtual folders.
+
+The runner is mounted read-only at /opt/bai/runner.py, and the kernel's run folder read-only at
+/opt/bai/run: the agent listens on a Unix socket there that the runner connects to (so exec works
+without any network, and a kernel can write nothing into the node's state folder). Images without
+Python print a marker line instead (seen in the container's log) and run batch commands through
+docker exec.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
+import logging
 import os
-import shutil
+import re
 import signal
-import tarfile
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,22 +29,58 @@ from typing import Any
 import aiodocker
 from aiodocker.exceptions import DockerError
 
-from bai.node.agent.backends.base import Dotfile, Kernel, KernelSpec, KernelStartError, connect_runner, kernel_env
-from bai.node.agent.channel import Channel, ChannelError, wait_for_socket
+from bai.node.agent import scratch as scratchlib
+from bai.node.agent.backends.base import Dotfile, Kernel, KernelSpec, KernelStartError, kernel_env, listen_for_runner
+from bai.node.agent.channel import AGENT_SOCKET, Channel, ChannelError, RunnerChannel
 from bai.node.agent.files import list_script
+from bai.node.agent.scratch import Layout, Scratch, ScratchError
 
+log = logging.getLogger("bai.agent.docker")
 LABEL_KERNEL = "ai.backend.kernel-id"
 LABEL_SESSION = "ai.backend.session-id"
 LABEL_AGENT = "bai.agent-id"
 
-# Start the runner with the image's Python, or idle (batch commands then use docker exec).
+NO_PYTHON = "bai: no python in this image"  # the first line of such a kernel's log
+EXEC_MARKER = "exec-channel"  # in the kernel's folder (not the run folder): the kernel has no runner
+# Start the runner with the image's Python (it connects to the agent), or say there is none and idle
+# (batch commands then use docker exec).
 ENTRYPOINT = (
     "for p in python3 python; do "
     'if command -v "$p" >/dev/null 2>&1; then '
-    'exec "$p" -u /opt/bai/runner.py --socket /opt/bai/run/runner.sock --workdir /home/work; fi; done; '
-    "echo no python in this image > /opt/bai/run/nopython; "
+    f'exec "$p" -u /opt/bai/runner.py --connect /opt/bai/run/{AGENT_SOCKET} --workdir /home/work; fi; done; '
+    f"echo '{NO_PYTHON}'; "
     "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 )
+# Linux capabilities that `[agent.docker] cap_add` may name (capabilities(7), without CAP_)
+CAPABILITIES = frozenset(
+    """AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE
+    DAC_READ_SEARCH FOWNER FSETID IPC_LOCK IPC_OWNER KILL LEASE LINUX_IMMUTABLE MAC_ADMIN MAC_OVERRIDE
+    MKNOD NET_ADMIN NET_BIND_SERVICE NET_BROADCAST NET_RAW PERFMON SETFCAP SETGID SETPCAP SETUID
+    SYS_ADMIN SYS_BOOT SYS_CHROOT SYS_MODULE SYS_NICE SYS_PACCT SYS_PTRACE SYS_RAWIO SYS_RESOURCE
+    SYS_TIME SYS_TTY_CONFIG SYSLOG WAKE_ALARM""".split()
+)
+
+
+def check_capabilities(names: list[str]) -> list[str]:
+    """`cap_add` names as Docker takes them (CAP_ prefix optional, any case); ValueError for a name
+    that is not a Linux capability, or ALL."""
+    out = []
+    for name in names:
+        bare = name.strip().upper().removeprefix("CAP_")
+        if bare == "ALL":
+            raise ValueError("[agent.docker] cap_add: ALL would undo dropping capabilities; name each one")
+        if not re.fullmatch(r"[A-Z_]+", bare) or bare not in CAPABILITIES:
+            raise ValueError(f"[agent.docker] cap_add: {name!r} is not a Linux capability (e.g. NET_BIND_SERVICE)")
+        out.append(f"CAP_{bare}")
+    return out
+
+
+def owner_of(user: str) -> tuple[int, int] | None:
+    """(uid, gid) of a numeric `uid[:gid]` kernel user (gid 0 when left out), else None."""
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        return None
+    return int(uid), int(gid or 0)
 
 
 def gpus_from_labels(labels: dict[str, str]) -> list[tuple[str, Decimal]]:
@@ -46,29 +88,48 @@ def gpus_from_labels(labels: dict[str, str]) -> list[tuple[str, Decimal]]:
     return [(u, Decimal(a)) for u, a in json.loads(labels.get("bai.gpus") or "[]")]
 
 
-def dotfiles_tar(dotfiles: list[Dotfile], user: str) -> bytes:
-    """A tar of the dotfiles (and their folders) for /home/work, owned by the kernel's user."""
-    uid, _, gid = (user or "0:0").partition(":")
-    owner = {"uid": int(uid) if uid.isdigit() else 0, "gid": int(gid) if gid.isdigit() else 0}
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        dirs: set[str] = set()
-        for f in dotfiles:
-            parts = f.path.strip("/").split("/")
-            for i in range(1, len(parts)):
-                folder = "/".join(parts[:i])
-                if folder not in dirs:
-                    dirs.add(folder)
-                    info = tarfile.TarInfo(folder)
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    info.uid, info.gid = owner["uid"], owner["gid"]
-                    tar.addfile(info)
-            data = f.data.encode()
-            info = tarfile.TarInfo("/".join(parts))
-            info.size, info.mode = len(data), f.mode
-            info.uid, info.gid = owner["uid"], owner["gid"]
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+def write_dotfiles(home: Path, dotfiles: list[Dotfile], owner: tuple[int, int] | None) -> None:
+    """Write the dotfiles into a new kernel's home on the host (its scratch), owned by the kernel's user."""
+    for f in dotfiles:
+        parts = [p for p in f.path.split("/") if p not in ("", ".")]
+        if not parts or ".." in parts:
+            continue  # the manager refuses such paths; never write outside the home
+        folder = home
+        for part in parts[:-1]:
+            folder = folder / part
+            if not folder.is_dir():
+                folder.mkdir()
+                if owner is not None:
+                    with contextlib.suppress(PermissionError):  # an agent that is not root
+                        os.chown(folder, *owner)
+        target = folder / parts[-1]
+        target.write_text(f.data)
+        target.chmod(f.mode)
+        if owner is not None:
+            with contextlib.suppress(PermissionError):
+                os.chown(target, *owner)
+
+
+async def exec_write(docker: aiodocker.Docker, container_id: str, path: str, data: bytes, mode: int) -> None:
+    """Write a file under /home/work through the kernel itself (as its user): the root filesystem is
+    read-only and a tmpfs home is not reachable from outside, so docker's put_archive cannot."""
+    container = docker.containers.container(container_id)
+    script = 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"'
+    run = await container.exec(["/bin/sh", "-c", script, "sh", path, f"{mode:o}"], stdin=True, workdir="/home/work")
+    stream = run.start(detach=False)
+    err = b""
+    try:
+        await stream.write_in(data)
+        transport = stream._resp.connection.transport  # end of stdin, then read what it says
+        if transport is not None and transport.can_write_eof():
+            transport.write_eof()
+        while (msg := await stream.read_out()) is not None:
+            err += msg.data
+    finally:
+        await stream.close()
+    code = (await run.inspect()).get("ExitCode")
+    if code != 0:
+        raise ChannelError(f"cannot write {path}: {err.decode(errors='replace').strip()[-200:] or f'exit {code}'}")
 
 
 class DockerUnavailable(Exception):
@@ -103,9 +164,18 @@ class DockerBackend:
         labels: dict[str, str] | None = None,
         start_timeout: float = 30.0,
         user: str = "",
+        cap_add: list[str] | None = None,
+        nofile: int = 0,
+        nproc: int = 0,
+        scratch: Scratch | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.user = user
+        self.owner = owner_of(user)  # who owns the kernel's home and its runner socket
+        self.cap_add = check_capabilities(cap_add or [])
+        self.ulimits = [{"Name": n, "Soft": v, "Hard": v} for n, v in (("nofile", nofile), ("nproc", nproc)) if v > 0]
+        # None (only for building configurations in tests): no scratch mounts
+        self.scratch = scratch
         self.kernels_dir = kernels_dir
         self.runner_path = runner_path
         self.network = network
@@ -133,17 +203,30 @@ class DockerBackend:
                     out.append({"name": tag, "id": img["Id"], "size": img.get("Size", 0), "labels": labels})
         return sorted(out, key=lambda i: i["name"])
 
-    def _container_config(self, spec: KernelSpec, run_dir: Path) -> dict[str, Any]:
+    def _container_config(self, spec: KernelSpec, run_dir: Path, layout: Layout | None = None) -> dict[str, Any]:
         env = kernel_env(spec)
+        layout = layout or Layout()
         host: dict[str, Any] = {
             "Binds": [
                 f"{self.runner_path}:/opt/bai/runner.py:ro",
-                f"{run_dir}:/opt/bai/run:rw",
+                f"{run_dir}:/opt/bai/run:ro",  # only the agent's socket is there; connecting needs no write
+                *(f"{folder}:{target}:rw" for target, folder in layout.binds.items()),
                 *(f"{m.host_path}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts),
             ],
             "NetworkMode": spec.network or self.network,
             "PidsLimit": self.pids_limit,
+            "ReadonlyRootfs": True,  # the scratch and the virtual folders are all a kernel can write
+            "CapDrop": ["ALL"],
+            "CapAdd": list(self.cap_add),
+            "SecurityOpt": ["no-new-privileges"],
+            "Ulimits": list(self.ulimits),
         }
+        if layout.tmpfs:
+            owner = f",uid={self.owner[0]},gid={self.owner[1]}" if self.owner else ""
+            host["Tmpfs"] = {
+                target: f"rw,exec,nosuid,nodev,size={size},mode={mode:o}{owner if target == '/home/work' else ''}"
+                for target, (size, mode) in layout.tmpfs.items()
+            }
         if spec.gpus:  # the NVIDIA container runtime gives the container exactly these devices
             host["DeviceRequests"] = [
                 {"Driver": "nvidia", "DeviceIDs": [u for u, _ in spec.gpus], "Capabilities": [["gpu"]]}
@@ -181,47 +264,104 @@ class DockerBackend:
     async def create(self, spec: KernelSpec, on_output) -> Kernel:
         assert self.docker is not None
         loop = asyncio.get_running_loop()
-        run_dir = self.kernels_dir / spec.kernel_id / "run"
+        kdir = self.kernels_dir / spec.kernel_id
+        run_dir = kdir / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(run_dir, 0o777)  # the kernel may run as any user
-        try:
-            container = await self.docker.containers.create(
-                self._container_config(spec, run_dir), name=f"bai-{spec.kernel_id}"
-            )
-        except DockerError as e:
-            shutil.rmtree(run_dir.parent, ignore_errors=True)
-            if e.status == 404:
-                raise KernelStartError(f"image {spec.image!r} not found on agent {self.agent_id}") from None
-            raise KernelStartError(f"cannot create the container: {e.message}") from None
+        os.chmod(run_dir, 0o755)  # mounted read-only; the kernel only connects to the socket in it
         exited: asyncio.Future[int] = loop.create_future()
+        listener: RunnerChannel | None = None
+        container: Any = None
+        watcher: asyncio.Task[None] | None = None
+
+        async def clean_up() -> None:
+            if listener is not None:
+                await listener.close()
+            if container is not None:
+                with contextlib.suppress(DockerError):
+                    await container.delete(force=True)
+            if watcher is not None:
+                watcher.cancel()
+            await asyncio.to_thread(scratchlib.remove_kernel_dir, kdir)
+
         try:
-            if spec.dotfiles:
-                await container.put_archive("/home/work", dotfiles_tar(spec.dotfiles, self.user))
+            layout = await self._prepare_scratch(kdir)
+            if layout.home is not None:
+                write_dotfiles(layout.home, spec.dotfiles, self.owner)
+            listener = await listen_for_runner(run_dir, on_output, self.owner)
+            try:
+                container = await self.docker.containers.create(
+                    self._container_config(spec, run_dir, layout), name=f"bai-{spec.kernel_id}"
+                )
+            except DockerError as e:
+                if e.status == 404:
+                    raise KernelStartError(f"image {spec.image!r} not found on agent {self.agent_id}") from None
+                raise KernelStartError(f"cannot create the container: {e.message}") from None
             await container.start()
             watcher = asyncio.create_task(self._watch(container, exited))
-            deadline = loop.time() + self.start_timeout
-            mode = await wait_for_socket(run_dir, deadline, exited)
-            if mode == "runner":
-                channel: Channel = await connect_runner(run_dir, on_output, deadline, exited)
-            else:
-                channel = ExecChannel(self.docker, container.id, on_output)
+            if self.scratch is not None:
+                await asyncio.to_thread(self.scratch.detach, kdir)
+            channel = await self._runner_or_exec(container, listener, kdir, loop.time() + self.start_timeout, exited)
+            if channel is not listener:
+                listener = None  # closed: the image has no Python
+            if layout.home is None:  # the home is a tmpfs that exists only now: write through the kernel
+                for f in spec.dotfiles:
+                    await exec_write(self.docker, container.id, f.path, f.data.encode(), f.mode)
         except asyncio.CancelledError:  # the manager gave up waiting: leave nothing behind
-            with contextlib.suppress(DockerError):
-                await asyncio.shield(container.delete(force=True))
-            shutil.rmtree(run_dir.parent, ignore_errors=True)
+            await asyncio.shield(clean_up())
             raise
-        except (ChannelError, DockerError) as e:
-            detail = await self._tail(container)
-            with contextlib.suppress(DockerError):
-                await container.delete(force=True)
-            shutil.rmtree(run_dir.parent, ignore_errors=True)
+        except KernelStartError:
+            await clean_up()
+            raise
+        except (ChannelError, DockerError, ScratchError, OSError) as e:
+            detail = await self._tail(container) if container is not None else ""
+            await clean_up()
             reason = e.message if isinstance(e, DockerError) else str(e)
+            if "rlimit" in reason:
+                reason += " ([agent] nofile / nproc above the Docker daemon's own limits?)"
             if exited.done():
                 reason = f"the container exited with code {exited.result()} while starting"
             raise KernelStartError(f"{reason}{': ' + detail if detail else ''}") from None
         kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=container.id)
         self._link_exit(kernel, exited, watcher)
         return kernel
+
+    async def _prepare_scratch(self, kdir: Path) -> Layout:
+        """The kernel's scratch, set up on the host (mkfs and mount for hostfile) in a thread."""
+        if self.scratch is None:
+            return Layout()
+        job = asyncio.ensure_future(asyncio.to_thread(self.scratch.prepare, kdir, self.owner))
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await job  # let a mount finish, so that the clean-up finds it
+            raise
+
+    async def _runner_or_exec(
+        self, container: Any, listener: RunnerChannel, kdir: Path, deadline: float, exited: asyncio.Future[int]
+    ) -> Channel:
+        """Wait until the runner connects, or the container's log says the image has no Python."""
+        assert self.docker is not None
+        loop = asyncio.get_running_loop()
+        delay = 0.02
+        while True:
+            try:
+                await listener.wait_connected(min(deadline, loop.time() + delay), exited)
+                return listener
+            except ChannelError:
+                if exited.done() or loop.time() >= deadline:
+                    raise
+            if await self._says_no_python(container):
+                await listener.close()
+                (kdir / EXEC_MARKER).touch()  # for the next agent that adopts the kernel
+                return ExecChannel(self.docker, container.id, listener.on_output)
+            delay = min(delay * 1.5, 0.2)
+
+    async def _says_no_python(self, container: Any) -> bool:
+        with contextlib.suppress(DockerError):
+            lines = await container.log(stdout=True, tail=20)
+            return bool(lines) and lines[0].strip() == NO_PYTHON
+        return False
 
     def _link_exit(self, kernel: Kernel, exited: asyncio.Future[int], watcher: asyncio.Task[None]) -> None:
         kernel.watcher = watcher
@@ -257,50 +397,64 @@ class DockerBackend:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(kernel.watcher, 5)
         kernel.set_exit(137)
-        shutil.rmtree(kernel.run_dir.parent, ignore_errors=True)
+        await asyncio.to_thread(scratchlib.remove_kernel_dir, kernel.run_dir.parent)
 
     async def adopt(self, on_output) -> list[Kernel]:
-        """Re-attach to this agent's running containers; remove its dead ones."""
+        """Re-attach to this agent's running containers (their runners connect again); remove its dead
+        ones, and the folders and scratch mounts of kernels that are gone."""
+        assert self.docker is not None
+        found = await self.docker.containers.list(all=True, filters={"label": [f"{LABEL_AGENT}={self.agent_id}"]})
+        adopted = await asyncio.gather(*(self._adopt_one(c, on_output) for c in found))
+        kernels = [k for k in adopted if k is not None]
+        gone = await asyncio.to_thread(scratchlib.cleanup, self.kernels_dir, {k.spec.kernel_id for k in kernels})
+        if gone:
+            log.info("removed the folders of %d kernels that are gone", len(gone))
+        return kernels
+
+    async def _adopt_one(self, c: Any, on_output) -> Kernel | None:
         assert self.docker is not None
         loop = asyncio.get_running_loop()
-        found = await self.docker.containers.list(all=True, filters={"label": [f"{LABEL_AGENT}={self.agent_id}"]})
-        kernels = []
-        for c in found:
-            info = c._container
-            labels = info.get("Labels") or {}
-            kid = labels.get(LABEL_KERNEL)
-            run_dir = self.kernels_dir / str(kid) / "run"
-            if not kid or info.get("State") != "running" or not run_dir.exists():
-                with contextlib.suppress(DockerError):
-                    await c.delete(force=True)
-                continue
-            container = self.docker.containers.container(c.id)
-            exited: asyncio.Future[int] = loop.create_future()
-            watcher = asyncio.create_task(self._watch(container, exited))
-            try:
-                if (run_dir / "runner.sock").exists():
-                    channel: Channel = await connect_runner(run_dir, on_output, loop.time() + 5, exited)
-                else:
-                    channel = ExecChannel(self.docker, c.id, on_output)
-            except ChannelError:
-                watcher.cancel()
-                with contextlib.suppress(DockerError):
-                    await c.delete(force=True)
-                continue
-            spec = KernelSpec(
-                kernel_id=kid,
-                session_id=labels.get(LABEL_SESSION, ""),
-                session_name=labels.get("bai.session-name", ""),
-                access_key="",
-                image=info.get("Image", ""),
-                slots={},
-                environ={},
-                gpus=gpus_from_labels(labels),
-            )
-            kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=c.id)
-            self._link_exit(kernel, exited, watcher)
-            kernels.append(kernel)
-        return kernels
+        info = c._container
+        labels = info.get("Labels") or {}
+        kid = str(labels.get(LABEL_KERNEL) or "")
+        kdir = self.kernels_dir / kid
+        run_dir = kdir / "run"
+        safe = re.fullmatch(r"[A-Za-z0-9_.-]+", kid) is not None and kid not in (".", "..")
+        if not safe or info.get("State") != "running" or not run_dir.exists():
+            with contextlib.suppress(DockerError):
+                await c.delete(force=True)
+            return None
+        container = self.docker.containers.container(c.id)
+        exited: asyncio.Future[int] = loop.create_future()
+        watcher = asyncio.create_task(self._watch(container, exited))
+        channel: Channel | None = None
+        try:
+            if (kdir / EXEC_MARKER).exists():
+                channel = ExecChannel(self.docker, c.id, on_output)
+            else:
+                channel = await listen_for_runner(run_dir, on_output, self.owner)
+                await channel.wait_connected(loop.time() + 5, exited)
+        except (ChannelError, OSError) as e:
+            log.warning("removing kernel %s: its runner did not come back (%s)", kid, e)
+            watcher.cancel()
+            if channel is not None:
+                await channel.close()
+            with contextlib.suppress(DockerError):
+                await c.delete(force=True)
+            return None
+        spec = KernelSpec(
+            kernel_id=kid,
+            session_id=labels.get(LABEL_SESSION, ""),
+            session_name=labels.get("bai.session-name", ""),
+            access_key="",
+            image=info.get("Image", ""),
+            slots={},
+            environ={},
+            gpus=gpus_from_labels(labels),
+        )
+        kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=c.id)
+        self._link_exit(kernel, exited, watcher)
+        return kernel
 
     async def has_image(self, image: str) -> bool:
         assert self.docker is not None
@@ -312,12 +466,13 @@ class DockerBackend:
             raise
         return True
 
-    async def pull(self, image: str, progress=None) -> dict[str, Any]:
-        """`docker pull` with progress: `progress(done_bytes, total_bytes)` as layers download."""
+    async def pull(self, image: str, progress=None, auth: dict[str, str] | None = None) -> dict[str, Any]:
+        """`docker pull` with progress: `progress(done_bytes, total_bytes)` as layers download; `auth`
+        ({username, password, serveraddress}, from the manager) goes only into X-Registry-Auth."""
         assert self.docker is not None
         layers: dict[str, tuple[int, int]] = {}
         try:
-            async for event in self.docker.images.pull(image, stream=True, timeout=None):
+            async for event in self.docker.images.pull(image, auth=auth or None, stream=True, timeout=None):
                 detail = event.get("progressDetail") or {}
                 if event.get("id") and detail.get("total"):
                     layers[event["id"]] = (int(detail.get("current", 0)), int(detail["total"]))
@@ -424,18 +579,9 @@ class ExecChannel(Channel):
                     os.kill(pid, signal.SIGINT)
 
     async def put_file(self, path: str, data: bytes) -> None:
-        import io
-        import tarfile
-
         if path.startswith("/") or ".." in Path(path).parts:
             raise ChannelError(f"cannot write {path}: the path must stay inside /home/work")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(path)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-        await self.docker.containers.container(self.container_id).put_archive("/home/work", buf.getvalue())
+        await exec_write(self.docker, self.container_id, path, data, 0o644)
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():

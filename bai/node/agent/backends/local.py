@@ -30,10 +30,10 @@ from bai.node.agent.backends.base import (
     KernelSpec,
     KernelStartError,
     Mount,
-    connect_runner,
     kernel_env,
+    listen_for_runner,
 )
-from bai.node.agent.channel import ChannelError, wait_for_socket
+from bai.node.agent.channel import AGENT_SOCKET, ChannelError
 from bai.node.agent.files import list_dir
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -97,16 +97,20 @@ class LocalBackend:
         env.update(kernel_env(spec))
         env["HOME"] = str(work_dir)
         write_dotfiles(work_dir, spec.dotfiles)
-        command = [sys.executable, "-u", str(self.runner_path), "--socket", str(run_dir / "runner.sock")]
+        # the agent listens, the runner connects (as in containers; here the run folder stays writable)
+        channel = await listen_for_runner(run_dir, on_output, (os.getuid(), os.getgid()))
+        command = [sys.executable, "-u", str(self.runner_path), "--connect", str(run_dir / AGENT_SOCKET)]
         if spec.mounts:
             bwrap = shutil.which("bwrap")
             if bwrap is None:
+                await channel.close()
                 shutil.rmtree(kdir, ignore_errors=True)
                 raise KernelStartError(
                     "mounting virtual folders in a local kernel needs bubblewrap (apt-get install bubblewrap)"
                 )
             outside = [m.target for m in spec.mounts if not m.target.startswith("/home/work/")]
             if outside:
+                await channel.close()
                 shutil.rmtree(kdir, ignore_errors=True)
                 raise KernelStartError(f"the local backend mounts folders under /home/work only, not at {outside[0]}")
             env["HOME"] = "/home/work"
@@ -139,17 +143,21 @@ class LocalBackend:
                 start_new_session=True,
                 preexec_fn=limit,
             )
+        except BaseException:
+            await channel.close()
+            shutil.rmtree(kdir, ignore_errors=True)
+            raise
         finally:
             log_file.close()
         self._procs[spec.kernel_id] = proc
         watcher = asyncio.ensure_future(proc.wait())
         deadline = loop.time() + self.start_timeout
         try:
-            await wait_for_socket(run_dir, deadline, watcher)
-            channel = await connect_runner(run_dir, on_output, deadline, watcher)
+            await channel.wait_connected(deadline, watcher)
         except (ChannelError, asyncio.CancelledError) as e:  # failed, or the manager gave up waiting
             tail = (kdir / "runner.log").read_text(errors="replace")[-500:].strip()
             self._procs.pop(spec.kernel_id, None)
+            await channel.close()
             await self._kill(proc)
             shutil.rmtree(kdir, ignore_errors=True)
             if isinstance(e, asyncio.CancelledError):
