@@ -1,5 +1,6 @@
-"""Images from a registry: a local registry (Debian's docker-registry) on 127.0.0.1; a session whose
-image the agent lacks goes through PULLING; bai image pull | rm | alias."""
+"""Images from a registry: a local registry (Debian's docker-registry) on 127.0.0.1, configured as
+[images.registries.test]; a session whose image the agent lacks goes through PULLING; bai image pull |
+rm | alias."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ from collections.abc import Iterator
 import pytest
 
 from tests.nodeproc import BUSYBOX_IMAGE, Node, free_port
+
+
+@pytest.fixture(scope="module")
+def docker_node(registry: str, tmp_path_factory) -> Iterator[Node]:
+    """A docker node that may pull from the test registry (images come only from [images.registries])."""
+    host = registry.split("/", 1)[0]
+    node = Node(
+        tmp_path_factory.mktemp("node-images"), "docker", extra_config=f'[images.registries.test]\nurl = "{host}"\n'
+    ).start()
+    yield node
+    leftovers = node.leftover_containers()
+    node.stop()
+    if leftovers:
+        subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
 
 
 @pytest.fixture(scope="module")

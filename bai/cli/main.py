@@ -276,6 +276,9 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
         cfg, used, sources = load_with_sources()
     except ConfigError as e:
         fail(str(e), code=2)
+    for reg in cfg["images"]["registries"].values():  # a registry's password is not for the screen
+        if reg.get("password"):
+            reg["password"] = "********"
     if as_json:
         print(json.dumps({"files": [str(p) for p in used], "config": cfg, "sources": sources}, indent=2))
         return

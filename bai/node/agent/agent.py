@@ -261,7 +261,13 @@ class Agent:
             dotfiles=[Dotfile(d["path"], d["data"], int(d["permission"], 8)) for d in config.get("dotfiles") or []],
         )
         if registry_of(spec.image) and hasattr(self.backend, "pull") and not await self.backend.has_image(spec.image):
-            await self._pull_for(spec)
+            # only from a registry the manager allowed, with the credentials it sent for this pull
+            grant = config.get("pull") or {}
+            if (grant.get("registry") or "") != (registry_of(spec.image) or "").lower():
+                raise KernelStartError(
+                    f"cannot pull {spec.image}: the manager allowed no pull from {registry_of(spec.image)}"
+                )
+            await self._pull_for(spec, grant.get("auth"))
         spec.gpus = self.gpu_alloc.allocate(spec.kernel_id, spec.slots)  # raises when they do not fit
         for mount in spec.mounts:  # a folder this agent cannot see would be an empty directory
             if not Path(mount.host_path).is_dir():
@@ -289,7 +295,7 @@ class Agent:
             "query": kernel.channel.supports_query,
         }
 
-    async def _pull_for(self, spec: KernelSpec) -> None:
+    async def _pull_for(self, spec: KernelSpec, auth: dict[str, str] | None = None) -> None:
         """Pull a kernel's image from its registry, telling the manager how far it got (at most 4 times a second)."""
         last = 0.0
 
@@ -302,12 +308,12 @@ class Agent:
                 await self.link.emit("kernel_pulling", {**event, "done": done, "total": total})
 
         await progress(0, 0)
-        await self.backend.pull(spec.image, progress)
+        await self.backend.pull(spec.image, progress, auth=auth)
 
-    async def rpc_pull_image(self, image: str) -> dict[str, Any]:
+    async def rpc_pull_image(self, image: str, auth: dict[str, str] | None = None) -> dict[str, Any]:
         if not hasattr(self.backend, "pull"):
             raise KernelStartError(f"the {self.backend.name} backend has no images to pull")
-        return await self.backend.pull(image)
+        return await self.backend.pull(image, auth=auth)
 
     async def rpc_remove_image(self, image: str) -> None:
         if not hasattr(self.backend, "remove_image"):

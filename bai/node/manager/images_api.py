@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bai.common import images as imagelib
 from bai.common.problems import Problem, invalid
 from bai.node.link.base import AgentUnavailable, RemoteError
 from bai.node.manager.http import SETTINGS, read_json, registry_of
@@ -60,13 +61,18 @@ async def pull(request: web.Request) -> web.Response:
     if not isinstance(image, str) or not image:
         raise invalid("give the image to pull")
     registry = registry_of(request)
+    # only from a configured registry (a name without one is Docker Hub's: docker.io), checked before
+    # anything connects anywhere; the registry's credentials go to the agent for this pull only
+    source = image if imagelib.registry_of(image) else f"docker.io/{image}"
+    grant = registry.pull_grant(source)
     targets = _targets(registry, body.get("agent"))
     if not targets:
         raise invalid("no Docker agent is connected to pull it")
     done = []
+    args = {"image": source, "auth": grant["auth"] if grant else None}
     for agent_id in targets:
         try:
-            result = await registry.link.call(agent_id, "pull_image", {"image": image}, timeout=PULL_TIMEOUT)
+            result = await registry.link.call(agent_id, "pull_image", args, timeout=PULL_TIMEOUT)
         except (RemoteError, AgentUnavailable) as e:
             raise Problem("generic-bad-request", "Pull failed.", f"agent {agent_id}: {e}") from None
         registry.image_labels[image] = result.get("labels") or {}

@@ -14,6 +14,7 @@ from bai.common.images import registry_of
 from bai.common.mounts import MountError, MountRequest, plan_mounts
 from bai.common.names import name_problem
 from bai.common.problems import invalid
+from bai.node.manager.admission import NETWORK_NAME
 
 SESSION_TYPES = ("interactive", "batch")
 
@@ -154,8 +155,9 @@ def parse_create(
     except MountError as e:
         raise invalid(str(e)) from None
     network = config.get("network")
-    if network is not None and network not in ("none", "bridge", "host"):
-        raise invalid("config.network must be none, bridge or host")
+    if network is not None and (not isinstance(network, str) or not NETWORK_NAME.match(network)):
+        # whether the caller may have it is the scaling group's to say (admission.check_network)
+        raise invalid("config.network must be a Docker network name (none, bridge, host or a user-defined one)")
     return CreateRequest(
         name=name,
         image=image.strip(),

@@ -1,0 +1,177 @@
+"""Who may ask for what when a session is created: networks and image registries.
+
+Pure decisions (request + caller + configuration → None or a Problem), made before a session is
+stored and before any connection is made:
+
+- Networks. `config.network` must be allowed by the session's scaling group:
+  `[scaling_groups.NAME] allowed_networks` (for everyone) and `admin_allowed_networks` (admins too).
+  Leaving the network unset (the agent's `[agent.docker] network`) or asking for `none` is always
+  allowed; anything else (`bridge`, `host`, a user-defined Docker network) only when listed.
+- Registries. An image naming a registry (`HOST[:PORT]/repo:tag`) is pulled only from a registry of
+  `[images.registries.NAME]`; the manager holds its credentials and hands the agent what one pull needs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bai.common.images import registry_of
+from bai.common.problems import Problem, invalid
+
+ALWAYS_ALLOWED_NETWORKS = ("none",)  # no network at all is never a risk
+# a Docker network name; `container:ID` (sharing another container's namespace) is not one
+NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    allowed_networks: tuple[str, ...] = ()
+    admin_allowed_networks: tuple[str, ...] = ()
+
+    def networks_for(self, is_admin: bool) -> tuple[str, ...]:
+        extra = self.admin_allowed_networks if is_admin else ()
+        return tuple(dict.fromkeys((*ALWAYS_ALLOWED_NETWORKS, *self.allowed_networks, *extra)))
+
+
+@dataclass(frozen=True)
+class ImageRegistry:
+    name: str
+    host: str  # as Docker names it in an image reference: `127.0.0.1:5000`, `reg.example.com`
+    username: str = ""
+    password: str = field(default="", repr=False)
+    password_file: str = ""
+    insecure: bool = False
+
+    def auth(self) -> dict[str, str] | None:
+        """What Docker's X-Registry-Auth needs for one pull (None: anonymous). Reads password_file now."""
+        if not self.username:
+            return None
+        password = self.password
+        if self.password_file:
+            try:
+                password = Path(self.password_file).read_text().strip()
+            except OSError as e:
+                raise Problem(
+                    "internal-server-error",
+                    "Registry credentials unavailable.",
+                    f"[images.registries.{self.name}] password_file: {e.strerror}",
+                ) from None
+        return {"username": self.username, "password": password, "serveraddress": self.host}
+
+
+@dataclass(frozen=True)
+class Admission:
+    groups: dict[str, GroupPolicy] = field(default_factory=lambda: {"default": GroupPolicy()})
+    registries: dict[str, ImageRegistry] = field(default_factory=dict)  # by host
+
+    def registry_for(self, image: str) -> ImageRegistry | None:
+        host = registry_of(image)
+        return self.registries.get(host.lower()) if host else None
+
+    def configured(self) -> str:
+        return ", ".join(f"{r.name} ({r.host})" for r in sorted(self.registries.values(), key=lambda r: r.name))
+
+
+def registry_host(url: str, name: str) -> tuple[str, bool | None]:
+    """`127.0.0.1:5000`, `https://reg.example:5000` or `http://…` → (host as in image references,
+    whether the scheme says plain HTTP; None without a scheme)."""
+    scheme, sep, rest = url.strip().partition("://")
+    if not sep:
+        scheme, rest = "", url.strip()
+    if scheme not in ("", "http", "https"):
+        raise ValueError(f"[images.registries.{name}] url: use HOST[:PORT] or https://HOST[:PORT], not {url!r}")
+    host = rest.rstrip("/")
+    if not host or any(c in host for c in "/@ ") or registry_of(f"{host}/x") != host:
+        raise ValueError(
+            f"[images.registries.{name}] url: a registry address is HOST[:PORT] with a '.' or a port "
+            f"(or localhost), as Docker reads image references; got {url!r}"
+        )
+    return host.lower(), (scheme == "http") if scheme else None
+
+
+def from_config(cfg: dict[str, Any]) -> Admission:
+    """The admission rules of a configuration (raises ValueError on a bad registry or network name)."""
+    groups = {}
+    for name, opts in (cfg.get("scaling_groups") or {}).items():
+        nets = [*opts.get("allowed_networks", []), *opts.get("admin_allowed_networks", [])]
+        for net in nets:
+            if not NETWORK_NAME.match(net):
+                raise ValueError(f"[scaling_groups.{name}]: {net!r} is not a Docker network name")
+        groups[name] = GroupPolicy(
+            tuple(opts.get("allowed_networks", [])), tuple(opts.get("admin_allowed_networks", []))
+        )
+    registries: dict[str, ImageRegistry] = {}
+    for name, opts in ((cfg.get("images") or {}).get("registries") or {}).items():
+        if not opts.get("url"):
+            raise ValueError(f"[images.registries.{name}] needs url (HOST[:PORT] or https://HOST[:PORT])")
+        host, plain = registry_host(opts["url"], name)
+        insecure = bool(opts.get("insecure", False))
+        if plain is False and insecure:
+            raise ValueError(f"[images.registries.{name}]: an https:// url and insecure = true contradict")
+        if opts.get("password") and opts.get("password_file"):
+            raise ValueError(f"[images.registries.{name}]: give password or password_file, not both")
+        if (opts.get("password") or opts.get("password_file")) and not opts.get("username"):
+            raise ValueError(f"[images.registries.{name}]: a password needs a username")
+        if host in registries:
+            raise ValueError(f"[images.registries.{name}]: {host} is also [images.registries.{registries[host].name}]")
+        registries[host] = ImageRegistry(
+            name,
+            host,
+            str(opts.get("username", "")),
+            str(opts.get("password", "")),
+            str(opts.get("password_file", "")),
+            insecure or bool(plain),
+        )
+    return Admission(groups, registries)
+
+
+def check_image(admission: Admission, image: str) -> Problem | None:
+    """An image from a registry that is not configured: refused before anything connects to it."""
+    host = registry_of(image)
+    if host is None or admission.registry_for(image) is not None:
+        return None
+    allowed = admission.configured() or "none are configured"
+    return Problem(
+        "generic-forbidden",
+        "Image registry not allowed.",
+        f"the image {image!r} comes from the registry {host}, which is not configured; "
+        f"images may be pulled only from [images.registries] ({allowed})",
+        {"registry": host, "allowed_registries": sorted(r.host for r in admission.registries.values())},
+    )
+
+
+def check_network(admission: Admission, network: str | None, group: str, is_admin: bool) -> Problem | None:
+    if network is None:
+        return None
+    allowed = admission.groups.get(group, GroupPolicy()).networks_for(is_admin)
+    if network in allowed:
+        return None
+    who = "admins" if is_admin else "this keypair"
+    return Problem(
+        "generic-forbidden",
+        "Network not allowed.",
+        f"scaling group {group!r} does not allow {who} the network {network!r}; allowed: "
+        f"{', '.join(allowed)} (or leave it unset for the agents' default; "
+        f"[scaling_groups.{group}] allowed_networks / admin_allowed_networks)",
+        {"network": network, "allowed_networks": list(allowed)},
+    )
+
+
+def check_group(admission: Admission, group: str, agent_groups: set[str]) -> Problem | None:
+    if group in admission.groups or group in agent_groups:
+        return None
+    known = ", ".join(sorted(set(admission.groups) | agent_groups))
+    return invalid(f"unknown scaling group {group!r} (known: {known})")
+
+
+def admit(admission: Admission, req: Any, is_admin: bool, agent_groups: Iterable[str] = ()) -> Problem | None:
+    """None when the request (a CreateRequest) may be created, else the Problem that says why not."""
+    return (
+        check_group(admission, req.scaling_group, set(agent_groups))
+        or check_network(admission, req.network, req.scaling_group, is_admin)
+        or check_image(admission, req.image)
+    )
