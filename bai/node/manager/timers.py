@@ -3,6 +3,9 @@
 `expired()` is the pure decision; `Timers` runs it every second against the store and ends the
 sessions it names (reasons `idle-timeout` and `idle-session-lifetime`, as Backend.AI's checkers).
 Batch sessions are exempt from the idle timeout: they are busy by definition.
+
+A slower loop purges the output of sessions that ended more than `[manager] log_retention` ago and
+gives the space back to the file system (`log_settings` reads both log settings).
 """
 
 from __future__ import annotations
@@ -10,15 +13,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bai.common.background import Background
+from bai.common.config import duration_seconds
 from bai.common.status import SessionStatus, StatusInfo
 
 log = logging.getLogger("bai.timers")
 IDLE_TIMEOUT = StatusInfo.IDLE_TIMEOUT
 LIFETIME = StatusInfo.SESSION_LIFETIME
+MIN_LOG_BYTES = 64 * 1024
+RECLAIM_FREE_PAGES = 256  # give free pages back to the file system once there are more than this many
+
+
+def log_settings(cfg: Mapping[str, Any]) -> tuple[int, float]:
+    """[manager] log_max_bytes and log_retention (seconds); ValueError with a sentence when wrong."""
+    max_bytes = cfg["manager"]["log_max_bytes"]
+    if max_bytes < MIN_LOG_BYTES:
+        raise ValueError(f"[manager] log_max_bytes must be at least {MIN_LOG_BYTES} (64 KiB), got {max_bytes}")
+    try:
+        retention = duration_seconds(cfg["manager"]["log_retention"])
+    except ValueError as e:
+        raise ValueError(f"[manager] log_retention: {e}") from None
+    return max_bytes, retention
 
 
 def expired(
@@ -50,13 +68,16 @@ def expired(
 
 
 class Timers:
-    def __init__(self, registry, interval: float = 1.0) -> None:
+    def __init__(self, registry, interval: float = 1.0, log_retention: float | None = None) -> None:
         self.registry = registry
         self.interval = interval
+        self.log_retention = log_retention  # None: logs are kept (no purge loop)
         self.background = Background(log)
 
     def start(self) -> None:
         self.background.spawn(self._loop(), "timers")
+        if self.log_retention is not None:
+            self.background.spawn(self._log_loop(), "log-retention")
 
     async def stop(self) -> None:
         await self.background.close()
@@ -68,6 +89,26 @@ class Timers:
                 await self.sweep(datetime.now(UTC))
             except Exception:
                 log.exception("checking session time limits failed")
+
+    async def _log_loop(self) -> None:
+        assert self.log_retention is not None
+        interval = min(60.0, max(0.5, self.log_retention / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep_logs(datetime.now(UTC))
+            except Exception:
+                log.exception("purging old logs failed")
+
+    async def sweep_logs(self, now: datetime) -> list[str]:
+        """Purge the logs of sessions that ended more than log_retention ago, give free pages back to the
+        file system and cut the -wal file back; the kernels whose logs were purged."""
+        store = self.registry.store
+        purged = await store.purge_logs((now - timedelta(seconds=self.log_retention or 0)).isoformat())
+        if purged:
+            log.info("purged the logs of %d ended kernel(s)", len(purged))
+        await store.reclaim_space(0 if purged else RECLAIM_FREE_PAGES)
+        return purged
 
     async def sweep(self, now: datetime) -> None:
         store = self.registry.store

@@ -1,0 +1,116 @@
+"""GET /session/{ref}/logs: a session's kernel output, bounded, streamed rather than built in memory.
+
+Without parameters: `{"result": {"logs": TEXT, "next": SEQ, "more": false}}` with everything kept (at most
+`[manager] log_max_bytes`, after one marker line when older output was dropped) — Backend.AI's shape,
+plus the cursor. Parameters:
+  `tail=N`             the last N lines;
+  `since=SEQ`          only chunks after the cursor SEQ (a `next` of an earlier answer);
+  `limit=BYTES`        a page of about BYTES (whole chunks, at least one); `more` says whether more follow;
+  `follow=true`        plain text that goes on until the session ends (from `since` or the `tail` if given).
+A purged log (its session ended more than `[manager] log_retention` ago) answers a line saying so, and
+`"purged": true`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from bai.common.problems import invalid
+from bai.node.manager.store import LOG_PAGE_BYTES
+
+TRUE = ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    follow: bool = False
+    tail: int | None = None
+    since: int | None = None
+    limit: int | None = None
+
+
+def _whole(request: web.Request, name: str, minimum: int) -> int | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise invalid(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def log_query(request: web.Request) -> LogQuery:
+    """The parameters of a logs request; a 400 problem for a bad one."""
+    query = LogQuery(
+        follow=request.query.get("follow", "").lower() in TRUE,
+        tail=_whole(request, "tail", 0),
+        since=_whole(request, "since", 0),
+        limit=_whole(request, "limit", 1),
+    )
+    if query.tail is not None and (query.since is not None or query.limit is not None):
+        raise invalid("use either tail=N (the last N lines) or since=SEQ and limit=BYTES (pages), not both")
+    if query.follow and query.limit is not None:
+        raise invalid("limit pages a log; a followed log has no pages (use since=SEQ or tail=N with follow)")
+    return query
+
+
+def purged_line(purged_at: str) -> str:
+    return f"[bai: this output was purged at {purged_at[:19]}Z, [manager] log_retention after the session ended]\n"
+
+
+async def serve_logs(request: web.Request, registry, row: dict, kernel: dict, query: LogQuery) -> web.StreamResponse:
+    store = registry.store
+    kernel_id = kernel["id"]
+    state = await store.log_state(kernel_id)
+    purged_at = state["purged_at"] if state is not None else None
+    if query.follow:
+        response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+        await response.prepare(request)
+        if purged_at is not None:
+            await response.write(purged_line(purged_at).encode())
+        else:
+            after = query.since or 0
+            if query.tail is not None:
+                chunks, after = await store.read_log_tail(kernel_id, query.tail)
+                await response.write("".join(c[1] for c in chunks).encode())
+            over = lambda: registry.session_over(row["id"])  # noqa: E731
+            async for chunks in registry.logs.follow(store.read_log_chunks, kernel_id, over, after):
+                await response.write("".join(c[1] for c in chunks).encode())
+        await response.write_eof()
+        return response
+
+    if purged_at is not None:
+        body = {"logs": purged_line(purged_at), "next": query.since or 0, "more": False, "purged": True}
+        return web.json_response({"result": body})
+    # the body is written as it is read: never more than a page of the log in memory
+    response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+    await response.prepare(request)
+    await response.write(b'{"result": {"logs": "')
+    next_seq, more = query.since or 0, False
+    if query.tail is not None:
+        chunks, next_seq = await store.read_log_tail(kernel_id, query.tail)
+        await response.write(_escaped(chunks))
+    elif query.limit is not None:
+        chunks, more = await store.read_log_page(kernel_id, next_seq, query.limit)
+        next_seq = chunks[-1][0] if chunks else next_seq
+        await response.write(_escaped(chunks))
+    else:
+        more = True
+        while more:
+            chunks, more = await store.read_log_page(kernel_id, next_seq, LOG_PAGE_BYTES)
+            next_seq = chunks[-1][0] if chunks else next_seq
+            await response.write(_escaped(chunks))
+    await response.write(f'", "next": {next_seq}, "more": {json.dumps(more)}}}}}'.encode())
+    await response.write_eof()
+    return response
+
+
+def _escaped(chunks: list[tuple]) -> bytes:
+    """The chunks' text as the inside of a JSON string (ASCII, so pieces join into one valid string)."""
+    return "".join(json.dumps(c[1])[1:-1] for c in chunks).encode()
