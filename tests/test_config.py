@@ -38,7 +38,7 @@ def test_bai_config_is_merged_over_defaults(isolated: Path, monkeypatch: pytest.
     # nested keys keep their siblings
     assert cfg["node"]["role"] == "all"
     assert cfg["node"]["backend"] == "auto"
-    assert cfg["agent"]["docker"] == {"network": "bridge", "labels": {}, "user": "1000:1000"}
+    assert cfg["agent"]["docker"] == {"network": "bridge", "labels": {}, "user": "1000:1000", "cap_add": []}
     assert cfg["session"]["default_mem"] == "1g"
     assert cfg["images"] == DEFAULTS["images"]
 
@@ -190,6 +190,14 @@ def test_tomlout_dotted_keys_round_trip() -> None:
         ("[manager]\nhooks = 'mod'\n", "[manager] hooks: expected a list, got 'mod'"),
         ("[scaling_groups.gpu]\npolicy = 'fifo'\nselection = 'x'\n", "[scaling_groups.gpu] selection: unknown key"),
         ("[images]\naliases = { python = 3 }\n", "[images] aliases: expected a table of strings"),
+        (
+            "[images.registries.lab]\nurl = 'r.example:5000'\ntoken = 'x'\n",
+            "[images.registries.lab] token: unknown key",
+        ),
+        ("[images.registries.lab]\nurl = 'r.example:5000'\ninsecure = 'yes'\n", "insecure: expected true or false"),
+        ("[images.registries.lab]\nusername = 'u'\n", "[images.registries.lab] needs url"),
+        ("[images]\nregistries = { lab = 'r.example' }\n", "expected tables [images.registries.NAME]"),
+        ("[scaling_groups.gpu]\nallowed_networks = 'host'\n", "[scaling_groups.gpu] allowed_networks: expected a list"),
         ("node = 1\n", "node: expected a table, got 1"),
     ],
 )
@@ -214,3 +222,20 @@ def test_open_tables_and_scaling_groups_accept_their_own_names(isolated: Path, m
     cfg, _ = config.load()
     assert cfg["scaling_groups"]["gpu"] == {"policy": "drf"}
     assert cfg["vfolders"]["hosts"] == {"nfs": "/mnt/nfs"}
+
+
+def test_image_registries_and_allowed_networks(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert DEFAULTS["images"]["registries"] == {}  # no registry unless configured
+    assert DEFAULTS["scaling_groups"]["default"]["allowed_networks"] == []
+    assert DEFAULTS["scaling_groups"]["default"]["admin_allowed_networks"] == []
+    text = (
+        '[images.registries.lab]\nurl = "https://reg.example.com:5000"\nusername = "u"\npassword_file = "/etc/p"\n'
+        '[images.registries.local]\nurl = "127.0.0.1:5000"\ninsecure = true\n'
+        '[scaling_groups.default]\nallowed_networks = ["bridge"]\nadmin_allowed_networks = ["host"]\n'
+    )
+    monkeypatch.setenv("BAI_CONFIG", str(write(isolated / "ok.toml", text)))
+    cfg, _ = config.load()
+    assert cfg["images"]["registries"]["local"] == {"url": "127.0.0.1:5000", "insecure": True}
+    assert cfg["images"]["aliases"] == DEFAULTS["images"]["aliases"]
+    assert cfg["scaling_groups"]["default"]["allowed_networks"] == ["bridge"]
+    assert cfg["scaling_groups"]["default"]["policy"] == "fifo"

@@ -25,10 +25,15 @@ Gpu = Annotated[str | None, typer.Option("--gpu", help="Whole GPUs (slot cuda.de
 GpuShare = Annotated[str | None, typer.Option("--gpu-share", help="A fraction of a GPU (slot cuda.shares), e.g. 0.5.")]
 Env = Annotated[list[str] | None, typer.Option("--env", "-e", help="Environment variable KEY=VALUE (repeatable).")]
 Name = Annotated[str | None, typer.Option("--name", help="Session name (default: a generated one).")]
+Network = Annotated[
+    str | None,
+    typer.Option("--network", help="Docker network (none, bridge, host, ...): only what the scaling group allows."),
+]
 
 STARTING = {"PENDING", "SCHEDULED", "PULLING", "PREPARING", "TIMEOUT"}
 ENDED = {"TERMINATED", "CANCELLED", "ERROR"}
 BATCH_DONE = {"task-done", "task-failed"}  # a batch session that started, ran and ended
+OWNER_HELP = "Admins: the access key whose session a name refers to (owner_access_key)."
 
 
 def parse_resources(
@@ -230,6 +235,7 @@ def run(
     env: Env = None,
     name: Name = None,
     mount: Mount = None,
+    network: Network = None,
     keep: bool = typer.Option(False, "--keep", help="Keep the session running afterwards."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress messages."),
 ) -> None:
@@ -247,7 +253,9 @@ def run(
         async with client() as c:
             # aiohttp (for the output stream) imports while the session starts
             started = await overlap_import(
-                wait_running(c, image, name, quiet, resources=resources, environ=environ, mounts=mounts)
+                wait_running(
+                    c, image, name, quiet, resources=resources, environ=environ, mounts=mounts, network=network
+                )
             )
             sid = started["sessionId"]
             try:
@@ -288,6 +296,7 @@ def create(
         list[str] | None, typer.Option("--depends", help="Start only after this session succeeded (repeatable).")
     ] = None,
     group: Annotated[str | None, typer.Option("--group", help="Scaling group [default].")] = None,
+    network: Network = None,
     no_wait: bool = typer.Option(False, "--no-wait", help="Return at once, without waiting until it runs."),
     wait_end: Annotated[
         bool, typer.Option("--wait", help="Batch: wait until it ends and exit with its exit code.")
@@ -314,6 +323,7 @@ def create(
         "depends": depends or [],
         "scaling_group": group,
         "mounts": parse_mounts(mount),
+        "network": network,
     }
     from bai.cli.common import client
 
@@ -344,6 +354,7 @@ def exec(  # noqa: A001 - the command is called exec
     ref: str = typer.Argument(..., help="Session name or id."),
     args: list[str] = typer.Argument(None, help="FILE... to upload and run, or -- CMD ... to run a command."),
     code: str = typer.Option(None, "-c", "--code", help="Python code to run (query mode)."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     exec_cmd: str = typer.Option(None, "--exec", help="Command to run after uploading FILEs."),
 ) -> None:
     """Run code in a running session and stream its output; exits with the code's exit status."""
@@ -352,7 +363,7 @@ def exec(  # noqa: A001 - the command is called exec
     from bai.client.api import overlap_import
 
     async def go() -> int:
-        async with client() as c:
+        async with client(owner) as c:
             session = await overlap_import(c.get_session(ref))
             if session["status"] != "RUNNING":
                 fail(f"session {ref} is {session['status']}, not RUNNING")
@@ -367,12 +378,13 @@ def exec(  # noqa: A001 - the command is called exec
 def ls(
     all_: bool = typer.Option(False, "--all", "-a", help="Include terminated and cancelled sessions."),
     status: str = typer.Option(None, "--status", help="Comma-separated statuses to show."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List sessions (active ones unless --all)."""
     from bai.cli.output import sessions_table
 
-    items = call(lambda c: c.list_sessions(all=all_, status=status))
+    items = call(lambda c: c.list_sessions(all=all_, status=status), owner)
     if not items and not as_json:
         print("no sessions" + ("" if all_ else " (use --all to include ended ones)"))
         return
@@ -382,28 +394,31 @@ def ls(
 @app.command()
 def info(
     ref: str = typer.Argument(..., help="Session name or id."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show a session: status and why, resources, kernels and its history."""
     from bai.cli.output import session_details
 
-    show(call(lambda c: c.get_session(ref)), as_json, lambda s: "\n".join(session_details(s)))
+    show(call(lambda c: c.get_session(ref), owner), as_json, lambda s: "\n".join(session_details(s)))
 
 
 @app.command()
 def explain(
     ref: str = typer.Argument(..., help="Session name or id."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Why a session waited: every scheduling decision about it, and its state changes."""
     from bai.common.present import explain_lines
 
-    show(call(lambda c: c.history(ref)), as_json, lambda h: "\n".join(explain_lines(h)))
+    show(call(lambda c: c.history(ref), owner), as_json, lambda h: "\n".join(explain_lines(h)))
 
 
 @app.command()
 def events(
     ref: str = typer.Argument(None, help="Session name or id (default: every session you can see)."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep listening after the session ended."),
 ) -> None:
     """Print a session's lifecycle events as they happen, until it ends (or all sessions' with no name)."""
@@ -412,7 +427,7 @@ def events(
     from bai.cli.common import client
 
     async def go() -> None:
-        async with client() as c:
+        async with client(owner) as c:
             async for name, data in c.events(ref, until_end=not follow):
                 extra = f" ({data['reason']})" if data.get("reason") else ""
                 if data.get("exitCode") is not None:
@@ -425,17 +440,22 @@ def events(
 @app.command()
 def logs(
     ref: str = typer.Argument(..., help="Session name or id."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new output until the session ends."),
+    tail: int = typer.Option(None, "--tail", "-n", min=0, help="Only the last N lines."),
 ) -> None:
-    """Print a session's kernel output (also after it has ended)."""
+    """Print a session's kernel output (also after it has ended, until [manager] log_retention).
+
+    At most [manager] log_max_bytes are kept; when older output was dropped, a first line says how much."""
     from bai.cli.common import client
 
     async def go() -> None:
-        async with client() as c:
+        async with client(owner) as c:
             if not follow:
-                sys.stdout.write(await c.logs(ref))
+                page = await c.log_page(ref, tail=tail)
+                (sys.stderr if page.get("purged") else sys.stdout).write(page["logs"])
                 return
-            async for text in c.follow_logs(ref):
+            async for text in c.follow_logs(ref, tail=tail):
                 sys.stdout.write(text)
                 sys.stdout.flush()
 
@@ -446,12 +466,13 @@ def logs(
 def ls_files(
     ref: str = typer.Argument(..., help="Session name or id."),
     path: str = typer.Argument("/home/work", help="A folder in the kernel (relative paths are under /home/work)."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List the files in a running session's kernel."""
     from bai.cli.common import call, fail, show
 
-    result = call(lambda c: c.list_files(ref, path))
+    result = call(lambda c: c.list_files(ref, path), owner)
     if result.get("errors"):
         fail(result["errors"])
     items = json.loads(result["files"])
@@ -477,6 +498,7 @@ def ls_files(
 @app.command()
 def destroy(
     refs: list[str] = typer.Argument(..., help="Session names or ids."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     force: bool = typer.Option(False, "--force", "-f", help="Also destroy sessions that are starting or stuck."),
 ) -> None:
     """Destroy sessions (a pending one is cancelled)."""
@@ -484,7 +506,7 @@ def destroy(
 
     async def go() -> int:
         failed = 0
-        async with client() as c:
+        async with client(owner) as c:
             for ref in refs:
                 try:
                     await c.destroy_session(ref, forced=force)

@@ -103,6 +103,10 @@ def _abort(resp: http.client.HTTPResponse) -> None:
     resp.close()
 
 
+# the paths that take owner_access_key: a session's endpoints, the session list, session events
+OWNER_SCOPED = ("/session", "/bai/session/", "/stream/session/", "/events/session")
+
+
 class Client:
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
@@ -115,6 +119,8 @@ class Client:
         self.prefix = parts.path.rstrip("/")
         self._http: aiohttp.ClientSession | None = None
         self._ssl: Any = None
+        # admins: act on this keypair's sessions (Backend.AI's owner_access_key), names included
+        self.owner: str | None = None
 
     async def __aenter__(self) -> Client:
         return self
@@ -153,6 +159,8 @@ class Client:
         return headers
 
     def _path(self, path: str, params: dict[str, Any] | None) -> str:
+        if self.owner and path.startswith(OWNER_SCOPED):
+            params = {**(params or {}), "owner_access_key": self.owner}
         query = urlencode({k: v for k, v in (params or {}).items() if v is not None})
         return self.prefix + path + (f"?{query}" if query else "")
 
@@ -262,11 +270,18 @@ class Client:
     async def interrupt(self, ref: str) -> None:
         await self.request("POST", f"/session/{ref}/interrupt")
 
-    async def logs(self, ref: str) -> str:
-        return (await self.request("GET", f"/session/{ref}/logs"))["result"]["logs"]
+    async def logs(self, ref: str, tail: int | None = None) -> str:
+        return (await self.log_page(ref, tail=tail))["logs"]
 
-    async def follow_logs(self, ref: str) -> AsyncIterator[str]:
-        full = self._path(f"/session/{ref}/logs", {"follow": "true"})
+    async def log_page(
+        self, ref: str, *, tail: int | None = None, since: int | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """{"logs": text, "next": cursor for `since`, "more": bool[, "purged": true]}."""
+        params = {"tail": tail, "since": since, "limit": limit}
+        return (await self.request("GET", f"/session/{ref}/logs", params=params))["result"]
+
+    async def follow_logs(self, ref: str, tail: int | None = None) -> AsyncIterator[str]:
+        full = self._path(f"/session/{ref}/logs", {"follow": "true", "tail": tail})
         resp = await asyncio.to_thread(self._open, "GET", full, None, "text/plain")
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         try:

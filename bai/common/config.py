@@ -35,6 +35,9 @@ DEFAULTS: dict[str, Any] = {
     "images": {
         # `bai session run python ...` resolves the alias to this image.
         "aliases": {"python": "bai-python:3.11"},
+        # registries images may be pulled from (nothing else is contacted): tables
+        # [images.registries.NAME] with the keys of REGISTRY below
+        "registries": {},
     },
     "agent": {
         "id": "",  # empty: derived from the host name and the state dir
@@ -42,6 +45,17 @@ DEFAULTS: dict[str, Any] = {
         "cpu": "",  # capacity override; empty: from psutil
         "mem": "",
         "pids_limit": 4096,
+        # docker: per-kernel ulimits (0 = the Docker daemon's own). nofile may not exceed the daemon's
+        # hard limit; nproc counts every process of the kernel's user on the node (pids_limit is the
+        # per-kernel bound)
+        "nofile": 8192,
+        "nproc": 32768,
+        # docker: what a kernel can write (/home/work, /tmp, /var/tmp; the rest is read-only), per
+        # kernel: hostfile (a loop-mounted ext4 file of scratch_size; root and loop devices needed),
+        # memory (tmpfs of scratch_size, counted against the kernel's memory), hostdir (a plain folder:
+        # UNBOUNDED), auto (hostfile where it works, else hostdir with a warning)
+        "scratch_type": "auto",
+        "scratch_size": "1g",
         "manager_key": "",  # role agent: the manager's public key (from `bai cluster join-info`)
         "join_token": "",  # role agent: the cluster's join token
         "start_timeout": 30.0,
@@ -51,7 +65,8 @@ DEFAULTS: dict[str, Any] = {
         "gpu_shares": False,  # backend sim only: seconds a simulated kernel takes to start
         # user: who kernels run as in their containers ("" = the image's default user); bai's images
         # have the user work (1000:1000) owning /home/work, and virtual folders belong to it
-        "docker": {"network": "none", "labels": {}, "user": "1000:1000"},
+        # cap_add: capabilities kernels keep (all others are dropped), e.g. ["NET_BIND_SERVICE"]
+        "docker": {"network": "none", "labels": {}, "user": "1000:1000", "cap_add": []},
     },
     "watcher": {
         # `bai watcher`: a small HTTP service beside an agent (a separate process, so it answers even
@@ -67,15 +82,22 @@ DEFAULTS: dict[str, Any] = {
         "hook_timeout": 2.0,
         "preparing_timeout": 60.0,  # a session still PREPARING after this long goes to ERROR
         "lost_grace": 30.0,  # after an agent is LOST, wait this long before its sessions get `agent-lost`
+        # a session's output kept (bytes): beyond it the oldest is dropped, and one line first says how much
+        "log_max_bytes": 16 * 1024 * 1024,
+        "log_retention": "7d",  # the output of ended sessions is purged this long after (seconds or 90s, 12h, 7d)
     },
     # per scaling group: policy fifo | lifo | drf, agent_selection dispersed | concentrated,
-    # allowed_session_types, pending_timeout (seconds; 0 = wait forever)
+    # allowed_session_types, pending_timeout (seconds; 0 = wait forever), allowed_networks (what a
+    # session may ask for as config.network besides "none"; unset = the agent's [agent.docker] network),
+    # admin_allowed_networks (what admin keypairs may ask for besides)
     "scaling_groups": {
         "default": {
             "policy": "fifo",
             "agent_selection": "dispersed",
             "allowed_session_types": ["interactive", "batch"],
             "pending_timeout": 0.0,
+            "allowed_networks": [],
+            "admin_allowed_networks": [],
         },
     },
     "vfolders": {
@@ -132,6 +154,12 @@ def merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
 # which follows the schema of `scaling_groups.default`
 OPEN_TABLES: dict[str, type] = {"images.aliases": str, "agent.docker.labels": str, "vfolders.hosts": str}
 GROUPS = "scaling_groups"
+# durations: a number of seconds or a string such as "90s", "12h", "7d"
+DURATIONS = {"manager.log_retention"}
+# [images.registries.NAME]: url HOST[:PORT] or https://HOST[:PORT] (http:// = insecure); credentials
+# (password or password_file) stay with the manager, which hands an agent what one pull needs
+REGISTRIES = "images.registries"
+REGISTRY: dict[str, Any] = {"url": "", "username": "", "password": "", "password_file": "", "insecure": False}
 
 
 def _type_name(value: Any) -> str:
@@ -146,6 +174,15 @@ def _type_name(value: Any) -> str:
     if isinstance(value, dict):
         return "a table"
     return "a string"
+
+
+def duration_seconds(value: Any) -> float:
+    """A duration setting in seconds: a number of seconds, or a string such as "90s", "12h" or "7d"."""
+    from bai.common.durations import parse_duration
+
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected seconds or a duration string, got {value!r}")
+    return parse_duration(str(value))
 
 
 def _fits(value: Any, default: Any) -> bool:
@@ -177,6 +214,22 @@ def check(data: Mapping[str, Any], file: Path, schema: Mapping[str, Any] = DEFAU
                 raise ConfigError(f"{where}: expected tables [scaling_groups.NAME]")
             for name, group in value.items():
                 check(group, file, DEFAULTS[GROUPS]["default"], f"{GROUPS}.{name}")
+            continue
+        if dotted == REGISTRIES:
+            if not isinstance(value, dict) or not all(isinstance(r, dict) for r in value.values()):
+                raise ConfigError(f"{where}: expected tables [images.registries.NAME]")
+            for name, reg in value.items():
+                check(reg, file, REGISTRY, f"{REGISTRIES}.{name}")
+                if not reg.get("url"):
+                    raise ConfigError(f"{file}: [{REGISTRIES}.{name}] needs url (HOST[:PORT] or https://HOST[:PORT])")
+            continue
+        if dotted in DURATIONS:
+            try:
+                duration_seconds(value)
+            except ValueError:
+                raise ConfigError(
+                    f'{where}: expected seconds or a duration such as "12h" or "7d", got {value!r}'
+                ) from None
             continue
         if key not in schema:
             expected = ", ".join(sorted(schema)) or "nothing"

@@ -63,16 +63,28 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
     if wanted == "auto":
         wanted = "docker" if await docker_available() else "local"
     if wanted == "docker":
-        backend = DockerBackend(
-            agent_id,
-            kernels_dir,
-            runner,
-            network=agent_cfg["docker"]["network"],
-            pids_limit=int(agent_cfg["pids_limit"]),
-            labels={str(k): str(v) for k, v in agent_cfg["docker"]["labels"].items()},
-            start_timeout=float(agent_cfg["start_timeout"]),
-            user=str(agent_cfg["docker"]["user"]),
-        )
+        from bai.node.agent import scratch
+
+        try:
+            kernel_scratch = await asyncio.to_thread(
+                scratch.choose, str(agent_cfg["scratch_type"]), str(agent_cfg["scratch_size"]), kernels_dir
+            )
+            backend = DockerBackend(
+                agent_id,
+                kernels_dir,
+                runner,
+                network=agent_cfg["docker"]["network"],
+                pids_limit=int(agent_cfg["pids_limit"]),
+                labels={str(k): str(v) for k, v in agent_cfg["docker"]["labels"].items()},
+                start_timeout=float(agent_cfg["start_timeout"]),
+                user=str(agent_cfg["docker"]["user"]),
+                cap_add=[str(c) for c in agent_cfg["docker"]["cap_add"]],
+                nofile=int(agent_cfg["nofile"]),
+                nproc=int(agent_cfg["nproc"]),
+                scratch=kernel_scratch,
+            )
+        except (scratch.ScratchError, ValueError) as e:
+            raise NodeError(str(e)) from None
         try:
             await backend.start()
         except DockerUnavailable as e:
@@ -125,6 +137,18 @@ def tls_context(cfg: dict[str, Any]):
     return context
 
 
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is reachable from this machine only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name or a wildcard: assume it is reachable from elsewhere
+
+
 def hostport(value: str, flag: str) -> tuple[str, int]:
     try:
         return parse_hostport(value.removeprefix("tcp://"), flag)
@@ -136,15 +160,20 @@ async def start_manager(
     cfg: dict[str, Any], state_dir: Path, link, stops: dict[str, Any], cluster: dict[str, str] | None = None
 ) -> list[str]:
     """The manager's parts: store, registry, dispatcher, timers, HTTP API. Returns banner lines."""
+    from bai.node.manager.admission import from_config as admission_from_config
     from bai.node.manager.api import make_app
     from bai.node.manager.dispatcher import Dispatcher, scaling_groups
     from bai.node.manager.hooks import Hooks
     from bai.node.manager.registry import Registry
     from bai.node.manager.store import Store
-    from bai.node.manager.timers import Timers
+    from bai.node.manager.timers import Timers, log_settings
 
     host, port = hostport(cfg["node"]["listen"], "--listen")
-    store = await Store.open(state_dir / "bai.db")
+    try:
+        log_max_bytes, log_retention = log_settings(cfg)
+    except ValueError as e:
+        raise NodeError(str(e)) from None
+    store = await Store.open(state_dir / "bai.db", log_max_bytes=log_max_bytes)
     stops["store"] = store.close
     fresh = Keypair.generate()
     access_key, secret_key = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key)
@@ -157,10 +186,11 @@ async def start_manager(
     )
     try:
         groups, pending_timeouts = scaling_groups(cfg)
+        registry.admission = admission_from_config(cfg)  # allowed networks and image registries
     except ValueError as e:
         raise NodeError(str(e)) from None
     dispatcher = Dispatcher(registry, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]))
-    timers = Timers(registry)
+    timers = Timers(registry, log_retention=log_retention)
     from bai.node.manager.vfolders.service import VFolders
 
     owner = {k: int(cfg["vfolders"][k]) for k in ("kernel_uid", "kernel_gid")}
@@ -211,6 +241,13 @@ async def start_manager(
     endpoint = f"{'https' if cfg['node']['tls_cert'] else 'http'}://{shown_host}:{port}"
     cred_path = credentials.save(credentials.Credentials(endpoint, access_key, secret_key))
     lines = [f"  endpoint  {endpoint}", f"  state     {state_dir}"]
+    if not cfg["node"]["tls_cert"] and not is_loopback(host):
+        warning = (
+            f"listening on {host} without TLS: requests and answers can be read and altered on the wire "
+            "(the Backend.AI protocol signs no bodies); use --tls-cert/--tls-key"
+        )
+        log.warning(warning)
+        lines.append(f"  WARNING   {warning}")
     if settings["cluster"]:
         lines.append(
             f"  link      {settings['cluster']['endpoint']} (agents: `bai cluster join-info` says how to join)"
@@ -252,7 +289,12 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
     stops["agent"] = agent.stop
     gpus = ", ".join(f"{g.index}: {g.name} ({g.memory_total / 2**30:.0f} GiB)" for g in nvml.gpus)
     gpu_line = f"  gpus      {gpus}" if nvml.gpus else f"  gpus      none ({nvml.error or 'no devices'})"
-    return [f"  backend   {backend_text}", f"  agent     {agent_id}: {format_slots(slots)}", gpu_line]
+    lines = [f"  backend   {backend_text}", f"  agent     {agent_id}: {format_slots(slots)}", gpu_line]
+    if getattr(backend, "scratch", None) is not None:  # what a kernel can write, and how much
+        lines.append(f"  scratch   {backend.scratch.describe()}")
+    elif backend.name == "local":
+        lines.append("  scratch   none: local kernels write wherever the node's user can")
+    return lines
 
 
 def zmq_agent_link_factory(cfg: dict[str, Any]):

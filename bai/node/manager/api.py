@@ -19,12 +19,23 @@ from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus
 from bai.node.manager.admin import add_admin_routes
 from bai.node.manager.dashboard import add_dashboard_routes
 from bai.node.manager.graphql_api import add_graphql_routes
-from bai.node.manager.http import REGISTRY, SETTINGS, problem_response, read_json, registry_of
+from bai.node.manager.http import (
+    REGISTRY,
+    SETTINGS,
+    STREAMS,
+    caller_of,
+    problem_response,
+    read_json,
+    registry_of,
+    session_of,
+)
 from bai.node.manager.images_api import add_image_routes
+from bai.node.manager.logs_api import log_query, serve_logs
 from bai.node.manager.metrics import add_metrics_routes
 from bai.node.manager.registry import Registry
 from bai.node.manager.represent import agent_items, session_json
 from bai.node.manager.requests import parse_create
+from bai.node.manager.streams import OpenStreams
 
 log = logging.getLogger("bai.api")
 SESSION_EVENT_OF = {status.value: name for status, name in SESSION_EVENTS.items()}
@@ -75,7 +86,18 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
     )
     request["access_key"] = access_key
     request["is_admin"] = bool(keypairs[access_key]["is_admin"])
-    return await handler(request)
+    if not is_stream(request):
+        return await handler(request)
+    with request.app[STREAMS].track(access_key):  # closed at once if the keypair is deactivated
+        return await handler(request)
+
+
+def is_stream(request: web.Request) -> bool:
+    """Requests that stay open: event streams, WebSockets, followed logs."""
+    path = request.path
+    if path.startswith(("/stream/", "/events/", "/bai/events")):
+        return True
+    return path.endswith("/logs") and request.query.get("follow", "").lower() in ("1", "true", "yes")
 
 
 # -- handlers ---------------------------------------------------------------------------------------
@@ -89,12 +111,25 @@ async def announcement(request: web.Request) -> web.Response:
     return web.json_response({"enabled": False, "message": ""})
 
 
+def session_owner(request: web.Request, body: Any) -> tuple[str, bool]:
+    """Whose session a create makes, and whether that keypair is an admin: the caller's own, or
+    (admins only) the keypair named by `owner_access_key`, with that keypair's rights."""
+    caller = caller_of(request, body)
+    if caller.owner is None:
+        return caller.access_key, caller.is_admin
+    keypair = request.app[SETTINGS]["keypairs"].get(caller.owner)
+    if keypair is None:
+        raise invalid(f"owner_access_key: keypair {caller.owner} does not exist or is inactive")
+    return caller.owner, bool(keypair["is_admin"])
+
+
 async def create_session(request: web.Request) -> web.Response:
     registry = registry_of(request)
     settings = request.app[SETTINGS]
     body = await read_json(request)
     req = parse_create(body, registry.known_slots, settings["default_resources"], settings["image_aliases"])
-    row, created = await registry.create(request["access_key"], req, request["is_admin"])
+    owner, owner_is_admin = session_owner(request, body)
+    row, created = await registry.create(owner, req, owner_is_admin)
     if not req.enqueue_only and row["status"] not in ("RUNNING",):
         waited = await registry.wait_started(row["id"], req.max_wait or None)
         if waited is None:
@@ -130,7 +165,8 @@ async def list_sessions(request: web.Request) -> web.Response:
             raise invalid(str(e)) from None
     else:
         statuses = list(ACTIVE_STATUSES)
-    owner = None if request["is_admin"] else request["access_key"]  # admins see every session
+    caller = caller_of(request)
+    owner = caller.owner if caller.is_admin else caller.access_key  # admins see every session
     rows = await registry.store.list_sessions(owner, statuses)
     kernels = await registry.store.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
     items = [await session_json(registry, r, kernels=kernels.get(r["id"], [])) for r in rows]
@@ -139,14 +175,14 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 async def get_session(request: web.Request) -> web.Response:
     registry = registry_of(request)
-    row = await registry.resolve(request.match_info["ref"], request["access_key"], active_only=False)
+    row = await session_of(request, active_only=False)
     return web.json_response(await session_json(registry, row, detail=True))
 
 
 async def session_history(request: web.Request) -> web.Response:
     """Every scheduling decision about a session (`bai session explain`)."""
     registry = registry_of(request)
-    row = await registry.resolve(request.match_info["ref"], request["access_key"], active_only=False)
+    row = await session_of(request, active_only=False)
     return web.json_response(
         {
             "sessionId": row["id"],
@@ -160,7 +196,7 @@ async def session_history(request: web.Request) -> web.Response:
 
 async def destroy_session(request: web.Request) -> web.Response:
     registry = registry_of(request)
-    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    row = await session_of(request)
     forced = request.query.get("forced", "").lower() in ("1", "true", "yes")
     wait = request.query.get("wait", "").lower() not in ("0", "false", "no")
     stats = await registry.destroy(row, forced, wait)
@@ -170,7 +206,7 @@ async def destroy_session(request: web.Request) -> web.Response:
 async def execute_http(request: web.Request) -> web.Response:
     """Polling execute (reference spec §2.4)."""
     registry = registry_of(request)
-    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    row = await session_of(request)
     body = await read_json(request)
     if not isinstance(body, dict) or "mode" not in body:
         raise invalid("mode is required (query, batch, continue or input)")
@@ -181,35 +217,24 @@ async def execute_http(request: web.Request) -> web.Response:
 
 async def interrupt(request: web.Request) -> web.Response:
     registry = registry_of(request)
-    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    row = await session_of(request)
     await registry.interrupt(row)
     return web.Response(status=204)
 
 
 async def logs(request: web.Request) -> web.StreamResponse:
+    """Bounded and streamed; tail / since / limit / follow (see logs_api)."""
+    query = log_query(request)
     registry = registry_of(request)
-    row = await registry.resolve(request.match_info["ref"], request["access_key"], active_only=False)
+    row = await session_of(request, active_only=False)
     kernel = await registry.main_kernel(row)
-    store = registry.store
-    if request.query.get("follow", "").lower() not in ("1", "true", "yes"):
-        parts, seq = [], 0
-        while chunk := await store.read_logs(kernel["id"], seq):
-            parts.extend(d for _, d in chunk)
-            seq = chunk[-1][0]
-        return web.json_response({"result": {"logs": "".join(parts)}})
-
-    response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
-    await response.prepare(request)
-    async for chunks in registry.logs.follow(store.read_logs, kernel["id"], lambda: registry.session_over(row["id"])):
-        await response.write("".join(data for _, data in chunks).encode())
-    await response.write_eof()
-    return response
+    return await serve_logs(request, registry, row, kernel, query)
 
 
 async def list_files(request: web.Request) -> web.Response:
     """`session ls` (spec §2.9): parameters from the JSON body (the client sends one on GET) or the query."""
     registry = registry_of(request)
-    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    row = await session_of(request)
     body = await read_json(request) if request.body_exists else {}
     path = (body.get("path") if isinstance(body, dict) else None) or request.query.get("path") or "/home/work"
     if not isinstance(path, str) or "\x00" in path:
@@ -219,7 +244,7 @@ async def list_files(request: web.Request) -> web.Response:
 
 async def upload(request: web.Request) -> web.Response:
     registry = registry_of(request)
-    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    row = await session_of(request)
     if not request.content_type.startswith("multipart/"):
         raise invalid("upload wants multipart/form-data with one 'src' part per file")
     reader = await request.multipart()
@@ -242,7 +267,7 @@ async def upload(request: web.Request) -> web.Response:
 async def execute_ws(request: web.Request) -> web.StreamResponse:
     """Streaming execute over a WebSocket (reference spec §2.3)."""
     registry = registry_of(request)
-    row = await registry.resolve(request.match_info["ref"], request["access_key"])
+    row = await session_of(request)
     ws = web.WebSocketResponse(autoping=True, heartbeat=None, max_msg_size=64 * 1024 * 1024)
     await ws.prepare(request)
     run_id = secrets.token_hex(8)
@@ -333,10 +358,11 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     scope = request.query.get("scope", "*")
     if scope not in ("*", "session", "kernel"):
         raise invalid("scope must be *, session or kernel")
-    owner = None if request["is_admin"] else request["access_key"]
+    caller = caller_of(request)
+    owner = caller.owner if caller.is_admin else caller.access_key
     only = None
     if ref:
-        only = (await registry.resolve(ref, request["access_key"], active_only=False))["id"]
+        only = (await session_of(request, ref, active_only=False))["id"]
     until_end = request.query.get("follow", "").lower() in ("0", "false", "no")
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
@@ -426,6 +452,7 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     )
     app[REGISTRY] = registry
     app[SETTINGS] = settings
+    app[STREAMS] = OpenStreams()
     r = app.router
     r.add_get("/", hello)
     r.add_get("/manager/announcement", announcement)

@@ -31,6 +31,7 @@ from bai.common.status import (
     StatusInfo,
 )
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
+from bai.node.manager.admission import Admission, admit, check_image
 from bai.node.manager.events import EventHub, LogHub
 from bai.node.manager.hooks import Hooks
 from bai.node.manager.metrics import ManagerMetrics
@@ -77,6 +78,8 @@ class Registry:
         self.logs = LogHub()
         self.start_timeout = start_timeout
         self.vfolders: VFolders | None = None  # set by the node when it serves virtual folders
+        # networks and image registries sessions may ask for (set by the node from its configuration)
+        self.admission = Admission()
         self.agent_hosts: dict[str, frozenset[str]] = {}  # agent id -> vfolder hosts it sees (our paths)
         self.agent_backends: dict[str, str] = {}  # agent id -> its kernel backend (docker, local, sim)
         self.metrics = ManagerMetrics()
@@ -111,11 +114,16 @@ class Registry:
 
     # -- lookups ------------------------------------------------------------------------------
 
-    async def resolve(self, ref: str, access_key: str, *, active_only: bool = True) -> dict[str, Any]:
-        """Find a session by id or name (Backend.AI rules); dead ones too unless `active_only`."""
-        rows = await self.store.find_sessions(ref, access_key, active_only=True)
+    async def resolve(
+        self, ref: str, access_key: str, *, active_only: bool = True, ids_of: str | None | bool = True
+    ) -> dict[str, Any]:
+        """Find a session by id or name (Backend.AI rules); dead ones too unless `active_only`.
+
+        Names are `access_key`'s sessions; ids are `ids_of`'s (True: the same keypair; None: anyone's,
+        for admins)."""
+        rows = await self.store.find_sessions(ref, access_key, active_only=True, ids_of=ids_of)
         if not rows and not active_only:
-            rows = (await self.store.find_sessions(ref, access_key, active_only=False))[:1]
+            rows = (await self.store.find_sessions(ref, access_key, active_only=False, ids_of=ids_of))[:1]
         exact = [r for r in rows if r["id"] == ref]
         if exact:
             return exact[0]
@@ -156,6 +164,11 @@ class Registry:
         return row, False
 
     async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[dict[str, Any], bool]:
+        groups: set[str] = set()
+        if req.scaling_group not in self.admission.groups:  # a group only agents name
+            groups = {a["scaling_group"] for a in await self.store.agents()}
+        if problem := admit(self.admission, req, is_admin, groups):
+            raise problem
         existing = await self.store.find_sessions(req.name, access_key, active_only=True)
         existing = [r for r in existing if r["name"] == req.name]
         if existing:
@@ -211,6 +224,17 @@ class Registry:
         self.wake_dispatcher()
         return row, True
 
+    def pull_grant(self, image: str) -> dict[str, Any] | None:
+        """What an agent needs to pull `image` ({"registry", "auth"}: credentials for this pull only),
+        None for a local image; a Problem when its registry is not configured."""
+        if registry_of(image) is None:
+            return None
+        if problem := check_image(self.admission, image):
+            raise problem
+        reg = self.admission.registry_for(image)
+        assert reg is not None
+        return {"registry": reg.host, "auth": reg.auth()}
+
     async def _check_image(self, image: str) -> None:
         """Refuse an image no agent has, when every agent needs it present (docker; local and sim
         agents take any Python image name)."""
@@ -262,6 +286,12 @@ class Registry:
         if await self.transition(sid, S.PREPARING, "", {}, allowed_from=[S.SCHEDULED]) is None:
             return
         kernel = await self.main_kernel(session)
+        try:
+            pull = self.pull_grant(session["image"])
+        except Problem as p:  # the configuration changed since it was created: nothing is contacted
+            error = {"error": {"src": "manager", "agent_id": agent_id, "name": p.title, "repr": p.msg}}
+            await self.transition(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
+            return
         config = {
             "kernel_id": kernel["id"],
             "session_id": sid,
@@ -273,6 +303,7 @@ class Registry:
             "cluster_role": kernel["cluster_role"],
             "cluster_idx": kernel["cluster_idx"],
             "network": session["config"].get("network"),
+            "pull": pull,  # with the registry's credentials: never stored, never logged
             "mounts": [
                 {**m, "host_path": str(self.vfolders.path_of(m))}
                 for m in session["config"].get("mounts") or []
