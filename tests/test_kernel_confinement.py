@@ -139,6 +139,22 @@ def test_a_kernel_cannot_write_into_its_run_folder(docker_node: Node) -> None:
         docker_node.cli("session", "destroy", "confined", check=True)
 
 
+def test_output_to_the_containers_own_stdout_is_capped_on_the_nodes_disk(docker_node: Node) -> None:
+    """Code can bypass the runner's capture and write to fd 1 of the kernel's first process (what Docker
+    logs on the node's disk): 40 MB of it leaves at most about 1 MiB there."""
+    docker_node.cli("session", "create", "python", "--name", "fd-one", check=True)
+    try:
+        container = docker_node.json("session", "info", "fd-one")["kernels"][0]["containerId"]
+        code = "import os\nfor _ in range(40):\n    os.write(1, b'x' * 1048575 + b'\\n')\nprint('done')"
+        assert docker_node.cli("session", "exec", "fd-one", "-c", code, check=True).stdout.strip() == "done"
+        log_path = subprocess.run(
+            ["docker", "inspect", "-f", "{{.LogPath}}", container], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        assert Path(log_path).stat().st_size < 2 << 20
+    finally:
+        docker_node.cli("session", "destroy", "fd-one", check=True)
+
+
 def wait_no_kernels(node: Node) -> None:
     """`session run` destroys in the background: wait until the kernels' folders and mounts are gone."""
     kernels = node.state_dir / "kernels"

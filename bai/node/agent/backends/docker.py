@@ -40,6 +40,7 @@ LABEL_KERNEL = "ai.backend.kernel-id"
 LABEL_SESSION = "ai.backend.session-id"
 LABEL_AGENT = "bai.agent-id"
 
+CONTAINER_LOG_MAX = "1m"  # the container's own log (Docker's json-file) on the node's disk
 NO_PYTHON = "bai: no python in this image"  # the first line of such a kernel's log
 EXEC_MARKER = "exec-channel"  # in the kernel's folder (not the run folder): the kernel has no runner
 # Start the runner with the image's Python (it connects to the agent), or say there is none and idle
@@ -220,6 +221,9 @@ class DockerBackend:
             "CapAdd": list(self.cap_add),
             "SecurityOpt": ["no-new-privileges"],
             "Ulimits": list(self.ulimits),
+            # what reaches the container's own stdout (a kernel may write to fd 1 of its runner) is
+            # capped on the node's disk; kernel output proper goes to the manager, bounded there
+            "LogConfig": {"Type": "json-file", "Config": {"max-size": CONTAINER_LOG_MAX, "max-file": "1"}},
         }
         if layout.tmpfs:
             owner = f",uid={self.owner[0]},gid={self.owner[1]}" if self.owner else ""
