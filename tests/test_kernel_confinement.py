@@ -96,6 +96,23 @@ def hostfile_node(python_image: str, tmp_path_factory) -> Iterator[Node]:
     yield from scratch_node(tmp_path_factory, "hostfile")
 
 
+VOLUME_IMAGE = "bai-test-volume:latest"
+
+
+@pytest.fixture(scope="module")
+def volume_image(python_image: str) -> Iterator[str]:
+    """The Python image with a VOLUME, which Docker would back with an unbounded volume of its own."""
+    subprocess.run(
+        ["docker", "build", "-q", "-t", VOLUME_IMAGE, "-"],
+        input=f"FROM {python_image}\nVOLUME /data\n",
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    yield VOLUME_IMAGE
+    subprocess.run(["docker", "rmi", "-f", VOLUME_IMAGE], capture_output=True)
+
+
 @pytest.fixture(scope="module")
 def memory_node(python_image: str, tmp_path_factory) -> Iterator[Node]:
     yield from scratch_node(tmp_path_factory, "memory")
@@ -182,6 +199,28 @@ def test_hostfile_scratch_is_bounded_and_the_rest_read_only(hostfile_node: Node)
     finally:
         hostfile_node.cli("session", "destroy", "bounded", check=True)
     wait_no_kernels(hostfile_node)  # destroyed with its session: no mount, no file left
+
+
+def volumes() -> set[str]:
+    out = subprocess.run(["docker", "volume", "ls", "-q"], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_an_images_volume_is_bounded_by_the_scratch_too(volume_image: str, tmp_path_factory) -> None:
+    needs_hostfile()
+    node = next(scratch_node(tmp_path_factory, "hostfile"))  # started after the image exists
+    try:
+        before = volumes()
+        code = PROBE.replace("/tmp/big", "/data/big")
+        result = node.cli("session", "run", volume_image, "-c", code, timeout=120)
+        assert result.returncode == 0, result.stderr
+        probe = json.loads(result.stdout)
+        assert probe["tmp"] == "No space left on device", probe  # /data: within the kernel's bound
+        assert volumes() == before  # Docker made no volume of its own for it
+    finally:
+        node.stop()
+        for mount in mounts_under(node.state_dir):
+            subprocess.run(["umount", "-l", mount], capture_output=True)
 
 
 def test_memory_scratch_is_bounded_and_dotfiles_still_land(memory_node: Node) -> None:

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,10 +89,15 @@ class Scratch:
         why = f" (no hostfile: {self.note})" if self.note else ""
         return f"hostdir, UNBOUNDED{why}: WARNING, a kernel can fill the node's disk ([agent] scratch_type)"
 
-    def prepare(self, kdir: Path, owner: tuple[int, int] | None) -> Layout:
+    def prepare(self, kdir: Path, owner: tuple[int, int] | None, volumes: Iterable[str] = ()) -> Layout:
         """Set up a new kernel's scratch in its folder; `owner` (uid, gid) gets /home/work (without
-        one, /home/work is writable by all: the kernel's user is not known)."""
-        modes = {target: mode if sub != "work" or owner else 0o777 for target, (sub, mode) in TARGETS.items()}
+        one, /home/work is writable by all: the kernel's user is not known). `volumes`: the image's
+        VOLUME paths, which would otherwise become unbounded Docker volumes on the node's disk; they
+        get a folder of the scratch too."""
+        targets = dict(TARGETS)
+        for i, path in enumerate(v for v in volumes if v not in TARGETS):
+            targets[path] = (f"volume-{i}", 0o1777)
+        modes = {target: mode if sub != "work" or owner else 0o777 for target, (sub, mode) in targets.items()}
         if self.kind == "memory":
             return Layout(tmpfs={target: (self.size, mode) for target, mode in modes.items()})
         root = kdir / MOUNTPOINT
@@ -109,7 +115,7 @@ class Scratch:
             with contextlib.suppress(FileNotFoundError):
                 (root / "lost+found").rmdir()
         layout = Layout(home=root / "work")
-        for target, (sub, _) in TARGETS.items():
+        for target, (sub, _) in targets.items():
             folder = root / sub
             folder.mkdir(exist_ok=True)
             folder.chmod(modes[target])

@@ -282,13 +282,13 @@ class DockerBackend:
                 await listener.close()
             if container is not None:
                 with contextlib.suppress(DockerError):
-                    await container.delete(force=True)
+                    await container.delete(force=True, v=True)
             if watcher is not None:
                 watcher.cancel()
             await asyncio.to_thread(scratchlib.remove_kernel_dir, kdir)
 
         try:
-            layout = await self._prepare_scratch(kdir)
+            layout = await self._prepare_scratch(kdir, await self._image_volumes(spec))
             if layout.home is not None:
                 write_dotfiles(layout.home, spec.dotfiles, self.owner)
             listener = await listen_for_runner(run_dir, on_output, self.owner)
@@ -329,11 +329,21 @@ class DockerBackend:
         self._link_exit(kernel, exited, watcher)
         return kernel
 
-    async def _prepare_scratch(self, kdir: Path) -> Layout:
+    async def _image_volumes(self, spec: KernelSpec) -> list[str]:
+        """The image's VOLUME paths that no virtual folder covers (they go on the scratch, bounded)."""
+        assert self.docker is not None
+        try:
+            info = await self.docker.images.inspect(spec.image)
+        except DockerError:
+            return []  # no such image: creating the container says so
+        mounted = {m.target for m in spec.mounts}
+        return sorted(v for v in (info.get("Config") or {}).get("Volumes") or {} if v not in mounted)
+
+    async def _prepare_scratch(self, kdir: Path, volumes: list[str]) -> Layout:
         """The kernel's scratch, set up on the host (mkfs and mount for hostfile) in a thread."""
         if self.scratch is None:
             return Layout()
-        job = asyncio.ensure_future(asyncio.to_thread(self.scratch.prepare, kdir, self.owner))
+        job = asyncio.ensure_future(asyncio.to_thread(self.scratch.prepare, kdir, self.owner, volumes))
         try:
             return await asyncio.shield(job)
         except asyncio.CancelledError:
@@ -396,7 +406,7 @@ class DockerBackend:
         await kernel.channel.close()
         if kernel.container_id:
             with contextlib.suppress(DockerError):
-                await self.docker.containers.container(kernel.container_id).delete(force=True)
+                await self.docker.containers.container(kernel.container_id).delete(force=True, v=True)
         if kernel.watcher is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(kernel.watcher, 5)
@@ -426,7 +436,7 @@ class DockerBackend:
         safe = re.fullmatch(r"[A-Za-z0-9_.-]+", kid) is not None and kid not in (".", "..")
         if not safe or info.get("State") != "running" or not run_dir.exists():
             with contextlib.suppress(DockerError):
-                await c.delete(force=True)
+                await c.delete(force=True, v=True)
             return None
         container = self.docker.containers.container(c.id)
         exited: asyncio.Future[int] = loop.create_future()
@@ -444,7 +454,7 @@ class DockerBackend:
             if channel is not None:
                 await channel.close()
             with contextlib.suppress(DockerError):
-                await c.delete(force=True)
+                await c.delete(force=True, v=True)
             return None
         spec = KernelSpec(
             kernel_id=kid,
