@@ -309,3 +309,53 @@ class Cluster:
 
     def leftover_containers(self) -> list[str]:
         return [c for agent in self.agents for c in agent.leftover_containers()]
+
+
+def admin_keys(node: Node) -> tuple[str, str]:
+    """The admin keypair a node saved for its CLI."""
+    import tomllib
+
+    with (Path(node.env["XDG_CONFIG_HOME"]) / "bai" / "credentials.toml").open("rb") as f:
+        creds = tomllib.load(f)
+    return creds["access_key"], creds["secret_key"]
+
+
+def signed_request(
+    node: Node,
+    method: str,
+    path: str,
+    access_key: str,
+    secret_key: str,
+    body: object = None,
+    sign_method: str = "HMAC-SHA256",
+) -> tuple[int, object]:
+    """One raw request signed as Backend.AI clients sign (with `sign_method`, a hash hashlib knows);
+    returns (status, JSON body or None)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    from bai import API_VERSION
+    from bai.common import auth
+
+    host = urlsplit(node.endpoint).netloc
+    date = auth.now_header()
+    ctype = "application/json" if body is not None else "application/octet-stream"
+    hash_name = sign_method[5:].lower().replace("-", "")
+    sig = auth.sign(secret_key, method, path, date, host, ctype, API_VERSION, hash_name)
+    headers = {
+        "Date": date,
+        "X-BackendAI-Version": API_VERSION,
+        "Authorization": f"BackendAI signMethod={sign_method}, credential={access_key}:{sig}",
+        "Content-Type": ctype,
+    }
+    conn = http.client.HTTPConnection(host, timeout=30)
+    try:
+        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        try:
+            return resp.status, json.loads(data) if data else None
+        except ValueError:
+            return resp.status, data.decode(errors="replace")
+    finally:
+        conn.close()

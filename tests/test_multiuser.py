@@ -4,20 +4,13 @@ signatures count; a node listening beyond loopback without TLS says so. Real Doc
 
 from __future__ import annotations
 
-import http.client
-import json
 import subprocess
 import sys
 import time
-import tomllib
-from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
-from bai import API_VERSION
-from bai.common import auth
-from tests.nodeproc import Node
+from tests.nodeproc import Node, admin_keys, signed_request
 
 
 def user_keypair(node: Node, name: str) -> dict[str, str]:
@@ -25,29 +18,7 @@ def user_keypair(node: Node, name: str) -> dict[str, str]:
 
 
 def signed_get(node: Node, path: str, access_key: str, secret_key: str, method: str = "HMAC-SHA256"):
-    """GET `path` signed with `method` (a hash hashlib knows); returns (status, JSON body)."""
-    host = urlsplit(node.endpoint).netloc
-    date = auth.now_header()
-    hash_name = method[5:].lower().replace("-", "")
-    sig = auth.sign(secret_key, "GET", path, date, host, "application/octet-stream", API_VERSION, hash_name)
-    headers = {
-        "Date": date,
-        "X-BackendAI-Version": API_VERSION,
-        "Authorization": f"BackendAI signMethod={method}, credential={access_key}:{sig}",
-    }
-    conn = http.client.HTTPConnection(host, timeout=10)
-    try:
-        conn.request("GET", path, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"null")
-    finally:
-        conn.close()
-
-
-def admin_keys(node: Node) -> tuple[str, str]:
-    with (Path(node.env["XDG_CONFIG_HOME"]) / "bai" / "credentials.toml").open("rb") as f:
-        creds = tomllib.load(f)
-    return creds["access_key"], creds["secret_key"]
+    return signed_request(node, "GET", path, access_key, secret_key, sign_method=method)
 
 
 def test_admins_act_on_other_keypairs_sessions_by_id_or_with_owner(docker_node: Node) -> None:
