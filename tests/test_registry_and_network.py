@@ -306,3 +306,12 @@ def test_configured_networks_are_allowed(open_node: Node) -> None:
     assert host.returncode != 0 and "allowed: none, bridge" in host.stderr, host.stderr
     admin = open_node.cli("session", "run", BUSYBOX_IMAGE, "--network", "host", *ls)
     assert admin.returncode == 0 and "docker0" in admin.stdout.split(), admin.stdout + admin.stderr
+
+
+def test_a_sessions_network_is_shown(open_node: Node) -> None:
+    open_node.cli("session", "create", "--name", "on-bridge", BUSYBOX_IMAGE, "--network", "bridge", check=True)
+    try:
+        assert open_node.json("session", "info", "on-bridge")["network"] == "bridge"
+        assert "Network     bridge" in open_node.cli("session", "info", "on-bridge", check=True).stdout
+    finally:
+        open_node.cli("session", "destroy", "on-bridge", check=True)

@@ -121,3 +121,21 @@ def test_wrap_and_slot_drawing() -> None:
     assert bar(Decimal(1), Decimal(2), 10).plain == "█████░░░░░"
     assert bar(Decimal(1), Decimal(1000), 10).plain == "█░░░░░░░░░"  # a little use still shows
     assert bar(Decimal(0), Decimal(0), 4).plain == "░░░░"
+
+
+def test_detail_names_a_sessions_network_only_when_it_asked_for_one() -> None:
+    import io
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from bai.tui.views import render_detail
+
+    def text(s: dict) -> str:
+        console = Console(width=120, record=True, file=io.StringIO())
+        console.print(render_detail(s, None, datetime.now(UTC)))
+        return console.export_text()
+
+    base = session("web", "RUNNING", "2026-11-30T10:00:00+00:00", requestedSlots={}, kernels=[], mounts=[])
+    assert "Network" not in text(base)
+    assert any(line.split() == ["Network", "bridge"] for line in text({**base, "network": "bridge"}).splitlines())

@@ -117,6 +117,7 @@ def session_details(s: dict[str, Any]) -> list[str]:
     lines += [
         f"Resources   {format_slots(from_wire(s['requestedSlots']))}",
         f"Agent       {s.get('agent') or '-'}",
+        *([f"Network     {s['network']}"] if s.get("network") else []),
         *(
             f"Mount       {m['name']} at {m['target']}" + (" (read-only)" if m["readOnly"] else "")
             for m in s.get("mounts") or []

@@ -298,6 +298,8 @@ def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Gro
     fields.add_row("Owner", s["accessKey"])
     fields.add_row("Resources", slots_text(s.get("requestedSlots") or {}) or "-")
     fields.add_row("Agent", s.get("agent") or "-")
+    if s.get("network"):  # asked for when created (else the agent's own, none unless configured)
+        fields.add_row("Network", s["network"])
     fields.add_row("Created", f"{s['creationTime'][:19].replace('T', ' ')}  ({age(s['creationTime'], now)} ago)")
     if s.get("terminationTime"):
         fields.add_row("Ended", s["terminationTime"][:19].replace("T", " "))

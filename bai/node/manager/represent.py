@@ -52,6 +52,7 @@ async def session_json(
             {"name": m["name"], "id": m["id"], "target": m["target"], "readOnly": m["read_only"]}
             for m in row["config"].get("mounts") or []
         ],
+        "network": row["config"].get("network"),  # null: the agent's own (none unless configured)
         "agent": main["agent_id"] if main else None,
         "containerId": main["container_id"] if main else None,
         "exitCode": main["exit_code"] if main else None,
