@@ -359,3 +359,35 @@ def signed_request(
             return resp.status, data.decode(errors="replace")
     finally:
         conn.close()
+
+
+def start_registry(program: str, base: Path, htpasswd: Path | None = None) -> tuple[subprocess.Popen, int]:
+    """Debian's docker-registry on 127.0.0.1 (with htpasswd auth when given); returns it and its port
+    once it answers."""
+    import urllib.error
+    import urllib.request
+
+    port = free_port()
+    auth = f"auth:\n  htpasswd:\n    realm: bai-test\n    path: {htpasswd}\n" if htpasswd else ""
+    config = base / "config.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: error\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {base / 'data'}\n{auth}http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen([program, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
+            assert htpasswd is None, "the registry answers without credentials"
+            return proc, port
+        except urllib.error.HTTPError as e:
+            assert htpasswd is not None and e.code == 401, e
+            return proc, port
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, "the registry did not start"
+            time.sleep(0.2)
+
+
+def has_local_image(ref: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0

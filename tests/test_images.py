@@ -7,13 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from tests.nodeproc import BUSYBOX_IMAGE, Node, free_port
+from tests.nodeproc import BUSYBOX_IMAGE, Node, has_local_image, start_registry
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +35,7 @@ def registry(tmp_path_factory, busybox_image: str) -> Iterator[str]:
         if os.environ.get("BAI_REQUIRE_DOCKER") == "1":
             pytest.fail("docker-registry is missing (CI installs Debian's docker-registry)")
         pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
-    base = tmp_path_factory.mktemp("registry")
-    port = free_port()
-    config = base / "config.yml"
-    config.write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {base / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n"
-    )
-    proc = subprocess.Popen([program, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
-            break
-        except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, "the registry did not start"
-            time.sleep(0.2)
+    proc, port = start_registry(program, tmp_path_factory.mktemp("registry"))
     ref = f"127.0.0.1:{port}/bai/busybox:pulled"
     for cmd in (["docker", "tag", busybox_image, ref], ["docker", "push", ref], ["docker", "rmi", ref]):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -62,27 +46,23 @@ def registry(tmp_path_factory, busybox_image: str) -> Iterator[str]:
     proc.wait(10)
 
 
-def has_local(ref: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
-
-
 def test_a_session_pulls_its_image_from_the_registry(docker_node: Node, registry: str) -> None:
-    assert not has_local(registry)
+    assert not has_local_image(registry)
     result = docker_node.cli("session", "run", registry, "--name", "pulls-first", "--", "echo", "pulled-ok")
     assert result.returncode == 0 and "pulled-ok" in result.stdout, result.stderr
     statuses = [t["status"] for t in docker_node.json("session", "info", "pulls-first")["transitions"]]
     assert statuses[:4] == ["PENDING", "SCHEDULED", "PREPARING", "PULLING"] and "RUNNING" in statuses
-    assert has_local(registry)
+    assert has_local_image(registry)
     assert registry in [i["name"] for i in docker_node.json("image", "ls")]
 
 
 def test_image_rm_pull_and_alias(docker_node: Node, registry: str) -> None:
-    if not has_local(registry):
+    if not has_local_image(registry):
         docker_node.cli("image", "pull", registry, check=True)
     removed = docker_node.cli("image", "rm", registry, check=True)
-    assert registry in removed.stdout and not has_local(registry)
+    assert registry in removed.stdout and not has_local_image(registry)
     pulled = docker_node.cli("image", "pull", registry, check=True)
-    assert docker_node.agent_id in pulled.stdout and has_local(registry)
+    assert docker_node.agent_id in pulled.stdout and has_local_image(registry)
     docker_node.cli("image", "alias", "bb", registry, check=True)
     assert f"bb → {registry}" in docker_node.cli("image", "alias", check=True).stdout
     via = docker_node.cli("session", "run", "bb", "--", "echo", "via-alias")

@@ -13,8 +13,6 @@ import socket
 import subprocess
 import time
 import tomllib
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ import pytest
 from bai.common.config import DEFAULTS, merge
 from bai.node.manager.admission import admit, check_image, from_config
 from bai.node.manager.requests import parse_create
-from tests.nodeproc import BUSYBOX_IMAGE, Node, free_port, require_docker
+from tests.nodeproc import BUSYBOX_IMAGE, Node, has_local_image, require_docker, start_registry
 
 USER, PASSWORD = "bai-puller", "pull-s3cret-9f1c"
 
@@ -121,26 +119,7 @@ def auth_registry(tmp_path_factory, busybox_image: str) -> Iterator[dict[str, An
     base = tmp_path_factory.mktemp("auth-registry")
     out = subprocess.run([htpasswd, "-Bbn", USER, PASSWORD], capture_output=True, text=True, check=True)
     (base / "htpasswd").write_text(out.stdout)
-    port = free_port()
-    config = base / "config.yml"
-    config.write_text(
-        "version: 0.1\nlog:\n  level: error\n"
-        f"storage:\n  filesystem:\n    rootdirectory: {base / 'data'}\n"
-        f"auth:\n  htpasswd:\n    realm: bai-test\n    path: {base / 'htpasswd'}\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n"
-    )
-    proc = subprocess.Popen([program, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
-            raise AssertionError("the registry answers without credentials")
-        except urllib.error.HTTPError as e:
-            assert e.code == 401
-            break
-        except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, "the registry did not start"
-            time.sleep(0.2)
+    proc, port = start_registry(program, base, base / "htpasswd")
     ref = f"127.0.0.1:{port}/bai/busybox:auth"
     env = {**os.environ, "DOCKER_CONFIG": str(base / "docker-cli")}  # the login stays out of root's own
     login = ["docker", "login", f"127.0.0.1:{port}", "-u", USER, "--password-stdin"]
@@ -156,10 +135,6 @@ def auth_registry(tmp_path_factory, busybox_image: str) -> Iterator[dict[str, An
     subprocess.run(["docker", "rmi", ref], capture_output=True)
     proc.terminate()
     proc.wait(10)
-
-
-def has_local(ref: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
 
 
 def _stop(node: Node) -> None:
@@ -242,17 +217,17 @@ def test_a_private_registry_with_credentials_pulls_and_runs(
     docker_node: Node, user: dict[str, str], auth_registry: dict[str, Any]
 ) -> None:
     ref = auth_registry["ref"]
-    assert not has_local(ref)
+    assert not has_local_image(ref)
     result = docker_node.cli("session", "run", ref, "--name", "auth-pull", "--", "echo", "auth-pulled", as_keypair=user)
     assert result.returncode == 0 and "auth-pulled" in result.stdout, result.stderr
-    assert has_local(ref)
+    assert has_local_image(ref)
     statuses = [t["status"] for t in docker_node.json("session", "info", "auth-pull", as_keypair=user)["transitions"]]
     assert "PULLING" in statuses and "RUNNING" in statuses
     # bai image pull (admins) goes through the same registry, with the same credentials
     docker_node.cli("image", "rm", ref, check=True)
-    assert not has_local(ref)
+    assert not has_local_image(ref)
     docker_node.cli("image", "pull", ref, check=True)
-    assert has_local(ref)
+    assert has_local_image(ref)
     # the password is in no answer, no log line and nothing the manager keeps
     shown = docker_node.cli("session", "info", "auth-pull", "--json", as_keypair=user).stdout
     assert PASSWORD not in shown
@@ -267,7 +242,7 @@ def test_wrong_credentials_fail_clearly(docker_node: Node, auth_registry: dict[s
     result = docker_node.cli("session", "run", ref, "--", "true")
     assert result.returncode == 125, (result.returncode, result.stderr)
     assert "cannot pull" in result.stderr and "unauthorized" in result.stderr.lower(), result.stderr
-    assert not has_local(ref)
+    assert not has_local_image(ref)
 
 
 def test_networks_are_refused_unless_the_scaling_group_allows_them(docker_node: Node, user: dict[str, str]) -> None:
