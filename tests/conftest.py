@@ -1,12 +1,19 @@
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.nodeproc import BUSYBOX_IMAGE, PYTHON_IMAGE, Cluster, Node, ensure_image, require_docker
+from tests.nodeproc import (
+    BUSYBOX_IMAGE,
+    PYTHON_IMAGE,
+    Cluster,
+    Node,
+    ensure_image,
+    require_docker,
+    stop_removing_containers,
+)
 
 # every session test runs on both kernel backends, over both links (in-process, and ZeroMQ between
 # a manager process and an agent process)
@@ -34,10 +41,7 @@ def _node_for(kind: str, request: pytest.FixtureRequest, tmp_path_factory) -> It
     base = tmp_path_factory.mktemp(f"node-{kind}")
     node = Cluster(base, backend).start() if link == "zmq" else Node(base, backend).start()
     yield node
-    leftovers = node.leftover_containers()
-    node.stop()
-    if leftovers:
-        subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
+    stop_removing_containers(node)
 
 
 @pytest.fixture(scope="module", params=NODES)

@@ -391,3 +391,11 @@ def start_registry(program: str, base: Path, htpasswd: Path | None = None) -> tu
 
 def has_local_image(ref: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
+
+
+def stop_removing_containers(node) -> None:
+    """Stop a node (or cluster), then remove the containers it left (kernels outlive their agent)."""
+    leftovers = node.leftover_containers()
+    node.stop()
+    if leftovers:
+        subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from tests.nodeproc import Cluster
+from tests.nodeproc import Cluster, stop_removing_containers
 
 
 @contextlib.contextmanager
@@ -21,10 +21,7 @@ def docker_cluster(base) -> Iterator[Cluster]:
     try:
         yield cluster
     finally:
-        left = cluster.leftover_containers()
-        cluster.stop()
-        if left:
-            subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+        stop_removing_containers(cluster)
 
 
 def wait_until(fn, timeout: float = 20.0, interval: float = 0.2):

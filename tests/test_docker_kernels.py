@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from tests.nodeproc import Node
+from tests.nodeproc import Node, stop_removing_containers
 
 READ_LIMITS = r"""
 import os
@@ -97,10 +97,7 @@ def test_a_restart_keeps_sessions_and_their_kernels(tmp_path, python_image: str)
         node.cli("session", "destroy", "survivor", check=True)
         assert node.leftover_containers() == []
     finally:
-        left = node.leftover_containers()
-        node.stop()
-        if left:
-            subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+        stop_removing_containers(node)
 
 
 def test_unknown_containers_of_the_agent_are_removed_on_start(tmp_path, python_image: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.nodeproc import BUSYBOX_IMAGE, Node, has_local_image, start_registry
+from tests.nodeproc import BUSYBOX_IMAGE, Node, has_local_image, start_registry, stop_removing_containers
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +22,7 @@ def docker_node(registry: str, tmp_path_factory) -> Iterator[Node]:
         tmp_path_factory.mktemp("node-images"), "docker", extra_config=f'[images.registries.test]\nurl = "{host}"\n'
     ).start()
     yield node
-    leftovers = node.leftover_containers()
-    node.stop()
-    if leftovers:
-        subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
+    stop_removing_containers(node)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.nodeproc import Node
+from tests.nodeproc import Node, stop_removing_containers
 
 STATUS = r"""
 import json, resource
@@ -75,10 +75,7 @@ def scratch_node(tmp_path_factory, kind: str, size: str = "64m") -> Iterator[Nod
         agent_config=f'scratch_type = "{kind}"\nscratch_size = "{size}"\n',
     ).start()
     yield node
-    left = node.leftover_containers()
-    node.stop()
-    if left:
-        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+    stop_removing_containers(node)
     for mount in mounts_under(node.state_dir):  # never leave a loop mount behind
         subprocess.run(["umount", "-l", mount], capture_output=True)
 

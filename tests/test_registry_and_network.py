@@ -22,7 +22,14 @@ import pytest
 from bai.common.config import DEFAULTS, merge
 from bai.node.manager.admission import admit, check_image, from_config
 from bai.node.manager.requests import parse_create
-from tests.nodeproc import BUSYBOX_IMAGE, Node, has_local_image, require_docker, start_registry
+from tests.nodeproc import (
+    BUSYBOX_IMAGE,
+    Node,
+    has_local_image,
+    require_docker,
+    start_registry,
+    stop_removing_containers,
+)
 
 USER, PASSWORD = "bai-puller", "pull-s3cret-9f1c"
 
@@ -137,13 +144,6 @@ def auth_registry(tmp_path_factory, busybox_image: str) -> Iterator[dict[str, An
     proc.wait(10)
 
 
-def _stop(node: Node) -> None:
-    leftovers = node.leftover_containers()
-    node.stop()
-    if leftovers:
-        subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def docker_node(auth_registry: dict[str, Any], tmp_path_factory) -> Iterator[Node]:
     """Registries: `local` (the registry, right credentials from a file) and `wrong` (the same registry
@@ -162,7 +162,7 @@ def docker_node(auth_registry: dict[str, Any], tmp_path_factory) -> Iterator[Nod
         ),
     ).start()
     yield node
-    _stop(node)
+    stop_removing_containers(node)
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +267,7 @@ def open_node(tmp_path_factory, busybox_image: str) -> Iterator[Node]:
         extra_config='[scaling_groups.default]\nallowed_networks = ["bridge"]\nadmin_allowed_networks = ["host"]\n',
     ).start()
     yield node
-    _stop(node)
+    stop_removing_containers(node)
 
 
 def test_configured_networks_are_allowed(open_node: Node) -> None:
