@@ -56,6 +56,13 @@ def test_by_default_only_none_or_the_agents_own_network() -> None:
             assert problem.data["allowed_networks"] == ["none"]
 
 
+def test_the_agents_configured_network_may_be_asked_for_by_name() -> None:
+    rules = admission('[agent.docker]\nnetwork = "bridge"\n')
+    assert admit(rules, request(network="bridge"), False) is None  # what an unset network gets anyway
+    refused = admit(rules, request(network="host"), False)
+    assert refused is not None and refused.data["allowed_networks"] == ["none", "bridge"]
+
+
 def test_configured_networks_per_group_and_for_admins() -> None:
     rules = admission(
         '[scaling_groups.default]\nallowed_networks = ["bridge", "lab-net"]\nadmin_allowed_networks = ["host"]\n'

@@ -32,9 +32,11 @@ class GroupPolicy:
     allowed_networks: tuple[str, ...] = ()
     admin_allowed_networks: tuple[str, ...] = ()
 
-    def networks_for(self, is_admin: bool) -> tuple[str, ...]:
+    def networks_for(self, is_admin: bool, default: str = "none") -> tuple[str, ...]:
+        """What a session may ask for: none, the agents' default network (what an unset one gets
+        anyway), and what the group lists."""
         extra = self.admin_allowed_networks if is_admin else ()
-        return tuple(dict.fromkeys((*ALWAYS_ALLOWED_NETWORKS, *self.allowed_networks, *extra)))
+        return tuple(dict.fromkeys((*ALWAYS_ALLOWED_NETWORKS, default, *self.allowed_networks, *extra)))
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class ImageRegistry:
 class Admission:
     groups: dict[str, GroupPolicy] = field(default_factory=lambda: {"default": GroupPolicy()})
     registries: dict[str, ImageRegistry] = field(default_factory=dict)  # by host
+    default_network: str = "none"  # [agent.docker] network: what a session that names none gets
 
     def registry_for(self, image: str) -> ImageRegistry | None:
         host = registry_of(image)
@@ -126,7 +129,8 @@ def from_config(cfg: dict[str, Any]) -> Admission:
             str(opts.get("password_file", "")),
             insecure or bool(plain),
         )
-    return Admission(groups, registries)
+    default_network = str(((cfg.get("agent") or {}).get("docker") or {}).get("network") or "none")
+    return Admission(groups, registries, default_network)
 
 
 def check_image(admission: Admission, image: str) -> Problem | None:
@@ -147,7 +151,7 @@ def check_image(admission: Admission, image: str) -> Problem | None:
 def check_network(admission: Admission, network: str | None, group: str, is_admin: bool) -> Problem | None:
     if network is None:
         return None
-    allowed = admission.groups.get(group, GroupPolicy()).networks_for(is_admin)
+    allowed = admission.groups.get(group, GroupPolicy()).networks_for(is_admin, admission.default_network)
     if network in allowed:
         return None
     who = "admins" if is_admin else "this keypair"
