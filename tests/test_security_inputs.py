@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from tests.nodeproc import Node, admin_keys, signed_request
@@ -18,7 +18,7 @@ JSON = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
     max_leaves=8,
 )
-QUERY_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=24)
+QUERY_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=24) | st.integers().map(str)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -57,6 +57,8 @@ def session(node: Node, user: dict[str, str]) -> str:
     return "fuzzed-logs"
 
 
+@example(params={"since": str(2**64)})  # beyond what SQLite's integers hold
+@example(params={"limit": str(-(2**64))})
 @SETTINGS
 @given(params=st.dictionaries(st.sampled_from(["tail", "since", "limit", "follow", "owner_access_key"]), QUERY_TEXT))
 def test_logs_with_any_paging(node: Node, user: dict[str, str], session: str, params: dict[str, str]) -> None:

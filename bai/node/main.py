@@ -181,14 +181,19 @@ async def start_manager(
         hooks = Hooks.load(list(cfg["manager"]["hooks"]), float(cfg["manager"]["hook_timeout"]))
     except ImportError as e:
         raise NodeError(f"cannot load a hook named in [manager] hooks: {e}") from None
-    registry = Registry(
-        store, link, float(cfg["manager"]["preparing_timeout"]), hooks, lost_grace=float(cfg["manager"]["lost_grace"])
-    )
     try:
         groups, pending_timeouts = scaling_groups(cfg)
-        registry.admission = admission_from_config(cfg)  # allowed networks and image registries
+        admission = admission_from_config(cfg)  # allowed networks and image registries
     except ValueError as e:
         raise NodeError(str(e)) from None
+    registry = Registry(
+        store,
+        link,
+        float(cfg["manager"]["preparing_timeout"]),
+        hooks,
+        lost_grace=float(cfg["manager"]["lost_grace"]),
+        admission=admission,
+    )
     dispatcher = Dispatcher(registry, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]))
     timers = Timers(registry, log_retention=log_retention)
     from bai.node.manager.vfolders.service import VFolders

@@ -32,6 +32,9 @@ class LogQuery:
     limit: int | None = None
 
 
+MAX_WHOLE = 2**63 - 1  # what SQLite's integers hold
+
+
 def _whole(request: web.Request, name: str, minimum: int) -> int | None:
     raw = request.query.get(name)
     if raw is None:
@@ -39,9 +42,9 @@ def _whole(request: web.Request, name: str, minimum: int) -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        raise invalid(f"{name} must be a whole number, got {raw!r}") from None
-    if value < minimum:
-        raise invalid(f"{name} must be at least {minimum}, got {value}")
+        raise invalid(f"{name} must be a whole number, got {raw[:40]!r}") from None
+    if not minimum <= value <= MAX_WHOLE:
+        raise invalid(f"{name} must be between {minimum} and {MAX_WHOLE}")
     return value
 
 

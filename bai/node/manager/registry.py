@@ -61,6 +61,7 @@ class Registry:
         start_timeout: float = 60.0,
         hooks: Hooks | None = None,
         lost_grace: float = 30.0,
+        admission: Admission | None = None,
     ) -> None:
         self.lost_grace = lost_grace
         self._lost: dict[str, asyncio.Task[Any]] = {}  # agent id -> the grace period running out
@@ -78,8 +79,8 @@ class Registry:
         self.logs = LogHub()
         self.start_timeout = start_timeout
         self.vfolders: VFolders | None = None  # set by the node when it serves virtual folders
-        # networks and image registries sessions may ask for (set by the node from its configuration)
-        self.admission = Admission()
+        # networks and image registries sessions may ask for (from the node's configuration)
+        self.admission = admission or Admission()
         self.agent_hosts: dict[str, frozenset[str]] = {}  # agent id -> vfolder hosts it sees (our paths)
         self.agent_backends: dict[str, str] = {}  # agent id -> its kernel backend (docker, local, sim)
         self.metrics = ManagerMetrics()
