@@ -114,8 +114,84 @@ def _print_console(items: list[list[Any]]) -> None:
             sys.stdout.flush()
 
 
-async def wait_running(c, image: str, name: str, quiet: bool, **kw: Any) -> dict[str, Any]:
-    """Create (or get) the session and wait until it runs, showing why it waits."""
+class Owned:
+    """The session a command works on, and whether that command created it (the first create reply's
+    `created`: false when get-or-create by name found an existing session, which is not the command's
+    to end)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sid: str | None = None
+        self.created = False
+        self.status: str | None = None  # the last status seen
+        self.ran = False  # the code was handed to the kernel
+
+    def note(self, reply: dict[str, Any]) -> None:
+        if self.sid is None:
+            self.sid = reply["sessionId"]
+            self.created = reply.get("created") is True
+        if reply.get("status") not in (None, "TIMEOUT"):  # TIMEOUT: still starting when the reply left
+            self.status = reply["status"]
+
+
+class Signals:
+    """SIGINT and SIGTERM while a command waits on the manager: the first signal cancels the main task
+    (its clean-up runs, then it exits 128 + the signal's number, as shells expect), unless `on_sigint`
+    takes a Ctrl-C (it returns True: e.g. the first one interrupts the running code)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.on_sigint: Any = None
+        self._task: asyncio.Task | None = None
+
+    def __enter__(self) -> Signals:
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._handle, sig)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+    def _handle(self, sig: int) -> None:
+        if sig == signal.SIGINT and self.on_sigint is not None and self.on_sigint():
+            return
+        if self.received is None:
+            self.received = sig
+        if self._task is not None:
+            self._task.cancel()  # again on a later signal: stop the clean-up too
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.received or signal.SIGINT)
+
+    @property
+    def word(self) -> str:
+        return "terminated" if self.received == signal.SIGTERM else "interrupted"
+
+
+async def _create(c, image: str, name: str, owned: Owned | None, **kw: Any) -> dict[str, Any]:
+    """One create (or get) request. Its reply is noted in `owned` even when a signal cancels the wait
+    for it: a session the manager created meanwhile must not be left behind unknown."""
+    request = asyncio.ensure_future(c.create_session(image, name=name, max_wait=2, **kw))
+    try:
+        result = await asyncio.shield(request)
+    except asyncio.CancelledError:
+        if owned is not None and owned.sid is None:
+            with contextlib.suppress(Exception):
+                owned.note(await request)  # at most max_wait (2 s): the manager answers by then
+        raise
+    if owned is not None:
+        owned.note(result)
+    return result
+
+
+async def wait_running(c, image: str, name: str, quiet: bool, owned: Owned | None = None, **kw: Any) -> dict[str, Any]:
+    """Create (or get) the session and wait until it runs, showing why it waits; `owned` learns which
+    session it is, and whether this call created it."""
     status = None
     if not quiet and sys.stderr.isatty():
         from rich.console import Console
@@ -125,7 +201,7 @@ async def wait_running(c, image: str, name: str, quiet: bool, **kw: Any) -> dict
     said = ""
     try:
         while True:
-            result = await c.create_session(image, name=name, max_wait=2, **kw)
+            result = await _create(c, image, name, owned, **kw)
             if result["status"] not in STARTING or quiet:
                 if result["status"] not in STARTING:
                     break
@@ -147,6 +223,8 @@ async def wait_running(c, image: str, name: str, quiet: bool, **kw: Any) -> dict
         from bai.cli.output import reason
 
         info = await c.get_session(result["sessionId"])
+        if owned is not None:
+            owned.status = info["status"]
         if info["statusInfo"] in BATCH_DONE or info["status"] == "TERMINATING":
             return {**result, "status": info["status"]}  # a batch session that already ran
         print(f"bai: session {name} could not start: {info['status']} ({reason(info)})", file=sys.stderr)
@@ -154,24 +232,43 @@ async def wait_running(c, image: str, name: str, quiet: bool, **kw: Any) -> dict
     return result
 
 
-async def stream_execution(c, session_id: str, mode: str, code: str, options: dict[str, Any]) -> int:
-    """Run code in a session, print its output as it comes, return its exit code."""
+async def stream_execution(
+    c,
+    session_id: str,
+    mode: str,
+    code: str,
+    options: dict[str, Any],
+    signals: Signals | None = None,
+    owned: Owned | None = None,
+) -> int:
+    """Run code in a session, print its output as it comes, return its exit code (128 + the signal's
+    number when a signal stopped the wait: a second Ctrl-C, or SIGTERM; the first Ctrl-C interrupts the
+    code). `signals`: the caller's (else this call handles SIGINT and SIGTERM while it runs)."""
     loop = asyncio.get_running_loop()
     interrupts = 0
-    main_task = asyncio.current_task()
 
-    def on_sigint() -> None:
+    def on_sigint() -> bool:
         nonlocal interrupts
         interrupts += 1
         if interrupts == 1:
             print("\n[interrupting; press Ctrl-C again to stop waiting]", file=sys.stderr)
             asyncio.ensure_future(c.interrupt(session_id))
-        elif main_task is not None:
-            main_task.cancel()
+            return True
+        return False
 
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    with contextlib.ExitStack() as stack:
+        if signals is None:
+            signals = stack.enter_context(Signals())
+        signals.on_sigint = on_sigint
+        stack.callback(setattr, signals, "on_sigint", None)
+        return await _stream(c, session_id, mode, code, options, signals, owned, loop)
+
+
+async def _stream(c, session_id, mode, code, options, signals: Signals, owned: Owned | None, loop) -> int:
     try:
         async with c.execute(session_id) as stream:
+            if owned is not None:
+                owned.ran = True  # from here on the code may be running
             await stream.start(mode, code, options)
             async for frame in stream.frames():
                 _print_console(frame.get("console") or [])
@@ -187,9 +284,9 @@ async def stream_execution(c, session_id: str, mode: str, code: str, options: di
         print("bai: error: the execution stream ended before the code finished", file=sys.stderr)
         return 1
     except asyncio.CancelledError:
-        return 130
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        if signals.received is None:
+            raise
+        return signals.exit_code
 
 
 def _job(code: str | None, args: list[str], exec_cmd: str | None) -> tuple[str, str, dict[str, Any], list[Path]]:
@@ -247,30 +344,90 @@ def run(
     mode, text, options, files = _job(code, args or [], exec_cmd)
     name = name or f"run-{secrets.token_hex(4)}"
     from bai.cli.common import client
-    from bai.client.api import APIError, overlap_import
+    from bai.client.api import overlap_import
 
     async def go() -> int:
+        owned = Owned(name)
         async with client() as c:
-            # aiohttp (for the output stream) imports while the session starts
-            started = await overlap_import(
-                wait_running(
-                    c, image, name, quiet, resources=resources, environ=environ, mounts=mounts, network=network
-                )
-            )
-            sid = started["sessionId"]
-            try:
-                if files:
-                    await c.upload(sid, [(f.name, f.read_bytes()) for f in files])
-                return await stream_execution(c, sid, mode, text, options)
-            finally:
-                if keep:
-                    if not quiet:
-                        print(f"[session {name} ({sid}) keeps running]", file=sys.stderr)
-                else:  # the manager finishes the clean-up; no need to wait for it
-                    with contextlib.suppress(APIError):  # the kernel may have ended by itself
-                        await asyncio.shield(c.destroy_session(sid, wait=False))
+            with Signals() as signals:
+                failed: BaseException | None = None
+                try:
+                    # aiohttp (for the output stream) imports while the session starts
+                    started = await overlap_import(
+                        wait_running(
+                            c, image, name, quiet, owned,
+                            resources=resources, environ=environ, mounts=mounts, network=network,
+                        )
+                    )  # fmt: skip
+                    sid = started["sessionId"]
+                    if files:
+                        await c.upload(sid, [(f.name, f.read_bytes()) for f in files])
+                    return await stream_execution(c, sid, mode, text, options, signals, owned)
+                except asyncio.CancelledError:
+                    if signals.received is None:
+                        raise
+                    return signals.exit_code
+                except Exception as e:
+                    failed = None if isinstance(e, typer.Exit) else e  # (Exit: it said why already)
+                    raise
+                finally:
+                    why = None
+                    if signals.received is not None:
+                        why = signals.word
+                    elif failed is not None:
+                        why = "the run failed"
+                    try:
+                        await _release(c, owned, keep, quiet, why)
+                    except asyncio.CancelledError:  # another signal: the user stops the clean-up too
+                        if signals.received is None:
+                            raise
+                        print(f"bai: session {name}: clean-up stopped, it may still exist", file=sys.stderr)
 
     raise typer.Exit(run_async(go()))
+
+
+async def _release(c, owned: Owned, keep: bool, quiet: bool, why: str | None) -> None:
+    """After `run`: end the session it created (cancel it if it had not started yet), unless --keep;
+    never one it found already there. `why`: the signal or error that cut the run short, if any; then
+    what happens to the session is said on stderr."""
+    from bai.client.api import APIError
+
+    if owned.sid is None:
+        return  # no session was created (or none is known: the manager never answered)
+    label = f"session {owned.name} ({owned.sid})"
+    started = owned.status in ("RUNNING", "RUNNING_DEGRADED", "TERMINATING") or owned.ran
+    when = "" if owned.ran else (" before its code ran" if started else " before it started")
+    if not owned.created:
+        if why is not None:
+            print(f"bai: {label} was there before this run: left as it is ({why}{when})", file=sys.stderr)
+        return
+    if owned.status in ENDED:
+        return  # it ended by itself (could not start)
+    if keep:
+        if owned.ran and why is not None:  # stop the code the user stopped waiting for
+            with contextlib.suppress(APIError):
+                await c.interrupt(owned.sid)
+        if why is not None:
+            with contextlib.suppress(APIError):
+                owned.status = (await c.get_session(owned.sid))["status"]
+            print(f"bai: {label} kept ({why}{when}; --keep): it is {owned.status or 'starting'}", file=sys.stderr)
+        elif not quiet:
+            print(f"[{label} keeps running]", file=sys.stderr)
+        return
+    try:  # the manager finishes the clean-up; no need to wait for it
+        try:
+            await c.destroy_session(owned.sid, wait=False)
+        except APIError as e:
+            if "forced" not in str(e):
+                raise
+            await c.destroy_session(owned.sid, forced=True, wait=False)  # it is starting: stop that
+    except APIError as e:
+        if why is not None:  # (without one: the kernel may have ended by itself)
+            print(f"bai: {label} could not be ended ({why}{when}): {e}", file=sys.stderr)
+        return
+    if why is not None:
+        done = "destroyed" if started else "cancelled"
+        print(f"bai: {label} {done} ({why}{when})", file=sys.stderr)
 
 
 @app.command()

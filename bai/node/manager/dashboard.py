@@ -71,6 +71,7 @@ def dashboard_row(row: dict[str, Any], kernels: list[dict[str, Any]]) -> dict[st
         "statusChanged": row["status_changed"],
         "terminationTime": row["terminated_at"],
         "exitCode": exit_code,
+        "result": row["result"],
     }
 
 
@@ -112,7 +113,7 @@ async def _cluster(registry: Registry, stream: _Stream, owner: str | None, finis
         agents_dirty.set()  # placing and ending kernels changes what agents have free
 
     def on_change(name: str, payload: dict[str, Any]) -> None:
-        if name == "pending_updated":
+        if name in ("pending_updated", "run_finished"):
             dirty.update(payload["ids"])
             wake.set()
         else:
@@ -242,7 +243,7 @@ async def dashboard_events(request: web.Request) -> web.StreamResponse:
         coros.append(_logs(registry, stream, session, kernel_id, tail, after))
     else:
         coros.append(_cluster(registry, stream, owner, finished, interval))
-    with contextlib.suppress(ConnectionResetError):
+    with contextlib.suppress(ConnectionError):  # the client went away: normal
         await _all(stream.keepalive(), *coros)
         if "logs" in topics:
             await response.write_eof()

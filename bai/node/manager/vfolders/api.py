@@ -9,6 +9,7 @@ Parameters come from the JSON body when there is one, else from the query string
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import Any
 
@@ -19,6 +20,7 @@ from bai.node.manager.http import SETTINGS, read_json
 from bai.node.manager.vfolders import fsops
 from bai.node.manager.vfolders.service import OWNER, WRITE, VFolders
 
+log = logging.getLogger("bai.vfolders")
 VFOLDERS = web.AppKey("vfolders", VFolders)
 PUBLIC_PATHS = {"/folders/_/tus/upload", "/folders/_/download"}
 DOWNLOAD_CHUNK = 4 * 1024 * 1024
@@ -228,12 +230,21 @@ async def download(request: web.Request) -> web.StreamResponse:
         )
         response.content_length = size
         await response.prepare(request)
-        with os.fdopen(os.dup(fd), "rb", buffering=0) as fobj:
-            try:  # the kernel copies the file to the socket (no pass through Python)
-                await asyncio.get_running_loop().sendfile(request.transport, fobj, 0, size)
-            except (NotImplementedError, RuntimeError):
-                await _send_by_reading(response, fd, size)
-        await response.write_eof()
+        try:
+            if size > 0:  # (sendfile refuses a count of 0: an empty file is the headers alone)
+                transport = request.transport
+                if transport is None:
+                    raise ConnectionResetError("the connection is closed")
+                with os.fdopen(os.dup(fd), "rb", buffering=0) as fobj:
+                    try:  # the kernel copies the file to the socket (no pass through Python)
+                        await asyncio.get_running_loop().sendfile(transport, fobj, 0, size)
+                    except (NotImplementedError, RuntimeError):
+                        await _send_by_reading(response, fd, size)
+            await response.write_eof()
+        except ConnectionError as e:  # the client went away mid-download: normal, nothing to report
+            log.debug("download of %s broke off: the client went away (%s)", filename, e)
+            if request.transport is not None:
+                request.transport.close()
         return response
     finally:
         os.close(fd)
