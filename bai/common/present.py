@@ -44,6 +44,8 @@ def reason(session: dict[str, Any]) -> str:
             detail = data["scheduler"].get("msg", "")
         elif data.get("exitCode") is not None:
             detail = f"exit code {data['exitCode']}"
+            if data.get("msg"):  # why it ended, when known (e.g. out of memory)
+                detail = f"{data['msg']} ({detail})"
         elif data.get("msg"):
             detail = data["msg"]
     if info and detail:

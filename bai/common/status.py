@@ -80,6 +80,9 @@ class StatusInfo:
     SESSION_LIFETIME = "idle-session-lifetime"
     # not a Backend.AI string: Backend.AI leaves such a session pending forever, we cancel it
     DEPENDENCY_FAILED = "dependency-failed"
+    # not a Backend.AI string (it reports such a kernel as self-terminated, exit 137): the kernel was
+    # killed by the out-of-memory killer at its memory limit; status_data {"exitCode", "msg"} names the limit
+    OUT_OF_MEMORY = "out-of-memory"
 
 
 # Session lifecycle event names (reference spec §2.11), keyed by the status they announce.

@@ -18,7 +18,7 @@ from bai import __version__
 from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.images import registry_of
-from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount
+from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount, oom_ending
 from bai.node.agent.channel import ChannelError
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
@@ -102,6 +102,8 @@ class Agent:
         self.logs: LogShipper | None = None
         self.background = Background(log)
         self._ended: dict[str, Kernel] = {}  # kernels that ended by themselves, for a grace period
+        # kernel id -> (run id, the kernel's OOM-kill count when the run started), where the backend counts
+        self._oom_at_start: dict[str, tuple[str, int]] = {}
 
     async def registration(self) -> dict[str, Any]:
         return {
@@ -216,18 +218,22 @@ class Agent:
         # its channel still holds the end of the run: keep it reachable for the calls that collect it
         self._ended[kid] = kernel
         asyncio.get_running_loop().call_later(ENDED_KERNEL_GRACE, self._ended.pop, kid, None)
+        self._oom_at_start.pop(kid, None)
+        why = kernel.ending.get("msg")
+        if why:  # into its log, and into a run still going (it ends with the exit code below)
+            kernel.channel.feed({"t": "stderr", "d": f"\n[{why}]\n"})
         if self.logs is not None:
             await self.logs.flush()
+        report = {
+            "kernel_id": kid,
+            "session_id": kernel.spec.session_id,
+            "reason": kernel.ending.get("reason") or "self-terminated",
+            "exit_code": code,
+        }
+        if why:
+            report["msg"] = why
         try:
-            await self.link.report(
-                "kernel_terminated",
-                {
-                    "kernel_id": kid,
-                    "session_id": kernel.spec.session_id,
-                    "reason": "self-terminated",
-                    "exit_code": code,
-                },
-            )
+            await self.link.report("kernel_terminated", report)
         finally:
             if not kernel.channel.exit_code.done():
                 kernel.channel.exit_code.set_result(code)
@@ -336,6 +342,38 @@ class Agent:
             raise ChannelError(f"kernel {kernel_id} is not running on agent {self.id}")
         return kernel
 
+    async def _settled(self, kernel_id: str) -> Kernel:
+        """The kernel, once its channel is decided (an adopted kernel's runner may still be reconnecting)."""
+        kernel = self._kernel(kernel_id)
+        if kernel.settled is not None and not kernel.settled.done():
+            await asyncio.wait([kernel.settled])  # bounded by the backend's start timeout
+        return kernel
+
+    async def _oom_kills(self, kernel: Kernel) -> int | None:
+        counter = getattr(self.backend, "oom_kills", None)
+        if counter is None or kernel.container_id is None:
+            return None
+        with contextlib.suppress(Exception):
+            return await counter(kernel)
+        return None
+
+    async def _say_if_oom(self, kernel: Kernel, result: dict[str, Any]) -> None:
+        """A run that ended with SIGKILL while the OOM killer killed in its kernel (a command, a child of
+        the runner: the kernel lives on) says so on its stderr."""
+        kid = kernel.spec.kernel_id
+        start = self._oom_at_start.get(kid)
+        if start is None or start[0] != result["runId"] or result["status"] != "finished":
+            return
+        del self._oom_at_start[kid]
+        if result["exitCode"] != 137:
+            return
+        now = await self._oom_kills(kernel)
+        if now is None or now <= start[1]:
+            return
+        limit = await self.backend.memory_limit(kernel)  # type: ignore[attr-defined]
+        msg = oom_ending(limit)["msg"].replace("the kernel ran", "a process of the run ran")
+        result["console"].append(["stderr", f"\n[{msg}]\n"])
+
     async def rpc_execute(
         self,
         kernel_id: str,
@@ -345,24 +383,31 @@ class Agent:
         options: dict[str, Any] | None = None,
         flush_timeout: float = 2.0,
     ) -> dict[str, Any]:
-        channel = self._kernel(kernel_id).channel
+        kernel = await self._settled(kernel_id)
+        channel = kernel.channel
         if mode in ("query", "batch"):
             if mode == "batch":
                 code = (options or {}).get("exec") or code
                 if not code or code == "*":
                     raise ChannelError("batch mode needs a command (options.exec)")
+            if channel.run_id != run_id:
+                count = await self._oom_kills(kernel)
+                if count is not None:
+                    self._oom_at_start[kernel_id] = (run_id, count)
             await channel.start_run(run_id, mode, code)
         elif mode == "input":
             await channel.send_input(code)
         elif mode != "continue":
             raise ChannelError(f"unknown execution mode {mode!r}")
-        return await channel.next_result(run_id, flush_timeout)
+        result = await channel.next_result(run_id, flush_timeout)
+        await self._say_if_oom(kernel, result)
+        return result
 
     async def rpc_interrupt(self, kernel_id: str) -> None:
-        await self._kernel(kernel_id).channel.interrupt()
+        await (await self._settled(kernel_id)).channel.interrupt()
 
     async def rpc_upload_files(self, kernel_id: str, files: list[tuple[str, bytes]]) -> None:
-        channel = self._kernel(kernel_id).channel
+        channel = (await self._settled(kernel_id)).channel
         for path, data in files:
             await channel.put_file(path, data)
 

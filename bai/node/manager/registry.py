@@ -475,6 +475,11 @@ class Registry:
         self.activity[sid] = datetime.now(UTC)
         if result["status"] == "finished":
             self.busy.discard(sid)
+            code = result.get("exitCode")
+            if isinstance(code, int):
+                # the last run's outcome is the session's (kept when it is destroyed), as for a batch session
+                await self.store.record_run(sid, kernel["id"], code, "SUCCESS" if code == 0 else "FAILURE")
+                self.changes.publish("run_finished", {"ids": [sid]})
         return result
 
     async def interrupt(self, session: dict[str, Any]) -> None:
@@ -633,7 +638,8 @@ class Registry:
             kernel["session_id"],
             S.TERMINATED,
             payload.get("reason") or StatusInfo.SELF_TERMINATED,
-            {"exitCode": payload.get("exit_code")},
+            # msg: why, when the agent knows (e.g. out of memory, naming the limit)
+            {"exitCode": payload.get("exit_code"), **({"msg": payload["msg"]} if payload.get("msg") else {})},
             allowed_from=[S.RUNNING, S.RUNNING_DEGRADED, S.RESTARTING],
         )
         self.logs.notify(kernel["id"])

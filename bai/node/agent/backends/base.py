@@ -8,6 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
+from bai.common.status import StatusInfo
 from bai.node.agent.channel import AGENT_SOCKET, Channel, RunnerChannel
 
 
@@ -60,6 +61,12 @@ class Kernel:
     exited: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     destroying: bool = False
     watcher: asyncio.Task[None] | None = None  # the backend's task that notices the kernel's exit
+    # why it ended, when the backend knows more than the exit code: {"reason": status_info, "msg": sentence}
+    # (set before `exited` completes)
+    ending: dict[str, str] = field(default_factory=dict)
+    # an adopted kernel whose channel is still being decided (its runner has yet to connect, or its log to
+    # say the image has no Python): done once `channel` is final; None when it always was
+    settled: asyncio.Future[None] | None = None
 
     def set_exit(self, code: int) -> None:
         """The kernel's process ended. The agent tells the manager, then ends a run still going."""
@@ -124,6 +131,21 @@ def kernel_env(spec: KernelSpec) -> dict[str, str]:
     env.update(gpu_env(spec.gpus))
     env.update(spec.environ)
     return env
+
+
+def memory_size(n: int) -> str:
+    """512 MiB, 1.5 GiB: a memory limit as people say it."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n} bytes"
+
+
+def oom_ending(limit: int) -> dict[str, str]:
+    """How a kernel killed by the out-of-memory killer is reported: status_info and a sentence naming
+    the limit (0: unknown)."""
+    where = f" (limit {memory_size(limit)})" if limit > 0 else ""
+    return {"reason": StatusInfo.OUT_OF_MEMORY, "msg": f"the kernel ran out of memory{where} and was killed"}
 
 
 async def listen_for_runner(run_dir: Path, on_output, owner: tuple[int, int] | None = None) -> RunnerChannel:

@@ -11,6 +11,12 @@ The runner is mounted read-only at /opt/bai/runner.py, and the kernel's run fold
 without any network, and a kernel can write nothing into the node's state folder). Images without
 Python print a marker line instead (seen in the container's log) and run batch commands through
 docker exec.
+
+A container the OOM killer ended (State.OOMKilled) is reported as `out-of-memory` with a sentence naming
+its limit; a command OOM-killed inside a kernel that lives on (its memory cgroup's oom_kill count went up)
+ends its run with 137 and that sentence on stderr. After an agent restart, kernels are adopted at once and
+their channel settles in the background: the runner connects again, or the log says there is no Python
+(a kernel caught starting), within the start timeout; calls on such a kernel wait for that.
 """
 
 from __future__ import annotations
@@ -29,8 +35,17 @@ from typing import Any
 import aiodocker
 from aiodocker.exceptions import DockerError
 
+from bai.common.status import StatusInfo
 from bai.node.agent import scratch as scratchlib
-from bai.node.agent.backends.base import Dotfile, Kernel, KernelSpec, KernelStartError, kernel_env, listen_for_runner
+from bai.node.agent.backends.base import (
+    Dotfile,
+    Kernel,
+    KernelSpec,
+    KernelStartError,
+    kernel_env,
+    listen_for_runner,
+    oom_ending,
+)
 from bai.node.agent.channel import AGENT_SOCKET, Channel, ChannelError, RunnerChannel
 from bai.node.agent.files import list_script
 from bai.node.agent.scratch import Layout, Scratch, ScratchError
@@ -133,6 +148,31 @@ async def exec_write(docker: aiodocker.Docker, container_id: str, path: str, dat
         raise ChannelError(f"cannot write {path}: {err.decode(errors='replace').strip()[-200:] or f'exit {code}'}")
 
 
+def cgroup_oom_kills(pid: int) -> int | None:
+    """The `oom_kill` count of the memory cgroup process `pid` is in (cgroup v2 memory.events, or v1
+    memory.oom_control on kernels that have it), as the host sees it; None when it cannot be read."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            where = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events"
+        elif "memory" in controllers.split(","):
+            where = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"
+        else:
+            continue
+        try:
+            for entry in where.read_text().splitlines():
+                key, _, value = entry.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 class DockerUnavailable(Exception):
     pass
 
@@ -184,6 +224,7 @@ class DockerBackend:
         self.labels = dict(labels or {})
         self.start_timeout = start_timeout
         self.docker: aiodocker.Docker | None = None
+        self._pids: dict[str, int] = {}  # container id -> its main process (where its cgroup is read)
 
     async def start(self) -> None:
         self.kernels_dir.mkdir(parents=True, exist_ok=True)
@@ -273,6 +314,7 @@ class DockerBackend:
         run_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(run_dir, 0o755)  # mounted read-only; the kernel only connects to the socket in it
         exited: asyncio.Future[int] = loop.create_future()
+        ending: dict[str, str] = {}
         listener: RunnerChannel | None = None
         container: Any = None
         watcher: asyncio.Task[None] | None = None
@@ -301,7 +343,7 @@ class DockerBackend:
                     raise KernelStartError(f"image {spec.image!r} not found on agent {self.agent_id}") from None
                 raise KernelStartError(f"cannot create the container: {e.message}") from None
             await container.start()
-            watcher = asyncio.create_task(self._watch(container, exited))
+            watcher = asyncio.create_task(self._watch(container, exited, ending))
             if self.scratch is not None:
                 await asyncio.to_thread(self.scratch.detach, kdir)
             channel = await self._runner_or_exec(container, listener, kdir, loop.time() + self.start_timeout, exited)
@@ -323,9 +365,9 @@ class DockerBackend:
             if "rlimit" in reason:
                 reason += " ([agent] nofile / nproc above the Docker daemon's own limits?)"
             if exited.done():
-                reason = f"the container exited with code {exited.result()} while starting"
+                reason = ending.get("msg") or f"the container exited with code {exited.result()} while starting"
             raise KernelStartError(f"{reason}{': ' + detail if detail else ''}") from None
-        kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=container.id)
+        kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=container.id, ending=ending)
         self._link_exit(kernel, exited, watcher)
         return kernel
 
@@ -381,7 +423,9 @@ class DockerBackend:
         kernel.watcher = watcher
         exited.add_done_callback(lambda f: kernel.set_exit(f.result()))
 
-    async def _watch(self, container: Any, exited: asyncio.Future[int]) -> None:
+    async def _watch(self, container: Any, exited: asyncio.Future[int], ending: dict[str, str]) -> None:
+        """Wait for the container to end; then record in `ending` whether the OOM killer ended it (Docker's
+        State.OOMKilled), before telling `exited`."""
         code = 137
         try:
             result = await container.wait()
@@ -391,8 +435,40 @@ class DockerBackend:
                 code = 137
         except asyncio.CancelledError:
             return
+        try:
+            info = await container.show()
+        except DockerError:
+            info = {}  # removed (destroyed) meanwhile
+        except asyncio.CancelledError:
+            return
+        # OOMKilled says the OOM killer struck in the container at some time: it ended the kernel when the
+        # kernel ended by SIGKILL (a command killed earlier does not make a later exit an OOM kill)
+        if code == 137 and (info.get("State") or {}).get("OOMKilled"):
+            ending.update(oom_ending(int((info.get("HostConfig") or {}).get("Memory") or 0)))
         if not exited.done():
             exited.set_result(code)
+
+    async def oom_kills(self, kernel: Kernel) -> int | None:
+        """How many processes of the kernel the OOM killer has killed so far (its memory cgroup's count),
+        or None where that cannot be read (e.g. a kernel older than v4.13 on cgroup v1)."""
+        assert self.docker is not None and kernel.container_id is not None
+        pid = self._pids.get(kernel.container_id)
+        if pid is None:
+            try:
+                info = await self.docker.containers.container(kernel.container_id).show()
+            except DockerError:
+                return None
+            pid = self._pids[kernel.container_id] = int((info.get("State") or {}).get("Pid") or 0)
+        return await asyncio.to_thread(cgroup_oom_kills, pid) if pid else None
+
+    async def memory_limit(self, kernel: Kernel) -> int:
+        if kernel.spec.slots.get("mem"):
+            return int(kernel.spec.slots["mem"])
+        assert self.docker is not None
+        with contextlib.suppress(DockerError):
+            info = await self.docker.containers.container(kernel.container_id).show()
+            return int((info.get("HostConfig") or {}).get("Memory") or 0)
+        return 0
 
     async def _tail(self, container: Any) -> str:
         with contextlib.suppress(Exception):
@@ -403,7 +479,10 @@ class DockerBackend:
     async def destroy(self, kernel: Kernel) -> None:
         assert self.docker is not None
         kernel.destroying = True
+        if kernel.settled is not None:
+            kernel.settled.cancel()
         await kernel.channel.close()
+        self._pids.pop(kernel.container_id or "", None)
         if kernel.container_id:
             with contextlib.suppress(DockerError):
                 await self.docker.containers.container(kernel.container_id).delete(force=True, v=True)
@@ -414,8 +493,9 @@ class DockerBackend:
         await asyncio.to_thread(scratchlib.remove_kernel_dir, kernel.run_dir.parent)
 
     async def adopt(self, on_output) -> list[Kernel]:
-        """Re-attach to this agent's running containers (their runners connect again); remove its dead
-        ones, and the folders and scratch mounts of kernels that are gone."""
+        """Re-attach to this agent's running containers; remove its dead ones, and the folders and scratch
+        mounts of kernels that are gone. Returns at once: a kernel whose runner has not connected again yet
+        (one still starting when the agent died, or slow) settles in the background (see _settle)."""
         assert self.docker is not None
         found = await self.docker.containers.list(all=True, filters={"label": [f"{LABEL_AGENT}={self.agent_id}"]})
         adopted = await asyncio.gather(*(self._adopt_one(c, on_output) for c in found))
@@ -440,19 +520,17 @@ class DockerBackend:
             return None
         container = self.docker.containers.container(c.id)
         exited: asyncio.Future[int] = loop.create_future()
-        watcher = asyncio.create_task(self._watch(container, exited))
-        channel: Channel | None = None
+        ending: dict[str, str] = {}
+        watcher = asyncio.create_task(self._watch(container, exited, ending))
+        channel: Channel
         try:
             if (kdir / EXEC_MARKER).exists():
                 channel = ExecChannel(self.docker, c.id, on_output)
             else:
                 channel = await listen_for_runner(run_dir, on_output, self.owner)
-                await channel.wait_connected(loop.time() + 5, exited)
-        except (ChannelError, OSError) as e:
-            log.warning("removing kernel %s: its runner did not come back (%s)", kid, e)
+        except OSError as e:
+            log.warning("removing kernel %s: cannot listen for its runner (%s)", kid, e)
             watcher.cancel()
-            if channel is not None:
-                await channel.close()
             with contextlib.suppress(DockerError):
                 await c.delete(force=True, v=True)
             return None
@@ -466,9 +544,41 @@ class DockerBackend:
             environ={},
             gpus=gpus_from_labels(labels),
         )
-        kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=c.id)
+        kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=c.id, ending=ending)
         self._link_exit(kernel, exited, watcher)
+        if isinstance(channel, RunnerChannel):
+            kernel.settled = asyncio.ensure_future(self._settle(kernel, container, channel, exited))
         return kernel
+
+    async def _settle(
+        self, kernel: Kernel, container: Any, listener: RunnerChannel, exited: asyncio.Future[int]
+    ) -> None:
+        """An adopted kernel's runner connects again, or (a kernel caught starting by the agent's death, before
+        the agent saw it) its log says the image has no Python: then its channel becomes docker exec. Waits
+        up to the start timeout; a kernel that does neither is removed, and ends saying why."""
+        kid = kernel.spec.kernel_id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.start_timeout
+        try:
+            channel = await self._runner_or_exec(container, listener, kernel.run_dir.parent, deadline, exited)
+        except ChannelError as e:
+            if exited.done():
+                return  # it ended by itself: the agent reports that
+            log.warning("removing kernel %s: its runner did not come back (%s)", kid, e)
+            kernel.ending.update(
+                reason=StatusInfo.FAILED_TO_START,
+                msg=f"the kernel's runner did not connect within {self.start_timeout:g} s after the agent restarted",
+            )
+            with contextlib.suppress(DockerError):
+                await container.delete(force=True, v=True)
+            return
+        except Exception:
+            log.exception("adopting kernel %s failed", kid)
+            return
+        if channel is not listener:
+            channel.on_output = listener.on_output  # the agent's sink, given after adoption
+            kernel.channel = channel
+            log.info("kernel %s has no Python: its commands run through docker exec", kid)
 
     async def has_image(self, image: str) -> bool:
         assert self.docker is not None
@@ -538,6 +648,8 @@ class DockerBackend:
     async def close(self, kernels: list[Kernel]) -> None:
         # Containers keep running; the next start of this agent re-adopts them.
         for kernel in kernels:
+            if kernel.settled is not None:
+                kernel.settled.cancel()
             await kernel.channel.close()
             if kernel.watcher is not None:
                 kernel.watcher.cancel()

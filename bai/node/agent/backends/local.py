@@ -4,6 +4,11 @@ For single-user workstations without Docker. Kernels run UNSANDBOXED as the node
 has its own process group, working folder and an address-space limit (RLIMIT_AS) from `mem`.
 CPU amounts are accounted for scheduling but not enforced.
 
+Memory: RLIMIT_AS is a limit on each process's address space, not a cgroup, so there is no OOM kill and
+no OOM event to report: an allocation over the limit fails, query code gets a MemoryError (the run ends
+with exit 1 and its traceback, the kernel lives on) and a command gets whatever its program does on a
+failed allocation. (Docker kernels are killed by the OOM killer instead, and report `out-of-memory`.)
+
 A kernel that mounts virtual folders runs under bubblewrap (`bwrap`, Debian package bubblewrap): it
 sees the host read-write as usual, but /home is a fresh tmpfs holding its own scratch home at
 /home/work and the folders at their targets (read-only ones read-only). Without bubblewrap such a
