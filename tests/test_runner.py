@@ -71,12 +71,14 @@ class Client:
 
 
 class RunnerProc:
-    def __init__(self, sock_path: str, workdir: Path, connect_path: str | None = None) -> None:
+    def __init__(
+        self, sock_path: str, workdir: Path, connect_path: str | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
         self.sock_path = sock_path
         self.connect_path = connect_path or sock_path
         self.workdir = workdir
         self.proc = subprocess.Popen(
-            [PYTHON, "-u", str(RUNNER), "--socket", sock_path, "--workdir", str(workdir)],
+            [PYTHON, "-u", str(RUNNER), "--socket", sock_path, "--workdir", str(workdir), *extra],
         )
         deadline = time.monotonic() + 10
         while True:
@@ -506,3 +508,123 @@ def test_workdir_modules_importable_and_main_picklable(client: Client) -> None:
         "print(mymod.VALUE, pickle.loads(pickle.dumps(f)) is f, sys.modules['__main__'].f is f)"
     )
     assert client.query(code)[:3] == ("from workdir True True\n", "", 0)
+
+
+# -- misuse: the runner survives anything it is sent ---------------------------
+
+
+def _alive(client: Client, runner: RunnerProc) -> None:
+    assert runner.proc.poll() is None
+    client.send(op="ping")
+    assert client.recv() == {"t": "pong"}
+    assert client.query("print(kept)")[:3] == ("state\n", "", 0)
+
+
+def test_nul_byte_in_batch_command_does_not_kill_the_runner(runner: RunnerProc) -> None:
+    client = runner.client
+    client.query("kept = 'state'")
+    out, err, code, _ = client.batch("echo a\x00b")
+    assert code == 127 and "null byte" in err
+    _alive(client, runner)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"\xff\xfe not utf-8\n",
+        b'{"op": "query", "code": "print(1)\xff"}\n',
+        b"[" * 100000 + b"\n",
+        b'"just a string"\n',
+        b"null\n",
+        b'{"op": null}\n',
+        b'{"op": ["query"]}\n',
+        b'{"op": {"a": 1}}\n',
+        b'{"op": "batch", "cmd": null}\n',
+        b'{"op": "batch", "cmd": ["ls"]}\n',
+        b'{"op": "input", "data": 5}\n',
+        b'{"op": "put-file", "path": "a\\u0000b", "b64": ""}\n',
+        b'{"op": "put-file", "path": "x", "b64": "", "mode": "rwx"}\n',
+        b'{"op": "put-file", "path": ["x"], "b64": 5}\n',
+        b'{"op": "' + b"x" * 1000000 + b'"}\n',
+    ],
+    ids=lambda line: repr(line[:40]),
+)
+def test_malformed_messages_get_an_error_record(runner: RunnerProc, line: bytes) -> None:
+    client = runner.client
+    client.query("kept = 'state'")
+    client.send_raw(line)
+    reply = client.recv()
+    assert reply["t"] in ("error", "put-file"), reply
+    assert reply.get("ok") is not True
+    assert len(json.dumps(reply)) < 2000  # a huge field is not echoed back
+    _alive(client, runner)
+
+
+def test_odd_but_valid_jobs_finish(runner: RunnerProc) -> None:
+    client = runner.client
+    client.query("kept = 'state'")
+    _, err, code, _ = client.query("print('a\x00b')\x00")
+    assert code == 1 and "null" in err
+    assert client.query("print(len('\ud800'))")[2] in (0, 1)  # a lone surrogate: an error, not a dead runner
+    _, _, code, _ = client.batch("echo \ud800")
+    assert code == 127
+    client.send(op="batch", cmd="cat")
+    client.send(op="input", data="\ud800 and \x00\n")
+    client.send(op="input-eof")
+    out, _, code, _ = client.until_finished()
+    assert code == 0 and out == "? and \x00\n"
+    big = "x" * (8 * 1024 * 1024)
+    assert client.query(f"s = '{big}'\nprint(len(s))")[:3] == (f"{len(big)}\n", "", 0)
+    _alive(client, runner)
+
+
+def test_lines_over_the_limit_are_discarded(tmp_path: Path, workdir: Path) -> None:
+    r = RunnerProc(str(tmp_path / "limited.sock"), workdir, extra=("--max-line", "4096"))
+    try:
+        r.client.query("kept = 'state'")
+        r.client.send(op="query", code="print('%s')" % ("y" * 100000))
+        reply = r.client.recv()
+        assert reply["t"] == "error" and "longer than" in reply["msg"]
+        _alive(r.client, r)
+    finally:
+        r.stop()
+
+
+def test_input_at_eof_raises_eoferror(client: Client) -> None:
+    client.send(op="query", code="try:\n    input('> ')\nexcept EOFError:\n    print('EOF')")
+    assert client.recv() == {"t": "stdout", "d": "> "}
+    assert client.recv()["t"] == "waiting-input"
+    client.send(op="input-eof")
+    assert client.until_finished()[:3] == ("EOF\n", "", 0)
+
+
+def test_eof_after_inputs_and_it_sticks(client: Client) -> None:
+    code = (
+        "got = []\n"
+        "for _ in range(4):\n"
+        "    try:\n        got.append(input())\n"
+        "    except EOFError:\n        got.append('EOF')\n"
+        "print(got)"
+    )
+    client.send(op="query", code=code)
+    client.send(op="input", data="a")
+    client.send(op="input", data="b\n")
+    client.send(op="input-eof")
+    out, _, exit_code, events = client.until_finished()
+    assert (out, exit_code) == ("['a', 'b', 'EOF', 'EOF']\n", 0)
+    assert sum(m["t"] == "waiting-input" for m in events) == 3  # none once input has ended
+    # the next job reads input afresh
+    client.send(op="query", code="print(input())")
+    assert client.recv()["t"] == "waiting-input"
+    client.send(op="input", data="again")
+    assert client.until_finished()[:3] == ("again\n", "", 0)
+
+
+def test_uncaught_eoferror_and_stdin_at_eof(client: Client) -> None:
+    client.send(op="query", code="input()")
+    assert client.recv()["t"] == "waiting-input"
+    client.send(op="input-eof")
+    _, err, exit_code, _ = client.until_finished()
+    assert exit_code == 1 and "EOFError" in err
+    out, _, exit_code, _ = client.query("import sys\nprint(repr(sys.stdin.readline()), repr(sys.stdin.read()))")
+    assert (out, exit_code) == ("'' ''\n", 0)

@@ -33,11 +33,25 @@ def sessions_table(items: list[dict[str, Any]]) -> Table:
             s["id"][:8],
             s["image"],
             s["status"],
-            reason(s),
+            "; ".join(part for part in (reason(s), outcome(s)) if part),
             format_slots(from_wire(s["requestedSlots"])),
             age(s["creationTime"]),
         )
     return table
+
+
+def result_of(s: dict[str, Any]) -> str:
+    """SUCCESS or FAILURE: how the session's last run (or its batch job) ended; "" while unknown."""
+    result = s.get("result") or ""
+    return "" if result == "UNDEFINED" else result
+
+
+def outcome(s: dict[str, Any]) -> str:
+    """`exit 3 FAILURE`: the exit code and result of the session's last run ("" before one ended)."""
+    code = s.get("exitCode")
+    if code is None or f"exit code {code}" in reason(s):  # a batch session's reason says it already
+        return result_of(s)
+    return " ".join(part for part in (f"exit {code}", result_of(s)) if part)
 
 
 def agents_table(items: list[dict[str, Any]]) -> Table:
@@ -128,6 +142,8 @@ def session_details(s: dict[str, Any]) -> list[str]:
         lines.append(f"Ended       {s['terminationTime']}")
     if s.get("exitCode") is not None:
         lines.append(f"Exit code   {s['exitCode']}")
+    if result_of(s):
+        lines.append(f"Result      {result_of(s)}")
     for k in s.get("kernels", []):
         lines.append(
             f"Kernel      {k['id']} {k['clusterRole']} {k['status']}"

@@ -200,10 +200,13 @@ class SessionsView(View):
             else:
                 where = Text(s.get("agent") or "-")
                 info = s.get("reason") or ""
-                if group == "finished" and s.get("exitCode") is not None:
+                outcome = run_outcome(s)
+                if group == "finished" and outcome:
                     # the exit code first; the status info (its detail is the same exit code) after it
                     status_info = s.get("statusInfo") or ""
-                    info = f"exit {s['exitCode']}" + (f" · {status_info}" if status_info else "")
+                    info = outcome + (f" · {status_info}" if status_info else "")
+                elif outcome:  # still running: how its last run ended
+                    info = f"last run {outcome}" + (f" · {info}" if info else "")
             cells: list[Any] = [s["name"]]
             if medium:
                 cells.append(s["id"][:8])
@@ -274,6 +277,15 @@ def _stamp(iso: str) -> str:
     return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
 
 
+def run_outcome(s: dict[str, Any]) -> str:
+    """`exit 3 FAILURE`: how the session's last run ended ("" before any ended)."""
+    result = s.get("result") or ""
+    result = "" if result == "UNDEFINED" else result
+    if s.get("exitCode") is None:
+        return result
+    return f"exit {s['exitCode']}" + (f" {result}" if result else "")
+
+
 def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Group:
     from bai.common.present import reason
 
@@ -305,6 +317,8 @@ def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Gro
         fields.add_row("Ended", s["terminationTime"][:19].replace("T", " "))
     if s.get("exitCode") is not None:
         fields.add_row("Exit code", str(s["exitCode"]))
+    if s.get("result") and s["result"] != "UNDEFINED":
+        fields.add_row("Result", Text(s["result"], style="green" if s["result"] == "SUCCESS" else "red"))
     mounts = s.get("mounts") or []
     fields.add_row(
         "Mounts",

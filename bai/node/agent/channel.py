@@ -51,6 +51,10 @@ class Channel:
     async def send_input(self, data: str) -> None:
         raise NotImplementedError
 
+    async def send_eof(self) -> None:
+        """The run's input has ended: a waiting (or later) input() raises EOFError, a command's stdin
+        closes. Channels that cannot tell (a docker exec) ignore it."""
+
     async def interrupt(self) -> None:
         raise NotImplementedError
 

@@ -30,7 +30,10 @@ Agent -> runner (``op``):
   input       {"op": "input", "data": STR}   query: the pending (or next)
               ``input()`` returns data minus one trailing newline.  batch: write
               data (newline-terminated) to the process's stdin.  Else ignored.
-  input-eof   {"op": "input-eof"}            batch: close stdin.  Else ignored.
+  input-eof   {"op": "input-eof"}            query: the pending (or next) ``input()``
+              raises EOFError, and so does every later one in the same job
+              (inputs sent before it are still read first).  batch: close
+              stdin.  Else ignored.
   interrupt   {"op": "interrupt"}            query: KeyboardInterrupt in the
               running code; batch: SIGINT to the process group.  Else ignored.
   put-file    {"op": "put-file", "path": REL, "b64": BASE64, "mode": INT?}
@@ -56,6 +59,13 @@ Runner -> agent (``t``):
   put-file       {"t": "put-file", "path": REL, "ok": BOOL, "error": STR?}
   pong           {"t": "pong"}
   error          {"t": "error", "msg": STR}  malformed line or unknown op.
+
+The runner survives whatever it is sent: a line that is not valid UTF-8 or
+JSON, a message that is not an object, fields of the wrong type, NUL bytes,
+unknown ops and lines over ``--max-line`` bytes (default 256 MiB, discarded)
+each get an error record; a batch command that cannot start (a NUL byte in
+it, say) finishes with exit 127 and the reason on stderr.  In query code
+``sys.stdin`` is the runner's own (normally /dev/null: at end of input).
 """
 
 from __future__ import annotations
@@ -80,6 +90,8 @@ import types
 
 PYTHON_VERSION = "%d.%d.%d" % tuple(sys.version_info[:3])
 READ_CHUNK = 64 * 1024
+MAX_LINE = 256 * 1024 * 1024  # --max-line: longer lines are discarded with an error record
+_EOF = object()  # what an input-eof op puts in a query's input queue
 _RUNNER_GLOBALS = globals()
 
 
@@ -132,8 +144,10 @@ class _Stream(io.TextIOBase):
 
 
 class Runner:
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, max_line: int = MAX_LINE) -> None:
         self.workdir = workdir
+        self.max_line = max_line
+        self.input_eof = False  # the current query's input has ended (main thread only)
         self.pid = os.getpid()
         self.main_ident = threading.get_ident()
         self.send_lock = threading.Lock()
@@ -242,6 +256,7 @@ class Runner:
 
     def _read_loop(self, conn: socket.socket) -> None:
         buf = bytearray()
+        skipping = False  # inside a line over max_line: drop bytes until its newline
         while True:
             try:
                 data = conn.recv(READ_CHUNK)
@@ -249,6 +264,12 @@ class Runner:
                 return
             if not data:
                 return
+            if skipping:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    continue
+                data = data[nl + 1 :]
+                skipping = False
             start = len(buf)
             buf += data
             end = buf.find(b"\n", start)
@@ -256,14 +277,33 @@ class Runner:
                 line = bytes(buf[:end])
                 del buf[: end + 1]
                 if line.strip():
-                    self.dispatch(line)
+                    self._dispatch_safely(line)
                 end = buf.find(b"\n")
+            if len(buf) > self.max_line:
+                buf = bytearray()
+                skipping = True
+                self.send({"t": "error", "msg": "line longer than %d bytes: discarded" % self.max_line})
+
+    def _dispatch_safely(self, line: bytes) -> None:
+        """dispatch(), but nothing a client sends may end the connection thread."""
+        try:
+            self.dispatch(line)
+        except Exception as e:
+            try:
+                self.send({"t": "error", "msg": "cannot handle the message: %s" % _short(repr(e))})
+            except Exception:
+                pass
 
     def dispatch(self, line: bytes) -> None:
         try:
-            msg = json.loads(line.decode("utf-8", errors="replace"))
-        except ValueError as e:
-            self.send({"t": "error", "msg": "malformed JSON: %s" % e})
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.send({"t": "error", "msg": "message is not valid UTF-8: %s" % e})
+            return
+        try:
+            msg = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            self.send({"t": "error", "msg": "malformed JSON: %s" % _short(str(e))})
             return
         if not isinstance(msg, dict):
             self.send({"t": "error", "msg": "message must be a JSON object"})
@@ -303,7 +343,7 @@ class Runner:
         elif op == "put-file":
             self.send(self.put_file(msg))
         else:
-            self.send({"t": "error", "msg": "unknown op: %r" % (op,)})
+            self.send({"t": "error", "msg": "unknown op: %s" % _short(repr(op))})
 
     def _route_input(self, data: str | None) -> None:
         """Deliver input (None: EOF) to the running job, or keep it for the
@@ -313,8 +353,7 @@ class Runner:
                 if self.queued:
                     self.early.append(data)
             elif self.current == "query":
-                if data is not None:
-                    self.inputs.put(data)
+                self.inputs.put(_EOF if data is None else data)
             elif self.stdin_q is not None:
                 if data is not None and not data.endswith("\n"):
                     data += "\n"
@@ -329,8 +368,7 @@ class Runner:
             for data in self.early:
                 if kind == "batch" and data is not None and not data.endswith("\n"):
                     data += "\n"
-                if kind == "batch" or data is not None:
-                    q.put(data)
+                q.put(_EOF if kind == "query" and data is None else data)
             self.early = []
             if kind == "query":
                 self.inputs = q
@@ -382,11 +420,15 @@ class Runner:
             except queue.Empty:
                 continue
             stdin_q = self._start_job(kind)
+            self.input_eof = False
             try:
                 if kind == "query":
                     code = self.run_query(payload)
                 else:
                     code = self.run_batch(payload, stdin_q)
+            except Exception as e:  # a runner bug must not end the runner: report it as the job's end
+                self.send({"t": "stderr", "d": "bai runner: %s\n" % _short(repr(e))})
+                code = 1
             finally:
                 self._end_job()
             self.send({"t": "finished", "exit": code})
@@ -451,6 +493,8 @@ class Runner:
         out = self.out
         if prompt and out is not None:
             out.write(prompt)
+        if self.input_eof:
+            raise EOFError
         self.send({"t": "waiting-input", "opts": {"is_password": is_password}})
         while True:
             try:
@@ -458,6 +502,9 @@ class Runner:
                 break
             except queue.Empty:
                 continue
+        if data is _EOF:
+            self.input_eof = True  # as on a pipe: every later input() of this job ends too
+            raise EOFError
         return data[:-1] if data.endswith("\n") else data
 
     def run_batch(self, cmd: str, stdin_q: queue.Queue) -> int:
@@ -471,8 +518,8 @@ class Runner:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
-        except OSError as e:
-            self.send({"t": "stderr", "d": "cannot start batch command: %s\n" % e})
+        except (OSError, ValueError) as e:  # ValueError: a NUL byte, an unencodable character
+            self.send({"t": "stderr", "d": "cannot start batch command: %s\n" % _short(str(e))})
             return 127
         with self.state_lock:
             self.proc = proc
@@ -501,7 +548,7 @@ class Runner:
             if data is None:
                 break
             try:
-                stdin.write(data.encode("utf-8"))
+                stdin.write(data.encode("utf-8", errors="replace"))
                 stdin.flush()
             except (OSError, ValueError):
                 break  # process closed its stdin or exited
@@ -535,6 +582,11 @@ class Runner:
             except OSError:
                 pass
         os._exit(0)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """*text*, cut to *limit* characters (an error record must not echo a huge field)."""
+    return text if len(text) <= limit else text[:limit] + "... (%d characters)" % len(text)
 
 
 def bind_socket(path: str) -> socket.socket:
@@ -575,6 +627,7 @@ def main(argv: list | None = None) -> None:
     where.add_argument("--connect", help="the agent's Unix socket to connect to (and reconnect to)")
     where.add_argument("--socket", help="Unix socket path to listen on")
     parser.add_argument("--workdir", default=None, help="working directory (default: cwd)")
+    parser.add_argument("--max-line", type=int, default=MAX_LINE, help="longest message line (bytes)")
     args = parser.parse_args(argv)
     workdir = os.path.abspath(args.workdir or os.getcwd())
     connect_to = os.path.abspath(args.connect) if args.connect else None
@@ -586,7 +639,7 @@ def main(argv: list | None = None) -> None:
         sys.path[0] = workdir
     else:
         sys.path.insert(0, workdir)
-    runner = Runner(workdir)
+    runner = Runner(workdir, max(args.max_line, 1024))
     signal.signal(signal.SIGTERM, runner.terminate)
     signal.signal(signal.SIGINT, _ignore_signal)
     if server is not None:

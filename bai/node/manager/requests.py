@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,6 +48,17 @@ def _first(body: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
+def _text(value: Any, what: str, *, nul: bool = False) -> str | None:
+    """An optional string field: None, or a string (without NUL bytes unless `nul`); else a 400."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid(f"{what} must be a string")
+    if not nul and "\0" in value:
+        raise invalid(f"{what} contains a NUL byte")
+    return value
+
+
 def generate_name() -> str:
     return "sess-" + secrets.token_hex(5)
 
@@ -62,6 +74,8 @@ def parse_starts_at(value: Any, now: datetime) -> datetime | None:
     except ValueError:
         try:
             return now + timedelta(seconds=parse_duration(value))
+        except OverflowError:
+            raise invalid(f"starts_at {value[:40]!r} is too far in the future") from None
         except ValueError:
             raise invalid(
                 f"cannot read starts_at {value!r}: use ISO-8601 or a delay such as 10s, 30min, 1d2h"
@@ -116,7 +130,7 @@ def parse_create(
     stype = str(_first(body, "type", "sessionType", default="interactive")).lower()
     if stype not in SESSION_TYPES:
         raise invalid(f"unknown session type {stype!r} (use interactive or batch)")
-    startup = _first(body, "startupCommand", "startup_command")
+    startup = _text(_first(body, "startupCommand", "startup_command"), "startupCommand")
     if stype == "batch" and not startup:
         raise invalid("a batch session needs a startup command")
     starts_at = parse_starts_at(_first(body, "starts_at", "startsAt"), now or datetime.now(UTC))
@@ -141,8 +155,17 @@ def parse_create(
     except slotlib.SlotError as e:
         raise invalid(str(e)) from None
     environ = config.get("environ") or {}
-    if not isinstance(environ, dict) or not all(isinstance(k, str) for k in environ):
-        raise invalid("config.environ must be an object of strings")
+    if not isinstance(environ, dict) or not all(
+        isinstance(k, str) and k and "=" not in k and "\0" not in k for k in environ
+    ):
+        raise invalid("config.environ must be an object of NAME = value (names without '=' or NUL)")
+    for key, value in environ.items():
+        if isinstance(value, dict | list) or value is None:
+            raise invalid(f"config.environ.{key} must be a string, a number or true/false")
+        if "\0" in str(value):
+            raise invalid(f"config.environ.{key} contains a NUL byte")
+    scaling_group = _text(_first(config, "scalingGroup", "scaling_group"), "config.scalingGroup") or "default"
+    tag = _text(body.get("tag"), "tag")
     max_wait = _first(body, "maxWaitSeconds", "max_wait_seconds", default=0)
     if isinstance(max_wait, bool) or not isinstance(max_wait, int | float) or not 0 <= max_wait < float("inf"):
         raise invalid("maxWaitSeconds must be a non-negative number")
@@ -164,13 +187,13 @@ def parse_create(
         type=stype,
         resources=resources,
         environ={k: str(v) for k, v in environ.items()},
-        scaling_group=_first(config, "scalingGroup", "scaling_group", default="default"),
+        scaling_group=scaling_group,
         cluster_size=1,
         enqueue_only=bool(_first(body, "enqueueOnly", "enqueue_only", default=False)),
         max_wait=float(max_wait),
         reuse=bool(_first(body, "reuseIfExists", "reuse_if_exists", default=True)),
         startup_command=startup,
-        tag=body.get("tag"),
+        tag=tag,
         network=network,
         starts_at=starts_at,
         depends=list(dict.fromkeys(depends)),
@@ -181,3 +204,40 @@ def parse_create(
             "starts_at": starts_at.isoformat() if starts_at else None,
         },
     )
+
+
+EXECUTE_MODES = ("query", "batch", "continue", "input")
+
+
+def parse_execute(body: Any, default_mode: str | None = None) -> tuple[str, str, dict[str, Any]]:
+    """An execute request (reference spec §2.3, §2.4) → (mode, code, options), or a 400 problem.
+
+    A batch command (options.exec, else code) cannot carry a NUL byte to `sh -c`; query code can (Python
+    itself reports it, as an error of the run)."""
+    if not isinstance(body, dict):
+        raise invalid("the execute request must be a JSON object")
+    mode = body.get("mode", default_mode)
+    if mode is None:
+        raise invalid("mode is required (query, batch, continue or input)")
+    if not isinstance(mode, str) or mode not in EXECUTE_MODES:
+        raise invalid("mode must be query, batch, continue or input")
+    code = body.get("code")
+    if code is None:
+        code = ""
+    if not isinstance(code, str):
+        raise invalid("code must be a string")
+    options = body.get("options")
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise invalid("options must be an object")
+    command = options.get("exec")
+    if command is not None and not isinstance(command, str):
+        raise invalid("options.exec must be a string (the command to run)")
+    if mode == "batch" and "\0" in (command or code):
+        raise invalid("the batch command contains a NUL byte")
+    try:  # a lone surrogate (a JSON "\ud800") has no UTF-8: no kernel could be given it
+        json.dumps([code, options], ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise invalid("code and options must be valid Unicode (no lone surrogates)") from None
+    return mode, code, options

@@ -899,6 +899,16 @@ class Store:
             ]
         )
 
+    async def record_run(self, session_id: str, kernel_id: str, exit_code: int, result: str) -> None:
+        """Record the exit code (on the kernel) and result (on the session) of a run that finished;
+        no status change. A later destroy keeps both (its transition leaves them as they are)."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE kernels SET exit_code=? WHERE id=?", (exit_code, kernel_id))
+            conn.execute("UPDATE sessions SET result=? WHERE id=?", (result, session_id))
+
+        await self._tx(fn)
+
     # -- virtual folders ----------------------------------------------------------------------------
 
     async def create_vfolder(self, folder: dict[str, Any]) -> bool:
