@@ -330,7 +330,7 @@ def signed_request(
     sign_method: str = "HMAC-SHA256",
 ) -> tuple[int, object]:
     """One raw request signed as Backend.AI clients sign (with `sign_method`, a hash hashlib knows);
-    returns (status, JSON body or None)."""
+    returns (status, JSON body or None). A `bytes` body is sent as it is (as JSON, whatever it holds)."""
     import http.client
     from urllib.parse import urlsplit
 
@@ -350,7 +350,8 @@ def signed_request(
     }
     conn = http.client.HTTPConnection(host, timeout=30)
     try:
-        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None, headers=headers)
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=raw, headers=headers)
         resp = conn.getresponse()
         data = resp.read()
         try:

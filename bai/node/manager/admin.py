@@ -105,15 +105,20 @@ async def create_keypair(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
     user_id = body.get("user_id") or "user"
-    if not isinstance(user_id, str) or not user_id.strip():
+    if not isinstance(user_id, str) or not user_id.strip() or "\0" in user_id:
         raise invalid("user_id must be a non-empty string")
+    policy = body.get("resource_policy") or "default"
+    if not isinstance(policy, str):
+        raise invalid("resource_policy must be the name of a resource policy")
+    if not isinstance(body.get("is_admin", False), bool):
+        raise invalid("is_admin must be true or false")
     fresh = Keypair.generate()
     row = {
         "access_key": fresh.access_key,
         "secret_key": fresh.secret_key,
         "user_id": user_id.strip(),
-        "is_admin": bool(body.get("is_admin", False)),
-        "resource_policy": body.get("resource_policy") or "default",
+        "is_admin": body.get("is_admin", False),
+        "resource_policy": policy,
         "is_active": 1,
         "created_at": "",
     }

@@ -11,6 +11,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from bai import API_VERSION, __version__
 from bai.common import auth
@@ -34,7 +35,7 @@ from bai.node.manager.logs_api import log_query, serve_logs
 from bai.node.manager.metrics import add_metrics_routes
 from bai.node.manager.registry import Registry
 from bai.node.manager.represent import agent_items, session_json
-from bai.node.manager.requests import parse_create
+from bai.node.manager.requests import parse_create, parse_execute
 from bai.node.manager.streams import OpenStreams
 
 log = logging.getLogger("bai.api")
@@ -63,8 +64,28 @@ async def errors(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPException:
         raise
     except Exception as e:
+        if client_gone(request, e):  # normal: a stream's reader or a download's client went away
+            log.debug("client went away during %s %s (%s: %s)", request.method, request.path, type(e).__name__, e)
+            return gone_response(request)
         log.exception("internal error on %s %s", request.method, request.path)
         return problem_response(Problem("internal-server-error", "Internal server error.", f"{type(e).__name__}: {e}"))
+
+
+def client_gone(request: web.Request, e: BaseException) -> bool:
+    """Whether `e` is the client's connection ending under a handler (a write to a gone client), not a
+    failure of the node: a connection error while the request's own connection is closed or closing."""
+    if not isinstance(e, ConnectionError):
+        return False
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def gone_response(request: web.Request) -> web.StreamResponse:
+    """What a handler whose client went away returns: the connection is dropped, nothing more is sent
+    (aiohttp's attempt to finish this response fails on the closed connection, which it ignores)."""
+    if request.transport is not None:
+        request.transport.close()
+    return web.Response(status=499)
 
 
 @web.middleware
@@ -208,10 +229,11 @@ async def execute_http(request: web.Request) -> web.Response:
     registry = registry_of(request)
     row = await session_of(request)
     body = await read_json(request)
-    if not isinstance(body, dict) or "mode" not in body:
-        raise invalid("mode is required (query, batch, continue or input)")
+    mode, code, options = parse_execute(body)
     run_id = body.get("runId") or secrets.token_hex(8)
-    result = await registry.execute(row, run_id, body["mode"], body.get("code") or "", body.get("options") or {}, 2.0)
+    if not isinstance(run_id, str) or len(run_id) > 64:
+        raise invalid("runId must be a string of at most 64 characters")
+    result = await registry.execute(row, run_id, mode, code, options, 2.0)
     return web.json_response({"result": result})
 
 
@@ -242,24 +264,33 @@ async def list_files(request: web.Request) -> web.Response:
     return web.json_response(await registry.list_files(row, path))
 
 
+async def _uploaded_files(request: web.Request) -> list[tuple[str, bytes]]:
+    """The files of a multipart upload; a 400 for a malformed body or a bad name."""
+    files: list[tuple[str, bytes]] = []
+    try:
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            name = part.filename or ""
+            path = PurePosixPath(name)
+            if not name or "\0" in name or path.is_absolute() or ".." in path.parts:
+                raise invalid(f"bad file name {name[:100]!r}: use a relative path inside /home/work")
+            data = await part.read(decode=False)
+            if len(data) > MAX_UPLOAD_BYTES:
+                raise invalid(f"{name} is larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MiB")
+            files.append((name, bytes(data)))
+            if len(files) > MAX_UPLOAD_FILES:
+                raise invalid(f"at most {MAX_UPLOAD_FILES} files per upload")
+    except (ValueError, AssertionError, HttpProcessingError) as e:  # aiohttp's multipart reader on bad input
+        raise invalid(f"the upload is not valid multipart/form-data: {str(e).splitlines()[0][:200]}") from None
+    return files
+
+
 async def upload(request: web.Request) -> web.Response:
     registry = registry_of(request)
     row = await session_of(request)
     if not request.content_type.startswith("multipart/"):
         raise invalid("upload wants multipart/form-data with one 'src' part per file")
-    reader = await request.multipart()
-    files: list[tuple[str, bytes]] = []
-    while (part := await reader.next()) is not None:
-        name = part.filename or ""
-        path = PurePosixPath(name)
-        if not name or path.is_absolute() or ".." in path.parts:
-            raise invalid(f"bad file name {name!r}: use a relative path inside /home/work")
-        data = await part.read(decode=False)
-        if len(data) > MAX_UPLOAD_BYTES:
-            raise invalid(f"{name} is larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MiB")
-        files.append((name, bytes(data)))
-        if len(files) > MAX_UPLOAD_FILES:
-            raise invalid(f"at most {MAX_UPLOAD_FILES} files per upload")
+    files = await _uploaded_files(request)
     await registry.upload(row, files)
     return web.Response(status=204)
 
@@ -278,14 +309,12 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         if first.type != WSMsgType.TEXT:
             return ws
         try:
-            params = json.loads(first.data)
-            mode, code, options = (
-                params.get("mode", "query"),
-                params.get("code", ""),
-                params.get("options") or {},
-            )
-        except (ValueError, AttributeError):
+            mode, code, options = parse_execute(json.loads(first.data), default_mode="query")
+        except ValueError:
             await ws.send_json({"status": "error", "msg": "the first frame must be a JSON object"})
+            return ws
+        except Problem as p:
+            await ws.send_json({"status": "error", "msg": p.msg or p.title, "console": [], "exitCode": None})
             return ws
         receiving = asyncio.ensure_future(ws.receive())
         inputs: list[str] = []  # text frames that arrived while the code ran: fed as input

@@ -66,9 +66,32 @@ async def read_json(request: web.Request) -> Any:
     if not request.body_exists:
         return {}
     try:
-        return await request.json()
-    except ValueError:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError):  # also bytes that are not UTF-8
         raise invalid("the request body is not valid JSON") from None
+    except RecursionError:
+        raise invalid("the request body is nested too deeply") from None
+    if not _encodable(body):  # a JSON "\ud800": no UTF-8 text (a file, a database, a kernel) can hold it
+        raise invalid("the request body holds a lone surrogate (\\ud800-\\udfff), which is not text")
+    return body
+
+
+def _encodable(value: Any) -> bool:
+    """Whether every string in a parsed JSON value (keys too) can be written as UTF-8."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def registry_of(request: web.Request) -> Registry:

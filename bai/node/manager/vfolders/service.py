@@ -113,7 +113,7 @@ class VFolders:
         if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
             raise invalid("a folder name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
         host = host or self.default_host
-        if host not in self.hosts:
+        if not isinstance(host, str) or host not in self.hosts:
             raise invalid(f"no vfolder host {host!r} (hosts: {', '.join(sorted(self.hosts))})")
         if usage_mode not in ("general", "model", "data"):
             raise invalid("usage_mode must be general, model or data")

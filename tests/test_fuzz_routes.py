@@ -1,0 +1,240 @@
+"""Property-based fuzzing of every route a keypair can reach: wrong JSON types, missing and extra fields,
+huge strings, NUL and lone surrogates, NaN-like and huge numbers, deep nesting, bodies that are not JSON.
+Whatever arrives, the answer is a 2xx or a 4xx problem: any 5xx fails.
+
+Each route gets a fixed set of inputs (the same in every run) and a few new random ones;
+BAI_FUZZ_EXAMPLES sets how many (30 fixed, a sixth of that random)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.nodeproc import Node, admin_keys, signed_request
+
+EXAMPLES = int(os.environ.get("BAI_FUZZ_EXAMPLES", "30"))
+COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]}
+FIXED = settings(max_examples=EXAMPLES, derandomize=True, **COMMON)  # the same inputs in every run
+RANDOM = settings(max_examples=max(EXAMPLES // 6, 3), derandomize=False, database=None, **COMMON)  # new ones
+
+TEXT = st.text(max_size=40) | st.sampled_from(
+    ["", "\x00", "a\x00b", "..", "../..", "/etc/passwd", "x" * 5000, "🙂", "\ud800", "a\udfffb"]  # lone surrogates
+)
+NUMBER = st.integers() | st.floats(allow_nan=False) | st.sampled_from([1e308, -1e308, 2**64, -1, 0, 1e-9])
+SCALAR = st.none() | st.booleans() | NUMBER | TEXT
+JSON = st.recursive(
+    SCALAR,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+# the field names routes read, so that fuzzed bodies reach past "unknown field" checks
+FIELDS = [
+    "name", "image", "lang", "type", "sessionType", "config", "tag", "enqueueOnly", "maxWaitSeconds",
+    "reuseIfExists", "startupCommand", "starts_at", "dependencies", "clusterSize", "owner_access_key",
+    "mode", "code", "runId", "options", "host", "usage_mode", "permission", "new_name", "path", "paths",
+    "target_path", "new_path", "parents", "recursive", "user_id", "is_admin", "is_active",
+    "resource_policy", "max_concurrent_sessions", "total_resource_slots", "idle_timeout", "data",
+    "query", "variables", "emails", "access_keys", "size", "archive", "file", "dst", "src", "shared_user_uuids",
+]  # fmt: skip
+CONFIG = st.fixed_dictionaries(
+    {},
+    optional={
+        k: JSON for k in ("resources", "environ", "mounts", "mount_map", "mount_options", "network", "scalingGroup")
+    },
+)
+BODY = (
+    st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=8), JSON | CONFIG, max_size=8)
+    | JSON
+    | st.binary(max_size=64)  # not JSON at all (or not UTF-8)
+)
+# deep nesting: a parser or a validator that recurses must not fall over
+DEEP = st.integers(min_value=100, max_value=5000).map(lambda n: b"[" * n + b"]" * n)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory) -> Iterator[Node]:
+    node = Node(tmp_path_factory.mktemp("fuzz"), "sim").start()
+    node.cli("session", "create", "--name", "fuzz-session", "python", check=True)
+    # for the upload test: created first, before fuzzed sessions fill the agent (the fuzz never names it)
+    node.cli("session", "create", "--name", "upload-target", "python", check=True)
+    node.cli("vfolder", "create", "fuzz-folder", check=True)
+    yield node
+    node.stop()
+
+
+@pytest.fixture(scope="module")
+def keys(node: Node) -> dict[str, tuple[str, str]]:
+    user = node.json("keypair", "create", "--user", "fuzzer")
+    return {"admin": admin_keys(node), "user": (user["accessKey"], user["secretKey"])}
+
+
+SESSION = {"image": "python", "enqueueOnly": True, "config": {"resources": {"cpu": 1}}}
+# (method, path, a valid body: fuzzed bodies are this with fields replaced, dropped or added, so that
+# they get past the first check); {ref} and {name} get an existing object or fuzzed text
+ROUTES = [
+    ("POST", "/session", SESSION),
+    ("POST", "/session", {**SESSION, "type": "batch", "startupCommand": "true", "starts_at": "10s"}),
+    ("GET", "/session", None),
+    ("GET", "/session/{ref}", None),
+    ("DELETE", "/session/{ref}", None),
+    ("POST", "/session/{ref}", {"mode": "query", "code": "print(1)", "runId": "r1", "options": {}}),
+    ("POST", "/session/{ref}/interrupt", None),
+    ("GET", "/session/{ref}/logs", None),
+    ("GET", "/bai/session/{ref}/history", None),
+    ("POST", "/session/{ref}/upload", None),
+    ("GET", "/session/{ref}/files", {"path": "/home/work"}),
+    ("GET", "/bai/agents", None),
+    ("POST", "/admin/gql", {"query": "query { compute_session_list { items { id name } total_count } }"}),
+    ("GET", "/folders/_/hosts", None),
+    ("POST", "/folders", {"name": "fuzzed-folder", "host": "local", "usage_mode": "general"}),
+    ("GET", "/folders", None),
+    ("GET", "/folders/{name}", None),
+    ("DELETE", "/folders/{name}", None),
+    ("POST", "/bai/folders/{name}/restore", None),
+    ("POST", "/folders/{name}/rename", {"new_name": "fuzz-renamed"}),
+    ("POST", "/folders/{name}/share", {"permission": "ro", "emails": ["nobody@example.com"]}),
+    ("DELETE", "/folders/{name}/unshare", {"emails": ["nobody@example.com"]}),
+    ("GET", "/folders/{name}/files", {"path": ""}),
+    ("POST", "/folders/{name}/mkdir", {"path": "a/b", "parents": True}),
+    ("POST", "/folders/{name}/rename-file", {"target_path": "a", "new_name": "c"}),
+    ("DELETE", "/folders/{name}/delete-files", {"files": ["c"], "recursive": True}),
+    ("POST", "/folders/{name}/request-upload", {"path": "f.txt", "size": 3}),
+    ("POST", "/folders/{name}/request-download", {"file": "f.txt", "archive": False}),
+    ("GET", "/user-config/dotfiles", None),
+    ("POST", "/user-config/dotfiles", {"path": ".fuzzrc", "data": "x=1\n", "permission": "644"}),
+    ("DELETE", "/user-config/dotfiles", {"path": ".fuzzrc"}),
+    ("GET", "/bai/images", None),
+    ("POST", "/bai/images/pull", {"image": "127.0.0.1:1/x"}),
+    ("DELETE", "/bai/images", {"image": "nothing:here"}),
+    ("PUT", "/bai/images/aliases/{name}", {"image": "bai-python:3.11"}),
+    ("GET", "/bai/admin/keypairs", None),
+    ("POST", "/bai/admin/keypairs", {"user_id": "fuzzed", "is_admin": False, "resource_policy": "default"}),
+    ("PATCH", "/bai/admin/keypairs/{ref}", {"resource_policy": "default"}),
+    ("POST", "/bai/admin/policies", {"name": "fuzzed", "max_concurrent_sessions": 1}),
+    ("PATCH", "/bai/admin/policies/{name}", {"max_concurrent_sessions": 2}),
+]
+CONFIG_FIELDS = ["resources", "environ", "mounts", "mount_map", "mount_options", "network", "scalingGroup", "x"]
+
+
+@st.composite
+def bodies(draw, base: dict | None):
+    """Mostly the route's valid body with a few fields replaced, dropped or added; sometimes anything."""
+    if base is None or draw(st.integers(0, 4)) == 0:
+        return draw(BODY | DEEP)
+    body = dict(base)
+    for key in draw(st.lists(st.sampled_from(sorted(body)), max_size=2)):
+        body.pop(key, None)
+    body.update(draw(st.dictionaries(st.sampled_from(sorted(set(FIELDS) | set(base))), JSON, max_size=3)))
+    if isinstance(base.get("config"), dict) and draw(st.booleans()):
+        body["config"] = {**base["config"], **draw(st.dictionaries(st.sampled_from(CONFIG_FIELDS), JSON, max_size=3))}
+    return body
+
+
+def _quoted(text: str) -> str:
+    """Percent-encoded as a careless client would, lone surrogates included (invalid UTF-8)."""
+    return quote(text.encode("utf-8", "surrogatepass"), safe="")
+
+
+def _path(template: str, ref: str | None, name: str | None) -> str:
+    ref = ref if ref is not None else "fuzz-session"
+    name = name if name is not None else "fuzz-folder"
+    return template.replace("{ref}", _quoted(ref)).replace("{name}", _quoted(name))
+
+
+def check(node, keys, method, template, body, query, ref, name, who) -> None:
+    if method == "POST" and template == "/session" and isinstance(body, dict):
+        body["enqueueOnly"] = True  # never block on a session that cannot start
+    query.pop("follow", None)  # a followed log waits for its session's end
+    qs = "&".join(f"{_quoted(k)}={_quoted(v)}" for k, v in query.items())
+    path = _path(template, ref, name) + (f"?{qs}" if qs else "")
+    access, secret = keys[who]
+    status, answer = signed_request(node, method, path, access, secret, body=body)
+    assert status < 500, (method, path, body, answer)
+    if status >= 400:
+        assert isinstance(answer, dict) and "type" in answer, answer
+
+
+ARGS = {
+    "data": st.data(),
+    "query": st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=6), st.text(max_size=30), max_size=4),
+    "ref": st.none() | TEXT,
+    "name": st.none() | TEXT,
+    "who": st.sampled_from(["user", "admin"]),
+}
+CASES = pytest.mark.parametrize("method,template,base", ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+
+
+@CASES
+@FIXED
+@given(**ARGS)
+def test_no_fixed_input_gets_a_server_error(node, keys, method, template, base, data, query, ref, name, who) -> None:
+    check(node, keys, method, template, data.draw(bodies(base)), query, ref, name, who)
+
+
+@CASES
+@RANDOM
+@given(**ARGS)
+def test_no_random_input_gets_a_server_error(node, keys, method, template, base, data, query, ref, name, who) -> None:
+    check(node, keys, method, template, data.draw(bodies(base)), query, ref, name, who)
+
+
+# inputs that once answered 500, each named
+KNOWN = [
+    ("POST", "/session", {**SESSION, "tag": {"a": 1}}),
+    ("POST", "/session", {**SESSION, "config": {"scalingGroup": {"a": 1}}}),
+    ("POST", "/session", {**SESSION, "type": "batch", "startupCommand": "true", "starts_at": "99999999d"}),
+    ("POST", "/session", {**SESSION, "startupCommand": {"a": 1}}),
+    ("POST", "/session", {**SESSION, "config": {"environ": {"A": {"b": 1}}}}),
+    ("POST", "/user-config/dotfiles", {"path": ".x", "data": "a\ud800b", "permission": "644"}),
+    ("POST", "/folders", {"name": "known-folder", "host": {"a": 1}}),
+    ("POST", "/bai/admin/keypairs", {"user_id": "u", "resource_policy": 2**63}),
+    ("POST", "/admin/gql", b"[" * 5000 + b"]" * 5000),
+]
+
+
+@pytest.mark.parametrize("method,path,body", KNOWN, ids=[f"{m} {p} #{i}" for i, (m, p, _) in enumerate(KNOWN)])
+def test_inputs_that_once_failed_are_4xx(node, keys, method: str, path: str, body) -> None:
+    status, answer = signed_request(node, method, path, *keys["admin"], body=body)
+    assert 400 <= status < 500, answer
+
+
+def test_a_nul_in_an_uploaded_file_name_is_4xx(node, keys) -> None:
+    import http.client
+    from urllib.parse import urlsplit
+
+    from bai import API_VERSION
+    from bai.common import auth
+
+    boundary = "fuzzboundary"
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="src"; filename="a\x00b.py"\r\n'
+        f"Content-Type: application/octet-stream\r\n\r\nprint(1)\r\n--{boundary}--\r\n"
+    ).encode()
+    access, secret = keys["admin"]
+    host, path = urlsplit(node.endpoint).netloc, "/session/upload-target/upload"
+    date = auth.now_header()
+    ctype = f"multipart/form-data; boundary={boundary}"
+    sig = auth.sign(secret, "POST", path, date, host, "multipart/form-data", API_VERSION)
+    conn = http.client.HTTPConnection(host, timeout=30)
+    try:
+        conn.request(
+            "POST",
+            path,
+            body=body,
+            headers={
+                "Date": date,
+                "X-BackendAI-Version": API_VERSION,
+                "Authorization": auth.authorization_header(access, sig),
+                "Content-Type": ctype,
+            },
+        )
+        resp = conn.getresponse()
+        status, answer = resp.status, resp.read().decode()
+    finally:
+        conn.close()
+    assert status == 400 and "invalid-api-params" in answer, answer  # signed right, refused for the name
