@@ -73,6 +73,24 @@ def test_input_reaches_waiting_code(node: Node) -> None:
     assert result.stdout == "who? hello bob\n"
 
 
+def test_input_at_the_end_of_stdin_raises_eof_error(node: Node) -> None:
+    """As Python does: input() at the end of input raises EOFError (it returned '' before)."""
+    code = (
+        "first = input()\n"
+        "try:\n"
+        "    input()\n"
+        "except EOFError:\n"
+        "    print('EOF after', repr(first))\n"
+        "else:\n"
+        "    print('no EOF')\n"
+    )
+    result = node.cli("session", "run", "python", "-c", code, input="only line\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "EOF after 'only line'\n"
+    bare = node.cli("session", "run", "python", "-c", "input()", input="")
+    assert bare.returncode == 1 and "EOFError" in bare.stdout + bare.stderr
+
+
 def test_interrupt_stops_running_code(node: Node) -> None:
     proc = node.popen(
         "session", "run", "python", "-q", "-c", "import time\nprint('go', flush=True)\ntime.sleep(60)\nprint('never')"

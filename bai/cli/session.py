@@ -277,7 +277,10 @@ async def _stream(c, session_id, mode, code, options, signals: Signals, owned: O
                     return int(frame.get("exitCode") or 0)
                 if status == "waiting-input":
                     line = await loop.run_in_executor(None, sys.stdin.readline)
-                    await stream.send_input(line.rstrip("\n"))
+                    if line:
+                        await stream.send_input(line.rstrip("\n"))
+                    else:  # end of input: input() raises EOFError, as Python does
+                        await stream.send_eof()
                 elif status == "error":
                     print(f"bai: error: {frame.get('msg')}", file=sys.stderr)
                     return 1

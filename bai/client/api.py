@@ -554,6 +554,11 @@ class ExecStream:
         assert self.ws is not None
         await self.ws.send_str(text)
 
+    async def send_eof(self) -> None:
+        """The input has ended (an empty binary frame, a bai extension): the code's input() raises EOFError."""
+        assert self.ws is not None
+        await self.ws.send_bytes(b"")
+
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
         import aiohttp
 

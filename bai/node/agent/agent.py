@@ -397,6 +397,8 @@ class Agent:
             await channel.start_run(run_id, mode, code)
         elif mode == "input":
             await channel.send_input(code)
+        elif mode == "input-eof":  # the client's input ended: input() raises EOFError
+            await channel.send_eof()
         elif mode != "continue":
             raise ChannelError(f"unknown execution mode {mode!r}")
         result = await channel.next_result(run_id, flush_timeout)

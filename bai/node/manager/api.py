@@ -317,18 +317,20 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
             await ws.send_json({"status": "error", "msg": p.msg or p.title, "console": [], "exitCode": None})
             return ws
         receiving = asyncio.ensure_future(ws.receive())
-        inputs: list[str] = []  # text frames that arrived while the code ran: fed as input
+        # text frames that arrived while the code ran: fed as input; an empty binary frame (a bai
+        # extension) says the input ended (None here): the code's input() raises EOFError
+        inputs: list[str | None] = []
         while True:
             call = asyncio.ensure_future(registry.execute(row, run_id, mode, code, options, 5.0))
             while not call.done():
                 await asyncio.wait({call, receiving}, return_when=asyncio.FIRST_COMPLETED)
                 if receiving.done():
                     msg = receiving.result()
-                    if msg.type != WSMsgType.TEXT:  # the client went away mid-run
+                    if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):  # the client went away mid-run
                         call.cancel()
                         await registry.interrupt(row)
                         return ws
-                    inputs.append(msg.data)
+                    inputs.append(msg.data if msg.type == WSMsgType.TEXT else None)
                     receiving = asyncio.ensure_future(ws.receive())
             try:
                 result = call.result()
@@ -350,13 +352,14 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
                 return ws
             if result["status"] == "waiting-input" and not inputs:
                 msg = await receiving
-                if msg.type != WSMsgType.TEXT:
+                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
                     await registry.interrupt(row)
                     return ws
-                inputs.append(msg.data)
+                inputs.append(msg.data if msg.type == WSMsgType.TEXT else None)
                 receiving = asyncio.ensure_future(ws.receive())
             if inputs:
-                mode, code = "input", inputs.pop(0)
+                text = inputs.pop(0)
+                mode, code = ("input", text) if text is not None else ("input-eof", "")
             else:
                 mode, code = "continue", ""
     finally:

@@ -206,7 +206,7 @@ def parse_create(
     )
 
 
-EXECUTE_MODES = ("query", "batch", "continue", "input")
+EXECUTE_MODES = ("query", "batch", "continue", "input", "input-eof")  # input-eof: a bai extension
 
 
 def parse_execute(body: Any, default_mode: str | None = None) -> tuple[str, str, dict[str, Any]]:
