@@ -400,3 +400,12 @@ def stop_removing_containers(node) -> None:
     node.stop()
     if leftovers:
         subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
+
+
+def wait_status(node, ref: str, status: str, timeout: float = 15) -> dict:
+    """A session's info once it has `status` (fails after `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    while (info := node.json("session", "info", ref))["status"] != status and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert info["status"] == status, info
+    return info

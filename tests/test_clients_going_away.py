@@ -61,6 +61,17 @@ def started_code(proc: subprocess.Popen[str]) -> None:
 SLEEPER = "import time\nprint('started', flush=True)\ntime.sleep(120)"
 
 
+def signal_once_started(proc: subprocess.Popen[str], sig: int) -> tuple[int, str]:
+    """Send `sig` once the code printed its first line; the exit status and stderr of `run`."""
+    try:
+        started_code(proc)
+        proc.send_signal(sig)
+        return finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 # -- `bai session run` and the session it created -------------------------------------------------------
 
 
@@ -88,13 +99,7 @@ def test_a_signal_while_the_session_waits_cancels_it(docker_node: Node, sig: int
 def test_a_signal_after_the_code_started_destroys_the_session(docker_node: Node) -> None:
     name = "ran-then-term"
     proc = docker_node.popen("session", "run", "python", "--name", name, "-c", SLEEPER)
-    try:
-        started_code(proc)
-        proc.send_signal(signal.SIGTERM)
-        rc, err = finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    rc, err = signal_once_started(proc, signal.SIGTERM)
     assert rc == 143, err
     assert f"session {name} (" in err and "destroyed (terminated)" in err, err
     wait_status(docker_node, name, {"TERMINATED"})
@@ -158,13 +163,7 @@ def test_a_session_run_found_already_there_is_never_ended_by_it(docker_node: Nod
         assert done.returncode == 0 and done.stdout == "in a reused session\n", done.stderr
         assert info(docker_node, name)["status"] == "RUNNING", "run ended a session it did not create"
         proc = docker_node.popen("session", "run", "python", "--name", name, "-c", SLEEPER)
-        try:
-            started_code(proc)
-            proc.send_signal(signal.SIGTERM)
-            rc, err = finish(proc)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        rc, err = signal_once_started(proc, signal.SIGTERM)
         assert rc == 143, err
         assert "was there before this run: left as it is" in err, err
         assert info(docker_node, name)["status"] == "RUNNING"

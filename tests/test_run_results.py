@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from tests.nodeproc import Node, admin_keys, signed_request
-
-
-def wait_status(node: Node, ref: str, status: str, timeout: float = 15) -> dict:
-    deadline = time.monotonic() + timeout
-    while (info := node.json("session", "info", ref))["status"] != status and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert info["status"] == status, info
-    return info
+from tests.nodeproc import Node, admin_keys, signed_request, wait_status
 
 
 def ls_row(node: Node, name: str) -> list[str]:

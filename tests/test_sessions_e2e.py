@@ -6,15 +6,7 @@ import signal
 import time
 from datetime import UTC, datetime
 
-from tests.nodeproc import Node
-
-
-def wait_status(node: Node, ref: str, status: str, timeout: float = 15) -> dict:
-    deadline = time.monotonic() + timeout
-    while (info := node.json("session", "info", ref))["status"] != status and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert info["status"] == status, info
-    return info
+from tests.nodeproc import Node, wait_status
 
 
 def test_run_prints_output_and_exits_zero(node: Node) -> None:
