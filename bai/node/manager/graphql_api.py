@@ -7,9 +7,17 @@ from typing import Any
 
 from aiohttp import web
 
-from bai.common.problems import invalid
+from bai.common.problems import PROBLEM_BASE, invalid
 from bai.common.status import ACTIVE_STATUSES, SessionStatus
-from bai.node.manager.gql import Field, GraphQLError, argument, parse, project
+from bai.node.manager.gql import (
+    Field,
+    GraphQLError,
+    QueryRefused,
+    page_arguments,
+    parse,
+    project,
+    str_argument,
+)
 from bai.node.manager.http import SETTINGS, read_json, registry_of
 from bai.node.manager.registry import Registry
 
@@ -114,30 +122,28 @@ async def resolve(request: web.Request, f: Field, variables: dict[str, Any]) -> 
             "created_at": kp["created_at"],
         }
     if f.name == "compute_session_list":
-        limit = int(argument(f, "limit", variables, 20) or 20)
-        offset = int(argument(f, "offset", variables, 0) or 0)
-        statuses_text = argument(f, "status", variables) or DEFAULT_LIST_STATUSES
+        limit, offset = page_arguments(f, variables)
+        statuses_text = str_argument(f, "status", variables) or DEFAULT_LIST_STATUSES
         try:
             statuses = [SessionStatus(s.strip().upper()) for s in statuses_text.split(",") if s.strip()]
         except ValueError as e:
-            raise GraphQLError(str(e)) from None
-        owner = argument(f, "access_key", variables) if is_admin else access_key
+            raise QueryRefused(f"status: {e}") from None
+        owner = str_argument(f, "access_key", variables) if is_admin else access_key
         rows = await registry.store.list_sessions(owner, statuses)
         rows.sort(key=lambda r: r["created_at"], reverse=True)  # newest first, as Backend.AI lists
         page = rows[offset : offset + limit]
         return {"items": [await session_item(registry, r) for r in page], "total_count": len(rows)}
     if f.name in ("compute_session", "session"):
-        ref = argument(f, "id", variables) or argument(f, "session_id", variables)
+        ref = str_argument(f, "id", variables) or str_argument(f, "session_id", variables)
         if not ref:
-            raise GraphQLError(f"{f.name} needs an id")
-        rows = await registry.store.find_sessions(str(ref), None if is_admin else access_key, active_only=False)
-        exact = [r for r in rows if r["id"] == str(ref)]
+            raise QueryRefused(f"{f.name} needs an id (a string)")
+        rows = await registry.store.find_sessions(ref, None if is_admin else access_key, active_only=False)
+        exact = [r for r in rows if r["id"] == ref]
         return await session_item(registry, exact[0]) if exact else None
     if f.name == "vfolder_list":
+        limit, offset = page_arguments(f, variables)
         if registry.vfolders is None:
             return {"items": [], "total_count": 0}
-        limit = int(argument(f, "limit", variables, 20) or 20)
-        offset = int(argument(f, "offset", variables, 0) or 0)
         rows = await registry.vfolders.visible(access_key, False)
         page = rows[offset : offset + limit]
         return {"items": [vfolder_item(r) for r in page], "total_count": len(rows)}
@@ -166,15 +172,39 @@ def vfolder_item(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def refused(e: GraphQLError) -> web.Response:
+    """A 400 problem for a refused query (it does not parse or exceeds a bound: refused before anything
+    runs; or a resolver's argument is invalid): `type`/`title`/`msg` as every refusal of the manager
+    (Backend.AI's `graphql-error`), with `data: null` and `errors` as a GraphQL answer has them."""
+    body = {
+        "type": PROBLEM_BASE + "graphql-error",
+        "title": "GraphQL-generated error.",
+        "msg": str(e),
+        "data": None,
+        "errors": [{"message": str(e)}],
+    }
+    return web.json_response(body, status=400, content_type="application/problem+json")
+
+
 async def graphql(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("query"), str):
         raise invalid("a GraphQL request is a JSON object with a query string")
-    variables = body.get("variables") or {}
+    variables = body.get("variables")
+    if variables is None:
+        variables = {}
+    elif not isinstance(variables, dict):
+        raise invalid("variables must be a JSON object")
+    try:
+        fields = parse(body["query"])  # every bound is checked here, before any resolver runs
+    except GraphQLError as e:  # a syntax error too: nothing ran
+        return refused(e)
     try:
         data = {}
-        for f in parse(body["query"]):
+        for f in fields:
             data[f.alias] = project(await resolve(request, f, variables), f.selections)
+    except QueryRefused as e:
+        return refused(e)
     except GraphQLError as e:
         return web.json_response({"data": None, "errors": [{"message": str(e)}]})
     return web.json_response({"data": data})
