@@ -48,7 +48,10 @@ def test_metrics_for_prometheus_after_running_sessions(sim_node: Node) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     sim_node.cli("session", "create", "sim", "--name", "metric-run", "--cpu", "1", check=True)
-    sim_node.cli("session", "create", "sim", "--name", "metric-wait", "--cpu", "64", "--no-wait", check=True)
+    # all of the agent's cores, while metric-run holds one: it waits (a request no agent could ever hold is refused)
+    (agent,) = sim_node.json("agent", "ls")
+    every_core = agent["availableSlots"]["cpu"]
+    sim_node.cli("session", "create", "sim", "--name", "metric-wait", "--cpu", every_core, "--no-wait", check=True)
     sim_node.cli(
         "session", "create", "sim", "--name", "metric-done", "--type", "batch", "--startup-command", "true",
         "--wait", check=True,

@@ -23,7 +23,12 @@ import pytest
 
 from tests.nodeproc import Node, admin_keys, signed_request
 
-BIG_MEM = "100000g"  # no agent has that much: the session stays PENDING (no-available-instances)
+
+def all_memory(node: Node) -> str:
+    """All of the agent's memory: a session asking for it could run there (more would be refused at
+    creation), but stays PENDING (no-available-instances) while another session holds some."""
+    (agent,) = node.json("agent", "ls")
+    return agent["availableSlots"]["mem"]
 
 
 def info(node: Node, name: str) -> dict[str, Any] | None:
@@ -79,8 +84,9 @@ def signal_once_started(proc: subprocess.Popen[str], sig: int) -> tuple[int, str
     ("sig", "code", "word"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
 )
 def test_a_signal_while_the_session_waits_cancels_it(docker_node: Node, sig: int, code: int, word: str) -> None:
-    name = f"pending-{sig}"
-    proc = docker_node.popen("session", "run", "python", "--name", name, "--mem", BIG_MEM, "-c", "print(1)")
+    name, holder = f"pending-{sig}", f"holder-{sig}"
+    docker_node.cli("session", "create", "python", "--name", holder, check=True)
+    proc = docker_node.popen("session", "run", "python", "--name", name, "--mem", all_memory(docker_node), "-c", "1")
     try:
         wait_status(docker_node, name, {"PENDING"})
         time.sleep(0.5)  # `run` waits for it now
@@ -90,6 +96,7 @@ def test_a_signal_while_the_session_waits_cancels_it(docker_node: Node, sig: int
         if proc.poll() is None:
             proc.kill()
         docker_node.cli("session", "destroy", name)
+        docker_node.cli("session", "destroy", holder)
     assert rc == code, err
     assert f"bai: session {name} (" in err and f"cancelled ({word} before it started)" in err, err
     assert "Traceback" not in err
@@ -138,9 +145,9 @@ def test_keep_leaves_the_session_and_says_so(docker_node: Node) -> None:
         assert rc == 143, err
         assert f"session {name} (" in err and "kept (terminated; --keep)" in err, err
         assert wait_status(docker_node, name, {"RUNNING"}, timeout=5)
-        # and while it was waiting: kept PENDING
-        pending = f"{name}-2"
-        proc = docker_node.popen("session", "run", "python", "--keep", "--name", pending, "--mem", BIG_MEM, "-c", "1")
+        # and while it was waiting (for the memory the kept one holds): kept PENDING
+        pending, mem = f"{name}-2", all_memory(docker_node)
+        proc = docker_node.popen("session", "run", "python", "--keep", "--name", pending, "--mem", mem, "-c", "1")
         wait_status(docker_node, pending, {"PENDING"})
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
@@ -151,8 +158,8 @@ def test_keep_leaves_the_session_and_says_so(docker_node: Node) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+        docker_node.cli("session", "destroy", f"{name}-2")  # first: it would start once the memory is free
         docker_node.cli("session", "destroy", name)
-        docker_node.cli("session", "destroy", f"{name}-2")
 
 
 def test_a_session_run_found_already_there_is_never_ended_by_it(docker_node: Node) -> None:

@@ -32,9 +32,10 @@ async def test_snapshot_then_changes_of_sessions_and_agents(sim_node: Node) -> N
     assert agent["availableSlots"] == {"cpu": "4", "mem": str(8 * 1024**3)}
     before = float(agent["occupiedSlots"].get("cpu", "0"))
 
-    # one that can never fit, one that fits: the first waits with a reason, the second runs, and
-    # the agent's occupied cpu grows by what the second holds
-    sim_node.cli("session", "create", "--name", "snap-huge", "--cpu", "64", "--no-wait", "sim", check=True)
+    # one that fits the agent only when nothing else runs there (all 4 cores; snap-running holds one), one
+    # that fits now: the first waits with a reason, the second runs, and the agent's occupied cpu grows by
+    # what the second holds
+    sim_node.cli("session", "create", "--name", "snap-huge", "--cpu", "4", "--no-wait", "sim", check=True)
     sim_node.cli("session", "create", "--name", "snap-two", "--cpu", "2", "sim", check=True)
     seen: dict[str, dict] = {}
     cpu = [before]
@@ -53,7 +54,7 @@ async def test_snapshot_then_changes_of_sessions_and_agents(sim_node: Node) -> N
     await collect(stream, done)
     huge = seen["snap-huge"]
     assert huge["status"] == "PENDING" and huge["queuePosition"] == 1
-    assert huge["reason"].startswith("no-available-instances") and "64" in huge["reason"]
+    assert huge["reason"].startswith("no-available-instances") and "of 4 requested" in huge["reason"]
     await stream.aclose()
     for name in ("snap-running", "snap-huge", "snap-two"):
         sim_node.cli("session", "destroy", name, check=True)

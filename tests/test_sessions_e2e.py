@@ -263,8 +263,13 @@ def test_kernel_that_exits_mid_run_ends_the_session(node: Node) -> None:
 
 
 def test_a_session_that_does_not_fit_waits_and_says_why(node: Node) -> None:
-    big, small = f"huge-{node.backend}", f"small-{node.backend}"
-    node.cli("session", "create", "python", "--name", big, "--mem", "100000g", "--no-wait", check=True)
+    big, small, holder = f"huge-{node.backend}", f"small-{node.backend}", f"holder-{node.backend}"
+    # all of the agent's memory while another session holds some: it fits the agent, not now (a request
+    # more than any agent has is refused at creation instead)
+    (agent,) = node.json("agent", "ls")
+    all_mem = agent["availableSlots"]["mem"]
+    node.cli("session", "create", "python", "--name", holder, check=True)
+    node.cli("session", "create", "python", "--name", big, "--mem", all_mem, "--no-wait", check=True)
     try:
         info = wait_status(node, big, "PENDING")
         deadline = time.monotonic() + 10
@@ -280,7 +285,7 @@ def test_a_session_that_does_not_fit_waits_and_says_why(node: Node) -> None:
         assert node.cli("session", "run", "python", "--name", small, "-c", "print('past it')").stdout == "past it\n"
         assert node.json("session", "info", big)["status"] == "PENDING"
         # `run` without a terminal says why it waits
-        waiting = node.popen("session", "run", "python", "--name", f"{big}-2", "--mem", "100000g", "-c", "1")
+        waiting = node.popen("session", "run", "python", "--name", f"{big}-2", "--mem", all_mem, "-c", "1")
         assert waiting.stderr is not None
         line = waiting.stderr.readline()
         waiting.kill()
@@ -289,6 +294,7 @@ def test_a_session_that_does_not_fit_waits_and_says_why(node: Node) -> None:
     finally:
         node.cli("session", "destroy", f"{big}-2")
         node.cli("session", "destroy", big, check=True)
+        node.cli("session", "destroy", holder)
     info = node.json("session", "info", big)
     assert info["status"] == "CANCELLED" and info["statusInfo"] == "user-requested"
 

@@ -21,7 +21,8 @@ SIZE = (120, 40)
 def sim_node(tmp_path_factory) -> Iterator[Node]:
     node = Node(tmp_path_factory.mktemp("tui"), "sim", agent_config='cpu = "4"\nmem = "8g"\n').start()
     node.cli("session", "create", "--name", "nav-running", "--cpu", "1", "sim", check=True)
-    node.cli("session", "create", "--name", "nav-waiting", "--cpu", "99", "--no-wait", "sim", check=True)
+    # all 4 cores while nav-running holds one: it waits (more than the agent has would be refused)
+    node.cli("session", "create", "--name", "nav-waiting", "--cpu", "4", "--no-wait", "sim", check=True)
     node.cli(
         "session", "create", "--name", "nav-done", "--type", "batch", "--startup-command", "exit 3", "--wait", "sim"
     )  # fmt: skip

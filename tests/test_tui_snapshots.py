@@ -22,7 +22,7 @@ from tests.tui_support import StableClient, frozen_clock, node_client, until
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
 AGENT_CONFIG = 'cpu = "4"\nmem = "8g"\n'
-SESSIONS = 7
+SESSIONS = 8
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,9 @@ def sim_cluster(tmp_path_factory) -> Iterator[Cluster]:
         "--name", "report-after-flaky", "--type", "batch", "--startup-command", "true", "--depends", "flaky-job",
         "--no-wait", "sim",
     )  # fmt: skip
-    create("--name", "big-sweep", "--cpu", "16", "--no-wait", "sim")
+    # every agent busy, none full: big-sweep wants all 4 cores of one (more than any agent has is refused)
+    create("--name", "tensorboard", "--cpu", "1", "sim")
+    create("--name", "big-sweep", "--cpu", "4", "--no-wait", "sim")
     create(
         "--name", "after-notebook", "--type", "batch", "--startup-command", "true", "--depends", "notebook-ana",
         "--no-wait", "sim",

@@ -125,6 +125,7 @@ class Owned:
         self.created = False
         self.status: str | None = None  # the last status seen
         self.ran = False  # the code was handed to the kernel
+        self.run_id: str | None = None  # the run of that code
 
     def note(self, reply: dict[str, Any]) -> None:
         if self.sid is None:
@@ -246,13 +247,14 @@ async def stream_execution(
     code). `signals`: the caller's (else this call handles SIGINT and SIGTERM while it runs)."""
     loop = asyncio.get_running_loop()
     interrupts = 0
+    run_id = secrets.token_hex(8)  # this run's own: an interrupt reaches it and no other run in the session
 
     def on_sigint() -> bool:
         nonlocal interrupts
         interrupts += 1
         if interrupts == 1:
             print("\n[interrupting; press Ctrl-C again to stop waiting]", file=sys.stderr)
-            asyncio.ensure_future(c.interrupt(session_id))
+            asyncio.ensure_future(_interrupt(c, session_id, run_id))
             return True
         return False
 
@@ -261,16 +263,34 @@ async def stream_execution(
             signals = stack.enter_context(Signals())
         signals.on_sigint = on_sigint
         stack.callback(setattr, signals, "on_sigint", None)
-        return await _stream(c, session_id, mode, code, options, signals, owned, loop)
+        return await _stream(c, session_id, mode, code, options, signals, owned, loop, run_id)
 
 
-async def _stream(c, session_id, mode, code, options, signals: Signals, owned: Owned | None, loop) -> int:
+async def _interrupt(c, session_id: str, run_id: str) -> None:
+    from bai.client.api import APIError
+
+    with contextlib.suppress(APIError):  # it may have just finished
+        await c.interrupt(session_id, run_id)
+
+
+def _say_queue(queue: dict[str, Any]) -> None:
+    ahead = queue.get("ahead") or 1
+    behind = queue.get("behind") or "another run"
+    more = f" and {ahead - 1} more" if ahead > 1 else ""
+    print(f"[waiting behind run {behind}{more}: one run at a time in a session]", file=sys.stderr)
+
+
+async def _stream(c, session_id, mode, code, options, signals: Signals, owned: Owned | None, loop, run_id) -> int:
     try:
         async with c.execute(session_id) as stream:
             if owned is not None:
-                owned.ran = True  # from here on the code may be running
-            await stream.start(mode, code, options)
+                owned.ran, owned.run_id = True, run_id  # from here on the code may be running
+            await stream.start(mode, code, options, run_id=run_id)
+            queued = None
             async for frame in stream.frames():
+                if frame.get("queue") and frame["queue"] != queued:
+                    _say_queue(frame["queue"])
+                queued = frame.get("queue")
                 _print_console(frame.get("console") or [])
                 status = frame.get("status")
                 if status == "finished":
@@ -409,7 +429,7 @@ async def _release(c, owned: Owned, keep: bool, quiet: bool, why: str | None) ->
     if keep:
         if owned.ran and why is not None:  # stop the code the user stopped waiting for
             with contextlib.suppress(APIError):
-                await c.interrupt(owned.sid)
+                await c.interrupt(owned.sid, owned.run_id)
         if why is not None:
             with contextlib.suppress(APIError):
                 owned.status = (await c.get_session(owned.sid))["status"]

@@ -267,8 +267,9 @@ class Client:
     async def history(self, ref: str) -> dict[str, Any]:
         return await self.request("GET", f"/bai/session/{ref}/history")
 
-    async def interrupt(self, ref: str) -> None:
-        await self.request("POST", f"/session/{ref}/interrupt")
+    async def interrupt(self, ref: str, run_id: str | None = None) -> None:
+        """Interrupt run `run_id` (one still waiting leaves the queue), else whatever runs in the session."""
+        await self.request("POST", f"/session/{ref}/interrupt", json_body={"runId": run_id} if run_id else None)
 
     async def logs(self, ref: str, tail: int | None = None) -> str:
         return (await self.log_page(ref, tail=tail))["logs"]
@@ -546,9 +547,15 @@ class ExecStream:
         if self.ws is not None:
             await self.ws.close()
 
-    async def start(self, mode: str, code: str = "", options: dict[str, Any] | None = None) -> None:
+    async def start(
+        self, mode: str, code: str = "", options: dict[str, Any] | None = None, run_id: str | None = None
+    ) -> None:
+        """Send the code; `run_id` names the run (to interrupt just it), else the manager picks one."""
         assert self.ws is not None
-        await self.ws.send_str(json.dumps({"code": code, "mode": mode, "options": options or {}}))
+        first: dict[str, Any] = {"code": code, "mode": mode, "options": options or {}}
+        if run_id is not None:
+            first["runId"] = run_id
+        await self.ws.send_str(json.dumps(first))
 
     async def send_input(self, text: str) -> None:
         assert self.ws is not None

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from collections.abc import Coroutine
 from typing import Any
+
+
+def _disk_full(e: BaseException) -> bool:
+    text = str(e)
+    return "database or disk is full" in text or getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
 
 
 class Background:
@@ -22,8 +28,12 @@ class Background:
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.log.error("task %s failed", task.get_name(), exc_info=task.exception())
+        if task.cancelled() or (e := task.exception()) is None:
+            return
+        if _disk_full(e):  # the node's disk is full: one line, no traceback (writes work once space is freed)
+            self.log.warning("task %s failed: the disk is full (%s)", task.get_name(), e)
+        else:
+            self.log.error("task %s failed", task.get_name(), exc_info=e)
 
     async def close(self) -> None:
         tasks = list(self._tasks)

@@ -19,6 +19,7 @@ STATUS_OF = {
     "instance-not-available": 503,
     "not-implemented": 501,
     "internal-server-error": 500,
+    "insufficient-storage": 507,
 }
 
 

@@ -92,6 +92,7 @@ class Agent:
         self.id = agent_id
         # the watcher (`bai watcher`, a separate process) reads status.json and sets / clears `drained`
         self.status_file = state_dir / "agent-status.json" if state_dir else None
+        self._status_error: str | None = None  # why the status file cannot be written (warned about once)
         self.drain_file = state_dir / "drained" if state_dir else None
         self.vfolder_hosts = vfolder_hosts or {}  # name -> root, as this node's configuration says
         self.backend = backend
@@ -163,8 +164,14 @@ class Agent:
         try:
             tmp.write_text(json.dumps(status))
             tmp.replace(self.status_file)
-        except OSError as e:
-            log.warning("cannot write %s: %s", self.status_file, e)
+        except OSError as e:  # (a full disk, say): warned about once, not at every heartbeat
+            if self._status_error != e.strerror:
+                self._status_error = e.strerror
+                log.warning("cannot write %s: %s (the agent carries on)", self.status_file, e)
+            return
+        if self._status_error is not None:
+            self._status_error = None
+            log.info("%s is written again", self.status_file)
 
     async def rejoined(self, answer: dict[str, Any]) -> None:
         await self._reconcile(answer)
@@ -390,14 +397,16 @@ class Agent:
                 code = (options or {}).get("exec") or code
                 if not code or code == "*":
                     raise ChannelError("batch mode needs a command (options.exec)")
-            if channel.run_id != run_id:
+            if run_id not in channel.runs:
                 count = await self._oom_kills(kernel)
                 if count is not None:
                     self._oom_at_start[kernel_id] = (run_id, count)
             await channel.start_run(run_id, mode, code)
         elif mode == "input":
+            channel.check_running(run_id)
             await channel.send_input(code)
         elif mode == "input-eof":  # the client's input ended: input() raises EOFError
+            channel.check_running(run_id)
             await channel.send_eof()
         elif mode != "continue":
             raise ChannelError(f"unknown execution mode {mode!r}")
@@ -405,8 +414,9 @@ class Agent:
         await self._say_if_oom(kernel, result)
         return result
 
-    async def rpc_interrupt(self, kernel_id: str) -> None:
-        await (await self._settled(kernel_id)).channel.interrupt()
+    async def rpc_interrupt(self, kernel_id: str, run_id: str | None = None) -> bool:
+        """Interrupt `run_id` (a waiting one leaves the queue), else whatever runs now."""
+        return await (await self._settled(kernel_id)).channel.interrupt_run(run_id)
 
     async def rpc_upload_files(self, kernel_id: str, files: list[tuple[str, bytes]]) -> None:
         channel = (await self._settled(kernel_id)).channel

@@ -16,7 +16,9 @@ import json
 import logging
 import os
 import socket
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +33,44 @@ class ChannelError(Exception):
     pass
 
 
+MAX_WAITING = 32  # runs waiting behind the running one, per kernel
+KEEP_FINISHED = MAX_WAITING + 16  # finished runs whose end is not read yet (older ones are forgotten)
+MAX_BUFFERED = 8 * 1024 * 1024  # output characters kept for a run whose client is not reading
+
+
+@dataclass(eq=False)
+class Run:
+    """One execution in a kernel: its code, its state and the records only it sees."""
+
+    id: str
+    mode: str
+    code: str
+    state: str = "waiting"  # waiting -> running -> finished
+    records: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+    started: asyncio.Event = field(default_factory=asyncio.Event)  # set when it runs (or ends waiting)
+    buffered: int = 0  # output characters queued and not read yet
+    dropped: bool = False
+    cancelled: bool = False  # left the queue before it ran
+
+
 class Channel:
-    """The common part: one run at a time, a queue of records, result aggregation."""
+    """The common part: runs one at a time in arrival order (the others wait in a queue), the records of
+    each run kept apart by run id, result aggregation."""
 
     supports_query = True
 
     def __init__(self, on_output: OutputSink) -> None:
         self.on_output = on_output
-        self.records: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.run_id: str | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.current: Run | None = None
+        self.waiting: deque[Run] = deque()
+        self.runs: dict[str, Run] = {}  # waiting, running and finished-but-unread runs by id
+        self._ending = False  # the kernel went away: waiting runs end instead of starting
         self.exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    @property
+    def run_id(self) -> str | None:
+        """The run that has the kernel now."""
+        return self.current.id if self.current is not None else None
 
     # -- to be provided by subclasses --
     async def _start(self, mode: str, code: str) -> None:
@@ -56,6 +84,7 @@ class Channel:
         closes. Channels that cannot tell (a docker exec) ignore it."""
 
     async def interrupt(self) -> None:
+        """Interrupt the code running now (SIGINT)."""
         raise NotImplementedError
 
     async def put_file(self, path: str, data: bytes) -> None:
@@ -67,81 +96,183 @@ class Channel:
 
     # -- shared --
     def feed(self, record: dict[str, Any]) -> None:
-        """Take one record from the kernel: tee output into the log, queue it for the run."""
+        """Take one record from the kernel: tee output into the log, queue it for the running run."""
         kind = record.get("t")
         if kind in OUTPUT_RECORDS:
             self.on_output(kind, record.get("d", ""))
-        if self.run_id is None:
+        run = self.current
+        if run is None:
             return  # output with nobody running (reconnect): kept in the log only
-        self.records.put_nowait(record)
+        if kind in OUTPUT_RECORDS:
+            size = len(record.get("d", ""))
+            if run.buffered + size > MAX_BUFFERED:
+                if not run.dropped:  # its client is not reading: keep the kernel's log, drop the rest
+                    run.dropped = True
+                    run.records.put_nowait({"t": "stderr", "d": "\n[output dropped: nobody was reading it]\n"})
+                return
+            run.buffered += size
+        run.records.put_nowait(record)
         if kind == "finished":
-            self.run_id = None
-            self._idle.set()
+            self._finished(run)
+            self._next()
+
+    def _finished(self, run: Run) -> None:
+        run.state = "finished"
+        run.started.set()
+        if self.current is run:
+            self.current = None
+        unread = [r for r in self.runs.values() if r.state == "finished"]
+        for old in unread[: max(0, len(unread) - KEEP_FINISHED)]:
+            self.runs.pop(old.id, None)
+
+    def _next(self) -> None:
+        """Give the kernel to the first waiting run (its code starts in the background)."""
+        if self.current is not None or not self.waiting or self._ending:
+            return
+        run = self.waiting.popleft()
+        self.current = run
+        run.state = "running"
+        run.started.set()
+        asyncio.get_running_loop().create_task(self._begin(run), name=f"run-{run.id}")
+
+    async def _begin(self, run: Run) -> None:
+        try:
+            await self._start(run.mode, run.code)
+        except Exception as e:  # noqa: BLE001 - the run ends with the reason; the next one goes on
+            if self.current is run:
+                self.feed({"t": "stderr", "d": f"\n[the run could not start: {e}]\n"})
+                self.feed({"t": "finished", "exit": 1})
 
     def lost(self, message: str) -> None:
-        """The kernel went away: end the current run so nobody waits forever."""
-        if self.run_id is not None:
-            code = self.exit_code.result() if self.exit_code.done() else 137
-            self.feed({"t": "stderr", "d": message})
-            self.feed({"t": "finished", "exit": code})
+        """The kernel went away: end the current run and every waiting one so nobody waits forever."""
+        code = self.exit_code.result() if self.exit_code.done() else 137
+        self._ending = True
+        try:
+            while self.waiting:
+                run = self.waiting.popleft()
+                run.records.put_nowait({"t": "stderr", "d": message})
+                run.records.put_nowait({"t": "finished", "exit": code})
+                self._finished(run)
+            if self.current is not None:
+                self.feed({"t": "stderr", "d": message})
+                self.feed({"t": "finished", "exit": code})
+        finally:
+            self._ending = False
 
-    async def start_run(self, run_id: str, mode: str, code: str, wait: float = 30.0) -> None:
+    async def start_run(self, run_id: str, mode: str, code: str) -> None:
+        """Start a run now if the kernel is free, else queue it behind the others (same id again: no-op)."""
         if mode == "query" and not self.supports_query:
             raise ChannelError("this kernel's image has no Python: only commands (batch mode) can run")
-        if self.run_id == run_id:
+        if run_id in self.runs:
             return
-        await asyncio.wait_for(self._wait_idle(), wait)
-        self._idle.clear()
-        self.run_id = run_id
-        self.records = asyncio.Queue()
+        run = Run(run_id, mode, code)
+        if self.current is not None or self.waiting:
+            if len(self.waiting) >= MAX_WAITING:
+                raise ChannelError(f"{MAX_WAITING} runs are already waiting in this kernel: try again later")
+            self.runs[run_id] = run
+            self.waiting.append(run)
+            return
+        self.runs[run_id] = run
+        self.current = run
+        run.state = "running"
+        run.started.set()
         try:
             await self._start(mode, code)
         except BaseException:
-            self.run_id = None
-            self._idle.set()
+            self.runs.pop(run_id, None)
+            if self.current is run:
+                self.current = None
+            self._next()
             raise
 
-    async def _wait_idle(self) -> None:
-        while not self._idle.is_set():
-            await self._idle.wait()
+    def queue_of(self, run: Run) -> dict[str, Any]:
+        """Where a waiting run stands: behind which run, how many ahead of it."""
+        ahead = next(i for i, r in enumerate(self.waiting) if r is run)
+        return {"behind": self.run_id, "ahead": ahead + (self.current is not None)}
+
+    async def interrupt_run(self, run_id: str | None = None) -> bool:
+        """Interrupt `run_id` (a waiting run leaves the queue and ends), else the running run.
+        False when that run is not running or waiting."""
+        if run_id is None or (self.current is not None and self.current.id == run_id):
+            if self.current is None:
+                return False
+            await self.interrupt()
+            return True
+        run = self.runs.get(run_id)
+        if run is None or run.state != "waiting":
+            return False
+        self.waiting.remove(run)
+        run.cancelled = True
+        run.records.put_nowait({"t": "stderr", "d": "[cancelled before it ran]\n"})
+        run.records.put_nowait({"t": "finished", "exit": 130})
+        self._finished(run)
+        return True
+
+    def check_running(self, run_id: str) -> None:
+        """Input goes to the run that has the kernel; others get an error."""
+        if self.run_id != run_id:
+            state = self.runs[run_id].state if run_id in self.runs else "unknown"
+            raise ChannelError(f"run {run_id} is not running ({state}): it cannot take input")
 
     async def next_result(self, run_id: str, flush_timeout: float) -> dict[str, Any]:
-        """Gather records of the run until a control record, or until output pauses / the timeout."""
+        """Gather records of the run until a control record, or until output pauses / the timeout.
+        A run still waiting its turn gets `continued` with where it stands in `queue`."""
+        run = self.runs.get(run_id)
+        if run is None:
+            raise ChannelError(f"no run {run_id} in this kernel")
         console: list[list[str]] = []
         status = "continued"
         exit_code = None
         options: dict[str, Any] | None = None
-        if self.run_id != run_id and self.records.empty():
-            raise ChannelError(f"no run {run_id} in this kernel")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + flush_timeout
+        if run.state == "waiting":
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.started.wait(), flush_timeout)
+            if run.state == "waiting":
+                return {
+                    "runId": run_id,
+                    "status": status,
+                    "console": console,
+                    "exitCode": None,
+                    "options": None,
+                    "queue": self.queue_of(run),
+                }
         try:
-            record: dict[str, Any] | None = await asyncio.wait_for(self.records.get(), flush_timeout)
+            left = max(0.0, deadline - loop.time())
+            record: dict[str, Any] | None = await asyncio.wait_for(run.records.get(), left)
         except TimeoutError:
             record = None
         while record is not None:
             kind = record.get("t")
             if kind in OUTPUT_RECORDS:
                 text = record.get("d", "")
+                run.buffered = max(0, run.buffered - len(text))
                 if console and console[-1][0] == kind:
                     console[-1][1] += text
                 else:
                     console.append([kind, text])
             elif kind == "finished":
                 status, exit_code = "finished", int(record.get("exit", 0))
+                self.runs.pop(run_id, None)
                 break
             elif kind == "waiting-input":
                 status, options = "waiting-input", record.get("opts") or {"is_password": False}
                 break
             try:
-                record = self.records.get_nowait()
+                record = run.records.get_nowait()
             except asyncio.QueueEmpty:
                 record = None
-        return {
+        result = {
             "runId": run_id,
             "status": status,
             "console": console,
             "exitCode": exit_code,
             "options": options,
         }
+        if run.cancelled:
+            result["cancelled"] = True
+        return result
 
 
 AGENT_SOCKET = "agent.sock"  # in a kernel's run folder: where the agent listens for its runner

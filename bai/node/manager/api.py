@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import secrets
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -19,6 +18,7 @@ from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus
 from bai.node.manager.admin import add_admin_routes
 from bai.node.manager.dashboard import add_dashboard_routes
+from bai.node.manager.diskfull import describe, insufficient_storage, is_disk_full
 from bai.node.manager.graphql_api import add_graphql_routes
 from bai.node.manager.http import (
     REGISTRY,
@@ -35,7 +35,7 @@ from bai.node.manager.logs_api import log_query, serve_logs
 from bai.node.manager.metrics import add_metrics_routes
 from bai.node.manager.registry import Registry
 from bai.node.manager.represent import agent_items, session_json
-from bai.node.manager.requests import parse_create, parse_execute
+from bai.node.manager.requests import parse_create, parse_execute, parse_run_id
 from bai.node.manager.streams import OpenStreams
 
 log = logging.getLogger("bai.api")
@@ -64,6 +64,9 @@ async def errors(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPException:
         raise
     except Exception as e:
+        if is_disk_full(e):  # a write found the disk full (or over quota): 507, and nothing was changed
+            log.warning("%s %s: %s (%s: %s)", request.method, request.path, describe(e), type(e).__name__, e)
+            return problem_response(insufficient_storage(e))
         if client_gone(request, e):  # normal: a stream's reader or a download's client went away
             log.debug("client went away during %s %s (%s: %s)", request.method, request.path, type(e).__name__, e)
             return gone_response(request)
@@ -230,17 +233,23 @@ async def execute_http(request: web.Request) -> web.Response:
     row = await session_of(request)
     body = await read_json(request)
     mode, code, options = parse_execute(body)
-    run_id = body.get("runId") or secrets.token_hex(8)
-    if not isinstance(run_id, str) or len(run_id) > 64:
-        raise invalid("runId must be a string of at most 64 characters")
+    run_id = parse_run_id(body.get("runId"))
     result = await registry.execute(row, run_id, mode, code, options, 2.0)
     return web.json_response({"result": result})
 
 
 async def interrupt(request: web.Request) -> web.Response:
+    """Backend.AI's interrupt names no run: the running one is interrupted. bai's clients name theirs
+    (`runId` in the body or the query): only that run is, and a run still waiting leaves the queue."""
     registry = registry_of(request)
     row = await session_of(request)
-    await registry.interrupt(row)
+    body = await read_json(request) if request.body_exists else {}
+    if not isinstance(body, dict):
+        raise invalid("the interrupt request, when given, must be a JSON object")
+    run_id = parse_run_id(body.get("runId") or request.query.get("runId"), new=False)
+    found = await registry.interrupt(row, run_id)
+    if run_id is not None and not found:
+        raise Problem("object-not-found", "No such run.", f"no run {run_id} is running or waiting in this session")
     return web.Response(status=204)
 
 
@@ -301,7 +310,6 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
     row = await session_of(request)
     ws = web.WebSocketResponse(autoping=True, heartbeat=None, max_msg_size=64 * 1024 * 1024)
     await ws.prepare(request)
-    run_id = secrets.token_hex(8)
     receiving = asyncio.ensure_future(ws.receive())
     finished = False
     try:
@@ -309,7 +317,9 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         if first.type != WSMsgType.TEXT:
             return ws
         try:
-            mode, code, options = parse_execute(json.loads(first.data), default_mode="query")
+            body = json.loads(first.data)
+            mode, code, options = parse_execute(body, default_mode="query")
+            run_id = parse_run_id(body.get("runId"))  # bai's clients name their run (to interrupt it)
         except ValueError:
             await ws.send_json({"status": "error", "msg": "the first frame must be a JSON object"})
             return ws
@@ -320,6 +330,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         # text frames that arrived while the code ran: fed as input; an empty binary frame (a bai
         # extension) says the input ended (None here): the code's input() raises EOFError
         inputs: list[str | None] = []
+        last_queue = None
         while True:
             call = asyncio.ensure_future(registry.execute(row, run_id, mode, code, options, 5.0))
             while not call.done():
@@ -328,7 +339,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
                     msg = receiving.result()
                     if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):  # the client went away mid-run
                         call.cancel()
-                        await registry.interrupt(row)
+                        await registry.interrupt(row, run_id)
                         return ws
                     inputs.append(msg.data if msg.type == WSMsgType.TEXT else None)
                     receiving = asyncio.ensure_future(ws.receive())
@@ -337,27 +348,31 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
             except Problem as p:
                 await ws.send_json({"status": "error", "msg": p.msg or p.title, "console": [], "exitCode": None})
                 return ws
-            if result["status"] != "continued" or result["console"]:
-                await ws.send_json(
-                    {
-                        "status": result["status"],
-                        "console": result["console"],
-                        "exitCode": result["exitCode"],
-                        "options": result["options"],
-                        "files": [],
-                    }
-                )
+            queue = result.get("queue")  # the run waits behind another: say so when where it stands changes
+            if result["status"] != "continued" or result["console"] or queue != last_queue:
+                frame = {
+                    "status": result["status"],
+                    "console": result["console"],
+                    "exitCode": result["exitCode"],
+                    "options": result["options"],
+                    "files": [],
+                    "runId": run_id,
+                }
+                if queue is not None:
+                    frame["queue"] = queue
+                await ws.send_json(frame)
+            last_queue = queue
             if result["status"] == "finished":
                 finished = True
                 return ws
             if result["status"] == "waiting-input" and not inputs:
                 msg = await receiving
                 if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
-                    await registry.interrupt(row)
+                    await registry.interrupt(row, run_id)
                     return ws
                 inputs.append(msg.data if msg.type == WSMsgType.TEXT else None)
                 receiving = asyncio.ensure_future(ws.receive())
-            if inputs:
+            if inputs and queue is None:  # input is for the run once it has the kernel
                 text = inputs.pop(0)
                 mode, code = ("input", text) if text is not None else ("input-eof", "")
             else:

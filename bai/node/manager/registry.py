@@ -32,10 +32,13 @@ from bai.common.status import (
 )
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
 from bai.node.manager.admission import Admission, admit, check_image
+from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.events import EventHub, LogHub
 from bai.node.manager.hooks import Hooks
 from bai.node.manager.metrics import ManagerMetrics
+from bai.node.manager.placeable import unplaceable
 from bai.node.manager.requests import CreateRequest
+from bai.node.manager.runs import BusySessions
 from bai.node.manager.store import Store
 from bai.node.manager.vfolders.service import VFolders
 
@@ -69,7 +72,7 @@ class Registry:
         self.link = link
         self.hooks = hooks or Hooks([])
         self.activity: dict[str, datetime] = {}  # session id -> last execution activity (idle timeout)
-        self.busy: set[str] = set()  # sessions with code running now
+        self.busy = BusySessions()  # sessions with code running (or waiting to run) now
         self.image_labels: dict[str, dict[str, str]] = {}  # image name -> labels, from the agents
         self.known_slots: set[str] = {"cpu", "mem"}  # slot names some agent has offered
         self.events = EventHub()  # session lifecycle: (event name, session row)
@@ -90,6 +93,7 @@ class Registry:
         self.wake_dispatcher = lambda: None  # set by the dispatcher
         self.background = Background(log)
         self.spawn = self.background.spawn
+        self.full_disk = FullDiskWarnings(log)  # heartbeats, kernel logs, run results on a full disk: warned once
 
     async def close(self) -> None:
         await self.background.close()
@@ -103,7 +107,7 @@ class Registry:
             if target in DEAD_STATUSES or target == S.TERMINATING:
                 self.wake_dispatcher()
                 self.activity.pop(session_id, None)
-                self.busy.discard(session_id)
+                self.busy.clear(session_id)
             if self.hooks and target in HOOK_POINTS:
                 self.spawn(self._notify_hooks(HOOK_POINTS[target], row), f"hooks-{session_id}")
         return row
@@ -175,6 +179,8 @@ class Registry:
         if existing:
             return self._reuse(existing[0], req)
         await self._check_image(req.image)
+        if problem := unplaceable(req.resources, req.scaling_group, await self.store.agents(), self.agent_gpus):
+            raise problem  # no agent of the group could ever hold it: not queued forever
         mounts: list[dict[str, Any]] = []
         if req.mounts:
             if self.vfolders is None:
@@ -455,7 +461,7 @@ class Registry:
         sid = session["id"]
         self.activity[sid] = datetime.now(UTC)
         if mode in ("query", "batch"):
-            self.busy.add(sid)  # code is running: the session is not idle until it finishes
+            self.busy.add(sid, run_id)  # code is running: the session is not idle until it finishes
         args = {
             "kernel_id": kernel["id"],
             "run_id": run_id,
@@ -467,26 +473,36 @@ class Registry:
         try:
             result = await self.link.call(kernel["agent_id"], "execute", args, timeout=flush + 60)
         except RemoteError as e:
-            self.busy.discard(sid)
+            self.busy.discard(sid, run_id)
             raise invalid(e.message) from None
         except AgentUnavailable as e:
-            self.busy.discard(sid)
+            self.busy.discard(sid, run_id)
             raise Problem("instance-not-available", "Instance not available.", str(e)) from None
         self.activity[sid] = datetime.now(UTC)
         if result["status"] == "finished":
-            self.busy.discard(sid)
+            self.busy.discard(sid, run_id)
             code = result.get("exitCode")
-            if isinstance(code, int):
+            if isinstance(code, int) and not result.get("cancelled"):
                 # the last run's outcome is the session's (kept when it is destroyed), as for a batch session
-                await self.store.record_run(sid, kernel["id"], code, "SUCCESS" if code == 0 else "FAILURE")
-                self.changes.publish("run_finished", {"ids": [sid]})
+                # (on a full disk the run's output still reaches its client: only the record is dropped)
+                outcome = "SUCCESS" if code == 0 else "FAILURE"
+                if await self._background_write("run results", self.store.record_run(sid, kernel["id"], code, outcome)):
+                    self.changes.publish("run_finished", {"ids": [sid]})
         return result
 
-    async def interrupt(self, session: dict[str, Any]) -> None:
+    async def interrupt(self, session: dict[str, Any], run_id: str | None = None) -> bool:
+        """Interrupt a run: `run_id`'s (a waiting one leaves the queue), else the one running now (Backend.AI's
+        interrupt names no run). False when there was no such run."""
         kernel = await self.main_kernel(session)
-        if kernel["agent_id"] and S(session["status"]) in (S.RUNNING, S.RUNNING_DEGRADED):
-            with contextlib.suppress(RemoteError, AgentUnavailable):
-                await self.link.call(kernel["agent_id"], "interrupt", {"kernel_id": kernel["id"]}, timeout=10)
+        if not kernel["agent_id"] or S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
+            return False
+        args: dict[str, Any] = {"kernel_id": kernel["id"]}
+        if run_id is not None:
+            args["run_id"] = run_id
+        try:
+            return bool(await self.link.call(kernel["agent_id"], "interrupt", args, timeout=10))
+        except (RemoteError, AgentUnavailable):
+            return False
 
     async def upload(self, session: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
         kernel = await self.main_kernel(session)
@@ -595,7 +611,7 @@ class Registry:
 
     async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
         if name == "heartbeat":
-            await self.store.touch_agent(agent_id)
+            await self._background_write("heartbeats", self.store.touch_agent(agent_id))
             if agent_id in self.agent_gpus and "gpus" in payload:
                 self.agent_gpus[agent_id]["live"] = payload["gpus"]
             schedulable = bool(payload.get("schedulable", True))
@@ -606,8 +622,7 @@ class Registry:
             self.changes.publish("agent_heartbeat", {"id": agent_id})
         elif name == "kernel_logs":
             chunks = [(kid, text) for kid, text in payload["chunks"] if text]
-            if chunks:
-                await self.store.append_logs(chunks)
+            if chunks and await self._background_write("kernel logs", self.store.append_logs(chunks)):
                 for kid in {kid for kid, _ in chunks}:
                     self.logs.notify(kid)
         elif name == "kernel_pulling":
@@ -616,6 +631,18 @@ class Registry:
             await self._kernel_terminated(payload)
         else:
             log.warning("unknown event %s from agent %s", name, agent_id)
+
+    async def _background_write(self, what: str, write) -> bool:
+        """Await a write nobody waits for (a heartbeat, kernel output): on a full disk it is dropped, with
+        one warning (not one per write), and the node carries on. Whether it was written."""
+        try:
+            await write
+        except Exception as e:
+            if not self.full_disk.failed(what, e):
+                raise
+            return False
+        self.full_disk.ok(what)
+        return True
 
     async def _pulling(self, payload: dict[str, Any]) -> None:
         """The agent pulls the kernel's image: PULLING, with how far it got in the status info."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from bai.common import slots as slotlib
 from bai.common.durations import parse_duration
+from bai.common.gpus import DEVICE
 from bai.common.images import registry_of
 from bai.common.mounts import MountError, MountRequest, plan_mounts
 from bai.common.names import name_problem
@@ -106,6 +107,64 @@ def resolve_image(ref: str, aliases: dict[str, str]) -> str:
     return ref
 
 
+# The largest amount of a slot a request may name: what a 64-bit integer of the slot's smallest unit holds
+# (8 EiB of memory, 9.2e15 cores). Finite, exact, and far beyond any agent.
+MAX_UNITS = 2**63 - 1
+
+
+def smallest_unit(slot: str) -> Decimal:
+    """The smallest amount of a slot a kernel can be given: a byte, a whole GPU for cuda.device, else
+    a thousandth (slots.parse_count keeps three decimal places: milli-cores)."""
+    if slotlib.is_bytes_slot(slot):
+        return Decimal(1)
+    if slot == DEVICE:
+        return Decimal(1)
+    return Decimal("0.001")
+
+
+def parse_amount(slot: str, value: Any) -> Decimal:
+    """One requested amount (config.resources.SLOT): finite, not negative, at least the slot's smallest
+    unit unless 0 (0 means "the default"), at most MAX_UNITS of it; else a 400 naming the field."""
+    where = f"config.resources.{slot}"
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise invalid(f"{where} must be a number or a string such as 2, 0.5 or 512m, not {value!r:.40}")
+    try:
+        amount = slotlib.parse_amount(slot, value)
+    except (slotlib.SlotError, ValueError, ArithmeticError) as e:
+        raise invalid(f"{where}: {e}") from None
+    unit = smallest_unit(slot)
+    shown = f"{value!r:.40}"
+    if not amount.is_finite():
+        raise invalid(f"{where}: {shown} is not a finite amount")
+    if amount < 0:
+        raise invalid(f"{where}: an amount cannot be negative: {shown}")
+    if amount > unit * MAX_UNITS:
+        raise invalid(f"{where}: {shown} is too large (at most {slotlib.format_amount(slot, unit * MAX_UNITS)})")
+    if amount == 0:  # rounded down to nothing?
+        try:
+            given = Decimal(str(value).strip())
+        except (ArithmeticError, ValueError):
+            given = Decimal(0)
+        if given.is_finite() and given > 0:
+            raise invalid(f"{where}: {shown} is below the smallest unit, {unit:f}")
+    elif amount % unit:
+        what = "a whole number of devices" if slot == DEVICE else f"a multiple of {unit:f}"
+        raise invalid(f"{where}: {shown} is not {what}")
+    return amount
+
+
+def parse_resources(raw: dict[str, Any], known_slots: set[str]) -> dict[str, Decimal]:
+    """config.resources → {slot: amount}; an unknown slot or an amount no kernel could be given is a 400."""
+    out: dict[str, Decimal] = {}
+    for slot, value in raw.items():
+        if slot not in known_slots:
+            raise invalid(f"unknown resource slot {slot!r} (known: {', '.join(sorted(known_slots))})")
+        if value is None or value == "":
+            continue
+        out[slot] = parse_amount(slot, value)
+    return out
+
+
 def parse_create(
     body: Any,
     known_slots: set[str],
@@ -147,8 +206,8 @@ def parse_create(
         raise invalid("config.resources must be an object")
     if "shmem" in raw_resources:
         raise invalid("shmem belongs in config.resource_opts, not in config.resources")
+    resources = parse_resources(raw_resources, known_slots)
     try:
-        resources = slotlib.parse_slots(raw_resources, known_slots)
         for slot, value in defaults.items():
             if not resources.get(slot):
                 resources[slot] = slotlib.parse_amount(slot, value)
@@ -241,3 +300,13 @@ def parse_execute(body: Any, default_mode: str | None = None) -> tuple[str, str,
     except UnicodeEncodeError:
         raise invalid("code and options must be valid Unicode (no lone surrogates)") from None
     return mode, code, options
+
+
+def parse_run_id(value: Any, *, new: bool = True) -> str | None:
+    """A run id from a client (Backend.AI's runId): a short printable string. Missing: a fresh one when
+    `new`, else None."""
+    if value is None or value == "":
+        return secrets.token_hex(8) if new else None
+    if not isinstance(value, str) or len(value) > 64 or not value.isprintable() or not value.isascii():
+        raise invalid("runId must be a string of at most 64 printable ASCII characters")
+    return value

@@ -451,16 +451,21 @@ class Store:
         await self.db.close()
 
     async def _tx(self, fn) -> Any:
-        """Run fn(conn) inside one BEGIN IMMEDIATE … COMMIT in the database thread."""
+        """Run fn(conn) inside one BEGIN IMMEDIATE … COMMIT in the database thread.
+
+        All or nothing: should fn or the COMMIT fail (a full disk: SQLITE_FULL), the transaction is
+        rolled back and the error raised as it is. (SQLite may have rolled it back itself already, as it
+        does on SQLITE_FULL: a second ROLLBACK would fail and hide the first error.)"""
 
         def run(conn: sqlite3.Connection) -> Any:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = fn(conn)
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
             return result
 
         return await self.db._execute(run, self.db._conn)

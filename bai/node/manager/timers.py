@@ -19,6 +19,7 @@ from typing import Any
 from bai.common.background import Background
 from bai.common.config import duration_seconds
 from bai.common.status import SessionStatus, StatusInfo
+from bai.node.manager.diskfull import FullDiskWarnings
 
 log = logging.getLogger("bai.timers")
 IDLE_TIMEOUT = StatusInfo.IDLE_TIMEOUT
@@ -73,6 +74,7 @@ class Timers:
         self.interval = interval
         self.log_retention = log_retention  # None: logs are kept (no purge loop)
         self.background = Background(log)
+        self.full_disk = FullDiskWarnings(log)  # purging logs on a full disk: warned about once
 
     def start(self) -> None:
         self.background.spawn(self._loop(), "timers")
@@ -97,8 +99,11 @@ class Timers:
             await asyncio.sleep(interval)
             try:
                 await self.sweep_logs(datetime.now(UTC))
-            except Exception:
-                log.exception("purging old logs failed")
+            except Exception as e:
+                if not self.full_disk.failed("purging old logs", e):
+                    log.exception("purging old logs failed")
+            else:
+                self.full_disk.ok("purging old logs")
 
     async def sweep_logs(self, now: datetime) -> list[str]:
         """Purge the logs of sessions that ended more than log_retention ago, give free pages back to the

@@ -566,7 +566,10 @@ class Staging:
         os.close(fd)
 
     def append(self, token: str, data: bytes, offset: int) -> int:
-        """Write data at offset, which must be the bytes received so far; returns the new size."""
+        """Write data at offset, which must be the bytes received so far; returns the new size.
+
+        All or nothing: should a write fail (a full disk), the file is cut back to `offset`, so that the
+        upload can go on from there (and the space it took is free again)."""
         fd = self._open(token, os.O_WRONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # two appends to one upload must not both pass the offset check
@@ -575,10 +578,14 @@ class Staging:
                 raise ValueError(f"offset {offset} does not match the {size} bytes received")
             view = memoryview(data).cast("B")
             pos = offset
-            while view:
-                n = os.pwrite(fd, view, pos)
-                view = view[n:]
-                pos += n
+            try:
+                while view:
+                    n = os.pwrite(fd, view, pos)
+                    view = view[n:]
+                    pos += n
+            except OSError:
+                os.ftruncate(fd, offset)
+                raise
             return pos
         finally:
             os.close(fd)

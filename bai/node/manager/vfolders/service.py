@@ -25,6 +25,7 @@ from typing import Any
 from bai.common.mounts import MountRequest
 from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES
+from bai.node.manager.diskfull import DATABASE, StorageFull, is_disk_full, storage_of, vfolder_host
 from bai.node.manager.store import Store, utcnow
 from bai.node.manager.vfolders import fsops
 
@@ -126,8 +127,14 @@ class VFolders:
             )
         folder = {"id": uuid.uuid4().hex, "name": name, "host": host, "owner": access_key, "usage_mode": usage_mode}
         path = self.path_of(folder)
-        await asyncio.to_thread(fsops.make_folder, path, self.uid, self.gid)
-        if not await self.store.create_vfolder(folder):
+        with storage_of(vfolder_host(host)):
+            await asyncio.to_thread(fsops.make_folder, path, self.uid, self.gid)
+        try:
+            created = await self.store.create_vfolder(folder)
+        except Exception:  # (a full disk, say): no folder without its row
+            await asyncio.to_thread(shutil.rmtree, path, True)
+            raise
+        if not created:
             await asyncio.to_thread(shutil.rmtree, path, True)
             raise Problem("generic-bad-request", "Folder exists.", f"you already have a folder called {name!r}")
         return await self.resolve(folder["id"], access_key, False)
@@ -181,8 +188,15 @@ class VFolders:
         """Delete a trashed folder and everything in it (no way back)."""
         if folder["status"] != "trashed":
             raise invalid(f"folder {folder['name']!r} is not in the trash: remove it first")
+        # the files first: on a full disk, that is what frees space (for the row's deletion too)
         await asyncio.to_thread(shutil.rmtree, self.path_of(folder), True)  # rmtree does not follow links
-        await self.store.delete_vfolder(folder["id"])
+        try:
+            await self.store.delete_vfolder(folder["id"])
+        except Exception as e:
+            if not is_disk_full(e):
+                raise
+            changed = f"the files of folder {folder['name']!r} were deleted, but it stays in the trash: purge it again"
+            raise StorageFull(DATABASE, e, changed) from e
 
     async def share(self, folder: dict[str, Any], who: list[Any], permission: str | None) -> list[str]:
         """Share with keypairs (access keys or user ids) as ro / rw, or stop sharing (permission None)."""
@@ -206,7 +220,8 @@ class VFolders:
     async def fs(self, fn, folder: dict[str, Any], *args: Any, **kw: Any) -> Any:
         """Run an fsops function on the folder in a thread, turning its refusals into API problems."""
         try:
-            return await asyncio.to_thread(fn, self.path_of(folder), *args, **kw)
+            with storage_of(vfolder_host(folder["host"])):
+                return await asyncio.to_thread(fn, self.path_of(folder), *args, **kw)
         except fsops.PathRefused as e:
             raise invalid(str(e)) from None
         except fsops.NotFound as e:
@@ -225,9 +240,10 @@ class VFolders:
             raise invalid(str(e)) from None
         await self.check_quota(folder, size)
         token = secrets.token_urlsafe(24)
-        self.grants[token] = Grant("upload", folder["id"], path, size, time.monotonic() + TOKEN_TTL)
         staging = self.staging[folder["host"]]
-        await asyncio.to_thread(staging.create, token)
+        with storage_of(vfolder_host(folder["host"])):
+            await asyncio.to_thread(staging.create, token)
+        self.grants[token] = Grant("upload", folder["id"], path, size, time.monotonic() + TOKEN_TTL)
         if size == 0:  # nothing will be sent: the file appears now
             await self._commit(token)
         return token
@@ -259,8 +275,9 @@ class VFolders:
         if offset + len(data) > g.size:
             raise invalid(f"the upload is {g.size} bytes; this chunk goes past its end")
         staging = self.staging[folder["host"]]
-        try:
-            size = await asyncio.to_thread(staging.append, token, data, offset)
+        try:  # (on a full disk the upload stays at `offset`, to be resumed once there is space)
+            with storage_of(vfolder_host(folder["host"])):
+                size = await asyncio.to_thread(staging.append, token, data, offset)
         except ValueError as e:
             raise invalid(str(e)) from None
         if size >= g.size:
@@ -285,7 +302,8 @@ class VFolders:
             if folder is None or staging is None:
                 raise not_found(g.folder_id)
             await self.check_quota({**folder, "permission": "wd", "is_owner": 1}, 0)
-            await asyncio.to_thread(staging.commit, token, self.path_of(folder), g.path, uid=self.uid, gid=self.gid)
+            with storage_of(vfolder_host(folder["host"])):
+                await asyncio.to_thread(staging.commit, token, self.path_of(folder), g.path, uid=self.uid, gid=self.gid)
         except fsops.PathRefused as e:
             raise invalid(str(e)) from None
         finally:

@@ -1,0 +1,123 @@
+"""A full disk on the node: `507 Insufficient Storage`, saying which storage is full; nothing is changed.
+
+Disk-full shows up as SQLite's SQLITE_FULL ("database or disk is full") on a write to the node's
+database, and as an OSError with ENOSPC (no space left) or EDQUOT (over the quota) on a write to a file.
+Code that writes to a folder host wraps its file writes in `storage_of(...)`, which names the storage;
+the API's error middleware turns every such error into one problem (`insufficient_storage`); background
+writers (heartbeats, kernel logs) use `FullDiskWarnings` to warn once and carry on.
+
+What failed changed nothing: a database write is one transaction, rolled back; a vfolder write leaves
+no half-made folder or file behind (an upload stays where it was, to be resumed).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from bai.common.problems import Problem
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+DATABASE = "the node's database"
+STATUS = 507
+SLUG = "insufficient-storage"
+TITLE = "Insufficient storage."
+
+
+def vfolder_host(name: str) -> str:
+    """How a message names a vfolder host's storage."""
+    return f"virtual folder host {name!r}"
+
+
+class StorageFull(Exception):
+    """A write refused because the disk holding `where` is full (or over its quota)."""
+
+    def __init__(self, where: str, cause: BaseException | None = None, changed: str | None = None) -> None:
+        super().__init__(f"{where}: {cause}" if cause is not None else where)
+        self.where = where
+        self.cause = cause
+        self.changed = changed  # what did change before the write failed (None: nothing)
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """Whether an error is a full disk (or quota): SQLITE_FULL, ENOSPC, EDQUOT, or a StorageFull."""
+    if isinstance(e, StorageFull):
+        return True
+    if isinstance(e, sqlite3.Error):
+        code = getattr(e, "sqlite_errorcode", None)  # Python 3.11+
+        if isinstance(code, int):
+            return code & 0xFF == sqlite3.SQLITE_FULL
+        return "database or disk is full" in str(e)
+    return isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS
+
+
+def where_full(e: BaseException) -> str:
+    """The storage a disk-full error is about."""
+    if isinstance(e, StorageFull):
+        return e.where
+    if isinstance(e, sqlite3.Error):
+        return DATABASE
+    return "a disk of the node"
+
+
+def _over_quota(e: BaseException) -> bool:
+    cause = e.cause if isinstance(e, StorageFull) else e
+    return isinstance(cause, OSError) and cause.errno == errno.EDQUOT
+
+
+def describe(e: BaseException) -> str:
+    """What a disk-full error says: which storage is full and what it means for the write."""
+    full = "is over its disk quota" if _over_quota(e) else "is on a full disk"
+    changed = e.changed if isinstance(e, StorageFull) and e.changed else "nothing was changed"
+    return (
+        f"{where_full(e)} {full}: {changed}. Reading still works; writes work again once space is freed "
+        "there (ask the node's administrator)."
+    )
+
+
+def insufficient_storage(e: BaseException) -> Problem:
+    """The problem (507) a disk-full error is answered with."""
+    return Problem(SLUG, TITLE, describe(e), status=STATUS)
+
+
+@contextmanager
+def storage_of(where: str) -> Iterator[None]:
+    """Turn a disk-full OSError raised inside into StorageFull(where); other errors pass through."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in DISK_FULL_ERRNOS:
+            raise StorageFull(where, e) from e
+        raise
+
+
+class FullDiskWarnings:
+    """For writers in the background: one WARNING when a write of theirs finds the disk full, not one
+    per write (a heartbeat every few seconds), and one INFO line once such writes work again."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self.failing: set[str] = set()
+
+    def failed(self, what: str, e: BaseException) -> bool:
+        """Note a failed write; True when it was a full disk (warned about once), False for any other error."""
+        if not is_disk_full(e):
+            return False
+        if what not in self.failing:
+            self.failing.add(what)
+            self.log.warning(
+                "%s failed: %s is on a full disk (%s); the node carries on (said once, until space is freed)",
+                what,
+                where_full(e),
+                e,
+            )
+        return True
+
+    def ok(self, what: str) -> None:
+        """A write worked: warn again should the disk fill up again."""
+        if what in self.failing:
+            self.failing.discard(what)
+            self.log.info("%s works again (the disk has space again)", what)
