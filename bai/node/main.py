@@ -159,12 +159,13 @@ def hostport(value: str, flag: str) -> tuple[str, int]:
 async def start_manager(
     cfg: dict[str, Any], state_dir: Path, link, stops: dict[str, Any], cluster: dict[str, str] | None = None
 ) -> list[str]:
-    """The manager's parts: store, registry, dispatcher, timers, HTTP API. Returns banner lines."""
+    """The manager's parts: store, services (sessions, agents, images, …), dispatcher, timers, HTTP API.
+    Returns banner lines."""
     from bai.node.manager.admission import from_config as admission_from_config
     from bai.node.manager.api import make_app
     from bai.node.manager.dispatcher import Dispatcher, scaling_groups
     from bai.node.manager.hooks import Hooks
-    from bai.node.manager.registry import Registry
+    from bai.node.manager.sessions import Sessions
     from bai.node.manager.store import Store
     from bai.node.manager.timers import Timers, log_settings
 
@@ -186,22 +187,22 @@ async def start_manager(
         admission = admission_from_config(cfg)  # allowed networks and image registries
     except ValueError as e:
         raise NodeError(str(e)) from None
-    registry = Registry(
-        store,
-        link,
-        float(cfg["manager"]["preparing_timeout"]),
-        hooks,
-        lost_grace=float(cfg["manager"]["lost_grace"]),
-        admission=admission,
-    )
-    dispatcher = Dispatcher(registry, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]))
-    timers = Timers(registry, log_retention=log_retention)
+    from bai.common.background import Background
+    from bai.node.manager.accounts import Accounts
+    from bai.node.manager.agent_events import AgentEvents
+    from bai.node.manager.agents import Agents
+    from bai.node.manager.events import Hubs
+    from bai.node.manager.images import Images
+    from bai.node.manager.kernel_logs import KernelLogs
+    from bai.node.manager.metrics import ManagerMetrics
+    from bai.node.manager.services import Services
     from bai.node.manager.vfolders.service import VFolders
+    from bai.node.manager.wakeup import Wakeup
 
     owner = {k: int(cfg["vfolders"][k]) for k in ("kernel_uid", "kernel_gid")}
     as_root = os.geteuid() == 0
     try:
-        registry.vfolders = VFolders(
+        vfolders = VFolders(
             store,
             vfolder_hosts(cfg, state_dir),
             str(cfg["vfolders"]["default_host"]),
@@ -210,16 +211,48 @@ async def start_manager(
         )
     except (ValueError, OSError) as e:
         raise NodeError(f"[vfolders]: {e}") from None
-    registry.spawn(_sweep_uploads(registry.vfolders), "vfolder-sweeper")
+    hubs, wake, metrics = Hubs(), Wakeup(), ManagerMetrics()
+    background = Background(logging.getLogger("bai.manager"))
+    agents = Agents(store, link, hubs.changes, wake)
+    images = Images(store, agents, admission, dict(cfg["images"]["aliases"]))
+    await images.load()
+    sessions = Sessions(
+        store,
+        link,
+        agents,
+        images,
+        hubs,
+        vfolders=vfolders,
+        hooks=hooks,
+        admission=admission,
+        metrics=metrics,
+        wake=wake,
+        background=background,
+        start_timeout=float(cfg["manager"]["preparing_timeout"]),
+    )
+    agent_events = AgentEvents(
+        agents, sessions, vfolders, wake, background, lost_grace=float(cfg["manager"]["lost_grace"])
+    )
+    dispatcher = Dispatcher(store, sessions, agents, wake, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]))
+    timers = Timers(store, sessions, log_retention=log_retention)
+    background.spawn(_sweep_uploads(vfolders), "vfolder-sweeper")
+    services = Services(
+        sessions=sessions,
+        agents=agents,
+        images=images,
+        accounts=Accounts(store),
+        hubs=hubs,
+        logs=KernelLogs(store, hubs.logs),
+        metrics=metrics,
+        vfolders=vfolders,
+    )
     settings = {
         "keypairs": await store.keypairs(),
         "default_resources": {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])},
-        "image_aliases": {**cfg["images"]["aliases"], **await store.image_aliases()},
-        "config_aliases": dict(cfg["images"]["aliases"]),
         "cluster": cluster,
     }
     # a short shutdown timeout: open execution streams and waiting creates end with the node
-    runner = web.AppRunner(make_app(registry, settings), access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    runner = web.AppRunner(make_app(services, settings), access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     stops["http"] = runner.cleanup
     try:
@@ -231,13 +264,13 @@ async def start_manager(
             ) from None
         raise NodeError(f"cannot listen on {host}:{port}: {e.strerror}") from None
     try:
-        await link.start(registry)
+        await link.start(agent_events)
     except OSError as e:
         raise NodeError(
             f"the agent link cannot listen: {e} (choose another address with --link-listen HOST:PORT)"
         ) from None
     stops["link"] = link.close
-    stops["registry"] = registry.close
+    stops["background"] = background.close
     dispatcher.start()
     stops["dispatcher"] = dispatcher.stop
     timers.start()
@@ -334,7 +367,7 @@ async def run_node(cfg: dict[str, Any]) -> None:
         cfg["node"]["backend"] = "docker"  # agents run containers unless told to use local processes
     state_dir = state_dir_of(cfg)
     # what to stop, in this order, on the way out: requests first, the database last
-    shutdown_order = ("http", "timers", "dispatcher", "registry", "agent", "link", "store")
+    shutdown_order = ("http", "timers", "dispatcher", "background", "agent", "link", "store")
     stops: dict[str, Any] = {}
     # from the start: a signal while starting cancels the start (an agent may wait long for its manager)
     # and still ends in the clean shutdown below; once ready, it ends the wait

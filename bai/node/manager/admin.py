@@ -10,8 +10,9 @@ from bai.common import slots as slotlib
 from bai.common.auth import Keypair
 from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES
-from bai.node.manager.http import SETTINGS, STREAMS, read_json, registry_of
-from bai.node.manager.store import POLICY_FIELDS, Store
+from bai.node.manager.accounts import Accounts
+from bai.node.manager.http import SETTINGS, STREAMS, read_json, services_of
+from bai.node.manager.store import POLICY_FIELDS
 
 
 def require_admin(request: web.Request) -> None:
@@ -19,13 +20,13 @@ def require_admin(request: web.Request) -> None:
         raise Problem("insufficient-privilege", "Insufficient privilege.", "only admin keypairs may do this")
 
 
-def store_of(request: web.Request) -> Store:
-    return registry_of(request).store
+def accounts_of(request: web.Request) -> Accounts:
+    return services_of(request).accounts
 
 
 async def refresh_keypairs(request: web.Request) -> None:
     """The authentication middleware reads this cache; refresh it after every keypair change."""
-    request.app[SETTINGS]["keypairs"] = await store_of(request).keypairs()
+    request.app[SETTINGS]["keypairs"] = await accounts_of(request).keypairs()
 
 
 def keypair_json(row: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
@@ -95,7 +96,7 @@ def policy_json(row: dict[str, Any]) -> dict[str, Any]:
 
 async def list_keypairs(request: web.Request) -> web.Response:
     require_admin(request)
-    rows = await store_of(request).keypairs(active_only=False)
+    rows = await accounts_of(request).keypairs(active_only=False)
     return web.json_response({"items": [keypair_json(r) for r in rows.values()]})
 
 
@@ -123,11 +124,11 @@ async def create_keypair(request: web.Request) -> web.Response:
         "created_at": "",
     }
     try:
-        await store_of(request).create_keypair(row)
+        await accounts_of(request).create_keypair(row)
     except KeyError as e:
         raise invalid(e.args[0]) from None
     await refresh_keypairs(request)
-    created = (await store_of(request).keypairs())[fresh.access_key]
+    created = (await accounts_of(request).keypairs())[fresh.access_key]
     return web.json_response(keypair_json(created, with_secret=True), status=201)
 
 
@@ -159,13 +160,13 @@ async def update_keypair(request: web.Request) -> web.Response:
     if not cols:
         raise invalid("give resource_policy and/or is_active")
     try:
-        found = await store_of(request).update_keypair(access_key, **cols)
+        found = await accounts_of(request).update_keypair(access_key, **cols)
     except KeyError as e:
         raise invalid(e.args[0]) from None
     if not found:
         raise Problem("object-not-found", "No such keypair.", f"keypair {access_key} does not exist")
     await refresh_keypairs(request)
-    out = keypair_json((await store_of(request).keypairs(active_only=False))[access_key])
+    out = keypair_json((await accounts_of(request).keypairs(active_only=False))[access_key])
     if cols.get("is_active") == 0:
         # a deactivated keypair signs nothing more: its open streams end now, not at their next request;
         # its sessions keep running (as in Backend.AI) unless the admin asks to terminate them
@@ -177,11 +178,11 @@ async def update_keypair(request: web.Request) -> web.Response:
 
 async def terminate_sessions_of(request: web.Request, access_key: str) -> list[str]:
     """End every active session of a keypair (pending ones are cancelled); their names."""
-    registry = registry_of(request)
+    sessions = services_of(request).sessions
     ended = []
-    for row in await registry.store.list_sessions(access_key, ACTIVE_STATUSES):
+    for row in await sessions.list(access_key, ACTIVE_STATUSES):
         try:
-            await registry.destroy(row, forced=True, wait=False)
+            await sessions.destroy(row, forced=True, wait=False)
         except Problem:  # ended meanwhile
             continue
         ended.append(row["name"])
@@ -190,7 +191,7 @@ async def terminate_sessions_of(request: web.Request, access_key: str) -> list[s
 
 async def list_policies(request: web.Request) -> web.Response:
     require_admin(request)
-    rows = await store_of(request).policies()
+    rows = await accounts_of(request).policies()
     return web.json_response({"items": [policy_json(r) for r in rows.values()]})
 
 
@@ -201,9 +202,9 @@ async def create_policy(request: web.Request) -> web.Response:
     if not isinstance(name, str) or not name.strip():
         raise invalid("a policy needs a name")
     fields = parse_policy(body, partial=False)
-    if not await store_of(request).save_policy(name, fields, create=True):
+    if not await accounts_of(request).save_policy(name, fields, create=True):
         raise Problem("generic-bad-request", "Bad request.", f"policy {name!r} already exists")
-    return web.json_response(policy_json((await store_of(request).policies())[name]), status=201)
+    return web.json_response(policy_json((await accounts_of(request).policies())[name]), status=201)
 
 
 async def update_policy(request: web.Request) -> web.Response:
@@ -211,9 +212,9 @@ async def update_policy(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     body = await read_json(request)
     fields = parse_policy(body, partial=True)
-    if not await store_of(request).save_policy(name, fields, create=False):
+    if not await accounts_of(request).save_policy(name, fields, create=False):
         raise Problem("object-not-found", "No such resource policy.", f"policy {name!r} does not exist")
-    return web.json_response(policy_json((await store_of(request).policies())[name]))
+    return web.json_response(policy_json((await accounts_of(request).policies())[name]))
 
 
 async def cluster_info(request: web.Request) -> web.Response:

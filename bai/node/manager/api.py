@@ -21,21 +21,22 @@ from bai.node.manager.dashboard import add_dashboard_routes
 from bai.node.manager.diskfull import describe, insufficient_storage, is_disk_full
 from bai.node.manager.graphql_api import add_graphql_routes
 from bai.node.manager.http import (
-    REGISTRY,
+    SERVICES,
     SETTINGS,
     STREAMS,
     caller_of,
     problem_response,
     read_json,
-    registry_of,
+    services_of,
     session_of,
+    sessions_of,
 )
 from bai.node.manager.images_api import add_image_routes
 from bai.node.manager.logs_api import log_query, serve_logs
-from bai.node.manager.metrics import add_metrics_routes
-from bai.node.manager.registry import Registry
+from bai.node.manager.metrics import exposition
 from bai.node.manager.represent import agent_items, session_json
 from bai.node.manager.requests import parse_create, parse_execute, parse_run_id
+from bai.node.manager.services import Services
 from bai.node.manager.streams import OpenStreams
 
 log = logging.getLogger("bai.api")
@@ -148,14 +149,15 @@ def session_owner(request: web.Request, body: Any) -> tuple[str, bool]:
 
 
 async def create_session(request: web.Request) -> web.Response:
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     settings = request.app[SETTINGS]
     body = await read_json(request)
-    req = parse_create(body, registry.known_slots, settings["default_resources"], settings["image_aliases"])
+    services = services_of(request)
+    req = parse_create(body, services.agents.known_slots, settings["default_resources"], services.images.aliases)
     owner, owner_is_admin = session_owner(request, body)
-    row, created = await registry.create(owner, req, owner_is_admin)
+    row, created = await sessions.create(owner, req, owner_is_admin)
     if not req.enqueue_only and row["status"] not in ("RUNNING",):
-        waited = await registry.wait_started(row["id"], req.max_wait or None)
+        waited = await sessions.wait_started(row["id"], req.max_wait or None)
         if waited is None:
             status = "TIMEOUT"
         else:
@@ -178,7 +180,7 @@ async def create_session(request: web.Request) -> web.Response:
 
 
 async def list_sessions(request: web.Request) -> web.Response:
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     status_param = request.query.get("status")
     if request.query.get("all") in ("1", "true"):
         statuses = None
@@ -191,63 +193,63 @@ async def list_sessions(request: web.Request) -> web.Response:
         statuses = list(ACTIVE_STATUSES)
     caller = caller_of(request)
     owner = caller.owner if caller.is_admin else caller.access_key  # admins see every session
-    rows = await registry.store.list_sessions(owner, statuses)
-    kernels = await registry.store.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
-    items = [await session_json(registry, r, kernels=kernels.get(r["id"], [])) for r in rows]
+    rows = await sessions.list(owner, statuses)
+    kernels = await sessions.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
+    items = [await session_json(sessions, r, kernels=kernels.get(r["id"], [])) for r in rows]
     return web.json_response({"items": items})
 
 
 async def get_session(request: web.Request) -> web.Response:
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     row = await session_of(request, active_only=False)
-    return web.json_response(await session_json(registry, row, detail=True))
+    return web.json_response(await session_json(sessions, row, detail=True))
 
 
 async def session_history(request: web.Request) -> web.Response:
     """Every scheduling decision about a session (`bai session explain`)."""
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     row = await session_of(request, active_only=False)
     return web.json_response(
         {
             "sessionId": row["id"],
             "name": row["name"],
             "status": row["status"],
-            "history": await registry.store.scheduling_history(row["id"]),
-            "transitions": await registry.store.transitions_of(row["id"]),
+            "history": await sessions.scheduling_history(row["id"]),
+            "transitions": await sessions.transitions_of(row["id"]),
         }
     )
 
 
 async def destroy_session(request: web.Request) -> web.Response:
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     row = await session_of(request)
     forced = request.query.get("forced", "").lower() in ("1", "true", "yes")
     wait = request.query.get("wait", "").lower() not in ("0", "false", "no")
-    stats = await registry.destroy(row, forced, wait)
+    stats = await sessions.destroy(row, forced, wait)
     return web.json_response({"stats": stats})
 
 
 async def execute_http(request: web.Request) -> web.Response:
     """Polling execute (reference spec §2.4)."""
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     row = await session_of(request)
     body = await read_json(request)
     mode, code, options = parse_execute(body)
     run_id = parse_run_id(body.get("runId"))
-    result = await registry.execute(row, run_id, mode, code, options, 2.0)
+    result = await sessions.execute(row, run_id, mode, code, options, 2.0)
     return web.json_response({"result": result})
 
 
 async def interrupt(request: web.Request) -> web.Response:
     """Backend.AI's interrupt names no run: the running one is interrupted. bai's clients name theirs
     (`runId` in the body or the query): only that run is, and a run still waiting leaves the queue."""
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     row = await session_of(request)
     body = await read_json(request) if request.body_exists else {}
     if not isinstance(body, dict):
         raise invalid("the interrupt request, when given, must be a JSON object")
     run_id = parse_run_id(body.get("runId") or request.query.get("runId"), new=False)
-    found = await registry.interrupt(row, run_id)
+    found = await sessions.interrupt(row, run_id)
     if run_id is not None and not found:
         raise Problem("object-not-found", "No such run.", f"no run {run_id} is running or waiting in this session")
     return web.Response(status=204)
@@ -256,21 +258,21 @@ async def interrupt(request: web.Request) -> web.Response:
 async def logs(request: web.Request) -> web.StreamResponse:
     """Bounded and streamed; tail / since / limit / follow (see logs_api)."""
     query = log_query(request)
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     row = await session_of(request, active_only=False)
-    kernel = await registry.main_kernel(row)
-    return await serve_logs(request, registry, row, kernel, query)
+    kernel = await sessions.main_kernel(row)
+    return await serve_logs(request, services_of(request).logs, sessions, row, kernel, query)
 
 
 async def list_files(request: web.Request) -> web.Response:
     """`session ls` (spec §2.9): parameters from the JSON body (the client sends one on GET) or the query."""
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     row = await session_of(request)
     body = await read_json(request) if request.body_exists else {}
     path = (body.get("path") if isinstance(body, dict) else None) or request.query.get("path") or "/home/work"
     if not isinstance(path, str) or "\x00" in path:
         raise invalid("path must be a folder path in the kernel")
-    return web.json_response(await registry.list_files(row, path))
+    return web.json_response(await sessions.list_files(row, path))
 
 
 async def _uploaded_files(request: web.Request) -> list[tuple[str, bytes]]:
@@ -295,18 +297,18 @@ async def _uploaded_files(request: web.Request) -> list[tuple[str, bytes]]:
 
 
 async def upload(request: web.Request) -> web.Response:
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     row = await session_of(request)
     if not request.content_type.startswith("multipart/"):
         raise invalid("upload wants multipart/form-data with one 'src' part per file")
     files = await _uploaded_files(request)
-    await registry.upload(row, files)
+    await sessions.upload(row, files)
     return web.Response(status=204)
 
 
 async def execute_ws(request: web.Request) -> web.StreamResponse:
     """Streaming execute over a WebSocket (reference spec §2.3)."""
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     row = await session_of(request)
     ws = web.WebSocketResponse(autoping=True, heartbeat=None, max_msg_size=64 * 1024 * 1024)
     await ws.prepare(request)
@@ -332,14 +334,14 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         inputs: list[str | None] = []
         last_queue = None
         while True:
-            call = asyncio.ensure_future(registry.execute(row, run_id, mode, code, options, 5.0))
+            call = asyncio.ensure_future(sessions.execute(row, run_id, mode, code, options, 5.0))
             while not call.done():
                 await asyncio.wait({call, receiving}, return_when=asyncio.FIRST_COMPLETED)
                 if receiving.done():
                     msg = receiving.result()
                     if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):  # the client went away mid-run
                         call.cancel()
-                        await registry.interrupt(row, run_id)
+                        await sessions.interrupt(row, run_id)
                         return ws
                     inputs.append(msg.data if msg.type == WSMsgType.TEXT else None)
                     receiving = asyncio.ensure_future(ws.receive())
@@ -368,7 +370,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
             if result["status"] == "waiting-input" and not inputs:
                 msg = await receiving
                 if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
-                    await registry.interrupt(row, run_id)
+                    await sessions.interrupt(row, run_id)
                     return ws
                 inputs.append(msg.data if msg.type == WSMsgType.TEXT else None)
                 receiving = asyncio.ensure_future(ws.receive())
@@ -400,7 +402,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     `sessionId` or `sessionName` picks one session (without either: all the requester may see);
     `scope` is `*`, `session` or `kernel`. The stream stays open, as Backend.AI's does; `follow=false`
     (a bai extension) ends it after the session's final event."""
-    registry = registry_of(request)
+    sessions = sessions_of(request)
     ref = request.query.get("sessionId") or request.query.get("sessionName")
     scope = request.query.get("scope", "*")
     if scope not in ("*", "session", "kernel"):
@@ -426,9 +428,9 @@ async def session_events(request: web.Request) -> web.StreamResponse:
             data.update(kernelId=kernel["id"], clusterRole=kernel["cluster_role"], clusterIdx=kernel["cluster_idx"])
         await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
 
-    with registry.events.subscribe() as queue:
+    with sessions.events.subscribe() as queue:
         if only is not None and until_end:  # already over: say so at once
-            current = await registry.store.get_session(only)
+            current = await sessions.get(only)
             if current and SessionStatus(current["status"]) in (SessionStatus.TERMINATED, SessionStatus.CANCELLED):
                 await send(SESSION_EVENT_OF[current["status"]], current, None)
                 return response
@@ -443,14 +445,14 @@ async def session_events(request: web.Request) -> web.StreamResponse:
             if scope in ("*", "session"):
                 await send(name, row, None)
             if scope in ("*", "kernel") and name in KERNEL_EVENTS:
-                for kernel in await registry.store.kernels_of(row["id"]):
+                for kernel in await sessions.kernels_of(row["id"]):
                     await send(KERNEL_EVENTS[name], row, kernel)
             if until_end and only is not None and name in FINAL_EVENTS:
                 return response
 
 
 async def list_agents(request: web.Request) -> web.Response:
-    return web.json_response({"items": await agent_items(registry_of(request))})
+    return web.json_response({"items": await agent_items(services_of(request).agents)})
 
 
 # Backend.AI endpoints bai does not implement: a clear 501, not a 404 that reads like a typo.
@@ -491,13 +493,22 @@ async def not_implemented(request: web.Request) -> web.Response:
     )
 
 
-def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus's scrape target (unsigned, see PUBLIC): the gauges are set from the services now."""
+    services = services_of(request)
+    counts = await services.sessions.count_by_status()
+    services.metrics.refresh(counts, await agent_items(services.agents))
+    body, content_type = exposition(services.metrics)
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     app = web.Application(
         middlewares=[errors, authenticate],
         client_max_size=MAX_UPLOAD_BYTES * 4,
         handler_args={"read_bufsize": 4 << 20},  # large request bodies (uploads) arrive in big pieces
     )
-    app[REGISTRY] = registry
+    app[SERVICES] = services
     app[SETTINGS] = settings
     app[STREAMS] = OpenStreams()
     r = app.router
@@ -519,12 +530,12 @@ def make_app(registry: Registry, settings: dict[str, Any]) -> web.Application:
     add_admin_routes(app)
     add_graphql_routes(app)
     add_dashboard_routes(app)
-    add_metrics_routes(app)
+    r.add_get("/metrics", metrics)
     add_image_routes(app)
-    if registry.vfolders is not None:
+    if services.vfolders is not None:
         from bai.node.manager.vfolders.api import add_vfolder_routes
 
-        add_vfolder_routes(app, registry.vfolders)
+        add_vfolder_routes(app, services.vfolders)
     for method, path in NOT_IMPLEMENTED:  # last: real routes of the same shape come first
         r.add_route(method, path, not_implemented)
     return app

@@ -30,9 +30,10 @@ from aiohttp import web
 from bai.common.present import reason, utc_now
 from bai.common.problems import invalid
 from bai.common.status import ACTIVE_STATUSES, DEAD_STATUSES, SessionStatus
-from bai.node.manager.http import registry_of, session_of
-from bai.node.manager.registry import Registry
+from bai.node.manager.http import services_of, session_of
 from bai.node.manager.represent import agent_items
+from bai.node.manager.services import Services
+from bai.node.manager.sessions import Sessions
 
 TOPICS = {"sessions", "agents", "logs"}
 AGENTS_INTERVAL = 1.0
@@ -94,14 +95,14 @@ class _Stream:
                 await self.response.write(b": keep-alive\n\n")
 
 
-async def _rows(registry: Registry, sessions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    kernels = await registry.store.kernels_of_many([s["id"] for s in sessions])
-    return [dashboard_row(s, kernels.get(s["id"], [])) for s in sessions]
+async def _rows(sessions: Sessions, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    kernels = await sessions.kernels_of_many([s["id"] for s in rows])
+    return [dashboard_row(s, kernels.get(s["id"], [])) for s in rows]
 
 
-async def _cluster(registry: Registry, stream: _Stream, owner: str | None, finished: int, interval: float) -> None:
+async def _cluster(services: Services, stream: _Stream, owner: str | None, finished: int, interval: float) -> None:
     """The snapshot, then changed sessions and agents until the client goes away."""
-    store = registry.store
+    sessions = services.sessions
     dirty: set[str] = set()
     agents_dirty = asyncio.Event()
     wake = asyncio.Event()
@@ -119,11 +120,11 @@ async def _cluster(registry: Registry, stream: _Stream, owner: str | None, finis
         else:
             agents_dirty.set()
 
-    with registry.events.subscribe() as session_q, registry.changes.subscribe() as change_q:
-        active = await store.list_sessions(owner, ACTIVE_STATUSES)
-        done = await store.list_sessions(owner, DEAD_STATUSES, limit=finished, newest=True)
-        sent_sessions = {r["id"]: r for r in await _rows(registry, active + done)}
-        agents = await agent_items(registry)
+    with services.hubs.events.subscribe() as session_q, services.hubs.changes.subscribe() as change_q:
+        active = await sessions.list(owner, ACTIVE_STATUSES)
+        done = await sessions.list(owner, DEAD_STATUSES, limit=finished, newest=True)
+        sent_sessions = {r["id"]: r for r in await _rows(sessions, active + done)}
+        agents = await agent_items(services.agents)
         sent_agents = {a["id"]: a for a in agents}
         await stream.send(
             "snapshot",
@@ -142,8 +143,8 @@ async def _cluster(registry: Registry, stream: _Stream, owner: str | None, finis
                 ids = list(dirty)
                 dirty.clear()
                 changed = []
-                rows = [r for r in await store.sessions_by_ids(ids) if owner is None or r["access_key"] == owner]
-                for item in await _rows(registry, rows):
+                rows = [r for r in await sessions.by_ids(ids) if owner is None or r["access_key"] == owner]
+                for item in await _rows(sessions, rows):
                     if sent_sessions.get(item["id"]) != item:
                         sent_sessions[item["id"]] = item
                         changed.append(item)
@@ -156,7 +157,7 @@ async def _cluster(registry: Registry, stream: _Stream, owner: str | None, finis
                 await asyncio.sleep(AGENTS_INTERVAL)
                 agents_dirty.clear()
                 changed = []
-                for item in await agent_items(registry):
+                for item in await agent_items(services.agents):
                     if sent_agents.get(item["id"]) != item:
                         sent_agents[item["id"]] = item
                         changed.append(item)
@@ -167,15 +168,12 @@ async def _cluster(registry: Registry, stream: _Stream, owner: str | None, finis
 
 
 async def _logs(
-    registry: Registry, stream: _Stream, session: dict[str, Any], kernel_id: str, tail: int, after: int | None
+    services: Services, stream: _Stream, session: dict[str, Any], kernel_id: str, tail: int, after: int | None
 ) -> None:
-    store = registry.store
-    start = after if after is not None else await store.log_tail_start(kernel_id, tail)
-
-    async def read(kernel: str, last: int) -> list[tuple[int, str, str | None]]:
-        return await store.read_log_chunks(kernel, last, limit=2000)
-
-    async for chunks in registry.logs.follow(read, kernel_id, lambda: registry.session_over(session["id"]), start):
+    logs, sessions = services.logs, services.sessions
+    start = after if after is not None else await logs.tail_start(kernel_id, tail)
+    over = lambda: sessions.session_over(session["id"])  # noqa: E731
+    async for chunks in logs.follow(kernel_id, over, start, limit=2000):
         await stream.send("log", {"kernelId": kernel_id, "chunks": chunks})
     await stream.send("log_end", {"kernelId": kernel_id})
 
@@ -209,7 +207,7 @@ def _int(request: web.Request, name: str, default: int, low: int, high: int) -> 
 
 
 async def dashboard_events(request: web.Request) -> web.StreamResponse:
-    registry = registry_of(request)
+    services = services_of(request)
     topics = {t.strip() for t in request.query.get("topics", "sessions,agents").split(",") if t.strip()}
     if not topics or topics - TOPICS:
         raise invalid(f"topics must be some of {', '.join(sorted(TOPICS))} (comma-separated)")
@@ -230,19 +228,19 @@ async def dashboard_events(request: web.Request) -> web.StreamResponse:
         if not ref:
             raise invalid("the logs topic needs session=NAME-OR-ID")
         session = await session_of(request, ref, active_only=False)
-        kernels = await registry.store.kernels_of(session["id"])
+        kernels = await services.sessions.kernels_of(session["id"])
         kernel_id = request.query.get("kernel")
         if kernel_id is None:
-            kernel_id = (await registry.main_kernel(session))["id"]
+            kernel_id = (await services.sessions.main_kernel(session))["id"]
         elif kernel_id not in {k["id"] for k in kernels}:
             raise invalid(f"kernel {kernel_id} is not one of session {session['name']}'s kernels")
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     stream = _Stream(response)
     if "logs" in topics:
-        coros.append(_logs(registry, stream, session, kernel_id, tail, after))
+        coros.append(_logs(services, stream, session, kernel_id, tail, after))
     else:
-        coros.append(_cluster(registry, stream, owner, finished, interval))
+        coros.append(_cluster(services, stream, owner, finished, interval))
     with contextlib.suppress(ConnectionError):  # the client went away: normal
         await _all(stream.keepalive(), *coros)
         if "logs" in topics:

@@ -13,7 +13,10 @@ from typing import Any
 from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
-from bai.node.manager.registry import Registry
+from bai.node.manager.agents import Agents
+from bai.node.manager.sessions import Sessions
+from bai.node.manager.store import Store
+from bai.node.manager.wakeup import Wakeup
 from bai.node.scheduler.core import schedule
 from bai.node.scheduler.snapshot import (
     AgentState,
@@ -63,21 +66,29 @@ def image_minimum(labels: dict[str, str]) -> dict[str, Decimal]:
 
 
 class Dispatcher:
+    """Runs scheduling rounds: a snapshot of pending sessions and agents, the pure scheduler's decisions,
+    and their results handed to the sessions service."""
+
     def __init__(
         self,
-        registry: Registry,
+        store: Store,
+        sessions: Sessions,
+        agents: Agents,
+        wake: Wakeup,
         groups: dict[str, ScalingGroup] | None = None,
         pending_timeouts: dict[str, float] | None = None,
         tick: float = 10.0,
     ) -> None:
-        self.registry = registry
+        self.store = store
+        self.sessions = sessions
+        self.agents = agents
         self.groups = groups or {"default": ScalingGroup("default")}
         self.pending_timeouts = pending_timeouts or {}
         self.tick = tick
         self._wake = asyncio.Event()
         self.background = Background(log)
         self._due: datetime | None = None  # the next time a pending session's situation changes by itself
-        registry.wake_dispatcher = self.wake
+        wake.bind(self.wake)
 
     def wake(self) -> None:
         self._wake.set()
@@ -104,24 +115,24 @@ class Dispatcher:
                 await self._record_error(e)
 
     async def snapshot(self, now: datetime) -> tuple[Snapshot, list[dict[str, Any]]]:
-        store = self.registry.store
+        store = self.store
         pending_rows = await store.list_sessions(None, [SessionStatus.PENDING])
         if not pending_rows:
             return Snapshot(now, [], [], {}, {}, self.groups), []
         kernels: dict[str, list[dict[str, Any]]] = {}
         for k in await store.kernels_where([SessionStatus.PENDING.value]):
             kernels.setdefault(k["session_id"], []).append(k)
-        occupied = await self.registry.occupied_by_agent()
-        gpu_free = await self.registry.gpu_free_by_agent()
-        connected = self.registry.link.connected()
+        occupied = await self.agents.occupied_by_agent()
+        gpu_free = await self.agents.gpu_free_by_agent()
+        connected = self.agents.connected()
         agents = [
             AgentState(
                 id=a["id"],
                 scaling_group=a["scaling_group"],
                 capacity=slotlib.from_wire(a["slots"]),
                 occupied=occupied.get(a["id"], {}),
-                vfolder_hosts=self.registry.agent_hosts.get(a["id"], frozenset()),
-                schedulable=self.registry.agent_schedulable.get(a["id"], True),
+                vfolder_hosts=self.agents.record(a["id"]).vfolder_hosts,
+                schedulable=self.agents.record(a["id"]).schedulable,
                 gpu_free=gpu_free.get(a["id"], ()),
             )
             for a in await store.agents()
@@ -173,7 +184,7 @@ class Dispatcher:
                     depends_on=tuple(row["config"].get("depends_on", [])),
                     image=row["image"],
                     vfolder_hosts=frozenset(m["host"] for m in row["config"].get("mounts") or []),
-                    image_min=image_minimum(self.registry.image_labels.get(row["image"], {})),
+                    image_min=image_minimum(self.agents.image_labels.get(row["image"], {})),
                     retries=(row["status_data"].get("scheduler") or {}).get("retries", 0),
                 )
             )
@@ -240,12 +251,12 @@ class Dispatcher:
             history.append(
                 _history(sid, "scheduled", StatusInfo.SCHEDULED, "", ",".join(sorted(set(agents.values()))), [])
             )
-        await self.registry.apply_round(placements, cancels, pending, history)
+        await self.sessions.apply_round(placements, cancels, pending, history)
 
     async def _record_error(self, exc: Exception) -> None:
         with contextlib.suppress(Exception):
-            for row in await self.registry.store.list_sessions(None, [SessionStatus.PENDING]):
-                await self.registry.store.set_pending_info(
+            for row in await self.store.list_sessions(None, [SessionStatus.PENDING]):
+                await self.store.set_pending_info(
                     row["id"], StatusInfo.SCHEDULER_ERROR, {"error": {"name": type(exc).__name__, "repr": str(exc)}}
                 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 Event = tuple[str, dict[str, Any]]
@@ -85,3 +86,13 @@ class LogHub:
                     yield chunks
                 return
             await self.wait(kernel_id, 1.0)
+
+
+@dataclass
+class Hubs:
+    """The manager's publications: session lifecycle events, other changes the dashboard follows
+    (agents, pending reasons, finished runs), and new kernel output."""
+
+    events: EventHub = field(default_factory=EventHub)
+    changes: EventHub = field(default_factory=EventHub)
+    logs: LogHub = field(default_factory=LogHub)

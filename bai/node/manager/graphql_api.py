@@ -18,8 +18,8 @@ from bai.node.manager.gql import (
     project,
     str_argument,
 )
-from bai.node.manager.http import SETTINGS, read_json, registry_of
-from bai.node.manager.registry import Registry
+from bai.node.manager.http import SETTINGS, read_json, services_of
+from bai.node.manager.sessions import Sessions
 
 DEFAULT_LIST_STATUSES = "PENDING,SCHEDULED,PULLING,PREPARING,RUNNING,RUNNING_DEGRADED,TERMINATING,ERROR"
 
@@ -56,14 +56,14 @@ def kernel_item(k: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def session_item(registry: Registry, row: dict[str, Any]) -> dict[str, Any]:
-    kernels = await registry.store.kernels_of(row["id"])
+async def session_item(sessions: Sessions, row: dict[str, Any]) -> dict[str, Any]:
+    kernels = await sessions.kernels_of(row["id"])
     main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
 
     async def dependencies() -> list[dict[str, Any]]:
         out = []
         for dep_id in row["config"].get("depends_on", []):
-            dep = await registry.store.get_session(dep_id)
+            dep = await sessions.get(dep_id)
             if dep is not None:
                 out.append({"id": dep["id"], "name": dep["name"], "status": dep["status"]})
         return out
@@ -108,7 +108,8 @@ async def session_item(registry: Registry, row: dict[str, Any]) -> dict[str, Any
 
 
 async def resolve(request: web.Request, f: Field, variables: dict[str, Any]) -> Any:
-    registry = registry_of(request)
+    services = services_of(request)
+    sessions = services.sessions
     access_key, is_admin = request["access_key"], request["is_admin"]
     if f.name == "keypair":
         kp = request.app[SETTINGS]["keypairs"][access_key]
@@ -129,22 +130,22 @@ async def resolve(request: web.Request, f: Field, variables: dict[str, Any]) -> 
         except ValueError as e:
             raise QueryRefused(f"status: {e}") from None
         owner = str_argument(f, "access_key", variables) if is_admin else access_key
-        rows = await registry.store.list_sessions(owner, statuses)
+        rows = await sessions.list(owner, statuses)
         rows.sort(key=lambda r: r["created_at"], reverse=True)  # newest first, as Backend.AI lists
         page = rows[offset : offset + limit]
-        return {"items": [await session_item(registry, r) for r in page], "total_count": len(rows)}
+        return {"items": [await session_item(sessions, r) for r in page], "total_count": len(rows)}
     if f.name in ("compute_session", "session"):
         ref = str_argument(f, "id", variables) or str_argument(f, "session_id", variables)
         if not ref:
             raise QueryRefused(f"{f.name} needs an id (a string)")
-        rows = await registry.store.find_sessions(ref, None if is_admin else access_key, active_only=False)
+        rows = await sessions.find(ref, None if is_admin else access_key, active_only=False)
         exact = [r for r in rows if r["id"] == ref]
-        return await session_item(registry, exact[0]) if exact else None
+        return await session_item(sessions, exact[0]) if exact else None
     if f.name == "vfolder_list":
         limit, offset = page_arguments(f, variables)
-        if registry.vfolders is None:
+        if services.vfolders is None:
             return {"items": [], "total_count": 0}
-        rows = await registry.vfolders.visible(access_key, False)
+        rows = await services.vfolders.visible(access_key, False)
         page = rows[offset : offset + limit]
         return {"items": [vfolder_item(r) for r in page], "total_count": len(rows)}
     raise GraphQLError(f"Cannot query field '{f.name}' on type 'Queries'")

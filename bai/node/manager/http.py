@@ -8,10 +8,11 @@ from typing import Any
 from aiohttp import web
 
 from bai.common.problems import Problem, invalid
-from bai.node.manager.registry import Registry
+from bai.node.manager.services import Services
+from bai.node.manager.sessions import Sessions
 from bai.node.manager.streams import OpenStreams
 
-REGISTRY = web.AppKey("registry", Registry)
+SERVICES = web.AppKey("services", Services)
 SETTINGS = web.AppKey("settings", dict)
 STREAMS = web.AppKey("streams", OpenStreams)
 
@@ -94,8 +95,12 @@ def _encodable(value: Any) -> bool:
     return True
 
 
-def registry_of(request: web.Request) -> Registry:
-    return request.app[REGISTRY]
+def services_of(request: web.Request) -> Services:
+    return request.app[SERVICES]
+
+
+def sessions_of(request: web.Request) -> Sessions:
+    return request.app[SERVICES].sessions
 
 
 async def session_of(
@@ -103,7 +108,7 @@ async def session_of(
 ) -> dict[str, Any]:
     """The session a request names (`{ref}` in its path unless given), as the caller may see it."""
     caller = caller_of(request, body)
-    return await registry_of(request).resolve(
+    return await sessions_of(request).resolve(
         ref if ref is not None else request.match_info["ref"],
         caller.names_of,
         active_only=active_only,

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from bai.common.problems import invalid
+from bai.node.manager.kernel_logs import KernelLogs
+from bai.node.manager.sessions import Sessions
 from bai.node.manager.store import LOG_PAGE_BYTES
 
 TRUE = ("1", "true", "yes")
@@ -67,10 +69,11 @@ def purged_line(purged_at: str) -> str:
     return f"[bai: this output was purged at {purged_at[:19]}Z, [manager] log_retention after the session ended]\n"
 
 
-async def serve_logs(request: web.Request, registry, row: dict, kernel: dict, query: LogQuery) -> web.StreamResponse:
-    store = registry.store
+async def serve_logs(
+    request: web.Request, logs: KernelLogs, sessions: Sessions, row: dict, kernel: dict, query: LogQuery
+) -> web.StreamResponse:
     kernel_id = kernel["id"]
-    state = await store.log_state(kernel_id)
+    state = await logs.state(kernel_id)
     purged_at = state["purged_at"] if state is not None else None
     if query.follow:
         response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
@@ -80,10 +83,10 @@ async def serve_logs(request: web.Request, registry, row: dict, kernel: dict, qu
         else:
             after = query.since or 0
             if query.tail is not None:
-                chunks, after = await store.read_log_tail(kernel_id, query.tail)
+                chunks, after = await logs.tail(kernel_id, query.tail)
                 await response.write("".join(c[1] for c in chunks).encode())
-            over = lambda: registry.session_over(row["id"])  # noqa: E731
-            async for chunks in registry.logs.follow(store.read_log_chunks, kernel_id, over, after):
+            over = lambda: sessions.session_over(row["id"])  # noqa: E731
+            async for chunks in logs.follow(kernel_id, over, after):
                 await response.write("".join(c[1] for c in chunks).encode())
         await response.write_eof()
         return response
@@ -97,16 +100,16 @@ async def serve_logs(request: web.Request, registry, row: dict, kernel: dict, qu
     await response.write(b'{"result": {"logs": "')
     next_seq, more = query.since or 0, False
     if query.tail is not None:
-        chunks, next_seq = await store.read_log_tail(kernel_id, query.tail)
+        chunks, next_seq = await logs.tail(kernel_id, query.tail)
         await response.write(_escaped(chunks))
     elif query.limit is not None:
-        chunks, more = await store.read_log_page(kernel_id, next_seq, query.limit)
+        chunks, more = await logs.page(kernel_id, next_seq, query.limit)
         next_seq = chunks[-1][0] if chunks else next_seq
         await response.write(_escaped(chunks))
     else:
         more = True
         while more:
-            chunks, more = await store.read_log_page(kernel_id, next_seq, LOG_PAGE_BYTES)
+            chunks, more = await logs.page(kernel_id, next_seq, LOG_PAGE_BYTES)
             next_seq = chunks[-1][0] if chunks else next_seq
             await response.write(_escaped(chunks))
     await response.write(f'", "next": {next_seq}, "more": {json.dumps(more)}}}}}'.encode())

@@ -1,7 +1,8 @@
-"""Prometheus metrics of the manager, `GET /metrics` (text format from prometheus-client; unsigned, like
-any scrape target: keep the API on a private address or behind TLS and a firewall).
+"""Prometheus metrics of the manager, served as `GET /metrics` by the API (text format from
+prometheus-client; unsigned, like any scrape target: keep the API on a private address or behind TLS and
+a firewall).
 
-Read at scrape time from the store: sessions by status, the pending queue's length, agents by status,
+Set at scrape time from what the API passes in: sessions by status, the pending queue's length, agents by status,
 slot capacity and use over live agents. Observed as they happen: how long sessions waited from enqueue
 to being scheduled (a histogram), and scheduling rounds.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -22,6 +22,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 
 class ManagerMetrics:
+    """The manager's Prometheus collectors."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -45,15 +47,11 @@ class ManagerMetrics:
             self.wait.observe(max(0.0, seconds))
         self.placed.inc(len(waited))
 
-    async def refresh(self, registry: Any) -> None:
-        """Set the gauges from the store (a few reads)."""
-        from bai.node.manager.represent import agent_items
-
-        counts = await registry.store.count_sessions_by_status()
+    def refresh(self, session_counts: dict[str, int], agents: list[dict[str, Any]]) -> None:
+        """Set the gauges: sessions by status, and the agents as the API shows them (status, slots)."""
         for status in SessionStatus:
-            self.sessions.labels(status.value).set(counts.get(status.value, 0))
-        self.queue.set(counts.get(SessionStatus.PENDING.value, 0))
-        agents = await agent_items(registry)
+            self.sessions.labels(status.value).set(session_counts.get(status.value, 0))
+        self.queue.set(session_counts.get(SessionStatus.PENDING.value, 0))
         by_status: dict[str, int] = {"ALIVE": 0, "LOST": 0, "TERMINATED": 0}
         cap: dict[str, Decimal] = {}
         used: dict[str, Decimal] = {}
@@ -69,14 +67,6 @@ class ManagerMetrics:
             self.used.labels(slot).set(float(used.get(slot, 0)))
 
 
-async def metrics(request: web.Request) -> web.Response:
-    from bai.node.manager.http import registry_of
-
-    registry = registry_of(request)
-    await registry.metrics.refresh(registry)
-    body = generate_latest(registry.metrics.registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-def add_metrics_routes(app: web.Application) -> None:
-    app.router.add_get("/metrics", metrics)
+def exposition(metrics: ManagerMetrics) -> tuple[bytes, str]:
+    """The gauges and counters in Prometheus's text format, and its content type."""
+    return generate_latest(metrics.registry), CONTENT_TYPE_LATEST

@@ -7,7 +7,8 @@ from typing import Any
 
 from bai.common import slots as slotlib
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus
-from bai.node.manager.registry import Registry
+from bai.node.manager.agents import Agents
+from bai.node.manager.sessions import Sessions
 
 
 def _age_ms(created: str) -> int:
@@ -15,10 +16,10 @@ def _age_ms(created: str) -> int:
 
 
 async def session_json(
-    registry: Registry, row: dict[str, Any], *, detail: bool = False, kernels: list[dict[str, Any]] | None = None
+    sessions: Sessions, row: dict[str, Any], *, detail: bool = False, kernels: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     if kernels is None:
-        kernels = await registry.store.kernels_of(row["id"])
+        kernels = await sessions.kernels_of(row["id"])
     main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
     occupying = row["requested_slots"] if SessionStatus(row["status"]) in OCCUPYING_STATUSES else {}
     out: dict[str, Any] = {
@@ -71,23 +72,24 @@ async def session_json(
         ],
     }
     if detail:
-        out["transitions"] = await registry.store.transitions_of(row["id"])
+        out["transitions"] = await sessions.transitions_of(row["id"])
         if row["status"] == SessionStatus.PENDING:
             # the scheduler's own order (per policy) once it has looked; until then, arrival order
             position = (row["status_data"].get("scheduler") or {}).get("position")
             if position is None:
-                pending = await registry.store.list_sessions(None, [SessionStatus.PENDING])
+                pending = await sessions.list(None, [SessionStatus.PENDING])
                 position = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
             out["queuePosition"] = position
     return out
 
 
-async def agent_items(registry: Registry) -> list[dict[str, Any]]:
+async def agent_items(agents: Agents) -> list[dict[str, Any]]:
     """Every agent the manager knows, with its capacity and what its kernels occupy (two reads)."""
-    occupied = await registry.occupied_by_agent()
-    connected = registry.link.connected()
+    occupied = await agents.occupied_by_agent()
+    connected = agents.connected()
+    gpus = agents.gpu_devices()
     items = []
-    for a in await registry.store.agents():
+    for a in await agents.rows():
         items.append(
             {
                 "id": a["id"],
@@ -100,8 +102,8 @@ async def agent_items(registry: Registry) -> list[dict[str, Any]]:
                 "occupiedSlots": slotlib.to_wire(occupied.get(a["id"], {})),
                 "firstContact": a["first_contact"],
                 "lastSeen": a["last_seen"],
-                "schedulable": registry.agent_schedulable.get(a["id"], True),
-                "gpus": _gpus(registry.agent_gpus.get(a["id"])),
+                "schedulable": agents.record(a["id"]).schedulable,
+                "gpus": _gpus(gpus.get(a["id"])),
             }
         )
     return items

@@ -20,6 +20,8 @@ from bai.common.background import Background
 from bai.common.config import duration_seconds
 from bai.common.status import SessionStatus, StatusInfo
 from bai.node.manager.diskfull import FullDiskWarnings
+from bai.node.manager.sessions import Sessions
+from bai.node.manager.store import Store
 
 log = logging.getLogger("bai.timers")
 IDLE_TIMEOUT = StatusInfo.IDLE_TIMEOUT
@@ -69,8 +71,13 @@ def expired(
 
 
 class Timers:
-    def __init__(self, registry, interval: float = 1.0, log_retention: float | None = None) -> None:
-        self.registry = registry
+    """Ends sessions past their policy's idle timeout or lifetime, and purges logs past their retention."""
+
+    def __init__(
+        self, store: Store, sessions: Sessions, interval: float = 1.0, log_retention: float | None = None
+    ) -> None:
+        self.store = store
+        self.sessions = sessions
         self.interval = interval
         self.log_retention = log_retention  # None: logs are kept (no purge loop)
         self.background = Background(log)
@@ -108,7 +115,7 @@ class Timers:
     async def sweep_logs(self, now: datetime) -> list[str]:
         """Purge the logs of sessions that ended more than log_retention ago, give free pages back to the
         file system and cut the -wal file back; the kernels whose logs were purged."""
-        store = self.registry.store
+        store = self.store
         purged = await store.purge_logs((now - timedelta(seconds=self.log_retention or 0)).isoformat())
         if purged:
             log.info("purged the logs of %d ended kernel(s)", len(purged))
@@ -116,15 +123,15 @@ class Timers:
         return purged
 
     async def sweep(self, now: datetime) -> None:
-        store = self.registry.store
+        store = self.store
         running = await store.list_sessions(None, [SessionStatus.RUNNING])
         if not running:
             return
         policies = await store.policies()
         keypairs = await store.keypairs(active_only=False)
         policy_of = {ak: policies.get(kp["resource_policy"], {}) for ak, kp in keypairs.items()}
-        for session_id, reason in expired(running, policy_of, self.registry.activity, now, self.registry.busy):
+        for session_id, reason in expired(running, policy_of, self.sessions.activity, now, self.sessions.busy):
             row = await store.get_session(session_id)
             if row is not None and row["status"] == SessionStatus.RUNNING:
                 log.info("ending session %s: %s", session_id, reason)
-                self.registry.spawn(self.registry.destroy(row, forced=False, reason=reason), f"expire-{session_id}")
+                self.sessions.spawn(self.sessions.destroy(row, forced=False, reason=reason), f"expire-{session_id}")

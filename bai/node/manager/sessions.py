@@ -1,4 +1,4 @@
-"""The session lifecycle: create, schedule results, start, execute, destroy, agent events.
+"""The session lifecycle: create, schedule results, start, execute, destroy, what agents report of kernels.
 
 Every state change goes through `Store.transition` (one transaction that rejects illegal moves)
 and is published on the EventHub only after it is committed.
@@ -6,20 +6,17 @@ and is published on the EventHub only after it is committed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 import secrets
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 from bai.common import slots as slotlib
 from bai.common.background import Background
-from bai.common.gpus import pack as gpu_pack
-from bai.common.gpus import request_of as gpu_request
 from bai.common.images import registry_of
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import (
@@ -31,16 +28,19 @@ from bai.common.status import (
     StatusInfo,
 )
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
-from bai.node.manager.admission import Admission, admit, check_image
+from bai.node.manager.admission import Admission, admit
+from bai.node.manager.agents import Agents
 from bai.node.manager.diskfull import FullDiskWarnings
-from bai.node.manager.events import EventHub, LogHub
+from bai.node.manager.events import Hubs
 from bai.node.manager.hooks import Hooks
+from bai.node.manager.images import Images
 from bai.node.manager.metrics import ManagerMetrics
 from bai.node.manager.placeable import unplaceable
 from bai.node.manager.requests import CreateRequest
 from bai.node.manager.runs import BusySessions
 from bai.node.manager.store import Store
 from bai.node.manager.vfolders.service import VFolders
+from bai.node.manager.wakeup import Wakeup
 
 log = logging.getLogger("bai.manager")
 S = SessionStatus
@@ -56,44 +56,46 @@ def _error_data(agent_id: str | None, exc: BaseException) -> dict[str, Any]:
     return {"error": {"src": "agent", "agent_id": agent_id, "name": name, "repr": message}}
 
 
-class Registry:
+class Sessions:
+    """The session lifecycle: create, start what the scheduler placed, execute, destroy, and what agents
+    report about their kernels."""
+
     def __init__(
         self,
         store: Store,
         link: ManagerLink,
-        start_timeout: float = 60.0,
+        agents: Agents,
+        images: Images,
+        hubs: Hubs,
+        *,
+        vfolders: VFolders | None = None,
         hooks: Hooks | None = None,
-        lost_grace: float = 30.0,
         admission: Admission | None = None,
+        metrics: ManagerMetrics | None = None,
+        wake: Wakeup | None = None,
+        background: Background | None = None,
+        start_timeout: float = 60.0,
     ) -> None:
-        self.lost_grace = lost_grace
-        self._lost: dict[str, asyncio.Task[Any]] = {}  # agent id -> the grace period running out
         self.store = store
         self.link = link
+        self.agents = agents
+        self.images = images
+        self.events = hubs.events  # session lifecycle: (event name, session row)
+        # what the dashboard follows besides sessions: agents joining, leaving, heartbeating (published by
+        # Agents), ("pending_updated", {"ids": [...]}) after a scheduling round, ("run_finished", …)
+        self.changes = hubs.changes
+        self.logs = hubs.logs
+        self.vfolders = vfolders
         self.hooks = hooks or Hooks([])
+        self.admission = admission or Admission()  # networks and image registries sessions may ask for
+        self.metrics = metrics or ManagerMetrics()
+        self.wake = wake or Wakeup()
+        self.background = background or Background(log)
+        self.spawn = self.background.spawn
+        self.start_timeout = start_timeout
         self.activity: dict[str, datetime] = {}  # session id -> last execution activity (idle timeout)
         self.busy = BusySessions()  # sessions with code running (or waiting to run) now
-        self.image_labels: dict[str, dict[str, str]] = {}  # image name -> labels, from the agents
-        self.known_slots: set[str] = {"cpu", "mem"}  # slot names some agent has offered
-        self.events = EventHub()  # session lifecycle: (event name, session row)
-        # what the dashboard follows besides sessions: ("agent_joined"|"agent_lost"|"agent_terminated"|
-        # "agent_heartbeat", {"id": agent id}) and ("pending_updated", {"ids": [...]}) after a scheduling round
-        self.changes = EventHub()
-        self.logs = LogHub()
-        self.start_timeout = start_timeout
-        self.vfolders: VFolders | None = None  # set by the node when it serves virtual folders
-        # networks and image registries sessions may ask for (from the node's configuration)
-        self.admission = admission or Admission()
-        self.agent_hosts: dict[str, frozenset[str]] = {}  # agent id -> vfolder hosts it sees (our paths)
-        self.agent_backends: dict[str, str] = {}  # agent id -> its kernel backend (docker, local, sim)
-        self.metrics = ManagerMetrics()
-        self.agent_schedulable: dict[str, bool] = {}  # False while an agent is drained (its heartbeats say)
-        # agent id -> {"devices": [{index, uuid, name, memory_total}], "live": [{uuid, utilization, …}]}
-        self.agent_gpus: dict[str, dict[str, Any]] = {}
-        self.wake_dispatcher = lambda: None  # set by the dispatcher
-        self.background = Background(log)
-        self.spawn = self.background.spawn
-        self.full_disk = FullDiskWarnings(log)  # heartbeats, kernel logs, run results on a full disk: warned once
+        self.full_disk = FullDiskWarnings(log)  # background writes (kernel logs, run results) on a full disk
 
     async def close(self) -> None:
         await self.background.close()
@@ -105,7 +107,7 @@ class Registry:
         if row is not None:
             self.events.publish(SESSION_EVENTS.get(target, f"session_{target.lower()}"), row)
             if target in DEAD_STATUSES or target == S.TERMINATING:
-                self.wake_dispatcher()
+                self.wake()
                 self.activity.pop(session_id, None)
                 self.busy.clear(session_id)
             if self.hooks and target in HOOK_POINTS:
@@ -143,6 +145,40 @@ class Registry:
             raise no_session(ref)
         return rows[0]
 
+    async def get(self, session_id: str) -> dict[str, Any] | None:
+        return await self.store.get_session(session_id)
+
+    async def list(
+        self, owner: str | None, statuses: Iterable[S] | None = None, limit: int = -1, newest: bool = False
+    ) -> list[dict[str, Any]]:
+        """Sessions of `owner` (None: everyone's) in the given statuses (None: all), in queue order."""
+        return await self.store.list_sessions(owner, statuses, limit, newest)
+
+    async def find(
+        self, ref: str, access_key: str | None, *, active_only: bool = True, ids_of: str | None | bool = True
+    ) -> list[dict[str, Any]]:
+        """Sessions whose id or name matches `ref` (see Store.find_sessions)."""
+        return await self.store.find_sessions(ref, access_key, active_only=active_only, ids_of=ids_of)
+
+    async def by_ids(self, session_ids: list[str]) -> list[dict[str, Any]]:
+        return await self.store.sessions_by_ids(session_ids)
+
+    async def kernels_of(self, session_id: str) -> list[dict[str, Any]]:
+        return await self.store.kernels_of(session_id)
+
+    async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """Kernels of several sessions in one read."""
+        return await self.store.kernels_of_many(session_ids)
+
+    async def transitions_of(self, session_id: str) -> list[dict[str, Any]]:
+        return await self.store.transitions_of(session_id)
+
+    async def scheduling_history(self, session_id: str) -> list[dict[str, Any]]:
+        return await self.store.scheduling_history(session_id)
+
+    async def count_by_status(self) -> dict[str, int]:
+        return await self.store.count_sessions_by_status()
+
     async def session_over(self, session_id: str) -> bool:
         """Whether a session has ended (or is gone): its kernels print nothing more."""
         current = await self.store.get_session(session_id)
@@ -171,15 +207,16 @@ class Registry:
     async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[dict[str, Any], bool]:
         groups: set[str] = set()
         if req.scaling_group not in self.admission.groups:  # a group only agents name
-            groups = {a["scaling_group"] for a in await self.store.agents()}
+            groups = {a["scaling_group"] for a in await self.agents.rows()}
         if problem := admit(self.admission, req, is_admin, groups):
             raise problem
         existing = await self.store.find_sessions(req.name, access_key, active_only=True)
         existing = [r for r in existing if r["name"] == req.name]
         if existing:
             return self._reuse(existing[0], req)
-        await self._check_image(req.image)
-        if problem := unplaceable(req.resources, req.scaling_group, await self.store.agents(), self.agent_gpus):
+        self.images.check_available(req.image)
+        agents, gpus = await self.agents.rows(), self.agents.gpu_devices()
+        if problem := unplaceable(req.resources, req.scaling_group, agents, gpus):
             raise problem  # no agent of the group could ever hold it: not queued forever
         mounts: list[dict[str, Any]] = []
         if req.mounts:
@@ -228,32 +265,8 @@ class Registry:
         self.events.publish("session_enqueued", row)
         if self.hooks:
             self.spawn(self._notify_hooks("after_enqueue", row), f"hooks-{session_id}")
-        self.wake_dispatcher()
+        self.wake()
         return row, True
-
-    def pull_grant(self, image: str) -> dict[str, Any] | None:
-        """What an agent needs to pull `image` ({"registry", "auth"}: credentials for this pull only),
-        None for a local image; a Problem when its registry is not configured."""
-        if registry_of(image) is None:
-            return None
-        if problem := check_image(self.admission, image):
-            raise problem
-        reg = self.admission.registry_for(image)
-        assert reg is not None
-        return {"registry": reg.host, "auth": reg.auth()}
-
-    async def _check_image(self, image: str) -> None:
-        """Refuse an image no agent has, when every agent needs it present (docker; local and sim
-        agents take any Python image name)."""
-        backends = {self.agent_backends.get(a) for a in self.link.connected()}
-        if backends != {"docker"} or image in self.image_labels or registry_of(image):
-            return  # (an image from a registry is pulled when a kernel needs it)
-        known = ", ".join(sorted(self.image_labels)) or "none"
-        raise Problem(
-            "invalid-api-params",
-            "Unknown image.",
-            f"no agent has the image {image!r} (images: {known}; add an alias under [images.aliases])",
-        )
 
     async def wait_started(self, session_id: str, timeout: float | None) -> dict[str, Any] | None:
         return await self.events.wait_for(
@@ -294,7 +307,7 @@ class Registry:
             return
         kernel = await self.main_kernel(session)
         try:
-            pull = self.pull_grant(session["image"])
+            pull = self.images.pull_grant(session["image"])
         except Problem as p:  # the configuration changed since it was created: nothing is contacted
             error = {"error": {"src": "manager", "agent_id": agent_id, "name": p.title, "repr": p.msg}}
             await self.transition(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
@@ -528,26 +541,13 @@ class Registry:
 
     # -- what agents tell us ----------------------------------------------------------------------
 
-    async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
-        """Record the agent and reconcile its kernels with ours."""
-        lost = self._lost.pop(agent_id, None)
-        if lost is not None:  # back within the grace period: its sessions carry on
-            lost.cancel()
-        await self.store.upsert_agent(registration)
-        self.agent_backends[agent_id] = registration.get("backend", "")
-        if registration.get("gpus"):
-            self.agent_gpus[agent_id] = {"devices": registration["gpus"], "live": []}
-        else:
-            self.agent_gpus.pop(agent_id, None)
-        seen = registration.get("vfolder_hosts") or {}
-        ours = self.vfolders.hosts if self.vfolders is not None else {}
-        self.agent_hosts[agent_id] = frozenset(h for h, path in ours.items() if seen.get(h) == str(path))
-        self.known_slots.update(registration.get("slots", {}))
-        for image in registration.get("images", []):
-            self.image_labels[image["name"]] = image.get("labels") or {}
-        theirs = {k["kernel_id"] for k in registration.get("kernels", [])}
+    async def reconcile(self, agent_id: str, kernels: list[dict[str, Any]]) -> list[str]:
+        """An agent (re-)registered with `kernels` (kernel_id, container_id): sessions whose kernel it has
+        run on (or start running), those whose kernel it lost end. Returns the kernels it has that we do
+        not know (to destroy)."""
+        theirs = {k["kernel_id"] for k in kernels}
         ours = await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id)
-        containers = {k["kernel_id"]: k.get("container_id") for k in registration.get("kernels", [])}
+        containers = {k["kernel_id"]: k.get("container_id") for k in kernels}
         for kernel in ours:
             status = S(kernel["status"])
             if kernel["id"] in theirs:
@@ -585,56 +585,28 @@ class Registry:
                     {"msg": f"the kernel was gone when agent {agent_id} restarted"},
                 )
         known = {k["id"] for k in ours}
-        self.changes.publish("agent_joined", {"id": agent_id})
-        self.wake_dispatcher()
-        return {"destroy": sorted(theirs - known)}
+        return sorted(theirs - known)
 
-    async def agent_left(self, agent_id: str, reason: str) -> None:
-        await self.store.set_agent_status(agent_id, "LOST" if reason == "lost" else "TERMINATED")
-        self.changes.publish("agent_lost" if reason == "lost" else "agent_terminated", {"id": agent_id})
-        if reason == "lost":
-            log.warning("agent %s is LOST (no heartbeat); its sessions wait %g s for it", agent_id, self.lost_grace)
-            self._lost[agent_id] = self.spawn(self._agent_gone(agent_id), f"lost-{agent_id}")
-        self.wake_dispatcher()
-
-    async def _agent_gone(self, agent_id: str) -> None:
-        """The grace period of a lost agent ran out: its sessions end in ERROR (`agent-lost`)."""
-        await asyncio.sleep(self.lost_grace)
-        self._lost.pop(agent_id, None)
+    async def agent_lost(self, agent_id: str, grace: float) -> None:
+        """An agent stayed away past its grace period: its sessions end in ERROR (`agent-lost`)."""
         for kernel in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id):
             await self.transition(
                 kernel["session_id"],
                 S.ERROR,
                 StatusInfo.AGENT_LOST,
-                {"msg": f"agent {agent_id} stopped heartbeating and did not come back within {self.lost_grace:g} s"},
+                {"msg": f"agent {agent_id} stopped heartbeating and did not come back within {grace:g} s"},
             )
 
-    async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
-        if name == "heartbeat":
-            await self._background_write("heartbeats", self.store.touch_agent(agent_id))
-            if agent_id in self.agent_gpus and "gpus" in payload:
-                self.agent_gpus[agent_id]["live"] = payload["gpus"]
-            schedulable = bool(payload.get("schedulable", True))
-            if self.agent_schedulable.get(agent_id, True) != schedulable:
-                self.agent_schedulable[agent_id] = schedulable
-                log.warning("agent %s is %s", agent_id, "schedulable again" if schedulable else "drained")
-                self.wake_dispatcher()
-            self.changes.publish("agent_heartbeat", {"id": agent_id})
-        elif name == "kernel_logs":
-            chunks = [(kid, text) for kid, text in payload["chunks"] if text]
-            if chunks and await self._background_write("kernel logs", self.store.append_logs(chunks)):
-                for kid in {kid for kid, _ in chunks}:
-                    self.logs.notify(kid)
-        elif name == "kernel_pulling":
-            await self._pulling(payload)
-        elif name == "kernel_terminated":
-            await self._kernel_terminated(payload)
-        else:
-            log.warning("unknown event %s from agent %s", name, agent_id)
+    async def kernel_logs(self, chunks: list[tuple[str, str]]) -> None:
+        """Output of kernels (kernel id, text): kept as their sessions' logs, followers told."""
+        chunks = [(kid, text) for kid, text in chunks if text]
+        if chunks and await self._background_write("kernel logs", self.store.append_logs(chunks)):
+            for kid in {kid for kid, _ in chunks}:
+                self.logs.notify(kid)
 
     async def _background_write(self, what: str, write) -> bool:
-        """Await a write nobody waits for (a heartbeat, kernel output): on a full disk it is dropped, with
-        one warning (not one per write), and the node carries on. Whether it was written."""
+        """Await a write nobody waits for (kernel output, a run's result): on a full disk it is dropped,
+        with one warning (not one per write), and the node carries on. Whether it was written."""
         try:
             await write
         except Exception as e:
@@ -644,7 +616,7 @@ class Registry:
         self.full_disk.ok(what)
         return True
 
-    async def _pulling(self, payload: dict[str, Any]) -> None:
+    async def kernel_pulling(self, payload: dict[str, Any]) -> None:
         """The agent pulls the kernel's image: PULLING, with how far it got in the status info."""
         done, total = int(payload.get("done", 0)), int(payload.get("total", 0))
         so_far = f": {done / 2**20:.1f} of {total / 2**20:.1f} MiB" if total else ""
@@ -656,7 +628,7 @@ class Registry:
         else:
             await self.transition(sid, S.PULLING, "pulling-image", data, allowed_from=[S.PREPARING])
 
-    async def _kernel_terminated(self, payload: dict[str, Any]) -> None:
+    async def kernel_terminated(self, payload: dict[str, Any]) -> None:
         kernel = await self.store.get_kernel(payload["kernel_id"])
         if kernel is None:
             return
@@ -670,38 +642,3 @@ class Registry:
             allowed_from=[S.RUNNING, S.RUNNING_DEGRADED, S.RESTARTING],
         )
         self.logs.notify(kernel["id"])
-
-    # -- capacity -----------------------------------------------------------------------------------
-
-    async def gpu_free_by_agent(self) -> dict[str, tuple[Decimal, ...]]:
-        """What each GPU of each agent has left (1 = unused), from the devices kernels hold; a kernel
-        still starting (no devices recorded yet) is counted where it will most likely land."""
-        if not self.agent_gpus:
-            return {}
-        free = {a: [Decimal(1)] * len(g["devices"]) for a, g in self.agent_gpus.items()}
-        index = {a: {d["uuid"]: i for i, d in enumerate(g["devices"])} for a, g in self.agent_gpus.items()}
-        starting = []
-        for k in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES]):
-            agent = k["agent_id"]
-            if agent not in free:
-                continue
-            if k["devices"]:
-                for uuid, amount in k["devices"]:
-                    if uuid in index[agent]:
-                        free[agent][index[agent][uuid]] -= Decimal(amount)
-            else:
-                starting.append(k)
-        for k in starting:
-            taken = gpu_pack(free[k["agent_id"]], *gpu_request(slotlib.from_wire(k["occupied_slots"])))
-            for i, amount in taken or []:
-                free[k["agent_id"]][i] -= amount
-        return {a: tuple(f) for a, f in free.items()}
-
-    async def occupied_by_agent(self) -> dict[str, dict[str, Decimal]]:
-        occupied: dict[str, dict[str, Decimal]] = {}
-        for k in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES]):
-            if k["agent_id"]:
-                occupied[k["agent_id"]] = slotlib.add(
-                    occupied.get(k["agent_id"], {}), slotlib.from_wire(k["occupied_slots"])
-                )
-        return occupied

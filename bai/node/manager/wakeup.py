@@ -1,0 +1,19 @@
+"""A call that wakes the dispatcher, made before the dispatcher exists (services get it in their
+constructors; the dispatcher binds it when it starts)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+class Wakeup:
+    """Something changed that may let a pending session start: run a scheduling round soon."""
+
+    def __init__(self) -> None:
+        self._target: Callable[[], None] = lambda: None
+
+    def bind(self, target: Callable[[], None]) -> None:
+        self._target = target
+
+    def __call__(self) -> None:
+        self._target()
