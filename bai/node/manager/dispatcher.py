@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from bai.common import slots as slotlib
 from bai.common.background import Background
+from bai.common.clock import Clock
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
 from bai.node.manager.agents import Agents
 from bai.node.manager.sessions import Sessions
@@ -78,7 +79,9 @@ class Dispatcher:
         groups: dict[str, ScalingGroup] | None = None,
         pending_timeouts: dict[str, float] | None = None,
         tick: float = 10.0,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock = clock or Clock()
         self.store = store
         self.sessions = sessions
         self.agents = agents
@@ -103,7 +106,7 @@ class Dispatcher:
         while True:
             timeout = self.tick
             if self._due is not None:  # a reserved start time or a pending timeout comes first
-                timeout = max(0.0, min(timeout, (self._due - datetime.now(UTC)).total_seconds()))
+                timeout = max(0.0, min(timeout, (self._due - self.clock.now()).total_seconds()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             await asyncio.sleep(COALESCE)
@@ -208,7 +211,7 @@ class Dispatcher:
         return out
 
     async def round(self) -> None:
-        now = datetime.now(UTC)
+        now = self.clock.now()
         snapshot, rows = await self.snapshot(now)
         self._due = self._next_due(snapshot, now)
         if not rows:

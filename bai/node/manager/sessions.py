@@ -12,11 +12,12 @@ import logging
 import secrets
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from bai.common import slots as slotlib
 from bai.common.background import Background
+from bai.common.clock import Clock
 from bai.common.images import registry_of
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import (
@@ -75,7 +76,9 @@ class Sessions:
         wake: Wakeup | None = None,
         background: Background | None = None,
         start_timeout: float = 60.0,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock = clock or Clock()
         self.store = store
         self.link = link
         self.agents = agents
@@ -230,7 +233,7 @@ class Sessions:
                 raise invalid(f"cannot depend on {ref!r}: no such session")
             depends_on.append(found[0]["id"])
         session_id = str(uuid.uuid4())
-        now = datetime.now(UTC).isoformat()
+        now = self.clock.now().isoformat()
         kernel = {
             "id": str(uuid.uuid4()),
             "cluster_role": "main",
@@ -290,7 +293,7 @@ class Sessions:
         if pending:
             self.changes.publish("pending_updated", {"ids": [sid for sid, _, _ in pending]})
         agents = dict(placements)
-        now = datetime.now(UTC)
+        now = self.clock.now()
         self.metrics.scheduled([(now - datetime.fromisoformat(r["created_at"])).total_seconds() for r in scheduled])
         for row in cancelled:
             self.events.publish("session_cancelled", row)
@@ -472,7 +475,7 @@ class Sessions:
             raise Problem("generic-bad-request", "Bad request.", f"the session is {session['status']}, not RUNNING")
         kernel = await self.main_kernel(session)
         sid = session["id"]
-        self.activity[sid] = datetime.now(UTC)
+        self.activity[sid] = self.clock.now()
         if mode in ("query", "batch"):
             self.busy.add(sid, run_id)  # code is running: the session is not idle until it finishes
         args = {
@@ -491,7 +494,7 @@ class Sessions:
         except AgentUnavailable as e:
             self.busy.discard(sid, run_id)
             raise Problem("instance-not-available", "Instance not available.", str(e)) from None
-        self.activity[sid] = datetime.now(UTC)
+        self.activity[sid] = self.clock.now()
         if result["status"] == "finished":
             self.busy.discard(sid, run_id)
             code = result.get("exitCode")

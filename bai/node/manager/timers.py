@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from bai.common.background import Background
+from bai.common.clock import Clock
 from bai.common.config import duration_seconds
 from bai.common.status import SessionStatus, StatusInfo
 from bai.node.manager.diskfull import FullDiskWarnings
@@ -74,8 +75,14 @@ class Timers:
     """Ends sessions past their policy's idle timeout or lifetime, and purges logs past their retention."""
 
     def __init__(
-        self, store: Store, sessions: Sessions, interval: float = 1.0, log_retention: float | None = None
+        self,
+        store: Store,
+        sessions: Sessions,
+        interval: float = 1.0,
+        log_retention: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock = clock or Clock()
         self.store = store
         self.sessions = sessions
         self.interval = interval
@@ -95,7 +102,7 @@ class Timers:
         while True:
             await asyncio.sleep(self.interval)
             try:
-                await self.sweep(datetime.now(UTC))
+                await self.sweep(self.clock.now())
             except Exception:
                 log.exception("checking session time limits failed")
 
@@ -105,7 +112,7 @@ class Timers:
         while True:
             await asyncio.sleep(interval)
             try:
-                await self.sweep_logs(datetime.now(UTC))
+                await self.sweep_logs(self.clock.now())
             except Exception as e:
                 if not self.full_disk.failed("purging old logs", e):
                     log.exception("purging old logs failed")
