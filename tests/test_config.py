@@ -1,4 +1,4 @@
-"""Tests for bai/common/config.py (TOML files merged by precedence) and bai/common/tomlout.py."""
+"""Tests for bai/common/config.py (TOML files merged by precedence) and `bai config show` (written with tomli-w)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bai.common import config, tomlout
+from bai.common import config
 from bai.common.config import DEFAULTS, ConfigError
 
 
@@ -149,35 +149,74 @@ def test_parse_hostport_bad(value: str) -> None:
     assert repr(value) in str(exc.value)
 
 
-def test_tomlout_defaults_round_trip() -> None:
-    assert tomllib.loads(tomlout.dumps(DEFAULTS)) == DEFAULTS
+def show(isolated: Path, monkeypatch: pytest.MonkeyPatch, text: str | None = None) -> str:
+    """What `bai config show` prints, for a bai.toml in the working directory with `text` (none: defaults)."""
+    from typer.testing import CliRunner
+
+    from bai.cli.main import app
+
+    if text is not None:
+        write(Path.cwd() / "bai.toml", text)
+    monkeypatch.setattr(config, "config_files", lambda: [Path.cwd() / "bai.toml"])
+    result = CliRunner().invoke(app, ["config", "show"])
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
-def test_tomlout_nested_tables_and_lists_round_trip() -> None:
-    data = {
-        "title": "bai",
-        "enabled": True,
-        "ratio": 0.75,
-        "ports": [8091, 8092],
-        "node": {
-            "names": ["a", "b"],
-            "empty": {},
-            "deep": {"deeper": {"deepest": {"x": 1, "y": [1.5, False]}}, "z": "zed"},
-        },
-        "hosts": [{"name": "a", "port": 1}, {"name": "b", "port": 2}],
-        "text": 'quote " backslash \\ newline \n tab \t unicode é',
+def test_config_show_is_toml_of_the_defaults(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = show(isolated, monkeypatch)
+    assert out.startswith("# file: (none: defaults only)")
+    assert tomllib.loads(out) == DEFAULTS  # the `# default` notes are TOML comments
+
+
+def test_config_show_round_trips_a_file_and_masks_passwords(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (
+        '[agent]\ncpu = "4"\n[agent.docker.labels]\n"com.example.team" = "ml"\n'
+        '[images.registries.lab]\nurl = "r.example:5000"\nusername = "u"\npassword = "hunter2"\n'
+        '[scaling_groups.default]\nallowed_networks = ["bridge", "host"]\n'
+        '[vfolders.hosts]\nnfs = "/mnt/quote \\" backslash \\\\ tab \\t é"\n'
+    )
+    out = show(isolated, monkeypatch, text)
+    assert "hunter2" not in out
+    cfg, _ = config.load()
+    cfg["images"]["registries"]["lab"]["password"] = "********"
+    assert tomllib.loads(out) == cfg
+    lines = out.splitlines()
+    here = str(Path.cwd() / "bai.toml")
+
+    def source(prefix: str) -> str:
+        (line,) = [line for line in lines if line.startswith(prefix)]
+        return line.rsplit("# ", 1)[1]
+
+    assert source('cpu = "4"') == here
+    assert source('"com.example.team" = "ml"') == here  # a quoted key is found among the sources
+    assert source('password = "********"') == here
+    assert source("allowed_networks = [") == here  # an array's source is on its first line
+    assert source("allowed_session_types = [") == "default"
+    assert source('role = "all"') == "default"
+    assert '    "bridge",' in lines  # items of an array: one a line, no note
+
+
+def test_credentials_round_trip_with_characters_toml_must_escape(tmp_path: Path) -> None:
+    from bai.common import credentials
+
+    creds = credentials.Credentials('http://h:1/"x"', "AK\\1", "sk\nwith \t tab")
+    path = credentials.save(creds, tmp_path / "credentials.toml")
+    assert (path.stat().st_mode & 0o777) == 0o600
+    text = path.read_text()
+    assert text.startswith("# written by `bai node`")
+    assert tomllib.loads(text) == {
+        "endpoint": creds.endpoint,
+        "access_key": creds.access_key,
+        "secret_key": creds.secret_key,
     }
-    assert tomllib.loads(tomlout.dumps(data)) == data
 
 
-def test_tomlout_merged_config_round_trips() -> None:
-    cfg = config.merge(DEFAULTS, {"agent": {"cpu": "4", "docker": {"labels": {"team": "ml"}}}, "extra": [1, 2]})
-    assert tomllib.loads(tomlout.dumps(cfg)) == cfg
-
-
-def test_tomlout_dotted_keys_round_trip() -> None:
-    cfg = config.merge(DEFAULTS, {"agent": {"docker": {"labels": {"com.example.team": "ml"}}}})
-    assert tomllib.loads(tomlout.dumps(cfg)) == cfg
+def test_nothing_imports_tomli_or_the_old_writer() -> None:
+    root = Path(__file__).resolve().parent.parent
+    for path in [*(root / "bai").rglob("*.py"), *(root / "packaging").rglob("*.py")]:
+        text = path.read_text()
+        assert "import tomli\n" not in text and "from tomli " not in text and "tomlout" not in text, path
 
 
 @pytest.mark.parametrize(

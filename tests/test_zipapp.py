@@ -93,3 +93,14 @@ def test_a_node_and_a_session_from_the_zipapp(pyz_node) -> None:
     assert result.returncode == 0 and "from the zipapp 42" in result.stdout, result.stderr
     listed = run(pyz, env, work, "agent", "ls")
     assert listed.returncode == 0 and "local" in listed.stdout
+
+
+def test_the_zipapp_carries_the_declared_dependencies(pyz: Path, clean_env: dict, tmp_path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(pyz) as z:
+        tops = {name.split("/")[1] for name in z.namelist() if name.startswith("site-packages/")}
+    assert {"aiohttp", "tomli_w", "aiodocker"} <= tops, sorted(tops)
+    assert "tomli" not in tops  # Python 3.11 reads TOML with the standard library
+    result = run(pyz, clean_env, tmp_path, "config", "show")  # written with tomli-w
+    assert result.returncode == 0 and 'role = "all"' in result.stdout, result.stderr

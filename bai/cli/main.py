@@ -282,11 +282,11 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     if as_json:
         print(json.dumps({"files": [str(p) for p in used], "config": cfg, "sources": sources}, indent=2))
         return
-    from bai.common.tomlout import dumps
+    import tomli_w
 
     looked = ", ".join(str(p) for p in config_files())
     print(f"# file: {used[0] if used else '(none: defaults only)'}   (first found of: {looked})")
-    for line in dumps(cfg).splitlines():
+    for line in tomli_w.dumps(cfg).splitlines():
         print(_with_source(line, sources))
 
 
@@ -294,18 +294,36 @@ _section = ""
 
 
 def _with_source(line: str, sources: dict[str, str]) -> str:
-    """A line of TOML with `# from …` after each value (the table's, for inline tables)."""
+    """A line of TOML with `# from …` after each value (the table's, for inline tables; an array's on its
+    first line: tomli_w writes one item a line, indented, and the closing bracket alone)."""
     global _section
+    if line.startswith((" ", "]")):  # inside a multi-line array
+        return line
     if line.startswith("["):
-        _section = line.strip("[]")
+        _section = _unquoted(line.strip("[]"))
         return line
     key, sep, _ = line.partition(" = ")
     if not sep:
         return line
-    dotted = f"{_section}.{key}" if _section else key
+    dotted = f"{_section}.{_unquoted(key)}" if _section else _unquoted(key)
     found = {src for k, src in sources.items() if k == dotted or k.startswith(dotted + ".")}
     where = found.pop() if len(found) == 1 else ("several" if found else "default")
     return f"{line:<48} # {where}"
+
+
+def _unquoted(key: str) -> str:
+    """A TOML dotted key as `load_with_sources` spells it: `labels."com.example.team"` → labels.com.example.team."""
+    import tomllib
+
+    try:
+        table = tomllib.loads(f"{key} = 0")
+    except tomllib.TOMLDecodeError:
+        return key
+    parts = []
+    while isinstance(table, dict) and len(table) == 1:
+        part, table = next(iter(table.items()))
+        parts.append(part)
+    return ".".join(parts)
 
 
 def main() -> None:

@@ -7,6 +7,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomli_w
+
 from bai.common.config import config_dir
 
 
@@ -24,12 +26,8 @@ def credentials_path() -> Path:
 def save(creds: Credentials, path: Path | None = None) -> Path:
     path = path or credentials_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = (
-        "# written by `bai node`: the admin keypair of this node\n"
-        f'endpoint = "{creds.endpoint}"\n'
-        f'access_key = "{creds.access_key}"\n'
-        f'secret_key = "{creds.secret_key}"\n'
-    )
+    keys = {"endpoint": creds.endpoint, "access_key": creds.access_key, "secret_key": creds.secret_key}
+    text = "# written by `bai node`: the admin keypair of this node\n" + tomli_w.dumps(keys)
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

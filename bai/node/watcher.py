@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import secrets
 import shlex
@@ -30,6 +31,8 @@ from typing import Any
 from aiohttp import web
 
 from bai.common.config import parse_hostport
+
+log = logging.getLogger("bai.watcher")
 
 STATE = web.AppKey("state", dict)
 
@@ -132,7 +135,17 @@ async def restart(request: web.Request) -> web.Response:
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), 120)
     except TimeoutError:
-        proc.kill()
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass  # it ended just now
+        else:
+            log.warning(
+                "the restart command %r (pid %d) did not finish within 120 s and was killed; "
+                "processes it started may be left behind",
+                command,
+                proc.pid,
+            )
         return web.json_response({"command": command, "exit": None, "output": "timed out after 120 s"}, status=504)
     code = proc.returncode
     return web.json_response(

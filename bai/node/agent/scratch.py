@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bai.common.slots import parse_amount
+from bai.node.agent import leftovers
 
 log = logging.getLogger("bai.agent.scratch")
 
@@ -150,18 +151,32 @@ def release(kdir: Path) -> None:
         if out.returncode != 0:  # still busy somewhere: detach it now, the kernel is gone anyway
             lazy = subprocess.run(["umount", "-l", str(root)], capture_output=True, text=True)
             if lazy.returncode != 0:
-                log.warning("cannot unmount %s: %s", root, (lazy.stderr or out.stderr).strip())
+                log.warning(
+                    "could not unmount scratch %s: %s; it is left mounted: unmount it with `umount -l %s`",
+                    root,
+                    (lazy.stderr or out.stderr).strip(),
+                    root,
+                )
                 return
-    (kdir / IMAGE).unlink(missing_ok=True)
+    image = kdir / IMAGE
+    with leftovers.step(f"scratch file {image}", remedy=f"rm -f {image}", logger=log):
+        image.unlink()
 
 
 def remove_kernel_dir(kdir: Path) -> None:
     """Release the scratch, then remove the kernel's folder (never through a mount still in place)."""
     release(kdir)
     if os.path.ismount(kdir / MOUNTPOINT):
-        log.warning("leaving %s: its scratch is still mounted", kdir)
+        root = kdir / MOUNTPOINT
+        log.warning(
+            "could not remove kernel folder %s: its scratch is still mounted; it is left behind: "
+            "remove it with `umount -l %s && rm -rf %s`",
+            kdir,
+            root,
+            kdir,
+        )
         return
-    shutil.rmtree(kdir, ignore_errors=True)
+    leftovers.remove_tree(kdir, "kernel folder", logger=log)
 
 
 def cleanup(kernels_dir: Path, keep: set[str]) -> list[str]:

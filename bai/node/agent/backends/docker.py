@@ -36,6 +36,7 @@ import aiodocker
 from aiodocker.exceptions import DockerError
 
 from bai.common.status import StatusInfo
+from bai.node.agent import leftovers
 from bai.node.agent import scratch as scratchlib
 from bai.node.agent.backends.base import (
     Dotfile,
@@ -323,8 +324,7 @@ class DockerBackend:
             if listener is not None:
                 await listener.close()
             if container is not None:
-                with contextlib.suppress(DockerError):
-                    await container.delete(force=True, v=True)
+                await self._remove_container(container, spec.kernel_id)
             if watcher is not None:
                 watcher.cancel()
             await asyncio.to_thread(scratchlib.remove_kernel_dir, kdir)
@@ -389,7 +389,7 @@ class DockerBackend:
         try:
             return await asyncio.shield(job)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # its error does not matter now: the start was cancelled
                 await job  # let a mount finish, so that the clean-up finds it
             raise
 
@@ -412,6 +412,18 @@ class DockerBackend:
                 (kdir / EXEC_MARKER).touch()  # for the next agent that adopts the kernel
                 return ExecChannel(self.docker, container.id, listener.on_output)
             delay = min(delay * 1.5, 0.2)
+
+    async def _remove_container(self, container: Any, kernel_id: str) -> None:
+        """Remove a kernel's container and its anonymous volumes. One already gone (or being removed) is
+        fine; one that cannot be removed is logged as left behind, with how to remove it by hand."""
+        try:
+            await container.delete(force=True, v=True)
+        except DockerError as e:
+            if e.status == 404 or (e.status == 409 and "in progress" in str(e.message)):
+                return
+            short = str(container.id)[:12]
+            what = f"container {short} (kernel {kernel_id})"
+            leftovers.report(what, e, remedy=f"remove it with `docker rm -f {short}`", logger=log)
 
     async def _says_no_python(self, container: Any) -> bool:
         with contextlib.suppress(DockerError):
@@ -484,8 +496,7 @@ class DockerBackend:
         await kernel.channel.close()
         self._pids.pop(kernel.container_id or "", None)
         if kernel.container_id:
-            with contextlib.suppress(DockerError):
-                await self.docker.containers.container(kernel.container_id).delete(force=True, v=True)
+            await self._remove_container(self.docker.containers.container(kernel.container_id), kernel.spec.kernel_id)
         if kernel.watcher is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(kernel.watcher, 5)
@@ -515,8 +526,7 @@ class DockerBackend:
         run_dir = kdir / "run"
         safe = re.fullmatch(r"[A-Za-z0-9_.-]+", kid) is not None and kid not in (".", "..")
         if not safe or info.get("State") != "running" or not run_dir.exists():
-            with contextlib.suppress(DockerError):
-                await c.delete(force=True, v=True)
+            await self._remove_container(c, kid or "unknown")
             return None
         container = self.docker.containers.container(c.id)
         exited: asyncio.Future[int] = loop.create_future()
@@ -531,8 +541,7 @@ class DockerBackend:
         except OSError as e:
             log.warning("removing kernel %s: cannot listen for its runner (%s)", kid, e)
             watcher.cancel()
-            with contextlib.suppress(DockerError):
-                await c.delete(force=True, v=True)
+            await self._remove_container(c, kid)
             return None
         spec = KernelSpec(
             kernel_id=kid,
@@ -569,8 +578,7 @@ class DockerBackend:
                 reason=StatusInfo.FAILED_TO_START,
                 msg=f"the kernel's runner did not connect within {self.start_timeout:g} s after the agent restarted",
             )
-            with contextlib.suppress(DockerError):
-                await container.delete(force=True, v=True)
+            await self._remove_container(container, kid)
             return
         except Exception:
             log.exception("adopting kernel %s failed", kid)
@@ -688,7 +696,7 @@ class ExecChannel(Channel):
             self.feed({"t": "stderr", "d": f"\n[{e}]\n"})
             code = 137
         finally:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # the exec's connection; nothing of the kernel's stays behind
                 await self._stream.close()
             self.feed({"t": "finished", "exit": code})
 

@@ -18,8 +18,8 @@ kernel is refused with a message saying so; kernels without mounts do not need i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
+import logging
 import os
 import posixpath
 import resource
@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bai.node.agent import leftovers
 from bai.node.agent.backends.base import (
     Dotfile,
     Kernel,
@@ -41,6 +42,7 @@ from bai.node.agent.backends.base import (
 from bai.node.agent.channel import AGENT_SOCKET, ChannelError
 from bai.node.agent.files import list_dir
 
+log = logging.getLogger("bai.agent.local")
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -109,14 +111,14 @@ class LocalBackend:
             bwrap = shutil.which("bwrap")
             if bwrap is None:
                 await channel.close()
-                shutil.rmtree(kdir, ignore_errors=True)
+                leftovers.remove_tree(kdir, "kernel folder", logger=log)
                 raise KernelStartError(
                     "mounting virtual folders in a local kernel needs bubblewrap (apt-get install bubblewrap)"
                 )
             outside = [m.target for m in spec.mounts if not m.target.startswith("/home/work/")]
             if outside:
                 await channel.close()
-                shutil.rmtree(kdir, ignore_errors=True)
+                leftovers.remove_tree(kdir, "kernel folder", logger=log)
                 raise KernelStartError(f"the local backend mounts folders under /home/work only, not at {outside[0]}")
             env["HOME"] = "/home/work"
             command = [
@@ -150,7 +152,7 @@ class LocalBackend:
             )
         except BaseException:
             await channel.close()
-            shutil.rmtree(kdir, ignore_errors=True)
+            leftovers.remove_tree(kdir, "kernel folder", logger=log)
             raise
         finally:
             log_file.close()
@@ -163,8 +165,8 @@ class LocalBackend:
             tail = (kdir / "runner.log").read_text(errors="replace")[-500:].strip()
             self._procs.pop(spec.kernel_id, None)
             await channel.close()
-            await self._kill(proc)
-            shutil.rmtree(kdir, ignore_errors=True)
+            await self._kill(proc, spec.kernel_id)
+            leftovers.remove_tree(kdir, "kernel folder", logger=log)
             if isinstance(e, asyncio.CancelledError):
                 raise
             raise KernelStartError(f"{e}: {tail or 'no output'}") from None
@@ -172,10 +174,12 @@ class LocalBackend:
         watcher.add_done_callback(lambda f: kernel.set_exit(_exit_status(f.result())))
         return kernel
 
-    async def _kill(self, proc: asyncio.subprocess.Process) -> None:
-        with contextlib.suppress(ProcessLookupError):
+    async def _kill(self, proc: asyncio.subprocess.Process, kernel_id: str) -> None:
+        """Kill the kernel's process group (one already gone is fine) and reap its runner."""
+        what = f"process group {proc.pid} (kernel {kernel_id})"
+        with leftovers.step(what, action="kill", remedy=f"kill -9 -{proc.pid}", gone=(ProcessLookupError,), logger=log):
             os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
+        with leftovers.step(f"runner {proc.pid} (kernel {kernel_id})", action="reap", left_behind=False, logger=log):
             await proc.wait()
 
     async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
@@ -199,14 +203,14 @@ class LocalBackend:
         proc = self._procs.pop(kernel.spec.kernel_id, None)
         await kernel.channel.close()
         if proc is not None:
-            await self._kill(proc)
-        shutil.rmtree(kernel.run_dir.parent, ignore_errors=True)
+            await self._kill(proc, kernel.spec.kernel_id)
+        leftovers.remove_tree(kernel.run_dir.parent, "kernel folder", logger=log)
 
     async def adopt(self, on_output) -> list[Kernel]:
         # Local kernels die with the node; leftovers are only folders.
         if self.kernels_dir.exists():
             for child in self.kernels_dir.iterdir():
-                shutil.rmtree(child, ignore_errors=True)
+                leftovers.remove_tree(child, "kernel folder", logger=log)
         return []
 
     async def close(self, kernels: list[Kernel]) -> None:

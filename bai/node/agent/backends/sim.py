@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
 import shlex
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from bai.common import slots as slotlib
+from bai.node.agent import leftovers
 from bai.node.agent.backends.base import Kernel, KernelSpec, kernel_env
 from bai.node.agent.channel import Channel, ChannelError, OutputSink
 
@@ -231,7 +231,8 @@ class SimBackend:
     async def destroy(self, kernel: Kernel) -> None:
         kernel.destroying = True
         self.kernels.pop(kernel.spec.kernel_id, None)
-        with contextlib.suppress(Exception):
+        what = f"the channel of simulated kernel {kernel.spec.kernel_id}"  # nothing real: no remedy needed
+        with leftovers.step(what, action="close", gone=(), left_behind=False):
             await kernel.channel.close()
         kernel.set_exit(137)
 

@@ -1,0 +1,108 @@
+"""Clean-up that can fail, said out loud: what was left behind (a container, a folder, a process group) and
+why, as a WARNING, instead of an error swallowed whole.
+
+    with leftovers.step(f"folder {path}", remedy=f"rm -rf {path}"):
+        ...  # the clean-up; FileNotFoundError (already gone) stays silent, any other error is logged
+
+A clean-up step never raises what it logs: the caller goes on cleaning (and reports the error that made it
+clean up, not this one). Errors that mean the thing is already gone are expected and stay silent: name
+them (`gone=`) precisely, never `Exception`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger("bai.agent.leftovers")
+
+
+def detail(error: BaseException) -> str:
+    """The error in a few words: a DockerError's message, an OSError's text, else its type and text."""
+    message = getattr(error, "message", None)  # aiodocker's DockerError
+    if isinstance(message, str) and message:
+        status = getattr(error, "status", None)
+        return f"{message} (status {status})" if status else message
+    text = str(error)
+    if isinstance(error, OSError) and text:
+        return text  # [Errno 13] Permission denied: '…'
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def report(
+    what: str,
+    error: BaseException,
+    *,
+    action: str = "remove",
+    remedy: str = "",
+    left_behind: bool = True,
+    logger: logging.Logger | None = None,
+) -> None:
+    """Log (WARNING) that `what` could not be removed (or closed, killed: `action`) and is left behind, with
+    the error and, when given, how to remove it by hand."""
+    message = f"could not {action} {what}: {detail(error)}"
+    if left_behind:
+        message += "; it is left behind"
+        if remedy:
+            message += f": {remedy}"
+    elif remedy:
+        message += f" ({remedy})"
+    (logger or log).warning("%s", message)
+
+
+@contextlib.contextmanager
+def step(
+    what: str,
+    *,
+    action: str = "remove",
+    remedy: str = "",
+    gone: tuple[type[BaseException], ...] = (FileNotFoundError,),
+    errors: tuple[type[BaseException], ...] = (Exception,),
+    left_behind: bool = True,
+    logger: logging.Logger | None = None,
+) -> Iterator[None]:
+    """A clean-up step: errors in `gone` (the thing is already gone) are silent, other `errors` are
+    reported (see `report`) and not raised. Cancellation (not an Exception) passes through."""
+    try:
+        yield
+    except gone:
+        pass
+    except errors as e:
+        report(what, e, action=action, remedy=remedy, left_behind=left_behind, logger=logger)
+
+
+def remove_tree(path: Path, what: str = "folder", *, logger: logging.Logger | None = None) -> bool:
+    """`rm -rf path`, saying what could not be removed (once, with the first error; files already gone are
+    fine). True when nothing is left."""
+    if path.is_symlink() or not path.is_dir():  # a file, a link, or nothing at all
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            report(f"{what} {path}", e, remedy=f"rm -f {path}", logger=logger)
+            return False
+        return True
+    failures: list[tuple[str, BaseException]] = []
+
+    def failed(_func, name: str, error) -> None:
+        error = error if isinstance(error, BaseException) else error[1]  # onexc: the error; onerror: exc_info
+        if not isinstance(error, FileNotFoundError):
+            failures.append((name, error))
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=failed)
+    else:
+        shutil.rmtree(path, onerror=failed)
+    if not failures:
+        return True
+    name, error = failures[0]
+    more = f", and {len(failures) - 1} more" if len(failures) > 1 else ""
+    where = f" ({name}{more})" if os.fspath(name) != os.fspath(path) or more else ""
+    report(f"{what} {path}{where}", error, remedy=f"rm -rf {path}", logger=logger)
+    return False
