@@ -92,7 +92,7 @@ def test_store_write_on_full_disk_changes_nothing(full_dir: Path) -> None:
             filler.unlink()
             await store.put_dotfile("AK", ".after", "ok", "644")
             assert [d["path"] for d in await store.dotfiles("AK")] == [".after", ".before"]
-            assert await store._read(lambda c: c.execute("PRAGMA integrity_check").fetchone()[0]) == "ok"
+            assert await store.db.run(lambda c: c.execute("PRAGMA integrity_check").fetchone()[0]) == "ok"
         finally:
             await store.close()
 

@@ -1,7 +1,9 @@
-"""Tests for bai/node/manager/store.py against a real SQLite file."""
+"""Tests for bai/node/manager/store/ against a real SQLite file."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 
 from bai.common.status import IllegalTransition, SessionStatus
-from bai.node.manager.store import Store
+from bai.node.manager.store import SchemaTooNew, Store, schema
 
 S = SessionStatus
 SLOTS = {"cpu": "1", "mem": "1073741824"}
@@ -322,3 +324,302 @@ async def test_data_survives_close_and_reopen(db_path: Path) -> None:
         assert agent["id"] == "a1" and agent["slots"] == SLOTS and agent["status"] == "ALIVE"
     finally:
         await reopened.close()
+
+
+# -- the schema's versions (PRAGMA user_version) ----------------------------------------------------------
+
+# The schema of the first bai (commit cfc5b46), before schemas had versions: its databases have user_version 0.
+FIRST_BAI_SCHEMA = """
+CREATE TABLE keypairs (
+    access_key TEXT PRIMARY KEY,
+    secret_key TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    is_admin INTEGER NOT NULL DEFAULT 0,
+    is_active INTEGER NOT NULL DEFAULT 1,
+    resource_policy TEXT NOT NULL DEFAULT 'default',
+    created_at TEXT NOT NULL
+);
+CREATE TABLE agents (
+    id TEXT PRIMARY KEY,
+    hostname TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    version TEXT NOT NULL,
+    scaling_group TEXT NOT NULL,
+    status TEXT NOT NULL,
+    slots TEXT NOT NULL,
+    first_contact TEXT NOT NULL,
+    last_seen TEXT NOT NULL
+);
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    access_key TEXT NOT NULL,
+    image TEXT NOT NULL,
+    type TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_info TEXT NOT NULL DEFAULT '',
+    status_data TEXT NOT NULL DEFAULT '{}',
+    status_changed TEXT NOT NULL,
+    requested_slots TEXT NOT NULL,
+    environ TEXT NOT NULL DEFAULT '{}',
+    config TEXT NOT NULL DEFAULT '{}',
+    scaling_group TEXT NOT NULL DEFAULT 'default',
+    cluster_size INTEGER NOT NULL DEFAULT 1,
+    tag TEXT,
+    result TEXT NOT NULL DEFAULT 'UNDEFINED',
+    created_at TEXT NOT NULL,
+    terminated_at TEXT,
+    seq INTEGER NOT NULL
+);
+CREATE INDEX sessions_status ON sessions(status, seq);
+CREATE INDEX sessions_name ON sessions(access_key, name);
+CREATE TABLE session_transitions (
+    session_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_info TEXT NOT NULL,
+    status_data TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+CREATE INDEX transitions_session ON session_transitions(session_id);
+CREATE TABLE kernels (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    cluster_role TEXT NOT NULL,
+    cluster_idx INTEGER NOT NULL,
+    image TEXT NOT NULL,
+    agent_id TEXT,
+    container_id TEXT,
+    status TEXT NOT NULL,
+    status_info TEXT NOT NULL DEFAULT '',
+    status_changed TEXT NOT NULL,
+    occupied_slots TEXT NOT NULL,
+    exit_code INTEGER,
+    created_at TEXT NOT NULL,
+    terminated_at TEXT
+);
+CREATE INDEX kernels_session ON kernels(session_id);
+CREATE TABLE kernel_logs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel_id TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX kernel_logs_kernel ON kernel_logs(kernel_id, seq);
+"""
+OLD_SESSION = "0f0f0f0f-0000-4000-8000-000000000001"
+OLD_KERNEL = "0f0f0f0f-0000-4000-8000-0000000000aa"
+OLD_TIME = "2026-11-29T10:00:00+00:00"
+
+
+def write_first_bai_database(path: Path) -> None:
+    """A database as the first bai left it: WAL, no auto-vacuum, user_version 0, a keypair, an agent, a
+    RUNNING session with its kernel, transitions and log."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(FIRST_BAI_SCHEMA)
+        conn.execute("INSERT INTO keypairs VALUES ('AKIAOLD', 'old-secret', 'admin', 1, 1, 'default', ?)", (OLD_TIME,))
+        conn.execute(
+            "INSERT INTO agents VALUES ('a-old', 'host', 'docker', '0.1', 'default', 'ALIVE', ?, ?, ?)",
+            (json.dumps(SLOTS), OLD_TIME, OLD_TIME),
+        )
+        conn.execute(
+            "INSERT INTO sessions(id, name, access_key, image, type, status, status_changed, requested_slots, "
+            "created_at, seq) VALUES (?, 'old-sess', 'AKIAOLD', 'bai-python:3.11', 'interactive', 'RUNNING', "
+            "?, ?, ?, 1)",
+            (OLD_SESSION, OLD_TIME, json.dumps(SLOTS), OLD_TIME),
+        )
+        for status in ("PENDING", "SCHEDULED", "PREPARING", "RUNNING"):
+            conn.execute("INSERT INTO session_transitions VALUES (?, ?, '', '{}', ?)", (OLD_SESSION, status, OLD_TIME))
+        conn.execute(
+            "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, agent_id, status, status_changed, "
+            "occupied_slots, created_at) VALUES (?, ?, 'main', 1, 'bai-python:3.11', 'a-old', 'RUNNING', ?, ?, ?)",
+            (OLD_KERNEL, OLD_SESSION, OLD_TIME, json.dumps(SLOTS), OLD_TIME),
+        )
+        conn.executemany(
+            "INSERT INTO kernel_logs(kernel_id, data) VALUES (?, ?)", [(OLD_KERNEL, "héllo\n"), (OLD_KERNEL, "bye\n")]
+        )
+        conn.commit()
+
+
+def shape(path: Path) -> dict[str, Any]:
+    """What a database's schema is, whatever the order of its columns: the columns of each table (name, type,
+    not null, default, primary key), each index (table, unique, partial, columns), and the version."""
+    with closing(sqlite3.connect(path)) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        out: dict[str, Any] = {
+            "version": conn.execute("PRAGMA user_version").fetchone()[0],
+            "auto_vacuum": conn.execute("PRAGMA auto_vacuum").fetchone()[0],
+        }
+        for table in tables:
+            out[table] = {tuple(r[1:]) for r in conn.execute(f"PRAGMA table_info({table})")}
+            for index in conn.execute(f"PRAGMA index_list({table})").fetchall():
+                columns = [r[2] for r in conn.execute(f"PRAGMA index_info({index[1]})")]
+                out[f"index {index[1]}"] = (table, index[2], index[4], columns)
+        return out
+
+
+def schema_sql(path: Path) -> list[tuple[str, str]]:
+    with closing(sqlite3.connect(path)) as conn:
+        return conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+
+
+async def test_a_new_database_has_the_latest_version(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    store = await Store.open(path)
+    await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.LATEST
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        # the log chunk's size comes ahead of its data (reading it does not walk the data's overflow pages)
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(kernel_logs)")]
+        assert columns.index("size") < columns.index("data")
+
+
+async def test_a_database_of_the_first_bai_is_upgraded_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    write_first_bai_database(path)
+    store = await Store.open(path)
+    try:
+        assert await store.ensure_admin_keypair("AKIANEW", "new") == ("AKIAOLD", "old-secret")
+        row = await store.get_session(OLD_SESSION)
+        assert row is not None and row["name"] == "old-sess" and row["status"] == "RUNNING"
+        assert row["requested_slots"] == SLOTS and row["status_data"] == {}
+        assert [t["status"] for t in await store.transitions_of(OLD_SESSION)] == [
+            "PENDING",
+            "SCHEDULED",
+            "PREPARING",
+            "RUNNING",
+        ]
+        [kernel] = await store.kernels_of(OLD_SESSION)
+        assert kernel["id"] == OLD_KERNEL and kernel["agent_id"] == "a-old" and kernel["devices"] == []
+        [agent] = await store.agents()
+        assert agent["id"] == "a-old" and agent["slots"] == SLOTS
+        # the log, and its running total counted from what was stored
+        assert [c[1:] for c in await store.read_log_chunks(OLD_KERNEL)] == [("héllo\n", None), ("bye\n", None)]
+        assert await store.log_state(OLD_KERNEL) == {"bytes": 11, "dropped": 0, "purged_at": None}
+        await store.append_logs([(OLD_KERNEL, "more\n")])
+        assert [text for _, text in await store.read_logs(OLD_KERNEL)] == ["héllo\n", "bye\n", "more\n"]
+        # what later versions added works on it
+        policies = await store.policies()
+        assert policies["default"]["max_vfolder_count"] == 0
+        await store.update_kernel(OLD_KERNEL, devices=json.dumps([["GPU-1", 1]]))
+        assert (await store.get_kernel(OLD_KERNEL) or {})["devices"] == [["GPU-1", 1]]
+        folder = {"id": "f1", "name": "data", "host": "local", "owner": "AKIAOLD", "usage_mode": "general"}
+        assert await store.create_vfolder(folder)
+        assert await store.set_image_alias("py", "bai-python:3.11")
+        await store.put_dotfile("AKIAOLD", ".bashrc", "x", "644")
+        await store.apply_round([], [], [], [{"session_id": OLD_SESSION, "outcome": "x", "status_info": "",
+                                              "msg": "", "agents": "", "predicates": []}])  # fmt: skip
+        assert len(await store.scheduling_history(OLD_SESSION)) == 1
+    finally:
+        await store.close()
+    # the same tables, columns and indexes as a new database has (the order of columns aside)
+    await (await Store.open(tmp_path / "new.db")).close()
+    assert shape(path) == shape(tmp_path / "new.db")
+
+
+@pytest.mark.parametrize("version", range(1, schema.LATEST))
+async def test_a_database_at_any_earlier_version_is_upgraded(tmp_path: Path, version: int) -> None:
+    """One that went through the steps up to `version` (and then, say, stopped), recorded or not (a bai from
+    before versions: user_version 0)."""
+    for recorded in (True, False):
+        path = tmp_path / f"v{version}-{recorded}.db"
+        with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            for step in schema.STEPS[:version]:
+                if step.before:
+                    step.before(conn)
+                step.apply(conn)
+            conn.execute(f"PRAGMA user_version={version if recorded else 0}")
+        store = await Store.open(path)
+        try:
+            sid, [kid] = await make_session(store)
+            await store.append_logs([(kid, "hi\n")])
+            assert await store.read_logs(kid) != []
+        finally:
+            await store.close()
+        await (await Store.open(tmp_path / "new.db")).close()
+        assert shape(path) == shape(tmp_path / "new.db")
+
+
+async def test_a_database_from_just_before_versions_is_only_stamped(tmp_path: Path) -> None:
+    """The last bai without versions made the whole schema as it is now: opening it changes no table."""
+    path = tmp_path / "bai.db"
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(schema.SCHEMA)
+    before = schema_sql(path)
+    store = await Store.open(path)
+    await store.close()
+    assert schema_sql(path) == before
+    assert shape(path)["version"] == schema.LATEST
+
+
+async def test_opening_again_changes_nothing(db_path: Path, tmp_path: Path) -> None:
+    for path in (db_path, tmp_path / "old.db"):
+        if path != db_path:
+            write_first_bai_database(path)
+        for _ in range(3):
+            store = await Store.open(path)
+            await store.ensure_admin_keypair("AKIAFIRST", "secret")
+            await store.close()
+            if _ == 0:
+                first = (schema_sql(path), shape(path))
+            assert (schema_sql(path), shape(path)) == first
+            with closing(sqlite3.connect(path)) as conn:
+                assert conn.execute("SELECT COUNT(*) FROM keypairs").fetchone()[0] == 1
+                assert conn.execute("SELECT COUNT(*) FROM resource_policies").fetchone()[0] == 1
+
+
+async def test_a_database_of_a_newer_bai_is_refused(db_path: Path) -> None:
+    store = await Store.open(db_path)
+    await store.ensure_admin_keypair("AKIAFIRST", "secret")
+    await store.close()
+    newer = schema.LATEST + 1
+    with closing(sqlite3.connect(db_path)) as conn:
+        conn.execute(f"PRAGMA user_version={newer}")
+    before = db_path.read_bytes()
+    with pytest.raises(SchemaTooNew) as caught:
+        await Store.open(db_path)
+    message = str(caught.value)
+    assert str(db_path) in message and f"version {newer}" in message and f"version {schema.LATEST}" in message
+    assert "newer bai" in message
+    assert db_path.read_bytes() == before  # not touched
+    with closing(sqlite3.connect(db_path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == newer
+
+
+async def test_a_closed_database_refuses_calls(store: Store) -> None:
+    await store.close()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        await store.get_session("x")
+    await store.close()  # twice is fine
+
+
+async def test_calls_run_one_at_a_time_in_order(store: Store) -> None:
+    """Transactions on the database's one thread do not interleave, and run in the order made."""
+    order: list[int] = []
+
+    def step(i: int):
+        def fn(conn: sqlite3.Connection) -> int:
+            order.append(i)
+            conn.execute("INSERT INTO image_aliases VALUES (?, 'img')", (f"a{i}",))
+            return i
+
+        return fn
+
+    assert await asyncio.gather(*(store.db.transaction(step(i)) for i in range(50))) == list(range(50))
+    assert order == list(range(50))
+    assert len(await store.image_aliases()) == 50
+
+
+async def test_a_failed_transaction_changes_nothing(store: Store) -> None:
+    def fn(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO image_aliases VALUES ('a', 'img')")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await store.db.transaction(fn)
+    assert await store.image_aliases() == {}
+    assert await store.set_image_alias("b", "img")  # the connection is not left in a transaction

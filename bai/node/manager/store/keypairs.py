@@ -1,0 +1,143 @@
+"""Keypairs, resource policies and dotfiles (what a keypair owns)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from bai.node.manager.store.db import Queries, decode_row, utcnow
+
+POLICY_FIELDS = (
+    "max_concurrent_sessions",
+    "total_resource_slots",
+    "default_for_unspecified",
+    "idle_timeout",
+    "max_session_lifetime",
+    "max_vfolder_count",
+    "max_vfolder_size",
+)
+
+
+class Keypairs(Queries):
+    """Keypairs, the resource policies they follow, and their dotfiles."""
+
+    async def ensure_admin_keypair(self, access_key: str, secret_key: str) -> tuple[str, str]:
+        """Return the first admin keypair, creating one from the given keys if there is none."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[str, str]:
+            row = conn.execute(
+                "SELECT access_key, secret_key FROM keypairs WHERE is_admin=1 AND is_active=1 "
+                "ORDER BY created_at LIMIT 1"
+            ).fetchone()
+            if row:
+                return row[0], row[1]
+            conn.execute(
+                "INSERT INTO keypairs(access_key, secret_key, user_id, is_admin, created_at) "
+                "VALUES (?, ?, 'admin', 1, ?)",
+                (access_key, secret_key, utcnow()),
+            )
+            return access_key, secret_key
+
+        return await self.db.transaction(fn)
+
+    async def keypairs(self, active_only: bool = True) -> dict[str, dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            sql = "SELECT * FROM keypairs" + (" WHERE is_active=1" if active_only else "") + " ORDER BY created_at"
+            return {r["access_key"]: dict(r) for r in conn.execute(sql).fetchall()}
+
+        return await self.db.run(fn)
+
+    async def create_keypair(self, keypair: dict[str, Any]) -> None:
+        def fn(conn: sqlite3.Connection) -> None:
+            if not conn.execute(
+                "SELECT 1 FROM resource_policies WHERE name=?", (keypair["resource_policy"],)
+            ).fetchone():
+                raise KeyError(f"no resource policy {keypair['resource_policy']!r}")
+            conn.execute(
+                "INSERT INTO keypairs(access_key, secret_key, user_id, is_admin, resource_policy, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    keypair["access_key"],
+                    keypair["secret_key"],
+                    keypair["user_id"],
+                    int(keypair["is_admin"]),
+                    keypair["resource_policy"],
+                    utcnow(),
+                ),
+            )
+
+        await self.db.transaction(fn)
+
+    async def update_keypair(self, access_key: str, **cols: Any) -> bool:
+        """Change a keypair's resource_policy / is_active; False when there is no such keypair."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            if (
+                "resource_policy" in cols
+                and not conn.execute(
+                    "SELECT 1 FROM resource_policies WHERE name=?", (cols["resource_policy"],)
+                ).fetchone()
+            ):
+                raise KeyError(f"no resource policy {cols['resource_policy']!r}")
+            sets = ", ".join(f"{c}=?" for c in cols)
+            return (
+                conn.execute(f"UPDATE keypairs SET {sets} WHERE access_key=?", (*cols.values(), access_key)).rowcount
+                > 0
+            )
+
+        return await self.db.transaction(fn)
+
+    async def policies(self) -> dict[str, dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+            rows = conn.execute("SELECT * FROM resource_policies ORDER BY name").fetchall()
+            return {r["name"]: decode_row(r) for r in rows}
+
+        return await self.db.run(fn)
+
+    async def save_policy(self, name: str, fields: dict[str, Any], *, create: bool) -> bool:
+        """Create a policy (False if the name is taken) or update one (False if there is none)."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            values = {k: json.dumps(v) if k == "total_resource_slots" else v for k, v in fields.items()}
+            exists = conn.execute("SELECT 1 FROM resource_policies WHERE name=?", (name,)).fetchone() is not None
+            if create:
+                if exists:
+                    return False
+                cols = ["name", "created_at", *values]
+                conn.execute(
+                    f"INSERT INTO resource_policies({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                    (name, utcnow(), *values.values()),
+                )
+                return True
+            if not exists:
+                return False
+            if values:
+                sets = ", ".join(f"{c}=?" for c in values)
+                conn.execute(f"UPDATE resource_policies SET {sets} WHERE name=?", (*values.values(), name))
+            return True
+
+        return await self.db.transaction(fn)
+
+    async def dotfiles(self, access_key: str) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            sql = "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path"
+            return [dict(r) for r in conn.execute(sql, (access_key,)).fetchall()]
+
+        return await self.db.run(fn)
+
+    async def put_dotfile(self, access_key: str, path: str, data: str, permission: str) -> None:
+        await self.db.transaction(
+            lambda conn: conn.execute(
+                "INSERT INTO dotfiles(access_key, path, data, permission) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(access_key, path) DO UPDATE SET data=excluded.data, permission=excluded.permission",
+                (access_key, path, data, permission),
+            )
+        )
+
+    async def delete_dotfile(self, access_key: str, path: str) -> bool:
+        return await self.db.transaction(
+            lambda conn: (
+                conn.execute("DELETE FROM dotfiles WHERE access_key=? AND path=?", (access_key, path)).rowcount > 0
+            )
+        )

@@ -1,0 +1,396 @@
+"""The manager's schema, and the steps that brought it there: PRAGMA user_version says which one a database has.
+
+A new database gets SCHEMA, the whole of it, at version LATEST. An existing one goes through the STEPS after
+its version, each in one transaction together with its new version number.
+
+Steps 1 to 7 are the schema's history before it had versions: a database that bai wrote then has
+user_version 0, whatever it holds, so each of these steps adds only what is missing (CREATE … IF NOT EXISTS;
+`add_column`). Steps from 8 on run on databases known to have the version before, and need no such care.
+
+To change the schema: change SCHEMA (what a new database gets), append a Step that makes the same change to a
+database at the version before, and raise LATEST. `tests/test_store.py` checks that both give the same tables.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS keypairs (
+    access_key TEXT PRIMARY KEY,
+    secret_key TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    is_admin INTEGER NOT NULL DEFAULT 0,
+    is_active INTEGER NOT NULL DEFAULT 1,
+    resource_policy TEXT NOT NULL DEFAULT 'default',
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS resource_policies (
+    name TEXT PRIMARY KEY,
+    max_concurrent_sessions INTEGER NOT NULL DEFAULT 0,
+    total_resource_slots TEXT NOT NULL DEFAULT '{}',
+    default_for_unspecified TEXT NOT NULL DEFAULT 'UNLIMITED',
+    idle_timeout REAL NOT NULL DEFAULT 0,
+    max_session_lifetime REAL NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL,
+    max_vfolder_count INTEGER NOT NULL DEFAULT 0,  -- 0 = unlimited
+    max_vfolder_size INTEGER NOT NULL DEFAULT 0  -- bytes per folder; 0 = unlimited
+);
+INSERT OR IGNORE INTO resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
+CREATE TABLE IF NOT EXISTS agents (
+    id TEXT PRIMARY KEY,
+    hostname TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    version TEXT NOT NULL,
+    scaling_group TEXT NOT NULL,
+    status TEXT NOT NULL,
+    slots TEXT NOT NULL,
+    first_contact TEXT NOT NULL,
+    last_seen TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    access_key TEXT NOT NULL,
+    image TEXT NOT NULL,
+    type TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_info TEXT NOT NULL DEFAULT '',
+    status_data TEXT NOT NULL DEFAULT '{}',
+    status_changed TEXT NOT NULL,
+    requested_slots TEXT NOT NULL,
+    environ TEXT NOT NULL DEFAULT '{}',
+    config TEXT NOT NULL DEFAULT '{}',
+    scaling_group TEXT NOT NULL DEFAULT 'default',
+    cluster_size INTEGER NOT NULL DEFAULT 1,
+    tag TEXT,
+    result TEXT NOT NULL DEFAULT 'UNDEFINED',
+    created_at TEXT NOT NULL,
+    terminated_at TEXT,
+    seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, seq);
+CREATE INDEX IF NOT EXISTS sessions_name ON sessions(access_key, name);
+CREATE TABLE IF NOT EXISTS session_transitions (
+    session_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_info TEXT NOT NULL,
+    status_data TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transitions_session ON session_transitions(session_id);
+CREATE TABLE IF NOT EXISTS kernels (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    cluster_role TEXT NOT NULL,
+    cluster_idx INTEGER NOT NULL,
+    image TEXT NOT NULL,
+    agent_id TEXT,
+    container_id TEXT,
+    status TEXT NOT NULL,
+    status_info TEXT NOT NULL DEFAULT '',
+    status_changed TEXT NOT NULL,
+    occupied_slots TEXT NOT NULL,
+    exit_code INTEGER,
+    created_at TEXT NOT NULL,
+    terminated_at TEXT,
+    devices TEXT NOT NULL DEFAULT '[]'  -- [[GPU UUID, share], ...] the kernel holds
+);
+CREATE INDEX IF NOT EXISTS kernels_session ON kernels(session_id);
+CREATE INDEX IF NOT EXISTS kernels_status ON kernels(status, agent_id);
+CREATE INDEX IF NOT EXISTS sessions_seq ON sessions(seq);
+CREATE TABLE IF NOT EXISTS scheduling_history (
+    session_id TEXT NOT NULL,
+    first_at TEXT NOT NULL,
+    last_at TEXT NOT NULL,
+    rounds INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    status_info TEXT NOT NULL,
+    msg TEXT NOT NULL,
+    agents TEXT NOT NULL,
+    predicates TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS scheduling_history_session ON scheduling_history(session_id);
+CREATE TABLE IF NOT EXISTS kernel_logs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel_id TEXT NOT NULL,
+    size INTEGER,  -- UTF-8 bytes of data (NULL in rows an older bai stored; ahead of data so reading it is cheap)
+    data TEXT NOT NULL,
+    ts TEXT  -- when the manager stored the chunk (ISO 8601, UTC)
+);
+CREATE INDEX IF NOT EXISTS kernel_logs_kernel ON kernel_logs(kernel_id, seq);
+CREATE TABLE IF NOT EXISTS kernel_log_sizes (
+    kernel_id TEXT PRIMARY KEY,
+    bytes INTEGER NOT NULL,  -- UTF-8 bytes of output kept (the marker line not counted)
+    dropped INTEGER NOT NULL DEFAULT 0,  -- bytes of older output dropped to stay within log_max_bytes
+    marker_seq INTEGER,  -- the kernel_logs row that says so; it comes before every row kept
+    purged_at TEXT  -- when the whole log was purged (log_retention after its session ended)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS kernel_log_sizes_kept ON kernel_log_sizes(kernel_id) WHERE purged_at IS NULL;
+CREATE TABLE IF NOT EXISTS vfolders (
+    id TEXT PRIMARY KEY,  -- hex; also the folder's directory name under its host's root
+    name TEXT NOT NULL,
+    host TEXT NOT NULL,
+    owner TEXT NOT NULL,  -- access key
+    usage_mode TEXT NOT NULL DEFAULT 'general',
+    status TEXT NOT NULL DEFAULT 'ready',  -- ready | trashed
+    created_at TEXT NOT NULL,
+    trashed_at TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS vfolders_owner_name ON vfolders(owner, name) WHERE status = 'ready';
+CREATE TABLE IF NOT EXISTS vfolder_shares (
+    vfolder_id TEXT NOT NULL,
+    access_key TEXT NOT NULL,
+    permission TEXT NOT NULL,  -- ro | rw
+    PRIMARY KEY (vfolder_id, access_key)
+);
+CREATE TABLE IF NOT EXISTS image_aliases (
+    alias TEXT PRIMARY KEY,  -- set with `bai image alias`; they override [images.aliases]
+    image TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dotfiles (
+    access_key TEXT NOT NULL,
+    path TEXT NOT NULL,  -- relative to the kernel's home
+    data TEXT NOT NULL,
+    permission TEXT NOT NULL DEFAULT '644',
+    PRIMARY KEY (access_key, path)
+);
+"""
+
+
+@dataclass(frozen=True)
+class Step:
+    version: int  # the user_version a database has once the step is applied
+    summary: str
+    apply: Callable[[sqlite3.Connection], None]  # inside the step's transaction
+    before: Callable[[sqlite3.Connection], None] | None = None  # outside it, before (a VACUUM); safe to repeat
+
+
+def statements(script: str) -> Iterator[str]:
+    """The SQL statements of a script, one at a time (to run them inside a transaction, as executescript()
+    would commit it)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending.strip()
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"an incomplete SQL statement: {pending.strip()!r}")
+
+
+def script(sql: str) -> Callable[[sqlite3.Connection], None]:
+    def apply(conn: sqlite3.Connection) -> None:
+        for statement in statements(sql):
+            conn.execute(statement)
+
+    return apply
+
+
+def add_column(conn: sqlite3.Connection, table: str, column: str, declaration: str) -> None:
+    """ALTER TABLE … ADD COLUMN, unless the table has that column (a step of the history before versions)."""
+    if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+
+# -- the steps ----------------------------------------------------------------------------------------
+
+V1 = """
+CREATE TABLE IF NOT EXISTS keypairs (
+    access_key TEXT PRIMARY KEY,
+    secret_key TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    is_admin INTEGER NOT NULL DEFAULT 0,
+    is_active INTEGER NOT NULL DEFAULT 1,
+    resource_policy TEXT NOT NULL DEFAULT 'default',
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agents (
+    id TEXT PRIMARY KEY,
+    hostname TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    version TEXT NOT NULL,
+    scaling_group TEXT NOT NULL,
+    status TEXT NOT NULL,
+    slots TEXT NOT NULL,
+    first_contact TEXT NOT NULL,
+    last_seen TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    access_key TEXT NOT NULL,
+    image TEXT NOT NULL,
+    type TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_info TEXT NOT NULL DEFAULT '',
+    status_data TEXT NOT NULL DEFAULT '{}',
+    status_changed TEXT NOT NULL,
+    requested_slots TEXT NOT NULL,
+    environ TEXT NOT NULL DEFAULT '{}',
+    config TEXT NOT NULL DEFAULT '{}',
+    scaling_group TEXT NOT NULL DEFAULT 'default',
+    cluster_size INTEGER NOT NULL DEFAULT 1,
+    tag TEXT,
+    result TEXT NOT NULL DEFAULT 'UNDEFINED',
+    created_at TEXT NOT NULL,
+    terminated_at TEXT,
+    seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, seq);
+CREATE INDEX IF NOT EXISTS sessions_name ON sessions(access_key, name);
+CREATE TABLE IF NOT EXISTS session_transitions (
+    session_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_info TEXT NOT NULL,
+    status_data TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transitions_session ON session_transitions(session_id);
+CREATE TABLE IF NOT EXISTS kernels (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    cluster_role TEXT NOT NULL,
+    cluster_idx INTEGER NOT NULL,
+    image TEXT NOT NULL,
+    agent_id TEXT,
+    container_id TEXT,
+    status TEXT NOT NULL,
+    status_info TEXT NOT NULL DEFAULT '',
+    status_changed TEXT NOT NULL,
+    occupied_slots TEXT NOT NULL,
+    exit_code INTEGER,
+    created_at TEXT NOT NULL,
+    terminated_at TEXT
+);
+CREATE INDEX IF NOT EXISTS kernels_session ON kernels(session_id);
+CREATE TABLE IF NOT EXISTS kernel_logs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel_id TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS kernel_logs_kernel ON kernel_logs(kernel_id, seq);
+"""
+
+V2 = """
+CREATE TABLE IF NOT EXISTS resource_policies (
+    name TEXT PRIMARY KEY,
+    max_concurrent_sessions INTEGER NOT NULL DEFAULT 0,
+    total_resource_slots TEXT NOT NULL DEFAULT '{}',
+    default_for_unspecified TEXT NOT NULL DEFAULT 'UNLIMITED',
+    idle_timeout REAL NOT NULL DEFAULT 0,
+    max_session_lifetime REAL NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL
+);
+INSERT OR IGNORE INTO resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
+CREATE TABLE IF NOT EXISTS scheduling_history (
+    session_id TEXT NOT NULL,
+    first_at TEXT NOT NULL,
+    last_at TEXT NOT NULL,
+    rounds INTEGER NOT NULL,
+    outcome TEXT NOT NULL,
+    status_info TEXT NOT NULL,
+    msg TEXT NOT NULL,
+    agents TEXT NOT NULL,
+    predicates TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS scheduling_history_session ON scheduling_history(session_id);
+"""
+
+V3 = """
+CREATE INDEX IF NOT EXISTS kernels_status ON kernels(status, agent_id);
+CREATE INDEX IF NOT EXISTS sessions_seq ON sessions(seq);
+"""
+
+V4 = """
+CREATE TABLE IF NOT EXISTS vfolders (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    host TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    usage_mode TEXT NOT NULL DEFAULT 'general',
+    status TEXT NOT NULL DEFAULT 'ready',
+    created_at TEXT NOT NULL,
+    trashed_at TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS vfolders_owner_name ON vfolders(owner, name) WHERE status = 'ready';
+CREATE TABLE IF NOT EXISTS vfolder_shares (
+    vfolder_id TEXT NOT NULL,
+    access_key TEXT NOT NULL,
+    permission TEXT NOT NULL,
+    PRIMARY KEY (vfolder_id, access_key)
+);
+CREATE TABLE IF NOT EXISTS dotfiles (
+    access_key TEXT NOT NULL,
+    path TEXT NOT NULL,
+    data TEXT NOT NULL,
+    permission TEXT NOT NULL DEFAULT '644',
+    PRIMARY KEY (access_key, path)
+);
+"""
+
+
+def v4(conn: sqlite3.Connection) -> None:
+    add_column(conn, "resource_policies", "max_vfolder_count", "INTEGER NOT NULL DEFAULT 0")
+    add_column(conn, "resource_policies", "max_vfolder_size", "INTEGER NOT NULL DEFAULT 0")
+    add_column(conn, "kernel_logs", "ts", "TEXT")
+    script(V4)(conn)
+
+
+V5 = """
+CREATE TABLE IF NOT EXISTS image_aliases (
+    alias TEXT PRIMARY KEY,
+    image TEXT NOT NULL
+);
+"""
+
+
+def v6(conn: sqlite3.Connection) -> None:
+    add_column(conn, "kernels", "devices", "TEXT NOT NULL DEFAULT '[]'")
+
+
+V7 = """
+CREATE TABLE kernel_log_sizes (
+    kernel_id TEXT PRIMARY KEY,
+    bytes INTEGER NOT NULL,
+    dropped INTEGER NOT NULL DEFAULT 0,
+    marker_seq INTEGER,
+    purged_at TEXT
+) WITHOUT ROWID;
+CREATE INDEX kernel_log_sizes_kept ON kernel_log_sizes(kernel_id) WHERE purged_at IS NULL;
+INSERT INTO kernel_log_sizes(kernel_id, bytes)
+    SELECT kernel_id, SUM(length(CAST(data AS BLOB))) FROM kernel_logs GROUP BY kernel_id;
+"""
+
+
+def v7_vacuum(conn: sqlite3.Connection) -> None:
+    """Once, so that purged logs give their space back from now on (auto_vacuum is set before the first
+    table of a database, or it takes a VACUUM)."""
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        conn.execute("VACUUM")
+
+
+def v7(conn: sqlite3.Connection) -> None:
+    add_column(conn, "kernel_logs", "size", "INTEGER")  # (after data here: only a new database has it ahead)
+    if not has_table(conn, "kernel_log_sizes"):
+        script(V7)(conn)  # every log's running total, from what is stored
+
+
+STEPS = [
+    Step(1, "keypairs, agents, sessions and their transitions, kernels, kernel logs", script(V1)),
+    Step(2, "resource policies, scheduling history", script(V2)),
+    Step(3, "indexes: kernels by status and agent, sessions by seq", script(V3)),
+    Step(4, "virtual folders, their shares, dotfiles; policies' folder quotas; log chunks' times", v4),
+    Step(5, "image aliases", script(V5)),
+    Step(6, "kernels' GPU devices", v6),
+    Step(7, "bounded logs: chunk sizes, each kernel's total; incremental auto-vacuum", v7, before=v7_vacuum),
+]
+LATEST = STEPS[-1].version
+assert [s.version for s in STEPS] == list(range(1, LATEST + 1))

@@ -1,0 +1,386 @@
+"""Sessions, their kernels, transitions and scheduling history."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from bai.common.status import ACTIVE_STATUSES, SessionStatus, check_transition
+from bai.node.manager.store.db import Queries, decode_row, utcnow
+
+
+def _transition(
+    conn: sqlite3.Connection,
+    session_id: str,
+    target: SessionStatus,
+    status_info: str,
+    status_data: dict[str, Any] | None,
+    allowed_from: Iterable[SessionStatus] | None,
+    kernel_updates: dict[str, dict[str, Any]] | None,
+    result: str | None,
+) -> dict[str, Any] | None:
+    """One session transition inside the caller's transaction (see Store.transition)."""
+    row = conn.execute("SELECT status FROM sessions WHERE id=?", (session_id,)).fetchone()
+    if row is None:
+        return None
+    current = SessionStatus(row[0])
+    if allowed_from is not None and current not in set(allowed_from):
+        return None
+    if current == target:
+        return None
+    check_transition(current, target)
+    now = utcnow()
+    data = json.dumps(status_data or {})
+    terminated = now if target in (SessionStatus.TERMINATED, SessionStatus.CANCELLED) else None
+    conn.execute(
+        "UPDATE sessions SET status=?, status_info=?, status_data=?, status_changed=?, "
+        "terminated_at=COALESCE(?, terminated_at), result=COALESCE(?, result) WHERE id=?",
+        (target.value, status_info, data, now, terminated, result, session_id),
+    )
+    conn.execute(
+        "INSERT INTO session_transitions VALUES (?, ?, ?, ?, ?)",
+        (session_id, target.value, status_info, data, now),
+    )
+    kernel_ids = [r[0] for r in conn.execute("SELECT id FROM kernels WHERE session_id=?", (session_id,))]
+    for kid in kernel_ids:
+        cols: dict[str, Any] = {"status": target.value, "status_info": status_info, "status_changed": now}
+        if terminated:
+            cols["terminated_at"] = terminated
+        cols.update((kernel_updates or {}).get(kid, {}))
+        sets = ", ".join(f"{c}=?" for c in cols)
+        conn.execute(f"UPDATE kernels SET {sets} WHERE id=?", (*cols.values(), kid))
+    return decode_row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+
+
+class Sessions(Queries):
+    """Sessions and their kernels: creation, transitions (one transaction each), scheduling rounds and
+    their history, look-ups."""
+
+    async def create_session(self, session: dict[str, Any], kernels: list[dict[str, Any]]) -> str | None:
+        """Insert a PENDING session and its kernels; if the owner already has an active session of
+        that name, insert nothing and return that session's id (names are unique among live ones)."""
+
+        def fn(conn: sqlite3.Connection) -> str | None:
+            live = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
+            taken = conn.execute(
+                f"SELECT id FROM sessions WHERE access_key=? AND name=? AND status IN ({live})",
+                (session["access_key"], session["name"]),
+            ).fetchone()
+            if taken is not None:
+                return taken[0]
+            seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions").fetchone()[0]
+            now = session["created_at"]
+            conn.execute(
+                "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
+                "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
+                "created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session["id"],
+                    session["name"],
+                    session["access_key"],
+                    session["image"],
+                    session["type"],
+                    now,
+                    json.dumps(session["requested_slots"]),
+                    json.dumps(session["environ"]),
+                    json.dumps(session["config"]),
+                    session["scaling_group"],
+                    len(kernels),
+                    session.get("tag"),
+                    now,
+                    seq,
+                ),
+            )
+            conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session["id"], now))
+            conn.executemany(
+                "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
+                "status_changed, occupied_slots, created_at) VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)",
+                [
+                    (
+                        k["id"],
+                        session["id"],
+                        k["cluster_role"],
+                        k["cluster_idx"],
+                        session["image"],
+                        now,
+                        json.dumps(k["slots"]),
+                        now,
+                    )
+                    for k in kernels
+                ],
+            )
+
+            return None
+
+        return await self.db.transaction(fn)
+
+    async def transition(
+        self,
+        session_id: str,
+        target: SessionStatus,
+        status_info: str = "",
+        status_data: dict[str, Any] | None = None,
+        *,
+        allowed_from: Iterable[SessionStatus] | None = None,
+        kernel_updates: dict[str, dict[str, Any]] | None = None,
+        result: str | None = None,
+    ) -> dict[str, Any] | None:
+        """Move a session to `target` in one transaction; return the updated row.
+
+        Returns None (and changes nothing) when the session is not in `allowed_from`;
+        raises IllegalTransition for a move the lifecycle forbids. Kernels listed in
+        `kernel_updates` get their columns updated in the same transaction; the kernels'
+        status follows the session's unless given.
+        """
+        return await self.db.transaction(
+            lambda conn: _transition(
+                conn, session_id, target, status_info, status_data, allowed_from, kernel_updates, result
+            )
+        )
+
+    async def apply_round(
+        self,
+        placements: list[tuple[str, dict[str, str]]],
+        cancels: list[tuple[str, str, dict[str, Any]]],
+        pending: list[tuple[str, str, dict[str, Any]]],
+        history: list[dict[str, Any]],
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Apply one scheduling round in ONE transaction.
+
+        placements: (session id, {kernel id: agent id}) → SCHEDULED; cancels: (id, status_info, data)
+        → CANCELLED; pending: (id, status_info, data) recorded on sessions still PENDING; history:
+        rows for `scheduling_history` (merged with the session's last row when nothing changed).
+        Returns the rows that were scheduled and cancelled (sessions no longer PENDING are skipped).
+        """
+
+        def fn(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            scheduled, cancelled = [], []
+            for session_id, agents in placements:
+                updates = {kid: {"agent_id": agent} for kid, agent in agents.items()}
+                row = _transition(
+                    conn, session_id, SessionStatus.SCHEDULED, "scheduled", {}, [SessionStatus.PENDING], updates, None
+                )
+                if row is not None:
+                    scheduled.append(row)
+            for session_id, info, data in cancels:
+                row = _transition(
+                    conn, session_id, SessionStatus.CANCELLED, info, data, [SessionStatus.PENDING], None, None
+                )
+                if row is not None:
+                    cancelled.append(row)
+            conn.executemany(
+                "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status='PENDING'",
+                [(info, json.dumps(data), sid) for sid, info, data in pending],
+            )
+            now = utcnow()
+            for h in history:
+                last = conn.execute(
+                    "SELECT rowid, outcome, status_info, msg, agents FROM scheduling_history "
+                    "WHERE session_id=? ORDER BY rowid DESC LIMIT 1",
+                    (h["session_id"],),
+                ).fetchone()
+                same = last is not None and tuple(last[1:]) == (h["outcome"], h["status_info"], h["msg"], h["agents"])
+                if same:
+                    conn.execute(
+                        "UPDATE scheduling_history SET last_at=?, rounds=rounds+1 WHERE rowid=?", (now, last[0])
+                    )
+                else:
+                    conn.execute(
+                        "INSERT INTO scheduling_history(session_id, first_at, last_at, rounds, outcome, status_info, "
+                        "msg, agents, predicates) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                        (
+                            h["session_id"],
+                            now,
+                            now,
+                            h["outcome"],
+                            h["status_info"],
+                            h["msg"],
+                            h["agents"],
+                            json.dumps(h["predicates"]),
+                        ),
+                    )
+            return scheduled, cancelled
+
+        return await self.db.transaction(fn)
+
+    async def scheduling_history(self, session_id: str) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT first_at, last_at, rounds, outcome, status_info, msg, agents, predicates "
+                "FROM scheduling_history WHERE session_id=? ORDER BY rowid",
+                (session_id,),
+            ).fetchall()
+            return [{**dict(r), "predicates": json.loads(r["predicates"])} for r in rows]
+
+        return await self.db.run(fn)
+
+    async def update_kernel(self, kernel_id: str, **cols: Any) -> None:
+        if not cols:
+            return
+        sets = ", ".join(f"{c}=?" for c in cols)
+        await self.db.transaction(
+            lambda conn: conn.execute(f"UPDATE kernels SET {sets} WHERE id=?", (*cols.values(), kernel_id))
+        )
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self.db.run(
+            lambda conn: decode_row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+        )
+
+    async def count_sessions_by_status(self) -> dict[str, int]:
+        return await self.db.run(
+            lambda conn: dict(conn.execute("SELECT status, COUNT(*) FROM sessions GROUP BY status").fetchall())
+        )
+
+    async def sessions_by_ids(self, session_ids: list[str]) -> list[dict[str, Any]]:
+        """The sessions with these ids (those that exist), in one read."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            out = []
+            for start in range(0, len(session_ids), 500):  # stay under SQLite's parameter limit
+                chunk = session_ids[start : start + 500]
+                sql = f"SELECT * FROM sessions WHERE id IN ({','.join('?' * len(chunk))})"
+                out.extend(decode_row(r) for r in conn.execute(sql, chunk).fetchall())
+            return out
+
+        return await self.db.run(fn)
+
+    async def find_sessions(
+        self, ref: str, access_key: str | None, *, active_only: bool, ids_of: str | None | bool = True
+    ) -> list[dict[str, Any]]:
+        """Sessions whose id (or id prefix of 8+ chars) or name matches `ref`, newest first.
+
+        Names are looked up among `access_key`'s sessions (None: anyone's); ids among `ids_of`'s
+        (True, the default: the same keypair as names; None: anyone's)."""
+        id_owner = access_key if ids_of is True else ids_of
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            # indexed look-ups (id, owner+name, id range for a prefix) rather than one OR that scans
+            only_id_owner = " AND access_key = :ids" if id_owner is not None else ""
+            matches = "SELECT rowid FROM sessions WHERE id = :ref" + only_id_owner
+            if access_key is not None:
+                matches += " UNION SELECT rowid FROM sessions WHERE access_key = :names AND name = :ref"
+            else:
+                matches += " UNION SELECT rowid FROM sessions WHERE name = :ref"
+            if len(ref) >= 8:
+                matches += " UNION SELECT rowid FROM sessions WHERE id >= :ref AND id < :ref || '~'" + only_id_owner
+            sql = f"SELECT * FROM sessions WHERE rowid IN ({matches})"
+            if active_only:
+                sql += f" AND status IN ({','.join(repr(s.value) for s in ACTIVE_STATUSES)})"
+            params = {"ref": ref, "names": access_key, "ids": id_owner}
+            return [decode_row(r) for r in conn.execute(sql + " ORDER BY seq DESC", params).fetchall()]
+
+        return await self.db.run(fn)
+
+    async def list_sessions(
+        self, access_key: str | None, statuses: Iterable[SessionStatus] | None, limit: int = -1, newest: bool = False
+    ) -> list[dict[str, Any]]:
+        """Sessions in queue order (`newest`: the latest first); `limit` -1 means all of them."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            clauses, params = [], []
+            if access_key is not None:
+                clauses.append("access_key = ?")
+                params.append(access_key)
+            if statuses is not None:
+                values = [s.value for s in statuses]
+                clauses.append(f"status IN ({','.join('?' * len(values))})")
+                params.extend(values)
+            where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+            sql = f"SELECT * FROM sessions {where} ORDER BY seq {'DESC' if newest else ''} LIMIT ?"
+            return [decode_row(r) for r in conn.execute(sql, (*params, limit)).fetchall()]
+
+        return await self.db.run(fn)
+
+    async def kernels_of(self, session_id: str) -> list[dict[str, Any]]:
+        return (await self.kernels_of_many([session_id])).get(session_id, [])
+
+    async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The kernels of several sessions in one read, keyed by session id."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
+            out: dict[str, list[dict[str, Any]]] = {}
+            for start in range(0, len(session_ids), 500):  # stay under SQLite's parameter limit
+                chunk = session_ids[start : start + 500]
+                rows = conn.execute(
+                    f"SELECT * FROM kernels WHERE session_id IN ({','.join('?' * len(chunk))}) "
+                    "ORDER BY session_id, cluster_idx",
+                    chunk,
+                ).fetchall()
+                for r in rows:
+                    out.setdefault(r["session_id"], []).append(decode_row(r))
+            return out
+
+        return await self.db.run(fn)
+
+    async def kernels_where(self, statuses: Iterable[str], agent_id: str | None = None) -> list[dict[str, Any]]:
+        values = list(statuses)
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            sql = f"SELECT * FROM kernels WHERE status IN ({','.join('?' * len(values))})"
+            params: list[Any] = list(values)
+            if agent_id is not None:
+                sql += " AND agent_id = ?"
+                params.append(agent_id)
+            return [decode_row(r) for r in conn.execute(sql, params).fetchall()]
+
+        return await self.db.run(fn)
+
+    async def get_kernel(self, kernel_id: str) -> dict[str, Any] | None:
+        return await self.db.run(
+            lambda conn: decode_row(conn.execute("SELECT * FROM kernels WHERE id=?", (kernel_id,)).fetchone())
+        )
+
+    async def transitions_of(self, session_id: str) -> list[dict[str, Any]]:
+        return await self.db.run(
+            lambda conn: [
+                decode_row(r)
+                for r in conn.execute(
+                    "SELECT status, status_info, status_data, at FROM session_transitions "
+                    "WHERE session_id=? ORDER BY rowid",
+                    (session_id,),
+                ).fetchall()
+            ]
+        )
+
+    async def record_run(self, session_id: str, kernel_id: str, exit_code: int, result: str) -> None:
+        """Record the exit code (on the kernel) and result (on the session) of a run that finished;
+        no status change. A later destroy keeps both (its transition leaves them as they are)."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE kernels SET exit_code=? WHERE id=?", (exit_code, kernel_id))
+            conn.execute("UPDATE sessions SET result=? WHERE id=?", (result, session_id))
+
+        await self.db.transaction(fn)
+
+    async def set_pending_info(self, session_id: str, info: str, data: dict[str, Any]) -> None:
+        """Record why a PENDING session is still pending (no status change, no transition row)."""
+        await self.set_status_info(session_id, "PENDING", info, data)
+
+    async def set_status_info(self, session_id: str, status: str, info: str, data: dict[str, Any]) -> dict | None:
+        """Update the status info and data of a session still in `status` (no transition); its row, or None."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            changed = conn.execute(
+                "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status=?",
+                (info, json.dumps(data), session_id, status),
+            ).rowcount
+            if not changed:
+                return None
+            return decode_row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+
+        return await self.db.transaction(fn)
+
+    async def add_hook_notes(self, session_id: str, notes: list[str]) -> None:
+        """Remember what went wrong with hooks for a session (shown in its status_data["hooks"])."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT config FROM sessions WHERE id=?", (session_id,)).fetchone()
+            if row is not None:
+                config = json.loads(row[0])
+                config["hook_notes"] = [*config.get("hook_notes", []), *notes]
+                conn.execute("UPDATE sessions SET config=? WHERE id=?", (json.dumps(config), session_id))
+
+        await self.db.transaction(fn)
