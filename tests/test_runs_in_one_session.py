@@ -55,6 +55,12 @@ def run(coro):
     return asyncio.run(coro)
 
 
+async def next_result(ch: Channel, run_id: str, flush: float) -> dict[str, Any]:
+    """The result as the API shows it, plus whether the run was cancelled while it waited."""
+    result = await ch.next_result(run_id, flush)
+    return {**result.to_api(), "cancelled": result.cancelled}
+
+
 def test_a_second_run_waits_and_each_run_sees_only_its_own_output() -> None:
     async def go() -> None:
         ch = FakeChannel()
@@ -62,10 +68,10 @@ def test_a_second_run_waits_and_each_run_sees_only_its_own_output() -> None:
         await ch.start_run("r2", "query", "second()")
         assert ch.started == ["first()"]  # the second has not reached the kernel
         ch.feed(out("from the first\n"))
-        waiting = await ch.next_result("r2", 0.05)
+        waiting = await next_result(ch, "r2", 0.05)
         assert waiting["status"] == "continued" and waiting["console"] == []
         assert waiting["queue"] == {"behind": "r1", "ahead": 1}
-        first = await ch.next_result("r1", 0.05)
+        first = await next_result(ch, "r1", 0.05)
         assert first["console"] == [["stdout", "from the first\n"]] and "queue" not in first
         ch.feed(out("more of the first\n"))
         ch.feed(finished(0))
@@ -73,10 +79,10 @@ def test_a_second_run_waits_and_each_run_sees_only_its_own_output() -> None:
         assert ch.started == ["first()", "second()"]
         ch.feed(out("from the second\n"))
         ch.feed(finished(3))
-        second = await ch.next_result("r2", 0.05)
+        second = await next_result(ch, "r2", 0.05)
         assert second["console"] == [["stdout", "from the second\n"]]
         assert (second["status"], second["exitCode"]) == ("finished", 3)
-        first = await ch.next_result("r1", 0.05)
+        first = await next_result(ch, "r1", 0.05)
         assert first["console"] == [["stdout", "more of the first\n"]]
         assert (first["status"], first["exitCode"]) == ("finished", 0)
         assert ch.runs == {}  # both ends were read: nothing kept
@@ -89,7 +95,7 @@ def test_runs_start_in_arrival_order_and_say_how_many_are_ahead() -> None:
         ch = FakeChannel()
         for i in range(4):
             await ch.start_run(f"r{i}", "query", f"code{i}")
-        assert [(await ch.next_result(f"r{i}", 0.01))["queue"] for i in (1, 2, 3)] == [
+        assert [(await next_result(ch, f"r{i}", 0.01))["queue"] for i in (1, 2, 3)] == [
             {"behind": "r0", "ahead": 1},
             {"behind": "r0", "ahead": 2},
             {"behind": "r0", "ahead": 3},
@@ -110,10 +116,10 @@ def test_interrupting_a_waiting_run_removes_it_and_leaves_the_running_one_alone(
         await ch.start_run("r3", "query", "third()")
         assert await ch.interrupt_run("r2") is True
         assert ch.interrupts == 0  # the running run was not touched
-        ended = await ch.next_result("r2", 0.05)
+        ended = await next_result(ch, "r2", 0.05)
         assert (ended["status"], ended["exitCode"], ended["cancelled"]) == ("finished", 130, True)
         assert "cancelled before it ran" in ended["console"][0][1]
-        assert (await ch.next_result("r3", 0.01))["queue"] == {"behind": "r1", "ahead": 1}
+        assert (await next_result(ch, "r3", 0.01))["queue"] == {"behind": "r1", "ahead": 1}
         ch.feed(finished())
         await asyncio.sleep(0)
         assert ch.started == ["long()", "third()"]  # the cancelled code never ran
@@ -161,7 +167,7 @@ def test_the_queue_is_bounded_and_a_lost_kernel_ends_every_run() -> None:
             await ch.start_run("one-too-many", "query", "x")
         ch.lost("\n[the kernel was destroyed]\n")
         for rid in ["running", "w0", f"w{MAX_WAITING - 1}"]:
-            result = await ch.next_result(rid, 0.01)
+            result = await next_result(ch, rid, 0.01)
             assert (result["status"], result["exitCode"]) == ("finished", 137)
             assert "destroyed" in result["console"][0][1]
         assert ch.started == ["x"]  # nothing started after the kernel went away
@@ -177,7 +183,7 @@ def test_a_run_nobody_reads_keeps_a_bounded_amount_of_output() -> None:
         for _ in range(20):
             ch.feed(out(chunk))
         ch.feed(finished())
-        result = await ch.next_result("r1", 0.05)
+        result = await next_result(ch, "r1", 0.05)
         text = "".join(part[1] for part in result["console"])
         assert len(text) < 9 * 1024 * 1024 and "output dropped" in text
         assert len(ch.log) == 20  # the kernel's log got everything

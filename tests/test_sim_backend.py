@@ -13,6 +13,7 @@ from bai.node.agent.agent import Agent
 from bai.node.agent.backends.base import Kernel, KernelSpec
 from bai.node.agent.backends.sim import SimBackend, SimChannel, parse_batch, simulate_query
 from bai.node.link.inproc import InprocHub
+from bai.node.link.messages import CreateKernel, DestroyKernel, Execute, UploadFiles, call
 
 
 def spec(n: int = 0, image: str = "sim") -> KernelSpec:
@@ -37,7 +38,7 @@ class Output:
 
 async def run(kernel: Kernel, mode: str, code: str, run_id: str = "r1", flush: float = 1.0) -> dict[str, Any]:
     await kernel.channel.start_run(run_id, mode, code)
-    return await kernel.channel.next_result(run_id, flush)
+    return (await kernel.channel.next_result(run_id, flush)).to_api()
 
 
 @pytest.fixture
@@ -167,11 +168,11 @@ def test_parse_batch():
 async def test_batch_sleep_finishes_after_its_time(kernel: Kernel):
     start = time.perf_counter()
     await kernel.channel.start_run("r1", "batch", "sleep 0.3")
-    first = await kernel.channel.next_result("r1", 0.05)
+    first = (await kernel.channel.next_result("r1", 0.05)).to_api()
     assert first["status"] == "continued"
     result = first
     while result["status"] != "finished":
-        result = await kernel.channel.next_result("r1", 1.0)
+        result = (await kernel.channel.next_result("r1", 1.0)).to_api()
     assert result["exitCode"] == 0
     assert 0.28 <= time.perf_counter() - start < 1.0
     # the kernel is free for the next run
@@ -185,10 +186,10 @@ async def test_bad_sleep_fails(kernel: Kernel):
 
 async def test_interrupt_ends_a_sleep_with_130(kernel: Kernel):
     await kernel.channel.start_run("r1", "batch", "sleep 30")
-    assert (await kernel.channel.next_result("r1", 0.02))["status"] == "continued"
+    assert (await kernel.channel.next_result("r1", 0.02)).to_api()["status"] == "continued"
     start = time.perf_counter()
     await kernel.channel.interrupt()
-    result = await kernel.channel.next_result("r1", 1.0)
+    result = (await kernel.channel.next_result("r1", 1.0)).to_api()
     assert result["status"] == "finished" and result["exitCode"] == 130
     assert time.perf_counter() - start < 0.5
     await kernel.channel.interrupt()  # nothing running: nothing happens
@@ -200,7 +201,7 @@ async def test_destroy_ends_a_running_run():
     k = await backend.create(spec(), Output())
     await k.channel.start_run("r1", "batch", "sleep 30")
     await backend.destroy(k)
-    result = await k.channel.next_result("r1", 1.0)
+    result = (await k.channel.next_result("r1", 1.0)).to_api()
     assert result["status"] == "finished" and result["exitCode"] == 137
     assert "destroyed" in result["console"][0][1]
     assert k.exited.result() == 137
@@ -241,28 +242,20 @@ async def test_an_agent_runs_sim_kernels():
     try:
         assert manager.registration["backend"] == "sim"
         assert manager.registration["images"][0]["name"] == "sim"
-        config = {
-            "kernel_id": "k1",
-            "session_id": "s1",
-            "session_name": "one",
-            "access_key": "AK",
-            "image": "python",
-            "slots": {"cpu": "0.5"},
-        }
-        created = await hub.manager.call("sim-a", "create_kernel", {"config": config})
-        assert created["kernel_id"] == "k1" and created["query"] is True
+        create = CreateKernel("k1", "s1", "one", "AK", "python", {"cpu": "0.5"})
+        created = await call(hub.manager, "sim-a", create)
+        assert created.kernel_id == "k1" and created.query is True
         assert agent.heartbeat()["occupied_slots"] == {"cpu": "0.5"}
-        args = {"kernel_id": "k1", "run_id": "r", "mode": "batch", "options": {"exec": "echo hi"}}
-        result = await hub.manager.call("sim-a", "execute", args)
-        assert result["exitCode"] == 0 and result["console"] == [["stdout", "hi\n"]]
-        await hub.manager.call("sim-a", "upload_files", {"kernel_id": "k1", "files": [("f.txt", b"data")]})
-        await hub.manager.call("sim-a", "destroy_kernel", {"kernel_id": "k1"})
+        result = await call(hub.manager, "sim-a", Execute("k1", "r", "batch", options={"exec": "echo hi"}))
+        assert result.exit_code == 0 and result.console == [["stdout", "hi\n"]]
+        await call(hub.manager, "sim-a", UploadFiles("k1", [["f.txt", b"data"]]))
+        assert await call(hub.manager, "sim-a", DestroyKernel("k1")) is True
         assert agent.kernels == {}
         for _ in range(100):  # the echo went to the log (events are delivered by the link's pump)
             if any(name == "kernel_logs" for _, name, _ in manager.events):
                 break
             await asyncio.sleep(0.01)
-        assert [p["chunks"] for _, name, p in manager.events if name == "kernel_logs"] == [[("k1", "hi\n")]]
+        assert [p["chunks"] for _, name, p in manager.events if name == "kernel_logs"] == [[["k1", "hi\n"]]]
     finally:
         await agent.stop()
         await hub.manager.close()

@@ -23,6 +23,29 @@ from bai.node.agent.channel import ChannelError
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
 from bai.node.link.base import AgentLink
+from bai.node.link.messages import (
+    CALLS,
+    CreateKernel,
+    DestroyKernel,
+    Execute,
+    Heartbeat,
+    Interrupt,
+    JoinAnswer,
+    KernelCreated,
+    KernelInfo,
+    KernelLogs,
+    KernelPulling,
+    KernelTerminated,
+    ListFiles,
+    ListImages,
+    Ping,
+    PullImage,
+    Registration,
+    RemoveImage,
+    RunResult,
+    UploadFiles,
+    encode_result,
+)
 
 log = logging.getLogger("bai.agent")
 LOG_FLUSH_INTERVAL = 0.05
@@ -54,7 +77,7 @@ class LogShipper:
     async def flush(self) -> None:
         if self.chunks:
             chunks, self.chunks, self.size = self.chunks, [], 0
-            await self.link.emit("kernel_logs", {"chunks": chunks})
+            await self.link.emit(KernelLogs.name, KernelLogs([list(c) for c in chunks]).to_wire())
 
     async def _run(self) -> None:
         while True:  # idle until output arrives, then ship it within LOG_FLUSH_INTERVAL
@@ -76,6 +99,8 @@ class LogShipper:
 
 
 class Agent:
+    """One node's agent: its kernels, their backend, and its end of the link to the manager."""
+
     def __init__(
         self,
         agent_id: str,
@@ -107,45 +132,36 @@ class Agent:
         self._oom_at_start: dict[str, tuple[str, int]] = {}
 
     async def registration(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "hostname": socket.gethostname(),
-            "backend": self.backend.name,
-            "version": __version__,
-            "architecture": platform.machine(),
-            "scaling_group": self.scaling_group,
-            "slots": slotlib.to_wire(self.slots),
-            "kernels": [
-                {
-                    "kernel_id": k.spec.kernel_id,
-                    "session_id": k.spec.session_id,
-                    "container_id": k.container_id,
-                }
-                for k in self.kernels.values()
-            ],
-            "images": await self.backend.images(),  # with labels: minimum resources
+        return Registration(
+            id=self.id,
+            hostname=socket.gethostname(),
+            backend=self.backend.name,
+            version=__version__,
+            architecture=platform.machine(),
+            scaling_group=self.scaling_group,
+            slots=slotlib.to_wire(self.slots),
+            kernels=[KernelInfo(k.spec.kernel_id, k.spec.session_id, k.container_id) for k in self.kernels.values()],
+            images=await self.backend.images(),  # with labels: minimum resources
             # the vfolder hosts this agent can reach, at which path (the manager compares with its own)
-            "vfolder_hosts": {name: str(root) for name, root in self.vfolder_hosts.items() if root.is_dir()},
-            "gpus": self.gpus.describe() if self.gpus else [],
-        }
+            vfolder_hosts={name: str(root) for name, root in self.vfolder_hosts.items() if root.is_dir()},
+            gpus=self.gpus.describe() if self.gpus else [],
+        ).to_wire()
 
     def heartbeat(self) -> dict[str, Any]:
         occupied: slotlib.Slots = {}
         for k in self.kernels.values():
             occupied = slotlib.add(occupied, k.spec.slots)
         drained = self.drain_file is not None and self.drain_file.exists()
-        beat = {
-            "occupied_slots": slotlib.to_wire(occupied),
-            "kernels": sorted(self.kernels),
-            "schedulable": not drained,
-        }
+        beat = Heartbeat(
+            occupied_slots=slotlib.to_wire(occupied), kernels=sorted(self.kernels), schedulable=not drained
+        )
         if self.gpus and self.gpus.gpus:  # live use, and how much of each device kernels hold
             free = self.gpu_alloc.free()
-            beat["gpus"] = [{**live, "allocated": str(1 - f)} for live, f in zip(self.gpus.sample(), free, strict=True)]
+            beat.gpus = [{**live, "allocated": str(1 - f)} for live, f in zip(self.gpus.sample(), free, strict=True)]
         self._write_status(beat)
-        return beat
+        return beat.to_wire()
 
-    def _write_status(self, beat: dict[str, Any]) -> None:
+    def _write_status(self, beat: Heartbeat) -> None:
         """What the watcher reports; its age tells a stuck agent from a busy one."""
         if self.status_file is None:
             return
@@ -154,7 +170,7 @@ class Agent:
             "pid": os.getpid(),
             "time": time.time(),
             "backend": self.backend.name,
-            "drained": not beat["schedulable"],
+            "drained": not beat.schedulable,
             "kernels": [
                 {"kernel_id": k.spec.kernel_id, "session": k.spec.session_name, "container_id": k.container_id}
                 for k in self.kernels.values()
@@ -177,7 +193,7 @@ class Agent:
         await self._reconcile(answer)
 
     async def _reconcile(self, answer: dict[str, Any]) -> None:
-        for kid in answer.get("destroy", []):
+        for kid in JoinAnswer.from_wire(answer).destroy:
             kernel = self.kernels.pop(kid, None)
             if kernel is not None:
                 log.info("removing kernel %s: the manager does not know it", kid)
@@ -231,16 +247,15 @@ class Agent:
             kernel.channel.feed({"t": "stderr", "d": f"\n[{why}]\n"})
         if self.logs is not None:
             await self.logs.flush()
-        report = {
-            "kernel_id": kid,
-            "session_id": kernel.spec.session_id,
-            "reason": kernel.ending.get("reason") or "self-terminated",
-            "exit_code": code,
-        }
-        if why:
-            report["msg"] = why
+        report = KernelTerminated(
+            kernel_id=kid,
+            session_id=kernel.spec.session_id,
+            reason=kernel.ending.get("reason") or "self-terminated",
+            exit_code=code,
+            msg=why or None,
+        )
         try:
-            await self.link.report("kernel_terminated", report)
+            await self.link.report(report.name, report.to_wire())
         finally:
             if not kernel.channel.exit_code.done():
                 kernel.channel.exit_code.set_result(code)
@@ -250,32 +265,49 @@ class Agent:
     # -- calls from the manager ---------------------------------------------------------------
 
     async def handle_call(self, method: str, args: dict[str, Any]) -> Any:
-        fn = getattr(self, f"rpc_{method.replace('-', '_')}", None)
-        if fn is None:
+        kind = CALLS.get(method)
+        if kind is None:
             raise ValueError(f"unknown agent call {method!r}")
-        return await fn(**args)
+        message = kind.from_wire(args)
+        handler = self._handlers[kind]
+        return encode_result(await handler(message))
 
-    async def rpc_ping(self) -> dict[str, Any]:
+    @property
+    def _handlers(self) -> dict[type, Any]:
+        return {
+            Ping: self.ping,
+            CreateKernel: self.create_kernel,
+            DestroyKernel: self.destroy_kernel,
+            Execute: self.execute,
+            Interrupt: self.interrupt,
+            UploadFiles: self.upload_files,
+            ListFiles: self.list_files,
+            ListImages: self.list_images,
+            PullImage: self.pull_image,
+            RemoveImage: self.remove_image,
+        }
+
+    async def ping(self, _: Ping) -> dict[str, Any]:
         return {"id": self.id, "kernels": len(self.kernels)}
 
-    async def rpc_create_kernel(self, config: dict[str, Any]) -> dict[str, Any]:
+    async def create_kernel(self, config: CreateKernel) -> KernelCreated:
         spec = KernelSpec(
-            kernel_id=config["kernel_id"],
-            session_id=config["session_id"],
-            session_name=config["session_name"],
-            access_key=config["access_key"],
-            image=config["image"],
-            slots={k: Decimal(v) for k, v in config["slots"].items()},
-            environ=config.get("environ") or {},
-            cluster_role=config.get("cluster_role", "main"),
-            cluster_idx=config.get("cluster_idx", 1),
-            network=config.get("network"),
-            mounts=[Mount(m["host_path"], m["target"], bool(m["read_only"])) for m in config.get("mounts") or []],
-            dotfiles=[Dotfile(d["path"], d["data"], int(d["permission"], 8)) for d in config.get("dotfiles") or []],
+            kernel_id=config.kernel_id,
+            session_id=config.session_id,
+            session_name=config.session_name,
+            access_key=config.access_key,
+            image=config.image,
+            slots={k: Decimal(v) for k, v in config.slots.items()},
+            environ=config.environ or {},
+            cluster_role=config.cluster_role,
+            cluster_idx=config.cluster_idx,
+            network=config.network,
+            mounts=[Mount(m.host_path, m.target, bool(m.read_only)) for m in config.mounts],
+            dotfiles=[Dotfile(d.path, d.data, int(d.permission, 8)) for d in config.dotfiles],
         )
         if registry_of(spec.image) and hasattr(self.backend, "pull") and not await self.backend.has_image(spec.image):
             # only from a registry the manager allowed, with the credentials it sent for this pull
-            grant = config.get("pull") or {}
+            grant = config.pull or {}
             if (grant.get("registry") or "") != (registry_of(spec.image) or "").lower():
                 raise KernelStartError(
                     f"cannot pull {spec.image}: the manager allowed no pull from {registry_of(spec.image)}"
@@ -300,13 +332,13 @@ class Agent:
             raise KernelStartError(f"{type(e).__name__}: {e}") from None
         self.kernels[spec.kernel_id] = kernel
         self._watch_exit(kernel)
-        return {
-            "kernel_id": spec.kernel_id,
-            "gpus": [[u, str(a)] for u, a in spec.gpus],
-            "container_id": kernel.container_id,
-            "pid": kernel.pid,
-            "query": kernel.channel.supports_query,
-        }
+        return KernelCreated(
+            kernel_id=spec.kernel_id,
+            gpus=[[u, str(a)] for u, a in spec.gpus],
+            container_id=kernel.container_id,
+            pid=kernel.pid,
+            query=kernel.channel.supports_query,
+        )
 
     async def _pull_for(self, spec: KernelSpec, auth: dict[str, str] | None = None) -> None:
         """Pull a kernel's image from its registry, telling the manager how far it got (at most 4 times a second)."""
@@ -317,31 +349,31 @@ class Agent:
             now = time.monotonic()
             if now - last >= 0.25:
                 last = now
-                event = {"kernel_id": spec.kernel_id, "session_id": spec.session_id, "image": spec.image}
-                await self.link.emit("kernel_pulling", {**event, "done": done, "total": total})
+                event = KernelPulling(spec.kernel_id, spec.session_id, spec.image, done, total)
+                await self.link.emit(event.name, event.to_wire())
 
         await progress(0, 0)
         await self.backend.pull(spec.image, progress, auth=auth)
 
-    async def rpc_pull_image(self, image: str, auth: dict[str, str] | None = None) -> dict[str, Any]:
+    async def pull_image(self, call: PullImage) -> dict[str, Any]:
         if not hasattr(self.backend, "pull"):
             raise KernelStartError(f"the {self.backend.name} backend has no images to pull")
-        return await self.backend.pull(image, auth=auth)
+        return await self.backend.pull(call.image, auth=call.auth)
 
-    async def rpc_remove_image(self, image: str) -> None:
+    async def remove_image(self, call: RemoveImage) -> None:
         if not hasattr(self.backend, "remove_image"):
             raise KernelStartError(f"the {self.backend.name} backend has no images to remove")
-        await self.backend.remove_image(image)
+        await self.backend.remove_image(call.image)
 
-    async def rpc_destroy_kernel(self, kernel_id: str, reason: str = "user-requested") -> dict[str, Any]:
-        kernel = self.kernels.pop(kernel_id, None)
+    async def destroy_kernel(self, call: DestroyKernel) -> bool:
+        kernel = self.kernels.pop(call.kernel_id, None)
         if kernel is None:
-            return {"kernel_id": kernel_id, "found": False}
+            return False
         await self.backend.destroy(kernel)
-        self.gpu_alloc.release(kernel_id)
+        self.gpu_alloc.release(call.kernel_id)
         if self.logs is not None:
             await self.logs.flush()
-        return {"kernel_id": kernel_id, "found": True}
+        return True
 
     def _kernel(self, kernel_id: str) -> Kernel:
         kernel = self.kernels.get(kernel_id) or self._ended.get(kernel_id)
@@ -364,43 +396,35 @@ class Agent:
             return await counter(kernel)
         return None
 
-    async def _say_if_oom(self, kernel: Kernel, result: dict[str, Any]) -> None:
+    async def _say_if_oom(self, kernel: Kernel, result: RunResult) -> None:
         """A run that ended with SIGKILL while the OOM killer killed in its kernel (a command, a child of
         the runner: the kernel lives on) says so on its stderr."""
         kid = kernel.spec.kernel_id
         start = self._oom_at_start.get(kid)
-        if start is None or start[0] != result["runId"] or result["status"] != "finished":
+        if start is None or start[0] != result.run_id or result.status != "finished":
             return
         del self._oom_at_start[kid]
-        if result["exitCode"] != 137:
+        if result.exit_code != 137:
             return
         now = await self._oom_kills(kernel)
         if now is None or now <= start[1]:
             return
         limit = await self.backend.memory_limit(kernel)  # type: ignore[attr-defined]
         msg = oom_ending(limit)["msg"].replace("the kernel ran", "a process of the run ran")
-        result["console"].append(["stderr", f"\n[{msg}]\n"])
+        result.console.append(["stderr", f"\n[{msg}]\n"])
 
-    async def rpc_execute(
-        self,
-        kernel_id: str,
-        run_id: str,
-        mode: str,
-        code: str = "",
-        options: dict[str, Any] | None = None,
-        flush_timeout: float = 2.0,
-    ) -> dict[str, Any]:
-        kernel = await self._settled(kernel_id)
-        channel = kernel.channel
+    async def execute(self, call: Execute) -> RunResult:
+        kernel = await self._settled(call.kernel_id)
+        channel, run_id, mode, code = kernel.channel, call.run_id, call.mode, call.code
         if mode in ("query", "batch"):
             if mode == "batch":
-                code = (options or {}).get("exec") or code
+                code = (call.options or {}).get("exec") or code
                 if not code or code == "*":
                     raise ChannelError("batch mode needs a command (options.exec)")
             if run_id not in channel.runs:
                 count = await self._oom_kills(kernel)
                 if count is not None:
-                    self._oom_at_start[kernel_id] = (run_id, count)
+                    self._oom_at_start[call.kernel_id] = (run_id, count)
             await channel.start_run(run_id, mode, code)
         elif mode == "input":
             channel.check_running(run_id)
@@ -410,21 +434,21 @@ class Agent:
             await channel.send_eof()
         elif mode != "continue":
             raise ChannelError(f"unknown execution mode {mode!r}")
-        result = await channel.next_result(run_id, flush_timeout)
+        result = await channel.next_result(run_id, call.flush_timeout)
         await self._say_if_oom(kernel, result)
         return result
 
-    async def rpc_interrupt(self, kernel_id: str, run_id: str | None = None) -> bool:
+    async def interrupt(self, call: Interrupt) -> bool:
         """Interrupt `run_id` (a waiting one leaves the queue), else whatever runs now."""
-        return await (await self._settled(kernel_id)).channel.interrupt_run(run_id)
+        return await (await self._settled(call.kernel_id)).channel.interrupt_run(call.run_id)
 
-    async def rpc_upload_files(self, kernel_id: str, files: list[tuple[str, bytes]]) -> None:
-        channel = (await self._settled(kernel_id)).channel
-        for path, data in files:
+    async def upload_files(self, call: UploadFiles) -> None:
+        channel = (await self._settled(call.kernel_id)).channel
+        for path, data in call.files:
             await channel.put_file(path, data)
 
-    async def rpc_list_files(self, kernel_id: str, path: str) -> dict[str, Any]:
-        return await self.backend.list_files(self._kernel(kernel_id), path)
+    async def list_files(self, call: ListFiles) -> dict[str, Any]:
+        return await self.backend.list_files(self._kernel(call.kernel_id), call.path)
 
-    async def rpc_images(self) -> list[dict[str, Any]]:
+    async def list_images(self, _: ListImages) -> list[dict[str, Any]]:
         return await self.backend.images()

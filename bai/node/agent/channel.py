@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bai.node.link.messages import RunResult
+
 log = logging.getLogger("bai.agent.channel")
 
 CONTROL_RECORDS = {"finished", "waiting-input"}
@@ -214,7 +216,7 @@ class Channel:
             state = self.runs[run_id].state if run_id in self.runs else "unknown"
             raise ChannelError(f"run {run_id} is not running ({state}): it cannot take input")
 
-    async def next_result(self, run_id: str, flush_timeout: float) -> dict[str, Any]:
+    async def next_result(self, run_id: str, flush_timeout: float) -> RunResult:
         """Gather records of the run until a control record, or until output pauses / the timeout.
         A run still waiting its turn gets `continued` with where it stands in `queue`."""
         run = self.runs.get(run_id)
@@ -230,14 +232,7 @@ class Channel:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(run.started.wait(), flush_timeout)
             if run.state == "waiting":
-                return {
-                    "runId": run_id,
-                    "status": status,
-                    "console": console,
-                    "exitCode": None,
-                    "options": None,
-                    "queue": self.queue_of(run),
-                }
+                return RunResult(run_id, status, console, queue=self.queue_of(run))
         try:
             left = max(0.0, deadline - loop.time())
             record: dict[str, Any] | None = await asyncio.wait_for(run.records.get(), left)
@@ -263,16 +258,7 @@ class Channel:
                 record = run.records.get_nowait()
             except asyncio.QueueEmpty:
                 record = None
-        result = {
-            "runId": run_id,
-            "status": status,
-            "console": console,
-            "exitCode": exit_code,
-            "options": options,
-        }
-        if run.cancelled:
-            result["cancelled"] = True
-        return result
+        return RunResult(run_id, status, console, exit_code, options, cancelled=run.cancelled)
 
 
 AGENT_SOCKET = "agent.sock"  # in a kernel's run folder: where the agent listens for its runner

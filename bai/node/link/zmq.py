@@ -111,13 +111,47 @@ async def _cancel(tasks: list[asyncio.Task[Any] | None]) -> None:
 # -- manager ------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Join:
+    """A registration to hand to the manager."""
+
+    rid: bytes
+    link: str
+    attempt: str
+    registration: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _EventIn:
+    """An event of the agent's link object `link`, number `seq`."""
+
+    link: str
+    seq: int
+    name: str
+    payload: Any  # _UNDECODABLE when it could not be decoded
+    ack_wanted: bool
+
+
+@dataclass(frozen=True)
+class _Beat:
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Left:
+    reason: str  # closed | lost
+
+
+_Delivery = _Join | _EventIn | _Beat | _Left  # what one agent's pump hands to the manager, in order
+
+
 @dataclass
 class _Peer:
     """What the manager knows of one agent id."""
 
     agent_id: str
     rid: bytes  # where to send: the routing id of its registered link object
-    queue: asyncio.Queue[tuple[Any, ...]] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[_Delivery] = field(default_factory=asyncio.Queue)
     pump: asyncio.Task[None] | None = None
     registered: bool = False
     link: str | None = None  # the agent link object whose events we count
@@ -297,7 +331,7 @@ class ZmqManagerLink:
             self._send(rid, "registered", {"attempt": attempt, "answer": peer.answered[2]})  # a retry
             return
         peer.joining = attempt
-        peer.queue.put_nowait(("join", rid, link, attempt, registration))
+        peer.queue.put_nowait(_Join(rid, link, attempt, registration))
 
     def _log_refusal(self, rid: bytes, agent_id: Any) -> None:
         """Log a refused registration; at most one line a second, so that a stranger cannot flood the log."""
@@ -310,7 +344,7 @@ class ZmqManagerLink:
         self._refused_logged_at, self._refusals_unlogged = now, 0
 
     def _on_event(self, peer: _Peer, body: dict[str, Any]) -> None:
-        if body.get("link") != peer.link:
+        if peer.link is None or body.get("link") != peer.link:
             return  # from an earlier link object of this agent (it restarted)
         seq, low = int(body["seq"]), int(body.get("low", 0))
         if low - 1 > peer.received:
@@ -329,10 +363,10 @@ class ZmqManagerLink:
         except Exception:
             log.exception("event %s (seq %d) from agent %s cannot be decoded; skipped", name, seq, peer.agent_id)
             payload = _UNDECODABLE
-        peer.queue.put_nowait(("event", peer.link, seq, name, payload, bool(body.get("ack_wanted"))))
+        peer.queue.put_nowait(_EventIn(peer.link, seq, name, payload, bool(body.get("ack_wanted"))))
 
     def _on_heartbeat(self, peer: _Peer, body: dict[str, Any]) -> None:
-        peer.queue.put_nowait(("heartbeat", body.get("payload") or {}))
+        peer.queue.put_nowait(_Beat(body.get("payload") or {}))
         if body.get("link") != peer.link:
             return
         low = int(body.get("low", 0))
@@ -369,7 +403,7 @@ class ZmqManagerLink:
                 why = "closed its link" if reason == "closed" else "is lost"
                 fut.set_exception(AgentUnavailable(f"agent {aid} {why}"))
                 self._pending.pop(call_id, None)
-        peer.queue.put_nowait(("left", reason))
+        peer.queue.put_nowait(_Left(reason))
 
     async def _watch_liveness(self) -> None:
         tick = min(1.0, self.heartbeat_timeout / 5)
@@ -393,28 +427,27 @@ class ZmqManagerLink:
             try:
                 await self._deliver(peer, item)
             except Exception:  # a bad event must not stop the pump
-                log.exception("%s from agent %s failed", item[0] if item[0] != "event" else item[3], peer.agent_id)
+                what = item.name if isinstance(item, _EventIn) else type(item).__name__.strip("_").lower()
+                log.exception("%s from agent %s failed", what, peer.agent_id)
             # acknowledge what was handled: at once when asked, else at the end of a burst or every ACK_EVERY
-            urgent = item[0] == "event" and item[5]
+            urgent = isinstance(item, _EventIn) and item.ack_wanted
             if peer.handled > peer.acked and (urgent or peer.queue.empty() or peer.handled - peer.acked >= ACK_EVERY):
                 peer.acked = peer.handled
                 self._send(peer.rid, "ack", {"link": peer.link, "seq": peer.handled})
 
-    async def _deliver(self, peer: _Peer, item: tuple[Any, ...]) -> None:
+    async def _deliver(self, peer: _Peer, item: _Delivery) -> None:
         assert self.handler is not None
-        kind = item[0]
-        if kind == "event":
-            _, link, seq, name, payload, _ = item
+        if isinstance(item, _EventIn):
             try:
-                if payload is not _UNDECODABLE:
-                    await self.handler.agent_event(peer.agent_id, name, payload)
+                if item.payload is not _UNDECODABLE:
+                    await self.handler.agent_event(peer.agent_id, item.name, item.payload)
             finally:
-                if link == peer.link:
-                    peer.handled = max(peer.handled, seq)
-        elif kind == "heartbeat":
-            await self.handler.agent_event(peer.agent_id, "heartbeat", item[1])
-        elif kind == "join":
-            _, rid, link, attempt, registration = item
+                if item.link == peer.link:
+                    peer.handled = max(peer.handled, item.seq)
+        elif isinstance(item, _Beat):
+            await self.handler.agent_event(peer.agent_id, "heartbeat", item.payload)
+        elif isinstance(item, _Join):
+            rid, link, attempt, registration = item.rid, item.link, item.attempt, item.registration
             try:
                 answer = await self.handler.agent_joined(peer.agent_id, registration)
             except Exception as e:
@@ -440,8 +473,8 @@ class ZmqManagerLink:
             self._nudged.pop(peer.rid, None)
             log.info("agent %s registered", peer.agent_id)
             self._send(peer.rid, "registered", {"attempt": attempt, "answer": answer})
-        elif kind == "left":
-            reason = item[1]
+        else:
+            reason = item.reason
             try:
                 await self.handler.agent_left(peer.agent_id, reason)
             finally:

@@ -9,6 +9,16 @@ import logging
 from typing import Any
 
 from bai.common.background import Background
+from bai.node.link.messages import (
+    Heartbeat,
+    JoinAnswer,
+    KernelLogs,
+    KernelPulling,
+    KernelTerminated,
+    MessageError,
+    Registration,
+    decode_event,
+)
 from bai.node.manager.agents import Agents
 from bai.node.manager.sessions import Sessions
 from bai.node.manager.vfolders.service import VFolders
@@ -42,10 +52,11 @@ class AgentEvents:
         lost = self._lost.pop(agent_id, None)
         if lost is not None:  # back within the grace period: its sessions carry on
             lost.cancel()
-        await self.agents.joined(agent_id, registration, self.vfolders.hosts if self.vfolders is not None else {})
-        destroy = await self.sessions.reconcile(agent_id, registration.get("kernels", []))
+        joined = Registration.from_wire({**registration, "id": agent_id})
+        await self.agents.joined(agent_id, joined, self.vfolders.hosts if self.vfolders is not None else {})
+        destroy = await self.sessions.reconcile(agent_id, joined.kernels)
         self.wake()
-        return {"destroy": destroy}
+        return JoinAnswer(destroy).to_wire()
 
     async def agent_left(self, agent_id: str, reason: str) -> None:
         await self.agents.left(agent_id, reason)
@@ -60,13 +71,17 @@ class AgentEvents:
         await self.sessions.agent_lost(agent_id, self.lost_grace)
 
     async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
-        if name == "heartbeat":
-            await self.agents.heartbeat(agent_id, payload)
-        elif name == "kernel_logs":
-            await self.sessions.kernel_logs(payload["chunks"])
-        elif name == "kernel_pulling":
-            await self.sessions.kernel_pulling(payload)
-        elif name == "kernel_terminated":
-            await self.sessions.kernel_terminated(payload)
-        else:
-            log.warning("unknown event %s from agent %s", name, agent_id)
+        try:
+            event = decode_event(name, payload)
+        except MessageError as e:
+            log.warning("agent %s sent an event bai cannot read (%s): skipped", agent_id, e)
+            return
+        match event:
+            case Heartbeat():
+                await self.agents.heartbeat(agent_id, event)
+            case KernelLogs():
+                await self.sessions.kernel_logs(event.chunks)
+            case KernelPulling():
+                await self.sessions.kernel_pulling(event)
+            case KernelTerminated():
+                await self.sessions.kernel_terminated(event)

@@ -21,6 +21,7 @@ from bai.common.gpus import pack as gpu_pack
 from bai.common.gpus import request_of as gpu_request
 from bai.common.status import OCCUPYING_STATUSES
 from bai.node.link.base import ManagerLink
+from bai.node.link.messages import Heartbeat, ListImages, PullImage, Registration, RemoveImage, call
 from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.events import EventHub
 from bai.node.manager.store import Store
@@ -59,19 +60,17 @@ class Agents:
 
     # -- what agents tell us --------------------------------------------------------------------------
 
-    async def joined(
-        self, agent_id: str, registration: dict[str, Any], our_hosts: Mapping[str, Path]
-    ) -> AgentRecord:
+    async def joined(self, agent_id: str, registration: Registration, our_hosts: Mapping[str, Path]) -> AgentRecord:
         """Record a (re-)registering agent; `our_hosts`: the manager's vfolder hosts and their paths."""
-        await self.store.upsert_agent(registration)
-        seen = registration.get("vfolder_hosts") or {}
-        images = registration.get("images", [])
+        await self.store.upsert_agent({**registration.to_wire(), "id": agent_id})
+        seen = registration.vfolder_hosts
+        images = registration.images
         record = AgentRecord(
             id=agent_id,
-            backend=registration.get("backend", ""),
-            slots=dict(registration.get("slots", {})),
+            backend=registration.backend,
+            slots=dict(registration.slots),
             vfolder_hosts=frozenset(h for h, path in our_hosts.items() if seen.get(h) == str(path)),
-            gpus=list(registration.get("gpus") or []),
+            gpus=list(registration.gpus),
             images=frozenset(i["name"] for i in images),
             schedulable=self.records[agent_id].schedulable if agent_id in self.records else True,
         )
@@ -88,7 +87,7 @@ class Agents:
         self.changes.publish("agent_lost" if reason == "lost" else "agent_terminated", {"id": agent_id})
         self.wake()
 
-    async def heartbeat(self, agent_id: str, payload: dict[str, Any]) -> None:
+    async def heartbeat(self, agent_id: str, beat: Heartbeat) -> None:
         try:
             await self.store.touch_agent(agent_id)
             self.full_disk.ok("heartbeats")
@@ -97,9 +96,9 @@ class Agents:
                 raise
         record = self.records.get(agent_id)
         if record is not None:
-            if record.gpus and "gpus" in payload:
-                record.gpu_live = payload["gpus"]
-            schedulable = bool(payload.get("schedulable", True))
+            if record.gpus and beat.gpus is not None:
+                record.gpu_live = beat.gpus
+            schedulable = bool(beat.schedulable)
             if record.schedulable != schedulable:
                 record.schedulable = schedulable
                 log.warning("agent %s is %s", agent_id, "schedulable again" if schedulable else "drained")
@@ -170,10 +169,14 @@ class Agents:
 
     async def pull_image(self, agent_id: str, image: str, auth: dict[str, Any] | None) -> dict[str, Any]:
         """Have one agent pull `image` (`auth`: the registry's credentials, for this pull only)."""
-        return await self.link.call(agent_id, "pull_image", {"image": image, "auth": auth}, timeout=PULL_TIMEOUT)
+        return await call(self.link, agent_id, PullImage(image, auth), timeout=PULL_TIMEOUT)
 
     async def remove_image(self, agent_id: str, image: str) -> None:
-        await self.link.call(agent_id, "remove_image", {"image": image}, timeout=120)
+        await call(self.link, agent_id, RemoveImage(image), timeout=120)
+
+    async def images_of(self, agent_id: str) -> list[dict[str, Any]]:
+        """The images one agent has now (name, labels, …)."""
+        return await call(self.link, agent_id, ListImages(), timeout=30)
 
     def forget_image(self, image: str) -> None:
         """No agent has `image` any more."""

@@ -36,7 +36,7 @@ class Images:
         """Every image of every connected agent (asked now), with its agent and aliases."""
         items = []
         for agent_id in sorted(self.agents.connected()):
-            for image in await self.agents.link.call(agent_id, "images", {}, timeout=30):
+            for image in await self.agents.images_of(agent_id):
                 self.agents.image_labels[image["name"]] = image.get("labels") or {}
                 aliases = sorted(a for a, t in self.aliases.items() if t == image["name"])
                 items.append({**image, "agent": agent_id, "aliases": aliases})

@@ -6,7 +6,6 @@ and is published on the EventHub only after it is committed.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import secrets
@@ -29,6 +28,20 @@ from bai.common.status import (
     StatusInfo,
 )
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
+from bai.node.link.messages import (
+    CreateKernel,
+    DestroyKernel,
+    DotfileSpec,
+    Execute,
+    Interrupt,
+    KernelInfo,
+    KernelPulling,
+    KernelTerminated,
+    ListFiles,
+    MountSpec,
+    UploadFiles,
+    call,
+)
 from bai.node.manager.admission import Admission, admit
 from bai.node.manager.agents import Agents
 from bai.node.manager.diskfull import FullDiskWarnings
@@ -315,35 +328,37 @@ class Sessions:
             error = {"error": {"src": "manager", "agent_id": agent_id, "name": p.title, "repr": p.msg}}
             await self.transition(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
             return
-        config = {
-            "kernel_id": kernel["id"],
-            "session_id": sid,
-            "session_name": session["name"],
-            "access_key": session["access_key"],
-            "image": session["image"],
-            "slots": kernel["occupied_slots"],
-            "environ": session["environ"],
-            "cluster_role": kernel["cluster_role"],
-            "cluster_idx": kernel["cluster_idx"],
-            "network": session["config"].get("network"),
-            "pull": pull,  # with the registry's credentials: never stored, never logged
-            "mounts": [
-                {**m, "host_path": str(self.vfolders.path_of(m))}
+        create = CreateKernel(
+            kernel_id=kernel["id"],
+            session_id=sid,
+            session_name=session["name"],
+            access_key=session["access_key"],
+            image=session["image"],
+            slots=kernel["occupied_slots"],
+            environ=session["environ"],
+            cluster_role=kernel["cluster_role"],
+            cluster_idx=kernel["cluster_idx"],
+            network=session["config"].get("network"),
+            pull=pull,  # with the registry's credentials: never stored, never logged
+            mounts=[
+                MountSpec(str(self.vfolders.path_of(m)), m["target"], bool(m["read_only"]))
                 for m in session["config"].get("mounts") or []
                 if self.vfolders is not None
             ],
-            "dotfiles": await self.store.dotfiles(session["access_key"]),
-        }
+            dotfiles=[
+                DotfileSpec(d["path"], d["data"], d["permission"])
+                for d in await self.store.dotfiles(session["access_key"])
+            ],
+        )
         try:
             # an image from a registry may have to be pulled first: allow for that too
             limit = self.start_timeout + (PULL_TIMEOUT if registry_of(session["image"]) else 0)
-            result = await self.link.call(agent_id, "create_kernel", {"config": config}, timeout=limit)
+            result = await call(self.link, agent_id, create, timeout=limit)
         except TimeoutError:
             # PREPARING took too long: an ERROR with the reason, then clean up and free the slots
             error = _error_data(agent_id, TimeoutError(f"the kernel did not start within {self.start_timeout:g} s"))
             if await self.transition(sid, S.ERROR, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING):
-                with contextlib.suppress(Exception):
-                    await self.link.call(agent_id, "destroy_kernel", {"kernel_id": kernel["id"]}, timeout=30)
+                await self._remove_kernel(agent_id, kernel["id"], StatusInfo.FAILED_TO_START)
                 await self.transition(sid, S.TERMINATED, StatusInfo.FAILED_TO_START, error, allowed_from=[S.ERROR])
             return
         except (RemoteError, AgentUnavailable) as e:
@@ -359,8 +374,8 @@ class Sessions:
             allowed_from=STARTING,
             kernel_updates={
                 kernel["id"]: {
-                    "container_id": result.get("container_id"),
-                    "devices": json.dumps(result.get("gpus", [])),
+                    "container_id": result.container_id,
+                    "devices": json.dumps(result.gpus),
                 }
             },
         )
@@ -368,8 +383,7 @@ class Sessions:
             current = await self.store.get_session(sid)
             if current is not None and current["status"] == S.RUNNING:
                 return  # adopted meanwhile (the agent re-registered with the kernel)
-            with contextlib.suppress(Exception):  # destroyed while preparing
-                await self.link.call(agent_id, "destroy_kernel", {"kernel_id": kernel["id"]}, timeout=30)
+            await self._remove_kernel(agent_id, kernel["id"], StatusInfo.USER_REQUESTED)  # destroyed while preparing
             return
         if session["type"] == "batch":
             self.spawn(self._run_batch(started, kernel, agent_id), f"batch-{sid}")
@@ -382,20 +396,10 @@ class Sessions:
         exit_code = 1
         try:
             while True:
-                result = await self.link.call(
-                    agent_id,
-                    "execute",
-                    {
-                        "kernel_id": kernel["id"],
-                        "run_id": run_id,
-                        "mode": mode,
-                        "code": code,
-                        "options": {"exec": command},
-                        "flush_timeout": 30.0,
-                    },
-                )
-                if result["status"] == "finished":
-                    exit_code = result["exitCode"]
+                run = Execute(kernel["id"], run_id, mode, code, {"exec": command}, flush_timeout=30.0)
+                result = await call(self.link, agent_id, run)
+                if result.status == "finished":
+                    exit_code = result.exit_code if result.exit_code is not None else 1
                     break
                 mode, code = "continue", ""
         except (RemoteError, AgentUnavailable) as e:
@@ -450,15 +454,23 @@ class Sessions:
     async def _finish_destroy(self, session: dict[str, Any], agent_id: str | None, info: str) -> None:
         kernel = await self.main_kernel(session)
         if agent_id:
-            try:
-                await self.link.call(
-                    agent_id, "destroy_kernel", {"kernel_id": kernel["id"], "reason": info}, timeout=60
-                )
-            except (RemoteError, AgentUnavailable, TimeoutError) as e:
-                log.warning("destroying kernel %s on %s: %s", kernel["id"], agent_id, e)
+            await self._remove_kernel(agent_id, kernel["id"], info, timeout=60)
         await self.transition(
             session["id"], S.TERMINATED, info, session["status_data"], allowed_from=[S.TERMINATING, S.ERROR]
         )
+
+    async def _remove_kernel(self, agent_id: str, kernel_id: str, reason: str, timeout: float = 30) -> None:
+        """Have the agent remove a kernel; a failure is logged with what may be left behind."""
+        try:
+            await call(self.link, agent_id, DestroyKernel(kernel_id, reason), timeout=timeout)
+        except (RemoteError, AgentUnavailable, TimeoutError) as e:
+            log.warning(
+                "could not remove kernel %s on agent %s (%s): it may be left behind until the agent restarts "
+                "(it removes kernels the manager does not know)",
+                kernel_id,
+                agent_id,
+                e,
+            )
 
     # -- execution --------------------------------------------------------------------------------
 
@@ -478,16 +490,9 @@ class Sessions:
         self.activity[sid] = self.clock.now()
         if mode in ("query", "batch"):
             self.busy.add(sid, run_id)  # code is running: the session is not idle until it finishes
-        args = {
-            "kernel_id": kernel["id"],
-            "run_id": run_id,
-            "mode": mode,
-            "code": code,
-            "options": options,
-            "flush_timeout": flush,
-        }
         try:
-            result = await self.link.call(kernel["agent_id"], "execute", args, timeout=flush + 60)
+            run = Execute(kernel["id"], run_id, mode, code, options, flush)
+            result = await call(self.link, kernel["agent_id"], run, timeout=flush + 60)
         except RemoteError as e:
             self.busy.discard(sid, run_id)
             raise invalid(e.message) from None
@@ -495,16 +500,16 @@ class Sessions:
             self.busy.discard(sid, run_id)
             raise Problem("instance-not-available", "Instance not available.", str(e)) from None
         self.activity[sid] = self.clock.now()
-        if result["status"] == "finished":
+        if result.status == "finished":
             self.busy.discard(sid, run_id)
-            code = result.get("exitCode")
-            if isinstance(code, int) and not result.get("cancelled"):
+            code = result.exit_code
+            if isinstance(code, int) and not result.cancelled:
                 # the last run's outcome is the session's (kept when it is destroyed), as for a batch session
                 # (on a full disk the run's output still reaches its client: only the record is dropped)
                 outcome = "SUCCESS" if code == 0 else "FAILURE"
                 if await self._background_write("run results", self.store.record_run(sid, kernel["id"], code, outcome)):
                     self.changes.publish("run_finished", {"ids": [sid]})
-        return result
+        return result.to_api()
 
     async def interrupt(self, session: dict[str, Any], run_id: str | None = None) -> bool:
         """Interrupt a run: `run_id`'s (a waiting one leaves the queue), else the one running now (Backend.AI's
@@ -512,20 +517,16 @@ class Sessions:
         kernel = await self.main_kernel(session)
         if not kernel["agent_id"] or S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
             return False
-        args: dict[str, Any] = {"kernel_id": kernel["id"]}
-        if run_id is not None:
-            args["run_id"] = run_id
         try:
-            return bool(await self.link.call(kernel["agent_id"], "interrupt", args, timeout=10))
+            return bool(await call(self.link, kernel["agent_id"], Interrupt(kernel["id"], run_id), timeout=10))
         except (RemoteError, AgentUnavailable):
             return False
 
     async def upload(self, session: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
         kernel = await self.main_kernel(session)
         try:
-            await self.link.call(
-                kernel["agent_id"], "upload_files", {"kernel_id": kernel["id"], "files": files}, timeout=120
-            )
+            upload = UploadFiles(kernel["id"], [[path, data] for path, data in files])
+            await call(self.link, kernel["agent_id"], upload, timeout=120)
         except RemoteError as e:
             raise invalid(e.message) from None
 
@@ -536,21 +537,19 @@ class Sessions:
                 f"session {session['name']} is {session['status']}: only a running kernel's files can be listed"
             )
         try:
-            return await self.link.call(
-                kernel["agent_id"], "list_files", {"kernel_id": kernel["id"], "path": path}, timeout=60
-            )
+            return await call(self.link, kernel["agent_id"], ListFiles(kernel["id"], path), timeout=60)
         except (RemoteError, AgentUnavailable) as e:
             raise invalid(str(e)) from None
 
     # -- what agents tell us ----------------------------------------------------------------------
 
-    async def reconcile(self, agent_id: str, kernels: list[dict[str, Any]]) -> list[str]:
+    async def reconcile(self, agent_id: str, kernels: list[KernelInfo]) -> list[str]:
         """An agent (re-)registered with `kernels` (kernel_id, container_id): sessions whose kernel it has
         run on (or start running), those whose kernel it lost end. Returns the kernels it has that we do
         not know (to destroy)."""
-        theirs = {k["kernel_id"] for k in kernels}
+        theirs = {k.kernel_id for k in kernels}
         ours = await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id)
-        containers = {k["kernel_id"]: k.get("container_id") for k in kernels}
+        containers = {k.kernel_id: k.container_id for k in kernels}
         for kernel in ours:
             status = S(kernel["status"])
             if kernel["id"] in theirs:
@@ -600,7 +599,7 @@ class Sessions:
                 {"msg": f"agent {agent_id} stopped heartbeating and did not come back within {grace:g} s"},
             )
 
-    async def kernel_logs(self, chunks: list[tuple[str, str]]) -> None:
+    async def kernel_logs(self, chunks: list[list[str]]) -> None:
         """Output of kernels (kernel id, text): kept as their sessions' logs, followers told."""
         chunks = [(kid, text) for kid, text in chunks if text]
         if chunks and await self._background_write("kernel logs", self.store.append_logs(chunks)):
@@ -619,29 +618,29 @@ class Sessions:
         self.full_disk.ok(what)
         return True
 
-    async def kernel_pulling(self, payload: dict[str, Any]) -> None:
+    async def kernel_pulling(self, event: KernelPulling) -> None:
         """The agent pulls the kernel's image: PULLING, with how far it got in the status info."""
-        done, total = int(payload.get("done", 0)), int(payload.get("total", 0))
+        done, total = int(event.done), int(event.total)
         so_far = f": {done / 2**20:.1f} of {total / 2**20:.1f} MiB" if total else ""
-        data = {"msg": f"pulling {payload['image']}{so_far}", "pull": {"done": done, "total": total}}
-        sid = payload["session_id"]
+        data = {"msg": f"pulling {event.image}{so_far}", "pull": {"done": done, "total": total}}
+        sid = event.session_id
         row = await self.store.set_status_info(sid, S.PULLING, "pulling-image", data)
         if row is not None:
             self.events.publish("session_pulling", row)
         else:
             await self.transition(sid, S.PULLING, "pulling-image", data, allowed_from=[S.PREPARING])
 
-    async def kernel_terminated(self, payload: dict[str, Any]) -> None:
-        kernel = await self.store.get_kernel(payload["kernel_id"])
+    async def kernel_terminated(self, event: KernelTerminated) -> None:
+        kernel = await self.store.get_kernel(event.kernel_id)
         if kernel is None:
             return
-        await self.store.update_kernel(kernel["id"], exit_code=payload.get("exit_code"))
+        await self.store.update_kernel(kernel["id"], exit_code=event.exit_code)
         await self.transition(
             kernel["session_id"],
             S.TERMINATED,
-            payload.get("reason") or StatusInfo.SELF_TERMINATED,
+            event.reason or StatusInfo.SELF_TERMINATED,
             # msg: why, when the agent knows (e.g. out of memory, naming the limit)
-            {"exitCode": payload.get("exit_code"), **({"msg": payload["msg"]} if payload.get("msg") else {})},
+            {"exitCode": event.exit_code, **({"msg": event.msg} if event.msg else {})},
             allowed_from=[S.RUNNING, S.RUNNING_DEGRADED, S.RESTARTING],
         )
         self.logs.notify(kernel["id"])
