@@ -1,4 +1,6 @@
-"""The scheduler on a running node with small slots: order, reasons, policies, time limits, hooks, keypairs."""
+"""The scheduler on a running node with small slots, through the real CLI and HTTP API: order, reasons,
+policies, hooks, keypairs. Dependencies, reserved start times, time limits and the rest of the scheduling
+logic are tested in-process (tests/test_lifecycle.py, tests/test_scheduling_inproc.py)."""
 
 from __future__ import annotations
 
@@ -105,88 +107,6 @@ def test_batch_session_runs_to_completion_and_keeps_its_exit_code(small: Node) -
     assert small.json("session", "info", "batch-ok")["result"] == "SUCCESS"
 
 
-def test_dependencies_wait_for_success_and_cancel_on_failure(small: Node) -> None:
-    small.cli(
-        "session",
-        "create",
-        "python",
-        "--name",
-        "dep-first",
-        "--type",
-        "batch",
-        "--startup-command",
-        "sleep 1.5",
-        "--no-wait",
-        check=True,
-    )
-    small.cli(
-        "session",
-        "create",
-        "python",
-        "--name",
-        "dep-second",
-        "--type",
-        "batch",
-        "--startup-command",
-        "echo second",
-        "--depends",
-        "dep-first",
-        check=True,
-    )
-    waiting = small.json("session", "info", "dep-second")
-    if waiting["status"] == "PENDING" and waiting["statusInfo"]:
-        assert waiting["statusInfo"] == "predicate-checks-failed"
-        assert "dep-first" in waiting["statusData"]["scheduler"]["msg"]
-    done = wait_for(small, "dep-second", lambda i: i["status"] == "TERMINATED")
-    assert done["result"] == "SUCCESS"
-    first = small.json("session", "info", "dep-first")
-    assert first["terminationTime"] < done["transitions"][1]["at"]  # scheduled only after dep-first ended
-
-    small.cli(
-        "session", "create", "python", "--name", "dep-bad", "--type", "batch", "--startup-command", "exit 1", "--wait"
-    )
-    small.cli(
-        "session",
-        "create",
-        "python",
-        "--name",
-        "dep-orphan",
-        "--type",
-        "batch",
-        "--startup-command",
-        "true",
-        "--depends",
-        "dep-bad",
-        check=True,
-    )
-    orphan = wait_for(small, "dep-orphan", lambda i: i["status"] == "CANCELLED")
-    assert orphan["status"] == "CANCELLED"
-    assert orphan["statusInfo"] == "dependency-failed"
-    assert "dep-bad" in orphan["statusData"]["msg"]
-
-
-def test_reserved_start_time(small: Node) -> None:
-    small.cli(
-        "session",
-        "create",
-        "python",
-        "--name",
-        "later",
-        "--type",
-        "batch",
-        "--startup-command",
-        "true",
-        "--starts-at",
-        "2s",
-        check=True,
-    )
-    info = wait_for(small, "later", lambda i: i["statusInfo"] == "predicate-checks-failed", timeout=5)
-    assert info["status"] == "PENDING"
-    assert any(p["name"] == "reserved_time" for p in info["statusData"]["scheduler"]["failed_predicates"])
-    # nothing else wakes the dispatcher: the session starts on its own when the time comes
-    assert wait_for(small, "later", lambda i: i["status"] == "TERMINATED", timeout=20)["result"] == "SUCCESS"
-
-
 def test_keypairs_policies_and_privacy(small: Node) -> None:
     small.cli("policy", "create", "one-at-a-time", "--max-sessions", "1", check=True)
     alice = small.json("keypair", "create", "--user", "alice", "--policy", "one-at-a-time")
@@ -226,22 +146,6 @@ def test_keypairs_policies_and_privacy(small: Node) -> None:
     finally:
         small.cli("session", "destroy", "alice-1", as_keypair=alice)
         small.cli("session", "destroy", "alice-2", as_keypair=alice)
-
-
-def test_idle_timeout_and_lifetime_end_sessions(small: Node) -> None:
-    small.cli("policy", "create", "impatient", "--idle-timeout", "4s", check=True)
-    small.cli("policy", "create", "short-lived", "--max-lifetime", "3s", check=True)
-    idle = small.json("keypair", "create", "--user", "idler", "--policy", "impatient")
-    brief = small.json("keypair", "create", "--user", "brief", "--policy", "short-lived")
-    small.cli("session", "create", "python", "--name", "idler-1", "--cpu", "0.5", check=True, as_keypair=idle)
-    small.cli("session", "create", "python", "--name", "brief-1", "--cpu", "0.5", check=True, as_keypair=brief)
-    # activity keeps the idle one alive for a while
-    small.cli("session", "exec", "idler-1", "-c", "import time; time.sleep(4.5)", check=True, as_keypair=idle)
-    assert small.json("session", "info", "idler-1", as_keypair=idle)["status"] == "RUNNING"
-    ended = wait_for(small, "idler-1", lambda i: i["status"] == "TERMINATED", as_keypair=idle)
-    assert ended["statusInfo"] == "idle-timeout"
-    expired = wait_for(small, "brief-1", lambda i: i["status"] == "TERMINATED", as_keypair=brief)
-    assert expired["statusInfo"] == "idle-session-lifetime"
 
 
 def test_hooks_reject_and_slow_hooks_do_not_stall(small: Node) -> None:

@@ -161,20 +161,22 @@ async def start_manager(
 ) -> list[str]:
     """The manager's parts: store, services (sessions, agents, images, …), dispatcher, timers, HTTP API.
     Returns banner lines."""
-    from bai.node.manager.admission import from_config as admission_from_config
     from bai.node.manager.api import make_app
-    from bai.node.manager.dispatcher import Dispatcher, scaling_groups
+    from bai.node.manager.build import build_manager
     from bai.node.manager.hooks import Hooks
-    from bai.node.manager.sessions import Sessions
-    from bai.node.manager.store import Store
-    from bai.node.manager.timers import Timers, log_settings
+    from bai.node.manager.store import SchemaTooNew, Store
+    from bai.node.manager.timers import log_settings
+    from bai.node.manager.vfolders.service import VFolders
 
     host, port = hostport(cfg["node"]["listen"], "--listen")
     try:
         log_max_bytes, log_retention = log_settings(cfg)
     except ValueError as e:
         raise NodeError(str(e)) from None
-    store = await Store.open(state_dir / "bai.db", log_max_bytes=log_max_bytes)
+    try:
+        store = await Store.open(state_dir / "bai.db", log_max_bytes=log_max_bytes)
+    except SchemaTooNew as e:
+        raise NodeError(str(e)) from None
     stops["store"] = store.close
     fresh = Keypair.generate()
     access_key, secret_key = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key)
@@ -182,23 +184,6 @@ async def start_manager(
         hooks = Hooks.load(list(cfg["manager"]["hooks"]), float(cfg["manager"]["hook_timeout"]))
     except ImportError as e:
         raise NodeError(f"cannot load a hook named in [manager] hooks: {e}") from None
-    try:
-        groups, pending_timeouts = scaling_groups(cfg)
-        admission = admission_from_config(cfg)  # allowed networks and image registries
-    except ValueError as e:
-        raise NodeError(str(e)) from None
-    from bai.common.background import Background
-    from bai.node.manager.accounts import Accounts
-    from bai.node.manager.agent_events import AgentEvents
-    from bai.node.manager.agents import Agents
-    from bai.node.manager.events import Hubs
-    from bai.node.manager.images import Images
-    from bai.node.manager.kernel_logs import KernelLogs
-    from bai.node.manager.metrics import ManagerMetrics
-    from bai.node.manager.services import Services
-    from bai.node.manager.vfolders.service import VFolders
-    from bai.node.manager.wakeup import Wakeup
-
     owner = {k: int(cfg["vfolders"][k]) for k in ("kernel_uid", "kernel_gid")}
     as_root = os.geteuid() == 0
     try:
@@ -211,41 +196,13 @@ async def start_manager(
         )
     except (ValueError, OSError) as e:
         raise NodeError(f"[vfolders]: {e}") from None
-    hubs, wake, metrics = Hubs(), Wakeup(), ManagerMetrics()
-    background = Background(logging.getLogger("bai.manager"))
-    agents = Agents(store, link, hubs.changes, wake)
-    images = Images(store, agents, admission, dict(cfg["images"]["aliases"]))
-    await images.load()
-    sessions = Sessions(
-        store,
-        link,
-        agents,
-        images,
-        hubs,
-        vfolders=vfolders,
-        hooks=hooks,
-        admission=admission,
-        metrics=metrics,
-        wake=wake,
-        background=background,
-        start_timeout=float(cfg["manager"]["preparing_timeout"]),
-    )
-    agent_events = AgentEvents(
-        agents, sessions, vfolders, wake, background, lost_grace=float(cfg["manager"]["lost_grace"])
-    )
-    dispatcher = Dispatcher(store, sessions, agents, wake, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]))
-    timers = Timers(store, sessions, log_retention=log_retention)
-    background.spawn(_sweep_uploads(vfolders), "vfolder-sweeper")
-    services = Services(
-        sessions=sessions,
-        agents=agents,
-        images=images,
-        accounts=Accounts(store),
-        hubs=hubs,
-        logs=KernelLogs(store, hubs.logs),
-        metrics=metrics,
-        vfolders=vfolders,
-    )
+    try:
+        manager = await build_manager(cfg, store, link, vfolders, hooks, log_retention=log_retention)
+    except ValueError as e:  # a bad scaling group, network or registry
+        raise NodeError(str(e)) from None
+    stops["background"] = manager.background.close
+    manager.background.spawn(_sweep_uploads(vfolders), "vfolder-sweeper")
+    services = manager.services
     settings = {
         "keypairs": await store.keypairs(),
         "default_resources": {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])},
@@ -264,17 +221,16 @@ async def start_manager(
             ) from None
         raise NodeError(f"cannot listen on {host}:{port}: {e.strerror}") from None
     try:
-        await link.start(agent_events)
+        await link.start(manager.agent_events)
     except OSError as e:
         raise NodeError(
             f"the agent link cannot listen: {e} (choose another address with --link-listen HOST:PORT)"
         ) from None
     stops["link"] = link.close
-    stops["background"] = background.close
-    dispatcher.start()
-    stops["dispatcher"] = dispatcher.stop
-    timers.start()
-    stops["timers"] = timers.stop
+    manager.dispatcher.start()
+    stops["dispatcher"] = manager.dispatcher.stop
+    manager.timers.start()
+    stops["timers"] = manager.timers.stop
     shown_host = host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"
     endpoint = f"{'https' if cfg['node']['tls_cert'] else 'http'}://{shown_host}:{port}"
     cred_path = credentials.save(credentials.Credentials(endpoint, access_key, secret_key))

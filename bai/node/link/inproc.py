@@ -24,6 +24,8 @@ class InprocHub:
 
 
 class InprocManagerLink:
+    """The manager's side: calls go straight to the agents' handlers, events through one ordered queue."""
+
     def __init__(self, hub: InprocHub) -> None:
         self.hub = hub
         self.handler: ManagerHandler | None = None
@@ -74,6 +76,8 @@ class InprocManagerLink:
 
 
 class InprocAgentLink:
+    """An agent's side: registers with the hub's manager, heartbeats, queues its events."""
+
     def __init__(self, hub: InprocHub, agent_id: str) -> None:
         self.hub = hub
         self.agent_id = agent_id
@@ -100,6 +104,15 @@ class InprocAgentLink:
         handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.hub.manager._events.put_nowait((self.agent_id, name, payload, handled))
         await handled
+
+    async def drop(self) -> None:
+        """Vanish without a goodbye (as a killed agent does): no more heartbeats, no calls reach it. The
+        manager hears nothing (a network link would time it out; here the caller says `agent_left`)."""
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeats
+        self.hub.manager.agents.pop(self.agent_id, None)
 
     async def close(self) -> None:
         if self._heartbeats is not None:

@@ -64,6 +64,11 @@ class AgentEvents:
             log.warning("agent %s is LOST (no heartbeat); its sessions wait %g s for it", agent_id, self.lost_grace)
             self._lost[agent_id] = self.background.spawn(self._gone(agent_id), f"lost-{agent_id}")
 
+    def grace_of(self, agent_id: str) -> asyncio.Task[Any] | None:
+        """The grace period of a lost agent, while it runs out (None when the agent is not lost)."""
+        task = self._lost.get(agent_id)
+        return task if task is not None and not task.done() else None
+
     async def _gone(self, agent_id: str) -> None:
         """The grace period of a lost agent ran out: its sessions end in ERROR (`agent-lost`)."""
         await asyncio.sleep(self.lost_grace)

@@ -1,0 +1,100 @@
+"""The manager's services wired together from a configuration: the one place that knows how they fit
+(`bai node` and the in-process test harness both build the manager here)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from bai.common.background import Background
+from bai.common.clock import Clock
+from bai.node.link.base import ManagerLink
+from bai.node.manager.accounts import Accounts
+from bai.node.manager.admission import from_config as admission_from_config
+from bai.node.manager.agent_events import AgentEvents
+from bai.node.manager.agents import Agents
+from bai.node.manager.dispatcher import Dispatcher, scaling_groups
+from bai.node.manager.events import Hubs
+from bai.node.manager.hooks import Hooks
+from bai.node.manager.images import Images
+from bai.node.manager.kernel_logs import KernelLogs
+from bai.node.manager.metrics import ManagerMetrics
+from bai.node.manager.services import Services
+from bai.node.manager.sessions import Sessions
+from bai.node.manager.store import Store
+from bai.node.manager.timers import Timers
+from bai.node.manager.vfolders.service import VFolders
+from bai.node.manager.wakeup import Wakeup
+
+
+@dataclass
+class Manager:
+    """A manager's parts, built and wired, not started: the link's handler (`agent_events`), the
+    services the API serves (`services`), and the loops (`dispatcher`, `timers`) with their background."""
+
+    store: Store
+    services: Services
+    agent_events: AgentEvents
+    dispatcher: Dispatcher
+    timers: Timers
+    wake: Wakeup
+    background: Background
+
+    async def close(self) -> None:
+        """Stop the loops and the background work (the store and the link are the caller's)."""
+        await self.timers.stop()
+        await self.dispatcher.stop()
+        await self.background.close()
+
+
+async def build_manager(
+    cfg: dict[str, Any],
+    store: Store,
+    link: ManagerLink,
+    vfolders: VFolders | None,
+    hooks: Hooks,
+    *,
+    clock: Clock | None = None,
+    log_retention: float | None = None,
+) -> Manager:
+    """Wire the services for `cfg` (ValueError for a bad scaling group, network or registry)."""
+    groups, pending_timeouts = scaling_groups(cfg)
+    admission = admission_from_config(cfg)  # allowed networks and image registries
+    clock = clock or Clock()
+    hubs, wake, metrics = Hubs(), Wakeup(), ManagerMetrics()
+    background = Background(logging.getLogger("bai.manager"))
+    agents = Agents(store, link, hubs.changes, wake)
+    images = Images(store, agents, admission, dict(cfg["images"]["aliases"]))
+    await images.load()
+    sessions = Sessions(
+        store,
+        link,
+        agents,
+        images,
+        hubs,
+        vfolders=vfolders,
+        hooks=hooks,
+        admission=admission,
+        metrics=metrics,
+        wake=wake,
+        background=background,
+        start_timeout=float(cfg["manager"]["preparing_timeout"]),
+        clock=clock,
+    )
+    agent_events = AgentEvents(agents, sessions, vfolders, wake, background, float(cfg["manager"]["lost_grace"]))
+    dispatcher = Dispatcher(
+        store, sessions, agents, wake, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]), clock=clock
+    )
+    timers = Timers(store, sessions, log_retention=log_retention, clock=clock)
+    services = Services(
+        sessions=sessions,
+        agents=agents,
+        images=images,
+        accounts=Accounts(store),
+        hubs=hubs,
+        logs=KernelLogs(store, hubs.logs),
+        metrics=metrics,
+        vfolders=vfolders,
+    )
+    return Manager(store, services, agent_events, dispatcher, timers, wake, background)
