@@ -284,7 +284,7 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
     gpus = ", ".join(f"{g.index}: {g.name} ({g.memory_total / 2**30:.0f} GiB)" for g in nvml.gpus)
     gpu_line = f"  gpus      {gpus}" if nvml.gpus else f"  gpus      none ({nvml.error or 'no devices'})"
     lines = [f"  backend   {backend_text}", f"  agent     {agent_id}: {format_slots(slots)}", gpu_line]
-    if getattr(backend, "scratch", None) is not None:  # what a kernel can write, and how much
+    if backend.scratch is not None:  # what a kernel can write, and how much
         lines.append(f"  scratch   {backend.scratch.describe()}")
     elif backend.name == "local":
         lines.append("  scratch   none: local kernels write wherever the node's user can")

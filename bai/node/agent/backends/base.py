@@ -75,7 +75,14 @@ class Kernel:
 
 
 class Backend(Protocol):
+    """What the agent needs of a kernel backend (Docker containers, local processes, simulated kernels).
+
+    The optional capabilities (images, OOM accounting, scratch space) are members too: `BackendBase`
+    gives the answers of a backend that has none of them."""
+
     name: str
+    manages_images: bool  # kernels run from images the backend pulls and removes (Docker)
+    scratch: Any  # the kernels' writable scratch space (agent/scratch.py), or None
 
     async def start(self) -> None: ...
 
@@ -89,11 +96,51 @@ class Backend(Protocol):
 
     async def images(self) -> list[dict[str, Any]]: ...
 
+    async def has_image(self, image: str) -> bool: ...
+
+    async def pull(self, image: str, progress=None, auth: dict[str, str] | None = None) -> dict[str, Any]:
+        """Pull an image (`progress(done, total)` as it goes); its labels."""
+        ...
+
+    async def remove_image(self, image: str) -> None: ...
+
+    async def oom_kills(self, kernel: Kernel) -> int | None:
+        """How often the OOM killer killed in the kernel (None: this backend cannot tell)."""
+        ...
+
+    async def memory_limit(self, kernel: Kernel) -> int | None:
+        """The kernel's memory limit in bytes (None: unknown)."""
+        ...
+
     async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
         """A folder as the kernel sees it (bai.node.agent.files.list_dir's shape)."""
         ...
 
     async def close(self, kernels: list[Kernel]) -> None: ...
+
+
+class BackendBase:
+    """The optional capabilities of a backend that has none: no images to manage, no OOM accounting,
+    no scratch space. Backends override what they do have."""
+
+    name = "?"
+    manages_images = False
+    scratch: Any = None
+
+    async def has_image(self, image: str) -> bool:
+        return True  # any image name will do (it is not pulled)
+
+    async def pull(self, image: str, progress=None, auth: dict[str, str] | None = None) -> dict[str, Any]:
+        raise KernelStartError(f"the {self.name} backend has no images to pull")
+
+    async def remove_image(self, image: str) -> None:
+        raise KernelStartError(f"the {self.name} backend has no images to remove")
+
+    async def oom_kills(self, kernel: Kernel) -> int | None:
+        return None
+
+    async def memory_limit(self, kernel: Kernel) -> int | None:
+        return None
 
 
 MPS_PIPE = Path("/tmp/nvidia-mps")  # where an MPS control daemon listens, when one runs

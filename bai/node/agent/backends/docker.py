@@ -39,6 +39,7 @@ from bai.common.status import StatusInfo
 from bai.node.agent import leftovers
 from bai.node.agent import scratch as scratchlib
 from bai.node.agent.backends.base import (
+    BackendBase,
     Dotfile,
     Kernel,
     KernelSpec,
@@ -192,8 +193,9 @@ async def docker_available(timeout: float = 3.0) -> bool:
         await docker.close()
 
 
-class DockerBackend:
+class DockerBackend(BackendBase):
     name = "docker"
+    manages_images = True
 
     def __init__(
         self,

@@ -31,6 +31,7 @@ from typing import Any
 
 from bai.node.agent import leftovers
 from bai.node.agent.backends.base import (
+    BackendBase,
     Dotfile,
     Kernel,
     KernelSpec,
@@ -74,7 +75,7 @@ def sandbox(bwrap: str, kdir: Path, work_dir: Path, runner: Path, mounts: list[M
     return [*args, "--chdir", "/home/work", "--"]
 
 
-class LocalBackend:
+class LocalBackend(BackendBase):
     name = "local"
 
     def __init__(self, kernels_dir: Path, runner_path: Path, start_timeout: float) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from bai.common import slots as slotlib
 from bai.node.agent import leftovers
-from bai.node.agent.backends.base import Kernel, KernelSpec, kernel_env
+from bai.node.agent.backends.base import BackendBase, Kernel, KernelSpec, kernel_env
 from bai.node.agent.channel import Channel, ChannelError, OutputSink
 
 SIM_IMAGE = "sim"
@@ -191,7 +191,7 @@ class SimChannel(Channel):
         await super().close()
 
 
-class SimBackend:
+class SimBackend(BackendBase):
     """Kernels in memory (see the module docstring): for scale tests and benchmarks only."""
 
     name = "sim"
