@@ -10,6 +10,7 @@ from typing import Any
 from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
 
 log = logging.getLogger("bai.link")
+LEFT = object()  # in the event queue: the agent closed its link (after the events before it)
 
 
 class InprocHub:
@@ -30,7 +31,7 @@ class InprocManagerLink:
         self.hub = hub
         self.handler: ManagerHandler | None = None
         self.agents: dict[str, AgentHandler] = {}
-        self._events: asyncio.Queue[tuple[str, str, dict[str, Any], asyncio.Future[None] | None]] = asyncio.Queue()
+        self._events: asyncio.Queue[tuple[str, Any, Any, asyncio.Future[None] | None]] = asyncio.Queue()
         self._pump: asyncio.Task[None] | None = None
 
     async def start(self, handler: ManagerHandler) -> None:
@@ -42,7 +43,10 @@ class InprocManagerLink:
         while True:
             agent_id, name, payload, handled = await self._events.get()
             try:
-                await self.handler.agent_event(agent_id, name, payload)
+                if name is LEFT:
+                    await self.handler.agent_left(agent_id, payload)
+                else:
+                    await self.handler.agent_event(agent_id, name, payload)
             except Exception:  # a bad event must not stop the pump
                 log.exception("event %s from %s failed", name, agent_id)
             finally:
@@ -119,4 +123,8 @@ class InprocAgentLink:
             self._heartbeats.cancel()
         manager = self.hub.manager
         if manager.agents.pop(self.agent_id, None) is not None and manager.handler is not None:
-            await manager.handler.agent_left(self.agent_id, "closed")
+            # as over a network link: the manager hears of it after the events sent before it
+            handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            manager._events.put_nowait((self.agent_id, LEFT, "closed", handled))
+            if manager._pump is not None and not manager._pump.done():
+                await handled
