@@ -108,6 +108,8 @@ OWNER_SCOPED = ("/session", "/bai/session/", "/stream/session/", "/events/sessio
 
 
 class Client:
+    """bai's asynchronous API client: signed requests, streams, uploads and downloads."""
+
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
         self.endpoint = creds.endpoint.rstrip("/")

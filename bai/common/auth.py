@@ -31,6 +31,8 @@ class AuthError(Exception):
 
 @dataclass(frozen=True)
 class Keypair:
+    """An access key and its secret key (Backend.AI's API credentials)."""
+
     access_key: str
     secret_key: str
 

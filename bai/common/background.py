@@ -16,6 +16,8 @@ def _disk_full(e: BaseException) -> bool:
 
 
 class Background:
+    """Background tasks that are kept referenced, log their failures, and are cancelled on close."""
+
     def __init__(self, log: logging.Logger) -> None:
         self.log = log
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -137,7 +137,7 @@ def config_files() -> list[Path]:
 
 
 class ConfigError(Exception):
-    pass
+    """A configuration file or value bai cannot use."""
 
 
 def merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from bai.common.config import config_dir
 
 @dataclass(frozen=True)
 class Credentials:
+    """Where the CLI connects and with which keypair (saved by the node for local use)."""
+
     endpoint: str
     access_key: str
     secret_key: str

@@ -25,6 +25,8 @@ class MountError(ValueError):
 
 @dataclass(frozen=True)
 class MountRequest:
+    """A virtual folder a session asks to mount: name, target path, read-only."""
+
     name: str  # the folder's name (or id) as the user gave it
     target: str  # absolute path in the kernel
     read_only: bool  # asked for read-only (a folder shared read-only is mounted read-only anyway)

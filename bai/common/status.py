@@ -9,6 +9,8 @@ from enum import StrEnum
 
 
 class SessionStatus(StrEnum):
+    """A session's lifecycle status (Backend.AI's names)."""
+
     PENDING = "PENDING"
     SCHEDULED = "SCHEDULED"
     PULLING = "PULLING"
@@ -47,6 +49,8 @@ ACTIVE_STATUSES = frozenset(set(SessionStatus) - DEAD_STATUSES)
 
 
 class IllegalTransition(Exception):
+    """A status change the lifecycle does not allow."""
+
     def __init__(self, current: SessionStatus, target: SessionStatus) -> None:
         super().__init__(f"a session cannot go from {current} to {target}")
         self.current = current

@@ -32,7 +32,7 @@ OutputSink = Callable[[str, str], None]
 
 
 class ChannelError(Exception):
-    pass
+    """A run cannot be started, fed or read in this kernel (said to the client as a 4xx)."""
 
 
 MAX_WAITING = 32  # runs waiting behind the running one, per kernel

@@ -15,6 +15,8 @@ from bai.node.agent.backends.base import KernelStartError
 
 
 class GpuAllocator:
+    """Which kernel holds how much of each of this agent's GPUs."""
+
     def __init__(self, uuids: list[str]) -> None:
         self.uuids = list(uuids)
         self.holders: dict[str, list[tuple[str, Decimal]]] = {}

@@ -16,6 +16,8 @@ log = logging.getLogger("bai.agent.gpus")
 
 @dataclass(frozen=True)
 class GPU:
+    """One NVIDIA device as NVML describes it."""
+
     index: int
     uuid: str
     name: str

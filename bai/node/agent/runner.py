@@ -144,6 +144,8 @@ class _Stream(io.TextIOBase):
 
 
 class Runner:
+    """The kernel-side runner: runs query code and batch commands for the agent, one at a time."""
+
     def __init__(self, workdir: str, max_line: int = MAX_LINE) -> None:
         self.workdir = workdir
         self.max_line = max_line

@@ -73,6 +73,8 @@ def _run(args: list[str]) -> None:
 
 @dataclass(frozen=True)
 class Scratch:
+    """Where kernels may write: the scratch space of each kernel (a host folder, a size-limited file or memory)."""
+
     kind: str  # one of TYPES
     size: int  # bytes per kernel; unused by hostdir
     note: str = ""  # why `auto` did not choose hostfile

@@ -59,6 +59,8 @@ class AgentHandler(Protocol):
 
 
 class ManagerLink(Protocol):
+    """The manager's side of a link: start with a handler, call agents, know who is connected."""
+
     async def start(self, handler: ManagerHandler) -> None: ...
 
     async def call(self, agent_id: str, method: str, args: dict[str, Any], timeout: float | None = None) -> Any: ...
@@ -69,6 +71,8 @@ class ManagerLink(Protocol):
 
 
 class AgentLink(Protocol):
+    """An agent's side of a link: join, emit and report events, close."""
+
     async def join(self, handler: AgentHandler) -> dict[str, Any]:
         """Register (asking `handler.registration()`), start answering calls; return the manager's
         reconcile answer. A link that can lose its manager re-registers by itself later."""

@@ -26,6 +26,8 @@ Z85_KEY_LENGTH = 40  # a 32-byte CURVE key in z85 text
 
 @dataclass(frozen=True)
 class ManagerSecrets:
+    """The manager's CURVE key pair and the agents' join token."""
+
     public_key: str  # z85 text, given to agents
     secret_key: str  # z85 text, never leaves the manager
     join_token: str  # what an agent must present to register

@@ -126,6 +126,8 @@ class JoinAnswer(Message):
 
 @dataclass
 class Ping(Call[dict[str, Any]]):
+    """Is the agent there (and how many kernels does it run)?"""
+
     method: ClassVar[str] = "ping"
 
 
@@ -149,6 +151,8 @@ class DotfileSpec(Message):
 
 @dataclass
 class KernelCreated(Message):
+    """The answer to CreateKernel: where the kernel runs and what it holds."""
+
     kernel_id: str
     gpus: list[list[str]] = field(default_factory=list)  # [device uuid, share] held
     container_id: str | None = None
@@ -249,6 +253,8 @@ class Interrupt(Call[bool]):
 
 @dataclass
 class UploadFiles(Call[None]):
+    """Write files into a kernel's home."""
+
     method: ClassVar[str] = "upload_files"
 
     kernel_id: str
@@ -257,6 +263,8 @@ class UploadFiles(Call[None]):
 
 @dataclass
 class ListFiles(Call[dict[str, Any]]):
+    """List a folder as the kernel sees it."""
+
     method: ClassVar[str] = "list_files"
 
     kernel_id: str
@@ -265,11 +273,15 @@ class ListFiles(Call[dict[str, Any]]):
 
 @dataclass
 class ListImages(Call[list[dict[str, Any]]]):
+    """The images the agent has (name, labels, …)."""
+
     method: ClassVar[str] = "images"
 
 
 @dataclass
 class PullImage(Call[dict[str, Any]]):
+    """Pull an image from a registry the manager allowed."""
+
     method: ClassVar[str] = "pull_image"
 
     image: str
@@ -278,6 +290,8 @@ class PullImage(Call[dict[str, Any]]):
 
 @dataclass
 class RemoveImage(Call[None]):
+    """Remove an image from the agent."""
+
     method: ClassVar[str] = "remove_image"
 
     image: str

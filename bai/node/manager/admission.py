@@ -29,6 +29,8 @@ NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 @dataclass(frozen=True)
 class GroupPolicy:
+    """What a scaling group allows: networks for users and for admins."""
+
     allowed_networks: tuple[str, ...] = ()
     admin_allowed_networks: tuple[str, ...] = ()
 
@@ -41,6 +43,8 @@ class GroupPolicy:
 
 @dataclass(frozen=True)
 class ImageRegistry:
+    """A configured image registry: where it is and how to log in to it."""
+
     name: str
     host: str  # as Docker names it in an image reference: `127.0.0.1:5000`, `reg.example.com`
     username: str = ""
@@ -67,6 +71,8 @@ class ImageRegistry:
 
 @dataclass(frozen=True)
 class Admission:
+    """The rules a request must pass before it is queued: scaling groups, networks, registries."""
+
     groups: dict[str, GroupPolicy] = field(default_factory=lambda: {"default": GroupPolicy()})
     registries: dict[str, ImageRegistry] = field(default_factory=dict)  # by host
     default_network: str = "none"  # [agent.docker] network: what a session that names none gets

@@ -49,6 +49,8 @@ class QueryRefused(GraphQLError):
 
 @dataclass
 class Field:
+    """A selected field of a GraphQL query, with its alias, arguments and sub-selections."""
+
     name: str
     alias: str
     args: dict[str, Any] = field(default_factory=dict)
@@ -57,6 +59,8 @@ class Field:
 
 @dataclass
 class Variable:
+    """A reference to a query variable (`$name`) in an argument."""
+
     name: str
 
 

@@ -34,6 +34,8 @@ class HookRejected(Exception):
 
 
 class Hooks:
+    """The configured hook modules, called at lifecycle points with a timeout each."""
+
     def __init__(self, hooks: list[tuple[str, Any]], timeout: float = 2.0) -> None:
         self.hooks = hooks
         self.timeout = timeout

@@ -28,6 +28,8 @@ TRUE = ("1", "true", "yes")
 
 @dataclass(frozen=True)
 class LogQuery:
+    """What part of a log a request asks for: tail, page (since, limit) or follow."""
+
     follow: bool = False
     tail: int | None = None
     since: int | None = None

@@ -23,6 +23,8 @@ SESSION_TYPES = ("interactive", "batch")
 
 @dataclass
 class CreateRequest:
+    """A validated session-creation request."""
+
     name: str
     image: str
     type: str

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 
 class OpenStreams:
+    """The open execution and event streams per keypair, so a deactivated keypair's can be closed."""
+
     def __init__(self) -> None:
         self._tasks: dict[str, set[asyncio.Task]] = {}
 

@@ -96,6 +96,8 @@ DEAD_DEPENDENCY_STATUSES = frozenset({"TERMINATED", "CANCELLED", "ERROR"})
 
 @dataclass(frozen=True, slots=True)
 class KernelRequest:
+    """One kernel of a pending session: the slots it asks for."""
+
     kernel_id: str
     slots: Mapping[str, Decimal]  # normalised per-kernel request (spec §4)
     cluster_role: str = "main"
@@ -103,6 +105,8 @@ class KernelRequest:
 
 @dataclass(frozen=True, slots=True)
 class PendingSession:
+    """A session waiting to be placed, as the scheduler sees it."""
+
     id: str
     name: str
     access_key: str
@@ -122,6 +126,8 @@ class PendingSession:
 
 @dataclass(slots=True)
 class AgentState:
+    """An agent as the scheduler sees it: capacity, what is occupied, GPUs, hosts, schedulability."""
+
     id: str
     scaling_group: str
     capacity: Slots  # available_slots
@@ -133,6 +139,8 @@ class AgentState:
 
 @dataclass(frozen=True, slots=True)
 class ResourcePolicy:
+    """A keypair's limits: concurrent sessions and total slots."""
+
     name: str = "default"
     max_concurrent_sessions: int = 0  # 0 = unlimited
     total_resource_slots: Mapping[str, Decimal] = field(default_factory=dict)  # per keypair
@@ -141,6 +149,8 @@ class ResourcePolicy:
 
 @dataclass(frozen=True, slots=True)
 class KeypairState:
+    """What a keypair holds now, and its policy."""
+
     access_key: str
     policy: ResourcePolicy
     concurrent_sessions: int = 0
@@ -149,6 +159,8 @@ class KeypairState:
 
 @dataclass(frozen=True, slots=True)
 class DependencyState:
+    """The state of a session another one depends on."""
+
     session_id: str
     name: str
     status: str  # e.g. "RUNNING", "TERMINATED", "CANCELLED", "ERROR"
@@ -157,6 +169,8 @@ class DependencyState:
 
 @dataclass(frozen=True, slots=True)
 class ScalingGroup:
+    """A group of agents with its scheduling policy, placement and allowed session types."""
+
     name: str
     policy: str = FIFO  # fifo | lifo | drf
     agent_selection: str = DISPERSED  # dispersed | concentrated
@@ -166,6 +180,8 @@ class ScalingGroup:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """Everything one scheduling round decides from: pending sessions, agents, keypairs, groups, time."""
+
     now: datetime
     pending: Sequence[PendingSession]
     agents: Sequence[AgentState]
@@ -180,6 +196,8 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
+    """A decision: a session's kernels go to these agents."""
+
     session_id: str
     agents: Mapping[str, str]  # kernel_id -> agent_id, every kernel of the session
 
@@ -191,6 +209,8 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class PredicateResult:
+    """One check of a pending session, passed or failed with its message."""
+
     name: str
     passed: bool
     msg: str = ""
@@ -198,6 +218,8 @@ class PredicateResult:
 
 @dataclass(frozen=True, slots=True)
 class Pending:
+    """A decision: the session keeps waiting, and why."""
+
     session_id: str
     status_info: str  # predicate-checks-failed | no-available-instances
     msg: str
@@ -218,6 +240,8 @@ class Pending:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
+    """A decision: the session is cancelled, and why."""
+
     session_id: str
     status_info: str  # dependency-failed
     msg: str
@@ -225,6 +249,8 @@ class Cancel:
 
 @dataclass(slots=True)
 class Decisions:
+    """The outcome of one scheduling round: placements, cancellations, sessions left waiting."""
+
     placements: list[Placement] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
     cancels: list[Cancel] = field(default_factory=list)

@@ -18,6 +18,8 @@ class KernelStartError(Exception):
 
 @dataclass
 class KernelSpec:
+    """What a kernel is to be: its session, image, slots, environment, network, mounts and dotfiles."""
+
     kernel_id: str
     session_id: str
     session_name: str
@@ -53,6 +55,8 @@ class Dotfile:
 
 @dataclass
 class Kernel:
+    """A kernel the agent runs: its spec, execution channel, run folder and process or container."""
+
     spec: KernelSpec
     channel: Channel
     run_dir: Path

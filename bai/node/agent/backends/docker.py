@@ -176,7 +176,7 @@ def cgroup_oom_kills(pid: int) -> int | None:
 
 
 class DockerUnavailable(Exception):
-    pass
+    """No Docker daemon answers (or it refuses this agent)."""
 
 
 async def docker_available(timeout: float = 3.0) -> bool:
@@ -194,6 +194,8 @@ async def docker_available(timeout: float = 3.0) -> bool:
 
 
 class DockerBackend(BackendBase):
+    """Kernels as hardened Docker containers, through aiodocker."""
+
     name = "docker"
     manages_images = True
 

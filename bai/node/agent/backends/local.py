@@ -76,6 +76,8 @@ def sandbox(bwrap: str, kdir: Path, work_dir: Path, runner: Path, mounts: list[M
 
 
 class LocalBackend(BackendBase):
+    """Kernels as local processes (in a bubblewrap sandbox where available), for machines without Docker."""
+
     name = "local"
 
     def __init__(self, kernels_dir: Path, runner_path: Path, start_timeout: float) -> None:

@@ -162,6 +162,8 @@ CREATE TABLE IF NOT EXISTS dotfiles (
 
 @dataclass(frozen=True)
 class Step:
+    """One numbered schema migration."""
+
     version: int  # the user_version a database has once the step is applied
     summary: str
     apply: Callable[[sqlite3.Connection], None]  # inside the step's transaction

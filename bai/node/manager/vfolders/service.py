@@ -50,6 +50,8 @@ class Grant:
 
 
 class VFolders:
+    """Virtual folders: who may see and change which, their files, quotas, uploads and downloads."""
+
     def __init__(
         self,
         store: Store,
