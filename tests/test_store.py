@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from bai.common.status import IllegalTransition, SessionStatus
+from bai.node.manager.requests import parse_create
+from bai.node.manager.sessions import new_session_rows
 from bai.node.manager.store import SchemaTooNew, Store, schema
 
 S = SessionStatus
@@ -41,27 +43,17 @@ async def make_session(
     session_id: str | None = None,
     kernels: int = 1,
 ) -> tuple[str, list[str]]:
-    """Create a session the way Registry.create() does; return (session id, kernel ids)."""
-    sid = session_id or str(uuid.uuid4())
-    kernel_rows = [
-        {"id": str(uuid.uuid4()), "cluster_role": "main" if i == 1 else "sub", "cluster_idx": i, "slots": SLOTS}
-        for i in range(1, kernels + 1)
-    ]
-    session = {
-        "id": sid,
-        "name": name,
-        "access_key": access_key,
-        "image": "bai-python:3.11",
-        "type": "interactive",
-        "requested_slots": SLOTS,
-        "environ": {"A": "1"},
-        "config": {"startup_command": None, "network": None},
-        "scaling_group": "default",
-        "tag": "t1",
-        "created_at": datetime.now(UTC).isoformat(),
-    }
+    """Store a session as Sessions.create does (a parsed request, its rows); (session id, kernel ids).
+    `kernels` > 1 adds sub kernels (as a cluster session would have)."""
+    body = {"image": "bai-python:3.11", "name": name, "tag": "t1", "config": {"environ": {"A": "1"}}}
+    req = parse_create(body, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {})
+    session, kernel_rows = new_session_rows(req, access_key, datetime.now(UTC))
+    if session_id is not None:
+        session["id"] = session_id
+    for i in range(2, kernels + 1):
+        kernel_rows.append({**kernel_rows[0], "id": str(uuid.uuid4()), "cluster_role": "sub", "cluster_idx": i})
     await store.create_session(session, kernel_rows)
-    return sid, [k["id"] for k in kernel_rows]
+    return session["id"], [k["id"] for k in kernel_rows]
 
 
 async def test_ensure_admin_keypair_creates_once(db_path: Path) -> None:
@@ -95,7 +87,7 @@ async def test_create_and_get_session(store: Store) -> None:
     assert row["status_data"] == {}
     assert row["requested_slots"] == SLOTS
     assert row["environ"] == {"A": "1"}
-    assert row["config"] == {"startup_command": None, "network": None}
+    assert row["config"] == {**row["config"], "startup_command": None, "network": None, "depends_on": [], "mounts": []}
     assert row["cluster_size"] == 2
     assert row["tag"] == "t1"
     assert row["result"] == "UNDEFINED"

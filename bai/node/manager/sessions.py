@@ -70,6 +70,36 @@ def _error_data(agent_id: str | None, exc: BaseException) -> dict[str, Any]:
     return {"error": {"src": "agent", "agent_id": agent_id, "name": name, "repr": message}}
 
 
+def new_session_rows(
+    req: CreateRequest,
+    access_key: str,
+    now: datetime,
+    depends_on: list[str] | None = None,
+    mounts: list[dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The rows a new session is stored as (`Store.create_session`): the session and its kernels."""
+    kernel = {
+        "id": str(uuid.uuid4()),
+        "cluster_role": "main",
+        "cluster_idx": 1,
+        "slots": slotlib.to_wire(req.resources),
+    }
+    session = {
+        "id": str(uuid.uuid4()),
+        "name": req.name,
+        "access_key": access_key,
+        "image": req.image,
+        "type": req.type,
+        "requested_slots": slotlib.to_wire(req.resources),
+        "environ": req.environ,
+        "config": {**req.config, "depends_on": depends_on or [], "mounts": mounts or []},
+        "scaling_group": req.scaling_group,
+        "tag": req.tag,
+        "created_at": now.isoformat(),
+    }
+    return session, [kernel]
+
+
 class Sessions:
     """The session lifecycle: create, start what the scheduler placed, execute, destroy, and what agents
     report about their kernels."""
@@ -245,33 +275,14 @@ class Sessions:
             if not found:
                 raise invalid(f"cannot depend on {ref!r}: no such session")
             depends_on.append(found[0]["id"])
-        session_id = str(uuid.uuid4())
-        now = self.clock.now().isoformat()
-        kernel = {
-            "id": str(uuid.uuid4()),
-            "cluster_role": "main",
-            "cluster_idx": 1,
-            "slots": slotlib.to_wire(req.resources),
-        }
-        session = {
-            "id": session_id,
-            "name": req.name,
-            "access_key": access_key,
-            "image": req.image,
-            "type": req.type,
-            "requested_slots": slotlib.to_wire(req.resources),
-            "environ": req.environ,
-            "config": {**req.config, "depends_on": depends_on, "mounts": mounts},
-            "scaling_group": req.scaling_group,
-            "tag": req.tag,
-            "created_at": now,
-        }
+        session, kernels = new_session_rows(req, access_key, self.clock.now(), depends_on, mounts)
+        session_id = session["id"]
         if self.hooks:
             reason, notes = await self.hooks.before_enqueue({**session, "status": "PENDING"})
             if reason is not None:
                 raise Problem("generic-forbidden", "Rejected by a hook.", reason)
             session["config"]["hook_notes"] = notes
-        taken = await self.store.create_session(session, [kernel])
+        taken = await self.store.create_session(session, kernels)
         if taken is not None:  # a concurrent request created it first
             same = await self.store.get_session(taken)
             assert same is not None
