@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import hashlib
 import logging
@@ -388,8 +387,11 @@ async def run_node(cfg: dict[str, Any]) -> None:
     finally:
         for step in shutdown_order:
             if step in stops:
-                with contextlib.suppress(Exception):
+                try:
                     await stops[step]()
+                except Exception as e:  # the next steps still run; say what may be left behind
+                    what = f"{type(e).__name__}: {e}"
+                    log.warning("stopping the %s failed (%s); what it held may be left behind", step, what)
 
 
 def main(cfg: dict[str, Any], verbose: bool = False, log_format: str = "human", debug: bool = False) -> int:

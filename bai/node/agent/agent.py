@@ -259,8 +259,16 @@ class Agent:
         finally:
             if not kernel.channel.exit_code.done():
                 kernel.channel.exit_code.set_result(code)
-            with contextlib.suppress(Exception):
+            try:
                 await self.backend.destroy(kernel)
+            except Exception as e:
+                log.warning(
+                    "could not remove ended kernel %s (container %s): %s; it may be left behind until the agent "
+                    "restarts",
+                    kid,
+                    kernel.container_id,
+                    e,
+                )
 
     # -- calls from the manager ---------------------------------------------------------------
 
