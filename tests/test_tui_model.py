@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
+
+import pytest
 
 from bai.tui.model import ClusterModel, Filter, LogBuffer, wrap
 from bai.tui.widgets import bar, compact
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def session(name: str, status: str, created: str, **kw) -> dict:
@@ -139,3 +147,120 @@ def test_detail_names_a_sessions_network_only_when_it_asked_for_one() -> None:
     base = session("web", "RUNNING", "2026-11-30T10:00:00+00:00", requestedSlots={}, kernels=[], mounts=[])
     assert "Network" not in text(base)
     assert any(line.split() == ["Network", "bridge"] for line in text({**base, "network": "bridge"}).splitlines())
+
+
+# -- the views stand alone: attributes down, messages up, no import of the app -----------------------
+
+TUI_MODULES = ("model", "tables", "widgets", "modals", "views", "app")
+
+
+def _tui_imports(name: str) -> set[str]:
+    """The bai.tui modules a module of bai/tui imports, anywhere in it (under TYPE_CHECKING and in functions too)."""
+    import ast
+
+    tree = ast.parse((ROOT / "bai" / "tui" / f"{name}.py").read_text())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        out |= {n.split(".")[2] for n in names if n.startswith("bai.tui.") and n.split(".")[2] in TUI_MODULES}
+    return out - {name}
+
+
+def test_no_import_circle_in_the_dashboard() -> None:
+    graph = {name: _tui_imports(name) for name in TUI_MODULES}
+    assert all("app" not in deps for name, deps in graph.items() if name != "app"), graph
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import circle: {' -> '.join((*path, name))}"
+        for dep in graph[name]:
+            visit(dep, (*path, name))
+
+    for name in TUI_MODULES:
+        visit(name, ())
+
+
+@pytest.mark.parametrize("name", [m for m in TUI_MODULES if m != "app"])
+def test_each_view_module_imports_without_the_app(name: str) -> None:
+    code = f"import sys, bai.tui.{name}; assert 'bai.tui.app' not in sys.modules, sorted(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+FIXED = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def _model() -> ClusterModel:
+    model = ClusterModel()
+    model.load_snapshot(
+        {
+            "sessions": [
+                session("train", "RUNNING", "2026-11-30T11:48:00+00:00", agent="agent-1", requestedSlots={"cpu": "2"}),
+                session("waiting", "PENDING", "2026-11-30T11:59:30+00:00", queuePosition=1),
+            ],
+            "agents": [
+                {
+                    "id": "agent-1",
+                    "status": "ALIVE",
+                    "backend": "sim",
+                    "scalingGroup": "default",
+                    "lastSeen": "2026-11-30T11:59:58+00:00",
+                    "availableSlots": {"cpu": "4", "mem": "8589934592"},
+                    "occupiedSlots": {"cpu": "2", "mem": "0"},
+                }
+            ],
+        }
+    )
+    return model
+
+
+async def test_views_mount_in_a_bare_app_with_a_model_and_a_fixed_clock() -> None:
+    from textual.app import App, ComposeResult
+
+    from bai.tui.views import AgentsView, DetailView, SessionsView
+    from tests.tui_support import plain
+
+    model = _model()
+
+    class Bare(App):
+        def __init__(self) -> None:
+            super().__init__()
+            self.chosen: list[tuple[str, str]] = []
+
+        def compose(self) -> ComposeResult:
+            yield SessionsView(model, clock=lambda: FIXED, id="sessions")
+            yield AgentsView(model, clock=lambda: FIXED, width=lambda: 100, id="agents")
+            yield DetailView(clock=lambda: FIXED, id="detail")
+
+        def on_sessions_view_chosen(self, message: SessionsView.Chosen) -> None:
+            self.chosen.append(("session", message.session_id))
+
+        def on_agents_view_chosen(self, message: AgentsView.Chosen) -> None:
+            self.chosen.append(("agent", message.agent_id))
+
+    app = Bare()
+    async with app.run_test(size=(100, 30)) as pilot:
+        sessions, agents = app.query_one(SessionsView), app.query_one(AgentsView)
+        sessions.refresh_view()
+        agents.refresh_view()
+        assert sessions.sync.keys == ["id-waiting", "id-train"]
+        ages = {key: str(cells[-2]) for key, cells in sessions.sync.cells.items()}
+        assert ages == {"id-waiting": "30s", "id-train": "12m"}  # by the clock it was given
+        assert "1 pending · 1 running · 0 finished" in plain(sessions.query_one("#sessions-summary"))
+        assert agents.sync.keys == ["agent-1"] and "2s" in agents.sync.cells["agent-1"]
+        assert "1/1 agents alive" in plain(agents.query_one("#agents-total"))
+
+        # messages up: Enter on a row asks the app, which decides what to do
+        sessions.query_one("#sessions-table").focus()
+        await pilot.press("enter")
+        agents.query_one("#agents-table").focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.chosen == [("session", "id-waiting"), ("agent", "agent-1")]
+
+        detail = app.query_one(DetailView)
+        detail.show("id-train", {**model.sessions["id-train"], "kernels": [], "mounts": []}, None)
+        assert "since 12m ago" in plain(detail.query_one("#detail-body"))

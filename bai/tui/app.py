@@ -38,6 +38,8 @@ MAX_BACKOFF = 5.0
 
 
 class Dashboard(App):
+    """`bai tui`: the cluster's agents, sessions, a session's detail and logs, live from the manager."""
+
     TITLE = "bai"
     ENABLE_COMMAND_PALETTE = False  # `:` is the command line here
     CSS = """
@@ -94,11 +96,16 @@ class Dashboard(App):
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
         with ContentSwitcher(initial=self.start_view):
-            yield AgentsView(id="agents")
-            yield SessionsView(id="sessions")
-            yield DetailView(id="detail")
+            # attributes down: the views draw the model, by the clock, for the terminal's width
+            width = self._terminal_width
+            yield AgentsView(self.model, clock=self.clock, width=width, id="agents")
+            yield SessionsView(self.model, clock=self.clock, width=width, id="sessions")
+            yield DetailView(clock=self.clock, id="detail")
             yield LogsView(self.max_log_lines, id="logs")
         yield Footer()
+
+    def _terminal_width(self) -> int:
+        return self.size.width
 
     def on_mount(self) -> None:
         self.run_worker(self._follow_cluster(), group="cluster", exclusive=True)
@@ -302,17 +309,21 @@ class Dashboard(App):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.refresh_bindings()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.data_table.id == "sessions-table":
-            self.action_describe()
-        elif event.data_table.id == "agents-table" and event.row_key.value:
-            self.sessions_view.filter = Filter.parse(event.row_key.value)
-            self.action_show("sessions")
+    # messages up: what the user asked of a view
+
+    def on_sessions_view_chosen(self, message: SessionsView.Chosen) -> None:
+        self._describe(message.session_id)
+
+    def on_agents_view_chosen(self, message: AgentsView.Chosen) -> None:
+        self.sessions_view.filter = Filter.parse(message.agent_id)
+        self.action_show("sessions")
 
     # -- actions on sessions ----------------------------------------------------------------------
 
     def action_describe(self) -> None:
-        sid = self.selected_session()
+        self._describe(self.selected_session())
+
+    def _describe(self, sid: str | None) -> None:
         if sid is None:
             self.notify("No session chosen.", severity="warning")
             return

@@ -128,6 +128,8 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
 
 
 class HelpScreen(ModalScreen[None]):
+    """Every key of the dashboard, one screen."""
+
     DEFAULT_CSS = DIALOG_CSS.format(name="HelpScreen") + "HelpScreen > Vertical { width: 96; overflow-y: auto; }\n"
     BINDINGS = [
         Binding("escape", "close", "Close"),

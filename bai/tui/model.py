@@ -176,6 +176,8 @@ def _invert(iso: str) -> str:
 
 @dataclass
 class LogLine:
+    """One line of a kernel's log as the logs view shows it."""
+
     index: int  # position since the log began (never reused)
     text: str
     ts: str | None

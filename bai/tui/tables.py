@@ -14,6 +14,8 @@ Cell = str | Text
 
 @dataclass(frozen=True)
 class Column:
+    """A table column: its title, width and how it renders a row."""
+
     key: str
     label: str
     width: int | None  # None: as wide as its content

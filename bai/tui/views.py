@@ -1,25 +1,32 @@
-"""The dashboard's views: agents, sessions, one session's details, and a kernel's live log."""
+"""The dashboard's views: agents, sessions, one session's details, and a kernel's live log.
+
+Attributes down, messages up: a view draws what it is given when it is made (the cluster model, a clock,
+the terminal's width) and what the app sets on it; what the user asks of it (describe this session, show
+this agent's sessions) goes up as a message that the app handles. Nothing here imports the app.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from bai.common.present import age, explain_lines
+from bai.common.present import age, explain_lines, utc_now
 from bai.common.slots import from_wire
-from bai.tui.model import Filter, LogBuffer, group_of
+from bai.tui.model import ClusterModel, Filter, LogBuffer, group_of
 from bai.tui.tables import Column, TableSync
 from bai.tui.widgets import LogView, bar, compact, slot_cell
 
-if TYPE_CHECKING:
-    from bai.tui.app import Dashboard
+Clock = Callable[[], datetime]
 
 STATUS_STYLE = {
     "PENDING": "yellow",
@@ -63,31 +70,61 @@ def slots_text(slots: dict[str, str]) -> str:
 
 
 class View(Vertical):
-    """A view of the dashboard; `refresh_view` redraws it from the app's model."""
-
-    @property
-    def dash(self) -> Dashboard:
-        return self.app  # type: ignore[return-value]
+    """A view of the dashboard; `refresh_view` redraws it from what it was given."""
 
     def refresh_view(self) -> None:
         pass
 
 
-class AgentsView(View):
+class TableView(View):
+    """A view with a table drawn from the cluster model, with ages taken from `clock`.
+
+    `width` gives the terminal's width: a view drawn as it is switched to is not laid out yet (its own
+    width is 0) and draws for the terminal's width meanwhile."""
+
+    def __init__(
+        self, model: ClusterModel, *, clock: Clock = utc_now, width: Callable[[], int] | None = None, **kw
+    ) -> None:
+        super().__init__(**kw)
+        self.model = model
+        self.clock = clock
+        self.terminal_width = width
+
+    def on_mount(self) -> None:
+        self.sync = TableSync(self.query_one(DataTable))
+
+    def _width(self) -> int:
+        if self.size.width:
+            return self.size.width
+        return self.terminal_width() if self.terminal_width is not None else 80
+
+
+class AgentsView(TableView):
+    """The agents table: status, backend, group, heartbeat age, slot bars."""
+
     DEFAULT_CSS = """
     AgentsView #agents-total { height: auto; padding: 0 1; }
     AgentsView DataTable { height: 1fr; }
     """
 
+    class Chosen(Message):
+        """Enter on an agent: show its sessions."""
+
+        def __init__(self, agent_id: str) -> None:
+            super().__init__()
+            self.agent_id = agent_id
+
     def compose(self) -> ComposeResult:
         yield Static(id="agents-total")
         yield DataTable(id="agents-table", cursor_type="row")
 
-    def on_mount(self) -> None:
-        self.sync = TableSync(self.query_one(DataTable))
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value:
+            self.post_message(self.Chosen(event.row_key.value))
 
     def _columns(self, width: int, slots: list[str]) -> list[Column]:
-        model = self.dash.model
+        model = self.model
         id_width = min(max((len(a) for a in model.agents), default=8), 28)
         cols = [Column("id", "AGENT", id_width)]
         if width >= 120:
@@ -106,9 +143,9 @@ class AgentsView(View):
         return cols
 
     def refresh_view(self) -> None:
-        model = self.dash.model
-        now = self.dash.clock()
-        width = self.size.width or self.app.size.width
+        model = self.model
+        now = self.clock()
+        width = self._width()
         slots = model.slot_names()
         columns = self._columns(width, slots)
         self.sync.set_columns(columns)
@@ -144,22 +181,33 @@ class AgentsView(View):
         self.query_one("#agents-total", Static).update(total)
 
 
-class SessionsView(View):
+class SessionsView(TableView):
+    """The sessions table: status, where or why waiting, slots, age, exit or reason."""
+
     DEFAULT_CSS = """
     SessionsView #sessions-summary { height: 1; padding: 0 1; }
     SessionsView DataTable { height: 1fr; }
     """
 
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
+    class Chosen(Message):
+        """Enter on a session: describe it."""
+
+        def __init__(self, session_id: str) -> None:
+            super().__init__()
+            self.session_id = session_id
+
+    def __init__(self, model: ClusterModel, **kw) -> None:
+        super().__init__(model, **kw)
         self.filter = Filter()
 
     def compose(self) -> ComposeResult:
         yield Static(id="sessions-summary")
         yield DataTable(id="sessions-table", cursor_type="row")
 
-    def on_mount(self) -> None:
-        self.sync = TableSync(self.query_one(DataTable))
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(self.Chosen(event.row_key.value))
 
     def selected(self) -> str | None:
         return self.sync.selected_key() if self.sync.keys else None
@@ -184,9 +232,9 @@ class SessionsView(View):
         return cols
 
     def refresh_view(self) -> None:
-        model = self.dash.model
-        now = self.dash.clock()
-        width = self.size.width or self.app.size.width
+        model = self.model
+        now = self.clock()
+        width = self._width()
         medium, wide = width >= 100, width >= 160
         self.sync.set_columns(self._columns(width))
         items = model.session_rows(self.filter)
@@ -237,8 +285,9 @@ class DetailView(View):
     DetailView VerticalScroll { height: 1fr; padding: 0 1; }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, *, clock: Clock = utc_now, **kw) -> None:
         super().__init__(**kw)
+        self.clock = clock
         self.session_id: str | None = None
         self.detail: dict[str, Any] | None = None
         self.history: dict[str, Any] | None = None
@@ -260,7 +309,7 @@ class DetailView(View):
         if self.detail is None:
             body.update(Text(self.error or "loading…", style="red" if self.error else "dim"))
             return
-        body.update(render_detail(self.detail, self.history, self.dash.clock()))
+        body.update(render_detail(self.detail, self.history, self.clock()))
 
 
 def _field_table() -> Table:
