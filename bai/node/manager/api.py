@@ -37,6 +37,7 @@ from bai.node.manager.metrics import exposition
 from bai.node.manager.represent import agent_items, session_json
 from bai.node.manager.requests import parse_create, parse_execute, parse_run_id
 from bai.node.manager.services import Services
+from bai.node.manager.sse import SPACED, EventStream
 from bai.node.manager.streams import OpenStreams
 
 log = logging.getLogger("bai.api")
@@ -413,8 +414,8 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     if ref:
         only = (await session_of(request, ref, active_only=False))["id"]
     until_end = request.query.get("follow", "").lower() in ("0", "false", "no")
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
+    # Backend.AI's events write their JSON with json.dumps's own separators (the dashboard's, compact)
+    stream = await EventStream.open(request, separators=SPACED)
 
     async def send(name: str, row: dict[str, Any], kernel: dict[str, Any] | None) -> None:
         data = {
@@ -426,20 +427,11 @@ async def session_events(request: web.Request) -> web.StreamResponse:
         }
         if kernel is not None:
             data.update(kernelId=kernel["id"], clusterRole=kernel["cluster_role"], clusterIdx=kernel["cluster_idx"])
-        await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        await stream.send(name, data)
 
-    with sessions.events.subscribe() as queue:
-        if only is not None and until_end:  # already over: say so at once
-            current = await sessions.get(only)
-            if current and SessionStatus(current["status"]) in (SessionStatus.TERMINATED, SessionStatus.CANCELLED):
-                await send(SESSION_EVENT_OF[current["status"]], current, None)
-                return response
+    async def events(queue: asyncio.Queue) -> None:
         while True:
-            try:
-                name, row = await asyncio.wait_for(queue.get(), 15)
-            except TimeoutError:
-                await response.write(b": keep-alive\n\n")
-                continue
+            name, row = await queue.get()
             if (only is not None and row["id"] != only) or (owner is not None and row["access_key"] != owner):
                 continue
             if scope in ("*", "session"):
@@ -448,7 +440,17 @@ async def session_events(request: web.Request) -> web.StreamResponse:
                 for kernel in await sessions.kernels_of(row["id"]):
                     await send(KERNEL_EVENTS[name], row, kernel)
             if until_end and only is not None and name in FINAL_EVENTS:
-                return response
+                return
+
+    with sessions.events.subscribe() as queue:
+        if only is not None and until_end:  # already over: say so at once
+            current = await sessions.get(only)
+            if current and SessionStatus(current["status"]) in (SessionStatus.TERMINATED, SessionStatus.CANCELLED):
+                with contextlib.suppress(ConnectionError):  # the client went away: normal
+                    await send(SESSION_EVENT_OF[current["status"]], current, None)
+                return stream.response
+        await stream.serve(events(queue))  # until the final event, or the client goes away
+    return stream.response
 
 
 async def list_agents(request: web.Request) -> web.Response:

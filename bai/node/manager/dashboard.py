@@ -22,77 +22,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from aiohttp import web
 
-from bai.common.present import reason, utc_now
+from bai.common.present import utc_now
 from bai.common.problems import invalid
-from bai.common.status import ACTIVE_STATUSES, DEAD_STATUSES, SessionStatus
+from bai.common.status import ACTIVE_STATUSES, DEAD_STATUSES
 from bai.node.manager.http import services_of, session_of
-from bai.node.manager.represent import agent_items
+from bai.node.manager.represent import SessionView, agent_items
 from bai.node.manager.services import Services
 from bai.node.manager.sessions import Sessions
+from bai.node.manager.sse import EventStream, first_of
 
 TOPICS = {"sessions", "agents", "logs"}
 AGENTS_INTERVAL = 1.0
-KEEPALIVE = 15.0
 
 
 def dashboard_row(row: dict[str, Any], kernels: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the dashboard shows of a session: small, and free of fields that change every round."""
-    main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
-    data = dict(row["status_data"] or {})
-    scheduler = dict(data.get("scheduler") or {})
-    scheduler.pop("retries", None)
-    scheduler.pop("last_try", None)
-    scheduler.pop("passed_predicates", None)
-    if scheduler:
-        data["scheduler"] = scheduler
-    exit_code = main["exit_code"] if main else None
-    if exit_code is None:
-        exit_code = data.get("exitCode")
-    return {
-        "id": row["id"],
-        "name": row["name"],
-        "accessKey": row["access_key"],
-        "image": row["image"],
-        "type": row["type"].upper(),
-        "status": row["status"],
-        "statusInfo": row["status_info"],
-        "statusData": data,
-        "reason": reason({"statusInfo": row["status_info"], "statusData": data}),
-        "queuePosition": scheduler.get("position") if row["status"] == SessionStatus.PENDING else None,
-        "agent": main["agent_id"] if main else None,
-        "kernels": [k["id"] for k in kernels],
-        "requestedSlots": row["requested_slots"],
-        "scalingGroup": row["scaling_group"],
-        "creationTime": row["created_at"],
-        "statusChanged": row["status_changed"],
-        "terminationTime": row["terminated_at"],
-        "exitCode": exit_code,
-        "result": row["result"],
-    }
-
-
-class _Stream:
-    """One client's SSE response; writes from several tasks go out whole and in order."""
-
-    def __init__(self, response: web.StreamResponse) -> None:
-        self.response = response
-        self.lock = asyncio.Lock()
-
-    async def send(self, name: str, data: Any) -> None:
-        payload = f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
-        async with self.lock:
-            await self.response.write(payload)
-
-    async def keepalive(self) -> None:
-        while True:
-            await asyncio.sleep(KEEPALIVE)
-            async with self.lock:
-                await self.response.write(b": keep-alive\n\n")
+    """What the dashboard shows of a session (the TUI reads it): see `SessionView.to_dashboard`."""
+    return SessionView(row, kernels).to_dashboard()
 
 
 async def _rows(sessions: Sessions, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -100,7 +49,7 @@ async def _rows(sessions: Sessions, rows: list[dict[str, Any]]) -> list[dict[str
     return [dashboard_row(s, kernels.get(s["id"], [])) for s in rows]
 
 
-async def _cluster(services: Services, stream: _Stream, owner: str | None, finished: int, interval: float) -> None:
+async def _cluster(services: Services, stream: EventStream, owner: str | None, finished: int, interval: float) -> None:
     """The snapshot, then changed sessions and agents until the client goes away."""
     sessions = services.sessions
     dirty: set[str] = set()
@@ -164,11 +113,11 @@ async def _cluster(services: Services, stream: _Stream, owner: str | None, finis
                 if changed:
                     await stream.send("agents", {"items": changed})
 
-        await _all(pump(session_q, on_session), pump(change_q, on_change), sessions_out(), agents_out())
+        await first_of(pump(session_q, on_session), pump(change_q, on_change), sessions_out(), agents_out())
 
 
 async def _logs(
-    services: Services, stream: _Stream, session: dict[str, Any], kernel_id: str, tail: int, after: int | None
+    services: Services, stream: EventStream, session: dict[str, Any], kernel_id: str, tail: int, after: int | None
 ) -> None:
     logs, sessions = services.logs, services.sessions
     start = after if after is not None else await logs.tail_start(kernel_id, tail)
@@ -176,21 +125,6 @@ async def _logs(
     async for chunks in logs.follow(kernel_id, over, start, limit=2000):
         await stream.send("log", {"kernelId": kernel_id, "chunks": chunks})
     await stream.send("log_end", {"kernelId": kernel_id})
-
-
-async def _all(*coros) -> None:
-    """Run until one of them ends or fails (then cancel the rest); re-raise a failure."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            task.result()
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
 
 
 def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
@@ -234,18 +168,15 @@ async def dashboard_events(request: web.Request) -> web.StreamResponse:
             kernel_id = (await services.sessions.main_kernel(session))["id"]
         elif kernel_id not in {k["id"] for k in kernels}:
             raise invalid(f"kernel {kernel_id} is not one of session {session['name']}'s kernels")
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
-    stream = _Stream(response)
+    stream = await EventStream.open(request)
     if "logs" in topics:
         coros.append(_logs(services, stream, session, kernel_id, tail, after))
     else:
         coros.append(_cluster(services, stream, owner, finished, interval))
-    with contextlib.suppress(ConnectionError):  # the client went away: normal
-        await _all(stream.keepalive(), *coros)
-        if "logs" in topics:
-            await response.write_eof()
-    return response
+    if await stream.serve(*coros) and "logs" in topics:
+        with contextlib.suppress(ConnectionError):  # the client went away: normal
+            await stream.end()
+    return stream.response
 
 
 def add_dashboard_routes(app: web.Application) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from bai.common.problems import PROBLEM_BASE, invalid
-from bai.common.status import ACTIVE_STATUSES, SessionStatus
+from bai.common.status import SessionStatus
 from bai.node.manager.gql import (
     Field,
     GraphQLError,
@@ -19,92 +18,9 @@ from bai.node.manager.gql import (
     str_argument,
 )
 from bai.node.manager.http import SETTINGS, read_json, services_of
-from bai.node.manager.sessions import Sessions
+from bai.node.manager.represent import session_graphql
 
 DEFAULT_LIST_STATUSES = "PENDING,SCHEDULED,PULLING,PREPARING,RUNNING,RUNNING_DEGRADED,TERMINATING,ERROR"
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value)
-
-
-def kernel_item(k: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": k["id"],
-        "cluster_role": k["cluster_role"],
-        "cluster_idx": k["cluster_idx"],
-        "cluster_hostname": f"{k['cluster_role']}{k['cluster_idx']}",
-        "session_id": session["id"],
-        "image": k["image"],
-        "registry": "local",
-        "architecture": "x86_64",
-        "status": k["status"],
-        "status_info": k["status_info"],
-        "status_data": _json(session["status_data"]),
-        "status_changed": k["status_changed"],
-        "created_at": k["created_at"],
-        "terminated_at": k["terminated_at"],
-        "agent": k["agent_id"],
-        "container_id": k["container_id"],
-        "resource_opts": _json({}),
-        "occupied_slots": _json(k["occupied_slots"]),
-        "occupied_shares": _json({}),
-        "preopen_ports": [],
-        "live_stat": None,
-        "last_stat": None,
-        "exit_code": k["exit_code"],
-    }
-
-
-async def session_item(sessions: Sessions, row: dict[str, Any]) -> dict[str, Any]:
-    kernels = await sessions.kernels_of(row["id"])
-    main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
-
-    async def dependencies() -> list[dict[str, Any]]:
-        out = []
-        for dep_id in row["config"].get("depends_on", []):
-            dep = await sessions.get(dep_id)
-            if dep is not None:
-                out.append({"id": dep["id"], "name": dep["name"], "status": dep["status"]})
-        return out
-
-    occupying = row["requested_slots"] if SessionStatus(row["status"]) in ACTIVE_STATUSES else {}
-    return {
-        "id": row["id"],
-        "session_id": row["id"],
-        "name": row["name"],
-        "access_key": row["access_key"],
-        "user_id": row["access_key"],
-        "domain_name": "default",
-        "group_name": "default",
-        "group_id": "default",
-        "main_kernel_id": main["id"] if main else None,
-        "image": row["image"],
-        "architecture": "x86_64",
-        "type": row["type"].upper(),
-        "session_type": row["type"].upper(),
-        "cluster_mode": "SINGLE_NODE",
-        "cluster_size": row["cluster_size"],
-        "tag": row["tag"],
-        "status": row["status"],
-        "status_info": row["status_info"],
-        "status_data": _json(row["status_data"]),
-        "status_changed": row["status_changed"],
-        "result": row["result"],
-        "created_at": row["created_at"],
-        "terminated_at": row["terminated_at"],
-        "starts_at": row["config"].get("starts_at"),
-        "startup_command": row["config"].get("startup_command"),
-        "scaling_group": row["scaling_group"],
-        "occupying_slots": _json(occupying),
-        "occupied_slots": _json(occupying),
-        "requested_slots": _json(row["requested_slots"]),
-        "idle_checks": _json({}),
-        "agent_ids": [k["agent_id"] for k in kernels if k["agent_id"]],
-        "containers": [kernel_item(k, row) for k in kernels],
-        "kernels": [kernel_item(k, row) for k in kernels],
-        "dependencies": await dependencies(),
-    }
 
 
 async def resolve(request: web.Request, f: Field, variables: dict[str, Any]) -> Any:
@@ -133,14 +49,16 @@ async def resolve(request: web.Request, f: Field, variables: dict[str, Any]) -> 
         rows = await sessions.list(owner, statuses)
         rows.sort(key=lambda r: r["created_at"], reverse=True)  # newest first, as Backend.AI lists
         page = rows[offset : offset + limit]
-        return {"items": [await session_item(sessions, r) for r in page], "total_count": len(rows)}
+        kernels = await sessions.kernels_of_many([r["id"] for r in page])  # one read, not one per session
+        items = [await session_graphql(sessions, r, kernels.get(r["id"], [])) for r in page]
+        return {"items": items, "total_count": len(rows)}
     if f.name in ("compute_session", "session"):
         ref = str_argument(f, "id", variables) or str_argument(f, "session_id", variables)
         if not ref:
             raise QueryRefused(f"{f.name} needs an id (a string)")
         rows = await sessions.find(ref, None if is_admin else access_key, active_only=False)
         exact = [r for r in rows if r["id"] == ref]
-        return await session_item(sessions, exact[0]) if exact else None
+        return await session_graphql(sessions, exact[0]) if exact else None
     if f.name == "vfolder_list":
         limit, offset = page_arguments(f, variables)
         if services.vfolders is None:

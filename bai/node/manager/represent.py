@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from bai.common import slots as slotlib
-from bai.common.status import OCCUPYING_STATUSES, SessionStatus
+from bai.common.present import reason
+from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
 from bai.node.manager.agents import Agents
 from bai.node.manager.sessions import Sessions
 
@@ -15,72 +19,299 @@ def _age_ms(created: str) -> int:
     return int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds() * 1000)
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value)
+
+
+# what the scheduler keeps in a pending session's status data for itself, and that changes every round
+SCHEDULER_BOOKKEEPING = ("retries", "last_try", "passed_predicates")
+
+
+@dataclass
+class ApiDetail:
+    """What `GET /session/{ref}` adds to a session's JSON (read from the store by `session_json`)."""
+
+    transitions: list[dict[str, Any]]
+    queue_position: int | None  # only shown while the session is pending
+
+
+@dataclass
+class SessionView:
+    """A session as every view shows it: its row and kernels (as the store returns them), the facts
+    derived from them, once, and the renderings: `to_api` (the REST API's JSON, camelCase),
+    `to_graphql` (Backend.AI's GraphQL `ComputeSession`, snake_case) and `to_dashboard` (the
+    dashboard stream's small row). Facts are derived when a rendering first needs them."""
+
+    row: dict[str, Any]
+    kernels: list[dict[str, Any]]
+
+    # -- derived facts --------------------------------------------------------------------------------
+
+    @cached_property
+    def main(self) -> dict[str, Any] | None:
+        """The main kernel (the first one if none says it is)."""
+        return next((k for k in self.kernels if k["cluster_role"] == "main"), self.kernels[0] if self.kernels else None)
+
+    @property
+    def status(self) -> SessionStatus:
+        return SessionStatus(self.row["status"])
+
+    @property
+    def agent(self) -> str | None:
+        return self.main["agent_id"] if self.main else None
+
+    @property
+    def container_id(self) -> str | None:
+        return self.main["container_id"] if self.main else None
+
+    @property
+    def kernel_exit_code(self) -> int | None:
+        """The main kernel's exit code (None while it runs, or without a kernel)."""
+        return self.main["exit_code"] if self.main else None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code: the main kernel's, else the one the session's status data reports."""
+        code = self.kernel_exit_code
+        return self.quiet_status_data.get("exitCode") if code is None else code
+
+    @property
+    def occupying(self) -> dict[str, Any]:
+        """The slots the session holds on agents: its requested slots while placed, else none."""
+        return self.row["requested_slots"] if self.status in OCCUPYING_STATUSES else {}
+
+    @property
+    def status_data(self) -> dict[str, Any]:
+        """The status data, with the hooks' notes (as `hooks`) when there are any."""
+        notes = self.row["config"].get("hook_notes")
+        return {**self.row["status_data"], "hooks": notes} if notes else self.row["status_data"]
+
+    @cached_property
+    def scheduler(self) -> dict[str, Any]:
+        """The scheduler's word on a pending session, without its bookkeeping."""
+        scheduler = dict((self.row["status_data"] or {}).get("scheduler") or {})
+        for key in SCHEDULER_BOOKKEEPING:
+            scheduler.pop(key, None)
+        return scheduler
+
+    @cached_property
+    def quiet_status_data(self) -> dict[str, Any]:
+        """The status data without what changes every scheduling round."""
+        data = dict(self.row["status_data"] or {})
+        if self.scheduler:
+            data["scheduler"] = self.scheduler
+        return data
+
+    @property
+    def queue_position(self) -> int | None:
+        """Where the scheduler last put a pending session in its queue (None once it is not pending)."""
+        return self.scheduler.get("position") if self.row["status"] == SessionStatus.PENDING else None
+
+    @property
+    def reason(self) -> str:
+        """Why the session is pending, or why it ended, in words."""
+        return reason({"statusInfo": self.row["status_info"], "statusData": self.quiet_status_data})
+
+    @property
+    def mounts(self) -> list[dict[str, Any]]:
+        return [
+            {"name": m["name"], "id": m["id"], "target": m["target"], "readOnly": m["read_only"]}
+            for m in self.row["config"].get("mounts") or []
+        ]
+
+    @property
+    def depends_on(self) -> list[str]:
+        return self.row["config"].get("depends_on", [])
+
+    # -- renderings -----------------------------------------------------------------------------------
+
+    def to_api(self, detail: ApiDetail | None = None) -> dict[str, Any]:
+        """`GET /session` (each item) and, with `detail`, `GET /session/{ref}`."""
+        row = self.row
+        occupying = self.occupying
+        out: dict[str, Any] = {
+            "id": row["id"],
+            "sessionId": row["id"],
+            "name": row["name"],
+            "sessionName": row["name"],
+            "accessKey": row["access_key"],
+            "image": row["image"],
+            "lang": row["image"],
+            "type": row["type"].upper(),
+            "status": row["status"],
+            "statusInfo": row["status_info"],
+            "statusData": self.status_data,
+            "startsAt": row["config"].get("starts_at"),
+            "dependsOn": self.depends_on,
+            "statusChanged": row["status_changed"],
+            "result": row["result"],
+            "creationTime": row["created_at"],
+            "terminationTime": row["terminated_at"],
+            "age": _age_ms(row["created_at"]),
+            "scalingGroup": row["scaling_group"],
+            "requestedSlots": row["requested_slots"],
+            "occupyingSlots": occupying,
+            "occupiedSlots": occupying,
+            "environ": row["environ"],
+            "tag": row["tag"],
+            "mounts": self.mounts,
+            "network": row["config"].get("network"),  # null: the agent's own (none unless configured)
+            "agent": self.agent,
+            "containerId": self.container_id,
+            "exitCode": self.kernel_exit_code,
+            "kernels": [
+                {
+                    "id": k["id"],
+                    "clusterRole": k["cluster_role"],
+                    "clusterIdx": k["cluster_idx"],
+                    "agent": k["agent_id"],
+                    "containerId": k["container_id"],
+                    "status": k["status"],
+                    "exitCode": k["exit_code"],
+                    "devices": [{"uuid": u, "share": str(a)} for u, a in k.get("devices") or []],
+                }
+                for k in self.kernels
+            ],
+        }
+        if detail is not None:
+            out["transitions"] = detail.transitions
+            if row["status"] == SessionStatus.PENDING:
+                out["queuePosition"] = detail.queue_position
+        return out
+
+    def to_graphql(self, dependencies: list[dict[str, Any]]) -> dict[str, Any]:
+        """Backend.AI's `ComputeSession` (every field bai answers; the query picks). `dependencies`:
+        the sessions it depends on that still exist, as {id, name, status}."""
+        row = self.row
+        # as before the projection was shared: here a pending session "occupies" what it requested
+        occupying = row["requested_slots"] if self.status in ACTIVE_STATUSES else {}
+        kernels = [self.graphql_kernel(k) for k in self.kernels]
+        return {
+            "id": row["id"],
+            "session_id": row["id"],
+            "name": row["name"],
+            "access_key": row["access_key"],
+            "user_id": row["access_key"],
+            "domain_name": "default",
+            "group_name": "default",
+            "group_id": "default",
+            "main_kernel_id": self.main["id"] if self.main else None,
+            "image": row["image"],
+            "architecture": "x86_64",
+            "type": row["type"].upper(),
+            "session_type": row["type"].upper(),
+            "cluster_mode": "SINGLE_NODE",
+            "cluster_size": row["cluster_size"],
+            "tag": row["tag"],
+            "status": row["status"],
+            "status_info": row["status_info"],
+            "status_data": _json(row["status_data"]),
+            "status_changed": row["status_changed"],
+            "result": row["result"],
+            "created_at": row["created_at"],
+            "terminated_at": row["terminated_at"],
+            "starts_at": row["config"].get("starts_at"),
+            "startup_command": row["config"].get("startup_command"),
+            "scaling_group": row["scaling_group"],
+            "occupying_slots": _json(occupying),
+            "occupied_slots": _json(occupying),
+            "requested_slots": _json(row["requested_slots"]),
+            "idle_checks": _json({}),
+            "agent_ids": [k["agent_id"] for k in self.kernels if k["agent_id"]],
+            "containers": kernels,
+            "kernels": [dict(k) for k in kernels],
+            "dependencies": dependencies,
+        }
+
+    def graphql_kernel(self, k: dict[str, Any]) -> dict[str, Any]:
+        """One of its kernels as Backend.AI's `ComputeContainer`."""
+        return {
+            "id": k["id"],
+            "cluster_role": k["cluster_role"],
+            "cluster_idx": k["cluster_idx"],
+            "cluster_hostname": f"{k['cluster_role']}{k['cluster_idx']}",
+            "session_id": self.row["id"],
+            "image": k["image"],
+            "registry": "local",
+            "architecture": "x86_64",
+            "status": k["status"],
+            "status_info": k["status_info"],
+            "status_data": _json(self.row["status_data"]),
+            "status_changed": k["status_changed"],
+            "created_at": k["created_at"],
+            "terminated_at": k["terminated_at"],
+            "agent": k["agent_id"],
+            "container_id": k["container_id"],
+            "resource_opts": _json({}),
+            "occupied_slots": _json(k["occupied_slots"]),
+            "occupied_shares": _json({}),
+            "preopen_ports": [],
+            "live_stat": None,
+            "last_stat": None,
+            "exit_code": k["exit_code"],
+        }
+
+    def to_dashboard(self) -> dict[str, Any]:
+        """What the dashboard shows of a session: small, and free of fields that change every round."""
+        row = self.row
+        return {
+            "id": row["id"],
+            "name": row["name"],
+            "accessKey": row["access_key"],
+            "image": row["image"],
+            "type": row["type"].upper(),
+            "status": row["status"],
+            "statusInfo": row["status_info"],
+            "statusData": self.quiet_status_data,
+            "reason": self.reason,
+            "queuePosition": self.queue_position,
+            "agent": self.agent,
+            "kernels": [k["id"] for k in self.kernels],
+            "requestedSlots": row["requested_slots"],
+            "scalingGroup": row["scaling_group"],
+            "creationTime": row["created_at"],
+            "statusChanged": row["status_changed"],
+            "terminationTime": row["terminated_at"],
+            "exitCode": self.exit_code,
+            "result": row["result"],
+        }
+
+
+async def session_view(
+    sessions: Sessions, row: dict[str, Any], kernels: list[dict[str, Any]] | None = None
+) -> SessionView:
+    """The session's view; its kernels are read unless given (a list reads them all at once)."""
+    return SessionView(row, await sessions.kernels_of(row["id"]) if kernels is None else kernels)
+
+
 async def session_json(
     sessions: Sessions, row: dict[str, Any], *, detail: bool = False, kernels: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    if kernels is None:
-        kernels = await sessions.kernels_of(row["id"])
-    main = next((k for k in kernels if k["cluster_role"] == "main"), kernels[0] if kernels else None)
-    occupying = row["requested_slots"] if SessionStatus(row["status"]) in OCCUPYING_STATUSES else {}
-    out: dict[str, Any] = {
-        "id": row["id"],
-        "sessionId": row["id"],
-        "name": row["name"],
-        "sessionName": row["name"],
-        "accessKey": row["access_key"],
-        "image": row["image"],
-        "lang": row["image"],
-        "type": row["type"].upper(),
-        "status": row["status"],
-        "statusInfo": row["status_info"],
-        "statusData": {**row["status_data"], "hooks": row["config"]["hook_notes"]}
-        if row["config"].get("hook_notes")
-        else row["status_data"],
-        "startsAt": row["config"].get("starts_at"),
-        "dependsOn": row["config"].get("depends_on", []),
-        "statusChanged": row["status_changed"],
-        "result": row["result"],
-        "creationTime": row["created_at"],
-        "terminationTime": row["terminated_at"],
-        "age": _age_ms(row["created_at"]),
-        "scalingGroup": row["scaling_group"],
-        "requestedSlots": row["requested_slots"],
-        "occupyingSlots": occupying,
-        "occupiedSlots": occupying,
-        "environ": row["environ"],
-        "tag": row["tag"],
-        "mounts": [
-            {"name": m["name"], "id": m["id"], "target": m["target"], "readOnly": m["read_only"]}
-            for m in row["config"].get("mounts") or []
-        ],
-        "network": row["config"].get("network"),  # null: the agent's own (none unless configured)
-        "agent": main["agent_id"] if main else None,
-        "containerId": main["container_id"] if main else None,
-        "exitCode": main["exit_code"] if main else None,
-        "kernels": [
-            {
-                "id": k["id"],
-                "clusterRole": k["cluster_role"],
-                "clusterIdx": k["cluster_idx"],
-                "agent": k["agent_id"],
-                "containerId": k["container_id"],
-                "status": k["status"],
-                "exitCode": k["exit_code"],
-                "devices": [{"uuid": u, "share": str(a)} for u, a in k.get("devices") or []],
-            }
-            for k in kernels
-        ],
-    }
-    if detail:
-        out["transitions"] = await sessions.transitions_of(row["id"])
-        if row["status"] == SessionStatus.PENDING:
-            # the scheduler's own order (per policy) once it has looked; until then, arrival order
-            position = (row["status_data"].get("scheduler") or {}).get("position")
-            if position is None:
-                pending = await sessions.list(None, [SessionStatus.PENDING])
-                position = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
-            out["queuePosition"] = position
-    return out
+    """The session as the API shows it; `detail`: as `GET /session/{ref}` (transitions, queue position)."""
+    view = await session_view(sessions, row, kernels)
+    if not detail:
+        return view.to_api()
+    position = None
+    if row["status"] == SessionStatus.PENDING:
+        # the scheduler's own order (per policy) once it has looked; until then, arrival order
+        position = view.queue_position
+        if position is None:
+            pending = await sessions.list(None, [SessionStatus.PENDING])
+            position = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
+    return view.to_api(ApiDetail(await sessions.transitions_of(row["id"]), position))
+
+
+async def session_graphql(
+    sessions: Sessions, row: dict[str, Any], kernels: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The session as Backend.AI's GraphQL `ComputeSession` (reads the sessions it depends on)."""
+    view = await session_view(sessions, row, kernels)
+    dependencies = []
+    for dep_id in view.depends_on:
+        dep = await sessions.get(dep_id)
+        if dep is not None:
+            dependencies.append({"id": dep["id"], "name": dep["name"], "status": dep["status"]})
+    return view.to_graphql(dependencies)
 
 
 async def agent_items(agents: Agents) -> list[dict[str, Any]]:
