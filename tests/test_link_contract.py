@@ -29,6 +29,7 @@ from bai.node.link.messages import (
     decode_event,
     encode_result,
 )
+from bai.node.link.streams import WINDOW, LinkStream, StreamClosed
 from bai.node.link.zmq import ZmqAgentLink, ZmqManagerLink
 
 BEAT = 0.05
@@ -61,11 +62,14 @@ class Manager:
 
 
 class AgentEnd:
-    """The agent's end: answers Execute and UploadFiles; anything else fails as an agent would."""
+    """The agent's end: answers Execute and UploadFiles; anything else fails as an agent would. Serves streams:
+    "echo" sends each frame back upper-cased, "boom" fails, "flood" sends `n` frames as fast as it may."""
 
     def __init__(self, agent_id: str) -> None:
         self.agent_id = agent_id
         self.uploaded: list[list[Any]] = []
+        self.stream_ends: list[str | None] = []  # closed_reason of each stream whose receive returned None
+        self.flooded = 0  # frames a "flood" stream sent so far
 
     async def registration(self) -> dict[str, Any]:
         return Registration(
@@ -88,6 +92,20 @@ class AgentEnd:
             self.uploaded.extend(message.files)
             return None
         raise ValueError(f"unexpected call {method}")
+
+    async def handle_stream(self, kind: str, args: dict[str, Any], stream: LinkStream) -> None:
+        if kind == "echo":
+            while (frame := await stream.receive()) is not None:
+                await stream.send({k: v.upper() if isinstance(v, str | bytes) else v for k, v in frame.items()})
+            self.stream_ends.append(stream.closed_reason)
+        elif kind == "boom":
+            raise RuntimeError("the handler broke")
+        elif kind == "flood":
+            for i in range(args["n"]):
+                await stream.send({"i": i, "data": b"x" * args.get("size", 1)})
+                self.flooded = i + 1
+        else:
+            raise ValueError(f"unexpected stream {kind}")
 
 
 Transport = Callable[[Manager, AgentEnd], Any]
@@ -189,3 +207,105 @@ async def test_closing_the_agent_says_it_left_after_its_events(connect: Transpor
     await until(lambda: manager.left == [("a1", "closed")])
     assert manager.of(KernelLogs)[-1].chunks == [["k1", "last words\n"]]
     await until(lambda: mlink.connected() == set())
+
+
+# -- streams --------------------------------------------------------------------------------------------
+
+
+async def receive_all(stream: LinkStream) -> list[dict[str, Any]]:
+    frames = []
+    while (frame := await asyncio.wait_for(stream.receive(), 5)) is not None:
+        frames.append(frame)
+    return frames
+
+
+async def test_a_stream_round_trips_frames_in_order_bytes_included(connect: Transport) -> None:
+    mlink, _, _ = await connect(Manager(), AgentEnd("a1"))
+    stream = await mlink.open_stream("a1", "echo", {})
+    for i in range(10):
+        await stream.send({"text": f"line {i}", "data": b"\x00ab\xff", "n": i})
+    got = [await asyncio.wait_for(stream.receive(), 5) for _ in range(10)]
+    assert got == [{"text": f"LINE {i}", "data": b"\x00AB\xff", "n": i} for i in range(10)]
+    assert stream.closed_reason is None
+    await stream.close()
+
+
+async def test_the_agent_ending_a_stream_ends_the_managers_receive(connect: Transport) -> None:
+    mlink, _, _ = await connect(Manager(), AgentEnd("a1"))
+    stream = await mlink.open_stream("a1", "flood", {"n": 3})
+    assert [f["i"] for f in await receive_all(stream)] == [0, 1, 2]  # every frame, then the end
+    assert stream.closed_reason == ""
+    assert await stream.receive() is None  # and again
+    with pytest.raises(StreamClosed):
+        await stream.send({"late": True})
+
+
+async def test_the_manager_closing_a_stream_ends_the_agents_receive(connect: Transport) -> None:
+    agent = AgentEnd("a1")
+    mlink, _, _ = await connect(Manager(), agent)
+    stream = await mlink.open_stream("a1", "echo", {})
+    await stream.send({"text": "hi"})
+    assert await asyncio.wait_for(stream.receive(), 5) == {"text": "HI"}
+    await stream.close()
+    await until(lambda: agent.stream_ends == [""])
+    assert stream.closed_reason == ""
+    assert await stream.receive() is None
+    with pytest.raises(StreamClosed):
+        await stream.send({"text": "late"})
+
+
+async def test_an_error_in_the_stream_handler_closes_it_with_its_message(connect: Transport) -> None:
+    mlink, _, _ = await connect(Manager(), AgentEnd("a1"))
+    stream = await mlink.open_stream("a1", "boom", {})
+    assert await asyncio.wait_for(stream.receive(), 5) is None
+    assert stream.closed_reason == "RuntimeError: the handler broke"
+
+
+async def test_opening_a_stream_to_an_agent_that_is_not_there_is_unavailable(connect: Transport) -> None:
+    mlink, _, _ = await connect(Manager(), AgentEnd("a1"))
+    with pytest.raises(AgentUnavailable):
+        await mlink.open_stream("nobody", "echo", {})
+
+
+async def test_flow_control_bounds_what_the_receiver_holds(connect: Transport) -> None:
+    agent = AgentEnd("a1")
+    mlink, _, _ = await connect(Manager(), agent)
+    stream = await mlink.open_stream("a1", "flood", {"n": 3 * WINDOW})
+    await until(lambda: agent.flooded == WINDOW and stream.inbox.qsize() == WINDOW)
+    await asyncio.sleep(0.2)
+    assert agent.flooded == WINDOW and stream.inbox.qsize() == WINDOW  # the sender waits for the reader
+    held, got = 0, []
+    while (frame := await asyncio.wait_for(stream.receive(), 5)) is not None:
+        got.append(frame["i"])
+        held = max(held, stream.inbox.qsize() - (stream.closed_reason is not None))
+        if len(got) % 16 == 0:
+            await asyncio.sleep(0.01)  # a slow reader
+    assert got == list(range(3 * WINDOW)) and stream.closed_reason == ""
+    assert held <= WINDOW
+
+
+async def test_closing_the_agent_link_ends_its_streams(connect: Transport) -> None:
+    agent = AgentEnd("a1")
+    mlink, alink, _ = await connect(Manager(), agent)
+    stream = await mlink.open_stream("a1", "echo", {})
+    await stream.send({"text": "hi"})
+    assert await asyncio.wait_for(stream.receive(), 5) == {"text": "HI"}
+    await alink.close()
+    assert await asyncio.wait_for(stream.receive(), 5) is None
+    assert stream.closed_reason  # why, e.g. "agent a1 closed its link"
+    with pytest.raises(StreamClosed):
+        await stream.send({"text": "late"})
+    with pytest.raises(AgentUnavailable):
+        await mlink.open_stream("a1", "echo", {})
+
+
+async def test_closing_the_manager_link_ends_its_streams(connect: Transport) -> None:
+    agent = AgentEnd("a1")
+    mlink, alink, _ = await connect(Manager(), agent)
+    stream = await mlink.open_stream("a1", "echo", {})
+    await mlink.close()
+    assert await asyncio.wait_for(stream.receive(), 5) is None
+    assert stream.closed_reason == "the link is closed"
+    with pytest.raises(StreamClosed):
+        await stream.send({"text": "late"})
+    await (alink.abort() if hasattr(alink, "abort") else alink.drop())  # no manager to say bye to

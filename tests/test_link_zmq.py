@@ -18,6 +18,7 @@ import zmq.asyncio
 
 from bai.node.link.base import AgentUnavailable, RemoteError
 from bai.node.link.keys import ManagerSecrets, load_or_create
+from bai.node.link.streams import WINDOW, LinkStream, StreamClosed
 from bai.node.link.zmq import LinkRefused, LinkUnavailable, ZmqAgentLink, ZmqManagerLink
 
 HEARTBEAT = 0.1  # agents heartbeat fast here
@@ -31,6 +32,7 @@ class FakeManager:
         self.joined: list[tuple[str, dict[str, Any]]] = []
         self.events: list[tuple[str, str, dict[str, Any]]] = []
         self.heartbeats: list[tuple[str, dict[str, Any]]] = []
+        self.beat_times: list[float] = []
         self.left: list[tuple[str, str]] = []
 
     async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +42,7 @@ class FakeManager:
     async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
         if name == "heartbeat":
             self.heartbeats.append((agent_id, payload))
+            self.beat_times.append(time.monotonic())
             return
         if name == "boom":
             raise RuntimeError("the handler broke")
@@ -60,6 +63,7 @@ class FakeAgent:
     def __init__(self, agent_id: str) -> None:
         self.agent_id = agent_id
         self.rejoins: list[dict[str, Any]] = []
+        self.stream_ends: list[str | None] = []  # closed_reason of each stream whose receive returned None
 
     async def registration(self) -> dict[str, Any]:
         return {"id": self.agent_id, "slots": {"cpu": "4"}, "kernels": []}
@@ -79,6 +83,18 @@ class FakeAgent:
             await asyncio.sleep(args["seconds"])
             return "slept"
         raise ValueError(f"unknown call {method}")
+
+    async def handle_stream(self, kind: str, args: dict[str, Any], stream: LinkStream) -> None:
+        if kind == "flood":  # n frames of `size` bytes, as fast as the flow control lets it
+            data = b"x" * args["size"]
+            for i in range(args["n"]):
+                await stream.send({"i": i, "data": data})
+        elif kind == "wait":  # until the stream ends
+            while await stream.receive() is not None:
+                pass
+            self.stream_ends.append(stream.closed_reason)
+        else:
+            raise ValueError(f"unknown stream {kind}")
 
 
 async def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -517,3 +533,148 @@ async def test_two_agents_are_told_apart(links: Links) -> None:
     with contextlib.suppress(Exception):
         await a.close()
     assert manager.connected() == {"b"}
+
+
+# -- streams --------------------------------------------------------------------------------------------
+
+
+async def test_a_saturated_stream_does_not_delay_heartbeats_or_calls(links: Links) -> None:
+    fm, manager, _, _ = await joined_pair(links)
+    n, size = 5000, 64 * 1024
+    started = time.monotonic()
+    stream = await manager.open_stream("agent-1", "flood", {"n": n, "size": size})
+    call_times: list[float] = []
+
+    async def call_meanwhile() -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            t = time.monotonic()
+            assert await manager.call("agent-1", "echo", {}, timeout=2)
+            call_times.append(time.monotonic() - t)
+
+    caller = asyncio.create_task(call_meanwhile())
+    got, held = 0, 0
+    try:
+        while (frame := await asyncio.wait_for(stream.receive(), 5)) is not None:
+            assert frame["i"] == got and len(frame["data"]) == size
+            got += 1
+            held = max(held, stream.inbox.qsize() - (stream.closed_reason is not None))
+            if got % 100 == 0:
+                await asyncio.sleep(0.03)  # a slow reader: 1.5 s of sleeping at least
+    finally:
+        caller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await caller
+    ended = time.monotonic()
+    assert got == n and stream.closed_reason == ""
+    assert held <= WINDOW  # what waits on the receiving side, at most
+    beats = [started, *(t for t in fm.beat_times if t >= started), ended]
+    assert max(b - a for a, b in zip(beats, beats[1:], strict=False)) < TIMEOUT / 2, "a heartbeat came late"
+    assert len(call_times) >= 5 and max(call_times) < TIMEOUT / 2, "a call was slow"
+    assert fm.left == [] and manager.connected() == {"agent-1"}
+
+
+async def test_the_sender_waits_for_credit(links: Links) -> None:
+    fm, manager, _, agent = await joined_pair(links)
+    stream = await manager.open_stream("agent-1", "flood", {"n": 3 * WINDOW, "size": 10})
+    await wait_until(lambda: stream.inbox.qsize() == WINDOW)
+    [theirs] = agent._streams.values()
+    await asyncio.sleep(0.2)
+    assert stream.inbox.qsize() == WINDOW and theirs._credit == 0  # nothing more until the manager reads
+    assert await stream.receive() == {"i": 0, "data": b"x" * 10}
+    for i in range(1, 3 * WINDOW):
+        assert (await asyncio.wait_for(stream.receive(), 2))["i"] == i  # type: ignore[index]
+    assert await asyncio.wait_for(stream.receive(), 2) is None and stream.closed_reason == ""
+    await wait_until(lambda: not agent._streams and not manager._streams)
+
+
+async def test_a_lost_agent_ends_its_streams_on_both_sides(links: Links) -> None:
+    fm, manager, fa, agent = await joined_pair(links)
+    stream = await manager.open_stream("agent-1", "wait", {})
+    await wait_until(lambda: len(agent._streams) == 1)
+    assert agent._heartbeat_task is not None
+    agent._heartbeat_task.cancel()  # silent: the manager declares it lost
+    assert await asyncio.wait_for(stream.receive(), TIMEOUT + 2) is None
+    assert stream.closed_reason == "agent agent-1 is lost"
+    with pytest.raises(StreamClosed):
+        await stream.send({"late": True})
+    # the agent's end heard it too (the manager told it, and forgot the link: it asks it to register again)
+    await wait_until(lambda: fa.stream_ends == ["agent agent-1 is lost"])
+    assert not agent._streams and not manager._streams
+
+
+async def test_an_agent_asked_to_register_again_ends_its_streams(links: Links) -> None:
+    fm, manager, fa, agent = await joined_pair(links)
+    stream = await manager.open_stream("agent-1", "wait", {})
+    await wait_until(lambda: len(agent._streams) == 1)
+    [theirs] = agent._streams.values()
+    theirs.on_end = None  # the manager's stream-close is lost: the register-please alone must end it
+    agent._dispatch("register-please", {})
+    await wait_until(lambda: fa.stream_ends == ["the manager asked the agent to register again"])
+    await wait_until(lambda: len(fa.rejoins) == 1)
+    assert await asyncio.wait_for(stream.receive(), 3) is None
+    assert stream.closed_reason == "agent agent-1 registered again"
+
+
+async def test_a_restarted_agent_ends_the_streams_of_its_old_link(links: Links) -> None:
+    fm, manager, _, agent = await joined_pair(links)
+    stream = await manager.open_stream("agent-1", "wait", {})
+    await wait_until(lambda: len(agent._streams) == 1)
+    await agent.abort()  # a crash: the manager hears nothing...
+    again = links.agent(manager, "agent-1")
+    fa2 = FakeAgent("agent-1")
+    await again.join(fa2)  # ...until the new process registers
+    assert await asyncio.wait_for(stream.receive(), 2) is None
+    assert stream.closed_reason == "agent agent-1 registered again"
+    assert fm.left == []
+    fresh = await manager.open_stream("agent-1", "wait", {})
+    await wait_until(lambda: len(again._streams) == 1)
+    await fresh.close()
+    await wait_until(lambda: fa2.stream_ends == [""])
+
+
+async def test_unknown_streams_are_ignored(links: Links, caplog: pytest.LogCaptureFixture) -> None:
+    fm, manager, _, agent = await joined_pair(links)
+    assert agent._sock is not None
+    caplog.set_level(logging.DEBUG, logger="bai.link")
+    for kind, body in [
+        ("stream-data", {"sid": "nope", "frame": {"x": 1}}),
+        ("stream-credit", {"sid": "nope", "n": 5}),
+        ("stream-close", {"sid": "nope", "reason": ""}),
+        ("stream-data", {"frame": {}}),
+    ]:
+        await agent._sock.send_multipart([msgpack.packb([kind, body], use_bin_type=True)])
+        assert manager._send_now(agent.routing_id, msgpack.packb([kind, body], use_bin_type=True))
+    assert await manager.call("agent-1", "echo", {}, timeout=2)  # both still answer
+    await wait_until(lambda: sum("unknown stream" in r.getMessage() for r in caplog.records) == 8)
+    assert fm.left == [] and manager.connected() == {"agent-1"}
+
+
+async def test_a_sender_that_ignores_the_flow_control_loses_its_stream(links: Links) -> None:
+    fm, manager, _, agent = await joined_pair(links)
+    stream = await manager.open_stream("agent-1", "wait", {})
+    await wait_until(lambda: len(agent._streams) == 1)
+    [theirs] = agent._streams.values()
+    for i in range(WINDOW + 1):
+        theirs._credit = WINDOW  # a broken agent that does not wait
+        await theirs.send({"i": i})
+    await wait_until(lambda: stream.closed_reason is not None)  # the manager does not read meanwhile
+    frames = []
+    while (frame := await asyncio.wait_for(stream.receive(), 2)) is not None:
+        frames.append(frame)
+    assert stream.closed_reason == "ProtocolError: the sender ignored the flow control"
+    assert [f["i"] for f in frames] == list(range(WINDOW + 1))  # what came before the end is still read
+    await wait_until(lambda: not agent._streams)  # the agent was told
+    assert await manager.call("agent-1", "echo", {}, timeout=2)
+
+
+async def test_frames_that_cannot_travel_fail_the_send_only(links: Links) -> None:
+    _, manager, _, _ = await joined_pair(links)
+    stream = await manager.open_stream("agent-1", "wait", {})
+    with pytest.raises(TypeError):
+        await stream.send({"x": object()})
+    assert stream.closed_reason is None
+    await stream.send({"x": 1})
+    with pytest.raises(TypeError):
+        await manager.open_stream("agent-1", "wait", {"x": object()})
+    assert len(manager._streams) == 1

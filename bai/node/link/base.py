@@ -6,7 +6,10 @@ answers calls and emits events. Neither side knows which transport it has.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from bai.node.link.streams import LinkStream
 
 
 class RemoteError(Exception):
@@ -57,6 +60,10 @@ class AgentHandler(Protocol):
 
     async def handle_call(self, method: str, args: dict[str, Any]) -> Any: ...
 
+    async def handle_stream(self, kind: str, args: dict[str, Any], stream: LinkStream) -> None:
+        """Serve a stream the manager opened (a terminal, a tunnel) until it ends; close it when done."""
+        ...
+
 
 class ManagerLink(Protocol):
     """The manager's side of a link: start with a handler, call agents, know who is connected."""
@@ -64,6 +71,10 @@ class ManagerLink(Protocol):
     async def start(self, handler: ManagerHandler) -> None: ...
 
     async def call(self, agent_id: str, method: str, args: dict[str, Any], timeout: float | None = None) -> Any: ...
+
+    async def open_stream(self, agent_id: str, kind: str, args: dict[str, Any]) -> LinkStream:
+        """Open a stream to an agent (AgentUnavailable when it is not connected)."""
+        ...
 
     def connected(self) -> set[str]: ...
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from typing import Any
 
 from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
+from bai.node.link.streams import InprocStream, LinkStream
 
 log = logging.getLogger("bai.link")
 LEFT = object()  # in the event queue: the agent closed its link (after the events before it)
@@ -33,6 +35,7 @@ class InprocManagerLink:
         self.agents: dict[str, AgentHandler] = {}
         self._events: asyncio.Queue[tuple[str, Any, Any, asyncio.Future[None] | None]] = asyncio.Queue()
         self._pump: asyncio.Task[None] | None = None
+        self._streams: dict[asyncio.Task[None], tuple[str, InprocStream]] = {}  # handler -> (agent id, our end)
 
     async def start(self, handler: ManagerHandler) -> None:
         self.handler = handler
@@ -64,10 +67,39 @@ class InprocManagerLink:
         except Exception as e:  # what a remote transport would carry back
             raise RemoteError(type(e).__name__, str(e)) from e
 
+    async def open_stream(self, agent_id: str, kind: str, args: dict[str, Any]) -> LinkStream:
+        handler = self.agents.get(agent_id)
+        if handler is None:
+            raise AgentUnavailable(f"agent {agent_id} is not connected")
+        ours, theirs = InprocStream.pair(secrets.token_hex(8))
+        task = asyncio.create_task(self._serve(handler, kind, args, theirs), name=f"stream-{kind}-{ours.id}")
+        self._streams[task] = (agent_id, ours)
+        task.add_done_callback(lambda t: self._streams.pop(t, None))
+        return ours
+
+    async def _end_streams(self, agent_id: str | None, reason: str) -> None:
+        """End the streams of an agent (None: all) as a network link would: both ends see `reason`."""
+        for aid, ours in list(self._streams.values()):
+            if agent_id is None or aid == agent_id:
+                await ours.close(reason)
+
+    @staticmethod
+    async def _serve(handler: AgentHandler, kind: str, args: dict[str, Any], stream: InprocStream) -> None:
+        try:
+            await handler.handle_stream(kind, args, stream)
+        except Exception as e:  # what a remote transport would carry back: the reason it ended
+            log.debug("stream %s (%s) failed: %s", stream.id, kind, e)
+            await stream.close(f"{type(e).__name__}: {e}")
+        else:
+            await stream.close("")
+
     def connected(self) -> set[str]:
         return set(self.agents)
 
     async def close(self) -> None:
+        await self._end_streams(None, "the link is closed")
+        for task in list(self._streams):
+            task.cancel()
         if self._pump:
             # deliver what is queued, then stop
             for _ in range(1000):
@@ -117,11 +149,13 @@ class InprocAgentLink:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeats
         self.hub.manager.agents.pop(self.agent_id, None)
+        await self.hub.manager._end_streams(self.agent_id, f"agent {self.agent_id} is lost")
 
     async def close(self) -> None:
         if self._heartbeats is not None:
             self._heartbeats.cancel()
         manager = self.hub.manager
+        await manager._end_streams(self.agent_id, f"agent {self.agent_id} closed its link")
         if manager.agents.pop(self.agent_id, None) is not None and manager.handler is not None:
             # as over a network link: the manager hears of it after the events sent before it
             handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()

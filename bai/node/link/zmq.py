@@ -18,6 +18,11 @@ manager → agent
   ack        {link, seq}          (cumulative: every event up to seq was handled)
   resend     {link, from}         (a gap: send again from this seq)
   bye-ack    {link, seq}          (the agent_left("closed") was handled, and every event up to seq)
+  stream-open {sid, kind, args}   (start `handler.handle_stream(kind, args, stream)` on the agent)
+both ways (streams, see streams.py)
+  stream-data   {sid, frame}
+  stream-credit {sid, n}          (the receiver took n more frames: the sender may send n more)
+  stream-close  {sid, reason}     ("" for a normal end, "Type: message" when the agent's handler raised)
 
 Events are numbered per agent link object (`link` is a random id of that object, so a restarted agent
 starts again from 1). The agent keeps every event until an ack covers it and sends the unacked ones again
@@ -26,6 +31,13 @@ event survives a manager restart or a network cut. `low` is the lowest seq the a
 manager never waits for anything below it. The manager delivers events to its handler in seq order, one at
 a time, per agent, and drops duplicates; delivery is at least once across a manager restart (an event
 handled but not yet acknowledged is sent to the next manager again).
+
+Streams are not events: their messages are handled as they come in (not by the event pump), never acked and
+never sent again. A stream's frames keep their order (one DEALER↔ROUTER connection does), and each direction
+has credit-based flow control: a sender has at most `WINDOW` frames the receiver has not taken yet, so a busy
+stream queues at most that much ahead of the agent's heartbeats and replies. A stream ends when either side
+closes it, when the manager drops the agent (it closed its link or was lost), when the agent registers again
+(a new link object, or the manager asked it to), and when either link closes.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ import logging
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +58,7 @@ import zmq.asyncio
 
 from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
 from bai.node.link.keys import ManagerSecrets
+from bai.node.link.streams import WINDOW, LinkStream, StreamClosed
 
 log = logging.getLogger("bai.link")
 
@@ -89,6 +103,12 @@ def _unpack_payload(data: Any) -> Any:
     return data if data is not None else {}
 
 
+def _quiet(fut: asyncio.Future[Any]) -> None:
+    """A send nobody waits for: note a failure at debug level (and retrieve it, so asyncio does not warn)."""
+    if not fut.cancelled() and fut.exception() is not None:
+        log.debug("a send to the manager failed: %s", fut.exception())
+
+
 def _keepalive(sock: zmq.Socket) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, HWM)
@@ -106,6 +126,100 @@ async def _cancel(tasks: list[asyncio.Task[Any] | None]) -> None:
     for t in live:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await t
+
+
+# -- streams ------------------------------------------------------------------------------------------
+
+CREDIT_BATCH = max(1, WINDOW // 4)  # frames taken before the receiver returns credit (at once when it caught up)
+
+
+class _ZmqStream(LinkStream):
+    """One end of a stream over the ZeroMQ link; `post` hands a message to the socket without waiting (False
+    when it cannot reach the other side). The link feeds `_arrived` / `_credited` / `_end` from its receive loop."""
+
+    def __init__(self, stream_id: str, post: Callable[[bytes], bool], where: str) -> None:
+        super().__init__(stream_id)
+        self._post = post
+        self._where = where  # for log lines: "agent a1" / "the manager"
+        self._credit = WINDOW  # frames we may still send before the other side takes some
+        self._owed = 0  # frames we took and have not credited yet
+        self._wake = asyncio.Event()  # credit came, or the stream ended
+        self.on_end: Callable[[_ZmqStream], None] | None = None  # the link forgets the stream
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        data = _pack("stream-data", {"sid": self.id, "frame": frame})  # a frame that cannot travel fails here
+        while self._credit <= 0 and self.closed_reason is None:
+            self._wake.clear()
+            await self._wake.wait()
+        if self.closed_reason is not None:
+            raise StreamClosed(self.closed_reason or "closed")
+        self._credit -= 1
+        if not self._post(data):
+            self._end(f"{self._where} is not connected")
+            raise StreamClosed(self.closed_reason or "closed")
+
+    def _taken(self) -> None:
+        if self.closed_reason is not None:
+            return
+        self._owed += 1
+        if self._owed >= CREDIT_BATCH or self.inbox.empty():
+            n, self._owed = self._owed, 0
+            self._post(_pack("stream-credit", {"sid": self.id, "n": n}))
+
+    async def close(self, reason: str = "") -> None:
+        if self.closed_reason is None:
+            self._end(reason)
+            self._post(_pack("stream-close", {"sid": self.id, "reason": reason}))
+
+    # -- fed by the link ----------------------------------------------------------------------------
+
+    def _arrived(self, frame: Any) -> None:
+        if self.closed_reason is not None:
+            return  # sent before the other side heard that we closed
+        if not isinstance(frame, dict):
+            log.warning("stream %s from %s: a frame that is not a map; closing it", self.id, self._where)
+            self._end("ProtocolError: a frame that is not a map")
+            self._post(_pack("stream-close", {"sid": self.id, "reason": self.closed_reason}))
+            return
+        self.inbox.put_nowait(frame)
+        if self.inbox.qsize() + self._owed > WINDOW:  # the other side ignored the flow control
+            log.warning("stream %s from %s: more than %d frames in flight; closing it", self.id, self._where, WINDOW)
+            self._end("ProtocolError: the sender ignored the flow control")
+            self._post(_pack("stream-close", {"sid": self.id, "reason": self.closed_reason}))
+
+    def _credited(self, n: Any) -> None:
+        if isinstance(n, int) and 0 < n <= WINDOW:
+            self._credit = min(self._credit + n, WINDOW)
+            self._wake.set()
+
+    def _end(self, reason: str) -> None:
+        """End this end (the receiver sees None after what it has not taken, senders StreamClosed)."""
+        if self.closed_reason is None:
+            self._ended(reason)
+        self._wake.set()
+        if self.on_end is not None:
+            on_end, self.on_end = self.on_end, None
+            on_end(self)
+
+
+def _stream_message(stream: _ZmqStream | None, kind: str, body: dict[str, Any], where: str) -> None:
+    """stream-data / stream-credit / stream-close from the other side, to its stream (None: not open here)."""
+    if stream is None:
+        log.debug("%s from %s for an unknown stream %r: ignored", kind, where, body.get("sid"))
+    elif kind == "stream-data":
+        stream._arrived(body.get("frame"))
+    elif kind == "stream-credit":
+        stream._credited(body.get("n"))
+    else:
+        stream._end(str(body.get("reason") or ""))
+
+
+def _end_all(streams: list[_ZmqStream], reason: str, post: bool = False) -> None:
+    """End these streams; `post`: tell the other side too (when it still listens)."""
+    for stream in streams:
+        if post and stream.closed_reason is None:
+            stream._post(_pack("stream-close", {"sid": stream.id, "reason": reason}))
+        stream._end(reason)
 
 
 # -- manager ------------------------------------------------------------------------------------------
@@ -188,6 +302,7 @@ class ZmqManagerLink:
         self._refused_logged_at = -1e9
         self._refusals_unlogged = 0
         self._tasks: list[asyncio.Task[Any]] = []
+        self._streams: dict[str, _ManagerStream] = {}  # open streams, by id
         self._closed = False
 
     async def start(self, handler: ManagerHandler) -> None:
@@ -239,6 +354,32 @@ class ZmqManagerLink:
     def connected(self) -> set[str]:
         return {aid for aid, peer in self._peers.items() if peer.registered}
 
+    # -- streams ------------------------------------------------------------------------------------
+
+    async def open_stream(self, agent_id: str, kind: str, args: dict[str, Any]) -> LinkStream:
+        peer = self._peers.get(agent_id)
+        if peer is None or not peer.registered or self._closed:
+            raise AgentUnavailable(f"agent {agent_id} is not connected")
+        rid = peer.rid
+        stream = _ManagerStream(secrets.token_hex(8), agent_id, rid, lambda data: self._send_now(rid, data))
+        data = _pack("stream-open", {"sid": stream.id, "kind": kind, "args": args})
+        if not self._send_now(rid, data):
+            raise AgentUnavailable(f"agent {agent_id} is not connected")
+        self._streams[stream.id] = stream
+        stream.on_end = self._forget_stream
+        return stream
+
+    def _forget_stream(self, stream: _ZmqStream) -> None:
+        if self._streams.get(stream.id) is stream:
+            del self._streams[stream.id]
+
+    def _end_streams(self, agent_id: str, reason: str) -> None:
+        """End the agent's open streams, telling it (if it still listens)."""
+        mine: list[_ZmqStream] = [s for s in self._streams.values() if s.agent_id == agent_id]
+        if mine:
+            log.info("ending %d stream(s) of agent %s: %s", len(mine), agent_id, reason)
+            _end_all(mine, reason, post=True)
+
     # -- sending ------------------------------------------------------------------------------------
 
     def _send_now(self, rid: bytes, data: bytes) -> bool:
@@ -286,7 +427,9 @@ class ZmqManagerLink:
                 self._nudge(rid)
             return
         peer.last_seen = time.monotonic()
-        if kind == "event":
+        if kind.startswith("stream-"):  # not events: straight to the stream, not through the pump
+            self._on_stream(peer, rid, kind, body)
+        elif kind == "event":
             self._on_event(peer, body)
         elif kind == "heartbeat":
             self._on_heartbeat(peer, body)
@@ -296,6 +439,13 @@ class ZmqManagerLink:
             self._drop(peer, "closed")
         else:
             log.warning("unknown message %r from agent %s", kind, peer.agent_id)
+
+    def _on_stream(self, peer: _Peer, rid: bytes, kind: str, body: dict[str, Any]) -> None:
+        sid = body.get("sid")
+        stream = self._streams.get(sid) if isinstance(sid, str) else None
+        if stream is not None and stream.rid != rid:
+            stream = None  # not this link object's stream
+        _stream_message(stream, kind, body, f"agent {peer.agent_id}")
 
     def _nudge(self, rid: bytes) -> None:
         """Ask a peer we do not have registered (we restarted, or declared it lost) to register."""
@@ -398,11 +548,12 @@ class ZmqManagerLink:
         """The agent closed its link or went silent: forget it (its events still get delivered)."""
         peer.registered = False
         peer.answered = None
+        why = "closed its link" if reason == "closed" else "is lost"
         for call_id, (aid, fut) in list(self._pending.items()):
             if aid == peer.agent_id and not fut.done():
-                why = "closed its link" if reason == "closed" else "is lost"
                 fut.set_exception(AgentUnavailable(f"agent {aid} {why}"))
                 self._pending.pop(call_id, None)
+        self._end_streams(peer.agent_id, f"agent {peer.agent_id} {why}")
         peer.queue.put_nowait(_Left(reason))
 
     async def _watch_liveness(self) -> None:
@@ -464,6 +615,9 @@ class ZmqManagerLink:
                 peer.link, peer.received, peer.handled, peer.acked = link, 0, 0, 0
             if self._by_rid.get(peer.rid) is peer:
                 del self._by_rid[peer.rid]
+            # a registration comes from a new link object (a restarted agent), or from one that the manager
+            # dropped or forgot: the streams the agent had are gone on its side too
+            self._end_streams(peer.agent_id, f"agent {peer.agent_id} registered again")
             peer.rid = rid
             self._by_rid[rid] = peer
             peer.joining = None
@@ -487,6 +641,7 @@ class ZmqManagerLink:
         if self._closed:
             return
         self._closed = True
+        _end_all(list(self._streams.values()), "the link is closed", post=True)
         await _cancel([*self._tasks, *(p.pump for p in self._peers.values())])
         for _, fut in self._pending.values():
             if not fut.done():
@@ -495,6 +650,15 @@ class ZmqManagerLink:
         for peer in self._peers.values():
             peer.registered = False
         self._sock, self._ctx = _close_zmq(self._sock, self._ctx)
+
+
+class _ManagerStream(_ZmqStream):
+    """The manager's end of a stream to one agent link object (routing id `rid`)."""
+
+    def __init__(self, stream_id: str, agent_id: str, rid: bytes, post: Callable[[bytes], bool]) -> None:
+        super().__init__(stream_id, post, f"agent {agent_id}")
+        self.agent_id = agent_id
+        self.rid = rid
 
 
 def _close_zmq(sock: Any, ctx: Any) -> tuple[None, None]:
@@ -567,6 +731,8 @@ class ZmqAgentLink:
         self._sender_task: asyncio.Task[None] | None = None
         self._rejoin_task: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[None]] = set()
+        self._streams: dict[str, _ZmqStream] = {}  # streams the manager opened, by id
+        self._stream_tasks: set[asyncio.Task[None]] = set()  # their handlers
 
     # -- joining ------------------------------------------------------------------------------------
 
@@ -762,6 +928,11 @@ class ZmqAgentLink:
             task = asyncio.create_task(self._answer_call(body), name=f"zmq-call-{body.get('method')}")
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
+        elif kind == "stream-open":
+            self._open_stream(body)
+        elif kind in ("stream-data", "stream-credit", "stream-close"):
+            sid = body.get("sid")
+            _stream_message(self._streams.get(sid) if isinstance(sid, str) else None, kind, body, "the manager")
         elif kind == "ack":
             if body.get("link") == self.link_id:
                 self._on_ack(int(body["seq"]))
@@ -779,6 +950,8 @@ class ZmqAgentLink:
         elif kind == "register-please":
             if self._registered and not self._closed and (self._rejoin_task is None or self._rejoin_task.done()):
                 self._registered = False
+                # the manager forgot this link (it restarted, or declared us lost): it forgot our streams too
+                _end_all(list(self._streams.values()), "the manager asked the agent to register again")
                 self._rejoin_task = asyncio.create_task(self._rejoin(), name="zmq-agent-rejoin")
         elif kind == "bye-ack":
             if body.get("link") == self.link_id:
@@ -801,6 +974,50 @@ class ZmqAgentLink:
         except Exception as e:
             data = _pack("reply", {"id": call_id, "ok": False, "kind": type(e).__name__, "message": str(e)})
         await self._sock.send_multipart([data])
+
+    def _post(self, data: bytes) -> bool:
+        """Queue a message for the manager without waiting (the socket keeps the order of what it is given)."""
+        if self._sock is None or self._closed:
+            return False
+        try:
+            sent = self._sock.send_multipart([data])
+        except zmq.ZMQError as e:
+            log.debug("cannot send to the manager: %s", e)
+            return False
+        sent.add_done_callback(_quiet)
+        return True
+
+    def _open_stream(self, body: dict[str, Any]) -> None:
+        sid, kind, args = body.get("sid"), str(body.get("kind", "")), body.get("args") or {}
+        if not isinstance(sid, str) or sid in self._streams:
+            log.debug("ignoring stream-open %r (%s): no id, or open already", sid, kind)
+            return
+        if self.handler is None or self._closed:
+            self._post(_pack("stream-close", {"sid": sid, "reason": "the agent link is closed"}))
+            return
+        stream = _ZmqStream(sid, self._post, "the manager")
+        self._streams[sid] = stream
+        stream.on_end = self._forget_stream
+        task = asyncio.create_task(self._serve_stream(kind, args, stream), name=f"zmq-stream-{kind}-{sid}")
+        self._stream_tasks.add(task)
+        task.add_done_callback(self._stream_tasks.discard)
+
+    def _forget_stream(self, stream: _ZmqStream) -> None:
+        if self._streams.get(stream.id) is stream:
+            del self._streams[stream.id]
+
+    async def _serve_stream(self, kind: str, args: dict[str, Any], stream: _ZmqStream) -> None:
+        assert self.handler is not None
+        try:
+            await self.handler.handle_stream(kind, args, stream)
+        except asyncio.CancelledError:
+            stream._end(stream.closed_reason if stream.closed_reason is not None else "the agent link is closed")
+            raise
+        except Exception as e:  # the manager's end learns why it ended
+            log.debug("stream %s (%s) failed: %s", stream.id, kind, e)
+            await stream.close(f"{type(e).__name__}: {e}")
+        else:
+            await stream.close("")
 
     async def _heartbeat_loop(self) -> None:
         assert self.handler is not None and self._sock is not None
@@ -842,8 +1059,9 @@ class ZmqAgentLink:
     async def _shutdown(self) -> None:
         self._closed = True
         self._registered = False
+        _end_all(list(self._streams.values()), "the link is closed")  # their handlers see the end, then stop
         tasks = [self._receive_task, self._heartbeat_task, self._sender_task, self._rejoin_task, *self._calls]
-        await _cancel(tasks)
+        await _cancel([*tasks, *self._stream_tasks])
         for waiter in self._waiters.values():
             if not waiter.done():
                 waiter.set_exception(LinkUnavailable("the agent link is closed"))
