@@ -554,6 +554,30 @@ def exec(  # noqa: A001 - the command is called exec
     raise typer.Exit(run_async(go()))
 
 
+@app.command(context_settings={"allow_interspersed_args": False})
+def shell(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    command: list[str] = typer.Argument(None, help="-- CMD ...: run this instead of the kernel's shell."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
+) -> None:
+    """A terminal in a running session (bash if the image has it, else sh); exits with its status."""
+    from bai.cli.common import client
+    from bai.cli.terminal import attach_terminal
+    from bai.client.api import overlap_import
+
+    async def go() -> int:
+        async with client(owner) as c:
+            session = await overlap_import(c.get_session(ref))
+            if session["status"] not in ("RUNNING", "RUNNING_DEGRADED"):
+                fail(f"session {ref} is {session['status']}: a terminal needs a running session")
+            words = list(command or [])
+            if words[:1] == ["--"]:
+                words = words[1:]
+            return await attach_terminal(c, session["id"], words or None)
+
+    raise typer.Exit(run_async(go()))
+
+
 @app.command("ls")
 def ls(
     all_: bool = typer.Option(False, "--all", "-a", help="Include terminated and cancelled sessions."),

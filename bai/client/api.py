@@ -522,6 +522,26 @@ class Client:
     def execute(self, session_id: str) -> ExecStream:
         return ExecStream(self, session_id)
 
+    async def terminal(
+        self, session_id: str, command: list[str] | None = None, rows: int = 24, cols: int = 80
+    ) -> aiohttp.ClientWebSocketResponse:
+        """A WebSocket to a terminal in the session (`GET /stream/session/{id}/pty`, Backend.AI's frames)."""
+        import aiohttp
+        import yarl
+
+        params: dict[str, Any] = {"rows": rows, "cols": cols}
+        if command:
+            params["command"] = json.dumps(command)
+        full = self._path(f"/stream/session/{session_id}/pty", params)
+        headers = self._headers("GET", full, "application/octet-stream", send_ctype=False)
+        url = yarl.URL(self._url(full), encoded=True)  # as signed: not re-quoted
+        try:
+            return await self.http.ws_connect(url, headers=headers, autoping=True, max_msg_size=0)
+        except aiohttp.WSServerHandshakeError as e:
+            raise APIError(e.status, e.message or "cannot open the terminal") from None
+        except aiohttp.ClientConnectionError as e:
+            raise self._unreachable(e) from None
+
 
 class ExecStream:
     """One streaming execution over the WebSocket: `start`, then iterate frames; `send_input` on waiting-input."""

@@ -22,9 +22,12 @@ from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, K
 from bai.node.agent.channel import ChannelError
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
+from bai.node.agent.terminal import DEFAULT_COMMAND
+from bai.node.agent.terminal import serve as serve_terminal
 from bai.node.link.base import AgentLink
 from bai.node.link.messages import (
     CALLS,
+    STREAMS,
     CreateKernel,
     DestroyKernel,
     Execute,
@@ -38,6 +41,7 @@ from bai.node.link.messages import (
     KernelTerminated,
     ListFiles,
     ListImages,
+    OpenTerminal,
     Ping,
     PullImage,
     Registration,
@@ -46,6 +50,7 @@ from bai.node.link.messages import (
     UploadFiles,
     encode_result,
 )
+from bai.node.link.streams import LinkStream
 
 log = logging.getLogger("bai.agent")
 LOG_FLUSH_INTERVAL = 0.05
@@ -279,6 +284,18 @@ class Agent:
         message = kind.from_wire(args)
         handler = self._handlers[kind]
         return encode_result(await handler(message))
+
+    async def handle_stream(self, kind: str, args: dict[str, Any], stream: LinkStream) -> None:
+        opening = STREAMS.get(kind)
+        if opening is None:
+            raise ValueError(f"unknown stream {kind!r}")
+        message = opening.from_wire(args)
+        assert isinstance(message, OpenTerminal)
+        kernel = await self._settled(message.kernel_id)
+        rows, cols = max(1, min(int(message.rows), 1000)), max(1, min(int(message.cols), 1000))
+        command = list(message.command) if message.command else list(DEFAULT_COMMAND)
+        terminal = await self.backend.open_terminal(kernel, command, rows, cols)
+        await serve_terminal(terminal, stream)
 
     @property
     def _handlers(self) -> dict[type, Any]:

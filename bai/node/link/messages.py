@@ -297,6 +297,22 @@ class RemoveImage(Call[None]):
     image: str
 
 
+@dataclass
+class OpenTerminal(Message):
+    """Open a stream (kind `terminal`): `command` on a pseudo-terminal in a kernel (None: its shell).
+    Frames: see bai/node/agent/terminal.py."""
+
+    kind: ClassVar[str] = "terminal"
+
+    kernel_id: str
+    command: list[str] | None = None
+    rows: int = 24
+    cols: int = 80
+
+
+STREAMS: dict[str, type[Message]] = {OpenTerminal.kind: OpenTerminal}
+
+
 CALLS: dict[str, type[Call[Any]]] = {
     c.method: c
     for c in (

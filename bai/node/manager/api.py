@@ -39,6 +39,7 @@ from bai.node.manager.requests import parse_create, parse_execute, parse_run_id
 from bai.node.manager.services import Services
 from bai.node.manager.sse import SPACED, EventStream
 from bai.node.manager.streams import OpenStreams
+from bai.node.manager.terminal_api import add_terminal_routes
 
 log = logging.getLogger("bai.api")
 SESSION_EVENT_OF = {status.value: name for status, name in SESSION_EVENTS.items()}
@@ -459,7 +460,6 @@ async def list_agents(request: web.Request) -> web.Response:
 
 # Backend.AI endpoints bai does not implement: a clear 501, not a 404 that reads like a typo.
 NOT_IMPLEMENTED = [
-    ("*", "/stream/session/{ref}/pty"),
     ("*", "/stream/session/{ref}/apps"),
     ("*", "/stream/session/{ref}/httpproxy"),
     ("*", "/stream/session/{ref}/tcpproxy"),
@@ -534,6 +534,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     add_dashboard_routes(app)
     r.add_get("/metrics", metrics)
     add_image_routes(app)
+    add_terminal_routes(app)
     if services.vfolders is not None:
         from bai.node.manager.vfolders.api import add_vfolder_routes
 

@@ -39,9 +39,11 @@ from bai.node.link.messages import (
     KernelTerminated,
     ListFiles,
     MountSpec,
+    OpenTerminal,
     UploadFiles,
     call,
 )
+from bai.node.link.streams import LinkStream
 from bai.node.manager.admission import Admission, admit
 from bai.node.manager.agents import Agents
 from bai.node.manager.diskfull import FullDiskWarnings
@@ -532,6 +534,25 @@ class Sessions:
             return bool(await call(self.link, kernel["agent_id"], Interrupt(kernel["id"], run_id), timeout=10))
         except (RemoteError, AgentUnavailable):
             return False
+
+    def touch(self, session_id: str) -> None:
+        """The session is in use (a terminal's keystroke, a ping): not idle."""
+        self.activity[session_id] = self.clock.now()
+
+    async def open_terminal(
+        self, session: dict[str, Any], command: list[str] | None, rows: int, cols: int
+    ) -> LinkStream:
+        """A terminal in the session's main kernel: a link stream to its agent (frames: agent/terminal.py)."""
+        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
+            raise invalid(f"session {session['name']} is {session['status']}: a terminal needs a running kernel")
+        kernel = await self.main_kernel(session)
+        opening = OpenTerminal(kernel["id"], command, rows, cols)
+        try:
+            stream = await self.link.open_stream(kernel["agent_id"], opening.kind, opening.to_wire())
+        except AgentUnavailable as e:
+            raise Problem("instance-not-available", "Instance not available.", str(e)) from None
+        self.touch(session["id"])
+        return stream
 
     async def upload(self, session: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
         kernel = await self.main_kernel(session)

@@ -6,7 +6,10 @@ import asyncio
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from bai.node.agent.terminal import Terminal
 
 from bai.common.status import StatusInfo
 from bai.node.agent.channel import AGENT_SOCKET, Channel, RunnerChannel
@@ -120,6 +123,10 @@ class Backend(Protocol):
         """A folder as the kernel sees it (bai.node.agent.files.list_dir's shape)."""
         ...
 
+    async def open_terminal(self, kernel: Kernel, command: list[str], rows: int, cols: int) -> Terminal:
+        """Start `command` on a pseudo-terminal in the kernel (as its user, in /home/work)."""
+        ...
+
     async def close(self, kernels: list[Kernel]) -> None: ...
 
 
@@ -145,6 +152,9 @@ class BackendBase:
 
     async def memory_limit(self, kernel: Kernel) -> int | None:
         return None
+
+    async def open_terminal(self, kernel: Kernel, command: list[str], rows: int, cols: int) -> Terminal:
+        raise KernelStartError(f"the {self.name} backend has no terminals")
 
 
 MPS_PIPE = Path("/tmp/nvidia-mps")  # where an MPS control daemon listens, when one runs

@@ -51,6 +51,7 @@ from bai.node.agent.backends.base import (
 from bai.node.agent.channel import AGENT_SOCKET, Channel, ChannelError, RunnerChannel
 from bai.node.agent.files import list_script
 from bai.node.agent.scratch import Layout, Scratch, ScratchError
+from bai.node.agent.terminal import DockerExecTerminal, Terminal
 
 log = logging.getLogger("bai.agent.docker")
 LABEL_KERNEL = "ai.backend.kernel-id"
@@ -634,6 +635,17 @@ class DockerBackend(BackendBase):
             await self.docker.images.delete(image)
         except DockerError as e:
             raise KernelStartError(f"cannot remove {image}: {e.message}") from None
+
+    async def open_terminal(self, kernel: Kernel, command: list[str], rows: int, cols: int) -> Terminal:
+        """`docker exec` with a TTY, as the kernel's user, in /home/work."""
+        assert self.docker is not None
+        if kernel.container_id is None:
+            raise KernelStartError("the kernel has no container yet")
+        container = self.docker.containers.container(kernel.container_id)
+        try:
+            return await DockerExecTerminal.start(container, command, {}, rows, cols)
+        except aiodocker.DockerError as e:
+            raise KernelStartError(f"cannot start {command[0]!r} in the kernel: {e.message}") from None
 
     async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
         """Run the listing with the container's Python, so it sees the kernel's files and mounts."""

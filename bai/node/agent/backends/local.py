@@ -42,6 +42,7 @@ from bai.node.agent.backends.base import (
 )
 from bai.node.agent.channel import AGENT_SOCKET, ChannelError
 from bai.node.agent.files import list_dir
+from bai.node.agent.terminal import PtyProcess, Terminal
 
 log = logging.getLogger("bai.agent.local")
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -184,6 +185,25 @@ class LocalBackend(BackendBase):
             os.killpg(proc.pid, signal.SIGKILL)
         with leftovers.step(f"runner {proc.pid} (kernel {kernel_id})", action="reap", left_behind=False, logger=log):
             await proc.wait()
+
+    async def open_terminal(self, kernel: Kernel, command: list[str], rows: int, cols: int) -> Terminal:
+        """The command on a PTY with the kernel's environment and home (in its sandbox when it mounts
+        folders, as the kernel itself runs)."""
+        spec = kernel.spec
+        kdir = kernel.run_dir.parent
+        work_dir = kdir / "work"
+        env = {**os.environ, **kernel_env(spec), "HOME": str(work_dir)}
+        cwd = str(work_dir)
+        if spec.mounts:
+            bwrap = shutil.which("bwrap")
+            if bwrap is None:
+                raise KernelStartError("this kernel's sandbox needs bubblewrap (apt-get install bubblewrap)")
+            env["HOME"] = "/home/work"
+            command = [*sandbox(bwrap, kdir, work_dir, self.runner_path, spec.mounts), *command]
+        try:
+            return await PtyProcess.start(command, env, cwd, rows, cols)
+        except OSError as e:
+            raise KernelStartError(f"cannot start {command[0]!r}: {e.strerror}") from None
 
     async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
         """List the host folder behind a path of the kernel's view (its home, or a mounted folder)."""

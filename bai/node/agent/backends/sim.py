@@ -191,6 +191,48 @@ class SimChannel(Channel):
         await super().close()
 
 
+class SimTerminal:
+    """A pretend shell for tests: echoes what is typed, says its size on `size`, ends on `exit N`."""
+
+    def __init__(self, rows: int, cols: int) -> None:
+        self.out: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.size = (rows, cols)
+        self.code: int | None = None
+        self.line = b""
+
+    async def read(self) -> bytes | None:
+        data = await self.out.get()
+        if data is None:
+            self.out.put_nowait(None)
+        return data
+
+    async def write(self, data: bytes) -> None:
+        if self.code is not None:
+            return
+        self.out.put_nowait(data.replace(b"\r", b"\r\n"))
+        self.line += data
+        while b"\r" in self.line or b"\n" in self.line:
+            cut = min(i for i in (self.line.find(b"\r"), self.line.find(b"\n")) if i >= 0)
+            command, self.line = self.line[:cut].decode(errors="replace").split(), self.line[cut + 1 :]
+            if command[:1] == ["size"]:
+                self.out.put_nowait(f"{self.size[0]} {self.size[1]}\r\n".encode())
+            elif command[:1] == ["exit"]:
+                self.code = int(command[1]) if len(command) > 1 and command[1].isdigit() else 0
+                self.out.put_nowait(None)
+                return
+
+    async def resize(self, rows: int, cols: int) -> None:
+        self.size = (rows, cols)
+
+    async def wait(self) -> int:
+        return self.code if self.code is not None else 129
+
+    async def close(self) -> None:
+        if self.code is None:
+            self.code = 129  # hung up
+            self.out.put_nowait(None)
+
+
 class SimBackend(BackendBase):
     """Kernels in memory (see the module docstring): for scale tests and benchmarks only."""
 
@@ -207,6 +249,9 @@ class SimBackend(BackendBase):
 
     async def images(self) -> list[dict[str, Any]]:
         return [{"name": self.image, "id": "sim", "size": 0, "labels": {}}]
+
+    async def open_terminal(self, kernel: Kernel, command: list[str], rows: int, cols: int) -> SimTerminal:
+        return SimTerminal(rows, cols)
 
     async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
         """The names put_file received (sizes unknown: the data was discarded), for /home/work."""

@@ -1,0 +1,131 @@
+"""`GET /stream/session/{ref}/pty`: a terminal in a session's main kernel over a WebSocket, in Backend.AI's
+wire format (text frames of JSON), relayed over the agent's link stream (agents open no inbound port).
+
+Client → server: {"type": "stdin", "chars": BASE64}, {"type": "resize", "rows", "cols"}, {"type": "ping"},
+{"type": "restart"} (ignored: a terminal is restarted by opening a new one).
+Server → client: {"type": "out", "data": BASE64}, {"type": "error", "data": MESSAGE}, and bai's extension
+{"type": "exit", "code": N} when the command ended (then the server closes).
+Query (bai's extensions): `command` (a JSON list: what to run instead of the kernel's shell), `rows`, `cols`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+
+from aiohttp import WSMsgType, web
+
+from bai.common.problems import invalid
+from bai.node.link.streams import LinkStream, StreamClosed
+from bai.node.manager.http import session_of, sessions_of
+
+log = logging.getLogger("bai.api.terminal")
+MAX_FRAME = 1024 * 1024
+
+
+def terminal_query(request: web.Request) -> tuple[list[str] | None, int, int]:
+    """(command, rows, cols) from the query, or a 400."""
+    command = None
+    raw = request.query.get("command")
+    if raw:
+        try:
+            command = json.loads(raw)
+        except ValueError:
+            raise invalid('command must be a JSON list of strings, e.g. ["ls", "-l"]') from None
+        if (
+            not isinstance(command, list)
+            or not command
+            or len(command) > 256
+            or not all(isinstance(c, str) and "\0" not in c and len(c) < 4096 for c in command)
+        ):
+            raise invalid("command must be a non-empty JSON list of strings (no NUL)")
+    sizes = []
+    for name, default in (("rows", 24), ("cols", 80)):
+        try:
+            value = int(request.query.get(name, default))
+        except ValueError:
+            raise invalid(f"{name} must be a whole number") from None
+        if not 1 <= value <= 1000:
+            raise invalid(f"{name} must be between 1 and 1000")
+        sizes.append(value)
+    return command, sizes[0], sizes[1]
+
+
+async def pty(request: web.Request) -> web.StreamResponse:
+    sessions = sessions_of(request)
+    row = await session_of(request)
+    command, rows, cols = terminal_query(request)
+    stream = await sessions.open_terminal(row, command, rows, cols)  # 4xx before the upgrade
+    ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_FRAME)
+    try:
+        await ws.prepare(request)
+        await relay(ws, stream, lambda: sessions.touch(row["id"]))
+    finally:
+        await stream.close("the client went away")
+        if not ws.closed:
+            with contextlib.suppress(Exception):
+                await ws.close()
+    return ws
+
+
+async def relay(ws: web.WebSocketResponse, stream: LinkStream, touch) -> None:
+    """Client frames to the stream, stream frames to the client, until either ends."""
+
+    async def keys() -> None:
+        async for msg in ws:
+            if msg.type != WSMsgType.TEXT:
+                continue
+            try:
+                frame = json.loads(msg.data)
+            except ValueError:
+                await ws.send_json({"type": "error", "data": "frames are JSON objects"})
+                continue
+            if not isinstance(frame, dict):
+                continue
+            kind = frame.get("type")
+            touch()
+            if kind == "stdin":
+                try:
+                    data = base64.b64decode(str(frame.get("chars", "")), validate=True)
+                except (binascii.Error, ValueError):
+                    await ws.send_json({"type": "error", "data": "stdin chars must be base64"})
+                    continue
+                await stream.send({"t": "in", "d": data})
+            elif kind == "resize":
+                try:
+                    size = int(frame["rows"]), int(frame["cols"])
+                except (KeyError, TypeError, ValueError):
+                    await ws.send_json({"type": "error", "data": "resize needs whole rows and cols"})
+                    continue
+                await stream.send({"t": "resize", "rows": size[0], "cols": size[1]})
+
+    async def screen() -> None:
+        while (frame := await stream.receive()) is not None:
+            if frame.get("t") == "out":
+                await ws.send_json({"type": "out", "data": base64.b64encode(frame.get("d", b"")).decode()})
+            elif frame.get("t") == "exit":
+                await ws.send_json({"type": "exit", "code": frame.get("code")})
+                return
+        if stream.closed_reason:  # ended by the agent with a reason (the kernel went away, …)
+            await ws.send_json({"type": "error", "data": stream.closed_reason})
+
+    tasks = [asyncio.create_task(screen(), name="pty-out"), asyncio.create_task(keys(), name="pty-in")]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            with contextlib.suppress(StreamClosed, ConnectionError):
+                task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, StreamClosed, ConnectionError):
+                await task
+
+
+def add_terminal_routes(app: web.Application) -> None:
+    app.router.add_get("/stream/session/{ref}/pty", pty)
