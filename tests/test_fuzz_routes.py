@@ -39,6 +39,7 @@ FIELDS = [
     "mode", "code", "runId", "options", "host", "usage_mode", "permission", "new_name", "path", "paths",
     "target_path", "new_path", "parents", "recursive", "user_id", "is_admin", "is_active",
     "resource_policy", "max_concurrent_sessions", "total_resource_slots", "idle_timeout", "data",
+    "command", "rows", "cols",
     "query", "variables", "emails", "access_keys", "size", "archive", "file", "dst", "src", "shared_user_uuids",
 ]  # fmt: skip
 CONFIG = st.fixed_dictionaries(
@@ -84,6 +85,7 @@ ROUTES = [
     ("DELETE", "/session/{ref}", None),
     ("POST", "/session/{ref}", {"mode": "query", "code": "print(1)", "runId": "r1", "options": {}}),
     ("POST", "/session/{ref}/interrupt", None),
+    ("GET", "/stream/session/{ref}/pty", None),
     ("GET", "/session/{ref}/logs", None),
     ("GET", "/bai/session/{ref}/history", None),
     ("POST", "/session/{ref}/upload", None),

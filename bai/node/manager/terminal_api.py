@@ -59,8 +59,10 @@ async def pty(request: web.Request) -> web.StreamResponse:
     sessions = sessions_of(request)
     row = await session_of(request)
     command, rows, cols = terminal_query(request)
-    stream = await sessions.open_terminal(row, command, rows, cols)  # 4xx before the upgrade
     ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_FRAME)
+    if not ws.can_prepare(request).ok:
+        raise invalid("the terminal is a WebSocket: connect with an Upgrade: websocket request")
+    stream = await sessions.open_terminal(row, command, rows, cols)  # 4xx before the upgrade
     try:
         await ws.prepare(request)
         await relay(ws, stream, lambda: sessions.touch(row["id"]))

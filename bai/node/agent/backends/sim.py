@@ -242,6 +242,7 @@ class SimBackend(BackendBase):
         self.start_delay = start_delay
         self.image = image
         self.kernels: dict[str, Kernel] = {}
+        self.terminals: list[SimTerminal] = []  # every terminal opened (for tests)
         self.created = 0  # kernels created since start, for tests and benchmarks
 
     async def start(self) -> None:
@@ -251,7 +252,9 @@ class SimBackend(BackendBase):
         return [{"name": self.image, "id": "sim", "size": 0, "labels": {}}]
 
     async def open_terminal(self, kernel: Kernel, command: list[str], rows: int, cols: int) -> SimTerminal:
-        return SimTerminal(rows, cols)
+        terminal = SimTerminal(rows, cols)
+        self.terminals.append(terminal)
+        return terminal
 
     async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
         """The names put_file received (sizes unknown: the data was discarded), for /home/work."""

@@ -1,0 +1,70 @@
+"""A terminal over the link stream, on the in-process harness with the simulated backend's pretend shell:
+keystrokes in, output out, resizes, the exit status, and what happens when a side goes away."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bai.common.problems import Problem
+from tests.harness import Harness
+
+
+async def shown(stream, text: bytes) -> bytes:
+    seen = b""
+    while text not in seen:
+        frame = await asyncio.wait_for(stream.receive(), 5)
+        assert frame is not None, seen
+        if frame["t"] == "out":
+            seen += frame["d"]
+    return seen
+
+
+async def test_keys_resizes_and_the_exit_status_travel_the_stream(tmp_path) -> None:
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1")
+        await h.create("term-1")
+        await h.schedule()
+        row = await h.wait("term-1", "RUNNING")
+        stream = await h.sessions.open_terminal(row, None, 30, 100)
+        await stream.send({"t": "in", "d": b"size\r"})
+        await shown(stream, b"30 100")
+        await stream.send({"t": "resize", "rows": 40, "cols": 120})
+        await stream.send({"t": "in", "d": b"size\r"})
+        await shown(stream, b"40 120")
+        await stream.send({"t": "in", "d": b"exit 4\r"})
+        frames = []
+        while (frame := await asyncio.wait_for(stream.receive(), 5)) is not None:
+            frames.append(frame)
+        assert frames[-1] == {"t": "exit", "code": 4}
+        assert stream.closed_reason == ""  # the agent ended it normally
+
+
+async def test_a_client_going_away_ends_the_command(tmp_path) -> None:
+    async with Harness(tmp_path) as h:
+        node = await h.add_agent("a1")
+        await h.create("term-2")
+        await h.schedule()
+        row = await h.wait("term-2", "RUNNING")
+        stream = await h.sessions.open_terminal(row, None, 24, 80)
+        await stream.send({"t": "in", "d": b"hello\r"})
+        await shown(stream, b"hello")
+        [terminal] = node.backend.terminals
+        assert terminal.code is None  # the command runs
+        await stream.close("the client went away")
+        for _ in range(100):
+            if terminal.code is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert terminal.code == 129  # hung up, as when a terminal closes
+
+
+async def test_no_terminal_before_the_session_runs(tmp_path) -> None:
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1)
+        await h.create("big-one", cpu=1)
+        await h.create("waiting", cpu=1)
+        await h.schedule()
+        with pytest.raises(Problem, match="a terminal needs a running kernel"):
+            await h.sessions.open_terminal(await h.row("waiting"), None, 24, 80)
