@@ -200,3 +200,13 @@ def test_the_official_clients_stream_pty(docker_node: Node, tmp_path: Path) -> N
         assert "via-42" in run.stdout and "20 60" in run.stdout
     finally:
         docker_node.cli("session", "destroy", name)
+
+
+def test_the_terminal_ends_with_its_session_and_says_why(node: Node) -> None:
+    name = f"term-end-{node.backend}-{uuid.uuid4().hex[:6]}"
+    node.cli("session", "create", "python", "--name", name, check=True)
+    term = Pty(node, "session", "shell", name)
+    term.prompt()
+    node.cli("session", "destroy", name, check=True)
+    assert term.wait() == 1
+    assert f"session {name} ended (user-requested)" in term.seen.decode(errors="replace")

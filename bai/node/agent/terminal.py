@@ -60,6 +60,7 @@ class PtyProcess:
     def __init__(self, master: int, proc: asyncio.subprocess.Process) -> None:
         self.master = master
         self.proc = proc
+        self.proc_done: asyncio.Future[int] | None = None  # set by whoever watches it
         self._data: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=64)
         loop = asyncio.get_running_loop()
         loop.add_reader(master, self._readable)
@@ -113,6 +114,8 @@ class PtyProcess:
             asyncio.get_running_loop().remove_reader(self.master)
 
     async def read(self) -> bytes | None:
+        if self._data.empty() and not self._reading and self.proc.returncode is not None:
+            return None  # closed, and everything shown
         data = await self._data.get()
         if data is None:
             self._data.put_nowait(None)
@@ -142,6 +145,8 @@ class PtyProcess:
 
     async def close(self) -> None:
         self._stop_reading()
+        if self._data.empty():
+            self._data.put_nowait(None)  # a reader waiting now sees the end
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGHUP)  # as a terminal closing does
@@ -192,7 +197,10 @@ class DockerExecTerminal:
 
     async def wait(self) -> int:
         for _ in range(50):  # the exec's status lags its stream's end a little
-            info = await self.execution.inspect()
+            try:
+                info = await self.execution.inspect()
+            except Exception:  # the container is gone (the kernel was destroyed under the terminal)
+                return 129
             if not info.get("Running"):
                 return int(info.get("ExitCode") or 0)
             await asyncio.sleep(0.02)

@@ -65,7 +65,7 @@ async def pty(request: web.Request) -> web.StreamResponse:
     stream = await sessions.open_terminal(row, command, rows, cols)  # 4xx before the upgrade
     try:
         await ws.prepare(request)
-        await relay(ws, stream, lambda: sessions.touch(row["id"]))
+        await relay(ws, stream, lambda: sessions.touch(row["id"]), lambda: ended(sessions, row["id"]))
     finally:
         await stream.close("the client went away")
         if not ws.closed:
@@ -74,8 +74,20 @@ async def pty(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def relay(ws: web.WebSocketResponse, stream: LinkStream, touch) -> None:
-    """Client frames to the stream, stream frames to the client, until either ends."""
+async def ended(sessions, session_id: str) -> str | None:
+    """Why the session is over, if it is (its terminals end with it)."""
+    current = await sessions.get(session_id)
+    if current is None:
+        return "the session is gone"
+    if not await sessions.session_over(session_id) and current["status"] != "TERMINATING":
+        return None
+    info = f" ({current['status_info']})" if current["status_info"] else ""
+    return f"session {current['name']} ended{info}"
+
+
+async def relay(ws: web.WebSocketResponse, stream: LinkStream, touch, why_ended) -> None:
+    """Client frames to the stream, stream frames to the client, until either ends; when the session
+    ended under the terminal, the client is told so."""
 
     async def keys() -> None:
         async for msg in ws:
@@ -110,10 +122,18 @@ async def relay(ws: web.WebSocketResponse, stream: LinkStream, touch) -> None:
             if frame.get("t") == "out":
                 await ws.send_json({"type": "out", "data": base64.b64encode(frame.get("d", b"")).decode()})
             elif frame.get("t") == "exit":
+                for _ in range(20):  # a kernel destroyed under the shell: say so rather than its exit status
+                    if (why := await why_ended()) is not None:
+                        await ws.send_json({"type": "error", "data": why})
+                        return
+                    if frame.get("code") not in (129, 137, 143):
+                        break
+                    await asyncio.sleep(0.05)
                 await ws.send_json({"type": "exit", "code": frame.get("code")})
                 return
-        if stream.closed_reason:  # ended by the agent with a reason (the kernel went away, …)
-            await ws.send_json({"type": "error", "data": stream.closed_reason})
+        why = await why_ended()
+        if why is not None or stream.closed_reason:  # the session ended, or the agent gave a reason
+            await ws.send_json({"type": "error", "data": why or stream.closed_reason})
 
     tasks = [asyncio.create_task(screen(), name="pty-out"), asyncio.create_task(keys(), name="pty-in")]
     try:

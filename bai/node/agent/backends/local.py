@@ -86,6 +86,7 @@ class LocalBackend(BackendBase):
         self.runner_path = runner_path
         self.start_timeout = start_timeout
         self._procs: dict[str, asyncio.subprocess.Process] = {}
+        self._terminals: dict[str, set[PtyProcess]] = {}  # kernel id -> its open terminals (end with it)
 
     async def start(self) -> None:
         self.kernels_dir.mkdir(parents=True, exist_ok=True)
@@ -201,9 +202,14 @@ class LocalBackend(BackendBase):
             env["HOME"] = "/home/work"
             command = [*sandbox(bwrap, kdir, work_dir, self.runner_path, spec.mounts), *command]
         try:
-            return await PtyProcess.start(command, env, cwd, rows, cols)
+            terminal = await PtyProcess.start(command, env, cwd, rows, cols)
         except OSError as e:
             raise KernelStartError(f"cannot start {command[0]!r}: {e.strerror}") from None
+        mine = self._terminals.setdefault(spec.kernel_id, set())
+        mine.add(terminal)
+        terminal.proc_done = asyncio.ensure_future(terminal.proc.wait())
+        terminal.proc_done.add_done_callback(lambda _: mine.discard(terminal))
+        return terminal
 
     async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
         """List the host folder behind a path of the kernel's view (its home, or a mounted folder)."""
@@ -224,6 +230,8 @@ class LocalBackend(BackendBase):
     async def destroy(self, kernel: Kernel) -> None:
         kernel.destroying = True
         proc = self._procs.pop(kernel.spec.kernel_id, None)
+        for terminal in list(self._terminals.pop(kernel.spec.kernel_id, ())):  # processes outside the kernel's group
+            await terminal.close()
         await kernel.channel.close()
         if proc is not None:
             await self._kill(proc, kernel.spec.kernel_id)
