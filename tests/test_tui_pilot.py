@@ -163,6 +163,110 @@ async def test_read_only_hides_actions(sim_node: Node) -> None:
     assert sim_node.json("session", "info", "nav-running")["status"] == "RUNNING"
 
 
+def notes(app: Dashboard) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_shell_key_opens_a_shell_in_a_running_session(sim_node: Node) -> None:
+    calls: list[str] = []
+
+    async def shell_runner(session_id: str) -> int:
+        calls.append(session_id)
+        return 7
+
+    app = Dashboard(node_client(sim_node), shell_runner=shell_runner)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        ids = {s["name"]: k for k, s in app.model.sessions.items()}
+        footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert "shell" in footer_keys
+
+        # a pending session: no shell, and the dashboard says why
+        await pilot.press("slash")
+        await type_prompt(pilot, "nav-waiting")
+        await pilot.pause(0.3)
+        assert shown_names(app) == ["nav-waiting"]
+        await pilot.press("s")
+        await until(pilot, lambda: any("nav-waiting" in n and "PENDING" in n for n in notes(app)), what="why not")
+        assert calls == []
+
+        # a running one: the runner gets its id, and its exit status is shown when it ends
+        await pilot.press("slash")
+        await type_prompt(pilot, "nav-running")
+        await pilot.pause(0.3)
+        assert shown_names(app) == ["nav-running"]
+        await pilot.press("s")
+        await until(pilot, lambda: "shell in nav-running ended with status 7" in notes(app), what="the note")
+        assert calls == [ids["nav-running"]]
+        assert not app.shell_open
+
+        # the dashboard is usable afterwards; `s` works in the describe view too
+        await pilot.press("d")
+        assert app.view == "detail" and app.detail_view.session_id == ids["nav-running"]
+        await pilot.press("s")
+        await until(pilot, lambda: len(calls) == 2, what="the second shell")
+        assert calls == [ids["nav-running"]] * 2
+        await pilot.press("escape")
+        assert app.view == "sessions"
+        await pilot.press("1")
+        assert app.view == "agents"
+        await pilot.press("s")  # not a key of the agents view
+        await pilot.pause(0.2)
+        assert len(calls) == 2
+
+
+async def test_shell_runner_failure_and_read_only(sim_node: Node) -> None:
+    from bai.client.api import APIError
+
+    async def refused(session_id: str) -> int:
+        raise APIError(409, "no terminal here")
+
+    app = Dashboard(node_client(sim_node), shell_runner=refused)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        await pilot.press("slash")
+        await type_prompt(pilot, "nav-running")
+        await pilot.pause(0.3)
+        await pilot.press("s")
+        await until(pilot, lambda: any("Could not open a shell in nav-running" in n for n in notes(app)))
+        assert not app.shell_open and app.is_running
+
+    calls: list[str] = []
+
+    async def runner(session_id: str) -> int:
+        calls.append(session_id)
+        return 0
+
+    app = Dashboard(node_client(sim_node), read_only=True, shell_runner=runner)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        await pilot.press("slash")
+        await type_prompt(pilot, "nav-running")
+        await pilot.pause(0.3)
+        footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert "shell" not in footer_keys
+        await pilot.press("s")
+        await pilot.press("d")
+        await pilot.press("s")
+        await pilot.pause(0.3)
+        assert calls == []
+
+
+async def test_shell_without_a_suspendable_terminal(sim_node: Node) -> None:
+    """The default runner suspends the app; headless it cannot, and says so instead of failing."""
+    app = Dashboard(node_client(sim_node))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        await pilot.press("slash")
+        await type_prompt(pilot, "nav-running")
+        await pilot.pause(0.3)
+        await pilot.press("s")
+        await until(pilot, lambda: any("cannot give way to a shell" in n for n in notes(app)), what="the note")
+        assert not app.shell_open
+        await pilot.press("d")
+        assert app.view == "detail"
+
+
 async def test_reconnects_when_the_manager_restarts(tmp_path) -> None:
     node = Node(tmp_path / "restart", "sim").start()
     try:
@@ -272,3 +376,53 @@ def test_cli_starts_the_dashboard_and_quits_on_q(sim_node: Node) -> None:
             raise AssertionError("bai tui did not quit on q")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def test_cli_shell_key_gives_the_terminal_to_a_shell_and_takes_it_back(local_node: Node) -> None:
+    """`s` in `bai tui` in a real terminal (tmux): the dashboard gives way to the session's shell (at the
+    terminal's size), and comes back with the shell's exit status when it ends."""
+    if subprocess.run(["which", "tmux"], capture_output=True).returncode != 0:
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    local_node.cli("session", "create", "--name", "shelly", "python", check=True)
+    name = f"bai-tui-shell-{local_node.port}"
+    env_args = [f"{k}={v}" for k, v in local_node.env.items() if k.startswith(("XDG_", "BAI_"))]
+    cmd = ["env", *env_args, sys.executable, "-m", "bai", "tui"]
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", name, "-x", "100", "-y", "30", "-c", str(ROOT), *cmd], check=True
+    )
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+
+    def wait(check, what: str, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = screen()
+            if check(shown):
+                return shown
+            time.sleep(0.2)
+        raise AssertionError(f"{what} not shown; the terminal shows:\n{screen()}")
+
+    def keys(*words: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", name, *words], check=True)
+
+    try:
+        wait(lambda s: "● connected" in s and "shelly" in s and "RUNNING" in s, "the running session")
+        keys("s")
+        wait(lambda s: "● connected" not in s and s.strip(), "the shell")
+        time.sleep(0.5)
+        keys("echo hi-$((40+2)); stty size", "Enter")
+        wait(lambda s: "hi-42" in s and "30 100" in s, "the shell's output")
+        keys("exit 5", "Enter")
+        wait(lambda s: "shell in shelly ended with status 5" in s and "● connected" in s, "the dashboard")
+        keys("d")
+        wait(lambda s: "Kernels" in s, "the describe view")
+        keys("q")
+        deadline = time.monotonic() + 10
+        while subprocess.run(["tmux", "has-session", "-t", name], capture_output=True).returncode == 0:
+            if time.monotonic() > deadline:
+                raise AssertionError("bai tui did not quit on q")
+            time.sleep(0.2)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        local_node.cli("session", "destroy", "shelly")

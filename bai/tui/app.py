@@ -4,18 +4,19 @@ Everything it shows comes through `bai.client` from the manager's dashboard stre
 a snapshot, then changes as they happen; a kernel's output comes on a stream of its own. When the stream
 breaks the dashboard says so and reconnects by itself (backing off up to 5 s), taking a fresh snapshot.
 Drawing is throttled: the model changes on every event, the visible view is redrawn at most 5 times a
-second (and once a second for ages), the log view at most 10 times a second.
+second (and once a second for ages), the log view at most 10 times a second. `s` on a running session
+gives the terminal to a shell in it (as `bai session shell`) and takes it back when the shell ends.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.widgets import ContentSwitcher, DataTable, Footer, Static
 
@@ -23,7 +24,7 @@ from bai.client.api import APIError, Client
 from bai.common.present import utc_now
 from bai.tui.modals import ConfirmScreen, HelpScreen, PromptScreen
 from bai.tui.model import ClusterModel, Filter
-from bai.tui.views import AgentsView, DetailView, LogsView, SessionsView
+from bai.tui.views import AgentsView, DetailView, LogsView, SessionsView, ShellRequested
 
 VIEWS = ("agents", "sessions", "detail", "logs")
 VIEW_NAMES = {
@@ -33,6 +34,8 @@ VIEW_NAMES = {
     "logs": "logs", "l": "logs", "log": "logs", "4": "logs",
 }  # fmt: skip
 SESSION_VIEWS = ("sessions", "detail", "logs")
+SHELL_STATUSES = ("RUNNING", "RUNNING_DEGRADED")  # as `bai session shell` requires
+ShellRunner = Callable[[str], Awaitable[int]]
 LOG_ACTIONS = {"toggle_timestamps", "toggle_wrap", "log_end", "log_start"}
 MAX_BACKOFF = 5.0
 
@@ -73,10 +76,15 @@ class Dashboard(App):
         clock: Callable[[], datetime] = utc_now,
         max_log_lines: int = 10_000,
         start_view: str = "sessions",
+        shell_runner: ShellRunner | None = None,
     ) -> None:
+        """`shell_runner(session_id) -> exit status` runs a shell in a session for `s`; by default the
+        dashboard suspends and attaches this terminal to the session's (tests pass their own)."""
         super().__init__()
         self.client = client
         self.read_only = read_only
+        self.shell_runner: ShellRunner = shell_runner or self._suspended_shell
+        self.shell_open = False
         self.clock = clock
         self.model = ClusterModel()
         self.max_log_lines = max_log_lines
@@ -99,8 +107,8 @@ class Dashboard(App):
             # attributes down: the views draw the model, by the clock, for the terminal's width
             width = self._terminal_width
             yield AgentsView(self.model, clock=self.clock, width=width, id="agents")
-            yield SessionsView(self.model, clock=self.clock, width=width, id="sessions")
-            yield DetailView(clock=self.clock, id="detail")
+            yield SessionsView(self.model, clock=self.clock, width=width, read_only=self.read_only, id="sessions")
+            yield DetailView(clock=self.clock, read_only=self.read_only, id="detail")
             yield LogsView(self.max_log_lines, id="logs")
         yield Footer()
 
@@ -318,6 +326,9 @@ class Dashboard(App):
         self.sessions_view.filter = Filter.parse(message.agent_id)
         self.action_show("sessions")
 
+    def on_shell_requested(self, message: ShellRequested) -> None:
+        self.open_shell(message.session_id)
+
     # -- actions on sessions ----------------------------------------------------------------------
 
     def action_describe(self) -> None:
@@ -386,6 +397,53 @@ class Dashboard(App):
             self.notify(f"Could not terminate {name}: {e}", severity="error", timeout=8)
             return
         self.notify(f"Terminating {name}…")
+
+    def open_shell(self, sid: str | None) -> None:
+        """`s`: a shell in a running session; the dashboard gives way to it until it ends."""
+        if self.read_only:
+            self.notify("Read-only dashboard: no shells.", severity="warning")
+            return
+        row = self.model.sessions.get(sid or "")
+        if sid is None or row is None:
+            self.notify("No session chosen.", severity="warning")
+            return
+        if row["status"] not in SHELL_STATUSES:
+            self.notify(
+                f"No shell in {row['name']}: it is {row['status']}, and a shell needs a running session.",
+                severity="warning",
+            )
+            return
+        if self.shell_open:
+            return
+        self.shell_open = True
+        self.run_worker(self._shell(sid, row["name"]), group="shell", exclusive=True)
+
+    async def _shell(self, sid: str, name: str) -> None:
+        try:
+            status = await self.shell_runner(sid)
+        except SuspendNotSupported:
+            self.notify("This terminal cannot give way to a shell: use `bai session shell`.", severity="error")
+            return
+        except (APIError, OSError) as e:
+            self.notify(f"Could not open a shell in {name}: {e}", severity="error", timeout=8)
+            return
+        finally:
+            self.shell_open = False
+            self.refresh_bindings()
+        self.notify(f"shell in {name} ended with status {status}", severity="information" if status == 0 else "warning")
+
+    async def _suspended_shell(self, sid: str) -> int:
+        """Give this terminal to a shell in the session (attach_terminal, as `bai session shell`) and take
+        it back when the shell ends; nothing is drawn meanwhile (the model keeps up with the cluster)."""
+        from bai.cli.terminal import attach_terminal
+
+        failed: BaseException
+        with self.batch_update(), self.suspend():
+            try:  # App.suspend resumes only when its block ends without an exception
+                return await attach_terminal(self.client, sid)
+            except BaseException as e:
+                failed = e
+        raise failed
 
     # -- prompts ----------------------------------------------------------------------------------
 

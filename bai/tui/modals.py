@@ -108,6 +108,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
         [
             ("d / Enter", "describe the session under the cursor"),
             ("l", "open its logs"),
+            ("s", "a shell in it if running; back here when it exits (hidden with --read-only)"),
             ("Ctrl-d", "terminate it (asks first; hidden with --read-only)"),
             ("/", "filter: words, status:pending|running|finished|STATUS, owner:KEY; ! inverts"),
             ("Enter on an agent", "its sessions"),
@@ -148,7 +149,7 @@ class HelpScreen(ModalScreen[None]):
         for section, keys in KEYS:
             table.add_row(Text(section, style="bold underline"), "")
             for key, text in keys:
-                if self.read_only and key == "Ctrl-d":
+                if self.read_only and key in ("Ctrl-d", "s"):
                     continue
                 table.add_row(key, text)
         with Vertical():

@@ -16,6 +16,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Static
@@ -67,6 +68,36 @@ def slots_text(slots: dict[str, str]) -> str:
     values = from_wire(slots)
     order = [n for n in ("cpu", "mem") if n in values] + sorted(set(values) - {"cpu", "mem"})
     return " ".join(f"{n} {compact(n, values[n])}" for n in order if values[n])
+
+
+class ShellRequested(Message):
+    """`s` on a session (in the sessions or the describe view): open a shell in it. The app decides
+    whether it can (a running session, a dashboard that is not read-only) and says why not."""
+
+    def __init__(self, session_id: str | None) -> None:
+        super().__init__()
+        self.session_id = session_id
+
+
+SHELL_BINDING = Binding("s", "shell", "Shell")
+
+
+class ShellKey:
+    """`s` (SHELL_BINDING, in the view's BINDINGS): ask for a shell in the view's session; hidden when the
+    dashboard is read-only."""
+
+    read_only = False
+
+    def action_shell(self) -> None:
+        self.post_message(ShellRequested(self.shell_session()))  # type: ignore[attr-defined]
+
+    def shell_session(self) -> str | None:
+        raise NotImplementedError
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "shell":
+            return not self.read_only
+        return True
 
 
 class View(Vertical):
@@ -181,13 +212,14 @@ class AgentsView(TableView):
         self.query_one("#agents-total", Static).update(total)
 
 
-class SessionsView(TableView):
+class SessionsView(ShellKey, TableView):
     """The sessions table: status, where or why waiting, slots, age, exit or reason."""
 
     DEFAULT_CSS = """
     SessionsView #sessions-summary { height: 1; padding: 0 1; }
     SessionsView DataTable { height: 1fr; }
     """
+    BINDINGS = [SHELL_BINDING]
 
     class Chosen(Message):
         """Enter on a session: describe it."""
@@ -196,9 +228,10 @@ class SessionsView(TableView):
             super().__init__()
             self.session_id = session_id
 
-    def __init__(self, model: ClusterModel, **kw) -> None:
+    def __init__(self, model: ClusterModel, *, read_only: bool = False, **kw) -> None:
         super().__init__(model, **kw)
         self.filter = Filter()
+        self.read_only = read_only
 
     def compose(self) -> ComposeResult:
         yield Static(id="sessions-summary")
@@ -211,6 +244,9 @@ class SessionsView(TableView):
 
     def selected(self) -> str | None:
         return self.sync.selected_key() if self.sync.keys else None
+
+    def shell_session(self) -> str | None:
+        return self.selected()
 
     def _columns(self, width: int) -> list[Column]:
         medium, wide = width >= 100, width >= 160
@@ -278,16 +314,18 @@ class SessionsView(TableView):
         self.query_one("#sessions-summary", Static).update(summary)
 
 
-class DetailView(View):
+class DetailView(ShellKey, View):
     """One session: what it is, where it runs, its kernels and mounts, and its history."""
 
     DEFAULT_CSS = """
     DetailView VerticalScroll { height: 1fr; padding: 0 1; }
     """
+    BINDINGS = [SHELL_BINDING]
 
-    def __init__(self, *, clock: Clock = utc_now, **kw) -> None:
+    def __init__(self, *, clock: Clock = utc_now, read_only: bool = False, **kw) -> None:
         super().__init__(**kw)
         self.clock = clock
+        self.read_only = read_only
         self.session_id: str | None = None
         self.detail: dict[str, Any] | None = None
         self.history: dict[str, Any] | None = None
@@ -300,6 +338,9 @@ class DetailView(View):
     def show(self, session_id: str, detail: dict[str, Any] | None, history: dict[str, Any] | None, error=None) -> None:
         self.session_id, self.detail, self.history, self.error = session_id, detail, history, error
         self.refresh_view()
+
+    def shell_session(self) -> str | None:
+        return self.session_id
 
     def refresh_view(self) -> None:
         body = self.query_one("#detail-body", Static)
