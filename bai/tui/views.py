@@ -489,7 +489,9 @@ class LogsView(View):
         added = []
         for seq, text, ts in chunks:
             added += self.buffer.feed(text, ts, seq)
-        self.log_view.lines_added(added)
+        shown = self.query(LogView)  # none while the view is being built or torn down: the buffer has them
+        if shown:
+            shown.first().lines_added(added)
 
     def refresh_view(self) -> None:
         view = self.log_view
