@@ -68,3 +68,25 @@ async def test_no_terminal_before_the_session_runs(tmp_path) -> None:
         await h.schedule()
         with pytest.raises(Problem, match="a terminal needs a running kernel"):
             await h.sessions.open_terminal(await h.row("waiting"), None, 24, 80)
+
+
+async def test_a_kernel_has_a_bounded_number_of_terminals(tmp_path) -> None:
+    from bai.node.agent.agent import MAX_TERMINALS
+
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1")
+        await h.create("term-many")
+        await h.schedule()
+        row = await h.wait("term-many", "RUNNING")
+        streams = [await h.sessions.open_terminal(row, None, 24, 80) for _ in range(MAX_TERMINALS)]
+        for s in streams:  # all open and answering
+            await s.send({"t": "in", "d": b"x\r"})
+            await shown(s, b"x")
+        extra = await h.sessions.open_terminal(row, None, 24, 80)
+        assert await asyncio.wait_for(extra.receive(), 5) is None
+        assert f"at most {MAX_TERMINALS} terminals" in (extra.closed_reason or "")
+        await streams[0].close("done")
+        await asyncio.sleep(0.05)
+        again = await h.sessions.open_terminal(row, None, 24, 80)  # a place came free
+        await again.send({"t": "in", "d": b"y\r"})
+        await shown(again, b"y")

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 from collections.abc import Coroutine
 from typing import Any
 
-
-def _disk_full(e: BaseException) -> bool:
-    text = str(e)
-    return "database or disk is full" in text or getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+from bai.common.diskspace import disk_full
 
 
 class Background:
@@ -32,7 +28,7 @@ class Background:
         self._tasks.discard(task)
         if task.cancelled() or (e := task.exception()) is None:
             return
-        if _disk_full(e):  # the node's disk is full: one line, no traceback (writes work once space is freed)
+        if disk_full(e):  # the node's disk is full: one line, no traceback (writes work once space is freed)
             self.log.warning("task %s failed: the disk is full (%s)", task.get_name(), e)
         else:
             self.log.error("task %s failed", task.get_name(), exc_info=e)

@@ -55,6 +55,7 @@ from bai.node.link.streams import LinkStream
 log = logging.getLogger("bai.agent")
 LOG_FLUSH_INTERVAL = 0.05
 LOG_FLUSH_BYTES = 256 * 1024
+MAX_TERMINALS = 16  # per kernel: each is a process a user keeps running
 ENDED_KERNEL_GRACE = 60.0  # seconds an ended kernel's last output stays collectable
 
 
@@ -135,6 +136,7 @@ class Agent:
         self._ended: dict[str, Kernel] = {}  # kernels that ended by themselves, for a grace period
         # kernel id -> (run id, the kernel's OOM-kill count when the run started), where the backend counts
         self._oom_at_start: dict[str, tuple[str, int]] = {}
+        self._terminals: dict[str, int] = {}  # kernel id -> terminals open in it
 
     async def registration(self) -> dict[str, Any]:
         return Registration(
@@ -294,8 +296,17 @@ class Agent:
         kernel = await self._settled(message.kernel_id)
         rows, cols = max(1, min(int(message.rows), 1000)), max(1, min(int(message.cols), 1000))
         command = list(message.command) if message.command else list(DEFAULT_COMMAND)
-        terminal = await self.backend.open_terminal(kernel, command, rows, cols)
-        await serve_terminal(terminal, stream)
+        kid = message.kernel_id
+        if self._terminals.get(kid, 0) >= MAX_TERMINALS:
+            raise KernelStartError(f"a kernel has at most {MAX_TERMINALS} terminals open at once")
+        self._terminals[kid] = self._terminals.get(kid, 0) + 1
+        try:
+            terminal = await self.backend.open_terminal(kernel, command, rows, cols)
+            await serve_terminal(terminal, stream)
+        finally:
+            self._terminals[kid] -= 1
+            if not self._terminals[kid]:
+                del self._terminals[kid]
 
     @property
     def _handlers(self) -> dict[type, Any]:

@@ -88,12 +88,7 @@ class Agents:
         self.wake()
 
     async def heartbeat(self, agent_id: str, beat: Heartbeat) -> None:
-        try:
-            await self.store.touch_agent(agent_id)
-            self.full_disk.ok("heartbeats")
-        except Exception as e:
-            if not self.full_disk.failed("heartbeats", e):
-                raise
+        await self.full_disk.attempt("heartbeats", self.store.touch_agent(agent_id))
         record = self.records.get(agent_id)
         if record is not None:
             if record.gpus and beat.gpus is not None:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import errno
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 
+from bai.common.diskspace import DISK_FULL_ERRNOS, disk_full
 from bai.common.problems import Problem
 
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 DATABASE = "the node's database"
 STATUS = 507
 SLUG = "insufficient-storage"
@@ -44,14 +44,7 @@ class StorageFull(Exception):
 
 def is_disk_full(e: BaseException) -> bool:
     """Whether an error is a full disk (or quota): SQLITE_FULL, ENOSPC, EDQUOT, or a StorageFull."""
-    if isinstance(e, StorageFull):
-        return True
-    if isinstance(e, sqlite3.Error):
-        code = getattr(e, "sqlite_errorcode", None)  # Python 3.11+
-        if isinstance(code, int):
-            return code & 0xFF == sqlite3.SQLITE_FULL
-        return "database or disk is full" in str(e)
-    return isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS
+    return isinstance(e, StorageFull) or disk_full(e)
 
 
 def where_full(e: BaseException) -> str:
@@ -114,6 +107,19 @@ class FullDiskWarnings:
                 where_full(e),
                 e,
             )
+        return True
+
+    async def attempt(self, what: str, write: Awaitable[object]) -> bool:
+        """Await a write nobody waits for (a heartbeat, kernel output): on a full disk it is dropped with
+        one warning (not one per write) and the caller carries on; other errors are raised. Whether it
+        was written."""
+        try:
+            await write
+        except Exception as e:
+            if not self.failed(what, e):
+                raise
+            return False
+        self.ok(what)
         return True
 
     def ok(self, what: str) -> None:

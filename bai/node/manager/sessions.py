@@ -45,7 +45,7 @@ from bai.node.link.messages import (
 )
 from bai.node.link.streams import LinkStream
 from bai.node.manager.admission import Admission, admit
-from bai.node.manager.agents import Agents
+from bai.node.manager.agents import PULL_TIMEOUT, Agents
 from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.events import Hubs
 from bai.node.manager.hooks import Hooks
@@ -60,7 +60,6 @@ from bai.node.manager.wakeup import Wakeup
 
 log = logging.getLogger("bai.manager")
 S = SessionStatus
-PULL_TIMEOUT = 900.0  # seconds an image pull may add to a kernel's start
 STARTING = [S.PREPARING, S.PULLING]  # a kernel on its way: being created, or its image pulled first
 HOOK_POINTS = {S.RUNNING: "after_start", S.TERMINATED: "after_termination", S.CANCELLED: "after_termination"}
 STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {S.ERROR, S.TERMINATING}
@@ -520,7 +519,7 @@ class Sessions:
                 # the last run's outcome is the session's (kept when it is destroyed), as for a batch session
                 # (on a full disk the run's output still reaches its client: only the record is dropped)
                 outcome = "SUCCESS" if code == 0 else "FAILURE"
-                if await self._background_write("run results", self.store.record_run(sid, kernel["id"], code, outcome)):
+                if await self.full_disk.attempt("run results", self.store.record_run(sid, kernel["id"], code, outcome)):
                     self.changes.publish("run_finished", {"ids": [sid]})
         return result.to_api()
 
@@ -634,21 +633,9 @@ class Sessions:
     async def kernel_logs(self, chunks: list[list[str]]) -> None:
         """Output of kernels (kernel id, text): kept as their sessions' logs, followers told."""
         chunks = [(kid, text) for kid, text in chunks if text]
-        if chunks and await self._background_write("kernel logs", self.store.append_logs(chunks)):
+        if chunks and await self.full_disk.attempt("kernel logs", self.store.append_logs(chunks)):
             for kid in {kid for kid, _ in chunks}:
                 self.logs.notify(kid)
-
-    async def _background_write(self, what: str, write) -> bool:
-        """Await a write nobody waits for (kernel output, a run's result): on a full disk it is dropped,
-        with one warning (not one per write), and the node carries on. Whether it was written."""
-        try:
-            await write
-        except Exception as e:
-            if not self.full_disk.failed(what, e):
-                raise
-            return False
-        self.full_disk.ok(what)
-        return True
 
     async def kernel_pulling(self, event: KernelPulling) -> None:
         """The agent pulls the kernel's image: PULLING, with how far it got in the status info."""
