@@ -74,8 +74,8 @@ class HarnessSimBackend(SimBackend):
     `keeps_kernels`, stopping the agent leaves them, and the next agent on this backend adopts them (it
     re-registers with them)."""
 
-    def __init__(self, start_delay: float = 0.0, keeps_kernels: bool = False) -> None:
-        super().__init__(start_delay=start_delay)
+    def __init__(self, start_delay: float = 0.0, keeps_kernels: bool = False, apps: str = "") -> None:
+        super().__init__(start_delay=start_delay, apps=apps)
         self.keeps_kernels = keeps_kernels
         self.starting: set[str] = set()  # kernels being created (waiting out start_delay)
 
@@ -223,18 +223,20 @@ class Harness:
         gpu_shares: bool = False,
         start_delay: float = 0.0,
         keeps_kernels: bool = False,
+        apps: str = "",
     ) -> Agent:
         """Start an agent with the simulated backend; it registers before this returns.
 
         `gpus`: fake NVIDIA devices (offered as cuda.device; with `gpu_shares` as cuda.shares too).
-        `keeps_kernels`: its kernels outlive it (as containers do), so a restart re-registers with them."""
+        `keeps_kernels`: its kernels outlive it (as containers do), so a restart re-registers with them.
+        `apps`: the apps its kernels offer (a service-ports label; the sim backend serves echo apps)."""
         slots = {"cpu": slotlib.parse_count(str(cpu)), "mem": slotlib.parse_bytes(mem)}
         fake = FakeGPUs(agent_id, gpus) if gpus else None
         if gpus:
             slots[DEVICE] = Decimal(gpus)
             if gpu_shares:
                 slots[SHARES] = Decimal(gpus)
-        backend = HarnessSimBackend(start_delay, keeps_kernels)
+        backend = HarnessSimBackend(start_delay, keeps_kernels, apps)
         state_dir = self.base / "agents" / agent_id
         state_dir.mkdir(parents=True, exist_ok=True)
         node = AgentNode(agent_id, slots, group, backend, state_dir, fake)

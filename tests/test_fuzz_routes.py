@@ -39,7 +39,7 @@ FIELDS = [
     "mode", "code", "runId", "options", "host", "usage_mode", "permission", "new_name", "path", "paths",
     "target_path", "new_path", "parents", "recursive", "user_id", "is_admin", "is_active",
     "resource_policy", "max_concurrent_sessions", "total_resource_slots", "idle_timeout", "data",
-    "command", "rows", "cols",
+    "command", "rows", "cols", "app", "arguments", "envs",
     "query", "variables", "emails", "access_keys", "size", "archive", "file", "dst", "src", "shared_user_uuids",
 ]  # fmt: skip
 CONFIG = st.fixed_dictionaries(
@@ -59,7 +59,8 @@ DEEP = st.integers(min_value=100, max_value=5000).map(lambda n: b"[" * n + b"]" 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory) -> Iterator[Node]:
-    node = Node(tmp_path_factory.mktemp("fuzz"), "sim").start()
+    apps = 'sim_apps = "echo:tcp:7000,broken:tcp:7001"\n'  # so that the app routes reach an agent
+    node = Node(tmp_path_factory.mktemp("fuzz"), "sim", agent_config=apps).start()
     node.cli("session", "create", "--name", "fuzz-session", "python", check=True)
     # for the upload test: created first, before fuzzed sessions fill the agent (the fuzz never names it)
     node.cli("session", "create", "--name", "upload-target", "python", check=True)
@@ -86,6 +87,11 @@ ROUTES = [
     ("POST", "/session/{ref}", {"mode": "query", "code": "print(1)", "runId": "r1", "options": {}}),
     ("POST", "/session/{ref}/interrupt", None),
     ("GET", "/stream/session/{ref}/pty", None),
+    ("GET", "/stream/session/{ref}/apps", None),
+    ("POST", "/stream/session/{ref}/apps/echo/start", None),
+    ("POST", "/stream/session/{ref}/apps/broken/start", None),
+    ("GET", "/stream/session/{ref}/tcpproxy", None),
+    ("GET", "/stream/session/{ref}/httpproxy", None),
     ("GET", "/session/{ref}/logs", None),
     ("GET", "/bai/session/{ref}/history", None),
     ("POST", "/session/{ref}/upload", None),

@@ -114,6 +114,29 @@ def images_table(items: list[dict[str, Any]]) -> Table:
     return table
 
 
+def app_line(a: dict[str, Any]) -> str:
+    """`jupyterlab (http, port 8090; published on 127.0.0.1:30001)`: one app of a session."""
+    ports = ", ".join(str(p) for p in a.get("ports") or [])
+    published = ", ".join(f"127.0.0.1:{p}" for p in a.get("host_ports") or [])
+    where = f"; published on {published}" if published else ""
+    return f"{a.get('name')} ({a.get('protocol')}, port {ports}{where})"
+
+
+def apps_table(items: list[dict[str, Any]], session: str) -> Table:
+    table = Table(box=None, header_style="bold")
+    for col in ("APP", "PROTOCOL", "PORT", "PUBLISHED", "OPEN WITH"):
+        table.add_column(col, overflow="fold")
+    for a in items:
+        table.add_row(
+            str(a.get("name")),
+            str(a.get("protocol")),
+            ", ".join(str(p) for p in a.get("ports") or []),
+            ", ".join(f"127.0.0.1:{p}" for p in a.get("host_ports") or []) or "-",
+            f"bai session app {session} {a.get('name')}",
+        )
+    return table
+
+
 def session_details(s: dict[str, Any]) -> list[str]:
     lines = [
         f"Session     {s['name']} ({s['id']})",
@@ -136,6 +159,7 @@ def session_details(s: dict[str, Any]) -> list[str]:
             f"Mount       {m['name']} at {m['target']}" + (" (read-only)" if m["readOnly"] else "")
             for m in s.get("mounts") or []
         ),
+        *(f"App         {app_line(a)}" for a in s.get("servicePorts") or []),
         f"Created     {s['creationTime']} ({age(s['creationTime'])} ago)",
     ]
     if s.get("terminationTime"):

@@ -578,6 +578,53 @@ def shell(
     raise typer.Exit(run_async(go()))
 
 
+@app.command("app")
+def app_(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    name: str = typer.Argument(..., help="The app (see `bai session apps NAME`), e.g. jupyterlab."),
+    bind: str = typer.Option(
+        None, "--bind", "-b", metavar="[HOST:]PORT", help="Where to listen (default 127.0.0.1, the app's port if free)."
+    ),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
+) -> None:
+    """Open an app of a running session (Jupyter, a web server...) on a local port, through the manager.
+
+    Example: bai session app my-notebook jupyterlab --bind 127.0.0.1:8090"""
+    from bai.cli.apps import serve_app
+    from bai.cli.common import client
+    from bai.client.api import overlap_import
+
+    async def go() -> int:
+        async with client(owner) as c:
+            session = await overlap_import(c.get_session(ref))
+            if session["status"] not in ("RUNNING", "RUNNING_DEGRADED"):
+                fail(f"session {ref} is {session['status']}: its apps need a running session")
+            return await serve_app(c, session, name, bind)
+
+    try:
+        code = run_async(go())
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code)
+
+
+@app.command("apps")
+def apps_(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List the apps a session offers (from its image's ai.backend.service-ports label)."""
+    from bai.cli.output import apps_table
+
+    session = call(lambda c: c.get_session(ref), owner)
+    items = call(lambda c: c.apps(session["id"]), owner)
+    if not items and not as_json:
+        print(f"session {session['name']} offers no apps (its image declares none)")
+        return
+    show(items, as_json, lambda rows: apps_table(rows, session["name"]))
+
+
 @app.command("ls")
 def ls(
     all_: bool = typer.Option(False, "--all", "-a", help="Include terminated and cancelled sessions."),

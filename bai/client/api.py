@@ -543,6 +543,30 @@ class Client:
             raise self._unreachable(e) from None
 
 
+    async def apps(self, ref: str) -> list[dict[str, Any]]:
+        """The session's apps (Backend.AI's `servicePorts` items, with bai's `host_ports`)."""
+        return await self.request("GET", f"/stream/session/{ref}/apps")
+
+    async def start_app(self, ref: str, app: str) -> dict[str, Any]:
+        """Start an app unless it runs: {"app", "started"} (an APIError with its output when it fails)."""
+        return await self.request("POST", f"/stream/session/{ref}/apps/{app}/start")
+
+    async def app_tunnel(self, session_id: str, app: str) -> aiohttp.ClientWebSocketResponse:
+        """A WebSocket carrying one TCP connection to the app (`GET /stream/session/{id}/tcpproxy`)."""
+        import aiohttp
+        import yarl
+
+        full = self._path(f"/stream/session/{session_id}/tcpproxy", {"app": app})
+        headers = self._headers("GET", full, "application/octet-stream", send_ctype=False)
+        url = yarl.URL(self._url(full), encoded=True)  # as signed: not re-quoted
+        try:
+            return await self.http.ws_connect(url, headers=headers, autoping=True, max_msg_size=0)
+        except aiohttp.WSServerHandshakeError as e:
+            raise APIError(e.status, e.message or f"cannot reach the app {app}") from None
+        except aiohttp.ClientConnectionError as e:
+            raise self._unreachable(e) from None
+
+
 class ExecStream:
     """One streaming execution over the WebSocket: `start`, then iterate frames; `send_input` on waiting-input."""
 

@@ -59,7 +59,12 @@ DEFAULTS: dict[str, Any] = {
         "manager_key": "",  # role agent: the manager's public key (from `bai cluster join-info`)
         "join_token": "",  # role agent: the cluster's join token
         "start_timeout": 30.0,
+        # docker: host ports (on 127.0.0.1 only) that kernels on a network that can publish (bridge or a
+        # user-defined one; not none) publish their apps on, as Backend.AI's port pool
+        "port_range": "30000-31000",
+        "app_start_timeout": 60.0,  # seconds an app (Jupyter, ...) may take to listen after its first use
         "sim_start_delay": 0.05,
+        "sim_apps": "",  # backend sim only: the apps simulated kernels offer (ai.backend.service-ports form)
         # NVIDIA GPUs (found through NVML) are offered as cuda.device (whole devices); with gpu_shares
         # also as cuda.shares (fractions of a device, e.g. 0.25)
         "gpu_shares": False,  # backend sim only: seconds a simulated kernel takes to start

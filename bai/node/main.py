@@ -20,6 +20,7 @@ from bai import __version__
 from bai.common import credentials
 from bai.common.auth import Keypair
 from bai.common.config import ConfigError, data_dir, parse_hostport
+from bai.common.service_ports import parse_range
 from bai.common.slots import format_slots
 
 log = logging.getLogger("bai.node")
@@ -57,7 +58,8 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
     if wanted == "sim":  # kernels only in memory: for scale tests and benchmarks
         from bai.node.agent.backends.sim import SimBackend
 
-        return SimBackend(start_delay=float(agent_cfg["sim_start_delay"])), "sim (simulated kernels)"
+        sim = SimBackend(start_delay=float(agent_cfg["sim_start_delay"]), apps=str(agent_cfg["sim_apps"]))
+        return sim, "sim (simulated kernels)"
     kernels_dir = state_dir / "kernels"
     if wanted == "auto":
         wanted = "docker" if await docker_available() else "local"
@@ -81,6 +83,7 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
                 nofile=int(agent_cfg["nofile"]),
                 nproc=int(agent_cfg["nproc"]),
                 scratch=kernel_scratch,
+                port_range=parse_range(str(agent_cfg["port_range"])),
             )
         except (scratch.ScratchError, ValueError) as e:
             raise NodeError(str(e)) from None
@@ -277,6 +280,7 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
         vfolder_hosts(cfg, state_dir),
         state_dir,
         nvml,
+        app_start_timeout=float(cfg["agent"]["app_start_timeout"]),
     )
     await agent.start()
     stops["agent"] = agent.stop

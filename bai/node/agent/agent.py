@@ -18,6 +18,7 @@ from bai import __version__
 from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.images import registry_of
+from bai.node.agent.apps import AppError, Apps
 from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount, oom_ending
 from bai.node.agent.channel import ChannelError
 from bai.node.agent.gpu_alloc import GpuAllocator
@@ -42,11 +43,13 @@ from bai.node.link.messages import (
     ListFiles,
     ListImages,
     OpenTerminal,
+    OpenTunnel,
     Ping,
     PullImage,
     Registration,
     RemoveImage,
     RunResult,
+    StartApp,
     UploadFiles,
     encode_result,
 )
@@ -117,8 +120,10 @@ class Agent:
         vfolder_hosts: dict[str, Path] | None = None,
         state_dir: Path | None = None,
         gpus: NVML | None = None,
+        app_start_timeout: float = 60.0,
     ) -> None:
         self.gpus = gpus
+        self.apps = Apps(backend, app_start_timeout)
         self.gpu_alloc = GpuAllocator([g.uuid for g in gpus.gpus] if gpus else [])
         self.id = agent_id
         # the watcher (`bai watcher`, a separate process) reads status.json and sets / clears `drained`
@@ -292,6 +297,9 @@ class Agent:
         if opening is None:
             raise ValueError(f"unknown stream {kind!r}")
         message = opening.from_wire(args)
+        if isinstance(message, OpenTunnel):
+            await self.apps.serve(await self._settled(message.kernel_id), message.app, stream)
+            return
         assert isinstance(message, OpenTerminal)
         kernel = await self._settled(message.kernel_id)
         rows, cols = max(1, min(int(message.rows), 1000)), max(1, min(int(message.cols), 1000))
@@ -321,6 +329,7 @@ class Agent:
             ListImages: self.list_images,
             PullImage: self.pull_image,
             RemoveImage: self.remove_image,
+            StartApp: self.start_app,
         }
 
     async def ping(self, _: Ping) -> dict[str, Any]:
@@ -374,6 +383,7 @@ class Agent:
             container_id=kernel.container_id,
             pid=kernel.pid,
             query=kernel.channel.supports_query,
+            service_ports=[sp.to_wire() for sp in kernel.service_ports],
         )
 
     async def _pull_for(self, spec: KernelSpec, auth: dict[str, str] | None = None) -> None:
@@ -396,6 +406,12 @@ class Agent:
 
     async def remove_image(self, call: RemoveImage) -> None:
         await self.backend.remove_image(call.image)
+
+    async def start_app(self, call: StartApp) -> dict[str, Any]:
+        try:
+            return await self.apps.start(await self._settled(call.kernel_id), call.app)
+        except AppError as e:
+            return {"ok": False, "started": False, "error": str(e), "output": ""}
 
     async def destroy_kernel(self, call: DestroyKernel) -> bool:
         kernel = self.kernels.pop(call.kernel_id, None)

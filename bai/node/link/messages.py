@@ -158,6 +158,7 @@ class KernelCreated(Message):
     container_id: str | None = None
     pid: int | None = None
     query: bool = True  # it runs Python code (else only commands)
+    service_ports: list[dict[str, Any]] = field(default_factory=list)  # its apps (ServicePort.to_wire)
 
 
 @dataclass
@@ -310,7 +311,28 @@ class OpenTerminal(Message):
     cols: int = 80
 
 
-STREAMS: dict[str, type[Message]] = {OpenTerminal.kind: OpenTerminal}
+@dataclass
+class StartApp(Call[dict[str, Any]]):
+    """Start an app in a kernel unless it runs; the answer: {"ok", "started", "error"?, "output"?}."""
+
+    method: ClassVar[str] = "start_app"
+
+    kernel_id: str
+    app: str
+
+
+@dataclass
+class OpenTunnel(Message):
+    """Open a stream (kind `tunnel`): a TCP connection to an app's port inside a kernel.
+    Frames, both ways: {"t": "data", "d": bytes}, {"t": "eof"} (no more data this way)."""
+
+    kind: ClassVar[str] = "tunnel"
+
+    kernel_id: str
+    app: str
+
+
+STREAMS: dict[str, type[Message]] = {OpenTerminal.kind: OpenTerminal, OpenTunnel.kind: OpenTunnel}
 
 
 CALLS: dict[str, type[Call[Any]]] = {
@@ -326,6 +348,7 @@ CALLS: dict[str, type[Call[Any]]] = {
         ListImages,
         PullImage,
         RemoveImage,
+        StartApp,
     )
 }
 

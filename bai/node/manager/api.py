@@ -17,6 +17,7 @@ from bai.common import auth
 from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus
 from bai.node.manager.admin import add_admin_routes
+from bai.node.manager.apps_api import add_app_routes
 from bai.node.manager.dashboard import add_dashboard_routes
 from bai.node.manager.diskfull import describe, insufficient_storage, is_disk_full
 from bai.node.manager.graphql_api import add_graphql_routes
@@ -34,7 +35,7 @@ from bai.node.manager.http import (
 from bai.node.manager.images_api import add_image_routes
 from bai.node.manager.logs_api import log_query, serve_logs
 from bai.node.manager.metrics import exposition
-from bai.node.manager.represent import agent_items, session_json
+from bai.node.manager.represent import agent_items, session_json, session_view
 from bai.node.manager.requests import parse_create, parse_execute, parse_run_id
 from bai.node.manager.services import Services
 from bai.node.manager.sse import SPACED, EventStream
@@ -166,15 +167,16 @@ async def create_session(request: web.Request) -> web.Response:
             row, status = waited, waited["status"]
     else:
         status = row["status"]
+    ports = (await session_view(sessions, row)).service_ports if status in ("RUNNING", "RUNNING_DEGRADED") else []
     result = {
         "sessionId": row["id"],
         "sessionName": row["name"],
         "status": status,
-        "servicePorts": [],
+        "servicePorts": ports,
         "created": created,
     }
     if not created:
-        result["service_ports"] = []
+        result["service_ports"] = ports
     if status in ("CANCELLED", "ERROR", "TERMINATED"):
         result["statusInfo"] = row["status_info"]
         result["statusData"] = row["status_data"]
@@ -460,9 +462,6 @@ async def list_agents(request: web.Request) -> web.Response:
 
 # Backend.AI endpoints bai does not implement: a clear 501, not a 404 that reads like a typo.
 NOT_IMPLEMENTED = [
-    ("*", "/stream/session/{ref}/apps"),
-    ("*", "/stream/session/{ref}/httpproxy"),
-    ("*", "/stream/session/{ref}/tcpproxy"),
     ("*", "/session/{ref}/commit"),
     ("*", "/session/{ref}/restart"),
     ("*", "/session/{ref}/complete"),
@@ -535,6 +534,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     r.add_get("/metrics", metrics)
     add_image_routes(app)
     add_terminal_routes(app)
+    add_app_routes(app)
     if services.vfolders is not None:
         from bai.node.manager.vfolders.api import add_vfolder_routes
 

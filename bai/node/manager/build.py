@@ -14,6 +14,7 @@ from bai.node.manager.accounts import Accounts
 from bai.node.manager.admission import from_config as admission_from_config
 from bai.node.manager.agent_events import AgentEvents
 from bai.node.manager.agents import Agents
+from bai.node.manager.apps import Apps
 from bai.node.manager.dispatcher import Dispatcher, scaling_groups
 from bai.node.manager.events import Hubs
 from bai.node.manager.hooks import Hooks
@@ -95,6 +96,7 @@ async def build_manager(
         hubs=hubs,
         logs=KernelLogs(store, hubs.logs),
         metrics=metrics,
+        apps=Apps(link, sessions),
         vfolders=vfolders,
     )
     return Manager(store, services, agent_events, dispatcher, timers, wake, background)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
+from bai.common import service_ports as apps
 from bai.common import slots as slotlib
 from bai.common.present import reason
 from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
@@ -119,6 +120,16 @@ class SessionView:
             for m in self.row["config"].get("mounts") or []
         ]
 
+    @cached_property
+    def service_ports(self) -> list[dict[str, Any]]:
+        """The apps of its main kernel, as Backend.AI's `servicePorts` (plus where they are published)."""
+        if self.main is None:
+            return []
+        return [
+            {**apps.to_api(sp), "host_ports": list(sp.host_ports)}
+            for sp in apps.loads(self.main.get("service_ports") or [])
+        ]
+
     @property
     def depends_on(self) -> list[str]:
         return self.row["config"].get("depends_on", [])
@@ -159,6 +170,7 @@ class SessionView:
             "agent": self.agent,
             "containerId": self.container_id,
             "exitCode": self.kernel_exit_code,
+            "servicePorts": self.service_ports,
             "kernels": [
                 {
                     "id": k["id"],
@@ -217,6 +229,7 @@ class SessionView:
             "occupied_slots": _json(occupying),
             "requested_slots": _json(row["requested_slots"]),
             "idle_checks": _json({}),
+            "service_ports": _json(self.service_ports),
             "agent_ids": [k["agent_id"] for k in self.kernels if k["agent_id"]],
             "containers": kernels,
             "kernels": [dict(k) for k in kernels],
@@ -246,6 +259,7 @@ class SessionView:
             "occupied_slots": _json(k["occupied_slots"]),
             "occupied_shares": _json({}),
             "preopen_ports": [],
+            "service_ports": _json([apps.to_api(sp) for sp in apps.loads(k.get("service_ports") or [])]),
             "live_stat": None,
             "last_stat": None,
             "exit_code": k["exit_code"],
@@ -274,6 +288,9 @@ class SessionView:
             "terminationTime": row["terminated_at"],
             "exitCode": self.exit_code,
             "result": row["result"],
+            "servicePorts": [
+                {"name": sp["name"], "protocol": sp["protocol"], "ports": sp["ports"]} for sp in self.service_ports
+            ],
         }
 
 

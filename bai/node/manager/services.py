@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from bai.node.manager.accounts import Accounts
 from bai.node.manager.agents import Agents
+from bai.node.manager.apps import Apps
 from bai.node.manager.events import Hubs
 from bai.node.manager.images import Images
 from bai.node.manager.kernel_logs import KernelLogs
@@ -26,4 +27,5 @@ class Services:
     hubs: Hubs
     logs: KernelLogs
     metrics: ManagerMetrics
+    apps: Apps
     vfolders: VFolders | None = None

@@ -388,6 +388,7 @@ class Sessions:
                 kernel["id"]: {
                     "container_id": result.container_id,
                     "devices": json.dumps(result.gpus),
+                    "service_ports": json.dumps(result.service_ports),
                 }
             },
         )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from bai.node.agent.terminal import Terminal
 
+from bai.common.service_ports import KNOWN_COMMANDS, ServicePort
 from bai.common.status import StatusInfo
 from bai.node.agent.channel import AGENT_SOCKET, Channel, RunnerChannel
 
@@ -74,6 +75,7 @@ class Kernel:
     # an adopted kernel whose channel is still being decided (its runner has yet to connect, or its log to
     # say the image has no Python): done once `channel` is final; None when it always was
     settled: asyncio.Future[None] | None = None
+    service_ports: list[ServicePort] = field(default_factory=list)  # the apps its image declares
 
     def set_exit(self, code: int) -> None:
         """The kernel's process ended. The agent tells the manager, then ends a run still going."""
@@ -127,6 +129,14 @@ class Backend(Protocol):
         """Start `command` on a pseudo-terminal in the kernel (as its user, in /home/work)."""
         ...
 
+    async def start_app(self, kernel: Kernel, app: ServicePort, timeout: float) -> dict[str, Any]:
+        """Start an app in the kernel unless it runs: {"ok", "started", "error"?, "output"?}."""
+        ...
+
+    async def connect_app(self, kernel: Kernel, app: ServicePort) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to the app's port inside the kernel (ChannelError when nothing listens)."""
+        ...
+
     async def close(self, kernels: list[Kernel]) -> None: ...
 
 
@@ -155,6 +165,14 @@ class BackendBase:
 
     async def open_terminal(self, kernel: Kernel, command: list[str], rows: int, cols: int) -> Terminal:
         raise KernelStartError(f"the {self.name} backend has no terminals")
+
+    async def start_app(self, kernel: Kernel, app: ServicePort, timeout: float) -> dict[str, Any]:
+        """Through the kernel's runner: the image's service definition, else the command bai knows."""
+        return await kernel.channel.start_service(app.name, app.port, KNOWN_COMMANDS.get(app.name), {}, timeout)
+
+    async def connect_app(self, kernel: Kernel, app: ServicePort) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Through the kernel's runner, which connects inside the kernel (no network needed)."""
+        return await kernel.channel.open_tunnel(app.port)
 
 
 MPS_PIPE = Path("/tmp/nvidia-mps")  # where an MPS control daemon listens, when one runs

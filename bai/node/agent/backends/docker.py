@@ -35,6 +35,8 @@ from typing import Any
 import aiodocker
 from aiodocker.exceptions import DockerError
 
+from bai.common import service_ports as apps
+from bai.common.service_ports import PortPool, PortPoolExhausted, ServicePort
 from bai.common.status import StatusInfo
 from bai.node.agent import leftovers
 from bai.node.agent import scratch as scratchlib
@@ -57,6 +59,7 @@ log = logging.getLogger("bai.agent.docker")
 LABEL_KERNEL = "ai.backend.kernel-id"
 LABEL_SESSION = "ai.backend.session-id"
 LABEL_AGENT = "bai.agent-id"
+LABEL_SERVICE_PORTS = "bai.service-ports"  # the kernel's apps and their host ports (JSON)
 
 CONTAINER_LOG_MAX = "1m"  # the container's own log (Docker's json-file) on the node's disk
 NO_PYTHON = "bai: no python in this image"  # the first line of such a kernel's log
@@ -215,8 +218,10 @@ class DockerBackend(BackendBase):
         nofile: int = 0,
         nproc: int = 0,
         scratch: Scratch | None = None,
+        port_range: tuple[int, int] = (30000, 31000),
     ) -> None:
         self.agent_id = agent_id
+        self.ports = PortPool(*port_range)  # host ports (127.0.0.1) kernels publish their apps on
         self.user = user
         self.owner = owner_of(user)  # who owns the kernel's home and its runner socket
         self.cap_add = check_capabilities(cap_add or [])
@@ -251,7 +256,13 @@ class DockerBackend(BackendBase):
                     out.append({"name": tag, "id": img["Id"], "size": img.get("Size", 0), "labels": labels})
         return sorted(out, key=lambda i: i["name"])
 
-    def _container_config(self, spec: KernelSpec, run_dir: Path, layout: Layout | None = None) -> dict[str, Any]:
+    def publishes(self, spec: KernelSpec) -> bool:
+        """Whether the kernel's network can publish ports (none and host cannot)."""
+        return (spec.network or self.network) not in ("none", "host")
+
+    def _container_config(
+        self, spec: KernelSpec, run_dir: Path, layout: Layout | None = None, service_ports: list[ServicePort] = ()
+    ) -> dict[str, Any]:
         env = kernel_env(spec)
         layout = layout or Layout()
         host: dict[str, Any] = {
@@ -298,6 +309,15 @@ class DockerBackend(BackendBase):
         }
         if spec.gpus:  # the agent rebuilds its GPU map from these after a restart
             labels["bai.gpus"] = json.dumps([[u, str(a)] for u, a in spec.gpus])
+        if service_ports:  # the kernel's apps and the host ports they are published on (for adoption)
+            labels[LABEL_SERVICE_PORTS] = json.dumps([sp.to_wire() for sp in service_ports])
+            published = {
+                f"{c}/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(h)}]
+                for sp in service_ports
+                for c, h in zip(sp.container_ports, sp.host_ports, strict=False)
+            }
+            if published:
+                host["PortBindings"] = published
         config: dict[str, Any] = {
             "Image": spec.image,
             "Entrypoint": ["/bin/sh", "-c", ENTRYPOINT],
@@ -310,6 +330,8 @@ class DockerBackend(BackendBase):
         }
         if self.user:
             config["User"] = self.user
+        if "PortBindings" in host:
+            config["ExposedPorts"] = {port: {} for port in host["PortBindings"]}
         return config
 
     async def create(self, spec: KernelSpec, on_output) -> Kernel:
@@ -326,6 +348,7 @@ class DockerBackend(BackendBase):
         watcher: asyncio.Task[None] | None = None
 
         async def clean_up() -> None:
+            self.ports.release(spec.kernel_id)
             if listener is not None:
                 await listener.close()
             if container is not None:
@@ -335,13 +358,15 @@ class DockerBackend(BackendBase):
             await asyncio.to_thread(scratchlib.remove_kernel_dir, kdir)
 
         try:
-            layout = await self._prepare_scratch(kdir, await self._image_volumes(spec))
+            volumes, labels = await self._image_config(spec)
+            service_ports = self._service_ports(spec, labels)
+            layout = await self._prepare_scratch(kdir, volumes)
             if layout.home is not None:
                 write_dotfiles(layout.home, spec.dotfiles, self.owner)
             listener = await listen_for_runner(run_dir, on_output, self.owner)
             try:
                 container = await self.docker.containers.create(
-                    self._container_config(spec, run_dir, layout), name=f"bai-{spec.kernel_id}"
+                    self._container_config(spec, run_dir, layout, service_ports), name=f"bai-{spec.kernel_id}"
                 )
             except DockerError as e:
                 if e.status == 404:
@@ -373,18 +398,41 @@ class DockerBackend(BackendBase):
                 reason = ending.get("msg") or f"the container exited with code {exited.result()} while starting"
             raise KernelStartError(f"{reason}{': ' + detail if detail else ''}") from None
         kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=container.id, ending=ending)
+        kernel.service_ports = service_ports
         self._link_exit(kernel, exited, watcher)
         return kernel
 
-    async def _image_volumes(self, spec: KernelSpec) -> list[str]:
-        """The image's VOLUME paths that no virtual folder covers (they go on the scratch, bounded)."""
+    async def _image_config(self, spec: KernelSpec) -> tuple[list[str], dict[str, str]]:
+        """The image's VOLUME paths that no virtual folder covers (they go on the scratch, bounded), and
+        its labels."""
         assert self.docker is not None
         try:
             info = await self.docker.images.inspect(spec.image)
         except DockerError:
-            return []  # no such image: creating the container says so
+            return [], {}  # no such image: creating the container says so
+        config = info.get("Config") or {}
         mounted = {m.target for m in spec.mounts}
-        return sorted(v for v in (info.get("Config") or {}).get("Volumes") or {} if v not in mounted)
+        return sorted(v for v in config.get("Volumes") or {} if v not in mounted), dict(config.get("Labels") or {})
+
+    def _service_ports(self, spec: KernelSpec, labels: dict[str, str]) -> list[ServicePort]:
+        """The image's apps; published on 127.0.0.1 from the port pool where the kernel's network can
+        publish (KernelStartError when the pool is exhausted)."""
+        try:
+            declared = apps.from_labels(labels)
+        except ValueError as e:
+            log.warning("image %s: %s (its apps are not offered)", spec.image, e)
+            return []
+        if not declared or not self.publishes(spec):
+            return declared
+        try:
+            hosts = self.ports.take(spec.kernel_id, sum(len(sp.container_ports) for sp in declared))
+        except PortPoolExhausted as e:
+            raise KernelStartError(str(e)) from None
+        out = []
+        for sp in declared:
+            mine, hosts = hosts[: len(sp.container_ports)], hosts[len(sp.container_ports) :]
+            out.append(ServicePort(sp.name, sp.protocol, sp.container_ports, tuple(mine)))
+        return out
 
     async def _prepare_scratch(self, kdir: Path, volumes: list[str]) -> Layout:
         """The kernel's scratch, set up on the host (mkfs and mount for hostfile) in a thread."""
@@ -506,6 +554,7 @@ class DockerBackend(BackendBase):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(kernel.watcher, 5)
         kernel.set_exit(137)
+        self.ports.release(kernel.spec.kernel_id)
         await asyncio.to_thread(scratchlib.remove_kernel_dir, kernel.run_dir.parent)
 
     async def adopt(self, on_output) -> list[Kernel]:
@@ -559,6 +608,10 @@ class DockerBackend(BackendBase):
             gpus=gpus_from_labels(labels),
         )
         kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=c.id, ending=ending)
+        with contextlib.suppress(ValueError):
+            kernel.service_ports = apps.loads(json.loads(labels.get(LABEL_SERVICE_PORTS) or "[]"))
+        for sp in kernel.service_ports:
+            self.ports.hold(kid, sp.host_ports)
         self._link_exit(kernel, exited, watcher)
         if isinstance(channel, RunnerChannel):
             kernel.settled = asyncio.ensure_future(self._settle(kernel, container, channel, exited))

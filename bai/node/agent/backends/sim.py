@@ -18,6 +18,9 @@ batch mode (the command is split like a shell word list, never run)
   anything else                      no output, exit 0
 put_file
   accepted and discarded; the paths are recorded in `SimChannel.files` (and listed by `list_files`).
+apps (`SimBackend(apps="echo:tcp:7000,...")`, Backend.AI's service-ports label; none by default)
+  starting one opens a real TCP echo server on 127.0.0.1 (a free port) that tunnels reach; an app named
+  `broken` fails to start, saying "boom" on its output.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bai.common import service_ports as apps
 from bai.common import slots as slotlib
+from bai.common.service_ports import ServicePort
 from bai.node.agent import leftovers
 from bai.node.agent.backends.base import BackendBase, Kernel, KernelSpec, kernel_env
 from bai.node.agent.channel import Channel, ChannelError, OutputSink
@@ -238,9 +243,11 @@ class SimBackend(BackendBase):
 
     name = "sim"
 
-    def __init__(self, start_delay: float = 0.05, *, image: str = SIM_IMAGE) -> None:
+    def __init__(self, start_delay: float = 0.05, *, image: str = SIM_IMAGE, apps: str = "") -> None:
         self.start_delay = start_delay
         self.image = image
+        self.apps_label = apps
+        self.app_servers: dict[tuple[str, str], asyncio.AbstractServer] = {}  # (kernel id, app) -> echo server
         self.kernels: dict[str, Kernel] = {}
         self.terminals: list[SimTerminal] = []  # every terminal opened (for tests)
         self.created = 0  # kernels created since start, for tests and benchmarks
@@ -249,7 +256,37 @@ class SimBackend(BackendBase):
         pass
 
     async def images(self) -> list[dict[str, Any]]:
-        return [{"name": self.image, "id": "sim", "size": 0, "labels": {}}]
+        labels = {apps.LABEL: self.apps_label} if self.apps_label else {}
+        return [{"name": self.image, "id": "sim", "size": 0, "labels": labels}]
+
+    async def start_app(self, kernel: Kernel, app: ServicePort, timeout: float) -> dict[str, Any]:
+        key = (kernel.spec.kernel_id, app.name)
+        if key in self.app_servers:
+            return {"ok": True, "started": False}
+        if app.name == "broken":
+            error = "broken exited with code 1 while starting"
+            return {"ok": False, "started": False, "error": error, "output": "boom\n"}
+
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while data := await reader.read(256 * 1024):
+                    writer.write(data)
+                    await writer.drain()
+                writer.write_eof()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                writer.close()
+
+        self.app_servers[key] = await asyncio.start_server(echo, "127.0.0.1", 0)
+        return {"ok": True, "started": True}
+
+    async def connect_app(self, kernel: Kernel, app: ServicePort) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        server = self.app_servers.get((kernel.spec.kernel_id, app.name))
+        if server is None:
+            raise ChannelError(f"nothing listens on port {app.port} in the kernel (is {app.name} started?)")
+        port = server.sockets[0].getsockname()[1]
+        return await asyncio.open_connection("127.0.0.1", port)
 
     async def open_terminal(self, kernel: Kernel, command: list[str], rows: int, cols: int) -> SimTerminal:
         terminal = SimTerminal(rows, cols)
@@ -272,6 +309,7 @@ class SimBackend(BackendBase):
             await asyncio.sleep(self.start_delay)
         kernel = Kernel(spec=spec, channel=SimChannel(on_output), run_dir=SIM_RUN_DIR / spec.kernel_id)
         kernel.container_id = f"sim-{spec.kernel_id[:12]}"
+        kernel.service_ports = apps.parse(self.apps_label)
         self.kernels[spec.kernel_id] = kernel
         self.created += 1
         return kernel
@@ -279,6 +317,8 @@ class SimBackend(BackendBase):
     async def destroy(self, kernel: Kernel) -> None:
         kernel.destroying = True
         self.kernels.pop(kernel.spec.kernel_id, None)
+        for key in [k for k in self.app_servers if k[0] == kernel.spec.kernel_id]:
+            self.app_servers.pop(key).close()
         what = f"the channel of simulated kernel {kernel.spec.kernel_id}"  # nothing real: no remedy needed
         with leftovers.step(what, action="close", gone=(), left_behind=False):
             await kernel.channel.close()

@@ -32,6 +32,7 @@ _JSON_COLUMNS = {
     "occupied_slots",
     "total_resource_slots",
     "devices",
+    "service_ports",
 }
 
 

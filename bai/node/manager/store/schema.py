@@ -96,7 +96,8 @@ CREATE TABLE IF NOT EXISTS kernels (
     exit_code INTEGER,
     created_at TEXT NOT NULL,
     terminated_at TEXT,
-    devices TEXT NOT NULL DEFAULT '[]'  -- [[GPU UUID, share], ...] the kernel holds
+    devices TEXT NOT NULL DEFAULT '[]',  -- [[GPU UUID, share], ...] the kernel holds
+    service_ports TEXT NOT NULL DEFAULT '[]'  -- its apps: [{name, protocol, container_ports, host_ports}]
 );
 CREATE INDEX IF NOT EXISTS kernels_session ON kernels(session_id);
 CREATE INDEX IF NOT EXISTS kernels_status ON kernels(status, agent_id);
@@ -385,6 +386,10 @@ def v7(conn: sqlite3.Connection) -> None:
         script(V7)(conn)  # every log's running total, from what is stored
 
 
+def v8(conn: sqlite3.Connection) -> None:
+    add_column(conn, "kernels", "service_ports", "TEXT NOT NULL DEFAULT '[]'")
+
+
 STEPS = [
     Step(1, "keypairs, agents, sessions and their transitions, kernels, kernel logs", script(V1)),
     Step(2, "resource policies, scheduling history", script(V2)),
@@ -393,6 +398,7 @@ STEPS = [
     Step(5, "image aliases", script(V5)),
     Step(6, "kernels' GPU devices", v6),
     Step(7, "bounded logs: chunk sizes, each kernel's total; incremental auto-vacuum", v7, before=v7_vacuum),
+    Step(8, "kernels' apps (service ports)", v8),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))

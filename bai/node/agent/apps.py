@@ -1,0 +1,131 @@
+"""Apps in kernels, agent side: starting one on first use and serving tunnels to it over link streams.
+
+A tunnel is one TCP connection to an app's port inside a kernel (the backend makes it: through the
+kernel's runner, so no network is needed), relayed over a link stream to the manager, which relays it to
+the client's WebSocket. Frames both ways: {"t": "data", "d": bytes}, {"t": "eof"} (that direction is done).
+The stream's flow control bounds what is in flight, so a saturated tunnel waits instead of flooding the
+link; a tunnel ends when both directions are done, either side closes, or the kernel ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from bai.common.service_ports import ServicePort
+from bai.node.agent.backends.base import Backend, Kernel, KernelStartError
+from bai.node.agent.channel import ChannelError
+from bai.node.link.streams import MAX_FRAME, LinkStream, StreamClosed
+
+log = logging.getLogger("bai.agent.apps")
+READ_SIZE = min(MAX_FRAME, 256 * 1024)
+MAX_TUNNELS = 256  # per kernel: each is a connection a client holds open
+
+
+class AppError(Exception):
+    """An app cannot be started or reached; the message says why (and the app's output, when it failed)."""
+
+
+def find_app(kernel: Kernel, name: str) -> ServicePort:
+    for sp in kernel.service_ports:
+        if sp.name == name:
+            return sp
+    offered = ", ".join(sp.name for sp in kernel.service_ports) or "none"
+    raise AppError(f"the kernel offers no app {name!r} (its apps: {offered})")
+
+
+class Apps:
+    """Starts apps and serves tunnels for the agent's kernels."""
+
+    def __init__(self, backend: Backend, start_timeout: float = 60.0) -> None:
+        self.backend = backend
+        self.start_timeout = start_timeout
+        self.tunnels: dict[str, int] = {}  # kernel id -> tunnels open to it
+
+    async def start(self, kernel: Kernel, name: str) -> dict[str, Any]:
+        app = find_app(kernel, name)
+        try:
+            reply = await self.backend.start_app(kernel, app, self.start_timeout)
+        except ChannelError as e:
+            return {"ok": False, "started": False, "error": str(e), "output": ""}
+        return {
+            "ok": bool(reply.get("ok")),
+            "started": bool(reply.get("started")),
+            "error": str(reply.get("error") or ""),
+            "output": str(reply.get("output") or "")[-4096:],
+        }
+
+    async def serve(self, kernel: Kernel, name: str, stream: LinkStream) -> None:
+        """Connect to the app and relay until the tunnel ends. A failure closes the stream with the reason."""
+        kid = kernel.spec.kernel_id
+        if self.tunnels.get(kid, 0) >= MAX_TUNNELS:
+            await stream.close(f"a kernel has at most {MAX_TUNNELS} app connections open at once")
+            return
+        self.tunnels[kid] = self.tunnels.get(kid, 0) + 1
+        try:
+            try:
+                app = find_app(kernel, name)
+                reader, writer = await self.backend.connect_app(kernel, app)
+            except (AppError, ChannelError, KernelStartError, OSError) as e:
+                await stream.close(str(e) or type(e).__name__)
+                return
+            await relay(reader, writer, stream, kernel.exited)
+        finally:
+            self.tunnels[kid] -= 1
+            if not self.tunnels[kid]:
+                del self.tunnels[kid]
+
+
+async def relay(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: LinkStream, kernel_exited: asyncio.Future[int]
+) -> None:
+    """Bytes between the app's connection and the stream, both ways, until both are done."""
+
+    async def upstream() -> None:  # client -> app
+        while (frame := await stream.receive()) is not None:
+            kind = frame.get("t")
+            if kind == "data":
+                data = frame.get("d")
+                if isinstance(data, bytes | bytearray) and data:
+                    writer.write(data)
+                    await writer.drain()
+            elif kind == "eof":
+                if writer.can_write_eof():
+                    writer.write_eof()
+                return
+        raise StreamClosed(stream.closed_reason or "closed")
+
+    async def downstream() -> None:  # app -> client
+        while data := await reader.read(READ_SIZE):
+            await stream.send({"t": "data", "d": data})
+        await stream.send({"t": "eof"})
+
+    up = asyncio.create_task(upstream(), name="tunnel-up")
+    down = asyncio.create_task(downstream(), name="tunnel-down")
+    ended = asyncio.ensure_future(asyncio.shield(kernel_exited))
+    reason = ""
+    try:
+        pending: set[asyncio.Future[Any]] = {up, down, ended}
+        while up in pending or down in pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if ended in done:
+                reason = "the kernel ended"
+                break
+            failed = [t for t in done if t is not ended and t.exception() is not None]
+            if failed:
+                exc = failed[0].exception()
+                if not isinstance(exc, StreamClosed):  # the client's side closed: nothing to tell it
+                    reason = f"the app's connection failed: {exc}"
+                break
+    finally:
+        for task in (up, down, ended):
+            task.cancel()
+        for task in (up, down):
+            with contextlib.suppress(asyncio.CancelledError, StreamClosed, ConnectionError, OSError):
+                await task
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+        await stream.close(reason)

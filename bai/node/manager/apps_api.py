@@ -1,0 +1,145 @@
+"""Apps through the manager, in Backend.AI's wire format:
+
+- `GET /stream/session/{ref}/apps`: the session's apps, a JSON list of
+  `{name, protocol, ports, url_template, allowed_arguments, allowed_envs}` (plus bai's `host_ports`: where
+  the agent published them on its 127.0.0.1, when the kernel's network can publish).
+- `POST /stream/session/{ref}/apps/{app}/start` (bai's): start the app unless it runs, and say so
+  (`{"app", "started"}`: started now or already running); a 409 problem with its output when it fails.
+  Backend.AI starts apps only inside the proxy request; this lets a client report a failure in full
+  before it listens for connections (a WebSocket handshake that fails carries no body to most clients).
+- `GET /stream/session/{ref}/tcpproxy?app=NAME` (and `httpproxy`, the same here): a WebSocket carrying one
+  TCP connection to the app, as binary frames both ways. The app is started first if it does not run (a
+  409 with its output when it fails to start, before the upgrade). When the tunnel ends for a reason (the
+  session ended, the app went away) the server sends a text frame `{"type": "error", "data": REASON}` and
+  closes with code 1001 (session over) or 1011 (anything else); a normal end closes with 1000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from bai.common import service_ports as apps
+from bai.common.problems import invalid
+from bai.node.link.streams import MAX_FRAME, LinkStream, StreamClosed
+from bai.node.manager.http import services_of, session_of, sessions_of
+from bai.node.manager.terminal_api import ended
+
+log = logging.getLogger("bai.api.apps")
+MAX_MESSAGE = 4 * 1024 * 1024
+
+
+async def list_apps(request: web.Request) -> web.Response:
+    row = await session_of(request)
+    offered = await services_of(request).apps.offered(row)
+    return web.json_response([{**apps.to_api(sp), "host_ports": list(sp.host_ports)} for sp in offered])
+
+
+async def start_app(request: web.Request) -> web.Response:
+    row = await session_of(request)
+    name = request.match_info["app"]
+    if not apps.NAME.fullmatch(name):
+        raise invalid(f"{name[:80]!r} is not an app name")
+    _, sp, started = await services_of(request).apps.start(row, name)
+    return web.json_response({"app": sp.name, "started": started})
+
+
+def app_query(request: web.Request) -> str:
+    """The app a proxy request names (a 400 when it names none, or asks for what bai cannot do)."""
+    name = request.query.get("app", "")
+    if not name:
+        raise invalid("app is required: the name of one of the session's apps (see /stream/session/{ref}/apps)")
+    if not apps.NAME.fullmatch(name):
+        raise invalid(f"app: {name[:80]!r} is not an app name")
+    for key in ("arguments", "envs"):
+        raw = request.query.get(key)
+        if raw is None:
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise invalid(f"{key} must be a JSON object") from None
+        if not isinstance(value, dict):
+            raise invalid(f"{key} must be a JSON object")
+        if value:
+            raise invalid(f"{key}: bai starts apps as their image defines them; custom {key} are not supported")
+    return name
+
+
+async def proxy(request: web.Request) -> web.StreamResponse:
+    services = services_of(request)
+    row = await session_of(request)
+    name = app_query(request)
+    ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_MESSAGE)
+    if not ws.can_prepare(request).ok:
+        raise invalid("the app proxy is a WebSocket: connect with an Upgrade: websocket request")
+    kernel, _, _ = await services.apps.start(row, name)  # 4xx before the upgrade
+    stream = await services.apps.open_tunnel(row, kernel, name)
+    try:
+        await ws.prepare(request)
+        why = await relay(ws, stream)
+        if why is not None:
+            over = await ended(sessions_of(request), row["id"])
+            await say_and_close(ws, over or why, WSCloseCode.GOING_AWAY if over else WSCloseCode.INTERNAL_ERROR)
+    finally:
+        await stream.close("the client went away")
+        if not ws.closed:
+            with contextlib.suppress(Exception):
+                await ws.close()
+    return ws
+
+
+async def say_and_close(ws: web.WebSocketResponse, reason: str, code: int) -> None:
+    with contextlib.suppress(Exception):
+        await ws.send_json({"type": "error", "data": reason})
+        await ws.close(code=code, message=reason.encode()[:120])
+
+
+async def relay(ws: web.WebSocketResponse, stream: LinkStream) -> str | None:
+    """Client frames to the stream, the app's bytes to the client, until either side ends. Returns why
+    the tunnel ended under the client (None: an ordinary end)."""
+
+    async def upstream() -> None:
+        async for msg in ws:
+            if msg.type == WSMsgType.BINARY:
+                data = msg.data
+                for i in range(0, len(data), MAX_FRAME):
+                    await stream.send({"t": "data", "d": data[i : i + MAX_FRAME]})
+            elif msg.type == WSMsgType.TEXT:  # some clients send text: the bytes of it
+                await stream.send({"t": "data", "d": msg.data.encode()})
+        with contextlib.suppress(StreamClosed):
+            await stream.send({"t": "eof"})
+
+    async def downstream() -> str | None:
+        while (frame := await stream.receive()) is not None:
+            if frame.get("t") == "data":
+                await ws.send_bytes(frame.get("d") or b"")
+            elif frame.get("t") == "eof":
+                return None  # the app closed the connection: so does the client's
+        return stream.closed_reason or None
+
+    up = asyncio.create_task(upstream(), name="app-up")
+    down = asyncio.create_task(downstream(), name="app-down")
+    try:
+        # the client closed its WebSocket (a WebSocket cannot be half-closed), or the app's side ended
+        await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+        if down.done() and not down.cancelled() and down.exception() is None:
+            return down.result()
+        return None
+    finally:
+        for task in (up, down):
+            task.cancel()
+        for task in (up, down):
+            with contextlib.suppress(asyncio.CancelledError, StreamClosed, ConnectionError, Exception):
+                await task
+
+
+def add_app_routes(app: web.Application) -> None:
+    app.router.add_get("/stream/session/{ref}/apps", list_apps)
+    app.router.add_post("/stream/session/{ref}/apps/{app}/start", start_app)
+    app.router.add_get("/stream/session/{ref}/tcpproxy", proxy)
+    app.router.add_get("/stream/session/{ref}/httpproxy", proxy)

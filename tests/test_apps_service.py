@@ -1,0 +1,176 @@
+"""Apps of sessions through the manager's Apps service and the agent, in the in-process harness (the sim
+backend serves echo apps on real 127.0.0.1 sockets): what a session offers, starting, tunnels and their
+flow, failures that say why, and tunnels ending with their session."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bai.common import service_ports as apps
+from bai.common.problems import Problem
+from bai.common.service_ports import PortPool, PortPoolExhausted, ServicePortError
+from tests.harness import Harness
+
+APPS = "echo:tcp:7000,web:http:[8080,8081],broken:tcp:7001,term:pty:7681"
+
+
+async def started(h: Harness, name: str = "sess1") -> dict:
+    await h.add_agent("a1", apps=APPS)
+    return await h.run(name)
+
+
+async def test_a_session_offers_its_images_apps_in_order_without_pty(tmp_path):
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        offered = await h.services.apps.offered(row)
+        assert [(a.name, a.protocol, a.container_ports) for a in offered] == [
+            ("echo", "tcp", (7000,)),
+            ("web", "http", (8080, 8081)),
+            ("broken", "tcp", (7001,)),
+        ]
+
+
+async def test_a_tunnel_carries_bytes_both_ways_and_the_app_starts_once(tmp_path):
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        kernel, sp, first = await h.services.apps.start(row, "echo")
+        _, _, again = await h.services.apps.start(row, "echo")
+        assert (sp.name, first, again) == ("echo", True, False)
+        stream = await h.services.apps.open_tunnel(row, kernel, "echo")
+        payload = bytes(range(256)) * 4096  # 1 MiB: many frames, flow control in play
+        await stream.send({"t": "data", "d": payload})
+        await stream.send({"t": "eof"})
+        got = b""
+        while (frame := await stream.receive()) is not None:
+            if frame["t"] == "eof":
+                break
+            got += frame["d"]
+        assert got == payload
+        await stream.close()
+
+
+async def test_an_app_that_fails_to_start_is_a_409_with_its_output(tmp_path):
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        with pytest.raises(Problem) as err:
+            await h.services.apps.start(row, "broken")
+        assert err.value.status == 409
+        assert "exited with code 1" in err.value.msg and "boom" in err.value.msg
+        assert err.value.data["output"] == "boom\n"
+
+
+async def test_an_unknown_app_is_a_404_naming_the_apps(tmp_path):
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        with pytest.raises(Problem) as err:
+            await h.services.apps.start(row, "jupyter")
+        assert err.value.status == 404 and "echo, web, broken" in err.value.msg
+
+
+async def test_apps_of_a_session_that_is_not_running_are_refused(tmp_path):
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", apps=APPS, cpu=1)
+        await h.run("sess1")
+        await h.create("sess2")  # waits: the agent is full
+        await h.schedule()
+        row = await h.row("sess2")
+        with pytest.raises(Problem) as err:
+            await h.services.apps.start(row, "echo")
+        assert err.value.status == 400 and "PENDING" in err.value.msg
+
+
+async def test_a_tunnel_ends_when_its_session_ends_and_says_so(tmp_path):
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        kernel, _, _ = await h.services.apps.start(row, "echo")
+        stream = await h.services.apps.open_tunnel(row, kernel, "echo")
+        await stream.send({"t": "data", "d": b"ping"})
+        assert (await stream.receive())["d"] == b"ping"
+        await h.destroy("sess1")
+        assert await asyncio.wait_for(stream.receive(), 5) is None
+        assert stream.closed_reason == "the kernel ended"
+
+
+async def test_a_tunnel_to_an_app_that_is_not_started_fails_with_the_reason(tmp_path):
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        kernel, _, _ = await h.services.apps.start(row, "echo")
+        stream = await h.services.apps.open_tunnel(row, kernel, "web")  # never started
+        assert await asyncio.wait_for(stream.receive(), 5) is None
+        assert "nothing listens on port 8080" in stream.closed_reason
+
+
+async def test_twenty_tunnels_at_once_stay_apart(tmp_path):
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        kernel, _, _ = await h.services.apps.start(row, "echo")
+
+        async def one(i: int) -> bytes:
+            stream = await h.services.apps.open_tunnel(row, kernel, "echo")
+            data = bytes([i]) * 300_000
+            await stream.send({"t": "data", "d": data})
+            await stream.send({"t": "eof"})
+            got = b""
+            while (frame := await stream.receive()) is not None and frame["t"] == "data":
+                got += frame["d"]
+            await stream.close()
+            return got
+
+        results = await asyncio.gather(*(one(i) for i in range(20)))
+        assert results == [bytes([i]) * 300_000 for i in range(20)]
+
+
+# -- the label and the port pool (pure) ------------------------------------------------------------------
+
+
+def test_the_label_parses_as_backend_ai_writes_it():
+    parsed = apps.parse("jupyter:http:8080, jupyterlab:http:8090,vscode:http:[8180,8181],shell:pty:7681")
+    assert [(p.name, p.protocol, p.container_ports) for p in parsed] == [
+        ("jupyter", "http", (8080,)),
+        ("jupyterlab", "http", (8090,)),
+        ("vscode", "http", (8180, 8181)),
+    ]
+    assert apps.parse("") == [] and apps.parse(None) == []
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["jupyter:http", "jupyter:udp:8080", "a:http:80", "a:http:70000", "a:http:x", "a:http:8080,a:tcp:8081",
+     "a:http:8080,b:tcp:8080", "../x:http:8080", "a:http:[]"],
+)  # fmt: skip
+def test_a_malformed_label_says_which_entry(label):
+    with pytest.raises(ServicePortError, match="ai.backend.service-ports"):
+        apps.parse(label)
+
+
+def test_the_api_shape_is_backend_ais():
+    (sp,) = apps.parse("jupyterlab:http:8090")
+    assert apps.to_api(sp) == {
+        "name": "jupyterlab",
+        "protocol": "http",
+        "ports": [8090],
+        "url_template": "{protocol}://{host}:{port}/lab",
+        "allowed_arguments": {},
+        "allowed_envs": {},
+    }
+
+
+def test_the_port_pool_gives_out_each_port_once_and_says_when_it_is_exhausted():
+    pool = PortPool(30000, 30004)
+    a = pool.take("k1", 3)
+    b = pool.take("k2", 2)
+    assert sorted(a + b) == list(range(30000, 30005))
+    with pytest.raises(PortPoolExhausted, match=r"30000-30004.*0 free ports; this kernel's apps need 1"):
+        pool.take("k3", 1)
+    pool.release("k1")
+    assert pool.free == 3 and sorted(pool.take("k3", 3)) == sorted(a)
+    pool.hold("k4", [30000, 40000])  # an adopted kernel's port outside the range is not the pool's
+    assert pool.free == 0
+
+
+@pytest.mark.parametrize("text", ["30000", "31000-30000", "0-10", "a-b", "1-70000"])
+def test_a_bad_port_range_is_refused(text):
+    with pytest.raises(ValueError, match="port_range"):
+        apps.parse_range(text)
