@@ -174,3 +174,28 @@ def test_the_port_pool_gives_out_each_port_once_and_says_when_it_is_exhausted():
 def test_a_bad_port_range_is_refused(text):
     with pytest.raises(ValueError, match="port_range"):
         apps.parse_range(text)
+
+
+async def test_session_info_graphql_and_the_dashboard_show_the_apps(tmp_path):
+    import json
+
+    from bai.node.manager.represent import session_graphql, session_json, session_view
+
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        api = await session_json(h.sessions, row)
+        assert [a["name"] for a in api["servicePorts"]] == ["echo", "web", "broken"]
+        assert api["servicePorts"][1] == {
+            "name": "web",
+            "protocol": "http",
+            "ports": [8080, 8081],
+            "url_template": "{protocol}://{host}:{port}/",
+            "allowed_arguments": {},
+            "allowed_envs": {},
+            "host_ports": [],
+        }
+        gql = await session_graphql(h.sessions, row)
+        assert [a["name"] for a in json.loads(gql["service_ports"])] == ["echo", "web", "broken"]
+        assert [a["name"] for a in json.loads(gql["containers"][0]["service_ports"])] == ["echo", "web", "broken"]
+        dash = (await session_view(h.sessions, row)).to_dashboard()
+        assert dash["servicePorts"][0] == {"name": "echo", "protocol": "tcp", "ports": [7000]}

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.nodeproc import Cluster, Node, free_port
-from tests.tui_support import node_client
 from tests.test_official_client import Official, official_client
+from tests.tui_support import node_client
 
 APPS = 'sim_apps = "echo:tcp:7000,web:http:8080,broken:tcp:7001"\n'
 
@@ -32,7 +32,6 @@ def sim_node(tmp_path_factory) -> Iterator[Node]:
 @pytest.fixture(scope="module")
 def split(tmp_path_factory) -> Iterator[Cluster]:
     cluster = Cluster(tmp_path_factory.mktemp("apps-split"), "sim", agent_config=APPS).start()
-    cluster.add_agent(1)
     yield cluster
     cluster.stop()
 
