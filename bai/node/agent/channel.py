@@ -1,7 +1,8 @@
 """Agent-side execution channels: how the agent runs code in a kernel and gathers its output.
 
 `RunnerChannel` speaks the runner protocol (see runner.py) over a Unix socket the agent listens on
-and the kernel's runner connects to.
+and the kernel's runner connects to; through the runner it also starts apps in the kernel and opens
+TCP tunnels to them (more connections to the same socket), which needs no network in the kernel.
 Other channels (docker exec for images without Python) feed the same record queue, so
 `next_result` aggregates output the same way for all of them (reference spec §6, "How the
 agent aggregates a result").
@@ -15,7 +16,9 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import socket
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +36,9 @@ OutputSink = Callable[[str, str], None]
 
 class ChannelError(Exception):
     """A run cannot be started, fed or read in this kernel (said to the client as a 4xx)."""
+
+
+NO_RUNNER = "this kernel has no runner (no Python in the image): apps need one"
 
 
 MAX_WAITING = 32  # runs waiting behind the running one, per kernel
@@ -91,6 +97,17 @@ class Channel:
 
     async def put_file(self, path: str, data: bytes) -> None:
         raise NotImplementedError
+
+    async def start_service(
+        self, name: str, port: int, command: list[str] | None, env: dict[str, str], timeout: float
+    ) -> dict[str, Any]:
+        """Start the app `name` listening on TCP `port` in the kernel unless it listens already; the
+        runner's service record (ok, started, error, output). Only a kernel with a runner can."""
+        raise ChannelError(NO_RUNNER)
+
+    async def open_tunnel(self, port: int, timeout: float = 10.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A byte stream to TCP `port` in the kernel. Only a kernel with a runner can."""
+        raise ChannelError(NO_RUNNER)
 
     async def close(self) -> None:
         """Stop talking to the kernel; a run still going ends (exit 137 unless the exit code is known)."""
@@ -286,8 +303,10 @@ def bind_unix(path: Path) -> socket.socket:
 class RunnerChannel(Channel):
     """Talks to runner.py: the agent listens on a Unix socket in the kernel's run folder and the runner
     connects to it (and connects again after the agent restarts). Connecting needs no write access to the
-    folder, so a container gets it read-only and can write nothing there. One runner connection at a
-    time: while one is up, other connections are closed at once."""
+    folder, so a container gets it read-only and can write nothing there. The first line of a connection
+    says what it is: a runner's hello (one runner connection at a time: while one is up, another
+    connection greeting as the runner is closed at once) or {"tunnel": ID}, the kernel side of a tunnel
+    that `open_tunnel` asked for (an ID nobody waits for is closed); anything else is closed."""
 
     def __init__(self, socket_path: Path, on_output: OutputSink) -> None:
         super().__init__(on_output)
@@ -296,6 +315,9 @@ class RunnerChannel(Channel):
         self._server: asyncio.AbstractServer | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._put_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._service_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}  # by start-service id
+        self._tunnel_waiters: dict[str, asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+        self._tunnels: weakref.WeakSet[asyncio.StreamWriter] = weakref.WeakSet()  # handed out, closed with us
         self.hello: dict[str, Any] = {}
         self.connected = asyncio.Event()
 
@@ -328,20 +350,22 @@ class RunnerChannel(Channel):
                 await asyncio.wait_for(self.connected.wait(), min(left, 0.05))
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 10)
+            hello = json.loads(line)
+            if isinstance(hello, dict) and "tunnel" in hello:
+                self._tunnel_arrived(hello["tunnel"], reader, writer)
+                return
+            if not isinstance(hello, dict) or hello.get("t") != "hello":
+                raise ValueError(f"expected hello, got {line[:100]!r}")
+        except (ValueError, TimeoutError, ConnectionError, RecursionError, asyncio.LimitOverrunError) as e:
+            log.warning("a connection to %s did not greet as a runner: %s", self.socket_path, e)
+            writer.close()
+            return
         if self.writer is not None and not self.writer.is_closing():
             writer.close()  # the runner is connected: nobody else may talk for it
             return
         self.writer = writer
-        try:
-            line = await asyncio.wait_for(reader.readline(), 10)
-            hello = json.loads(line)
-            if not isinstance(hello, dict) or hello.get("t") != "hello":
-                raise ValueError(f"expected hello, got {line[:100]!r}")
-        except (ValueError, TimeoutError, ConnectionError, asyncio.LimitOverrunError) as e:
-            log.warning("a connection to %s did not greet as a runner: %s", self.socket_path, e)
-            writer.close()
-            self.writer = None
-            return
         self.hello = hello
         self._reader_task = asyncio.current_task()
         self.connected.set()
@@ -353,6 +377,26 @@ class RunnerChannel(Channel):
             writer.close()
             if self.writer is writer:
                 self.writer = None
+                self._fail_waiters("the kernel's runner disconnected")
+
+    def _tunnel_arrived(self, tunnel_id: object, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection that said {"tunnel": ID}: the kernel end of the tunnel `open_tunnel` waits for."""
+        fut = self._tunnel_waiters.pop(tunnel_id, None) if isinstance(tunnel_id, str) else None
+        if fut is None or fut.done():
+            log.warning("a tunnel connection to %s nobody waits for (%.40r): closed", self.socket_path, tunnel_id)
+            writer.close()
+            return
+        self._tunnels.add(writer)
+        fut.set_result((reader, writer))
+
+    def _fail_waiters(self, reason: str) -> None:
+        """Nobody will answer: start_service/open_tunnel calls waiting for the runner raise ChannelError."""
+        waiters: list[asyncio.Future[Any]] = [*self._service_waiters.values(), *self._tunnel_waiters.values()]
+        self._service_waiters.clear()
+        self._tunnel_waiters.clear()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(ChannelError(reason))
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -362,10 +406,24 @@ class RunnerChannel(Channel):
                 except ValueError:
                     log.warning("bad line from runner: %r", line[:200])
                     continue
-                if record.get("t") == "put-file":
+                if not isinstance(record, dict):
+                    log.warning("bad line from runner: %r", line[:200])
+                    continue
+                kind = record.get("t")
+                if kind == "put-file":
                     fut = self._put_waiters.pop(record.get("path", ""), None)
                     if fut and not fut.done():
                         fut.set_result(record)
+                    continue
+                if kind == "service":
+                    fut = self._service_waiters.pop(str(record.get("id")), None)
+                    if fut and not fut.done():
+                        fut.set_result(record)
+                    continue
+                if kind == "tunnel":  # a tunnel that could not be opened (an open one is a connection)
+                    tunnel = self._tunnel_waiters.pop(str(record.get("id")), None)
+                    if tunnel and not tunnel.done():
+                        tunnel.set_exception(ChannelError(str(record.get("error") or "the tunnel failed")))
                     continue
                 self.feed(record)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -406,12 +464,61 @@ class RunnerChannel(Channel):
         if not reply.get("ok"):
             raise ChannelError(f"cannot write {path}: {reply.get('error')}")
 
+    async def start_service(
+        self, name: str, port: int, command: list[str] | None, env: dict[str, str], timeout: float
+    ) -> dict[str, Any]:
+        """Ask the runner to start app `name` on `port` (see start-service in runner.py) and return its
+        service record; ChannelError when it does not answer within timeout + 5 s or disconnects."""
+        op_id = secrets.token_hex(16)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._service_waiters[op_id] = fut
+        message = {
+            "op": "start-service",
+            "id": op_id,
+            "name": name,
+            "port": port,
+            "command": command,
+            "env": env,
+            "timeout": timeout,
+        }
+        try:
+            await self._send(message)
+            return await asyncio.wait_for(fut, timeout + 5)
+        except TimeoutError:
+            raise ChannelError(f"the kernel's runner did not answer about starting {name} in time") from None
+        finally:
+            self._service_waiters.pop(op_id, None)
+
+    async def open_tunnel(self, port: int, timeout: float = 10.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A byte stream to TCP `port` in the kernel: the runner connects to the port and back to our socket
+        (see tunnel in runner.py), and that connection is returned. EOF on it: the app closed its side (or
+        shut its writing down); `writer.write_eof()` shuts ours down. ChannelError when nothing listens
+        there, the runner is not connected, or no tunnel comes within `timeout` seconds."""
+        tunnel_id = secrets.token_hex(16)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = loop.create_future()
+        self._tunnel_waiters[tunnel_id] = fut
+        try:
+            await self._send({"op": "tunnel", "id": tunnel_id, "port": port})
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise ChannelError(f"no tunnel to port {port} in the kernel came within {timeout:g} s") from None
+        except BaseException:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                fut.result()[1].close()  # it came, but our caller is gone
+            raise
+        finally:
+            self._tunnel_waiters.pop(tunnel_id, None)
+
     async def close(self) -> None:
         """Stop listening and drop the connection (the socket file stays for the next agent to replace)."""
         if self._server is not None:
             self._server.close()
         if self.writer is not None:
             self.writer.close()
+        self._fail_waiters("the kernel's channel was closed")
+        for tunnel in list(self._tunnels):
+            tunnel.close()
         task = self._reader_task
         if task is not None and task is not asyncio.current_task():
             task.cancel()

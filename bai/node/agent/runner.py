@@ -17,7 +17,8 @@ bytes work; a stale socket file is removed; mode 0o666) and serves ONE
 connection at a time until it closes, then accepts the next one.  Either way
 the protocol below is the same, work continues while no connection is up,
 and output produced meanwhile is dropped.  SIGTERM makes the runner exit
-with status 0.
+with status 0 (after a SIGTERM to the process group of every app that
+start-service started).
 
 Wire protocol: newline-delimited JSON (UTF-8), one object per line.
 
@@ -40,8 +41,40 @@ Agent -> runner (``op``):
               write a file under the workdir (parents created); absolute paths,
               ".." components and paths resolving outside are refused.
   ping        {"op": "ping"}
+  start-service {"op": "start-service", "id": STR, "name": NAME, "port": INT,
+              "command": [STR, ...] or null, "env": {STR: STR}, "timeout": NUMBER}
+              start the app NAME ([A-Za-z0-9_.-]{1,64}) listening on TCP port
+              INT in the kernel, unless it listens already: answered by a
+              service record (below).  A Backend.AI service definition
+              ``SERVICE_DEFS_DIR/NAME.json`` (``/etc/backend.ai/service-defs``;
+              the environment variable BAI_SERVICE_DEFS names another folder),
+              an object with "command": [STR, ...] and optional "env": {STR: STR},
+              wins over the op's command; with neither the start fails.  In the
+              command and env values "{ports[0]}" and "{port}" become the port
+              and "{runtime_path}" this Python (sys.executable); other braces
+              stay.  The command runs in the workdir in its own session with
+              the runner's environment + the definition's env + the op's env,
+              stdin /dev/null, stdout and stderr appended to
+              /tmp/bai-service-NAME.log (the workdir when /tmp is not
+              writable).  It has started once a TCP connection to
+              127.0.0.1:INT (or [::1]:INT) succeeds; it fails when the process
+              exits first or "timeout" seconds pass (its process group is then
+              killed).  A process started earlier for NAME that is alive but
+              not listening is waited for the same way instead of starting
+              another.  Starts of one NAME never overlap: a second one waits
+              for the first's outcome (a failure is its answer too).
+  tunnel      {"op": "tunnel", "id": STR, "port": INT}
+              open a TCP connection to 127.0.0.1:INT (else [::1]:INT; 5 s
+              timeout) in the kernel and a NEW connection to the agent's socket
+              (``--connect`` only) whose first line is {"tunnel": ID}; after it
+              the bytes of both are spliced both ways (an EOF one way becomes a
+              shutdown(SHUT_WR) of the other side, the other way goes on) until
+              both ways end or either fails.  Success has no record: the new
+              connection is the answer; a failure is a tunnel record (below).
 query/batch jobs run strictly one at a time in arrival order; input,
-interrupt, put-file and ping are handled immediately, even while code runs.
+interrupt, put-file and ping are handled immediately, even while code runs;
+start-service and tunnel are handled in threads of their own (any number at
+once), so neither waits for nor holds up jobs or each other.
 input/input-eof that arrive while no job executes but one is queued are kept
 for the next job to start (so an input sent right after a batch op is not lost).
 
@@ -58,13 +91,24 @@ Runner -> agent (``t``):
                  130 KeyboardInterrupt.  batch: return code, 128+N on signal N.
   put-file       {"t": "put-file", "path": REL, "ok": BOOL, "error": STR?}
   pong           {"t": "pong"}
+  service        {"t": "service", "id": ID, "ok": BOOL, "started": BOOL,
+                 "error": STR?, "output": STR?}  the outcome of start-service:
+                 ok with started false when the app listened already (or
+                 another start-service started it); "output" is the last 4 KiB
+                 of the app's log when it failed to start.
+  tunnel         {"t": "tunnel", "id": ID, "ok": false, "error": STR}
+                 a tunnel could not be opened (nothing listens on the port, no
+                 --connect, the agent's socket refused).
   error          {"t": "error", "msg": STR}  malformed line or unknown op.
 
 The runner survives whatever it is sent: a line that is not valid UTF-8 or
 JSON, a message that is not an object, fields of the wrong type, NUL bytes,
 unknown ops and lines over ``--max-line`` bytes (default 256 MiB, discarded)
 each get an error record; a batch command that cannot start (a NUL byte in
-it, say) finishes with exit 127 and the reason on stderr.  In query code
+it, say) finishes with exit 127 and the reason on stderr; a start-service or
+tunnel op with a string "id" but bad fields (a port outside 1..65535, a bad
+name) gets a service/tunnel record with ok false (an error record without a
+usable id).  In query code
 ``sys.stdin`` is the runner's own (normally /dev/null: at end of input).
 """
 
@@ -79,6 +123,7 @@ import io
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -92,6 +137,14 @@ PYTHON_VERSION = "%d.%d.%d" % tuple(sys.version_info[:3])
 READ_CHUNK = 64 * 1024
 MAX_LINE = 256 * 1024 * 1024  # --max-line: longer lines are discarded with an error record
 _EOF = object()  # what an input-eof op puts in a query's input queue
+# Backend.AI's service definitions (NAME.json); BAI_SERVICE_DEFS names another folder (tests).
+SERVICE_DEFS_DIR = os.environ.get("BAI_SERVICE_DEFS") or "/etc/backend.ai/service-defs"
+SERVICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+SERVICE_LOG_TAIL = 4096  # bytes of an app's log sent back when it fails to start
+SERVICE_POLL = 0.1  # seconds between checks of a starting app
+DEFAULT_SERVICE_TIMEOUT = 60.0
+TUNNEL_CONNECT_TIMEOUT = 5.0
+TUNNEL_CHUNK = 256 * 1024
 _RUNNER_GLOBALS = globals()
 
 
@@ -146,8 +199,9 @@ class _Stream(io.TextIOBase):
 class Runner:
     """The kernel-side runner: runs query code and batch commands for the agent, one at a time."""
 
-    def __init__(self, workdir: str, max_line: int = MAX_LINE) -> None:
+    def __init__(self, workdir: str, max_line: int = MAX_LINE, connect_path: str | None = None) -> None:
         self.workdir = workdir
+        self.connect_path = connect_path  # the agent's socket (--connect): where tunnels connect to
         self.max_line = max_line
         self.input_eof = False  # the current query's input has ended (main thread only)
         self.pid = os.getpid()
@@ -165,6 +219,9 @@ class Runner:
         self.proc: subprocess.Popen | None = None
         self.stdin_q: queue.Queue | None = None
         self.out: _Stream | None = None
+        self.services: dict = {}  # app name -> the Popen of the process start-service started for it
+        self.service_logs: dict = {}  # app name -> (its log's path, the log's size when it started)
+        self.service_starts: dict = {}  # app name -> (Event, outcome dict) while a start of it runs
         # The persistent user namespace is a real module installed as __main__,
         # so pickle/multiprocessing can find user-defined functions and classes.
         self.runner_module = sys.modules.get("__main__")
@@ -344,6 +401,10 @@ class Runner:
                         timer.start()
         elif op == "put-file":
             self.send(self.put_file(msg))
+        elif op == "start-service":
+            self._in_thread("service", self.start_service, msg)
+        elif op == "tunnel":
+            self._in_thread("tunnel", self.open_tunnel, msg)
         else:
             self.send({"t": "error", "msg": "unknown op: %s" % _short(repr(op))})
 
@@ -412,6 +473,186 @@ class Runner:
             return reply
         reply["ok"] = True
         return reply
+
+    # -- apps and tunnels (each op in a thread of its own) ----------------
+
+    def _in_thread(self, kind: str, handler, msg: dict) -> None:
+        """Run handler(op_id, msg) in a new thread; what it returns (a record, or None) is sent, and
+        an exception becomes a *kind* record with ok false."""
+        op_id = msg.get("id")
+        if not isinstance(op_id, str):
+            self.send({"t": "error", "msg": "%s: 'id' must be a string" % msg.get("op")})
+            return
+
+        def run() -> None:
+            try:
+                reply = handler(op_id, msg)
+            except Exception as e:
+                reply = {"t": kind, "id": op_id, "ok": False, "error": _short("%s: %s" % (type(e).__name__, e))}
+                if kind == "service":
+                    reply["started"] = False
+            if reply is not None:
+                self.send(reply)
+
+        threading.Thread(target=run, name="%s-%s" % (kind, _short(op_id, 40)), daemon=True).start()
+
+    def start_service(self, op_id: str, msg: dict) -> dict:
+        """start-service: the service record to answer with."""
+        reply = {"t": "service", "id": op_id, "ok": False, "started": False}
+        try:
+            name = msg.get("name")
+            if not isinstance(name, str) or not SERVICE_NAME.match(name):
+                raise ValueError("name must match [A-Za-z0-9_.-]{1,64}, not %s" % _short(repr(name), 80))
+            port = _port(msg.get("port"))
+            command = msg.get("command")
+            if command is not None:
+                command = _str_list(command, "command")
+            env = msg.get("env")
+            env = {} if env is None else _str_dict(env, "env")
+            timeout = msg.get("timeout")
+            if timeout is None:
+                timeout = DEFAULT_SERVICE_TIMEOUT
+            elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e9:
+                raise ValueError("timeout must be a positive number of seconds")
+        except ValueError as e:
+            reply["error"] = "start-service: %s" % e
+            return reply
+        while True:  # one start of an app at a time: a second one waits for the first's outcome
+            with self.state_lock:
+                pending = self.service_starts.get(name)
+                if pending is None:
+                    done, outcome = threading.Event(), {}
+                    self.service_starts[name] = (done, outcome)
+                    break
+            pending[0].wait()
+            if not pending[1].get("ok"):
+                reply.update(pending[1])
+                reply["started"] = False
+                return reply
+            # it started: look again (normally it listens now, and nothing more is started)
+        try:
+            outcome.update(self._start_service(name, port, command, env, float(timeout)))
+        except Exception as e:
+            outcome.update(ok=False, error=_short("cannot start %s: %s: %s" % (name, type(e).__name__, e)))
+        finally:
+            with self.state_lock:
+                del self.service_starts[name]
+            done.set()
+        reply.update(outcome)
+        return reply
+
+    def _start_service(self, name: str, port: int, command: list | None, env: dict, timeout: float) -> dict:
+        """Start app *name* unless it listens already (no other start of it runs meanwhile)."""
+        if _listening(port):
+            return {"ok": True, "started": False}
+        with self.state_lock:
+            proc = self.services.get(name)
+            log_path, log_start = self.service_logs.get(name, ("", 0))
+        started = False
+        if proc is None or proc.poll() is not None:
+            defs_path = os.path.join(SERVICE_DEFS_DIR, name + ".json")
+            def_env: dict = {}
+            if os.path.isfile(defs_path):
+                try:
+                    with open(defs_path, "rb") as f:
+                        sdef = json.loads(f.read().decode("utf-8"))
+                    if not isinstance(sdef, dict):
+                        raise ValueError("not a JSON object")
+                    command = _str_list(sdef.get("command"), "command")
+                    if sdef.get("env") is not None:
+                        def_env = _str_dict(sdef["env"], "env")
+                except (OSError, ValueError, RecursionError) as e:
+                    return {"ok": False, "error": _short("bad service definition %s: %s" % (defs_path, e))}
+            elif command is None:
+                return {"ok": False, "error": "no command is known to start %s" % name}
+            argv = [_substitute(arg, port) for arg in command]
+            full_env = dict(os.environ)
+            for extra in (def_env, env):
+                for key, value in extra.items():
+                    full_env[key] = _substitute(value, port)
+            log_fd, log_path = self._open_service_log(name)
+            try:
+                log_start = os.fstat(log_fd).st_size
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=self.workdir,
+                    env=full_env,
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_fd,
+                    stderr=subprocess.STDOUT,
+                )
+            except (OSError, ValueError) as e:  # no such program; a NUL byte in an argument
+                return {"ok": False, "error": _short("cannot start %s: %s" % (name, e))}
+            finally:
+                os.close(log_fd)
+            started = True
+            with self.state_lock:
+                self.services[name] = proc
+                self.service_logs[name] = (log_path, log_start)
+        deadline = time.monotonic() + timeout
+        while True:
+            if _listening(port):
+                return {"ok": True, "started": started}
+            rc = proc.poll()
+            if rc is not None:
+                if rc < 0:
+                    error = "%s was killed by signal %d while starting" % (name, -rc)
+                else:
+                    error = "%s exited with code %d while starting" % (name, rc)
+                return {"ok": False, "error": error, "output": _log_tail(log_path, log_start)}
+            if time.monotonic() >= deadline:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                proc.wait()
+                error = "%s did not listen on port %d within %g s" % (name, port, timeout)
+                return {"ok": False, "error": error, "output": _log_tail(log_path, log_start)}
+            time.sleep(SERVICE_POLL)
+
+    def _open_service_log(self, name: str) -> tuple:
+        """(fd, path) of app *name*'s log, opened for appending: in /tmp, else in the workdir."""
+        filename = "bai-service-%s.log" % name
+        error: OSError | None = None
+        for folder in ("/tmp", self.workdir):
+            path = os.path.join(folder, filename)
+            try:
+                return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), path
+            except OSError as e:
+                error = e
+        raise error  # type: ignore[misc]
+
+    def open_tunnel(self, op_id: str, msg: dict) -> dict | None:
+        """tunnel: None once the tunnel is up, else the tunnel record saying why not."""
+        reply = {"t": "tunnel", "id": op_id, "ok": False}
+        try:
+            port = _port(msg.get("port"))
+        except ValueError as e:
+            reply["error"] = "tunnel: %s" % e
+            return reply
+        if self.connect_path is None:
+            reply["error"] = "tunnels need --connect"
+            return reply
+        try:
+            app = _connect_local(port, TUNNEL_CONNECT_TIMEOUT)
+        except OSError as e:
+            reply["error"] = _short("nothing listens on port %d in the kernel (%s)" % (port, e), 400)
+            return reply
+        agent = None
+        try:
+            app.settimeout(None)
+            app.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            agent = connect_socket(self.connect_path)
+            agent.sendall(json.dumps({"tunnel": op_id}).encode("utf-8") + b"\n")
+            _Tunnel(app, agent).start()
+        except Exception as e:
+            for sock in (app, agent):
+                if sock is not None:
+                    sock.close()
+            reply["error"] = _short("cannot open a tunnel to port %d: %s" % (port, e), 400)
+            return reply
+        return None
 
     # -- job execution (main thread) ------------------------------------
 
@@ -577,18 +818,121 @@ class Runner:
         pipe.close()
 
     def terminate(self, signum: int, frame: object) -> None:
-        proc = self.proc
-        if proc is not None:
+        # No locks here: this handler may interrupt the main thread while it holds one.
+        procs = [self.proc]
+        for _ in range(3):
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except OSError:
-                pass
+                procs += list(self.services.values())
+                break
+            except RuntimeError:  # the dict changed during the copy
+                continue
+        for proc in procs:
+            if proc is not None and proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except OSError:
+                    pass
         os._exit(0)
+
+
+class _Tunnel:
+    """Splices two connected sockets both ways, one thread per direction.  EOF one way shuts the
+    other side's writing down and the other way goes on; both sockets close once both ways have
+    ended, or at once (both ways) on an error."""
+
+    def __init__(self, a: socket.socket, b: socket.socket) -> None:
+        self.socks = (a, b)
+        self.lock = threading.Lock()
+        self.running = 2
+
+    def start(self) -> None:
+        a, b = self.socks
+        threading.Thread(target=self._pipe, args=(a, b), name="tunnel", daemon=True).start()
+        threading.Thread(target=self._pipe, args=(b, a), name="tunnel", daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(TUNNEL_CHUNK)
+                if not data:
+                    break
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            for sock in self.socks:  # wake the other direction up: it ends too
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        finally:
+            with self.lock:
+                self.running -= 1
+                last = self.running == 0
+            if last:
+                for sock in self.socks:
+                    sock.close()
 
 
 def _short(text: str, limit: int = 200) -> str:
     """*text*, cut to *limit* characters (an error record must not echo a huge field)."""
     return text if len(text) <= limit else text[:limit] + "... (%d characters)" % len(text)
+
+
+def _port(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ValueError("port must be an integer in 1..65535, not %s" % _short(repr(value), 80))
+    return value
+
+
+def _str_list(value: object, what: str) -> list:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ValueError("%s must be a non-empty list of strings" % what)
+    return value
+
+
+def _str_dict(value: object, what: str) -> dict:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError("%s must be an object of strings" % what)
+    return value
+
+
+def _substitute(text: str, port: int) -> str:
+    """Backend.AI's placeholders in a service command (str.replace: other braces stay as they are)."""
+    text = text.replace("{ports[0]}", str(port)).replace("{port}", str(port))
+    return text.replace("{runtime_path}", sys.executable or "python3")
+
+
+def _connect_local(port: int, timeout: float) -> socket.socket:
+    """A TCP connection to *port* on 127.0.0.1, else on ::1 (OSError naming both failures)."""
+    errors = []
+    for host in ("127.0.0.1", "::1"):
+        try:
+            return socket.create_connection((host, port), timeout)
+        except OSError as e:
+            errors.append("%s: %s" % (host, e.strerror or e))
+    raise OSError("; ".join(errors))
+
+
+def _listening(port: int) -> bool:
+    """Something in the kernel accepts TCP connections on *port*."""
+    try:
+        sock = _connect_local(port, 1.0)
+    except OSError:
+        return False
+    sock.close()
+    return True
+
+
+def _log_tail(path: str, start: int) -> str:
+    """The last SERVICE_LOG_TAIL bytes written to *path* after offset *start*, decoded."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(max(start, end - SERVICE_LOG_TAIL))
+            data = f.read(SERVICE_LOG_TAIL)
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")
 
 
 def bind_socket(path: str) -> socket.socket:
@@ -641,7 +985,7 @@ def main(argv: list | None = None) -> None:
         sys.path[0] = workdir
     else:
         sys.path.insert(0, workdir)
-    runner = Runner(workdir, max(args.max_line, 1024))
+    runner = Runner(workdir, max(args.max_line, 1024), connect_to)
     signal.signal(signal.SIGTERM, runner.terminate)
     signal.signal(signal.SIGINT, _ignore_signal)
     if server is not None:
