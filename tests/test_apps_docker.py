@@ -6,6 +6,7 @@ exhausted; an app that cannot start says why with its output."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import subprocess
 import time
@@ -17,7 +18,9 @@ import pytest
 
 from tests.nodeproc import PYTHON_IMAGE, Cluster, Node, free_port, stop_removing_containers
 from tests.test_official_client import Official, official_client
+from tests.tui_support import node_client
 
+SMALL = ("--cpu", "0.25", "--mem", "256m")  # three at once fit on a 2-core machine
 BRIDGE = '[scaling_groups.default]\nallowed_networks = ["bridge"]\n'
 
 
@@ -35,6 +38,14 @@ def http_get(port: int, path: str, timeout: float = 30) -> tuple[int, bytes]:
             time.sleep(0.1)
         finally:
             conn.close()
+
+
+async def start(node, session: str, app: str) -> dict:
+    client = node_client(node)
+    try:
+        return await client.start_app(session, app)
+    finally:
+        await client.close()
 
 
 def open_app(node, name: str, app: str) -> tuple[subprocess.Popen[str], int, str]:
@@ -108,13 +119,13 @@ def test_the_official_client_reaches_a_docker_app(docker_node: Node, tmp_path: P
 
 def test_a_kernel_on_bridge_publishes_its_apps_on_loopback_from_the_pool(bridge_node: Node) -> None:
     name = f"web-bridge-{uuid.uuid4().hex[:6]}"
-    bridge_node.cli("session", "create", "--name", name, "--network", "bridge", "python", check=True)
+    bridge_node.cli("session", "create", "--name", name, "--network", "bridge", *SMALL, "python", check=True)
     try:
         (web,) = bridge_node.json("session", "info", name)["servicePorts"]
         assert web["host_ports"] and 30700 <= web["host_ports"][0] <= 30701
         out = bridge_node.cli("session", "apps", name, check=True).stdout
         assert f"127.0.0.1:{web['host_ports'][0]}" in out
-        bridge_node.cli("session", "app", name, "web", "--bind", "127.0.0.1:1", timeout=60)  # starts it; port 1 fails
+        assert asyncio.run(start(bridge_node, name, "web")) == {"app": "web", "started": True}
         status, _ = http_get(web["host_ports"][0], "/")
         assert status == 200
         kernel = bridge_node.json("session", "info", name)["kernels"][0]["id"]
@@ -128,31 +139,40 @@ def test_an_exhausted_port_pool_is_a_clear_error(bridge_node: Node) -> None:
     names = [f"pool-{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
     try:
         for n in names[:2]:  # the pool has 2 ports; each kernel's web app takes one
-            bridge_node.cli("session", "create", "--name", n, "--network", "bridge", "python", check=True)
-        out = bridge_node.cli("session", "create", "--name", names[2], "--network", "bridge", "python")
+            bridge_node.cli("session", "create", "--name", n, "--network", "bridge", *SMALL, "python", check=True)
+        out = bridge_node.cli("session", "create", "--name", names[2], "--network", "bridge", *SMALL, "python")
         assert out.returncode != 0
         text = bridge_node.cli("session", "info", names[2], check=True).stdout
         assert "port pool (30700-30701, [agent] port_range) has 0 free ports" in text, text
         bridge_node.cli("session", "destroy", names[0], check=True)
-        bridge_node.cli("session", "create", "--name", f"{names[2]}b", "--network", "bridge", "python", check=True)
         names.append(f"{names[2]}b")  # a freed port is given out again
+        bridge_node.cli("session", "create", "--name", names[-1], "--network", "bridge", *SMALL, "python", check=True)
     finally:
         for n in names:
             bridge_node.cli("session", "destroy", n)
 
 
 def test_an_app_that_cannot_start_says_why_with_its_output(docker_node: Node, tmp_path: Path) -> None:
-    image = "bai-test-noapp:latest"
-    dockerfile = f"FROM {PYTHON_IMAGE}\nLABEL ai.backend.service-ports=ttyd:http:7681,web:http:8080\n"
+    image = "bai-test-badapps:latest"
+    bad = '{"command": ["/bin/sh", "-c", "echo cannot bind port {ports[0]}: boom >&2; exit 3"]}'
+    dockerfile = (
+        f"FROM {PYTHON_IMAGE}\n"
+        "LABEL ai.backend.service-ports=ttyd:http:7681,bad:http:8099\n"
+        f"RUN mkdir -p /etc/backend.ai/service-defs && echo '{bad}' > /etc/backend.ai/service-defs/bad.json\n"
+    )
     build = ["docker", "build", "-q", "-t", image, "-"]
     built = subprocess.run(build, input=dockerfile, capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
-    name = f"noapp-{uuid.uuid4().hex[:6]}"
-    docker_node.cli("session", "create", "--name", name, image, check=True)
+    name = f"badapps-{uuid.uuid4().hex[:6]}"
+    docker_node.cli("session", "create", "--name", name, image, check=True)  # built after the node started
     try:
-        out = docker_node.cli("session", "app", name, "ttyd", timeout=120)
+        out = docker_node.cli("session", "app", name, "bad", timeout=120)
         assert out.returncode == 1
-        assert "ttyd did not start: ttyd exited with code 127 while starting" in out.stderr, out.stderr
-        assert "not found" in out.stderr  # the shell's own words, from the app's output
+        assert "bad did not start: bad exited with code 3 while starting" in out.stderr, out.stderr
+        assert "--- its output ---\ncannot bind port 8099: boom" in out.stderr  # the app's own words
+        out = docker_node.cli("session", "app", name, "ttyd", timeout=120)  # bai's command; not in the image
+        assert out.returncode == 1
+        assert "ttyd did not start: cannot start ttyd: [Errno 2] No such file or directory: 'ttyd'" in out.stderr
     finally:
         docker_node.cli("session", "destroy", name, check=True)
+        subprocess.run(["docker", "rmi", "-f", image], capture_output=True)

@@ -61,4 +61,6 @@ def show(items: Any, as_json: bool, render: Callable[[Any], Any]) -> None:
         return
     from bai.cli.output import console
 
-    console().print(render(items))
+    shown = render(items)
+    # text is printed as it is: a reason may contain brackets ("[agent] port_range") that are not markup
+    console().print(shown, markup=False) if isinstance(shown, str) else console().print(shown)

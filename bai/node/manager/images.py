@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from bai.common import images as imagelib
@@ -53,10 +54,15 @@ class Images:
         assert reg is not None
         return {"registry": reg.host, "auth": reg.auth()}
 
-    def check_available(self, image: str) -> None:
+    async def check_available(self, image: str) -> None:
         """Refuse an image no agent has, when every agent needs it present (docker; local and sim
-        agents take any Python image name; an image from a registry is pulled when a kernel needs it)."""
+        agents take any Python image name; an image from a registry is pulled when a kernel needs it).
+        An image unknown so far is looked for on the agents once more (built since they registered)."""
         if self.agents.backends_connected() != {"docker"} or image in self.labels or imagelib.registry_of(image):
+            return
+        with contextlib.suppress(AgentUnavailable, RemoteError, TimeoutError):
+            await self.list()
+        if image in self.labels:
             return
         known = ", ".join(sorted(self.labels)) or "none"
         raise Problem(

@@ -261,7 +261,7 @@ class Sessions:
         existing = [r for r in existing if r["name"] == req.name]
         if existing:
             return self._reuse(existing[0], req)
-        self.images.check_available(req.image)
+        await self.images.check_available(req.image)
         agents, gpus = await self.agents.rows(), self.agents.gpu_devices()
         if problem := unplaceable(req.resources, req.scaling_group, agents, gpus):
             raise problem  # no agent of the group could ever hold it: not queued forever
