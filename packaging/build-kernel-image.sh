@@ -3,18 +3,22 @@
 #
 #   packaging/build-kernel-image.sh [--force] python  [IMAGE_NAME]   # default bai-python:3.11
 #   packaging/build-kernel-image.sh [--force] busybox [IMAGE_NAME]   # default bai-busybox:latest
+#   packaging/build-kernel-image.sh [--force] jupyter [IMAGE_NAME]   # default bai-jupyter:latest
 #
 # "python" copies the host's CPython 3.11 (binary, stdlib, lib-dynload and every
 # shared library they need) plus a static busybox into a rootfs, at the same
 # absolute paths as on the host, and `docker import`s it.  "busybox" imports a
-# rootfs containing only a static busybox.
+# rootfs containing only a static busybox.  "jupyter" pip-installs JupyterLab,
+# Notebook 7 and ipykernel from PyPI with the host's copy of the python image's
+# interpreter (same path, same version) and `docker build`s them as one layer
+# on top of the python image (built first when missing); see build_jupyter.
 #
 # Without --force an image that already exists is left alone.
 set -euo pipefail
 umask 022
 
 usage() {
-    echo "usage: $0 [--force] {python|busybox} [IMAGE_NAME]" >&2
+    echo "usage: $0 [--force] {python|busybox|jupyter} [IMAGE_NAME]" >&2
     exit 2
 }
 
@@ -38,6 +42,7 @@ done
 case "$KIND" in
     python) NAME="${NAME:-bai-python:3.11}" ;;
     busybox) NAME="${NAME:-bai-busybox:latest}" ;;
+    jupyter) NAME="${NAME:-bai-jupyter:latest}" ;;
     *) usage ;;
 esac
 
@@ -302,6 +307,13 @@ work:x:1000:
 nogroup:x:65534:
 EOF
     chmod 0644 "$ROOT/etc/passwd" "$ROOT/etc/group"
+    # app "web" (service port web:http:8080): a static file server for /home/work
+    mkdir -p "$ROOT/etc/backend.ai/service-defs"
+    cat >"$ROOT/etc/backend.ai/service-defs/web.json" <<'EOF'
+{"command": ["{runtime_path}", "-m", "http.server", "--bind", "0.0.0.0", "{ports[0]}"], "url_template": "{protocol}://{host}:{port}/"}
+EOF
+    chmod 0755 "$ROOT/etc/backend.ai" "$ROOT/etc/backend.ai/service-defs"
+    chmod 0644 "$ROOT/etc/backend.ai/service-defs/web.json"
     # intermediate dirs (e.g. /root for pyenv builds) must be traversable by uid 1000
     local dpath="$pybin"
     while dpath=$(dirname "$dpath") && [ "$dpath" != / ]; do
@@ -314,7 +326,8 @@ EOF
         --change 'WORKDIR /home/work' \
         --change 'LABEL ai.backend.kernelspec=1' \
         --change 'LABEL ai.backend.features="query batch"' \
-        --change 'LABEL ai.backend.runtime-path=/usr/bin/python3'
+        --change 'LABEL ai.backend.runtime-path=/usr/bin/python3' \
+        --change 'LABEL ai.backend.service-ports=web:http:8080'
 
     # verification
     local mods=json,socket,threading,subprocess,base64,select m out
@@ -339,7 +352,209 @@ EOF
     report
 }
 
+# ---------------------------------------------------------------------------
+# jupyter image
+# ---------------------------------------------------------------------------
+# JupyterLab 4 + Notebook 7 + ipykernel on top of the python image.  The packages are
+# pip-installed on the host with the very interpreter the python image carries (it sits at
+# the same absolute path on the host), under that interpreter's prefix, so that inside the
+# image `/usr/bin/python3 -m jupyterlab` just works and Jupyter finds its data files in
+# sys.prefix/share/jupyter.  The tree becomes one layer (`ADD jupyter.tar /`, which keeps
+# hard links) on top of the python image.
+#
+# Apps (label ai.backend.service-ports, /etc/backend.ai/service-defs/*.json):
+#   jupyterlab:http:8090  JupyterLab (url /lab)
+#   jupyter:http:8080     the Notebook 7 UI (classic-notebook look: file browser at /tree)
+# Both run without token/password (bai's app tunnel is the access control), rooted at
+# /home/work, with the Jupyter runtime dir in /tmp; config, data and workspaces stay in the
+# defaults under HOME=/home/work (the root filesystem is read-only).
+JUPYTER_PACKAGES="${BAI_JUPYTER_PACKAGES:-jupyterlab>=4,<5 notebook>=7,<8 ipykernel>=6}"
+JUPYTER_BASE="${BAI_JUPYTER_BASE_IMAGE:-bai-python:3.11}"
+
+build_jupyter() {
+    if ! docker image inspect "$JUPYTER_BASE" >/dev/null 2>&1; then
+        log "base image $JUPYTER_BASE missing; building it"
+        bash "$0" python "$JUPYTER_BASE" || die "building $JUPYTER_BASE failed"
+    fi
+    local info pybin prefix purelib version hostversion
+    info=$(docker run --rm --network none "$JUPYTER_BASE" python3 -c '
+import os, sys, sysconfig
+print(os.path.realpath(sys.executable)); print(sys.prefix)
+print(sysconfig.get_path("purelib")); print(sys.version)') || die "cannot run python3 in $JUPYTER_BASE"
+    { read -r pybin; read -r prefix; read -r purelib; read -r version; } <<<"$info"
+    log "base $JUPYTER_BASE: interpreter $pybin, prefix $prefix"
+    [ -x "$pybin" ] || die "$pybin (the interpreter of $JUPYTER_BASE) is not on this host; rebuild $JUPYTER_BASE with --force"
+    hostversion=$("$pybin" -c 'import sys; print(sys.version)')
+    [ "$hostversion" = "$version" ] || die "host $pybin is $hostversion, $JUPYTER_BASE has $version; rebuild $JUPYTER_BASE with --force"
+    "$pybin" -m pip --version >/dev/null 2>&1 || die "$pybin has no pip"
+
+    local stage="$TMP/stage" ctx="$TMP/ctx" sp
+    mkdir -p "$stage" "$ctx"
+    chmod 0755 "$stage"
+    sp="$stage$purelib"
+    # 1. the packages, as if installed into the interpreter's own prefix
+    log "pip install $JUPYTER_PACKAGES"
+    # shellcheck disable=SC2086  # word-splitting the package list is intended
+    PYTHONNOUSERSITE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$pybin" -m pip install -q \
+        --root "$stage" --prefix "$prefix" --ignore-installed --no-compile \
+        --no-warn-script-location --no-warn-conflicts --root-user-action=ignore $JUPYTER_PACKAGES \
+        || die "pip install failed"
+    [ -d "$sp/jupyterlab" ] && [ -d "$sp/ipykernel" ] || die "pip did not install into $sp"
+
+    # 2. trim: the debugger backend (ipykernel runs without it; only JupyterLab's debugger
+    #    panel needs it), test suites, and babel's locale data except English (JupyterLab
+    #    looks up the display names of installed language packs; there are none but English)
+    rm -rf "$sp"/debugpy "$sp"/debugpy-*.dist-info "$stage$prefix"/bin/debugpy*
+    find "$sp" -depth -type d \( -name tests -o -name __pycache__ \) -exec rm -rf {} +
+    if [ -d "$sp/babel/locale-data" ]; then
+        find "$sp/babel/locale-data" -type f ! -name 'root.dat' ! -name 'en.dat' ! -name 'en_*.dat' -delete
+    fi
+    # identical files (JupyterLab's static assets exist twice) become hard links
+    "$pybin" - "$stage" <<'PYEOF'
+import hashlib, os, sys
+seen, saved = {}, 0
+for d, _, files in os.walk(sys.argv[1]):
+    for f in files:
+        p = os.path.join(d, f)
+        st = os.lstat(p)
+        if not os.path.isfile(p) or os.path.islink(p) or st.st_size < 4096:
+            continue
+        with open(p, "rb") as fh:
+            key = (st.st_size, st.st_mode, hashlib.sha256(fh.read()).digest())
+        if key in seen:
+            os.unlink(p)
+            os.link(seen[key], p)
+            saved += st.st_size
+        else:
+            seen[key] = p
+print(f"[build-kernel-image] hard-linked duplicates: {saved / 1048576:.1f} MiB saved")
+PYEOF
+    # 3. bytecode (the root filesystem is read-only: without it every start compiles)
+    "$pybin" -m compileall -q -j 0 -s "$stage" -p / "$sp" >/dev/null 2>&1 || log "WARNING: compileall reported errors"
+
+    # 4. shared libraries the extension modules need that the base image lacks (libstdc++ ...)
+    local libs lib missing
+    libs=$(find "$stage" -name '*.so*' -type f -print0 | xargs -0 -r -n 50 sh -c 'LC_ALL=C ldd "$@" 2>/dev/null' ldd |
+        awk -v stage="$stage" '$2 == "=>" && $3 ~ /^\// && index($3, stage) != 1 { print $3 }
+                               $2 == "=>" && $3 == "not" { print "MISSING:" $1 }' | sort -u)
+    if grep -q '^MISSING:' <<<"$libs"; then
+        log "WARNING: unresolved libraries: $(grep '^MISSING:' <<<"$libs" | tr '\n' ' ')"
+        libs=$(grep -v '^MISSING:' <<<"$libs" || true)
+    fi
+    if [ -n "$libs" ]; then
+        # shellcheck disable=SC2046
+        missing=$(docker run --rm --network none "$JUPYTER_BASE" sh -c \
+            'for f in "$@"; do [ -e "$f" ] || echo "$f"; done' sh $(echo $libs))
+        while IFS= read -r lib; do
+            [ -n "$lib" ] || continue
+            mkdir -p "$stage$(dirname "$lib")"
+            cp -L "$lib" "$stage$lib"
+            log "added library $lib"
+        done <<<"$missing"
+    fi
+
+    # 5. JupyterLab defaults: kernels usually have no network, so no news/update checks (and
+    #    no "Would you like to get notified about official Jupyter news?" toast)
+    mkdir -p "$stage$prefix/share/jupyter/lab/settings"
+    cat >"$stage$prefix/share/jupyter/lab/settings/overrides.json" <<'EOF'
+{
+  "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}
+}
+EOF
+    # app definitions
+    mkdir -p "$stage/etc/backend.ai/service-defs"
+    cat >"$stage/etc/backend.ai/service-defs/jupyterlab.json" <<'EOF'
+{
+  "command": [
+    "{runtime_path}", "-m", "jupyterlab",
+    "--no-browser", "--ip=0.0.0.0", "--port={ports[0]}",
+    "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.allow_origin=*",
+    "--ServerApp.root_dir=/home/work"
+  ],
+  "env": {"JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime"},
+  "url_template": "{protocol}://{host}:{port}/lab"
+}
+EOF
+    cat >"$stage/etc/backend.ai/service-defs/jupyter.json" <<'EOF'
+{
+  "command": [
+    "{runtime_path}", "-m", "notebook",
+    "--no-browser", "--ip=0.0.0.0", "--port={ports[0]}",
+    "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.allow_origin=*",
+    "--ServerApp.root_dir=/home/work"
+  ],
+  "env": {"JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime"},
+  "url_template": "{protocol}://{host}:{port}/tree"
+}
+EOF
+    chmod -R u=rwX,go=rX "$stage"
+
+    # 6. one layer on top of the base image
+    tar --numeric-owner --owner=0 --group=0 -C "$stage" -cf "$ctx/jupyter.tar" .
+    cat >"$ctx/Dockerfile" <<EOF
+FROM $JUPYTER_BASE
+ADD jupyter.tar /
+ENV PATH=/usr/local/bin:/usr/bin:/bin:$prefix/bin
+LABEL ai.backend.kernelspec=1 \\
+      ai.backend.features="query batch" \\
+      ai.backend.runtime-path=/usr/bin/python3 \\
+      ai.backend.service-ports=jupyter:http:8080,jupyterlab:http:8090
+EOF
+    # the legacy builder: BuildKit is not always installed, and this needs none of it
+    DOCKER_BUILDKIT=0 docker build -q -t "$NAME" "$ctx" >/dev/null 2>"$TMP/build.err" \
+        || die "docker build failed: $(cat "$TMP/build.err")"
+
+    # verification: start both apps exactly as their service definitions say, in a container
+    # confined like a kernel, fetch their pages, and run code in a Python kernel
+    local out line
+    out=$(docker run --rm --network none --read-only --tmpfs /tmp \
+        --tmpfs /home/work:uid=1000,gid=1000,mode=755 --user 1000:1000 "$NAME" python3 -c '
+import json, os, subprocess, sys, time, urllib.request
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
+
+procs = []
+for name, port, path, marker in (("jupyterlab", 8090, "/lab", "JupyterLab"), ("jupyter", 8080, "/tree", "Jupyter Notebook")):
+    sdef = json.load(open(f"/etc/backend.ai/service-defs/{name}.json"))
+    cmd = [a.replace("{runtime_path}", "/usr/bin/python3").replace("{ports[0]}", str(port)) for a in sdef["command"]]
+    procs.append(subprocess.Popen(cmd, env={**os.environ, **sdef.get("env", {})}, stdout=subprocess.DEVNULL, stderr=open(f"/tmp/{name}.log", "w")))
+    t0 = time.monotonic()
+    deadline = t0 + 60
+    while True:
+        try:
+            page = get(f"http://127.0.0.1:{port}{path}")
+            break
+        except OSError:
+            if time.monotonic() > deadline or procs[-1].poll() is not None:
+                sys.exit(f"{name} did not answer:\n" + open(f"/tmp/{name}.log").read()[-3000:])
+            time.sleep(0.3)
+    assert marker in page, (name, page[:500])
+    print(f"{name}: {path} answered after {time.monotonic() - t0:.1f} s")
+# a Python kernel (what notebooks run on) executes code
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60)
+texts = []
+def hook(msg):
+    if msg["msg_type"] == "stream":
+        texts.append(msg["content"]["text"])
+kc.execute_interactive("print(6*7)", output_hook=hook, timeout=60)
+kc.stop_channels()
+km.shutdown_kernel(now=True)
+assert "".join(texts).strip() == "42", texts
+print("kernel python3: print(6*7) ->", "".join(texts).strip())
+for p in procs:
+    p.terminate()
+for p in procs:
+    p.wait(20)
+' 2>"$TMP/verify.err") || die "verification of $NAME failed: $out $(tail -c 3000 "$TMP/verify.err")"
+    while IFS= read -r line; do log "verify: $line"; done <<<"$out"
+    report
+}
+
 case "$KIND" in
     python) build_python ;;
     busybox) build_busybox ;;
+    jupyter) build_jupyter ;;
 esac

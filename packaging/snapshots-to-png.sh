@@ -8,6 +8,7 @@ mkdir -p "$out"
 find tests/__snapshots__ -name '*.svg' | while read -r svg; do
     dir="$out/$(basename "$(dirname "$svg")")"
     mkdir -p "$dir"
-    rsvg-convert "$svg" -o "$dir/$(basename "${svg%.svg}").png"
+    # xml:space="preserve": rsvg-convert would otherwise drop the spaces that start a styled text run
+    sed 's/<svg /<svg xml:space="preserve" /' "$svg" | rsvg-convert -o "$dir/$(basename "${svg%.svg}").png"
 done
 echo "PNGs in $out"

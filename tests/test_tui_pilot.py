@@ -1,8 +1,11 @@
-"""`bai tui` driven with Textual's pilot against real nodes: navigation, filters, terminate, reconnect, logs."""
+"""`bai tui` driven with Textual's pilot against real nodes: navigation, filters, terminate, shells, apps
+forwarded to local ports, reconnect, logs."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,16 +15,18 @@ from collections.abc import Iterator
 import pytest
 
 from bai.tui.app import Dashboard
-from bai.tui.modals import ConfirmScreen, HelpScreen, PromptScreen
+from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, PromptScreen
 from tests.nodeproc import ROOT, Node
 from tests.tui_support import node_client, plain, until
 
 SIZE = (120, 40)
+# the sim backend's apps: echo servers, and one that fails to start saying "boom" (see tests/test_apps_sim.py)
+APPS = 'sim_apps = "echo:tcp:7000,web:http:8080,broken:tcp:7001"\n'
 
 
 @pytest.fixture(scope="module")
 def sim_node(tmp_path_factory) -> Iterator[Node]:
-    node = Node(tmp_path_factory.mktemp("tui"), "sim", agent_config='cpu = "4"\nmem = "8g"\n').start()
+    node = Node(tmp_path_factory.mktemp("tui"), "sim", agent_config='cpu = "4"\nmem = "8g"\n' + APPS).start()
     node.cli("session", "create", "--name", "nav-running", "--cpu", "1", "sim", check=True)
     # all 4 cores while nav-running holds one: it waits (more than the agent has would be refused)
     node.cli("session", "create", "--name", "nav-waiting", "--cpu", "4", "--no-wait", "sim", check=True)
@@ -162,6 +167,7 @@ async def test_read_only_hides_actions(sim_node: Node) -> None:
         assert "read-only" in plain(app.query_one("#topbar"))
         footer_keys = {b.binding.action for b in app.active_bindings.values() if b.enabled and b.binding.show}
         assert "terminate" not in footer_keys and "describe" in footer_keys
+        assert "forward" not in footer_keys and "shell" not in footer_keys
     assert sim_node.json("session", "info", "nav-running")["status"] == "RUNNING"
 
 
@@ -267,6 +273,210 @@ async def test_shell_without_a_suspendable_terminal(sim_node: Node) -> None:
         assert not app.shell_open
         await pilot.press("d")
         assert app.view == "detail"
+
+
+async def echoed(port: int, payload: bytes, timeout: float = 20) -> bytes:
+    """Send payload to 127.0.0.1:port (a forward in the dashboard's loop: this test's loop) and read as
+    many bytes back."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(payload)
+        await writer.drain()
+        got = b""
+        async with asyncio.timeout(timeout):
+            while len(got) < len(payload):
+                chunk = await reader.read(1 << 16)
+                if not chunk:
+                    break
+                got += chunk
+        return got
+    finally:
+        writer.close()
+
+
+async def refused(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return True
+    writer.close()
+    return False
+
+
+async def choose(pilot, app_name: str) -> AppsScreen:
+    """In the apps dialog (f), choose an app by its name."""
+    await until(pilot, lambda: isinstance(pilot.app.screen, AppsScreen), what="the apps dialog")
+    screen = pilot.app.screen
+    options = screen.query_one("OptionList")
+    names = [options.get_option_at_index(i).id for i in range(options.option_count)]
+    options.highlighted = names.index(app_name)
+    await pilot.press("enter")
+    await until(pilot, lambda: not isinstance(pilot.app.screen, AppsScreen), what="the dialog closed")
+    return screen
+
+
+def url_port(note: str) -> int:
+    match = re.search(r"://127\.0\.0\.1:(\d+)", note)
+    assert match, note
+    return int(match.group(1))
+
+
+async def test_forward_key_lists_the_apps_and_forwards_one(sim_node: Node) -> None:
+    """f on a running session: its apps in a dialog; echo is forwarded to a local port in the dashboard's
+    loop (bytes come back through the manager), shown in the describe view, not forwarded twice; broken
+    says why it did not start; the listener closes with the dashboard."""
+    app = Dashboard(node_client(sim_node))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        await pilot.press("slash")
+        await type_prompt(pilot, "nav-running")
+        await pilot.pause(0.3)
+        footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled and b.binding.show}
+        assert "forward" in footer_keys
+
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, AppsScreen), what="the apps dialog")
+        dialog = app.screen
+        assert [a["name"] for a in dialog.apps] == ["echo", "web", "broken"]
+        await pilot.press("escape")  # cancelled: nothing forwarded
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, AppsScreen) and app.forwards == {}
+
+        await pilot.press("f")
+        await choose(pilot, "echo")
+        await until(pilot, lambda: any(n.startswith("echo: tcp://127.0.0.1:") for n in notes(app)), what="the URL")
+        assert "starting echo…" in notes(app)
+        url = next(n for n in notes(app) if n.startswith("echo: "))[len("echo: ") :]
+        port = url_port(url)
+        assert await echoed(port, b"hello through the dashboard") == b"hello through the dashboard"
+        big = bytes(range(256)) * 4096  # 1 MiB
+        assert await echoed(port, big) == big
+
+        # the describe view shows the apps, and where echo is forwarded
+        await pilot.press("d")
+        await until(pilot, lambda: app.detail_view.detail is not None, what="the session's details")
+        body = plain(app.detail_view.query_one("#detail-body"))
+        assert re.search(rf"Apps\s+echo\s+tcp 7000\s+→ {re.escape(url)}", body), body
+        assert re.search(r"\n\s+web\s+http 8080\s*\n", body) and "broken  tcp 7001" in body
+
+        # f in the describe view: the dialog says echo is forwarded; choosing it again shows the URL
+        await pilot.press("f")
+        dialog = await choose(pilot, "echo")
+        assert dialog.forwarded == {"echo": url}
+        await until(pilot, lambda: notes(app).count(f"echo: {url}") == 2, what="the URL again")
+        assert list(app.forwards) == [(app.detail_view.session_id, "echo")]
+
+        # an app that fails to start: its error and output, as an error
+        await pilot.press("f")
+        await choose(pilot, "broken")
+        await until(pilot, lambda: any("broken did not start" in n for n in notes(app)), what="the failure")
+        failure = next(n for n in app._notifications if "broken did not start" in str(n.message))
+        assert "boom" in str(failure.message) and failure.severity == "error"
+        assert len(app.forwards) == 1
+        await pilot.press("q")
+    assert await refused(port), "the forward closes with the dashboard"
+
+
+async def test_forward_refused_without_a_running_session_or_apps_and_read_only(sim_node: Node) -> None:
+    calls: list[str] = []
+
+    async def forwarder(session, app_item):
+        calls.append(app_item["name"])
+        raise AssertionError("not to be called")
+
+    client = node_client(sim_node)
+    app = Dashboard(client, forwarder=forwarder)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        for name, status in (("nav-waiting", "PENDING"), ("nav-done", "TERMINATED")):
+            await pilot.press("slash")
+            await type_prompt(pilot, name)
+            await pilot.pause(0.3)
+            assert shown_names(app) == [name]
+            await pilot.press("f")
+            why = f"No apps of {name}: it is {status}"
+            await until(pilot, lambda why=why: any(why in n for n in notes(app)), what=why)
+            assert not isinstance(app.screen, AppsScreen)
+
+        async def no_apps(ref: str) -> list:
+            return []
+
+        client.apps = no_apps  # an image without apps
+        await pilot.press("slash")
+        await type_prompt(pilot, "nav-running")
+        await pilot.pause(0.3)
+        await pilot.press("f")
+        await until(pilot, lambda: "session nav-running offers no apps" in notes(app), what="no apps")
+        assert not isinstance(app.screen, AppsScreen)
+        await pilot.press("1")
+        await pilot.press("f")  # not a key of the agents view
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, AppsScreen)
+
+    app = Dashboard(node_client(sim_node), read_only=True, forwarder=forwarder)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.connected and len(app.model.sessions) >= 3, what="the snapshot")
+        await pilot.press("slash")
+        await type_prompt(pilot, "nav-running")
+        await pilot.pause(0.3)
+        footer_keys = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert "forward" not in footer_keys
+        await pilot.press("f")
+        await pilot.press("d")
+        await until(pilot, lambda: app.detail_view.detail is not None, what="the session's details")
+        await pilot.press("f")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, AppsScreen) and calls == []
+        app.choose_app(app.detail_view.session_id)  # and the app refuses, should a view ask anyway
+        await until(pilot, lambda: "Read-only dashboard: no apps forwarded." in notes(app), what="the refusal")
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert "forward an app" not in plain(app.screen.query("Static").first())
+
+
+async def test_a_forward_closes_when_its_session_ends(sim_node: Node) -> None:
+    """The injected forwarder (here the default one on any free port, counted); the session ends: the
+    listener closes and a note says why; the help lists f."""
+    from bai.cli.apps import open_forward
+
+    await asyncio.to_thread(sim_node.cli, "session", "create", "--name", "fwd-ends", "sim", check=True)
+    client = node_client(sim_node)
+    calls: list[str] = []
+
+    async def forwarder(session, app_item):
+        calls.append(app_item["name"])
+        return await open_forward(client, session, app_item, "127.0.0.1", 0)
+
+    app = Dashboard(client, forwarder=forwarder)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: any(s["name"] == "fwd-ends" for s in app.model.sessions.values()))
+        await pilot.press("question_mark")
+        assert "forward an app" in plain(app.screen.query("Static").first())
+        await pilot.press("escape")
+        await pilot.press("slash")
+        await type_prompt(pilot, "fwd-ends")
+        await pilot.pause(0.3)
+        await pilot.press("f")
+        await choose(pilot, "web")
+        await until(pilot, lambda: any(n.startswith("web: http://127.0.0.1:") for n in notes(app)), what="the URL")
+        note = next(n for n in notes(app) if n.startswith("web: "))
+        assert note.endswith("/"), note  # an http app: its URL template
+        port = url_port(note)
+        assert await echoed(port, b"GET / HTTP/1.0\r\n\r\n") == b"GET / HTTP/1.0\r\n\r\n"
+        await pilot.press("f")
+        await choose(pilot, "web")
+        await until(pilot, lambda: notes(app).count(note) == 2, what="the URL again")
+        assert calls == ["web"]
+
+        await asyncio.to_thread(sim_node.cli, "session", "destroy", "fwd-ends", check=True)
+        await until(
+            pilot,
+            lambda: any("closed: session fwd-ends ended" in n for n in notes(app)),
+            timeout=20,
+            what="the note that the forward closed",
+        )
+        assert app.forwards == {} and app.forward_urls == {}
+        assert await refused(port)
 
 
 async def test_reconnects_when_the_manager_restarts(tmp_path) -> None:

@@ -1,7 +1,8 @@
 """Pictures of every dashboard view at 80×24, 120×40 and 200×60 (pytest-textual-snapshot).
 
-Taken from real nodes: a manager with three simulated agents (the `sim` backend) holding running,
-pending, finished and cancelled sessions, and a local-backend node whose batch kernel printed a log.
+Taken from real nodes: a manager with three simulated agents (the `sim` backend, whose kernels offer
+apps) holding running, pending, finished and cancelled sessions, and a local-backend node whose batch
+kernel printed a log.
 The dashboard runs with a frozen clock, through `StableClient`, which replaces only what changes from
 run to run (uuids, access keys, host names, timestamps); see tests/tui_support.py.
 
@@ -11,17 +12,22 @@ the pictures (`bash packaging/snapshots-to-png.sh` converts them to PNG) before 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from bai.cli.apps import Forward, app_url, open_forward
 from bai.tui.app import Dashboard
+from bai.tui.modals import AppsScreen
 from tests.nodeproc import Cluster, Node
 from tests.tui_support import StableClient, frozen_clock, node_client, until
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
-AGENT_CONFIG = 'cpu = "4"\nmem = "8g"\n'
+# the sim backend's kernels offer these apps (echo servers behind them)
+AGENT_CONFIG = 'cpu = "4"\nmem = "8g"\nsim_apps = "jupyterlab:http:8090,tensorboard:http:6006,sshd:tcp:2200"\n'
 SESSIONS = 8
 
 
@@ -84,8 +90,28 @@ def log_node(tmp_path_factory) -> Iterator[Node]:
     node.stop()
 
 
+class AppsClient(StableClient):
+    """StableClient with the calls `f` makes (the ids it gets are the stable ones)."""
+
+    async def apps(self, ref: str) -> list[dict[str, Any]]:
+        return await self.real.apps(self.back.get(ref, ref))
+
+    async def start_app(self, ref: str, app: str) -> dict[str, Any]:
+        return await self.real.start_app(self.back.get(ref, ref), app)
+
+    async def app_tunnel(self, session_id: str, app: str):
+        return await self.real.app_tunnel(self.back.get(session_id, session_id), app)
+
+
 def dashboard(node) -> Dashboard:
-    return Dashboard(StableClient(node_client(node)), clock=frozen_clock)
+    client = AppsClient(node_client(node))
+
+    async def forwarder(session: dict[str, Any], app: dict[str, Any]) -> Forward:
+        """The real forward, on any free port; its URL names the app's own port, as when that is free."""
+        forward = await open_forward(client, session, app, "127.0.0.1", 0)
+        return dataclasses.replace(forward, url=app_url(app, "127.0.0.1", app["ports"][0]))
+
+    return Dashboard(client, clock=frozen_clock, forwarder=forwarder)
 
 
 async def _loaded(pilot, app: Dashboard, sessions: int) -> None:
@@ -128,6 +154,27 @@ def test_detail_view(snap_compare, sim_cluster: Cluster, size) -> None:
         app.sessions_view.refresh_view()
         await pilot.press("d")
         await until(pilot, lambda: app.detail_view.detail is not None, what="the details")
+        await pilot.pause(0.5)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_detail_view_with_apps(snap_compare, sim_cluster: Cluster, size) -> None:
+    """A running session's apps, one of them forwarded with f (its local URL next to it)."""
+    app = dashboard(sim_cluster)
+
+    async def before(pilot) -> None:
+        await _loaded(pilot, app, SESSIONS)
+        app.sessions_view.filter = app.sessions_view.filter.parse("notebook-ana status:running")
+        app.sessions_view.refresh_view()
+        await pilot.press("d")
+        await until(pilot, lambda: app.detail_view.detail is not None, what="the details")
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, AppsScreen), what="the apps dialog")
+        await pilot.press("enter")  # the first: jupyterlab
+        await until(pilot, lambda: len(app.forward_urls) == 1, what="the forward")
+        app.clear_notifications()  # the toasts said so; the picture shows the view
         await pilot.pause(0.5)
 
     assert snap_compare(app, terminal_size=size, run_before=before)

@@ -11,6 +11,7 @@ import ipaddress
 import json
 import socket
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 READ_SIZE = 256 * 1024
@@ -64,8 +65,17 @@ class AppProxy:
         self.out = out or sys.stderr
         self.ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()  # why the session ended
         self.connections = 0
+        self.tunnels: set[Any] = set()  # the WebSockets of the connections open now
+        self.handlers: set[asyncio.Task[Any]] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self.handlers.add(task)
+            task.add_done_callback(self.handlers.discard)
+        await self._handle(reader, writer)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         import aiohttp
 
         self.connections += 1
@@ -75,6 +85,7 @@ class AppProxy:
             print(f"cannot open a tunnel to {self.app}: {e}", file=self.out)
             writer.close()
             return
+        self.tunnels.add(ws)
 
         async def upstream() -> None:
             while data := await reader.read(READ_SIZE):
@@ -105,11 +116,20 @@ class AppProxy:
             for task in (up, down):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            self.tunnels.discard(ws)
             with contextlib.suppress(Exception):
                 await ws.close()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """End the connections open now: their tunnels close, then each ends as when the app closes it."""
+        for ws in list(self.tunnels):
+            with contextlib.suppress(Exception):
+                await ws.close()
+        if self.handlers:
+            await asyncio.wait(set(self.handlers), timeout=timeout)
 
     def _said(self, why: str, ws: Any) -> None:
         if ws.close_code == 1001 or "ended" in why or "is gone" in why:
@@ -117,6 +137,44 @@ class AppProxy:
                 self.ended.set_result(why)
         else:
             print(f"tunnel to {self.app}: {why}", file=self.out)
+
+
+def app_port(app: dict[str, Any], host: str) -> int:
+    """Where to listen for an app by default: its own port when that is free on host, else 0 (any free one)."""
+    wanted = int((app.get("ports") or [0])[0])
+    return wanted if wanted and port_is_free(host, wanted) else 0
+
+
+@dataclass
+class Forward:
+    """An app of a session forwarded to a local listener: `url` opens it, `ended` resolves with the reason
+    when the session ends (see `watch_session`), `close()` stops listening and ends open connections."""
+
+    server: asyncio.Server
+    proxy: AppProxy
+    url: str
+    started: bool  # the app was started for this forward (else it ran already)
+
+    @property
+    def ended(self) -> asyncio.Future[str]:
+        return self.proxy.ended
+
+    async def close(self) -> None:
+        self.server.close()
+        await self.proxy.close()
+
+
+async def open_forward(
+    client: Any, session: dict[str, Any], app: dict[str, Any], host: str, port: int, out=None
+) -> Forward:
+    """Start the app (an APIError with its output when it fails) and listen on host:port (port 0: any free
+    one; an OSError when it cannot), tunnelling every connection to the app; what goes wrong with a
+    connection later is written to `out` (stderr by default). Used by `bai session app` and `bai tui`."""
+    started = await client.start_app(session["id"], app["name"])
+    proxy = AppProxy(client, session, app["name"], out)
+    server = await asyncio.start_server(proxy.handle, host, port)
+    port = server.sockets[0].getsockname()[1]
+    return Forward(server, proxy, app_url(app, host, port), bool(started.get("started")))
 
 
 async def serve_app(client: Any, session: dict[str, Any], app_name: str, bind: str | None) -> int:
@@ -135,35 +193,30 @@ async def serve_app(client: Any, session: dict[str, Any], app_name: str, bind: s
         print(str(e), file=sys.stderr)
         return 2
     if bind is None:  # the app's own port when it is free here, else any free one
-        wanted = int((app.get("ports") or [0])[0])
-        port = wanted if wanted and port_is_free(host, wanted) else 0
+        port = app_port(app, host)
     print(f"starting {app_name} in session {session['name']}...", file=sys.stderr, flush=True)
     try:
-        started = await client.start_app(session["id"], app_name)
+        forward = await open_forward(client, session, app, host, port)
     except APIError as e:
-        print(f"{app_name} did not start: {e.msg or e.title}", file=sys.stderr)
+        print(e.msg or f"{app_name} did not start: {e.title}", file=sys.stderr)
         return 1
-    proxy = AppProxy(client, session, app_name)
-    try:
-        server = await asyncio.start_server(proxy.handle, host, port)
     except OSError as e:
         why = e.strerror or e
         print(f"cannot listen on {host}:{port}: {why} (choose another with --bind HOST:PORT)", file=sys.stderr)
         return 1
-    port = server.sockets[0].getsockname()[1]
     if not is_loopback(host):
         print(
             f"warning: listening on {host}, not 127.0.0.1: anyone who reaches this address uses {app_name} as you",
             file=sys.stderr,
         )
-    state = "started" if started.get("started") else "running"
+    state = "started" if forward.started else "running"
     print(f"{app_name} is {state}; open it at:", file=sys.stderr)
-    print(app_url(app, host, port), flush=True)
+    print(forward.url, flush=True)
     print("(Ctrl-C stops the tunnel; the app keeps running in the session)", file=sys.stderr, flush=True)
-    async with server:
-        watch = asyncio.create_task(watch_session(client, session, proxy))
+    async with forward.server:
+        watch = asyncio.create_task(watch_session(client, session, forward.proxy))
         try:
-            why = await proxy.ended
+            why = await forward.ended
         finally:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

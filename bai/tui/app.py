@@ -5,7 +5,9 @@ a snapshot, then changes as they happen; a kernel's output comes on a stream of 
 breaks the dashboard says so and reconnects by itself (backing off up to 5 s), taking a fresh snapshot.
 Drawing is throttled: the model changes on every event, the visible view is redrawn at most 5 times a
 second (and once a second for ages), the log view at most 10 times a second. `s` on a running session
-gives the terminal to a shell in it (as `bai session shell`) and takes it back when the shell ends.
+gives the terminal to a shell in it (as `bai session shell`) and takes it back when the shell ends; `f`
+lists its apps and forwards the chosen one to a port on 127.0.0.1 (as `bai session app`, in the
+dashboard's own event loop) until the session ends or the dashboard exits.
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ from datetime import datetime
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.widgets import ContentSwitcher, DataTable, Footer, Static
 
+from bai.cli.apps import Forward, app_port, open_forward, watch_session
 from bai.client.api import APIError, Client
 from bai.common.present import utc_now
-from bai.tui.modals import ConfirmScreen, HelpScreen, PromptScreen
+from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, PromptScreen
 from bai.tui.model import ClusterModel, Filter
-from bai.tui.views import AgentsView, DetailView, LogsView, SessionsView, ShellRequested
+from bai.tui.views import AgentsView, DetailView, ForwardRequested, LogsView, SessionsView, ShellRequested
 
 VIEWS = ("agents", "sessions", "detail", "logs")
 VIEW_NAMES = {
@@ -36,8 +40,11 @@ VIEW_NAMES = {
 SESSION_VIEWS = ("sessions", "detail", "logs")
 SHELL_STATUSES = ("RUNNING", "RUNNING_DEGRADED")  # as `bai session shell` requires
 ShellRunner = Callable[[str], Awaitable[int]]
+Forwarder = Callable[[dict[str, Any], dict[str, Any]], Awaitable[Forward]]
+FORWARD_HOST = "127.0.0.1"
 LOG_ACTIONS = {"toggle_timestamps", "toggle_wrap", "log_end", "log_start"}
 MAX_BACKOFF = 5.0
+COMPACT_FOOTER_BELOW = 100  # columns
 
 
 class Dashboard(App):
@@ -77,14 +84,21 @@ class Dashboard(App):
         max_log_lines: int = 10_000,
         start_view: str = "sessions",
         shell_runner: ShellRunner | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
         """`shell_runner(session_id) -> exit status` runs a shell in a session for `s`; by default the
-        dashboard suspends and attaches this terminal to the session's (tests pass their own)."""
+        dashboard suspends and attaches this terminal to the session's (tests pass their own).
+        `forwarder(session, app) -> Forward` starts an app and listens for it for `f`; by default on
+        127.0.0.1, on the app's own port when free (`bai.cli.apps.open_forward`)."""
         super().__init__()
         self.client = client
         self.read_only = read_only
         self.shell_runner: ShellRunner = shell_runner or self._suspended_shell
         self.shell_open = False
+        self.forwarder: Forwarder = forwarder or self._forward_locally
+        self.forwards: dict[tuple[str, str], Forward] = {}  # (session id, app) -> its open forward
+        self.forward_urls: dict[tuple[str, str], str] = {}  # the same, their URLs (the detail view shows them)
+        self._opening: set[tuple[str, str]] = set()
         self.clock = clock
         self.model = ClusterModel()
         self.max_log_lines = max_log_lines
@@ -108,7 +122,7 @@ class Dashboard(App):
             width = self._terminal_width
             yield AgentsView(self.model, clock=self.clock, width=width, id="agents")
             yield SessionsView(self.model, clock=self.clock, width=width, read_only=self.read_only, id="sessions")
-            yield DetailView(clock=self.clock, read_only=self.read_only, id="detail")
+            yield DetailView(clock=self.clock, read_only=self.read_only, forwards=self.forward_urls, id="detail")
             yield LogsView(self.max_log_lines, id="logs")
         yield Footer()
 
@@ -116,11 +130,19 @@ class Dashboard(App):
         return self.size.width
 
     def on_mount(self) -> None:
+        self._fit_footer(self.size.width)
         self.run_worker(self._follow_cluster(), group="cluster", exclusive=True)
         self.set_interval(0.2, self._tick)
         self.set_interval(0.1, self._flush_logs)
         self._focus_view()
         self._draw_topbar()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_footer(event.size.width)
+
+    def _fit_footer(self, width: int) -> None:
+        """Under 100 columns the keys go closer together: every key of a view fits in 80."""
+        self.query_one(Footer).compact = width < COMPACT_FOOTER_BELOW
 
     @property
     def agents_view(self) -> AgentsView:
@@ -329,6 +351,9 @@ class Dashboard(App):
     def on_shell_requested(self, message: ShellRequested) -> None:
         self.open_shell(message.session_id)
 
+    def on_forward_requested(self, message: ForwardRequested) -> None:
+        self.choose_app(message.session_id)
+
     # -- actions on sessions ----------------------------------------------------------------------
 
     def action_describe(self) -> None:
@@ -445,6 +470,99 @@ class Dashboard(App):
                 failed = e
         raise failed
 
+    # -- apps forwarded to local ports (f) ----------------------------------------------------------
+
+    def choose_app(self, sid: str | None) -> None:
+        """`f`: the running session's apps in a dialog; the one chosen is forwarded to a local port."""
+        if self.read_only:
+            self.notify("Read-only dashboard: no apps forwarded.", severity="warning")
+            return
+        row = self.model.sessions.get(sid or "")
+        if sid is None or row is None:
+            self.notify("No session chosen.", severity="warning")
+            return
+        if row["status"] not in SHELL_STATUSES:
+            self.notify(
+                f"No apps of {row['name']}: it is {row['status']}, and apps need a running session.",
+                severity="warning",
+            )
+            return
+        self.run_worker(self._choose_app(row), group="apps", exclusive=True)
+
+    async def _choose_app(self, row: dict[str, Any]) -> None:
+        sid, name = row["id"], row["name"]
+        try:
+            apps = await self.client.apps(sid)
+        except APIError as e:
+            self.notify(f"Could not list the apps of {name}: {e}", severity="error", timeout=8)
+            return
+        if not apps:
+            self.notify(f"session {name} offers no apps", severity="warning")
+            return
+        forwarded = {app: url for (session, app), url in self.forward_urls.items() if session == sid}
+
+        def chosen(app_name: str | None) -> None:
+            app = next((a for a in apps if a.get("name") == app_name), None)
+            if app is not None:
+                self.forward_app(row, app)
+
+        self.push_screen(AppsScreen(name, apps, forwarded), chosen)
+
+    def forward_app(self, row: dict[str, Any], app: dict[str, Any]) -> None:
+        """Forward an app of a session, once: asked again, the dashboard says where it is."""
+        key = (row["id"], str(app["name"]))
+        if key in self.forwards:
+            self.notify(f"{key[1]}: {self.forwards[key].url}")
+            return
+        if key in self._opening:
+            return
+        self._opening.add(key)
+        self.run_worker(self._forward(key, row, app), group=f"forward-{key[0]}-{key[1]}")
+
+    async def _forward(self, key: tuple[str, str], row: dict[str, Any], app: dict[str, Any]) -> None:
+        sid, name = key
+        self.notify(f"starting {name}…")
+        try:
+            forward = await self.forwarder(row, app)
+        except APIError as e:
+            self.notify(f"{name} did not start: {e.msg or e.title}", severity="error", timeout=15)
+            return
+        except OSError as e:
+            self.notify(f"Cannot listen for {name}: {e.strerror or e}", severity="error", timeout=10)
+            return
+        finally:
+            self._opening.discard(key)
+        self.forwards[key] = forward
+        self.forward_urls[key] = forward.url
+        self.detail_view.refresh_view()
+        self.notify(f"{name}: {forward.url}", timeout=10)
+        watch = asyncio.create_task(watch_session(self.client, row, forward.proxy))
+        try:
+            why = await forward.ended
+        finally:  # the session ended, or the dashboard exits (the worker is cancelled)
+            watch.cancel()
+            await self._close_forward(key)
+        self.notify(f"the forward of {name} ({forward.url}) closed: {why}", severity="warning", timeout=10)
+
+    async def _close_forward(self, key: tuple[str, str]) -> None:
+        forward = self.forwards.pop(key, None)
+        self.forward_urls.pop(key, None)
+        if forward is not None:
+            if self.is_running:
+                self.detail_view.refresh_view()
+            await forward.close()
+
+    async def _forward_locally(self, session: dict[str, Any], app: dict[str, Any]) -> Forward:
+        """Start the app, listen on 127.0.0.1 (the app's port when free, else any), as `bai session app`;
+        what goes wrong with a connection later is told in a note."""
+        return await open_forward(
+            self.client, session, app, FORWARD_HOST, app_port(app, FORWARD_HOST), out=_Notes(self)
+        )
+
+    async def on_unmount(self) -> None:
+        """The dashboard exits: every forward closes."""
+        await asyncio.gather(*(self._close_forward(key) for key in list(self.forwards)))
+
     # -- prompts ----------------------------------------------------------------------------------
 
     def action_filter(self) -> None:
@@ -515,6 +633,21 @@ class Dashboard(App):
     def action_log_start(self) -> None:
         self.logs_view.log_view.jump_start()
         self.logs_view.refresh_view()
+
+
+class _Notes:
+    """A file for `print`: each line written becomes a note on the dashboard (a warning)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def write(self, text: str) -> int:
+        if text.strip():
+            self.app.notify(text.strip(), severity="warning", timeout=8)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
 
 
 def _detail_key(row: dict[str, Any] | None) -> Any:

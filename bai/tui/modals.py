@@ -1,4 +1,4 @@
-"""Dialogs over the dashboard: confirm an action, type a filter or a command, the key list."""
+"""Dialogs over the dashboard: confirm an action, type a filter or a command, choose an app, the key list."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from bai.tui.views import app_line
 
 DIALOG_CSS = """
 {name} {{ align: center middle; background: $background 60%; }}
@@ -91,6 +94,45 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class AppsScreen(ModalScreen[str | None]):
+    """A session's apps (`f`): Enter forwards the one under the cursor to a local port (or, forwarded
+    already, shows its URL again); Esc cancels. Dismissed with the app's name, or None."""
+
+    DEFAULT_CSS = (
+        DIALOG_CSS.format(name="AppsScreen")
+        + """
+    AppsScreen OptionList, AppsScreen OptionList:focus { height: auto; max-height: 16; border: none; padding: 0; }
+    """
+    )
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, session: str, apps: list[dict], forwarded: dict[str, str]) -> None:
+        super().__init__()
+        self.session = session
+        self.apps = apps
+        self.forwarded = forwarded  # app name -> its local URL
+
+    def compose(self) -> ComposeResult:
+        width = max(len(str(a.get("name"))) for a in self.apps)
+        options = [
+            Option(app_line(a, width, self.forwarded.get(str(a.get("name")))), id=str(a.get("name"))) for a in self.apps
+        ]
+        with Vertical():
+            yield Static(Text(f"Apps of {self.session}", style="bold"))
+            yield OptionList(*options, id="apps")
+            yield Static(Text("Enter: forward it to 127.0.0.1   Esc: cancel", style="dim"))
+
+    def on_mount(self) -> None:
+        self.query_one(OptionList).focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     (
         "Views",
@@ -109,6 +151,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
             ("d / Enter", "describe the session under the cursor"),
             ("l", "open its logs"),
             ("s", "a shell in it if running; back here when it exits (hidden with --read-only)"),
+            ("f", "forward an app of it (Jupyter…) to a local port (hidden with --read-only)"),
             ("Ctrl-d", "terminate it (asks first; hidden with --read-only)"),
             ("/", "filter: words, status:pending|running|finished|STATUS, owner:KEY; ! inverts"),
             ("Enter on an agent", "its sessions"),
@@ -149,7 +192,7 @@ class HelpScreen(ModalScreen[None]):
         for section, keys in KEYS:
             table.add_row(Text(section, style="bold underline"), "")
             for key, text in keys:
-                if self.read_only and key in ("Ctrl-d", "s"):
+                if self.read_only and key in ("Ctrl-d", "s", "f"):
                     continue
                 table.add_row(key, text)
         with Vertical():

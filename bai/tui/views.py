@@ -79,23 +79,38 @@ class ShellRequested(Message):
         self.session_id = session_id
 
 
+class ForwardRequested(Message):
+    """`f` on a session (in the sessions or the describe view): list its apps to forward one to a local
+    port (as k9s's port-forward). The app decides whether it can, as for `ShellRequested`."""
+
+    def __init__(self, session_id: str | None) -> None:
+        super().__init__()
+        self.session_id = session_id
+
+
 SHELL_BINDING = Binding("s", "shell", "Shell")
+FORWARD_BINDING = Binding("f", "forward", "Forward")
+SESSION_BINDINGS = [SHELL_BINDING, FORWARD_BINDING]
 
 
-class ShellKey:
-    """`s` (SHELL_BINDING, in the view's BINDINGS): ask for a shell in the view's session; hidden when the
-    dashboard is read-only."""
+class SessionKeys:
+    """`s` and `f` (SESSION_BINDINGS, in the view's BINDINGS): ask for a shell in the view's session, or
+    for one of its apps on a local port; both hidden when the dashboard is read-only."""
 
     read_only = False
 
     def action_shell(self) -> None:
         self.post_message(ShellRequested(self.shell_session()))  # type: ignore[attr-defined]
 
+    def action_forward(self) -> None:
+        self.post_message(ForwardRequested(self.shell_session()))  # type: ignore[attr-defined]
+
     def shell_session(self) -> str | None:
+        """The session the keys act on."""
         raise NotImplementedError
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "shell":
+        if action in ("shell", "forward"):
             return not self.read_only
         return True
 
@@ -212,14 +227,14 @@ class AgentsView(TableView):
         self.query_one("#agents-total", Static).update(total)
 
 
-class SessionsView(ShellKey, TableView):
+class SessionsView(SessionKeys, TableView):
     """The sessions table: status, where or why waiting, slots, age, exit or reason."""
 
     DEFAULT_CSS = """
     SessionsView #sessions-summary { height: 1; padding: 0 1; }
     SessionsView DataTable { height: 1fr; }
     """
-    BINDINGS = [SHELL_BINDING]
+    BINDINGS = SESSION_BINDINGS
 
     class Chosen(Message):
         """Enter on a session: describe it."""
@@ -314,18 +329,27 @@ class SessionsView(ShellKey, TableView):
         self.query_one("#sessions-summary", Static).update(summary)
 
 
-class DetailView(ShellKey, View):
+class DetailView(SessionKeys, View):
     """One session: what it is, where it runs, its kernels and mounts, and its history."""
 
     DEFAULT_CSS = """
     DetailView VerticalScroll { height: 1fr; padding: 0 1; }
     """
-    BINDINGS = [SHELL_BINDING]
+    BINDINGS = SESSION_BINDINGS
 
-    def __init__(self, *, clock: Clock = utc_now, read_only: bool = False, **kw) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock = utc_now,
+        read_only: bool = False,
+        forwards: dict[tuple[str, str], str] | None = None,
+        **kw,
+    ) -> None:
+        """`forwards`: the local URL of each app forwarded, by (session id, app name); the app keeps it."""
         super().__init__(**kw)
         self.clock = clock
         self.read_only = read_only
+        self.forwards = forwards if forwards is not None else {}
         self.session_id: str | None = None
         self.detail: dict[str, Any] | None = None
         self.history: dict[str, Any] | None = None
@@ -350,7 +374,9 @@ class DetailView(ShellKey, View):
         if self.detail is None:
             body.update(Text(self.error or "loading…", style="red" if self.error else "dim"))
             return
-        body.update(render_detail(self.detail, self.history, self.clock()))
+        sid = self.session_id
+        forwarded = {app: url for (session, app), url in self.forwards.items() if session == sid}
+        body.update(render_detail(self.detail, self.history, self.clock(), forwarded))
 
 
 def _field_table() -> Table:
@@ -376,7 +402,35 @@ def run_outcome(s: dict[str, Any]) -> str:
     return f"exit {s['exitCode']}" + (f" {result}" if result else "")
 
 
-def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Group:
+def app_line(a: dict[str, Any], name_width: int = 0, url: str | None = None) -> Text:
+    """`jupyterlab  http 8090  127.0.0.1:30001` (where published) `  → URL` (while forwarded)."""
+    text = Text()
+    ports = ",".join(str(p) for p in a.get("ports") or [])
+    text.append(f"{str(a.get('name')):<{name_width}}  ", style="bold")
+    text.append(f"{a.get('protocol')} {ports}")
+    published = ", ".join(f"127.0.0.1:{p}" for p in a.get("host_ports") or [])
+    if published:
+        text.append(f"  {published}", style="cyan")
+    if url:
+        text.append(f"  → {url}", style="bold green")
+    return text
+
+
+def apps_text(apps: list[dict[str, Any]], forwarded: dict[str, str] | None = None) -> Text:
+    """One `app_line` per app, the names aligned, with its local URL while the dashboard forwards it;
+    "none" (dim) without apps."""
+    if not apps:
+        return Text("none", style="dim")
+    forwarded = forwarded or {}
+    width = max(len(str(a.get("name"))) for a in apps)
+    return Text("\n").join(app_line(a, width, forwarded.get(str(a.get("name")))) for a in apps)
+
+
+def render_detail(
+    s: dict[str, Any], history: dict[str, Any] | None, now, forwarded: dict[str, str] | None = None
+) -> Group:
+    """The session's fields, kernels, status history and scheduler decisions; `forwarded` gives the local
+    URL of each of its apps the dashboard forwards (f)."""
     from bai.common.present import reason
 
     fields = _field_table()
@@ -416,6 +470,7 @@ def render_detail(s: dict[str, Any], history: dict[str, Any] | None, now) -> Gro
         if mounts
         else Text("none", style="dim"),
     )
+    fields.add_row("Apps", apps_text(s.get("servicePorts") or [], forwarded))
 
     kernels = Table(title="Kernels", title_justify="left", title_style="bold", box=None, header_style="bold")
     with_gpus = any(k.get("devices") for k in s.get("kernels", []))
