@@ -32,11 +32,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.nodeproc import Cluster, Node, free_port  # noqa: E402
+from tests.nodeproc import Cluster, Node, admin_keys, free_port, signed_request  # noqa: E402
 
 MiB = 1 << 20
 BRIDGE = '[scaling_groups.default]\nallowed_networks = ["bridge"]\n'
 HEARTBEAT = 0.5
+# Serves /home/work on the web app's port with HTTP/1.1 (kept-alive connections: python -m http.server,
+# what the image's service definition starts, speaks HTTP/1.0). Started before the app is opened, so the
+# app is found running.
+KEEPALIVE_SERVER = r'''
+import socket, subprocess, sys, time
+code = """
+import http.server
+class H(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # answers in pieces (headers, body) go out at once on either path
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()
+"""
+subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(100):
+    try:
+        socket.create_connection(("127.0.0.1", 8080), 1).close()
+        break
+    except OSError:
+        time.sleep(0.05)
+'''
 
 
 def get(port: int, path: str, conn: http.client.HTTPConnection | None = None) -> bytes:
@@ -66,15 +89,14 @@ def wait_listening(port: int, timeout: float = 60) -> None:
 
 
 def prepare(node, name: str, network: str | None) -> dict:
-    args = ["session", "create", "--name", name, "--mem", "1g", "python"]
-    if network:
-        args[3:3] = ["--network", network]
+    args = ["session", "create", "--name", name, "--mem", "1g", *(("--network", network) if network else ()), "python"]
     node.cli(*args, check=True)
     code = (
         f"open('blob','wb').write(b'x'*{100 * MiB}); open('mid','wb').write(b'y'*{5 * MiB}); "
         "open('small','w').write('ok')"
     )
     node.cli("session", "exec", name, "-c", code, check=True, timeout=120)
+    node.cli("session", "exec", name, "-c", KEEPALIVE_SERVER, check=True, timeout=60)
     return node.json("session", "info", name)
 
 
@@ -133,9 +155,12 @@ def concurrent(port: int, tunnels: int = 20) -> int:
     return sum(1 for r in results if r == b"y" * (5 * MiB))
 
 
-def heartbeat_gaps(node, seconds: float, load=None) -> float:
+def heartbeat_gaps(cluster, seconds: float, load=None) -> float:
     """The largest gap between the agent's heartbeats as the manager recorded them (lastSeen), sampled
-    every 50 ms for `seconds`, while `load()` runs in a thread (if given)."""
+    every 20 ms through the API for `seconds`, while `load()` runs in a thread (if given)."""
+    from datetime import datetime
+
+    keys = admin_keys(cluster.manager)
     stop = threading.Event()
     worker = None
     if load is not None:
@@ -146,16 +171,15 @@ def heartbeat_gaps(node, seconds: float, load=None) -> float:
 
         worker = threading.Thread(target=loop, daemon=True)
         worker.start()
-    from datetime import datetime
-
     seen: list[float] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        agents = node.json("agent", "ls")
-        stamp = datetime.fromisoformat(agents[0]["lastSeen"]).timestamp()
+        status, answer = signed_request(cluster.manager, "GET", "/bai/agents", *keys)
+        assert status == 200, answer
+        stamp = datetime.fromisoformat(answer["items"][0]["lastSeen"]).timestamp()
         if not seen or stamp != seen[-1]:
             seen.append(stamp)
-        time.sleep(0.05)
+        time.sleep(0.02)
     stop.set()
     if worker is not None:
         worker.join(120)

@@ -93,13 +93,34 @@ async def test_a_tunnel_ends_when_its_session_ends_and_says_so(tmp_path):
         assert stream.closed_reason == "the kernel ended"
 
 
-async def test_a_tunnel_to_an_app_that_is_not_started_fails_with_the_reason(tmp_path):
+async def test_a_tunnel_to_an_app_that_is_not_running_starts_it_or_says_why(tmp_path):
     async with Harness(tmp_path) as h:
         row = await started(h)
         kernel, _, _ = await h.services.apps.start(row, "echo")
-        stream = await h.services.apps.open_tunnel(row, kernel, "web")  # never started
+        stream = await h.services.apps.open_tunnel(row, kernel, "web")  # never started: the agent starts it
+        await stream.send({"t": "data", "d": b"up"})
+        assert (await asyncio.wait_for(stream.receive(), 5))["d"] == b"up"
+        await stream.close()
+        stream = await h.services.apps.open_tunnel(row, kernel, "broken")
         assert await asyncio.wait_for(stream.receive(), 5) is None
-        assert "nothing listens on port 8080" in stream.closed_reason
+        assert stream.closed_reason == "broken did not start: broken exited with code 1 while starting\nboom"
+
+
+async def test_later_connections_do_not_ask_the_agent_to_start_the_app_again(tmp_path):
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        kernel = await h.services.apps.ensure_started(row, "echo")
+        calls = []
+        agent = h.agent("a1")
+        original = agent.apps.start
+
+        async def counting(k, name):
+            calls.append(name)
+            return await original(k, name)
+
+        agent.apps.start = counting
+        assert (await h.services.apps.ensure_started(row, "echo"))["id"] == kernel["id"]
+        assert calls == []
 
 
 async def test_twenty_tunnels_at_once_stay_apart(tmp_path):

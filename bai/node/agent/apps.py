@@ -67,7 +67,7 @@ class Apps:
         try:
             try:
                 app = find_app(kernel, name)
-                reader, writer = await self.backend.connect_app(kernel, app)
+                reader, writer = await self._connect(kernel, app)
             except (AppError, ChannelError, KernelStartError, OSError) as e:
                 await stream.close(str(e) or type(e).__name__)
                 return
@@ -76,6 +76,18 @@ class Apps:
             self.tunnels[kid] -= 1
             if not self.tunnels[kid]:
                 del self.tunnels[kid]
+
+    async def _connect(self, kernel: Kernel, app: ServicePort) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the app; one that is not listening (it went away since it was started) is
+        started again first."""
+        try:
+            return await self.backend.connect_app(kernel, app)
+        except ChannelError as first:
+            reply = await self.start(kernel, app.name)
+            if not reply["ok"]:
+                output = f"\n{reply['output'].rstrip()}" if reply["output"].strip() else ""
+                raise AppError(f"{app.name} did not start: {reply['error']}{output}") from first
+            return await self.backend.connect_app(kernel, app)
 
 
 async def relay(

@@ -851,11 +851,19 @@ class _Tunnel:
         threading.Thread(target=self._pipe, args=(b, a), name="tunnel", daemon=True).start()
 
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        # ACK the app's data at once (Linux forgets TCP_QUICKACK after each read): an app that writes an
+        # answer in pieces (headers, then body) with Nagle on would otherwise wait for a delayed ACK
+        quickack = getattr(socket, "TCP_QUICKACK", None) if src.family != socket.AF_UNIX else None
         try:
             while True:
                 data = src.recv(TUNNEL_CHUNK)
                 if not data:
                     break
+                if quickack is not None:
+                    try:
+                        src.setsockopt(socket.IPPROTO_TCP, quickack, 1)
+                    except OSError:
+                        quickack = None
                 dst.sendall(data)
             dst.shutdown(socket.SHUT_WR)
         except OSError:

@@ -39,6 +39,9 @@ class Apps:
     def __init__(self, link: ManagerLink, sessions: Sessions) -> None:
         self.link = link
         self.sessions = sessions
+        # (kernel id, app) started (or found running) before: later connections skip asking the agent
+        # first (an app that went away since is started again by the agent when its tunnel cannot connect)
+        self.started: set[tuple[str, str]] = set()
 
     async def offered(self, session: dict[str, Any]) -> list[ServicePort]:
         """The apps the session's main kernel offers (none before it started)."""
@@ -73,9 +76,20 @@ class Apps:
         except (RemoteError, TimeoutError) as e:
             raise app_failed(name, str(e) or "the agent did not answer in time", "") from None
         if not reply.get("ok"):
+            self.started.discard((kernel["id"], name))
             raise app_failed(name, str(reply.get("error") or "unknown error"), str(reply.get("output") or ""))
+        if len(self.started) > 10_000:  # kernels come and go: forget old ones wholesale, rarely
+            self.started.clear()
+        self.started.add((kernel["id"], name))
         self.sessions.touch(session["id"])
         return kernel, sp, bool(reply.get("started"))
+
+    async def ensure_started(self, session: dict[str, Any], name: str) -> dict[str, Any]:
+        """The kernel to tunnel to: the app is started first unless it was before (a 4xx when it fails)."""
+        kernel, _ = await self.find(session, name)
+        if (kernel["id"], name) not in self.started:
+            kernel, _, _ = await self.start(session, name)
+        return kernel
 
     async def open_tunnel(self, session: dict[str, Any], kernel: dict[str, Any], name: str) -> LinkStream:
         """A tunnel (one TCP connection) to the app: a link stream to the kernel's agent (frames:

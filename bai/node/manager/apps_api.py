@@ -77,7 +77,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_MESSAGE)
     if not ws.can_prepare(request).ok:
         raise invalid("the app proxy is a WebSocket: connect with an Upgrade: websocket request")
-    kernel, _, _ = await services.apps.start(row, name)  # 4xx before the upgrade
+    kernel = await services.apps.ensure_started(row, name)  # 4xx before the upgrade
     stream = await services.apps.open_tunnel(row, kernel, name)
     try:
         await ws.prepare(request)
