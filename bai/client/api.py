@@ -542,7 +542,6 @@ class Client:
         except aiohttp.ClientConnectionError as e:
             raise self._unreachable(e) from None
 
-
     async def apps(self, ref: str) -> list[dict[str, Any]]:
         """The session's apps (Backend.AI's `servicePorts` items, with bai's `host_ports`)."""
         return await self.request("GET", f"/stream/session/{ref}/apps")

@@ -423,20 +423,26 @@ class Dashboard(App):
             return
         self.notify(f"Terminating {name}…")
 
-    def open_shell(self, sid: str | None) -> None:
-        """`s`: a shell in a running session; the dashboard gives way to it until it ends."""
+    def _running_session(self, sid: str | None, refused: str, not_running: str) -> dict[str, Any] | None:
+        """The chosen session's row when it runs and this dashboard may act on it; else None, and a note
+        saying why (`not_running` is completed with "a running session.")."""
         if self.read_only:
-            self.notify("Read-only dashboard: no shells.", severity="warning")
-            return
+            self.notify(f"Read-only dashboard: {refused}.", severity="warning")
+            return None
         row = self.model.sessions.get(sid or "")
         if sid is None or row is None:
             self.notify("No session chosen.", severity="warning")
-            return
+            return None
         if row["status"] not in SHELL_STATUSES:
-            self.notify(
-                f"No shell in {row['name']}: it is {row['status']}, and a shell needs a running session.",
-                severity="warning",
-            )
+            sentence = not_running.format(name=row["name"], status=row["status"])
+            self.notify(f"{sentence} a running session.", severity="warning")
+            return None
+        return row
+
+    def open_shell(self, sid: str | None) -> None:
+        """`s`: a shell in a running session; the dashboard gives way to it until it ends."""
+        row = self._running_session(sid, "no shells", "No shell in {name}: it is {status}, and a shell needs")
+        if row is None:
             return
         if self.shell_open:
             return
@@ -474,18 +480,8 @@ class Dashboard(App):
 
     def choose_app(self, sid: str | None) -> None:
         """`f`: the running session's apps in a dialog; the one chosen is forwarded to a local port."""
-        if self.read_only:
-            self.notify("Read-only dashboard: no apps forwarded.", severity="warning")
-            return
-        row = self.model.sessions.get(sid or "")
-        if sid is None or row is None:
-            self.notify("No session chosen.", severity="warning")
-            return
-        if row["status"] not in SHELL_STATUSES:
-            self.notify(
-                f"No apps of {row['name']}: it is {row['status']}, and apps need a running session.",
-                severity="warning",
-            )
+        row = self._running_session(sid, "no apps forwarded", "No apps of {name}: it is {status}, and apps need")
+        if row is None:
             return
         self.run_worker(self._choose_app(row), group="apps", exclusive=True)
 
