@@ -222,7 +222,7 @@ def test_nothing_imports_tomli_or_the_old_writer() -> None:
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("[agent]\ncpus = 4\n", "[agent] cpus: unknown key (expected one of: cpu,"),
+        ("[agent]\ncpus = 4\n", "[agent] cpus: unknown key (expected one of: app_start_timeout, cpu,"),
         ("[nodes]\nrole = 'all'\n", "nodes: unknown key (expected one of: agent,"),
         ("[link]\nheartbeat_interval = 'fast'\n", "[link] heartbeat_interval: expected a number, got 'fast'"),
         ("[agent]\npids_limit = 1.5\n", "[agent] pids_limit: expected a whole number, got 1.5"),

@@ -375,7 +375,7 @@ def test_a_node_with_an_unknown_config_key_does_not_start(tmp_path) -> None:
     cmd = [sys.executable, "-m", "bai", "node", "--state-dir", str(tmp_path / "state"), "--listen", "127.0.0.1:0"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
-    assert f"{cfg}: [agent] cpus: unknown key (expected one of: cpu," in out.stderr
+    assert f"{cfg}: [agent] cpus: unknown key (expected one of: app_start_timeout, cpu," in out.stderr
 
 
 def test_json_logs_are_one_object_per_line(tmp_path) -> None:
