@@ -24,7 +24,7 @@ async def test_unknown_and_unimplemented_endpoints_answer_with_problems(sim_node
         ("GET", "/no/such/path", 404, "url-not-found"),
         ("GET", "/agents", 404, "url-not-found"),  # bai's own endpoints moved under /bai/
         ("GET", "/session/abc/commit", 501, "not-implemented"),
-        ("POST", "/folders/x/clone", 501, "not-implemented"),
+        ("GET", "/folders/_/mounts", 501, "not-implemented"),
         ("GET", "/resource/presets", 501, "not-implemented"),
         ("PUT", "/session", 404, "url-not-found"),
     ):

@@ -41,6 +41,9 @@ FIELDS = [
     "resource_policy", "max_concurrent_sessions", "total_resource_slots", "idle_timeout", "data",
     "command", "rows", "cols", "app", "arguments", "envs",
     "query", "variables", "emails", "access_keys", "size", "archive", "file", "dst", "src", "shared_user_uuids",
+    "files", "taskId",
+    "target_name", "target_host", "cloneable", "perm", "user_ids", "inv_id", "vfolder_id", "vfolder", "user",
+    "user_email", "id", "shared_user_uuid", "onwer_access_key",
 ]  # fmt: skip
 CONFIG = st.fixed_dictionaries(
     {},
@@ -63,7 +66,9 @@ def node(tmp_path_factory) -> Iterator[Node]:
     node = Node(tmp_path_factory.mktemp("fuzz"), "sim", agent_config=apps).start()
     node.cli("session", "create", "--name", "fuzz-session", "python", check=True)
     # for the upload test: created first, before fuzzed sessions fill the agent (the fuzz never names it)
-    node.cli("session", "create", "--name", "upload-target", "python", check=True)
+    node.cli("session", "create", "--name", "upload-target", "python", "--cpu", "0.5", check=True)
+    # renamed by the fuzz (it shares the sim agent's second core with upload-target)
+    node.cli("session", "create", "--name", "rename-target", "python", "--cpu", "0.5", check=True)
     node.cli("vfolder", "create", "fuzz-folder", check=True)
     yield node
     node.stop()
@@ -96,8 +101,67 @@ ROUTES = [
     ("GET", "/bai/session/{ref}/history", None),
     ("POST", "/session/{ref}/upload", None),
     ("GET", "/session/{ref}/files", {"path": "/home/work"}),
+    ("GET", "/session/{ref}/download", {"files": ["a.txt"]}),
+    ("POST", "/session/{ref}/download", {"files": ["a.txt", "b/c.txt"]}),
+    ("PATCH", "/session/{ref}", None),
+    ("POST", "/session/{ref}/restart", None),
+    ("POST", "/session/rename-target/rename", {"name": "rename-target"}),
+    ("GET", "/session/{ref}/status-history", None),
+    ("GET", "/session/{ref}/dependency-graph", None),
+    ("POST", "/session/{ref}/commit", {"image": "fuzz/image:1"}),
+    ("GET", "/session/_/logs", None),
     ("GET", "/bai/agents", None),
     ("POST", "/admin/gql", {"query": "query { compute_session_list { items { id name } total_count } }"}),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "query($limit: Int!, $offset: Int!, $filter: String, $order: String, $status: String) "
+            "{ compute_session_list(limit: $limit, offset: $offset, filter: $filter, order: $order, status: $status) "
+            "{ items { id name status abusing_reports containers { id } } total_count } }",
+            "variables": {"limit": 20, "offset": 0, "filter": 'name ilike "%fuzz%"', "order": "-created_at"},
+        },
+    ),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "query($limit: Int!, $offset: Int!, $filter: String, $status: String) { agent_list(limit: $limit, "
+            "offset: $offset, filter: $filter, status: $status) { items { id status available_slots } total_count } "
+            "keypair_list(limit: $limit, offset: $offset) { items { access_key } total_count } }",
+            "variables": {"limit": 10, "offset": 0, "filter": 'status == "ALIVE"', "status": "ALIVE"},
+        },
+    ),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "mutation($user_id: String!, $input: KeyPairInput!) { create_keypair(user_id: $user_id, "
+            "props: $input) { ok msg keypair { access_key } } }",
+            "variables": {"user_id": "gql-fuzzed", "input": {"is_active": True, "resource_policy": "default"}},
+        },
+    ),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "mutation($name: String!, $input: ModifyKeyPairResourcePolicyInput!) { "
+            "modify_keypair_resource_policy(name: $name, props: $input) { ok msg } }",
+            "variables": {"name": "fuzzed-gql", "input": {"total_resource_slots": "{}", "idle_timeout": 0}},
+        },
+    ),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "mutation($alias: String!, $target: String!) { alias_image(alias: $alias, target: $target) "
+            "{ ok msg } }",
+            "variables": {"alias": "gql-fuzzed", "target": "python"},
+        },
+    ),
+    ("GET", "/config/resource-slots", None),
+    ("GET", "/config/docker-registries", None),
+    ("GET", "/manager/status", None),
     ("GET", "/folders/_/hosts", None),
     ("POST", "/folders", {"name": "fuzzed-folder", "host": "local", "usage_mode": "general"}),
     ("GET", "/folders", None),
@@ -113,8 +177,25 @@ ROUTES = [
     ("DELETE", "/folders/{name}/delete-files", {"files": ["c"], "recursive": True}),
     ("POST", "/folders/{name}/request-upload", {"path": "f.txt", "size": 3}),
     ("POST", "/folders/{name}/request-download", {"file": "f.txt", "archive": False}),
+    ("POST", "/folders/{name}/move-file", {"src": "a", "dst": "b"}),
+    ("POST", "/folders/{name}/clone", {"target_name": "fuzz-clone", "target_host": "local", "permission": "rw"}),
+    ("POST", "/folders/{name}/update-options", {"permission": "ro", "cloneable": True}),
+    ("POST", "/folders/{name}/invite", {"perm": "ro", "user_ids": ["fuzzer"]}),
+    ("POST", "/folders/{name}/leave", {"shared_user_uuid": "fuzzer"}),
+    ("GET", "/folders/invitations/list", None),
+    ("GET", "/folders/invitations/list-sent", None),
+    ("POST", "/folders/invitations/accept", {"inv_id": "0" * 32}),
+    ("DELETE", "/folders/invitations/delete", {"inv_id": "0" * 32}),
+    ("GET", "/folders/_/allowed_types", None),
+    ("GET", "/folders/_/all_hosts", None),
+    ("GET", "/folders/_/shared", {"vfolder_id": "0" * 32}),
+    ("POST", "/folders/_/shared", {"vfolder": "fuzz-folder", "user": "fuzzer", "perm": "ro"}),
+    ("POST", "/folders/_/change-ownership", {"vfolder": "fuzz-folder", "user_email": "fuzzer"}),
+    ("DELETE", "/folders", {"id": "0" * 32}),
     ("GET", "/user-config/dotfiles", None),
+    ("GET", "/user-config/dotfiles", {"path": ".fuzzrc", "owner_access_key": "AKIA"}),
     ("POST", "/user-config/dotfiles", {"path": ".fuzzrc", "data": "x=1\n", "permission": "644"}),
+    ("PATCH", "/user-config/dotfiles", {"path": ".fuzzrc", "data": "x=2\n", "permission": "600"}),
     ("DELETE", "/user-config/dotfiles", {"path": ".fuzzrc"}),
     ("GET", "/bai/images", None),
     ("POST", "/bai/images/pull", {"image": "127.0.0.1:1/x"}),

@@ -1,68 +1,199 @@
-"""The GraphQL subset: parsing the client's queries and projecting exactly the requested fields."""
+"""The GraphQL schema and its bounds without a node: the official client's queries fit the schema, the
+bounds refuse before anything runs, and `filter` / `order` (Backend.AI's minilang) parse safely."""
 
 from __future__ import annotations
 
 import pytest
+from graphql import GraphQLError, validate
 
-from bai.node.manager.gql import GraphQLError, Variable, argument, parse, project
+from bai.node.manager.graphql import minilang
+from bai.node.manager.graphql.base import page
+from bai.node.manager.graphql.limits import QueryRefused, check_arguments, parse_bounded
+from bai.node.manager.graphql.schema import SCHEMA
+from bai.node.manager.graphql_api import RULES
 
-LIST_QUERY = (
-    "query($limit:Int!, $offset:Int!, $status: String, $access_key: String, $filter: String, $order: String) "
-    "{ compute_session_list(limit:$limit, offset:$offset, status:$status, access_key:$access_key, "
-    "filter:$filter, order:$order) { items { name access_key id group_name main_kernel_id image type status "
-    "status_info status_changed result } total_count } }"
+PAGED = (
+    "query($limit:Int!, $offset:Int!, {decls}) {{ {root}( limit:$limit, offset:$offset, {args}) "
+    "{{ items {{ {fields} }} total_count }} }}"
 )
-INFO_QUERY = (
-    "query($id: UUID!) { compute_session(id: $id) { name id containers { id cluster_role agent } "
-    "dependencies { name id } } }"
-)
 
 
-def test_the_clients_list_query_parses_with_variables() -> None:
-    [root] = parse(LIST_QUERY)
-    assert root.name == "compute_session_list"
-    assert root.args["limit"] == Variable("limit")
-    assert argument(root, "limit", {"limit": 20}) == 20
-    assert argument(root, "status", {}, "DEFAULT") == "DEFAULT"
-    items, total = root.selections
-    assert (items.name, total.name) == ("items", "total_count")
-    assert [f.name for f in items.selections][:3] == ["name", "access_key", "id"]
+def paged(root: str, fields: str, **variables: str) -> str:
+    decls = ", ".join(f"${k}: {t}" for k, t in variables.items())
+    args = ", ".join(f"{k}:${k}" for k in variables)
+    return PAGED.format(decls=decls, root=root, args=args, fields=fields)
 
 
-def test_literals_aliases_and_the_keypair_query() -> None:
-    [root] = parse('{ who: keypair(flag: true, n: 3, s: "x,y", l: [1, 2]) { access_key is_admin } }')
-    assert (root.name, root.alias) == ("keypair", "who")
-    assert root.args == {"flag": True, "n": 3, "s": "x,y", "l": [1, 2]}
-    [kp] = parse("query {  keypair {    user_id access_key secret_key is_active is_admin  }}")
-    assert [f.name for f in kp.selections] == ["user_id", "access_key", "secret_key", "is_active", "is_admin"]
+# the shapes the 23.9 client sends (ai/backend/client/func/*.py with their default fields)
+CLIENT_QUERIES = [
+    paged(
+        "compute_session_list",
+        "id main_kernel_id tag name type image registry cluster_template cluster_mode cluster_size domain_name "
+        "group_name group_id agent_ids user_email user_id access_key created_user_email created_user_id status "
+        "status_info status_data status_changed created_at terminated_at starts_at scheduled_at startup_command "
+        "result resource_opts scaling_group service_ports mounts occupying_slots containers { id cluster_role "
+        "cluster_idx cluster_hostname session_id image registry status status_info status_data status_changed "
+        "agent container_id resource_opts occupied_slots preopen_ports live_stat last_stat } dependencies { name "
+        "id } abusing_reports idle_checks",
+        status="String",
+        access_key="String",
+        filter="String",
+        order="String",
+    ),
+    paged(
+        "agent_list",
+        "id status scaling_group available_slots occupied_slots",
+        status="String",
+        scaling_group="String",
+        filter="String",
+        order="String",
+    ),
+    "query($agent_id: String!) { agent(agent_id: $agent_id) { id status scaling_group addr region first_contact "
+    "cpu_cur_pct mem_cur_bytes available_slots occupied_slots local_config } }",
+    "query($is_operation: Boolean) { images(is_operation: $is_operation) { name registry architecture tag digest "
+    "size_bytes aliases } }",
+    paged(
+        "keypair_list",
+        "user_id access_key secret_key is_active is_admin created_at user_info { full_name } projects",
+        is_active="Boolean",
+        domain_name="String",
+        filter="String",
+        order="String",
+    ),
+    "query { keypair { user_id access_key secret_key is_active is_admin } }",
+    "query { keypair_resource_policies { name created_at total_resource_slots max_concurrent_sessions "
+    "max_vfolder_count max_vfolder_size idle_timeout max_containers_per_session allowed_vfolder_hosts } }",
+    "query($is_active: Boolean) { scaling_groups(is_active: $is_active) { name description is_active is_public "
+    "created_at driver scheduler use_host_network wsproxy_addr wsproxy_api_token } }",
+    paged(
+        "user_list",
+        "uuid role username email need_password_change status status_info is_active created_at domain_name "
+        "groups { id name } allowed_client_ip totp_activated sudo_session_enabled main_access_key",
+        status="String",
+        group_id="UUID",
+        filter="String",
+        order="String",
+    ),
+    "query { domains { name description is_active created_at total_resource_slots allowed_vfolder_hosts "
+    "allowed_docker_registries integration_id } }",
+    "query($domain_name: String) { groups(domain_name: $domain_name) { id name is_active created_at integration_id } }",
+    paged("storage_volume_list", "id backend capabilities", filter="String", order="String"),
+    "mutation($user_id: String!, $input: KeyPairInput!) { create_keypair(user_id: $user_id, props: $input) "
+    "{ ok msg keypair { access_key secret_key } } }",
+    "mutation($access_key: String!, $input: ModifyKeyPairInput!) { modify_keypair(access_key: $access_key, "
+    "props: $input) { ok msg } }",
+    "mutation($access_key: String!) { delete_keypair(access_key: $access_key) { ok msg } }",
+    "mutation($name: String!, $input: CreateKeyPairResourcePolicyInput!) { create_keypair_resource_policy("
+    "name: $name, props: $input) { ok msg resource_policy { name } } }",
+    "mutation($name: String!, $input: ModifyKeyPairResourcePolicyInput!) { modify_keypair_resource_policy("
+    "name: $name, props: $input) { ok msg } }",
+    "mutation($name: String!) { delete_keypair_resource_policy(name: $name) { ok msg } }",
+    "mutation($alias: String!, $target: String!) { alias_image(alias: $alias, target: $target) { ok msg } }",
+    "mutation($alias: String!) { dealias_image(alias: $alias) { ok msg } }",
+]
 
 
-def test_projection_keeps_the_requested_order_and_nesting() -> None:
-    [root] = parse(INFO_QUERY)
-    value = {
-        "id": "s1",
-        "name": "demo",
-        "extra": "not asked for",
-        "containers": [{"agent": "a1", "cluster_role": "main", "id": "k1", "image": "x"}],
-        "dependencies": lambda: [{"id": "d", "name": "dep", "status": "TERMINATED"}],
-    }
-    out = project(value, root.selections)
-    assert list(out) == ["name", "id", "containers", "dependencies"]
-    assert list(out["containers"][0]) == ["id", "cluster_role", "agent"]
-    assert out["dependencies"] == [{"name": "dep", "id": "d"}]
-    assert project(None, root.selections) is None
+@pytest.mark.parametrize("query", CLIENT_QUERIES, ids=range(len(CLIENT_QUERIES)))
+def test_the_official_clients_queries_fit_the_schema(query: str) -> None:
+    document = parse_bounded(query)
+    check_arguments(SCHEMA, document, {"limit": 20, "offset": 0, "filter": None, "order": None})
+    assert validate(SCHEMA, document, RULES) == []
+
+
+def test_unknown_fields_and_scalar_selections_are_validation_errors() -> None:
+    for query, says in [
+        ("{ no_such_thing { id } }", "no_such_thing"),
+        ("{ keypair { nope } }", "nope"),
+        ("{ keypair { is_admin { x } } }", "is_admin"),
+    ]:
+        [error] = validate(SCHEMA, parse_bounded(query), RULES)
+        assert says in error.message
 
 
 @pytest.mark.parametrize(
-    "query",
-    ["mutation { x }", "{ a { b }", "{ a } { b }", "query { a(b: ) }", "{ a ~ }"],
+    "query,variables,says",
+    [
+        ("{ keypair { } }", None, "Syntax Error"),
+        ("{ a(x: (1)) }", None, "Syntax Error"),
+        ("{ a ~ }", None, "Syntax Error"),
+        ("{ compute_session_list(limit: 0) { total_count } }", None, "limit must be between 1 and 100"),
+        ("query($o: Int) { agent_list(offset: $o) { total_count } }", {"o": -1}, "offset must be"),
+        ('{ compute_session(id: "\\udc00") { id } }', None, "lone surrogate"),
+        ("query($l: Int = 1000) { agent_list(limit: $l) { total_count } }", None, "limit must be between"),
+        ("{ keypair(access_key: " + "[" * 11 + "]" * 11 + ") { id } }", None, "nested too deeply"),
+    ],
 )
-def test_what_is_not_supported_is_a_graphql_error(query: str) -> None:
+def test_refusals_name_what_is_wrong(query: str, variables, says: str) -> None:
+    with pytest.raises(QueryRefused, match=says):
+        check_arguments(SCHEMA, parse_bounded(query), variables or {})
+
+
+def test_fragments_count_towards_the_bounds() -> None:
+    spreads = " ".join(["...F"] * 11)
+    with pytest.raises(QueryRefused, match="root fields"):
+        parse_bounded("fragment F on Queries { keypair { access_key } } { " + spreads + " }")
+    body = " ".join(f"f{i}: access_key" for i in range(60))
+    with pytest.raises(QueryRefused, match="at most 500"):
+        parse_bounded("fragment K on KeyPair { " + body + " } { keypair { " + " ".join(["...K"] * 9) + " } }")
+
+
+ITEMS = [
+    {"name": "alpha", "status": "RUNNING", "cluster_size": 1, "created_at": "2026-01-02", "tag": None},
+    {"name": "beta", "status": "TERMINATED", "cluster_size": 2, "created_at": "2026-01-01", "tag": "x"},
+    {"name": "Gamma-x", "status": "RUNNING", "cluster_size": 3, "created_at": "2026-01-03", "tag": "y"},
+]
+FIELDS = {"name", "status", "cluster_size", "created_at", "tag"}
+
+
+@pytest.mark.parametrize(
+    "expr,names",
+    [
+        ('status == "RUNNING"', ["alpha", "Gamma-x"]),
+        ("status != 'RUNNING'", ["beta"]),
+        ('name ilike "%X%"', ["Gamma-x"]),
+        ('name like "%x"', ["Gamma-x"]),
+        ('name like "_eta"', ["beta"]),
+        ("cluster_size >= 2", ["beta", "Gamma-x"]),
+        ("cluster_size < 2 | cluster_size > 2", ["alpha", "Gamma-x"]),
+        ('status == "RUNNING" & (cluster_size == 1 | name ilike "g%")', ["alpha", "Gamma-x"]),
+        ('status in ["TERMINATED", "ERROR"]', ["beta"]),
+        ("tag is null", ["alpha"]),
+        ("tag isnot null", ["beta", "Gamma-x"]),
+        ('created_at > "2026-01-01"', ["alpha", "Gamma-x"]),
+    ],
+)
+def test_filters(expr: str, names: list[str]) -> None:
+    predicate = minilang.parse_filter(expr, FIELDS)
+    assert [i["name"] for i in ITEMS if predicate(i)] == names
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        'nope == "x"',
+        'status = "RUNNING"',
+        'status == "RUNNING" &',
+        "(status == 'x'",
+        "status ~ 1",
+        "status in 3",
+        "name like 5",
+        "(" * 40 + "status == 'x'" + ")" * 40,
+        "__class__ == 1",
+        "status == ",
+    ],
+)
+def test_bad_filters_are_errors_not_crashes(expr: str) -> None:
+    with pytest.raises(minilang.MinilangError):
+        minilang.parse_filter(expr, FIELDS)
     with pytest.raises(GraphQLError):
-        parse(query)
+        page(list(ITEMS), {"filter": expr}, FIELDS)
 
 
-def test_unknown_fields_are_errors() -> None:
-    [root] = parse("{ keypair { nope } }")
-    with pytest.raises(GraphQLError, match="nope"):
-        project({"user_id": "u"}, root.selections)
+def test_orders_and_pages() -> None:
+    out = page(list(ITEMS), {"order": "-created_at", "limit": 2, "offset": 0}, FIELDS)
+    assert [i["name"] for i in out["items"]] == ["Gamma-x", "alpha"] and out["total_count"] == 3
+    out = page(list(ITEMS), {"order": "status,-cluster_size", "limit": 10, "offset": 1}, FIELDS)
+    assert [i["name"] for i in out["items"]] == ["alpha", "beta"]
+    for bad in ("nope", "-", "name;drop", ","):
+        with pytest.raises(GraphQLError):
+            page(list(ITEMS), {"order": bad}, FIELDS)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bai.node.manager.gql import MAX_DEPTH, MAX_FIELDS, MAX_PAGE_SIZE, MAX_QUERY_BYTES, MAX_ROOT_FIELDS
+from bai.node.manager.graphql.limits import MAX_DEPTH, MAX_FIELDS, MAX_PAGE_SIZE, MAX_QUERY_BYTES, MAX_ROOT_FIELDS
 from tests.nodeproc import Node, admin_keys, signed_request
 
 LIST = "compute_session_list(limit: $limit, offset: $offset) { items { id name status } total_count }"

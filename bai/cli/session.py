@@ -326,15 +326,8 @@ def _job(code: str | None, args: list[str], exec_cmd: str | None) -> tuple[str, 
         for f in files:
             if not f.is_file():
                 raise typer.BadParameter(f"no such file: {f}")
-        first = files[0].name
-        if exec_cmd is None:
-            if first.endswith(".py"):
-                exec_cmd = f"python3 {shlex.quote(first)}"
-            elif first.endswith(".sh"):
-                exec_cmd = f"sh {shlex.quote(first)}"
-            else:
-                exec_cmd = f"./{shlex.quote(first)}"
-        return "batch", "", {"exec": exec_cmd}, files
+        # without --exec the kernel chooses by the files' kind (Backend.AI's "*"; bai/node/agent/batch.py)
+        return "batch", "", {"exec": exec_cmd or "*"}, files
     if exec_cmd is not None:
         return "batch", "", {"exec": exec_cmd}, []
     if not sys.stdin.isatty():
@@ -768,3 +761,72 @@ def destroy(
         return 1 if failed else 0
 
     raise typer.Exit(run_async(go()))
+
+
+@app.command()
+def download(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    paths: list[str] = typer.Argument(..., help="Files or folders in the kernel (relative ones are under /home/work)."),
+    dest: Path = typer.Option(Path("."), "--dest", "-d", help="Where to put them."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
+) -> None:
+    """Copy files (or folders) out of a running session's kernel, as `backend.ai session download` does."""
+    import io
+    import tarfile
+
+    archives = call(lambda c: c.download(ref, list(paths)), owner)
+    dest.mkdir(parents=True, exist_ok=True)
+    for archive in archives:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(dest, filter="data")  # nothing lands outside dest, no devices or set-uid bits
+            for name in tar.getnames():
+                print(dest / name)
+
+
+@app.command()
+def restart(
+    refs: list[str] = typer.Argument(..., help="Session names or ids."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
+) -> None:
+    """Restart sessions' kernels: the code starts afresh (a new Python namespace), runs going on end; the
+    session, its files and its apps' ports stay."""
+    from bai.cli.common import client
+
+    async def go() -> int:
+        failed = 0
+        async with client(owner) as c:
+            for ref in refs:
+                try:
+                    await c.restart_session(ref)
+                    print(f"restarted {ref}")
+                except Exception as e:  # report each, go on with the rest
+                    print(f"bai: error: {ref}: {e}", file=sys.stderr)
+                    failed += 1
+        return 1 if failed else 0
+
+    raise typer.Exit(run_async(go()))
+
+
+@app.command()
+def rename(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    name: str = typer.Argument(..., help="Its new name."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
+) -> None:
+    """Give a live session another name."""
+    check_name(name)
+    call(lambda c: c.rename_session(ref, name), owner)
+    print(f"renamed {ref} to {name}")
+
+
+@app.command()
+def commit(
+    ref: str = typer.Argument(..., help="Session name or id."),
+    image: str = typer.Option(None, "--image", help="The image's name:tag (default: bai-commit/SESSION:TIME)."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
+) -> None:
+    """Save a running session's kernel as an image on its agent (Docker): `bai image ls` lists it and new
+    sessions can use it. What the kernel wrote in its scratch (/home/work, /tmp) and virtual folders is not
+    part of the image."""
+    made = call(lambda c: c.commit_session(ref, image), owner)
+    print(f"{made['name']} (on agent {made['agent']})")

@@ -47,10 +47,12 @@ def create(
     name: str,
     host: Annotated[str | None, typer.Option("--host", help="vfolder host [the default host].")] = None,
     usage_mode: Annotated[str, typer.Option("--usage-mode", help="general, model or data.")] = "general",
+    permission: Annotated[str, typer.Option("--permission", "-p", help="ro: every mount read-only; rw.")] = "rw",
+    cloneable: Annotated[bool, typer.Option("--cloneable", help="Others it is shared with may clone it.")] = False,
     as_json: AsJson = False,
 ) -> None:
     """Create a folder."""
-    folder = call(lambda c: c.create_vfolder(name, host, usage_mode))
+    folder = call(lambda c: c.create_vfolder(name, host, usage_mode, permission, cloneable))
     if as_json:
         print(json.dumps(folder))
     else:
@@ -95,6 +97,77 @@ def rename(name: str, new_name: str) -> None:
     """Give a folder another name (owner only)."""
     call(lambda c: c.vfolder_action(name, "rename", new_name=new_name))
     print(f"folder {name} is now {new_name}")
+
+
+@app.command("set")
+def set_options(
+    name: str,
+    permission: Annotated[str | None, typer.Option("--permission", "-p", help="ro (mounts read-only) or rw.")] = None,
+    cloneable: Annotated[bool | None, typer.Option("--cloneable/--not-cloneable", help="May it be cloned.")] = None,
+) -> None:
+    """Change a folder's own permission or whether it may be cloned (owner only)."""
+    call(lambda c: c.vfolder_action(name, "update-options", permission=permission, cloneable=cloneable))
+    print(f"folder {name} updated")
+
+
+@app.command("clone")
+def clone(
+    name: str,
+    target: str,
+    host: Annotated[str | None, typer.Option("--host", help="vfolder host [the default host].")] = None,
+    permission: Annotated[str, typer.Option("--permission", "-p", help="The copy's own permission.")] = "rw",
+) -> None:
+    """Copy a cloneable folder (yours, or one shared with you) into a new folder of yours."""
+    done = call(lambda c: c.vfolder_action(name, "clone", target_name=target, target_host=host, permission=permission))
+    print(f"folder {done['name']} ({done['id']}) is a copy of {name}")
+
+
+@app.command("invite")
+def invite(
+    name: str,
+    who: Annotated[list[str], typer.Argument(help="Access keys or user ids.")],
+    permission: Annotated[str, typer.Option("--permission", "-p", help="ro (read-only) or rw.")] = "ro",
+) -> None:
+    """Invite keypairs to use a folder: it is shared with each once they accept (owner only)."""
+    done = call(lambda c: c.vfolder_action(name, "invite", user_ids=who, perm=permission))
+    print(f"invited to {name}: {', '.join(done['invited_ids']) or 'nobody new'}")
+
+
+@app.command("invitations")
+def invitations(
+    sent: Annotated[bool, typer.Option("--sent", help="Those you sent, still pending.")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Invitations to folders waiting for your answer (accept or reject them by id)."""
+    items = call(lambda c: c.vfolder_invitations(sent))
+    if as_json:
+        print(json.dumps(items, indent=2))
+        return
+    if not items:
+        print("no invitations")
+    for i in items:
+        print(f"{i['id']}  {i['vfolder_name']} ({i['perm']})  from {i['inviter']} to {i['invitee']}")
+
+
+@app.command("accept")
+def accept(invitation: str) -> None:
+    """Accept an invitation: the folder is shared with you."""
+    call(lambda c: c.answer_vfolder_invitation(invitation, True))
+    print("accepted")
+
+
+@app.command("reject")
+def reject(invitation: str) -> None:
+    """Reject an invitation to you (or cancel one you sent)."""
+    call(lambda c: c.answer_vfolder_invitation(invitation, False))
+    print("rejected")
+
+
+@app.command("leave")
+def leave(name: str) -> None:
+    """Stop using a folder shared with you."""
+    call(lambda c: c.vfolder_action(name, "leave"))
+    print(f"left folder {name}")
 
 
 @app.command("rm")

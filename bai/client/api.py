@@ -361,6 +361,36 @@ class Client:
         except aiohttp.ClientConnectionError as e:
             raise self._unreachable(e) from None
 
+    async def download(self, ref: str, paths: list[str]) -> list[bytes]:
+        """Files of a session's kernel (Backend.AI's `session download`): one tar archive per path."""
+        import aiohttp
+
+        full = self._path(f"/session/{ref}/download", None)
+        body = json.dumps({"files": paths}).encode()
+        headers = self._headers("GET", full, "application/json")
+        try:
+            async with self.http.get(self._url(full), data=body, headers=headers) as resp:
+                if resp.status >= 400:
+                    raise _error_from(resp.status, resp.reason or "", await resp.text())
+                reader = aiohttp.MultipartReader.from_response(resp)
+                archives = []
+                while (part := await reader.next()) is not None:
+                    archives.append(bytes(await part.read(decode=False)))
+                return archives
+        except aiohttp.ClientConnectionError as e:
+            raise self._unreachable(e) from None
+
+    async def restart_session(self, ref: str) -> None:
+        """Restart a session's kernel (a fresh Python namespace; the session stays)."""
+        await self.request("PATCH", f"/session/{ref}")
+
+    async def rename_session(self, ref: str, name: str) -> None:
+        await self.request("POST", f"/session/{ref}/rename", params={"name": name})
+
+    async def commit_session(self, ref: str, image: str | None = None) -> dict[str, Any]:
+        """Save a session's kernel as an image on its agent; the image (name, id, size, agent)."""
+        return await self.request("POST", f"/session/{ref}/commit", params={"image": image})
+
     async def list_files(self, ref: str, path: str = "/home/work") -> dict[str, Any]:
         """A folder inside a session's kernel: files (a JSON string, as Backend.AI sends it), errors, abspath."""
         return await self.request("GET", f"/session/{ref}/files", params={"path": path})
@@ -415,9 +445,25 @@ class Client:
     async def vfolder_hosts(self) -> dict[str, Any]:
         return await self.request("GET", "/folders/_/hosts")
 
-    async def create_vfolder(self, name: str, host: str | None = None, usage_mode: str = "general") -> dict[str, Any]:
-        body = {"name": name, "host": host, "usage_mode": usage_mode, "permission": "rw", "quota": "0"}
-        return await self.request("POST", "/folders", json_body=body)
+    async def create_vfolder(
+        self,
+        name: str,
+        host: str | None = None,
+        usage_mode: str = "general",
+        permission: str = "rw",
+        cloneable: bool = False,
+    ) -> dict[str, Any]:
+        body = {"name": name, "host": host, "usage_mode": usage_mode, "permission": permission, "quota": "0"}
+        return await self.request("POST", "/folders", json_body={**body, "cloneable": cloneable})
+
+    async def vfolder_invitations(self, sent: bool = False) -> list[dict[str, Any]]:
+        path = "/folders/invitations/list-sent" if sent else "/folders/invitations/list"
+        return (await self.request("GET", path))["invitations"]
+
+    async def answer_vfolder_invitation(self, invitation_id: str, accept: bool) -> None:
+        """Accept or reject an invitation to a folder (the inviter's reject cancels it)."""
+        method, path = ("POST", "accept") if accept else ("DELETE", "delete")
+        await self.request(method, f"/folders/invitations/{path}", json_body={"inv_id": invitation_id})
 
     async def vfolders(self, shared: bool = False, trash: bool = False, all: bool = False) -> list[dict[str, Any]]:
         params = {"shared": "true" if shared else None, "trash": "true" if trash else None}
@@ -429,7 +475,9 @@ class Client:
 
     async def vfolder_action(self, name: str, action: str, method: str = "POST", **body: Any) -> Any:
         """rename (new_name), restore, purge, share / unshare (access_keys, permission), mkdir (path,
-        parents, exist_ok), rename-file (target_path, new_path), delete-files (files, recursive)."""
+        parents, exist_ok), rename-file (target_path, new_path), move-file (src, dst), delete-files (files,
+        recursive), clone (target_name, target_host, permission, cloneable), invite (user_ids, perm), leave,
+        update-options (permission, cloneable)."""
         prefix = "/bai" if action in BAI_FOLDER_ACTIONS else ""  # bai's own, where Backend.AI has none
         return await self.request(method, f"{prefix}/folders/{name}/{action}", json_body=body or None)
 

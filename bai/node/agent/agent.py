@@ -18,9 +18,11 @@ from bai import __version__
 from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.images import registry_of
+from bai.node.agent import batch
 from bai.node.agent.apps import AppError, Apps
 from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount, oom_ending
 from bai.node.agent.channel import ChannelError
+from bai.node.agent.download import DownloadError, kernel_path
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
 from bai.node.agent.terminal import DEFAULT_COMMAND
@@ -29,8 +31,10 @@ from bai.node.link.base import AgentLink
 from bai.node.link.messages import (
     CALLS,
     STREAMS,
+    CommitKernel,
     CreateKernel,
     DestroyKernel,
+    DownloadFiles,
     Execute,
     Heartbeat,
     Interrupt,
@@ -48,6 +52,7 @@ from bai.node.link.messages import (
     PullImage,
     Registration,
     RemoveImage,
+    RestartKernel,
     RunResult,
     StartApp,
     UploadFiles,
@@ -60,6 +65,7 @@ LOG_FLUSH_INTERVAL = 0.05
 LOG_FLUSH_BYTES = 256 * 1024
 MAX_TERMINALS = 16  # per kernel: each is a process a user keeps running
 ENDED_KERNEL_GRACE = 60.0  # seconds an ended kernel's last output stays collectable
+RESTART_TIMEOUT = 30.0  # seconds a restarted kernel's runner has to connect again
 
 
 class LogShipper:
@@ -326,6 +332,9 @@ class Agent:
             Interrupt: self.interrupt,
             UploadFiles: self.upload_files,
             ListFiles: self.list_files,
+            DownloadFiles: self.download_files,
+            RestartKernel: self.restart_kernel,
+            CommitKernel: self.commit_kernel,
             ListImages: self.list_images,
             PullImage: self.pull_image,
             RemoveImage: self.remove_image,
@@ -465,16 +474,22 @@ class Agent:
     async def execute(self, call: Execute) -> RunResult:
         kernel = await self._settled(call.kernel_id)
         channel, run_id, mode, code = kernel.channel, call.run_id, call.mode, call.code
+        if mode == "query" and not channel.supports_query:
+            # an image without Python: the code is a shell command, as Backend.AI's non-Python runners take it
+            mode = "batch"
         if mode in ("query", "batch"):
-            if mode == "batch":
-                code = (call.options or {}).get("exec") or code
-                if not code or code == "*":
-                    raise ChannelError("batch mode needs a command (options.exec)")
+            steps = None
+            if mode == "batch" and run_id not in channel.runs:
+                try:
+                    steps = batch.plan(code, call.options or {}, kernel.uploads, channel.supports_query)
+                except batch.NoCommand as e:
+                    channel.fail_run(run_id, f"bai: {e}")
+                    return await channel.next_result(run_id, call.flush_timeout)
             if run_id not in channel.runs:
                 count = await self._oom_kills(kernel)
                 if count is not None:
                     self._oom_at_start[call.kernel_id] = (run_id, count)
-            await channel.start_run(run_id, mode, code)
+            await channel.start_run(run_id, mode, code, steps)
         elif mode == "input":
             channel.check_running(run_id)
             await channel.send_input(code)
@@ -492,12 +507,45 @@ class Agent:
         return await (await self._settled(call.kernel_id)).channel.interrupt_run(call.run_id)
 
     async def upload_files(self, call: UploadFiles) -> None:
-        channel = (await self._settled(call.kernel_id)).channel
+        kernel = await self._settled(call.kernel_id)
         for path, data in call.files:
-            await channel.put_file(path, data)
+            await kernel.channel.put_file(path, data)
+        # what a batch run that leaves the command to the kernel runs (agent/batch.py)
+        kernel.uploads = [path for path, _ in call.files]
 
     async def list_files(self, call: ListFiles) -> dict[str, Any]:
         return await self.backend.list_files(self._kernel(call.kernel_id), call.path)
 
     async def list_images(self, _: ListImages) -> list[dict[str, Any]]:
         return await self.backend.images()
+
+    async def download_files(self, call: DownloadFiles) -> list[bytes]:
+        """One tar archive per path (see agent/download.py), at most `max_bytes` of file data in all."""
+        kernel = await self._settled(call.kernel_id)
+        archives: list[bytes] = []
+        left = max(0, int(call.max_bytes))
+        for path in call.paths:
+            try:
+                full = kernel_path(path)
+            except DownloadError as e:
+                raise ChannelError(str(e)) from None
+            archive = await self.backend.download(kernel, full, left)
+            left = max(0, left - len(archive))
+            archives.append(archive)
+        return archives
+
+    async def restart_kernel(self, call: RestartKernel) -> bool:
+        """The kernel's code starts afresh (a new runner: a new Python namespace), in the same container with
+        the same home; runs still going end. False when this agent does not have the kernel."""
+        kernel = self.kernels.get(call.kernel_id)
+        if kernel is None:
+            return False
+        await self._settled(call.kernel_id)
+        self._oom_at_start.pop(call.kernel_id, None)
+        await kernel.channel.restart(RESTART_TIMEOUT, kernel.exited)
+        if self.logs is not None:
+            await self.logs.flush()
+        return True
+
+    async def commit_kernel(self, call: CommitKernel) -> dict[str, Any]:
+        return await self.backend.commit(await self._settled(call.kernel_id), call.image)

@@ -29,7 +29,8 @@ from bai.node.link.messages import RunResult
 
 log = logging.getLogger("bai.agent.channel")
 
-CONTROL_RECORDS = {"finished", "waiting-input"}
+CONTROL_RECORDS = {"finished", "waiting-input", "clean-finished", "build-finished"}
+STEP_RECORDS = {"clean-finished", "build-finished"}  # a batch run's step ended (Backend.AI's statuses)
 OUTPUT_RECORDS = {"stdout", "stderr"}
 OutputSink = Callable[[str, str], None]
 
@@ -59,6 +60,11 @@ class Run:
     buffered: int = 0  # output characters queued and not read yet
     dropped: bool = False
     cancelled: bool = False  # left the queue before it ran
+    # a batch run of several steps (clean, build, exec; see agent/batch.py): those still to run after the one
+    # running now (`step`), each a (step, command); each but the last ends with a `STEP-finished` record
+    steps: list[tuple[str, str]] = field(default_factory=list)
+    step: str = "exec"
+    interrupted: bool = False  # no further step runs
 
 
 class Channel:
@@ -109,6 +115,11 @@ class Channel:
         """A byte stream to TCP `port` in the kernel. Only a kernel with a runner can."""
         raise ChannelError(NO_RUNNER)
 
+    async def restart(self, timeout: float, exited: asyncio.Future[Any] | None = None) -> None:
+        """Start the kernel's code afresh (a new Python namespace); runs still going or waiting end. This
+        one has nothing of its own to restart."""
+        self.lost("\n[the kernel was restarted]\n")
+
     async def close(self) -> None:
         """Stop talking to the kernel; a run still going ends (exit 137 unless the exit code is known)."""
         self.lost("\n[the kernel was destroyed]\n")
@@ -130,10 +141,42 @@ class Channel:
                     run.records.put_nowait({"t": "stderr", "d": "\n[output dropped: nobody was reading it]\n"})
                 return
             run.buffered += size
+        if kind == "finished" and (run.steps or run.step != "exec"):
+            self._step_ended(run, int(record.get("exit", 0)))
+            return
         run.records.put_nowait(record)
         if kind == "finished":
             self._finished(run)
             self._next()
+
+    def _step_ended(self, run: Run, code: int) -> None:
+        """A step of a batch run ended: say so, then start the next step (the run keeps the kernel), or end
+        the run. After a failed build the program is not run (exit 127, as Backend.AI's runners do)."""
+        run.records.put_nowait({"t": f"{run.step}-finished", "exit": code})
+        if run.step == "build" and code != 0 and not run.interrupted and not self._ending:
+            run.steps = []
+            run.step = "exec"
+            run.records.put_nowait({"t": "stderr", "d": "[the build failed: the program was not run]\n"})
+            self.feed({"t": "finished", "exit": 127})
+            return
+        command = self._next_step(run) if not (run.interrupted or self._ending) else None
+        if command is None:
+            run.steps = []
+            run.step = "exec"
+            self.feed({"t": "finished", "exit": code})
+            return
+        asyncio.get_running_loop().create_task(self._begin(run, command), name=f"run-{run.id}-{run.step}")
+
+    @staticmethod
+    def _next_step(run: Run) -> str | None:
+        """The command of the run's next step that has one (skipped steps are said finished at once), or None
+        when no step is left."""
+        while run.steps:
+            run.step, command = run.steps.pop(0)
+            if command or run.step == "exec":
+                return command
+            run.records.put_nowait({"t": f"{run.step}-finished", "exit": 0})
+        return None
 
     def _finished(self, run: Run) -> None:
         run.state = "finished"
@@ -152,13 +195,14 @@ class Channel:
         self.current = run
         run.state = "running"
         run.started.set()
-        asyncio.get_running_loop().create_task(self._begin(run), name=f"run-{run.id}")
+        asyncio.get_running_loop().create_task(self._begin(run, run.code), name=f"run-{run.id}")
 
-    async def _begin(self, run: Run) -> None:
+    async def _begin(self, run: Run, code: str) -> None:
         try:
-            await self._start(run.mode, run.code)
+            await self._start(run.mode, code)
         except Exception as e:  # noqa: BLE001 - the run ends with the reason; the next one goes on
             if self.current is run:
+                run.steps, run.step = [], "exec"
                 self.feed({"t": "stderr", "d": f"\n[the run could not start: {e}]\n"})
                 self.feed({"t": "finished", "exit": 1})
 
@@ -173,18 +217,23 @@ class Channel:
                 run.records.put_nowait({"t": "finished", "exit": code})
                 self._finished(run)
             if self.current is not None:
+                self.current.steps, self.current.step = [], "exec"
                 self.feed({"t": "stderr", "d": message})
                 self.feed({"t": "finished", "exit": code})
         finally:
             self._ending = False
 
-    async def start_run(self, run_id: str, mode: str, code: str) -> None:
-        """Start a run now if the kernel is free, else queue it behind the others (same id again: no-op)."""
+    async def start_run(self, run_id: str, mode: str, code: str, steps: list[tuple[str, str]] | None = None) -> None:
+        """Start a run now if the kernel is free, else queue it behind the others (same id again: no-op).
+        `steps`: a batch run's steps (clean, build, exec: see agent/batch.py) instead of `code`."""
         if mode == "query" and not self.supports_query:
             raise ChannelError("this kernel's image has no Python: only commands (batch mode) can run")
         if run_id in self.runs:
             return
         run = Run(run_id, mode, code)
+        if steps:
+            run.steps = list(steps)
+            run.code = self._next_step(run) or ""
         if self.current is not None or self.waiting:
             if len(self.waiting) >= MAX_WAITING:
                 raise ChannelError(f"{MAX_WAITING} runs are already waiting in this kernel: try again later")
@@ -196,13 +245,24 @@ class Channel:
         run.state = "running"
         run.started.set()
         try:
-            await self._start(mode, code)
+            await self._start(mode, run.code)
         except BaseException:
             self.runs.pop(run_id, None)
             if self.current is run:
                 self.current = None
             self._next()
             raise
+
+    def fail_run(self, run_id: str, message: str, code: int = 127) -> None:
+        """A run that ends before it starts, saying why on its stderr (e.g. nothing to run)."""
+        if run_id in self.runs:
+            return
+        run = Run(run_id, "batch", "")
+        self.runs[run_id] = run
+        run.records.put_nowait({"t": "stderr", "d": message if message.endswith("\n") else message + "\n"})
+        run.records.put_nowait({"t": "finished", "exit": code})
+        self.on_output("stderr", message if message.endswith("\n") else message + "\n")
+        self._finished(run)
 
     def queue_of(self, run: Run) -> dict[str, Any]:
         """Where a waiting run stands: behind which run, how many ahead of it."""
@@ -215,6 +275,7 @@ class Channel:
         if run_id is None or (self.current is not None and self.current.id == run_id):
             if self.current is None:
                 return False
+            self.current.interrupted = True  # a batch run's later steps do not run
             await self.interrupt()
             return True
         run = self.runs.get(run_id)
@@ -270,6 +331,9 @@ class Channel:
                 break
             elif kind == "waiting-input":
                 status, options = "waiting-input", record.get("opts") or {"is_password": False}
+                break
+            elif kind in STEP_RECORDS:  # a batch step ended: its own result (the run goes on)
+                status, exit_code = kind, int(record.get("exit", 0))
                 break
             try:
                 record = run.records.get_nowait()
@@ -509,6 +573,20 @@ class RunnerChannel(Channel):
             raise
         finally:
             self._tunnel_waiters.pop(tunnel_id, None)
+
+    async def restart(self, timeout: float, exited: asyncio.Future[Any] | None = None) -> None:
+        """The runner executes itself afresh (see `restart` in runner.py: the same process, a new Python and
+        namespace; what it ran is killed) and connects again; runs still going or waiting end. ChannelError
+        when it has not connected again within `timeout` seconds (or the kernel exited)."""
+        self.lost("\n[the kernel was restarted]\n")
+        self.connected.clear()
+        try:
+            await self._send({"op": "restart"})
+            await self.wait_connected(asyncio.get_running_loop().time() + timeout, exited)
+        except ChannelError:
+            if self.writer is not None and not self.writer.is_closing():
+                self.connected.set()  # the old runner is still there (one without the restart op, say)
+            raise
 
     async def close(self) -> None:
         """Stop listening and drop the connection (the socket file stays for the next agent to replace)."""

@@ -41,6 +41,12 @@ Agent -> runner (``op``):
               write a file under the workdir (parents created); absolute paths,
               ".." components and paths resolving outside are refused.
   ping        {"op": "ping"}
+  restart     {"op": "restart"}              start afresh: kill the running job's
+              process group and every app's (and, as a container's PID 1,
+              every other process of the container), then execute this runner
+              again in the same process (a new Python and namespace), which
+              connects again with a new hello.  No record (an error record if
+              the runner cannot be executed again).
   start-service {"op": "start-service", "id": STR, "name": NAME, "port": INT,
               "command": [STR, ...] or null, "env": {STR: STR}, "timeout": NUMBER}
               start the app NAME ([A-Za-z0-9_.-]{1,64}) listening on TCP port
@@ -146,6 +152,7 @@ DEFAULT_SERVICE_TIMEOUT = 60.0
 TUNNEL_CONNECT_TIMEOUT = 5.0
 TUNNEL_CHUNK = 256 * 1024
 _RUNNER_GLOBALS = globals()
+RUNNER_FILE = os.path.abspath(__file__)  # before main() changes directory: what `restart` executes again
 
 
 def _sigint_group(proc: subprocess.Popen) -> None:
@@ -401,6 +408,8 @@ class Runner:
                         timer.start()
         elif op == "put-file":
             self.send(self.put_file(msg))
+        elif op == "restart":
+            self.restart()
         elif op == "start-service":
             self._in_thread("service", self.start_service, msg)
         elif op == "tunnel":
@@ -816,6 +825,35 @@ class Runner:
             if not chunk:
                 break
         pipe.close()
+
+    def restart(self) -> None:
+        """restart: end what runs, then execute this runner afresh in this process."""
+        procs = [self.proc]
+        with self.state_lock:
+            procs += list(self.services.values())
+        for proc in procs:
+            if proc is not None and proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if os.getpid() == 1:  # a container's first process: nothing the kernel started outlives the restart
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # reap what was killed (orphans are ours as PID 1): no zombies
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                time.sleep(0.01)
+        try:
+            os.execv(sys.executable, [sys.executable, "-u", RUNNER_FILE] + sys.argv[1:])
+        except OSError as e:
+            self.send({"t": "error", "msg": "restart: cannot execute the runner again: %s" % e})
 
     def terminate(self, signum: int, frame: object) -> None:
         # No locks here: this handler may interrupt the main thread while it holds one.

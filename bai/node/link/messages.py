@@ -273,6 +273,47 @@ class ListFiles(Call[dict[str, Any]]):
 
 
 @dataclass
+class DownloadFiles(Call[list[bytes]]):
+    """Files of a kernel (paths relative to its home, or absolute inside it): one tar archive per path, each
+    holding the file (or folder) under its own name, as `docker cp` makes it."""
+
+    method: ClassVar[str] = "download_files"
+
+    kernel_id: str
+    paths: list[str] = field(default_factory=list)
+    max_bytes: int = 64 * 1024 * 1024  # for all the archives together
+
+    def decode_result(self, raw: Any) -> list[bytes]:
+        if not isinstance(raw, list) or not all(isinstance(b, bytes | bytearray) for b in raw):
+            raise MessageError("DownloadFiles: expected a list of archives")
+        return [bytes(b) for b in raw]
+
+
+@dataclass
+class RestartKernel(Call[bool]):
+    """Restart a kernel's process (a fresh runner: Python's namespace is new), keeping its container, home and
+    apps' ports; runs still going end. The answer: whether the agent had the kernel."""
+
+    method: ClassVar[str] = "restart_kernel"
+
+    kernel_id: str
+
+    def decode_result(self, raw: Any) -> bool:
+        return bool(raw)
+
+
+@dataclass
+class CommitKernel(Call[dict[str, Any]]):
+    """Save a kernel's container as an image on its agent (`docker commit`); the answer is the image as
+    ListImages gives it (name, id, size, labels)."""
+
+    method: ClassVar[str] = "commit_kernel"
+
+    kernel_id: str
+    image: str  # repository:tag to give it
+
+
+@dataclass
 class ListImages(Call[list[dict[str, Any]]]):
     """The images the agent has (name, labels, …)."""
 
@@ -345,6 +386,9 @@ CALLS: dict[str, type[Call[Any]]] = {
         Interrupt,
         UploadFiles,
         ListFiles,
+        DownloadFiles,
+        RestartKernel,
+        CommitKernel,
         ListImages,
         PullImage,
         RemoveImage,

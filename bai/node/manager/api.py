@@ -6,10 +6,13 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
+import uuid
 from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import unquote
 
-from aiohttp import WSMsgType, web
+from aiohttp import MultipartWriter, WSMsgType, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from bai import API_VERSION, __version__
@@ -18,6 +21,7 @@ from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus
 from bai.node.manager.admin import add_admin_routes
 from bai.node.manager.apps_api import add_app_routes
+from bai.node.manager.config_api import add_config_routes
 from bai.node.manager.dashboard import add_dashboard_routes
 from bai.node.manager.diskfull import describe, insufficient_storage, is_disk_full
 from bai.node.manager.graphql_api import add_graphql_routes
@@ -47,6 +51,7 @@ SESSION_EVENT_OF = {status.value: name for status, name in SESSION_EVENTS.items(
 PUBLIC = {("GET", "/"), ("GET", "/metrics")}
 MAX_UPLOAD_FILES = 64
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
+IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._/-]{0,127}:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 @web.middleware
@@ -285,7 +290,8 @@ async def _uploaded_files(request: web.Request) -> list[tuple[str, bytes]]:
     try:
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
-            name = part.filename or ""
+            # aiohttp's clients (the official one, bai's) percent-encode the file name: dir/file is dir%2Ffile
+            name = unquote(part.filename or "", errors="strict") if part.filename else ""
             path = PurePosixPath(name)
             if not name or "\0" in name or path.is_absolute() or ".." in path.parts:
                 raise invalid(f"bad file name {name[:100]!r}: use a relative path inside /home/work")
@@ -295,6 +301,8 @@ async def _uploaded_files(request: web.Request) -> list[tuple[str, bytes]]:
             files.append((name, bytes(data)))
             if len(files) > MAX_UPLOAD_FILES:
                 raise invalid(f"at most {MAX_UPLOAD_FILES} files per upload")
+    except UnicodeDecodeError:
+        raise invalid("bad file name: its percent-encoding is not UTF-8") from None
     except (ValueError, AssertionError, HttpProcessingError) as e:  # aiohttp's multipart reader on bad input
         raise invalid(f"the upload is not valid multipart/form-data: {str(e).splitlines()[0][:200]}") from None
     return files
@@ -308,6 +316,100 @@ async def upload(request: web.Request) -> web.Response:
     files = await _uploaded_files(request)
     await sessions.upload(row, files)
     return web.Response(status=204)
+
+
+MAX_DOWNLOAD_FILES = 5  # as Backend.AI
+
+
+async def download(request: web.Request) -> web.Response:
+    """`session download` (Backend.AI's GET, and POST, /session/{ref}/download): `{"files": [PATH, ...]}` in
+    the JSON body (or `files` in the query, repeated); answers a multipart/mixed of one tar archive per path."""
+    sessions = sessions_of(request)
+    body = await read_json(request) if request.body_exists else {}
+    if not isinstance(body, dict):
+        raise invalid('the download request must be a JSON object: {"files": [PATH, ...]}')
+    row = await session_of(request, body=body)
+    files = body.get("files") if "files" in body else request.query.getall("files", [])
+    if isinstance(files, str):
+        files = [files]
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
+        raise invalid("files must be a list of paths in the kernel (relative ones are under /home/work)")
+    if len(files) > MAX_DOWNLOAD_FILES:
+        raise invalid(f"at most {MAX_DOWNLOAD_FILES} files per download")
+    archives = await sessions.download(row, files)
+    with MultipartWriter("mixed") as writer:
+        for archive in archives:
+            writer.append(archive, {"Content-Type": "application/x-tar", "Content-Encoding": "identity"})
+    return web.Response(body=writer, status=200)
+
+
+async def restart_session(request: web.Request) -> web.Response:
+    """Backend.AI's PATCH /session/{ref}: the kernel starts afresh, the session stays."""
+    await sessions_of(request).restart(await session_of(request))
+    return web.Response(status=204)
+
+
+async def rename_session(request: web.Request) -> web.Response:
+    """Backend.AI's POST /session/{ref}/rename?name=NEW (or {"name": NEW} in the body)."""
+    body = await read_json(request) if request.body_exists else {}
+    name = request.query.get("name") or (body.get("name") if isinstance(body, dict) else None)
+    if not name:
+        raise invalid("name: the session's new name is required")
+    row = await session_of(request, body=body)
+    await sessions_of(request).rename(row, name)
+    return web.Response(status=204)
+
+
+async def status_history(request: web.Request) -> web.Response:
+    """Backend.AI's GET /session/{ref}/status-history: {"result": {STATUS: time it last entered it}}."""
+    sessions = sessions_of(request)
+    row = await session_of(request, active_only=False)
+    return web.json_response({"result": await sessions.status_history(row)})
+
+
+async def dependency_graph(request: web.Request) -> web.Response:
+    """Backend.AI's GET /session/{ref}/dependency-graph (the client's `session show-graph`)."""
+    sessions = sessions_of(request)
+    row = await session_of(request, active_only=False)
+    return web.json_response(await sessions.dependency_graph(row))
+
+
+async def commit_session(request: web.Request) -> web.Response:
+    """Backend.AI's POST /session/{ref}/commit, done at once: the kernel becomes an image on its agent
+    (`image`: the name to give it, a bai extension; default bai-commit/SESSION:TIME)."""
+    body = await read_json(request) if request.body_exists else {}
+    if not isinstance(body, dict):
+        raise invalid("the commit request, when given, must be a JSON object")
+    image = body.get("image") or request.query.get("image")
+    if image is not None and (not isinstance(image, str) or not IMAGE_NAME.fullmatch(image)):
+        raise invalid("image must be a local image name with a tag, e.g. myimage:v1")
+    row = await session_of(request, body=body)
+    return web.json_response(await sessions_of(request).commit(row, image), status=201)
+
+
+async def task_logs(request: web.Request) -> web.StreamResponse:
+    """Backend.AI's GET /session/_/logs?taskId=ID (`backend.ai task-logs`): a batch task's output, as plain
+    text. The id is the task's kernel id (Backend.AI's), or its session id."""
+    task_id = request.query.get("taskId") or request.query.get("task_id") or request.query.get("sessionName")
+    try:
+        task_id = str(uuid.UUID(task_id or ""))
+    except ValueError:
+        raise invalid("taskId must be the id (a UUID) of a task's kernel or session") from None
+    caller = caller_of(request)
+    services = services_of(request)
+    session, kernel = await services.sessions.kernel_by_task(task_id, caller.ids_of)
+    response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+    await response.prepare(request)
+    if request.method != "HEAD":
+        after, more = 0, True
+        while more:
+            chunks, more = await services.logs.page(kernel["id"], after, 1 << 20)
+            if not chunks:
+                break
+            after = chunks[-1][0]
+            await response.write("".join(c[1] for c in chunks).encode())
+    await response.write_eof()
+    return response
 
 
 async def execute_ws(request: web.Request) -> web.StreamResponse:
@@ -462,20 +564,18 @@ async def list_agents(request: web.Request) -> web.Response:
 
 # Backend.AI endpoints bai does not implement: a clear 501, not a 404 that reads like a typo.
 NOT_IMPLEMENTED = [
-    ("*", "/session/{ref}/commit"),
-    ("*", "/session/{ref}/restart"),
+    ("GET", "/session/{ref}/commit"),  # a commit's progress: bai commits at once (POST answers when done)
     ("*", "/session/{ref}/complete"),
-    ("*", "/session/{ref}/rename"),
-    ("*", "/session/{ref}/download"),
     ("*", "/session/{ref}/download_single"),
+    ("*", "/session/{ref}/abusing-report"),
+    ("*", "/session/{ref}/direct-access-info"),
+    ("*", "/session/{ref}/start-service"),
+    ("*", "/session/{ref}/shutdown-service"),
+    ("*", "/session/{ref}/imagify"),
+    ("*", "/session/_/sync-agent-registry"),
     ("*", "/session/_/create-from-template"),
     ("*", "/session/_/create-cluster"),
     ("*", "/session/_/match"),
-    ("*", "/folders/{name}/clone"),
-    ("*", "/folders/{name}/invite"),
-    ("*", "/folders/invitations/{rest:.*}"),
-    ("*", "/folders/{name}/leave"),
-    ("*", "/folders/{name}/update-options"),
     ("*", "/folders/_/quota"),
     ("*", "/folders/_/usage"),
     ("*", "/resource/{rest:.*}"),
@@ -483,6 +583,7 @@ NOT_IMPLEMENTED = [
     ("*", "/template/{rest:.*}"),
     ("*", "/services{rest:.*}"),
     ("*", "/auth/{rest:.*}"),
+    ("*", "/logs/{rest:.*}"),
 ]
 
 
@@ -520,8 +621,17 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     r.add_get("/session/{ref}", get_session)
     r.add_delete("/session/{ref}", destroy_session)
     r.add_post("/session/{ref}", execute_http)
+    r.add_patch("/session/{ref}", restart_session)
+    r.add_post("/session/{ref}/restart", restart_session)
     r.add_post("/session/{ref}/interrupt", interrupt)
+    r.add_get("/session/_/logs", task_logs)  # before /session/{ref}/logs, which "_" would match
     r.add_get("/session/{ref}/logs", logs)
+    r.add_get("/session/{ref}/download", download)
+    r.add_post("/session/{ref}/download", download)
+    r.add_post("/session/{ref}/rename", rename_session)
+    r.add_get("/session/{ref}/status-history", status_history)
+    r.add_get("/session/{ref}/dependency-graph", dependency_graph)
+    r.add_post("/session/{ref}/commit", commit_session)
     r.add_get("/bai/session/{ref}/history", session_history)
     r.add_post("/session/{ref}/upload", upload)
     r.add_get("/session/{ref}/files", list_files)
@@ -534,6 +644,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     r.add_get("/metrics", metrics)
     add_image_routes(app)
     add_terminal_routes(app)
+    add_config_routes(app)
     add_app_routes(app)
     if services.vfolders is not None:
         from bai.node.manager.vfolders.api import add_vfolder_routes

@@ -63,7 +63,7 @@ async def _cluster(services: Services, stream: EventStream, owner: str | None, f
         agents_dirty.set()  # placing and ending kernels changes what agents have free
 
     def on_change(name: str, payload: dict[str, Any]) -> None:
-        if name in ("pending_updated", "run_finished"):
+        if name in ("pending_updated", "run_finished", "session_renamed"):
             dirty.update(payload["ids"])
             wake.set()
         else:

@@ -292,10 +292,13 @@ def parse_execute(body: Any, default_mode: str | None = None) -> tuple[str, str,
         options = {}
     if not isinstance(options, dict):
         raise invalid("options must be an object")
-    command = options.get("exec")
-    if command is not None and not isinstance(command, str):
-        raise invalid("options.exec must be a string (the command to run)")
-    if mode == "batch" and "\0" in (command or code):
+    for step in ("clean", "build", "exec"):  # batch steps: a command, "*" (the kernel's choice) or null / ""
+        command = options.get(step)
+        if command is not None and not isinstance(command, str):
+            raise invalid(f"options.{step} must be a string (the command to run)")
+        if mode == "batch" and command and "\0" in command:
+            raise invalid(f"the batch {step} command contains a NUL byte")
+    if mode == "batch" and not options.get("exec") and "\0" in code:
         raise invalid("the batch command contains a NUL byte")
     try:  # a lone surrogate (a JSON "\ud800") has no UTF-8: no kernel could be given it
         json.dumps([code, options], ensure_ascii=False).encode()

@@ -18,6 +18,7 @@ from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.clock import Clock
 from bai.common.images import registry_of
+from bai.common.names import name_problem
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import (
     ACTIVE_STATUSES,
@@ -29,9 +30,11 @@ from bai.common.status import (
 )
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
 from bai.node.link.messages import (
+    CommitKernel,
     CreateKernel,
     DestroyKernel,
     DotfileSpec,
+    DownloadFiles,
     Execute,
     Interrupt,
     KernelInfo,
@@ -40,6 +43,7 @@ from bai.node.link.messages import (
     ListFiles,
     MountSpec,
     OpenTerminal,
+    RestartKernel,
     UploadFiles,
     call,
 )
@@ -216,6 +220,10 @@ class Sessions:
     async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         """Kernels of several sessions in one read."""
         return await self.store.kernels_of_many(session_ids)
+
+    async def kernel(self, kernel_id: str) -> dict[str, Any] | None:
+        """One kernel by id (None if there is none)."""
+        return await self.store.get_kernel(kernel_id)
 
     async def transitions_of(self, session_id: str) -> list[dict[str, Any]]:
         return await self.store.transitions_of(session_id)
@@ -572,6 +580,120 @@ class Sessions:
             return await call(self.link, kernel["agent_id"], ListFiles(kernel["id"], path), timeout=60)
         except (RemoteError, AgentUnavailable) as e:
             raise invalid(str(e)) from None
+
+    def _running_kernel_of(self, session: dict[str, Any], what: str) -> None:
+        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
+            raise invalid(f"session {session['name']} is {session['status']}: {what} needs a running kernel")
+
+    async def download(self, session: dict[str, Any], paths: list[str]) -> list[bytes]:
+        """Files of the session's main kernel: one tar archive per path (see agent/download.py)."""
+        self._running_kernel_of(session, "downloading files")
+        kernel = await self.main_kernel(session)
+        try:
+            return await call(self.link, kernel["agent_id"], DownloadFiles(kernel["id"], paths), timeout=300)
+        except RemoteError as e:
+            raise invalid(e.message) from None
+        except (AgentUnavailable, TimeoutError) as e:
+            raise Problem("instance-not-available", "Instance not available.", str(e) or "no answer") from None
+
+    async def restart(self, session: dict[str, Any]) -> dict[str, Any]:
+        """Restart the session's kernel (Backend.AI's PATCH /session/{ref}): its code starts afresh (a new
+        Python namespace), the session, its container, home and apps' ports stay; runs going on end.
+        RUNNING → RESTARTING → RUNNING."""
+        self._running_kernel_of(session, "a restart")
+        if session["type"] == "batch":
+            raise invalid("a batch session runs its command once: it cannot be restarted")
+        kernel = await self.main_kernel(session)
+        sid = session["id"]
+        row = await self.transition(sid, S.RESTARTING, "restarting", {}, allowed_from=[S.RUNNING, S.RUNNING_DEGRADED])
+        if row is None:
+            current = await self.store.get_session(sid)
+            raise Problem(
+                "generic-bad-request",
+                "Bad request.",
+                f"session {session['name']} is {current['status'] if current else 'gone'}: it cannot be restarted now",
+            )
+        self.busy.clear(sid)
+        try:
+            had = await call(self.link, kernel["agent_id"], RestartKernel(kernel["id"]), timeout=90)
+        except (RemoteError, AgentUnavailable, TimeoutError) as e:
+            why = e.message if isinstance(e, RemoteError) else str(e) or "no answer in time"
+            await self.transition(
+                sid, S.RUNNING, "", {"msg": f"the restart failed: {why}"}, allowed_from=[S.RESTARTING]
+            )
+            raise Problem(
+                "generic-bad-request", "Restart failed.", f"the kernel could not be restarted: {why}"
+            ) from None
+        back = await self.transition(sid, S.RUNNING, "restarted", {}, allowed_from=[S.RESTARTING])
+        if not had:  # it ended meanwhile: the agent reports that (the session then ends)
+            raise Problem("generic-bad-request", "Restart failed.", "the kernel's agent no longer has it")
+        return back or (await self.store.get_session(sid)) or session
+
+    async def rename(self, session: dict[str, Any], name: str) -> dict[str, Any]:
+        """Give a live session another name (its id stays; its kernel keeps running)."""
+        if not isinstance(name, str) or (why := name_problem(name)):
+            raise invalid(why or "the new name must be a string")
+        if S(session["status"]) not in ACTIVE_STATUSES:
+            raise invalid(f"session {session['name']} has ended: only a live session can be renamed")
+        if name != session["name"] and not await self.store.rename_session(session["id"], session["access_key"], name):
+            raise Problem(
+                "session-already-exists",
+                "The session already exists.",
+                f"there is already a live session named {name!r}",
+            )
+        row = await self.store.get_session(session["id"])
+        assert row is not None
+        self.changes.publish("session_renamed", {"ids": [row["id"]], "name": name})
+        return row
+
+    async def status_history(self, session: dict[str, Any]) -> dict[str, str]:
+        """When the session last entered each status: {STATUS: ISO time} (Backend.AI's status_history)."""
+        return {t["status"]: t["at"] for t in await self.store.transitions_of(session["id"])}
+
+    async def dependency_graph(self, session: dict[str, Any], depth: int = 0) -> dict[str, Any]:
+        """The session and, recursively, the sessions it depends on (Backend.AI's dependency-graph answer:
+        session_id, session_name, status as `KernelStatus.X`, status_changed as Python prints a datetime,
+        depends_on)."""
+        changed = datetime.fromisoformat(session["status_changed"])
+        node: dict[str, Any] = {
+            "session_id": session["id"],
+            "session_name": session["name"],
+            "status": f"KernelStatus.{session['status']}",
+            "status_changed": f"{changed:%Y-%m-%d %H:%M:%S.%f}{changed:%z}".replace("+0000", "+00:00"),
+            "depends_on": [],
+        }
+        ids = list(session["config"].get("depends_on") or [])
+        if ids and depth < 32:  # dependencies are made on existing sessions, so no cycle; bounded anyway
+            for dep in await self.store.sessions_by_ids(ids):
+                node["depends_on"].append(await self.dependency_graph(dep, depth + 1))
+        return node
+
+    async def commit(self, session: dict[str, Any], image: str | None = None) -> dict[str, Any]:
+        """Save the session's main kernel as an image on its agent (Docker agents only); the image, which
+        new sessions can use at once and `bai image ls` lists."""
+        self._running_kernel_of(session, "a commit")
+        kernel = await self.main_kernel(session)
+        if image is None:
+            repo = "".join(c if c.isalnum() or c in "._-" else "-" for c in session["name"].lower()).strip("._-")
+            image = f"bai-commit/{repo or 'session'}:{self.clock.now():%Y%m%d-%H%M%S}"
+        try:
+            made = await call(self.link, kernel["agent_id"], CommitKernel(kernel["id"], image), timeout=600)
+        except RemoteError as e:  # e.g. a local or simulated agent, whose kernels are not containers
+            raise invalid(e.message) from None
+        except (AgentUnavailable, TimeoutError) as e:
+            raise Problem("instance-not-available", "Instance not available.", str(e) or "no answer") from None
+        self.images.agents.image_labels[made["name"]] = made.get("labels") or {}
+        return {**made, "agent": kernel["agent_id"], "sessionId": session["id"]}
+
+    async def kernel_by_task(self, task_id: str, access_key: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A batch task's session and main kernel by the task's id (Backend.AI's taskId: a kernel id; the
+        session id works too), if `access_key`'s (None: anyone's)."""
+        kernel = await self.store.get_kernel(task_id)
+        session_id = kernel["session_id"] if kernel is not None else task_id
+        session = await self.store.get_session(session_id)
+        if session is None or (access_key is not None and session["access_key"] != access_key):
+            raise no_session(task_id)
+        return session, kernel or await self.main_kernel(session)
 
     # -- what agents tell us ----------------------------------------------------------------------
 

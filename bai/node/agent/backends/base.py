@@ -76,6 +76,7 @@ class Kernel:
     # say the image has no Python): done once `channel` is final; None when it always was
     settled: asyncio.Future[None] | None = None
     service_ports: list[ServicePort] = field(default_factory=list)  # the apps its image declares
+    uploads: list[str] = field(default_factory=list)  # the files of its last upload (relative paths), in order
 
     def set_exit(self, code: int) -> None:
         """The kernel's process ended. The agent tells the manager, then ends a run still going."""
@@ -129,6 +130,15 @@ class Backend(Protocol):
         """Start `command` on a pseudo-terminal in the kernel (as its user, in /home/work)."""
         ...
 
+    async def download(self, kernel: Kernel, path: str, limit: int) -> bytes:
+        """A tar archive of `path` (absolute, under /home/work) as the kernel sees it, holding it under its
+        base name; ChannelError (what is wrong) when it is missing or holds more than `limit` bytes."""
+        ...
+
+    async def commit(self, kernel: Kernel, image: str) -> dict[str, Any]:
+        """Save the kernel as the image `image` (name:tag) on this agent; the image as `images()` lists it."""
+        ...
+
     async def start_app(self, kernel: Kernel, app: ServicePort, timeout: float) -> dict[str, Any]:
         """Start an app in the kernel unless it runs: {"ok", "started", "error"?, "output"?}."""
         ...
@@ -165,6 +175,14 @@ class BackendBase:
 
     async def open_terminal(self, kernel: Kernel, command: list[str], rows: int, cols: int) -> Terminal:
         raise KernelStartError(f"the {self.name} backend has no terminals")
+
+    async def download(self, kernel: Kernel, path: str, limit: int) -> bytes:
+        raise KernelStartError(f"the {self.name} backend cannot send a kernel's files")
+
+    async def commit(self, kernel: Kernel, image: str) -> dict[str, Any]:
+        raise KernelStartError(
+            f"the {self.name} backend's kernels are not containers: only Docker kernels can be saved as images"
+        )
 
     async def start_app(self, kernel: Kernel, app: ServicePort, timeout: float) -> dict[str, Any]:
         """Through the kernel's runner: the image's service definition, else the command bai knows."""

@@ -51,6 +51,7 @@ from bai.node.agent.backends.base import (
     oom_ending,
 )
 from bai.node.agent.channel import AGENT_SOCKET, Channel, ChannelError, RunnerChannel
+from bai.node.agent.download import tar_script
 from bai.node.agent.files import list_script
 from bai.node.agent.scratch import Layout, Scratch, ScratchError
 from bai.node.agent.terminal import DockerExecTerminal, Terminal
@@ -722,6 +723,67 @@ class DockerBackend(BackendBase):
             detail = err.decode(errors="replace").strip()[-300:] or "no Python in this image?"
             return {"files": "[]", "errors": f"cannot list files: {detail}", "abspath": path}
 
+    async def download(self, kernel: Kernel, path: str, limit: int) -> bytes:
+        """A tar archive of `path` in the kernel, made inside it as its user (with its Python, else `tar`),
+        so it sees exactly the kernel's files and mounts and reaches nothing else."""
+        assert self.docker is not None
+        container = self.docker.containers.container(kernel.container_id)
+        script = (
+            'if command -v python3 >/dev/null 2>&1; then exec python3 -c "$0" "$1" "$2"; fi; '
+            '[ -e "$1" ] || { echo "$1: no such file or folder" >&2; exit 2; }; '
+            'cd "$(dirname "$1")" && exec tar -cf - -- "$(basename "$1")"'
+        )
+        out, err = bytearray(), b""
+        try:
+            run = await container.exec(["/bin/sh", "-c", script, tar_script(), path, str(limit)], workdir="/home/work")
+            stream = run.start(detach=False)
+            async with stream:
+                while (msg := await stream.read_out()) is not None:
+                    if msg.stream == 1:
+                        out += msg.data
+                        if len(out) > limit + 1024 * 1024:  # file data plus tar headers
+                            raise ChannelError(f"{path} is larger than {limit // (1024 * 1024)} MiB")
+                    else:
+                        err += msg.data
+            code = (await run.inspect()).get("ExitCode")
+        except DockerError as e:
+            raise ChannelError(f"cannot read {path}: {e.message}") from None
+        if code != 0:
+            raise ChannelError(err.decode(errors="replace").strip()[-300:] or f"cannot read {path} (exit {code})")
+        return bytes(out)
+
+    async def commit(self, kernel: Kernel, image: str) -> dict[str, Any]:
+        """`docker commit` of the kernel's container as `image`, with its image's own configuration (not the
+        kernel's labels, environment or entrypoint), so that it starts as the image it came from did."""
+        assert self.docker is not None
+        if kernel.container_id is None:
+            raise KernelStartError("the kernel has no container")
+        container = self.docker.containers.container(kernel.container_id)
+        repository, _, tag = image.rpartition(":")
+        try:
+            info = await container.show()
+            base = await self.docker.images.inspect(info.get("Image") or kernel.spec.image)
+            original = base.get("Config") or {}
+            mine = info.get("Config") or {}
+            # Docker fills what the config leaves out from the container's own: blank the kernel's labels and
+            # environment (the session's variables may be secrets) instead of leaving them out
+            labels = {k: "" for k in mine.get("Labels") or {}} | (original.get("Labels") or {})
+            env = list(original.get("Env") or [])
+            names = {e.partition("=")[0] for e in env}
+            env += [f"{n}=" for n in (e.partition("=")[0] for e in mine.get("Env") or []) if n not in names]
+            config = {k: original.get(k) for k in ("Entrypoint", "Cmd", "User", "WorkingDir", "ExposedPorts")}
+            config.update(Labels=labels, Env=env)
+            await container.commit(repository=repository, tag=tag, config=config, pause=True)
+            made = await self.docker.images.inspect(image)
+        except DockerError as e:
+            raise KernelStartError(f"cannot commit the kernel: {e.message}") from None
+        return {
+            "name": image,
+            "id": made["Id"],
+            "size": made.get("Size", 0),
+            "labels": (made.get("Config") or {}).get("Labels") or {},
+        }
+
     async def close(self, kernels: list[Kernel]) -> None:
         # Containers keep running; the next start of this agent re-adopts them.
         for kernel in kernels:
@@ -785,6 +847,19 @@ class ExecChannel(Channel):
         if path.startswith("/") or ".." in Path(path).parts:
             raise ChannelError(f"cannot write {path}: the path must stay inside /home/work")
         await exec_write(self.docker, self.container_id, path, data, 0o644)
+
+    async def restart(self, timeout: float, exited: asyncio.Future[Any] | None = None) -> None:
+        """No runner to start afresh: runs end and every process of the kernel but its first is killed
+        (`kill -KILL -1` in the kernel spares its PID 1), so nothing of the old commands is left."""
+        self.lost("\n[the kernel was restarted]\n")
+        container = self.docker.containers.container(self.container_id)
+        try:
+            run = await container.exec(["/bin/sh", "-c", "kill -KILL -1 2>/dev/null; exit 0"])
+            async with run.start(detach=False) as stream:
+                while await stream.read_out() is not None:
+                    pass
+        except DockerError as e:
+            raise ChannelError(f"cannot restart the kernel: {e.message}") from None
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import io
 import logging
 import os
 import posixpath
@@ -41,6 +42,7 @@ from bai.node.agent.backends.base import (
     listen_for_runner,
 )
 from bai.node.agent.channel import AGENT_SOCKET, ChannelError
+from bai.node.agent.download import tar_path
 from bai.node.agent.files import list_dir
 from bai.node.agent.terminal import PtyProcess, Terminal
 
@@ -226,6 +228,28 @@ class LocalBackend(BackendBase):
             return {"files": "[]", "errors": f"{full}: only /home/work and its folders can be listed", "abspath": full}
         result = await asyncio.to_thread(list_dir, host)
         return {**result, "abspath": full, "errors": result["errors"].replace(host, full)}
+
+    def _host_path(self, kernel: Kernel, full: str) -> str | None:
+        """The host path behind a path of the kernel's view (its home, or a mounted folder); None elsewhere."""
+        for m in sorted(kernel.spec.mounts, key=lambda m: len(m.target), reverse=True):
+            if full == m.target or full.startswith(m.target + "/"):
+                return m.host_path + full[len(m.target) :]
+        if full == "/home/work" or full.startswith("/home/work/"):
+            return str(kernel.run_dir.parent / "work") + full[len("/home/work") :]
+        return None
+
+    async def download(self, kernel: Kernel, path: str, limit: int) -> bytes:
+        """The archive is made from the host folder behind the path; a symbolic link is archived as a link
+        (never followed out of the kernel's folders)."""
+        host = self._host_path(kernel, path)
+        if host is None:
+            raise ChannelError(f"{path}: only files under /home/work can be downloaded")
+        buffer = io.BytesIO()
+        try:
+            await asyncio.to_thread(tar_path, host, buffer, limit)
+        except OSError as e:
+            raise ChannelError(str(e).replace(host, path)) from None
+        return buffer.getvalue()
 
     async def destroy(self, kernel: Kernel) -> None:
         kernel.destroying = True

@@ -304,6 +304,19 @@ class SimBackend(BackendBase):
         ]
         return {"files": json.dumps(files), "errors": "", "abspath": "/home/work"}
 
+    async def download(self, kernel: Kernel, path: str, limit: int) -> bytes:
+        """An archive of an uploaded file (empty: the data was discarded); ChannelError for any other path."""
+        import io
+        import tarfile
+
+        name = path.removeprefix("/home/work/")
+        if name not in getattr(kernel.channel, "files", []):
+            raise ChannelError(f"{path}: no such file or folder")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            tar.addfile(tarfile.TarInfo(name.rsplit("/", 1)[-1]), io.BytesIO(b""))
+        return buffer.getvalue()
+
     async def create(self, spec: KernelSpec, on_output) -> Kernel:
         if self.start_delay > 0:
             await asyncio.sleep(self.start_delay)

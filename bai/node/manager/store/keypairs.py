@@ -88,6 +88,29 @@ class Keypairs(Queries):
 
         return await self.db.transaction(fn)
 
+    async def delete_keypair(self, access_key: str) -> bool:
+        """Remove a keypair and its dotfiles; False when there is no such keypair."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM dotfiles WHERE access_key=?", (access_key,))
+            return conn.execute("DELETE FROM keypairs WHERE access_key=?", (access_key,)).rowcount > 0
+
+        return await self.db.transaction(fn)
+
+    async def delete_policy(self, name: str) -> str | None:
+        """Remove a resource policy no keypair follows; None when done, else why not."""
+
+        def fn(conn: sqlite3.Connection) -> str | None:
+            if not conn.execute("SELECT 1 FROM resource_policies WHERE name=?", (name,)).fetchone():
+                return f"no resource policy {name!r}"
+            users = conn.execute("SELECT COUNT(*) FROM keypairs WHERE resource_policy=?", (name,)).fetchone()[0]
+            if users:
+                return f"resource policy {name!r} is used by {users} keypair(s)"
+            conn.execute("DELETE FROM resource_policies WHERE name=?", (name,))
+            return None
+
+        return await self.db.transaction(fn)
+
     async def policies(self) -> dict[str, dict[str, Any]]:
         def fn(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
             rows = conn.execute("SELECT * FROM resource_policies ORDER BY name").fetchall()

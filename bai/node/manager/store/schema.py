@@ -138,7 +138,9 @@ CREATE TABLE IF NOT EXISTS vfolders (
     usage_mode TEXT NOT NULL DEFAULT 'general',
     status TEXT NOT NULL DEFAULT 'ready',  -- ready | trashed
     created_at TEXT NOT NULL,
-    trashed_at TEXT
+    trashed_at TEXT,
+    mount_permission TEXT NOT NULL DEFAULT 'rw',  -- Backend.AI's innate permission: ro makes every mount read-only
+    cloneable INTEGER NOT NULL DEFAULT 0  -- whoever may read it may clone it
 );
 CREATE UNIQUE INDEX IF NOT EXISTS vfolders_owner_name ON vfolders(owner, name) WHERE status = 'ready';
 CREATE TABLE IF NOT EXISTS vfolder_shares (
@@ -147,6 +149,17 @@ CREATE TABLE IF NOT EXISTS vfolder_shares (
     permission TEXT NOT NULL,  -- ro | rw
     PRIMARY KEY (vfolder_id, access_key)
 );
+CREATE TABLE IF NOT EXISTS vfolder_invitations (
+    id TEXT PRIMARY KEY,  -- hex
+    vfolder_id TEXT NOT NULL,
+    inviter TEXT NOT NULL,  -- access keys
+    invitee TEXT NOT NULL,
+    permission TEXT NOT NULL,  -- ro | rw: the share it becomes once accepted
+    state TEXT NOT NULL DEFAULT 'pending',  -- pending | accepted | rejected | canceled
+    created_at TEXT NOT NULL,
+    modified_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS vfolder_invitations_invitee ON vfolder_invitations(invitee, state);
 CREATE TABLE IF NOT EXISTS image_aliases (
     alias TEXT PRIMARY KEY,  -- set with `bai image alias`; they override [images.aliases]
     image TEXT NOT NULL
@@ -390,6 +403,28 @@ def v8(conn: sqlite3.Connection) -> None:
     add_column(conn, "kernels", "service_ports", "TEXT NOT NULL DEFAULT '[]'")
 
 
+V9 = """
+CREATE TABLE IF NOT EXISTS vfolder_invitations (
+    id TEXT PRIMARY KEY,
+    vfolder_id TEXT NOT NULL,
+    inviter TEXT NOT NULL,
+    invitee TEXT NOT NULL,
+    permission TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    created_at TEXT NOT NULL,
+    modified_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS vfolder_invitations_invitee ON vfolder_invitations(invitee, state);
+"""
+
+
+def v9(conn: sqlite3.Connection) -> None:
+    # (with care, as steps 1 to 7: a database of the last bai before versions has the whole SCHEMA at 0)
+    add_column(conn, "vfolders", "mount_permission", "TEXT NOT NULL DEFAULT 'rw'")
+    add_column(conn, "vfolders", "cloneable", "INTEGER NOT NULL DEFAULT 0")
+    script(V9)(conn)
+
+
 STEPS = [
     Step(1, "keypairs, agents, sessions and their transitions, kernels, kernel logs", script(V1)),
     Step(2, "resource policies, scheduling history", script(V2)),
@@ -399,6 +434,7 @@ STEPS = [
     Step(6, "kernels' GPU devices", v6),
     Step(7, "bounded logs: chunk sizes, each kernel's total; incremental auto-vacuum", v7, before=v7_vacuum),
     Step(8, "kernels' apps (service ports)", v8),
+    Step(9, "virtual folders' innate permission and cloneable; invitations", v9),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))

@@ -345,6 +345,23 @@ class Sessions(Queries):
             ]
         )
 
+    async def rename_session(self, session_id: str, access_key: str, name: str) -> bool:
+        """Give an active session a new name, in one transaction: False (and nothing changed) when its owner
+        has another active session of that name (names are unique among live ones)."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            live = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
+            taken = conn.execute(
+                f"SELECT id FROM sessions WHERE access_key=? AND name=? AND id<>? AND status IN ({live})",
+                (access_key, name, session_id),
+            ).fetchone()
+            if taken is not None:
+                return False
+            conn.execute("UPDATE sessions SET name=? WHERE id=?", (name, session_id))
+            return True
+
+        return await self.db.transaction(fn)
+
     async def record_run(self, session_id: str, kernel_id: str, exit_code: int, result: str) -> None:
         """Record the exit code (on the kernel) and result (on the session) of a run that finished;
         no status change. A later destroy keeps both (its transition leaves them as they are)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from typing import Any
 
 from bai.node.manager.store.db import Queries, decode_row, utcnow
@@ -17,10 +18,13 @@ class Vfolders(Queries):
         def fn(conn: sqlite3.Connection) -> bool:
             try:
                 conn.execute(
-                    "INSERT INTO vfolders(id, name, host, owner, usage_mode, status, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, 'ready', ?)",
-                    (folder["id"], folder["name"], folder["host"], folder["owner"], folder["usage_mode"], utcnow()),
-                )
+                    "INSERT INTO vfolders(id, name, host, owner, usage_mode, status, created_at, mount_permission, "
+                    "cloneable) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?, ?)",
+                    (
+                        folder["id"], folder["name"], folder["host"], folder["owner"], folder["usage_mode"], utcnow(),
+                        folder.get("mount_permission") or "rw", int(bool(folder.get("cloneable"))),
+                    ),
+                )  # fmt: skip
             except sqlite3.IntegrityError:
                 return False
             return True
@@ -66,6 +70,7 @@ class Vfolders(Queries):
     async def delete_vfolder(self, folder_id: str) -> None:
         def fn(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM vfolder_shares WHERE vfolder_id=?", (folder_id,))
+            conn.execute("DELETE FROM vfolder_invitations WHERE vfolder_id=?", (folder_id,))
             conn.execute("DELETE FROM vfolders WHERE id=?", (folder_id,))
 
         await self.db.transaction(fn)
@@ -99,3 +104,84 @@ class Vfolders(Queries):
             return {r[0]: r[1] for r in rows}
 
         return await self.db.run(fn)
+
+    async def all_shares(self, folder_id: str | None = None) -> list[dict[str, Any]]:
+        """Every share (of one folder, or of all), with its folder's name, owner and status."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            sql = (
+                "SELECT s.vfolder_id, s.access_key, s.permission, v.name, v.owner, v.status FROM vfolder_shares s "
+                "JOIN vfolders v ON v.id = s.vfolder_id"
+            )
+            args: tuple[Any, ...] = ()
+            if folder_id is not None:
+                sql += " WHERE s.vfolder_id=?"
+                args = (folder_id,)
+            return [dict(r) for r in conn.execute(sql + " ORDER BY v.name, s.access_key", args).fetchall()]
+
+        return await self.db.run(fn)
+
+    # -- invitations (a share the invitee accepts or rejects) ------------------------------------------
+
+    async def invite(self, folder_id: str, inviter: str, invitees: list[str], permission: str) -> list[str]:
+        """Pending invitations to keypairs; returns those invited now (not those with one pending already)."""
+
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            now, done = utcnow(), []
+            for invitee in invitees:
+                pending = conn.execute(
+                    "SELECT 1 FROM vfolder_invitations WHERE vfolder_id=? AND invitee=? AND state='pending'",
+                    (folder_id, invitee),
+                ).fetchone()
+                if pending:
+                    continue
+                conn.execute(
+                    "INSERT INTO vfolder_invitations(id, vfolder_id, inviter, invitee, permission, state, created_at, "
+                    "modified_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+                    (uuid.uuid4().hex, folder_id, inviter, invitee, permission, now, now),
+                )
+                done.append(invitee)
+            return done
+
+        return await self.db.transaction(fn)
+
+    async def invitations(
+        self, *, invitee: str | None = None, inviter: str | None = None, invitation_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Pending invitations to a keypair, from a keypair, or one by id; with the folder's name."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            where, args = ["i.state='pending'", "v.status='ready'"], []
+            for column, value in (("invitee", invitee), ("inviter", inviter), ("id", invitation_id)):
+                if value is not None:
+                    where.append(f"i.{column}=?")
+                    args.append(value)
+            sql = (
+                "SELECT i.*, v.name AS vfolder_name FROM vfolder_invitations i JOIN vfolders v ON v.id = i.vfolder_id "
+                f"WHERE {' AND '.join(where)} ORDER BY i.created_at, i.id"
+            )
+            return [dict(r) for r in conn.execute(sql, args).fetchall()]
+
+        return await self.db.run(fn)
+
+    async def close_invitation(self, invitation_id: str, state: str) -> dict[str, Any] | None:
+        """Accept (the share appears), reject or cancel a pending invitation; None when it is not pending."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            row = conn.execute(
+                "SELECT * FROM vfolder_invitations WHERE id=? AND state='pending'", (invitation_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            if state == "accepted":
+                conn.execute(
+                    "INSERT INTO vfolder_shares(vfolder_id, access_key, permission) VALUES (?, ?, ?) "
+                    "ON CONFLICT(vfolder_id, access_key) DO UPDATE SET permission=excluded.permission",
+                    (row["vfolder_id"], row["invitee"], row["permission"]),
+                )
+            conn.execute(
+                "UPDATE vfolder_invitations SET state=?, modified_at=? WHERE id=?", (state, utcnow(), invitation_id)
+            )
+            return dict(row)
+
+        return await self.db.transaction(fn)

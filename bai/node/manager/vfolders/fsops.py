@@ -316,6 +316,170 @@ def rename(root: Path, src: str, dst: str) -> None:
         os.close(src_fd)
 
 
+def move(root: Path, src: str, dst: str) -> str:
+    """Backend.AI's move-file: src goes to dst, or into dst when dst is a folder; a file in the way is
+    replaced (a folder or link in the way is not). Returns where it went. Links are never followed."""
+    src_parts = clean_relpath(src)
+    dst_parts = clean_relpath(dst, allow_root=True)
+    fd = _open_dir(root, dst_parts) if not dst_parts else None
+    if fd is None:
+        parent = _open_dir(root, dst_parts[:-1])
+        try:
+            st = _lstat(parent, dst_parts[-1])
+        finally:
+            os.close(parent)
+        if st is not None and _stat.S_ISDIR(st.st_mode):
+            dst_parts = (*dst_parts, src_parts[-1])
+    else:
+        os.close(fd)  # the folder itself: into it
+        dst_parts = (src_parts[-1],)
+    if dst_parts == src_parts:
+        return "/".join(dst_parts)
+    if len(dst_parts) > len(src_parts) and dst_parts[: len(src_parts)] == src_parts:
+        raise PathRefused(f"cannot move {_shown(src_parts)} into itself")
+    src_fd = _open_dir(root, src_parts[:-1])
+    try:
+        dst_fd = _open_dir(root, dst_parts[:-1])
+        try:
+            st = _lstat(src_fd, src_parts[-1])
+            if st is None:
+                raise _not_found(src_parts)
+            there = _lstat(dst_fd, dst_parts[-1])
+            if there is not None and not (_stat.S_ISREG(there.st_mode) and not _stat.S_ISDIR(st.st_mode)):
+                raise AlreadyExists(f"{_shown(dst_parts)} already exists (only a file is replaced, by a file)")
+            try:
+                os.rename(src_parts[-1], dst_parts[-1], src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            except FileNotFoundError:
+                raise _not_found(src_parts) from None
+            except OSError as e:
+                if e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                    raise AlreadyExists(f"{_shown(dst_parts)} already exists") from None
+                if e.errno == errno.EINVAL:
+                    raise PathRefused(f"cannot move {_shown(src_parts)} into itself") from None
+                raise
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+    return "/".join(dst_parts)
+
+
+def _open_regular(dir_fd: int, name: str) -> int | None:
+    """A regular file in dir_fd opened for reading (never a link, fifo or device); None for anything else."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO, errno.EACCES, errno.EPERM):
+            return None
+        raise
+    if not _stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _walk(root: Path, base: tuple[str, ...] = ()):
+    """(parts relative to base, dir fd, name, lstat) of everything under root/base, each directory
+    before what it holds and the entries of one directory together; links are never followed. A dir
+    fd is valid until the next item; one directory is open at a time (no limit on width or depth)."""
+    stack: list[tuple[str, ...]] = [()]
+    while stack:
+        parts = stack.pop()
+        try:
+            fd = _open_dir(root, base + parts)
+        except (NotFound, PathRefused):
+            if not parts:
+                raise
+            continue  # removed, or swapped for a link, since it was listed
+        try:
+            subdirs = []
+            for name in sorted(os.listdir(fd)):
+                st = _lstat(fd, name)
+                if st is None:
+                    continue
+                yield (*parts, name), fd, name, st
+                if _stat.S_ISDIR(st.st_mode):
+                    subdirs.append((*parts, name))
+            stack.extend(reversed(subdirs))
+        finally:
+            os.close(fd)
+
+
+def copy_tree(src_root: Path, dst_root: Path, uid: int | None = None, gid: int | None = None) -> int:
+    """Copy a folder's files and directories (links as links, never followed; fifos and devices are left
+    out) into another folder's empty directory; returns the bytes copied."""
+    copied = 0
+    parent_parts: tuple[str, ...] | None = None
+    parent = -1
+    try:
+        for parts, fd, name, st in _walk(src_root):
+            if parts[:-1] != parent_parts:
+                if parent >= 0:
+                    os.close(parent)
+                    parent = -1
+                parent = _open_dir(dst_root, parts[:-1])
+                parent_parts = parts[:-1]
+            if _stat.S_ISDIR(st.st_mode):
+                os.mkdir(name, DIR_MODE, dir_fd=parent)
+                child = os.open(name, _DIR_FLAGS, dir_fd=parent)
+                try:
+                    _own_dir(child, uid, gid)
+                finally:
+                    os.close(child)
+            elif _stat.S_ISLNK(st.st_mode):
+                try:
+                    os.symlink(os.readlink(name, dir_fd=fd), name, dir_fd=parent)
+                except FileNotFoundError:
+                    pass
+            elif _stat.S_ISREG(st.st_mode):
+                rfd = _open_regular(fd, name)
+                if rfd is None:
+                    continue
+                try:
+                    wfd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                  FILE_MODE, dir_fd=parent)  # fmt: skip
+                    try:
+                        while n := os.sendfile(wfd, rfd, None, 16 << 20):
+                            copied += n
+                        _chown(wfd, uid, gid)
+                        os.fchmod(wfd, FILE_MODE)
+                    finally:
+                        os.close(wfd)
+                finally:
+                    os.close(rfd)
+    finally:
+        if parent >= 0:
+            os.close(parent)
+    return copied
+
+
+def zip_dir(root: Path, path: str, out: Any) -> None:
+    """Write a zip of a directory in the folder ("" is the whole folder) to the binary file `out`:
+    its files and directories; links, fifos and devices are left out (and never followed)."""
+    import zipfile
+
+    base = clean_relpath(path, allow_root=True)
+    os.close(_open_dir(root, base))  # (a missing folder is refused before anything is written)
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1, allowZip64=True) as zf:
+        for parts, fd, name, st in _walk(root, base):
+            stamp = time.gmtime(max(st.st_mtime, 315532800))[:6]  # (zip dates start in 1980)
+            if _stat.S_ISDIR(st.st_mode):
+                info = zipfile.ZipInfo("/".join(parts) + "/", stamp)
+                info.external_attr = ((_stat.S_IFDIR | (st.st_mode & 0o7777)) << 16) | 0x10
+                zf.writestr(info, b"")
+            elif _stat.S_ISREG(st.st_mode):
+                rfd = _open_regular(fd, name)
+                if rfd is None:
+                    continue
+                info = zipfile.ZipInfo("/".join(parts), stamp)
+                info.external_attr = (_stat.S_IFREG | (st.st_mode & 0o7777)) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with os.fdopen(rfd, "rb") as src, zf.open(info, "w", force_zip64=True) as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+
+
 def _remove_tree(parent_fd: int, name: str) -> int:
     """Remove parent/name and, if it is a directory, everything in it; returns entries removed.
 

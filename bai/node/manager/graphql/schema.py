@@ -1,0 +1,23 @@
+"""The schema: Backend.AI 23.09's `Queries` and `Mutations`, as far as bai has the data, one module
+per domain (code-first, with graphql-core's types)."""
+
+from __future__ import annotations
+
+from graphql import GraphQLObjectType, GraphQLSchema
+
+from bai.node.manager.graphql import agents, images, keypairs, sessions, storage, users
+
+QUERY_FIELDS = {
+    **sessions.QUERIES,
+    **agents.QUERIES,
+    **images.QUERIES,
+    **keypairs.QUERIES,
+    **users.QUERIES,
+    **storage.QUERIES,
+}
+MUTATION_FIELDS = {**keypairs.MUTATIONS, **images.MUTATIONS}
+
+SCHEMA = GraphQLSchema(
+    query=GraphQLObjectType("Queries", lambda: QUERY_FIELDS),
+    mutation=GraphQLObjectType("Mutations", lambda: MUTATION_FIELDS),
+)
