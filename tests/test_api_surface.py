@@ -27,6 +27,10 @@ async def test_unknown_and_unimplemented_endpoints_answer_with_problems(sim_node
         ("GET", "/folders/_/mounts", 501, "not-implemented"),
         ("GET", "/resource/presets", 501, "not-implemented"),
         ("PUT", "/session", 404, "url-not-found"),
+        ("PUT", "/manager/status", 501, "not-implemented"),  # the official client's manager freeze
+        ("POST", "/config/get", 501, "not-implemented"),  # admin etcd get
+        ("GET", "/license", 501, "not-implemented"),
+        ("POST", "/manager/scheduler/operation", 501, "not-implemented"),
     ):
         with pytest.raises(APIError) as err:
             await client.request(method, path)

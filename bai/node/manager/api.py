@@ -584,6 +584,15 @@ NOT_IMPLEMENTED = [
     ("*", "/services{rest:.*}"),
     ("*", "/auth/{rest:.*}"),
     ("*", "/logs/{rest:.*}"),
+    ("PUT", "/manager/status"),  # freeze / unfreeze
+    ("POST", "/manager/announcement"),
+    ("*", "/manager/scheduler/{rest:.*}"),
+    ("POST", "/config/get"),  # etcd
+    ("POST", "/config/set"),
+    ("POST", "/config/delete"),
+    ("*", "/license"),
+    ("*", "/server/{rest:.*}"),  # the web server's session mode
+    ("*", "/image/{rest:.*}"),
 ]
 
 

@@ -292,14 +292,25 @@ def rename(root: Path, src: str, dst: str) -> None:
     dst_parts = clean_relpath(dst)
     if len(dst_parts) > len(src_parts) and dst_parts[: len(src_parts)] == src_parts:
         raise PathRefused(f"cannot move {_shown(src_parts)} into itself")
+    _rename_at(root, src_parts, dst_parts, replace_file=False)
+
+
+def _rename_at(root: Path, src_parts: tuple[str, ...], dst_parts: tuple[str, ...], replace_file: bool) -> None:
+    """os.rename between two folders opened without following links; what is at dst stops it (but a file
+    replaced by a file when `replace_file`)."""
     src_fd = _open_dir(root, src_parts[:-1])
     try:
         dst_fd = _open_dir(root, dst_parts[:-1])
         try:
-            if _lstat(src_fd, src_parts[-1]) is None:
+            st = _lstat(src_fd, src_parts[-1])
+            if st is None:
                 raise _not_found(src_parts)
-            if _lstat(dst_fd, dst_parts[-1]) is not None:
-                raise AlreadyExists(f"{_shown(dst_parts)} already exists")
+            there = _lstat(dst_fd, dst_parts[-1])
+            if there is not None:
+                file_by_file = _stat.S_ISREG(there.st_mode) and not _stat.S_ISDIR(st.st_mode)
+                if not (replace_file and file_by_file):
+                    only = " (only a file is replaced, by a file)" if replace_file else ""
+                    raise AlreadyExists(f"{_shown(dst_parts)} already exists{only}")
             try:
                 os.rename(src_parts[-1], dst_parts[-1], src_dir_fd=src_fd, dst_dir_fd=dst_fd)
             except FileNotFoundError:
@@ -337,30 +348,7 @@ def move(root: Path, src: str, dst: str) -> str:
         return "/".join(dst_parts)
     if len(dst_parts) > len(src_parts) and dst_parts[: len(src_parts)] == src_parts:
         raise PathRefused(f"cannot move {_shown(src_parts)} into itself")
-    src_fd = _open_dir(root, src_parts[:-1])
-    try:
-        dst_fd = _open_dir(root, dst_parts[:-1])
-        try:
-            st = _lstat(src_fd, src_parts[-1])
-            if st is None:
-                raise _not_found(src_parts)
-            there = _lstat(dst_fd, dst_parts[-1])
-            if there is not None and not (_stat.S_ISREG(there.st_mode) and not _stat.S_ISDIR(st.st_mode)):
-                raise AlreadyExists(f"{_shown(dst_parts)} already exists (only a file is replaced, by a file)")
-            try:
-                os.rename(src_parts[-1], dst_parts[-1], src_dir_fd=src_fd, dst_dir_fd=dst_fd)
-            except FileNotFoundError:
-                raise _not_found(src_parts) from None
-            except OSError as e:
-                if e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
-                    raise AlreadyExists(f"{_shown(dst_parts)} already exists") from None
-                if e.errno == errno.EINVAL:
-                    raise PathRefused(f"cannot move {_shown(src_parts)} into itself") from None
-                raise
-        finally:
-            os.close(dst_fd)
-    finally:
-        os.close(src_fd)
+    _rename_at(root, src_parts, dst_parts, replace_file=True)
     return "/".join(dst_parts)
 
 
