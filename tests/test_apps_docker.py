@@ -144,6 +144,8 @@ def test_an_exhausted_port_pool_is_a_clear_error(bridge_node: Node) -> None:
         assert out.returncode != 0
         text = bridge_node.cli("session", "info", names[2], check=True).stdout
         assert "port pool (30700-30701, [agent] port_range) has 0 free ports" in text, text
+        listed = bridge_node.cli("session", "ls", "--all", check=True).stdout  # tables print brackets too
+        assert "[agent] port_range" in listed, listed
         bridge_node.cli("session", "destroy", names[0], check=True)
         names.append(f"{names[2]}b")  # a freed port is given out again
         bridge_node.cli("session", "create", "--name", names[-1], "--network", "bridge", *SMALL, "python", check=True)

@@ -61,6 +61,4 @@ def show(items: Any, as_json: bool, render: Callable[[Any], Any]) -> None:
         return
     from bai.cli.output import console
 
-    shown = render(items)
-    # text is printed as it is: a reason may contain brackets ("[agent] port_range") that are not markup
-    console().print(shown, markup=False) if isinstance(shown, str) else console().print(shown)
+    console().print(render(items))

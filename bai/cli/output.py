@@ -17,9 +17,10 @@ _console: Console | None = None
 def console() -> Console:
     global _console
     if _console is None:
-        _console = Console(highlight=False)
+        # no markup: what is shown (reasons, names, commands) may contain brackets ("[agent] port_range")
+        _console = Console(highlight=False, markup=False)
         if not _console.is_terminal:  # piped: do not fold rows at 80 columns
-            _console = Console(highlight=False, width=200)
+            _console = Console(highlight=False, markup=False, width=200)
     return _console
 
 
