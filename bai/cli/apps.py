@@ -92,6 +92,7 @@ class AppProxy:
                 await ws.send_bytes(data)
 
         async def downstream() -> None:
+            why = ""
             async for msg in ws:
                 if msg.type == aiohttp.WSMsgType.BINARY:
                     writer.write(msg.data)
@@ -100,7 +101,9 @@ class AppProxy:
                     with contextlib.suppress(ValueError, AttributeError):
                         frame = json.loads(msg.data)
                         if frame.get("type") == "error":
-                            self._said(str(frame.get("data") or ""), ws)
+                            why = str(frame.get("data") or "")
+            if why:  # the server said why the tunnel ended, then closed with 1001 when the session ended
+                self._said(why, ws.close_code == aiohttp.WSCloseCode.GOING_AWAY)
 
         up = asyncio.create_task(upstream())
         down = asyncio.create_task(downstream())
@@ -131,8 +134,8 @@ class AppProxy:
         if self.handlers:
             await asyncio.wait(set(self.handlers), timeout=timeout)
 
-    def _said(self, why: str, ws: Any) -> None:
-        if ws.close_code == 1001 or "ended" in why or "is gone" in why:
+    def _said(self, why: str, session_over: bool) -> None:
+        if session_over:
             if not self.ended.done():
                 self.ended.set_result(why)
         else:

@@ -746,6 +746,12 @@ def destroy(
     force: bool = typer.Option(False, "--force", "-f", help="Also destroy sessions that are starting or stuck."),
 ) -> None:
     """Destroy sessions (a pending one is cancelled)."""
+    raise typer.Exit(_each(refs, owner, "destroyed", lambda c, ref: c.destroy_session(ref, forced=force)))
+
+
+def _each(refs: list[str], owner: str | None, done: str, action) -> int:
+    """`action(client, ref)` for each session; each failure is reported and the rest go on. Exit status 1
+    if any failed."""
     from bai.cli.common import client
 
     async def go() -> int:
@@ -753,14 +759,14 @@ def destroy(
         async with client(owner) as c:
             for ref in refs:
                 try:
-                    await c.destroy_session(ref, forced=force)
-                    print(f"destroyed {ref}")
+                    await action(c, ref)
+                    print(f"{done} {ref}")
                 except Exception as e:  # report each, go on with the rest
                     print(f"bai: error: {ref}: {e}", file=sys.stderr)
                     failed += 1
         return 1 if failed else 0
 
-    raise typer.Exit(run_async(go()))
+    return run_async(go())
 
 
 @app.command()
@@ -790,21 +796,7 @@ def restart(
 ) -> None:
     """Restart sessions' kernels: the code starts afresh (a new Python namespace), runs going on end; the
     session, its files and its apps' ports stay."""
-    from bai.cli.common import client
-
-    async def go() -> int:
-        failed = 0
-        async with client(owner) as c:
-            for ref in refs:
-                try:
-                    await c.restart_session(ref)
-                    print(f"restarted {ref}")
-                except Exception as e:  # report each, go on with the rest
-                    print(f"bai: error: {ref}: {e}", file=sys.stderr)
-                    failed += 1
-        return 1 if failed else 0
-
-    raise typer.Exit(run_async(go()))
+    raise typer.Exit(_each(refs, owner, "restarted", lambda c, ref: c.restart_session(ref)))
 
 
 @app.command()
