@@ -10,8 +10,10 @@ Prints the output path and its size.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -29,6 +31,20 @@ def shiv_command(settings: dict, output: Path) -> list[str]:
     return [*cmd, "--disable-pip-version-check", "-q", *settings.get("requirements", ["."])]
 
 
+SOURCES = ("pyproject.toml", "README.md", "bai")
+
+
+def copy_sources(dest: Path) -> None:
+    """What building the wheel needs: the project file, the README it names, the package (no caches)."""
+    dest.mkdir(parents=True)
+    for name in SOURCES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(src, dest / name)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--output", type=Path, help="where to write the zipapp [shiv.toml's output]")
@@ -36,7 +52,12 @@ def main() -> int:
     settings = tomllib.loads((ROOT / "shiv.toml").read_text())["zipapp"]
     output = (args.output or ROOT / settings["output"]).resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(shiv_command(settings, output), cwd=ROOT)
+    with tempfile.TemporaryDirectory(prefix="bai-zipapp-") as tmp:
+        # pip builds the project in its source folder (setuptools' build/ and *.egg-info): build from a private
+        # copy, so that two builds at once (parallel tests) and a stale build/ never meet.
+        source = Path(tmp) / "src"
+        copy_sources(source)
+        result = subprocess.run(shiv_command(settings, output), cwd=source)
     if result.returncode != 0:
         print(f"build-zipapp: shiv failed with status {result.returncode}", file=sys.stderr)
         return result.returncode
