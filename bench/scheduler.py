@@ -33,6 +33,7 @@ from bai.node.scheduler.snapshot import (  # noqa: E402
     ScalingGroup,
     Snapshot,
 )
+from bench.figures import Figure, record  # noqa: E402
 
 GiB = 1024**3
 MiB = 1024**2
@@ -141,6 +142,18 @@ def main() -> None:
         rate = placed / seconds
         verdict = "" if target is None else f"≥ {target:,}/s {'ok' if rate >= target else 'MISSED'}"
         print(f"{name:<28}{placed:>8}{seconds:>10.3f}{rate:>12,.0f}{rate / naive_rate:>9.1f}   {verdict}")
+        if target is not None:
+            record(
+                Figure(
+                    f"scheduler core {name}, {args.sessions // 1000}k pending x {args.agents} agents",
+                    rate,
+                    "/s",
+                    "naive first-fit",
+                    naive_rate,
+                    f">= {target:,}/s",
+                    rate >= target,
+                )
+            )
     print(f"(best of {args.repeat} runs; total bench time {time.perf_counter() - began:.1f} s, limit 60 s)")
 
 

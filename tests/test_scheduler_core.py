@@ -597,3 +597,19 @@ def test_sessions_mounting_folders_go_only_to_agents_that_see_their_host() -> No
     other = sess("o", 1, vfolder_hosts=frozenset({"nfs"}))
     d = schedule(snap([other], [blind, seeing]))
     assert pending_of(d, "o").msg == "no agent of scaling group default sees vfolder host nfs"
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_the_garbage_collector_is_left_as_it_was(collecting: bool) -> None:
+    import gc
+
+    was = gc.isenabled()
+    try:
+        gc.enable() if collecting else gc.disable()
+        schedule(snap([sess("s1")], [agent("a1")]))
+        assert gc.isenabled() is collecting
+        with pytest.raises(ValueError):
+            schedule(snap([sess("s1")], [agent("a1")], policy="nope"))
+        assert gc.isenabled() is collecting
+    finally:
+        gc.enable() if was else gc.disable()

@@ -31,6 +31,7 @@ unknown policy or selection strategy, TypeError for a non-Decimal amount).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
@@ -58,6 +59,7 @@ from .snapshot import (
     AgentState,
     Cancel,
     Decisions,
+    KernelRequest,
     Pending,
     PendingSession,
     Placement,
@@ -72,10 +74,31 @@ _PREDICATE_CHECKS_FAILED = StatusInfo.PREDICATE_CHECKS_FAILED
 _NO_AVAILABLE_INSTANCES = StatusInfo.NO_AVAILABLE_INSTANCES
 _PASSED = {name: PredicateResult(name, True) for name in PREDICATES}
 _ALL_PASSED = tuple(_PASSED.values())
+_ZERO = Decimal(0)
+
+# Placements are built through their slots: the frozen dataclass's __init__ sets each field with
+# object.__setattr__, which takes about twice as long, and a round makes thousands of them.
+_new_object = object.__new__
+_set_session_id = Placement.session_id.__set__  # type: ignore[attr-defined]
+_set_agents = Placement.agents.__set__  # type: ignore[attr-defined]
 
 
 def schedule(snapshot: Snapshot) -> Decisions:
-    """Decide, for every pending session of the snapshot, placement, pending reason or cancel."""
+    """Decide, for every pending session of the snapshot, placement, pending reason or cancel.
+
+    The cyclic garbage collector is paused while the round runs (and resumed, if it was on): a
+    round allocates many small objects that live until it ends, and the collections they would
+    trigger (walking the caller's whole heap, snapshot included) cost about 6 % of the round."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _schedule(snapshot)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _schedule(snapshot: Snapshot) -> Decisions:
     digits: dict[str, int] = {}
     while True:
         try:
@@ -104,13 +127,15 @@ class _Round:
         return quota
 
     def run(self) -> Decisions:
-        sessions: dict[str, list[PendingSession]] = {}
-        for session in self.snapshot.pending:
-            group = sessions.get(session.scaling_group)
-            if group is None:
-                sessions[session.scaling_group] = [session]
-            else:
-                group.append(session)
+        pending = self.snapshot.pending
+        names = {session.scaling_group for session in pending}
+        sessions: dict[str, list[PendingSession]]
+        if len(names) == 1:  # the usual case: one scaling group
+            sessions = {names.pop(): list(pending)}
+        else:
+            sessions = {name: [] for name in names}
+            for session in pending:
+                sessions[session.scaling_group].append(session)
         agents: dict[str, list[AgentState]] = {}
         for agent in self.snapshot.agents:
             if agent.schedulable:
@@ -128,8 +153,12 @@ class _Round:
         self.sg = group
         self.allowed_types = group.allowed_session_types
         self.pool = AgentPool(name, agents, self.table, group.agent_selection, group.resource_priority)
+        self.prepared = self.pool.prepared
         self.hosts_of = {a.id: a.vfolder_hosts for a in agents}
         self.gpu_free = {a.id: list(a.gpu_free) for a in agents}
+        # by agent number: whether the agent has per-device GPU figures (then GPU requests are packed)
+        self.has_gpu_figures = [bool(self.gpu_free[agent_id]) for agent_id in self.pool.ids]
+        self.gpu_figures = any(self.has_gpu_figures)
         self.left = []
         consider = self.consider
         if policy == DRF:
@@ -151,23 +180,82 @@ class _Round:
             if cancel is not None:
                 self.decisions.cancels.append(Cancel(session.id, DEPENDENCY_FAILED, cancel))
                 return None
-        pool = self.pool
         kernels = session.kernels
-        per_kernel: list[Prepared] | None = None
         if len(kernels) == 1:
-            prepared = pool.prepare(kernels[0].slots)
+            per_kernel = None
+            slots = kernels[0].slots
+            try:  # the pool's cache, looked up here: most requests repeat
+                prepared = self.prepared.get(tuple(slots.items())) or self.pool.prepare(slots)
+            except TypeError:  # an unhashable amount: prepare() says what is wrong with it
+                prepared = self.pool.prepare(slots)
         else:
-            per_kernel = [pool.prepare(kernel.slots) for kernel in kernels]
-            summed: dict[int, int] = {}
-            for request, _, _ in per_kernel:
-                for i, n in request.items():
-                    summed[i] = summed.get(i, 0) + n
-            prepared = pool.prepare_ints(summed)
-        total = prepared[0]
+            per_kernel, prepared = self.prepare_each(kernels)
         access_key = session.access_key
         quota = self.quotas.get(access_key) or self.quota(access_key)
+        if (
+            waiting is not None
+            or session.starts_at is not None
+            or session.session_type not in self.allowed_types
+            or quota.checked
+            or (
+                session.image_min  # remembered per request (see `_meets_image_min`); looked up here for one kernel
+                and not (per_kernel is None and prepared.meets.get(id(session.image_min)))
+                and not _meets_image_min(session, (prepared,) if per_kernel is None else per_kernel)
+            )
+        ):  # some predicate may fail: evaluate them all
+            failed = self.failed_predicates(session, quota, prepared, per_kernel, waiting)
+            if failed:
+                results = tuple(
+                    PredicateResult(name, False, failed[name]) if name in failed else _PASSED[name]
+                    for name in PREDICATES
+                )
+                self.left.append((session, _PREDICATE_CHECKS_FAILED, "; ".join(failed.values()), results))
+                return None
+        pool = self.pool
+        total = prepared.slots
+        if per_kernel is None:
+            if session.vfolder_hosts or self.gpu_figures or self.table.saw_infinity:
+                agent = self.select_for(session, prepared)  # may choose another agent than the policy's
+                if agent is None:
+                    return None
+                pool.reserve(agent, total)
+            else:  # the policy's choice stands: select and reserve in one step
+                agent = pool.take(prepared)
+                if agent is None:
+                    self.no_room(session, pool.explain(prepared))
+                    return None
+            mapping = {kernels[0].kernel_id: pool.ids[agent]}
+        else:
+            mapping = self.place_kernels(session, prepared, per_kernel)
+            if mapping is None:
+                return None
+        quota.concurrent += 1
+        quota.placed.append(total)  # summed into quota.occupied when that is next read
+        placement = _new_object(Placement)  # Placement(session.id, mapping), see `_set_session_id`
+        _set_session_id(placement, session.id)
+        _set_agents(placement, mapping)
+        self.decisions.placements.append(placement)
+        return total
 
-        # -- predicates: all of them, in order
+    def prepare_each(self, kernels: Sequence[KernelRequest]) -> tuple[list[Prepared], Prepared]:
+        """Each kernel's request, and their sum (what a single-node session takes of one agent)."""
+        pool = self.pool
+        per_kernel = [pool.prepare(kernel.slots) for kernel in kernels]
+        summed: dict[int, int] = {}
+        for request in per_kernel:
+            for i, n in request.slots.items():
+                summed[i] = summed.get(i, 0) + n
+        return per_kernel, pool.prepare_ints(summed)
+
+    def failed_predicates(
+        self,
+        session: PendingSession,
+        quota: KeypairQuota,
+        prepared: Prepared,
+        per_kernel: list[Prepared] | None,
+        waiting: str | None,
+    ) -> dict[str, str] | None:
+        """Every predicate, in order: {name: message} of those that fail, or None when all pass."""
         failed: dict[str, str] | None = None
         if session.starts_at is not None and (msg := preds.reserved_time(session, self.now)):
             failed = {RESERVED_TIME: msg}
@@ -177,65 +265,54 @@ class _Round:
         if session.session_type not in self.allowed_types:
             failed = failed or {}
             failed[ALLOWED_SESSION_TYPES] = preds.allowed_session_types(session, self.sg) or ""
-        if session.image_min and (msg := preds.image_min_resources(session)):
+        if (
+            session.image_min
+            and not _meets_image_min(session, (prepared,) if per_kernel is None else per_kernel)
+            and (msg := preds.image_min_resources(session))
+        ):
             failed = failed or {}
             failed[IMAGE_MIN_RESOURCES] = msg
         if quota.max_concurrent > 0 and (msg := preds.concurrency(quota)):
             failed = failed or {}
             failed[CONCURRENCY] = msg
-        if quota.limited and (msg := preds.keypair_resource_limit(quota, total, self.table)):
+        if quota.limited and (msg := preds.keypair_resource_limit(quota, prepared.slots, self.table)):
             failed = failed or {}
             failed[KEYPAIR_RESOURCE_LIMIT] = msg
-        if failed:
-            results = tuple(
-                PredicateResult(name, False, failed[name]) if name in failed else _PASSED[name] for name in PREDICATES
-            )
-            self.left.append((session, _PREDICATE_CHECKS_FAILED, "; ".join(failed.values()), results))
-            return None
+        return failed
 
-        # -- placement
-        if per_kernel is None:
-            agent = self.select_for(session, prepared)
-            if agent is None:
-                return None
-            pool.reserve(agent, total)
-            mapping = {kernels[0].kernel_id: pool.ids[agent]}
-        elif not kernels:
+    def place_kernels(
+        self, session: PendingSession, prepared: Prepared, per_kernel: list[Prepared]
+    ) -> dict[str, str] | None:
+        """Reserve room for a session of several kernels (or none): {kernel id: agent id}, or None."""
+        kernels = session.kernels
+        if not kernels:
             self.left.append((session, _NO_AVAILABLE_INSTANCES, "the session has no kernels", _ALL_PASSED))
             return None
-        elif session.cluster_mode == MULTI_NODE:
-            mapping = self.place_each(session, per_kernel)
-            if mapping is None:
-                return None
-        else:
-            agent = self.select_for(session, prepared)
-            if agent is None:
-                return None
-            pool.reserve(agent, total)
-            agent_id = pool.ids[agent]
-            mapping = {kernel.kernel_id: agent_id for kernel in kernels}
-        quota.concurrent += 1
-        occupied = quota.occupied
-        for i, n in total.items():
-            occupied[i] = occupied.get(i, 0) + n
-        self.decisions.placements.append(Placement(session.id, mapping))
-        return total
+        if session.cluster_mode == MULTI_NODE:
+            return self.place_each(session, per_kernel)
+        agent = self.select_for(session, prepared)
+        if agent is None:
+            return None
+        pool = self.pool
+        pool.reserve(agent, prepared.slots)
+        agent_id = pool.ids[agent]
+        return {kernel.kernel_id: agent_id for kernel in kernels}
 
     def place_each(self, session: PendingSession, per_kernel: list[Prepared]) -> dict[str, str] | None:
         """Multi-node: each kernel on its best agent; all or nothing."""
         pool = self.pool
         kernels = session.kernels
         taken: list[tuple[int, dict[int, int]]] = []
-        for n, (kernel, (request, shape, amounts)) in enumerate(zip(kernels, per_kernel, strict=True), 1):
-            agent = pool.select(shape, amounts)
+        for n, (kernel, prepared) in enumerate(zip(kernels, per_kernel, strict=True), 1):
+            agent = pool.select(prepared)
             if agent is None:
-                why = pool.explain(shape, amounts)  # before the rollback: the state it failed in
+                why = pool.explain(prepared)  # before the rollback: the state it failed in
                 for held, reserved in reversed(taken):
                     pool.release(held, reserved)
                 self.no_room(session, f"kernel {kernel.kernel_id} ({n} of {len(kernels)}): {why}")
                 return None
-            pool.reserve(agent, request)
-            taken.append((agent, request))
+            pool.reserve(agent, prepared.slots)
+            taken.append((agent, prepared.slots))
         ids = pool.ids
         return {kernel.kernel_id: ids[agent] for kernel, (agent, _) in zip(kernels, taken, strict=True)}
 
@@ -246,10 +323,17 @@ class _Round:
         or asks for GPUs its devices cannot hold (whole devices free, or one device with the share left);
         then the first agent where everything fits."""
         pool = self.pool
-        agent = pool.select(prepared[1], prepared[2])
+        agent = pool.select(prepared)
         if agent is None:
-            self.no_room(session, pool.explain(prepared[1], prepared[2]))
+            self.no_room(session, pool.explain(prepared))
             return None
+        if not session.vfolder_hosts and not self.has_gpu_figures[agent] and not self.table.saw_infinity:
+            return agent  # nothing more to check: it sees every host asked for (none), no devices to pack
+        return self.check_hosts_and_gpus(session, agent)
+
+    def check_hosts_and_gpus(self, session: PendingSession, agent: int) -> int | None:
+        """`select_for` for a session that mounts folders, or for an agent with per-device GPU figures."""
+        pool = self.pool
         need = _summed(session)
         whole, fraction = gpu_request(need)
         gpus = whole > 0 or fraction > 0
@@ -301,6 +385,24 @@ class _Round:
         if not self.known_group and not len(self.pool):
             msg += " (the scaling group is not configured)"
         self.left.append((session, _NO_AVAILABLE_INSTANCES, msg, _ALL_PASSED))
+
+
+def _meets_image_min(session: PendingSession, requests: Sequence[Prepared]) -> bool:
+    """Whether every kernel asks for at least the image's minimum, remembered per distinct request.
+
+    `requests` are the kernels' prepared requests: shared between equal requests, so the answer
+    (the same for equal amounts) is kept on them, by the identity of the minimum, which every
+    session holds for the whole round."""
+    minimum = session.image_min
+    key = id(minimum)
+    for n, request in enumerate(requests):
+        ok = request.meets.get(key)
+        if ok is None:
+            slots = session.kernels[n].slots
+            ok = request.meets[key] = not any(slots.get(name, _ZERO) < least for name, least in minimum.items())
+        if not ok:
+            return False
+    return True
 
 
 def _summed(session: PendingSession) -> dict[str, Decimal]:

@@ -130,7 +130,18 @@ class KeypairQuota:
     and grows with every session placed for the keypair in this round.
     """
 
-    __slots__ = ("access_key", "policy_name", "concurrent", "max_concurrent", "occupied", "limits", "default_limit")
+    __slots__ = (
+        "access_key",
+        "policy_name",
+        "concurrent",
+        "max_concurrent",
+        "_occupied",
+        "placed",
+        "limits",
+        "default_limit",
+        "limited",
+        "checked",
+    )
 
     def __init__(self, access_key: str, state: KeypairState | None, table: SlotTable) -> None:
         self.access_key = access_key
@@ -138,29 +149,40 @@ class KeypairQuota:
             self.policy_name = "(none)"
             self.concurrent = 0
             self.max_concurrent = 0
-            self.occupied: dict[int, int] = {}
+            self._occupied: dict[int, int] = {}
+            self.placed: list[Mapping[int, int]] = []  # requests placed this round, not summed yet
             self.limits: dict[int, int | None] = {}
             self.default_limit: int | None = None
+            self.limited = self.checked = False
             return
         policy = state.policy
         self.policy_name = policy.name
         self.concurrent = state.concurrent_sessions
         self.max_concurrent = policy.max_concurrent_sessions
-        self.occupied = table.convert(state.occupied)
+        self._occupied = table.convert(state.occupied)
+        self.placed = []
         limits = table.convert(policy.total_resource_slots)
         self.limits = {i: (None if n >= INF else n) for i, n in limits.items()}
         self.default_limit = 0 if policy.default_for_unspecified.upper() == "LIMITED" else None
-
-    @property
-    def limited(self) -> bool:
-        return bool(self.limits) or self.default_limit is not None
+        # fixed for the round: whether a resource limit applies, whether either quota predicate does
+        self.limited: bool = bool(self.limits) or self.default_limit is not None
+        self.checked: bool = self.limited or self.max_concurrent > 0
 
     def add(self, request: Mapping[int, int]) -> None:
-        """Count a session placed in this round."""
+        """Count a session placed in this round (its slots are summed when `occupied` is read)."""
         self.concurrent += 1
-        occupied = self.occupied
-        for i, n in request.items():
-            occupied[i] = occupied.get(i, 0) + n
+        self.placed.append(request)
+
+    @property
+    def occupied(self) -> dict[int, int]:
+        """What the keypair occupies: the snapshot's amounts plus every request placed this round."""
+        if self.placed:
+            occupied = self._occupied
+            for request in self.placed:
+                for i, n in request.items():
+                    occupied[i] = occupied.get(i, 0) + n
+            self.placed.clear()
+        return self._occupied
 
 
 def concurrency(quota: KeypairQuota) -> str | None:

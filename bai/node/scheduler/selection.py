@@ -11,14 +11,16 @@ Only agents with remaining >= requested for every requested slot (> 0) are candi
 
 Speed. Amounts are plain ints here (see `SlotTable`). For each request *shape* (the tuple of
 requested slots in priority order) a pool keeps, per extras count, the candidate agents in a list
-sorted by the preference key (remaining amounts, then id). A dispersed pick reads the list from
-the front and stops as soon as the first slot no longer fits; a concentrated pick bisects to the
+sorted by the preference key (remaining amounts, then id), each packed into one int (see
+`_ShapeIndex`: ints compare much faster than tuples). A dispersed pick reads the list from the
+front and stops as soon as the first slot no longer fits; a concentrated pick bisects to the
 first agent with enough of the first slot. Reserving moves one agent in each list it is in
 (bisect + insert). Agents with less than the smallest request of the shape seen so far in some
 slot (the "floor"; full agents, say) are left out of the lists until a smaller request or a
-release brings them back, so scans do not step over them again and again. Requests that found
-no agent are remembered per shape (by amounts, up to 1024) and fail at once, until something
-is released.
+release brings them back, so scans do not step over them again and again. A request that found
+no agent fails at once until something is released. What a request needs for all this (its
+ints, its thresholds in the keys, how it moves a key) is worked out once per distinct request
+(`Prepared`) and kept.
 
 `explain` names the "best" agent: the one ranked first by remaining room in priority order
 (what dispersed would pick if it fitted) among the agents in the lists, or among all agents
@@ -30,14 +32,35 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
-from operator import itemgetter
+from operator import le
 
 from bai.common.slots import format_amount, is_bytes_slot
 
 from .snapshot import CONCENTRATED, DEFAULT_RESOURCE_PRIORITY, DISPERSED, AgentState
 
-# ({slot: amount > 0}, shape = requested slots in priority order, amounts aligned with shape)
-Prepared = tuple[dict[int, int], tuple[int, ...], tuple[int, ...]]
+
+class Prepared:
+    """A request as `AgentPool` wants it, made once per distinct request and shared: never mutate
+    `slots`, `shape` or `amounts`.
+
+    `slots` is {slot index: amount > 0}, `shape` the requested slots in priority order, `amounts`
+    aligned with `shape`. The rest are memos: `plan` (the pool's, see `AgentPool.select`),
+    `failed_at` (the pool's release count when it last found no agent), `deltas` (per shape
+    index, how reserving it changes an agent's key) and `meets` (the caller's: the core keeps
+    there whether the request meets an image's minimum).
+    """
+
+    __slots__ = ("slots", "shape", "amounts", "plan", "failed_at", "deltas", "meets")
+
+    def __init__(self, slots: dict[int, int], shape: tuple[int, ...], amounts: tuple[int, ...]) -> None:
+        self.slots = slots
+        self.shape = shape
+        self.amounts = amounts
+        self.plan: tuple | None = None
+        self.failed_at = -1
+        self.deltas: dict[_ShapeIndex, int] = {}
+        self.meets: dict[int, bool] = {}
+
 
 # Stand-in for an infinite amount (Decimal("Infinity") capacity or request).
 INF = 10**40
@@ -66,7 +89,7 @@ class SlotTable:
     fit the scale raises `Rescale`; the caller starts again with a table that knows better.
     """
 
-    __slots__ = ("index", "names", "digits", "_scales", "_seen", "_shown", "_overrides")
+    __slots__ = ("index", "names", "digits", "saw_infinity", "_scales", "_seen", "_shown", "_overrides")
 
     def __init__(self, digits: Mapping[str, int] | None = None) -> None:
         self.index: dict[str, int] = {}
@@ -76,6 +99,7 @@ class SlotTable:
         self._seen: list[dict[Decimal, int]] = []  # per slot: amounts already converted
         self._shown: dict[tuple[int, int], str] = {}  # formatted amounts, for messages
         self._overrides = dict(digits or {})
+        self.saw_infinity = False  # an infinite amount was converted (to ±INF)
 
     def slot(self, name: str) -> int:
         i = self.index.get(name)
@@ -98,6 +122,7 @@ class SlotTable:
         if value.is_nan():
             raise ValueError(f"slot {name}: amount is NaN")
         if value.is_infinite():
+            self.saw_infinity = True
             return INF if value > 0 else -INF
         digits = _digits_needed(value.normalize())
         if digits > _MAX_DIGITS:
@@ -163,41 +188,67 @@ def priority_key(priority: Sequence[str]):
     return key
 
 
-def _key_maker(shape: tuple[int, ...]):
-    """(room, agent) -> the agent's sort key for this shape: its room in the shape's slots, agent."""
-    if not shape:
-        return lambda room, agent: (agent,)
-    if len(shape) == 1:
-        (slot,) = shape
-        return lambda room, agent: (room[slot], agent)
-    get = itemgetter(*shape)
-    return lambda room, agent: (*get(room), agent)
+def _encoder(fields: tuple[tuple[int, int, int], ...]):
+    """(room, agent) -> the agent's key: its room in each (slot, lo, shift) field, then the agent.
+
+    `lo` is the lowest value the slot's room can take, so every field is >= 0; the agent number
+    fills the low bits. Comparing two keys compares (room in slot 1, room in slot 2, ..., agent)."""
+    if not fields:
+        return lambda room, agent: agent
+    if len(fields) == 1:
+        ((a, la, sa),) = fields
+        return lambda room, agent: (room[a] - la) << sa | agent
+    if len(fields) == 2:
+        (a, la, sa), (b, lb, sb) = fields
+        return lambda room, agent: (room[a] - la) << sa | (room[b] - lb) << sb | agent
+    if len(fields) == 3:
+        (a, la, sa), (b, lb, sb), (c, lc, sc) = fields
+        return lambda room, agent: (room[a] - la) << sa | (room[b] - lb) << sb | (room[c] - lc) << sc | agent
+
+    def encode(room: list[int], agent: int) -> int:
+        key = agent
+        for slot, lo, shift in fields:
+            key |= (room[slot] - lo) << shift
+        return key
+
+    return encode
 
 
-def _alive_maker(limits: tuple[int, ...], dispersed: bool):
-    """entry -> whether the agent still has at least `limits` (signed like the entries) of every slot."""
-    n = len(limits)
-    if n == 0:
-        return lambda entry: True
-    if dispersed:  # entries hold -room: alive when -room_j <= -floor_j
-        if n == 1:
-            (a,) = limits
-            return lambda entry: entry[0] <= a
-        if n == 2:
-            a, b = limits
-            return lambda entry: entry[0] <= a and entry[1] <= b
-        return lambda entry: all(x <= y for x, y in zip(entry, limits, strict=False))  # entry is longer
-    if n == 1:
-        (a,) = limits
-        return lambda entry: entry[0] >= a
-    if n == 2:
-        a, b = limits
-        return lambda entry: entry[0] >= a and entry[1] >= b
-    return lambda entry: all(x >= y for x, y in zip(entry, limits, strict=False))
+def _alive_maker(shape: tuple[int, ...], floor: tuple[int, ...], dispersed: bool):
+    """room -> whether the agent still has at least `floor` of every slot of `shape`."""
+    if dispersed:  # room holds -remaining: alive when -remaining_j <= -floor_j
+        limits = tuple(zip(shape, (-f for f in floor), strict=True))
+        if len(limits) == 1:
+            ((a, fa),) = limits
+            return lambda room: room[a] <= fa
+        if len(limits) == 2:
+            (a, fa), (b, fb) = limits
+            return lambda room: room[a] <= fa and room[b] <= fb
+        if len(limits) == 3:
+            (a, fa), (b, fb), (c, fc) = limits
+            return lambda room: room[a] <= fa and room[b] <= fb and room[c] <= fc
+        return lambda room: all(room[slot] <= limit for slot, limit in limits)
+    limits = tuple(zip(shape, floor, strict=True))
+    if len(limits) == 1:
+        ((a, fa),) = limits
+        return lambda room: room[a] >= fa
+    if len(limits) == 2:
+        (a, fa), (b, fb) = limits
+        return lambda room: room[a] >= fa and room[b] >= fb
+    if len(limits) == 3:
+        (a, fa), (b, fb), (c, fc) = limits
+        return lambda room: room[a] >= fa and room[b] >= fb and room[c] >= fc
+    return lambda room: all(room[slot] >= limit for slot, limit in limits)
 
 
 class _ShapeIndex:
-    """The candidate agents for one request shape: one sorted list per extras count.
+    """The candidate agents for one request shape: one sorted list of keys per extras count.
+
+    An entry is one int, the agent's *key* (see `_encoder`): keys sort like the preference (room
+    in the shape's slots in priority order, signed as in `AgentPool.room`, then the agent number).
+    Field j (slot j of the shape) of a key is `key >> shifts[j] & masks[j]`, the room minus
+    `los[j]`; `key & agent_mask` is the agent. The fields are wide enough for every value the
+    room can take in the round (`AgentPool.bounds`).
 
     Only *alive* agents are in the lists: those with at least the shape's floor (per slot, the
     smallest amount of the requests prepared so far; 1 unit before any) of every slot. The
@@ -207,52 +258,120 @@ class _ShapeIndex:
 
     __slots__ = (
         "shape",
-        "key",
+        "los",
+        "shifts",
+        "masks",
+        "agent_mask",
+        "encode",
         "alive",
         "levels",
         "level_of",
         "dead",
-        "dead_agents",
         "keys",
-        "failed",
-        "version",
+        "where",
         "messages",
     )
 
-    def __init__(self, shape: tuple[int, ...], floor: tuple[int, ...], dispersed: bool) -> None:
+    def __init__(self, shape: tuple[int, ...], bounds: list[tuple[int, int]], n_agents: int) -> None:
         self.shape = shape
-        self.key = _key_maker(shape)
-        self.alive = _alive_maker(tuple(-f for f in floor) if dispersed else floor, dispersed)
-        self.levels: list[list[tuple[int, ...]]] = []  # ascending extras
-        self.level_of: dict[int, list[tuple[int, ...]]] = {}  # member agent -> its level
-        self.dead: list[tuple[int, ...]] = []
-        self.dead_agents: set[int] = set()
-        self.keys: dict[int, tuple[int, ...]] = {}  # member agent -> its entry (alive or dead)
-        self.failed: set[tuple[int, ...]] = set()  # requests known not to fit anywhere
-        self.version = 0  # bumped on every change of an entry
-        self.messages: dict[tuple[int, ...], tuple[int, str]] = {}
+        self.agent_mask = (1 << max(1, (n_agents - 1).bit_length())) - 1
+        shift = self.agent_mask.bit_length()
+        los, shifts, masks = [], [], []
+        for slot in reversed(shape):  # the last slot in the lowest bits above the agent's
+            lo, hi = bounds[slot] if slot < len(bounds) else (0, 0)
+            width = max(1, (hi - lo).bit_length())
+            los.append(lo)
+            shifts.append(shift)
+            masks.append((1 << width) - 1)
+            shift += width
+        self.los: tuple[int, ...] = tuple(reversed(los))
+        self.shifts: tuple[int, ...] = tuple(reversed(shifts))
+        self.masks: tuple[int, ...] = tuple(reversed(masks))
+        self.encode = _encoder(tuple(zip(shape, self.los, self.shifts, strict=True)))
+        self.alive = _alive_maker(shape, (1,) * len(shape), True)  # set by `fill`
+        self.levels: list[list[int]] = []  # ascending extras
+        self.dead: list[int] = []
+        # per agent number (None: not a member): its level, its key, the list holding the key
+        self.level_of: list[list[int] | None] = [None] * n_agents
+        self.keys: list[int] = [0] * n_agents
+        self.where: list[list[int] | None] = [None] * n_agents
+        self.messages: dict[tuple[int, ...], str] = {}  # explain's, by (best agent, its room, amounts)
 
-    def set_floor(self, floor: tuple[int, ...], dispersed: bool) -> None:
+    def fill(
+        self, types: list[frozenset[int]], rooms: list[list[int]], floor: tuple[int, ...], dispersed: bool
+    ) -> None:
+        """Put every agent that offers all the shape's slots in its level (or in `dead`)."""
+        self.alive = alive = _alive_maker(self.shape, floor, dispersed)
+        encode = self.encode
+        wanted = frozenset(self.shape)
+        by_extras: dict[int, list[int]] = {}
+        for agent, offered in enumerate(types):
+            if wanted <= offered:
+                level = by_extras.setdefault(len(offered - wanted), [])
+                room = rooms[agent]
+                key = encode(room, agent)
+                held = level if alive(room) else self.dead
+                held.append(key)
+                self.level_of[agent] = level
+                self.keys[agent] = key
+                self.where[agent] = held
+        for level in by_extras.values():
+            level.sort()
+        self.levels = [by_extras[extras] for extras in sorted(by_extras)]
+        self.dead.sort()
+
+    def set_floor(self, floor: tuple[int, ...], dispersed: bool, rooms: list[list[int]]) -> None:
         """A lower floor: agents that now reach it come back into their lists."""
-        self.alive = alive = _alive_maker(tuple(-f for f in floor) if dispersed else floor, dispersed)
+        self.alive = alive = _alive_maker(self.shape, floor, dispersed)
         still = []
-        for entry in self.dead:
-            if alive(entry):
-                agent = entry[-1]
-                insort(self.level_of[agent], entry)
-                self.dead_agents.discard(agent)
+        mask = self.agent_mask
+        for key in self.dead:
+            agent = key & mask
+            if alive(rooms[agent]):
+                level = self.level_of[agent]
+                insort(level, key)
+                self.where[agent] = level
             else:
-                still.append(entry)
-        self.dead = still
-        self.version += 1
+                still.append(key)
+        self.dead[:] = still
+
+    def move(self, agent: int, key: int, room: list[int]) -> None:
+        """The agent's key is now `key` (its room is `room`): move it, to its level or to `dead`."""
+        held = self.where[agent]
+        del held[bisect_left(held, self.keys[agent])]
+        self.keys[agent] = key
+        held = self.level_of[agent] if self.alive(room) else self.dead
+        insort(held, key)
+        self.where[agent] = held
+
+    def plan(
+        self, amounts: tuple[int, ...], dispersed: bool
+    ) -> tuple[_ShapeIndex, int, tuple[tuple[int, int, int], ...]]:
+        """(self, bound, rest) for a request: a key fits when key < bound (dispersed) or key >=
+        bound (concentrated), and, for each (shift, mask, limit) of rest, its field is <= limit
+        (dispersed) or >= limit (concentrated)."""
+        if not amounts:  # every member fits
+            return self, (self.agent_mask + 1 if dispersed else 0), ()
+        # (zip's strict=True parses keywords on every call: too slow for once per request)
+        limits = [(-a if dispersed else a) - lo for a, lo in zip(amounts, self.los)]  # noqa: B905
+        bound = (limits[0] + 1 if dispersed else limits[0]) << self.shifts[0]
+        return self, bound, tuple(zip(self.shifts[1:], self.masks[1:], limits[1:]))  # noqa: B905
+
+    def delta(self, slots: Mapping[int, int], dispersed: bool) -> int:
+        """How reserving `slots` changes a member's key (room is -remaining when dispersed)."""
+        delta = 0
+        for slot, shift in zip(self.shape, self.shifts):  # noqa: B905 (same lengths)
+            delta += slots.get(slot, 0) << shift
+        return delta if dispersed else -delta
 
 
 class AgentPool:
     """The schedulable agents of one scaling group, with their remaining room, as ints.
 
-    `select` picks an agent for a request, `reserve` / `release` move room, `explain` says why a
-    request found no agent. Agents are numbered 0..n-1 in id order, so the number doubles as
-    the final tie-break. The caller's `AgentState` objects are only read.
+    `prepare` turns a request into a `Prepared`; `take` picks an agent for it and reserves it
+    there; `select` only picks, `reserve` / `release` move room, `explain` says why a request
+    found no agent. Agents are numbered 0..n-1 in id order, so the number doubles as the final
+    tie-break. The caller's `AgentState` objects are only read.
 
     Internally `room[agent][slot]` is the remaining amount, negated for `dispersed`, so that in
     both strategies an ascending sort puts the preferred agent first.
@@ -291,12 +410,19 @@ class AgentPool:
             self.room.append(room)
             self.types.append(frozenset(i for i, n in capacity.items() if n > 0))
         self.all_types: frozenset[int] = frozenset().union(*self.types) if self.types else frozenset()
+        # per slot, the range (lo, hi) its room stays in: a reservation leaves the remaining
+        # amount >= 0 (it fits: `reserve` checks), a release gives back what was reserved.
+        self.bounds: list[tuple[int, int]] = [
+            (min([0, *(room[i] for room in self.room)]), max([0, *(room[i] for room in self.room)]))
+            for i in range(width)
+        ]
         self._indexes: dict[tuple[int, ...], _ShapeIndex] = {}
-        # per agent: the shape indexes it is in, with its level list there
-        self._member_of: list[list[tuple[_ShapeIndex, list[tuple[int, ...]]]]] = [[] for _ in ordered]
+        self._member_of: list[list[_ShapeIndex]] = [[] for _ in ordered]  # per agent: its indexes
+        self.releases = 0  # bumped on every release: requests that found no agent may fit again
         self.shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self._prepared: dict[tuple, Prepared] = {}
-        self.floors: dict[tuple[int, ...], tuple[int, ...]] = {}  # per shape, see `expect`
+        self.prepared: dict[tuple, Prepared] = {}  # by the request's (name, Decimal) items: see `prepare`
+        self._summed: dict[tuple[tuple[int, int], ...], Prepared] = {}  # by (slot, int) items
+        self.floors: dict[tuple[int, ...], tuple[int, ...]] = {}  # per shape, see `_expect`
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -307,7 +433,7 @@ class AgentPool:
         table = self.table
         return {table.names[i]: table.to_decimal(i, sign * n) for i, n in enumerate(self.room[agent])}
 
-    # -- shapes and keys ---------------------------------------------------------------------
+    # -- requests ------------------------------------------------------------------------------
 
     def shape_of(self, request: Mapping[int, int]) -> tuple[int, ...]:
         """The requested slots (amount > 0) in priority order."""
@@ -320,190 +446,217 @@ class AgentPool:
         return shape
 
     def prepare(self, slots: Mapping[str, Decimal]) -> Prepared:
-        """A request as `select` wants it: ({slot: amount > 0}, shape, amounts). Cached: never mutate."""
+        """A request ({name: Decimal}) as `select` wants it, one per distinct request."""
         try:
             key = tuple(slots.items())
-            hit = self._prepared.get(key)
+            hit = self.prepared.get(key)
         except TypeError:  # an unhashable amount: convert() will say what is wrong with it
             key, hit = None, None
         if hit is None:
-            hit = self.prepare_ints(self.table.convert(slots, True))
+            hit = self._new(self.table.convert(slots, True))
             if key is not None:
-                if len(self._prepared) >= 65536:
-                    self._prepared.clear()
-                self._prepared[key] = hit
+                if len(self.prepared) >= 65536:
+                    self.prepared.clear()
+                self.prepared[key] = hit
         return hit
 
     def prepare_ints(self, request: dict[int, int]) -> Prepared:
-        """Like `prepare`, from {slot index: amount > 0}; not cached."""
+        """Like `prepare`, from {slot index: amount > 0} (a sum over kernels, say)."""
+        key = tuple(request.items())
+        hit = self._summed.get(key)
+        if hit is None:
+            if len(self._summed) >= 65536:
+                self._summed.clear()
+            hit = self._summed[key] = self._new(request)
+        return hit
+
+    def _new(self, request: dict[int, int]) -> Prepared:
         shape = self.shapes.get(tuple(request)) or self.shape_of(request)
-        prepared = request, shape, tuple(map(request.__getitem__, shape))
-        self._expect(shape, prepared[2])
+        prepared = Prepared(request, shape, tuple(map(request.__getitem__, shape)))
+        self._expect(shape, prepared.amounts)
         return prepared
 
     def _expect(self, shape: tuple[int, ...], amounts: tuple[int, ...]) -> None:
         """Lower the shape's floor to cover this request (see `_ShapeIndex`)."""
         floor = self.floors.get(shape)
+        if floor is not None and all(map(le, floor, amounts)):  # noqa: B905 (same lengths)
+            return  # the usual case: it is no smaller than the floor
         lower = amounts if floor is None else tuple(map(min, floor, amounts))
         if lower != floor:
             self.floors[shape] = lower
             index = self._indexes.get(shape)
             if index is not None:
-                index.set_floor(lower, self.dispersed)
+                index.set_floor(lower, self.dispersed, self.room)
 
     def _index(self, shape: tuple[int, ...]) -> _ShapeIndex:
         index = self._indexes.get(shape)
-        if index is not None:
-            return index
-        index = _ShapeIndex(shape, self.floors.get(shape) or (1,) * len(shape), self.dispersed)
-        key = index.key
-        alive = index.alive
-        wanted = frozenset(shape)
-        by_extras: dict[int, list[tuple[int, ...]]] = {}
-        for agent, types in enumerate(self.types):
-            if wanted <= types:
-                level = by_extras.setdefault(len(types - wanted), [])
-                entry = key(self.room[agent], agent)
-                if alive(entry):
-                    level.append(entry)
-                else:
-                    index.dead.append(entry)
-                    index.dead_agents.add(agent)
-                index.keys[agent] = entry
-                index.level_of[agent] = level
-                self._member_of[agent].append((index, level))
-        for extras in sorted(by_extras):
-            level = by_extras[extras]
-            level.sort()
-            index.levels.append(level)
-        index.dead.sort()
-        self._indexes[shape] = index
+        if index is None:
+            index = _ShapeIndex(shape, self.bounds, len(self.ids))
+            index.fill(self.types, self.room, self.floors.get(shape) or (1,) * len(shape), self.dispersed)
+            for agent, level in enumerate(index.level_of):
+                if level is not None:
+                    self._member_of[agent].append(index)
+            self._indexes[shape] = index
         return index
+
+    def _plan(self, prepared: Prepared) -> tuple:
+        prepared.plan = plan = self._index(prepared.shape).plan(prepared.amounts, self.dispersed)
+        return plan
 
     # -- the operations ----------------------------------------------------------------------
 
-    def select(self, shape: tuple[int, ...], amounts: tuple[int, ...]) -> int | None:
-        """The best agent (its number) for `amounts` (aligned with `shape`), or None.
+    def select(self, prepared: Prepared) -> int | None:
+        """The best agent (its number) for a prepared request, or None.
 
         Only for requests that went through `prepare` / `prepare_ints`: the pool leaves out of
         its scans the agents with less than every request prepared so far.
         """
-        index = self._indexes.get(shape) or self._index(shape)
-        if amounts in index.failed:
+        if prepared.failed_at == self.releases:  # rooms only shrank since it found nothing
             return None
-        n = len(shape)
-        if n == 0:
+        index, bound, rest = prepared.plan or self._plan(prepared)
+        mask = index.agent_mask
+        if len(rest) == 1:  # two slots, the usual shape (cpu, mem)
+            ((shift, field_mask, limit),) = rest
+            if self.dispersed:  # keys ascend with -room of slot 1: stop at the first with too little
+                for level in index.levels:
+                    for key in level:
+                        if key >= bound:
+                            break
+                        if key >> shift & field_mask <= limit:
+                            return key & mask
+            else:  # keys ascend with the room of slot 1: start at the first with enough
+                for level in index.levels:
+                    for pos in range(bisect_left(level, bound), len(level)):
+                        key = level[pos]
+                        if key >> shift & field_mask >= limit:
+                            return key & mask
+        elif self.dispersed:
             for level in index.levels:
-                if level:
-                    return level[0][0]
-            return None
-        if self.dispersed:
-            # entries are (-room_1, ..., -room_n, agent): fits when -room_j <= -amount_j
-            first = -amounts[0]
-            if n == 1:
-                for level in index.levels:
-                    if level and level[0][0] <= first:
-                        return level[0][1]
-            else:
-                second = -amounts[1]
-                for level in index.levels:
-                    for entry in level:
-                        if entry[0] > first:
-                            break  # sorted: nobody further on has enough of the first slot
-                        if entry[1] <= second:
-                            if n == 2:
-                                return entry[2]
-                            for j in range(2, n):
-                                if entry[j] > -amounts[j]:
-                                    break
-                            else:
-                                return entry[n]
+                for key in level:
+                    if key >= bound:
+                        break
+                    for shift, field_mask, limit in rest:
+                        if key >> shift & field_mask > limit:
+                            break
+                    else:
+                        return key & mask
         else:
-            probe = (amounts[0],)
             for level in index.levels:
-                size = len(level)
-                pos = bisect_left(level, probe)
-                while pos < size:
-                    entry = level[pos]
-                    if n == 1:
-                        return entry[1]
-                    if entry[1] >= amounts[1]:
-                        if n == 2:
-                            return entry[2]
-                        for j in range(2, n):
-                            if entry[j] < amounts[j]:
-                                break
-                        else:
-                            return entry[n]
-                    pos += 1
-        if len(index.failed) >= _FAILED_MEMO:
-            index.failed.clear()
-        index.failed.add(amounts)
+                for pos in range(bisect_left(level, bound), len(level)):
+                    key = level[pos]
+                    for shift, field_mask, limit in rest:
+                        if key >> shift & field_mask < limit:
+                            break
+                    else:
+                        return key & mask
+        prepared.failed_at = self.releases
         return None
 
-    def _move(self, agent: int, request: Mapping[int, int], delta: int) -> None:
+    def take(self, prepared: Prepared) -> int | None:
+        """`select`, then reserve the request on the agent found; its number, or None."""
+        agent = self.select(prepared)
+        if agent is None:
+            return None
         room = self.room[agent]
-        for i, n in request.items():
-            room[i] += delta * n
-        for index, level in self._member_of[agent]:
-            keys = index.keys
-            was = index.dead if agent in index.dead_agents else level
-            del was[bisect_left(was, keys[agent])]
-            keys[agent] = entry = index.key(room, agent)
-            if index.alive(entry):
-                insort(level, entry)
-                index.dead_agents.discard(agent)
-            else:
-                insort(index.dead, entry)
-                index.dead_agents.add(agent)
-            index.version += 1
+        slots = prepared.slots
+        if self.dispersed:  # room holds -remaining; the agent has room (it was selected)
+            for i, n in slots.items():
+                room[i] += n
+        else:
+            for i, n in slots.items():
+                room[i] -= n
+        deltas = prepared.deltas
+        for index in self._member_of[agent]:  # each key moves by what the request takes of its fields
+            delta = deltas.get(index)
+            if delta is None:
+                delta = deltas[index] = index.delta(slots, self.dispersed)
+            if delta:
+                old = index.keys[agent]
+                index.keys[agent] = key = old + delta
+                held = index.where[agent]
+                del held[bisect_left(held, old)]
+                held = index.level_of[agent] if index.alive(room) else index.dead
+                insort(held, key)
+                index.where[agent] = held
+        return agent
 
     def reserve(self, agent: int, request: Mapping[int, int]) -> None:
-        """Take `request` ({slot index: amount}) from the agent's remaining room."""
-        self._move(agent, request, 1 if self.dispersed else -1)
+        """Take `request` ({slot index: amount > 0}) from the agent's remaining room.
+
+        The agent must have that room: keys are built on the remaining amounts staying between
+        their bounds, so an agent that would be left with less than nothing is refused with
+        ValueError rather than trusted."""
+        room = self.room[agent]
+        if self.dispersed:  # room holds -remaining
+            for i, n in request.items():
+                room[i] = value = room[i] + n
+                if value > 0:
+                    raise self._overcommitted(agent, i, -value)
+        else:
+            for i, n in request.items():
+                room[i] = value = room[i] - n
+                if value < 0:
+                    raise self._overcommitted(agent, i, value)
+        self._rekey(agent, room)
 
     def release(self, agent: int, request: Mapping[int, int]) -> None:
         """Give back what `reserve` took (a rolled-back tentative reservation)."""
-        self._move(agent, request, -1 if self.dispersed else 1)
-        for index in self._indexes.values():  # room grew: old failures may fit now
-            index.failed.clear()
+        room = self.room[agent]
+        step = -1 if self.dispersed else 1
+        for i, n in request.items():
+            room[i] += step * n
+        self._rekey(agent, room)
+        self.releases += 1  # room grew: requests that found no agent may fit now
 
-    def explain(self, shape: tuple[int, ...], amounts: tuple[int, ...]) -> str:
+    def _overcommitted(self, agent: int, slot: int, remaining: int) -> ValueError:
+        name = self.table.names[slot]
+        return ValueError(f"agent {self.ids[agent]} would be left with {name} {self.table.fmt(slot, remaining)}")
+
+    def _rekey(self, agent: int, room: list[int]) -> None:
+        """The agent's room changed: move its key in every index it is in."""
+        for index in self._member_of[agent]:
+            key = index.encode(room, agent)
+            if key != index.keys[agent]:
+                index.move(agent, key, room)
+
+    def explain(self, prepared: Prepared) -> str:
         """Why `select` found nothing: no agents, a slot nobody offers, or the best one's shortfall."""
+        shape, amounts = prepared.shape, prepared.amounts
         if not self.ids:
             return f"no schedulable agent in scaling group {self.group}"
         names = self.table.names
         missing = [names[i] for i in shape if i not in self.all_types]
         if missing:
             return f"no agent in scaling group {self.group} has {', '.join(missing)}"
-        index = self._indexes.get(shape) or self._index(shape)
-        cached = index.messages.get(amounts)
-        if cached is not None and cached[0] == index.version:
-            return cached[1]
-        best: tuple[int, ...] | None = None
+        index = self._index(shape)
+        best: list[int] | None = None
         best_agent = -1
+        mask = index.agent_mask
+        sign = -1 if self.dispersed else 1
         for level in index.levels if any(index.levels) else [index.dead]:  # nobody alive: the rest
             if not level:
                 continue
             if self.dispersed:
-                entry = level[0]
-                room = tuple(-x for x in entry[:-1])
+                agent = level[0] & mask
             else:  # the most room is at the end; among equals, the lowest agent number
-                room = level[-1][:-1]
-                entry = level[bisect_left(level, room)]
-            if best is None or room > best:
-                best, best_agent = room, entry[-1]
+                agent = level[bisect_left(level, level[-1] & ~mask)] & mask
+            room = self.room[agent]
+            remaining = [sign * room[i] for i in shape]
+            if best is None or remaining > best:
+                best, best_agent = remaining, agent
         if best is None:
-            msg = f"no agent in scaling group {self.group} has all of {', '.join(names[i] for i in shape)}"
-        else:
+            return f"no agent in scaling group {self.group} has all of {', '.join(names[i] for i in shape)}"
+        key = (best_agent, *best, *amounts)  # all the message says
+        msg = index.messages.get(key)
+        if msg is None:
             fmt = self.table.fmt
             short = [
                 f"{names[i]} {fmt(i, have)} free of {fmt(i, want)} requested"
-                for i, have, want in zip(shape, best, amounts, strict=True)
+                for i, have, want in zip(shape, best, amounts)  # noqa: B905 (same lengths)
                 if have < want
             ]
             msg = f"no agent has room: best is {self.ids[best_agent]} with {', '.join(short)}"
-        if len(index.messages) > 256:
-            index.messages.clear()
-        index.messages[amounts] = (index.version, msg)
+            if len(index.messages) >= 4096:
+                index.messages.clear()
+            index.messages[key] = msg
         return msg
