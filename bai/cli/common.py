@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NoReturn
 
 import typer
@@ -36,6 +35,8 @@ def client(owner: str | None = None):
 
 
 def run_async(coro) -> Any:
+    import asyncio
+
     from bai.client import APIError
 
     try:
@@ -52,6 +53,30 @@ def call(fn: Callable[[Any], Awaitable[Any]], owner: str | None = None) -> Any:
             return await fn(c)
 
     return run_async(go())
+
+
+def call_now(fn: Callable[[Any], Coroutine[Any, Any, Any]], owner: str | None = None) -> Any:
+    """`call` for one read-only request (a GET of a plain Client method, e.g. `c.list_sessions()`): it
+    blocks this thread instead of starting an event loop, so the command never imports asyncio.
+
+    A method that needs an event loop after all (a stream) is answered by `call`, from the start."""
+    from bai.client import APIError
+
+    c = client(owner)
+    c.blocking = True
+    coro = fn(c)
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    except APIError as e:
+        fail(str(e))
+    except RuntimeError as e:  # "no running event loop": it awaited more than plain requests
+        if "event loop" not in str(e):
+            raise
+    else:
+        coro.close()  # it suspended: it awaits more than plain requests
+    return call(fn, owner)
 
 
 def show(items: Any, as_json: bool, render: Callable[[Any], Any]) -> None:

@@ -9,13 +9,30 @@ from typing import Any
 
 import typer
 
-from bai.cli import session as session_cli
-from bai.cli import vfolder as vfolder_cli
-from bai.cli.admin import keypair_app, policy_app
+from bai.cli import typer_fast
 from bai.cli.common import call, fail, show
+from bai.cli.lazy import LazyGroup, lean_command
+
+
+class BaiGroup(LazyGroup):
+    """bai's command groups, listed after its own commands; each module is imported when its group is used."""
+
+    lazy_groups = {
+        "session": "bai.cli.session:app",
+        "agent": "bai.cli.main:agent_app",
+        "image": "bai.cli.main:image_app",
+        "config": "bai.cli.main:config_app",
+        "keypair": "bai.cli.admin:keypair_app",
+        "cluster": "bai.cli.main:cluster_app",
+        "policy": "bai.cli.admin:policy_app",
+        "vfolder": "bai.cli.vfolder:app",
+        "dotfile": "bai.cli.vfolder:dotfile_app",
+    }
+
 
 app = typer.Typer(
     name="bai",
+    cls=BaiGroup,
     help="Compute sessions in containers: a node, a CLI and a dashboard in one program.",
     no_args_is_help=True,
     add_completion=False,
@@ -45,19 +62,11 @@ def _root(
         os.environ["BACKEND_CA_FILE"] = ca  # read by bai.client, as BACKEND_* settings are
 
 
-app.add_typer(session_cli.app, name="session")
+# added to `app` by name in BaiGroup.lazy_groups, as the groups of the other modules are
 agent_app = typer.Typer(help="Agents: the hosts that run kernels.", no_args_is_help=True)
 image_app = typer.Typer(help="Kernel images known to the agents.", no_args_is_help=True)
 config_app = typer.Typer(help="Configuration.", no_args_is_help=True)
-app.add_typer(agent_app, name="agent")
-app.add_typer(image_app, name="image")
-app.add_typer(config_app, name="config")
-app.add_typer(keypair_app, name="keypair")
 cluster_app = typer.Typer(help="The cluster: how agents join.", no_args_is_help=True)
-app.add_typer(cluster_app, name="cluster")
-app.add_typer(policy_app, name="policy")
-app.add_typer(vfolder_cli.app, name="vfolder")
-app.add_typer(vfolder_cli.dotfile_app, name="dotfile")
 
 
 def _overrides(**flags: tuple[str, str, Any]) -> dict[str, Any]:
@@ -328,6 +337,7 @@ def _unquoted(key: str) -> str:
 
 def main() -> None:
     code: int | str | None
+    typer_fast.install()
     try:
         from bai.common.zipapp import clean_old_extractions
 
@@ -335,7 +345,7 @@ def main() -> None:
     except OSError:
         pass
     try:
-        app()
+        lean_command(app)()  # what app() runs, each command built when it is used
         code = 0
     except SystemExit as e:
         code = e.code

@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from bai.common.present import age, reason
 from bai.common.slots import format_slots, from_wire
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+else:
+
+    def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        """rich's Table, imported when a table is made (rich costs about 35 ms: not for --json or sentences)."""
+        from rich.table import Table as RichTable
+
+        return RichTable(*args, **kwargs)
+
 
 _console: Console | None = None
 
 
 def console() -> Console:
+    from rich.console import Console
+
     global _console
     if _console is None:
-        # no markup: what is shown (reasons, names, commands) may contain brackets ("[agent] port_range")
-        _console = Console(highlight=False, markup=False)
+        # no markup: what is shown (reasons, names, commands) may contain brackets ("[agent] port_range");
+        # no emoji codes either (":name:" in a reason is text), which also spares loading rich's emoji table
+        _console = Console(highlight=False, markup=False, emoji=False)
         if not _console.is_terminal:  # piped: do not fold rows at 80 columns
-            _console = Console(highlight=False, markup=False, width=200)
+            _console = Console(highlight=False, markup=False, emoji=False, width=200)
     return _console
 
 
@@ -57,7 +69,7 @@ def outcome(s: dict[str, Any]) -> str:
 
 def agents_table(items: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold")
-    for col in ("ID", "STATUS", "BACKEND", "GROUP", "CPU", "MEM", "GPUS", "SEEN"):
+    for col in ("ID", "STATUS", "BACKEND", "GROUP", "CPU", "MEM", "GPUS", "WARM", "SEEN"):
         table.add_column(col)
     for a in items:
         cap, used = from_wire(a["availableSlots"]), from_wire(a["occupiedSlots"])
@@ -76,9 +88,16 @@ def agents_table(items: list[dict[str, Any]]) -> Table:
             pair("cpu"),
             pair("mem"),
             gpu_summary(a.get("gpus") or []),
+            warm_summary(a.get("warm") or {}),
             age(a["lastSeen"]),
         )
     return table
+
+
+def warm_summary(warm: dict[str, int]) -> str:
+    """`warm 2` (ready kernels of its warm pool, all images), or - without any."""
+    total = sum(int(n) for n in warm.values())
+    return f"warm {total}" if warm else "-"
 
 
 def gpu_summary(gpus: list[dict[str, Any]]) -> str:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import secrets
 import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from bai.cli.common import EXIT_NOT_STARTED, call, fail, run_async, show
+from bai.cli.common import EXIT_NOT_STARTED, call, call_now, fail, run_async, show
+
+if TYPE_CHECKING:
+    import asyncio
 
 app = typer.Typer(help="Sessions: groups of kernels that run your code.", no_args_is_help=True)
 
@@ -146,6 +147,8 @@ class Signals:
         self._task: asyncio.Task | None = None
 
     def __enter__(self) -> Signals:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -153,6 +156,8 @@ class Signals:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -177,6 +182,8 @@ class Signals:
 async def _create(c, image: str, name: str, owned: Owned | None, **kw: Any) -> dict[str, Any]:
     """One create (or get) request. Its reply is noted in `owned` even when a signal cancels the wait
     for it: a session the manager created meanwhile must not be left behind unknown."""
+    import asyncio
+
     request = asyncio.ensure_future(c.create_session(image, name=name, max_wait=2, **kw))
     try:
         result = await asyncio.shield(request)
@@ -245,6 +252,9 @@ async def stream_execution(
     """Run code in a session, print its output as it comes, return its exit code (128 + the signal's
     number when a signal stopped the wait: a second Ctrl-C, or SIGTERM; the first Ctrl-C interrupts the
     code). `signals`: the caller's (else this call handles SIGINT and SIGTERM while it runs)."""
+    import asyncio
+    import secrets
+
     loop = asyncio.get_running_loop()
     interrupts = 0
     run_id = secrets.token_hex(8)  # this run's own: an interrupt reaches it and no other run in the session
@@ -281,6 +291,8 @@ def _say_queue(queue: dict[str, Any]) -> None:
 
 
 async def _stream(c, session_id, mode, code, options, signals: Signals, owned: Owned | None, loop, run_id) -> int:
+    import asyncio
+
     try:
         async with c.execute(session_id) as stream:
             if owned is not None:
@@ -353,6 +365,9 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress messages."),
 ) -> None:
     """Run code in a new session, stream its output, and exit with its exit code."""
+    import asyncio
+    import secrets
+
     resources = parse_resources(cpu, mem, gpu, gpu_share)
     environ = parse_env(env)
     mounts = parse_mounts(mount)
@@ -477,6 +492,9 @@ def create(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Create a session and return once it runs (or at once with --no-wait)."""
+    import asyncio
+    import secrets
+
     resources = parse_resources(cpu, mem, gpu, gpu_share)
     environ = parse_env(env)
     check_name(name)
@@ -628,7 +646,7 @@ def ls(
     """List sessions (active ones unless --all)."""
     from bai.cli.output import sessions_table
 
-    items = call(lambda c: c.list_sessions(all=all_, status=status), owner)
+    items = call_now(lambda c: c.list_sessions(all=all_, status=status), owner)
     if not items and not as_json:
         print("no sessions" + ("" if all_ else " (use --all to include ended ones)"))
         return
@@ -644,7 +662,7 @@ def info(
     """Show a session: status and why, resources, kernels and its history."""
     from bai.cli.output import session_details
 
-    show(call(lambda c: c.get_session(ref), owner), as_json, lambda s: "\n".join(session_details(s)))
+    show(call_now(lambda c: c.get_session(ref), owner), as_json, lambda s: "\n".join(session_details(s)))
 
 
 @app.command()
@@ -656,7 +674,7 @@ def explain(
     """Why a session waited: every scheduling decision about it, and its state changes."""
     from bai.common.present import explain_lines
 
-    show(call(lambda c: c.history(ref), owner), as_json, lambda h: "\n".join(explain_lines(h)))
+    show(call_now(lambda c: c.history(ref), owner), as_json, lambda h: "\n".join(explain_lines(h)))
 
 
 @app.command()

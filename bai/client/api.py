@@ -8,7 +8,6 @@ standard library's http.client (in a worker thread), which imports in a few mill
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import http.client
 import json
@@ -31,11 +30,21 @@ async def overlap_import(first_request) -> Any:
     The request runs in a worker thread that needs no further imports, so the import in this
     thread does not wait on import locks and mostly overlaps the request's wait for the manager.
     """
+    import asyncio
+
     task = asyncio.ensure_future(first_request)
     await asyncio.sleep(0)  # let the task hand its request to the worker thread
     import aiohttp  # noqa: F401
 
     return await task
+
+
+async def _in_thread(fn, *args: Any) -> Any:
+    """`asyncio.to_thread`; asyncio (about 25 ms to import) is imported when first needed, so a
+    blocking client (`Client.blocking`) that only makes plain requests never imports it."""
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args)
 
 
 class APIError(Exception):
@@ -123,6 +132,9 @@ class Client:
         self._ssl: Any = None
         # admins: act on this keypair's sessions (Backend.AI's owner_access_key), names included
         self.owner: str | None = None
+        # plain requests block the calling thread instead of a worker's (no event loop needed): for one
+        # request from the CLI (bai.cli.common.call_now); streams, uploads and WebSockets still need one
+        self.blocking = False
 
     async def __aenter__(self) -> Client:
         return self
@@ -225,7 +237,9 @@ class Client:
         full = self._path(path, params)
         body = json.dumps(json_body).encode() if json_body is not None else None
         ctype = "application/json" if json_body is not None else "text/plain"
-        return await asyncio.to_thread(self._call, method, full, body, ctype)
+        if self.blocking:
+            return self._call(method, full, body, ctype)
+        return await _in_thread(self._call, method, full, body, ctype)
 
     # -- API -----------------------------------------------------------------------------------------
 
@@ -285,10 +299,10 @@ class Client:
 
     async def follow_logs(self, ref: str, tail: int | None = None) -> AsyncIterator[str]:
         full = self._path(f"/session/{ref}/logs", {"follow": "true", "tail": tail})
-        resp = await asyncio.to_thread(self._open, "GET", full, None, "text/plain")
+        resp = await _in_thread(self._open, "GET", full, None, "text/plain")
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         try:
-            while chunk := await asyncio.to_thread(resp.read1, 65536):
+            while chunk := await _in_thread(resp.read1, 65536):
                 yield decoder.decode(chunk)
         except OSError as e:
             raise self._unreachable(e) from None
@@ -325,11 +339,11 @@ class Client:
 
     async def _sse(self, full: str) -> AsyncIterator[tuple[str, dict]]:
         """Read Server-Sent Events; each event's data is JSON. Reading happens in a worker thread."""
-        resp = await asyncio.to_thread(self._open, "GET", full, None, "application/octet-stream")
+        resp = await _in_thread(self._open, "GET", full, None, "application/octet-stream")
         name, data = "message", []
         try:
             while True:
-                lines = await asyncio.to_thread(_read_event, resp)
+                lines = await _in_thread(_read_event, resp)
                 if not lines:
                     return
                 for line in lines:
@@ -521,7 +535,7 @@ class Client:
                 conn.close()
             return offset
 
-        return await asyncio.to_thread(send)
+        return await _in_thread(send)
 
     async def download_file(self, name: str, path: str, dest: Any, progress=None) -> int:
         """Download a file of the folder to `dest` (a Path; written under a temporary name, then renamed)."""
@@ -555,7 +569,7 @@ class Client:
                 tmp.unlink(missing_ok=True)
             return received
 
-        return await asyncio.to_thread(fetch)
+        return await _in_thread(fetch)
 
     async def dotfiles(self) -> list[dict[str, Any]]:
         return await self.request("GET", "/user-config/dotfiles")
