@@ -6,11 +6,26 @@ in memory) and their own ZeroMQ link, in one asyncio loop. Prints, measured in o
 
 - the manager process's CPU (cores) and RSS at steady state, with only heartbeats
   (target: < 0.3 core with 1,000 agents heartbeating every 5 s), and where that CPU goes (its threads);
+- session creates accepted through the API per second, `--concurrency` (64) requests in flight (target:
+  >= 500/s on one manager), next to the same run's API floor: as many signed GETs of a trivial endpoint
+  through the same client (HTTP and the signature check), with the manager's CPU per create and per GET.
+  The client keeps its connections alive (an aiohttp pool of `--concurrency` connections, as a Backend.AI
+  client's aiohttp session does), each request signed by bai's client code; `--connection-per-request`
+  opens a connection for every request instead, as bai's own client (http.client) does. The sessions start
+  and end while later ones are submitted: their CPU is in the creates' figure;
 - end-to-end throughput of short batch sessions (`true`, cpu 0.5, submitted enqueue-only with bounded
   concurrency): from the first submission to the last session TERMINATED, and the manager's CPU meanwhile;
 - the round trip of a `ping` call over the ZeroMQ link against the in-process link, in this process.
 
     .venv/bin/python bench/cluster.py [--agents 1000] [--sessions 10000] [--hosts 4] [--concurrency 64]
+    .venv/bin/python bench/cluster.py --quick            # 200 agents, 3,000 sessions: about a minute
+    .venv/bin/python bench/cluster.py --quick --agents 0 # the creates alone (nothing is placed or started)
+    .venv/bin/python bench/cluster.py --quick --profile /tmp/prof   # where the manager's time goes
+
+`--profile DIR` starts the manager through bench/benchnode.py, which profiles it from the first submission
+to the last answer (SIGUSR1 / SIGUSR2): cProfile of the event loop's and of the database thread's CPU time,
+and a wall-clock sampler of every thread, written to DIR. (The profilers slow the manager: compare their
+shares, not the figures of a profiled run.)
 
 Progress goes to stderr, figures to stdout. Every process it starts is stopped at the end (agent hosts also
 end when this script dies: they watch their stdin). The end of the session phase is detected by reading the
@@ -45,10 +60,15 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.figures import Figure, record  # noqa: E402
+
 ACTIVE = ("PENDING", "SCHEDULED", "PREPARING", "PULLING", "RUNNING", "RUNNING_DEGRADED", "TERMINATING", "ERROR")
 API_ACTIVE = "PENDING,SCHEDULED,PREPARING,RUNNING,TERMINATING"
 JOIN_BATCH = 50  # agents of one host registering at the same time
 STALL = 120.0  # seconds without a change in the count of active sessions: give up
+TARGET_CREATES = 500  # session creates/s accepted through the API, 64 in flight, one manager
+QUICK = {"agents": 200, "sessions": 3000, "hosts": 2, "measure": 5.0, "rtt_calls": 300}
+QUICK_FLAGS = " ".join(f"--{key.replace('_', '-')} {value:g}" for key, value in QUICK.items())
 
 
 class BenchFailed(Exception):
@@ -117,6 +137,55 @@ async def host_agents(args: argparse.Namespace) -> None:
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             print(f"host {args.index}: {len(failed)} agents did not stop cleanly: {failed[0]!r}", file=sys.stderr)
+
+
+# -- the submitting client -------------------------------------------------------------------------------
+
+
+def keepalive_client(creds: Any, connections: int) -> Any:
+    """bai's `Client` whose plain requests go over kept-alive connections: an aiohttp session with a pool
+    of `connections`, as a long-lived Backend.AI client keeps. Requests are built and signed by the
+    client's own code (`Client._path`, `Client._headers`), and answers and errors read as it reads them."""
+    import aiohttp
+    import yarl
+
+    from bai.client.api import APIError, Client, _error_from
+
+    class KeepAliveClient(Client):
+        def __init__(self) -> None:
+            super().__init__(creds)
+            self._pool: aiohttp.ClientSession | None = None
+
+        async def request(
+            self, method: str, path: str, *, json_body: Any = None, params: dict[str, Any] | None = None
+        ) -> Any:
+            if self._pool is None:
+                self._pool = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=connections, keepalive_timeout=60),
+                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                    skip_auto_headers=("User-Agent",),
+                )
+            full = self._path(path, params)
+            body = json.dumps(json_body).encode() if json_body is not None else None
+            ctype = "application/json" if json_body is not None else "text/plain"
+            headers = self._headers(method, full, ctype)
+            url = yarl.URL(self._url(full), encoded=True)  # exactly the path that was signed
+            try:
+                async with self._pool.request(method, url, data=body, headers=headers) as resp:
+                    data = await resp.read()
+                    status, reason = resp.status, resp.reason or ""
+            except (aiohttp.ClientError, OSError) as e:
+                raise APIError(0, f"cannot reach the manager at {self.endpoint}", str(e)) from None
+            if status >= 400:
+                raise _error_from(status, reason, data.decode(errors="replace"))
+            return json.loads(data) if data and status != 204 else None
+
+        async def close(self) -> None:
+            if self._pool is not None:
+                await self._pool.close()
+            await super().close()
+
+    return KeepAliveClient()
 
 
 # -- link round trip, in this process -------------------------------------------------------------------------
@@ -252,11 +321,18 @@ class Bench:
 
     def start_manager(self) -> None:
         log = (self.tmp / "manager.log").open("a")
+        launcher = ["-m", "bai"]
+        if self.args.profile:  # the same node, with SIGUSR1 / SIGUSR2 starting and stopping its profiler
+            launcher = [
+                str(ROOT / "bench" / "benchnode.py"),
+                "--profile-to",
+                str(Path(self.args.profile).resolve()),
+                "--",
+            ]
         self.manager = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "bai",
+                *launcher,
                 "node",
                 "--role",
                 "manager",
@@ -382,12 +458,32 @@ class Bench:
         marks = ",".join("?" * len(ACTIVE))
         return conn.execute(f"SELECT COUNT(*) FROM sessions WHERE status IN ({marks})", ACTIVE).fetchone()[0]
 
+    async def floor(self, client: Any, total: int) -> float:
+        """Signed GETs of a trivial endpoint per second, `--concurrency` in flight, through the same client and
+        API as the creates: what HTTP, the client and authentication alone allow (the creates' ceiling)."""
+        left = total
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                await client.request("GET", "/manager/announcement")
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(self.args.concurrency)))
+        return total / (time.perf_counter() - t0)
+
+    def profile_signal(self, sig: int) -> None:
+        if self.args.profile and self.manager is not None and self.manager.poll() is None:
+            self.manager.send_signal(sig)
+
     async def sessions(self, client: Any, manager: psutil.Process, others: list[psutil.Process]) -> dict[str, Any]:
         from bai.client.api import APIError
 
         total, run = self.args.sessions, os.getpid()
         next_index = 0
         errors: list[str] = []
+        submit_end: list[float] = []
 
         async def worker() -> None:
             nonlocal next_index
@@ -413,10 +509,14 @@ class Bench:
 
         conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, check_same_thread=False)
         try:
+            self.profile_signal(signal.SIGUSR1)
             meter = CpuMeter([manager, *others])
+            submit_meter = CpuMeter([manager, *others])
+            submit_cores: list[float] = []
             start_wall = time.time()
             workers = [asyncio.create_task(worker()) for _ in range(self.args.concurrency)]
             submitting = asyncio.gather(*workers)
+            submitting.add_done_callback(lambda _: submit_end.append(time.perf_counter()))
             last_report = time.perf_counter()
             submitted: float | None = None
             last_change, last_active = time.perf_counter(), -1
@@ -425,9 +525,11 @@ class Bench:
                 if submitting.done() and submitted is None:
                     submitting.result()
                     submitted = time.perf_counter() - meter.t0
+                    _, submit_cores = submit_meter.cores()
+                    self.profile_signal(signal.SIGUSR2)
                 active = await asyncio.to_thread(self.count_active, conn)
-                if submitted is not None and active == 0:
-                    break
+                if submitted is not None and (active == 0 or not self.args.agents):
+                    break  # (without agents the sessions stay PENDING: only the creates are measured)
                 if active != last_active:
                     last_change, last_active = time.perf_counter(), active
                 elif submitted is not None and time.perf_counter() - last_change > STALL:
@@ -458,7 +560,9 @@ class Bench:
         return {
             "wall": wall,
             "end_to_end": end_to_end,
-            "submitted": submitted,
+            "submitted": submit_end[0] - meter.t0 if submit_end else submitted,
+            "submit_cores": submit_cores,
+            "accepted": total - len(errors),
             "manager_cores": cores[0],
             "other_cores": cores[1:],
             "threads": threads,
@@ -491,7 +595,11 @@ class Bench:
         counts = self.start_hosts(info)
         await self.wait_joined(counts)
         hosts = [psutil.Process(p.pid) for p in self.hosts]
-        async with Client(creds) as client:
+        if args.connection_per_request:
+            client_cm = Client(creds)
+        else:
+            client_cm = keepalive_client(creds, args.concurrency)
+        async with client_cm as client:
             await self.wait_alive(client, args.agents)
             join_s = time.perf_counter() - t0
             progress(f"{args.agents} agents ALIVE in {join_s:.1f} s; letting heartbeats settle")
@@ -516,8 +624,15 @@ class Bench:
                 f"RSS {sum(h.memory_info().rss for h in hosts) / 2**20:.0f} MiB"
             )
 
-            progress(f"submitting {args.sessions} batch sessions, {args.concurrency} requests in flight")
             asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(args.concurrency + 8))
+            floor_n = min(args.sessions, args.floor_requests)
+            progress(f"API floor: {floor_n} signed GET /manager/announcement, {args.concurrency} in flight")
+            floor_meter = CpuMeter([manager])
+            floor_rps = await self.floor(client, floor_n)
+            floor_wall, floor_cores = floor_meter.cores()
+            floor_cpu_ms = floor_cores[0] * floor_wall / floor_n * 1000  # manager CPU per request
+
+            progress(f"submitting {args.sessions} batch sessions, {args.concurrency} requests in flight")
             t0 = time.perf_counter()
             res = await self.sessions(client, manager, [*hosts, psutil.Process()])
             sessions_s = time.perf_counter() - t0
@@ -527,6 +642,45 @@ class Bench:
         n = sum(count for _, _, count in res["outcomes"])  # the sessions created (submissions may fail)
         outcomes = ", ".join(f"{count} {status}/{result}" for status, result, count in res["outcomes"])
         lat = res["latencies"]
+        creates = res["accepted"] / res["submitted"]
+        verdict = "MET" if creates >= TARGET_CREATES else "MISSED"
+        record(
+            Figure(
+                f"session creates through the API, sim, {args.concurrency} in flight, {args.agents} agents",
+                creates,
+                "/s",
+                "Nomad C1M",
+                3750.0,
+                f">= {TARGET_CREATES}/s",
+                creates >= TARGET_CREATES,
+            )
+        )
+        conn_mode = "a connection per request" if args.connection_per_request else "kept-alive connections"
+        self.say(
+            f"session creates through the API, {args.concurrency} in flight (sim, {args.agents} agents)   "
+            f"{creates:.0f} creates/s (target >= {TARGET_CREATES}/s: {verdict}; {res['accepted']} accepted "
+            f"in {res['submitted']:.1f} s)"
+        )
+        self.say(
+            f"  same run, API floor (signed GET /manager/announcement, {args.concurrency} in flight, same client, "
+            f"{conn_mode})   "
+            f"{floor_rps:.0f} requests/s; creates reach {creates / floor_rps:.0%} of it"
+        )
+        if res["submit_cores"]:
+            sc = res["submit_cores"]
+            create_cpu_ms = sc[0] * res["submitted"] / res["accepted"] * 1000
+            self.say(
+                f"  manager CPU per create {create_cpu_ms:.2f} ms (the sessions' starts and ends meanwhile "
+                f"included), per floor GET {floor_cpu_ms:.2f} ms"
+            )
+            self.say(
+                f"  while submitting: manager {sc[0]:.2f} cores, agent hosts {sum(sc[1:-1]):.2f}, this client "
+                f"{sc[-1]:.2f} (machine: {psutil.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})"
+            )
+        if args.profile:
+            self.say(
+                f"  manager profile of the submission phase: {Path(args.profile).resolve()}/(cprofile|samples).txt"
+            )
         self.say(
             f"{n} batch sessions end to end   {n / res['end_to_end']:.1f} sessions/s ({res['end_to_end']:.1f} s; "
             f"all submitted after {res['submitted']:.1f} s)"
@@ -565,6 +719,28 @@ def main() -> None:
     ap.add_argument("--heartbeat", type=float, default=5.0, help="agents' heartbeat interval, s (default 5)")
     ap.add_argument("--measure", type=float, default=15.0, help="steady-state CPU window, s (default 15)")
     ap.add_argument("--rtt-calls", type=int, default=2000, help="ping calls per link (default 2000)")
+    ap.add_argument(
+        "--floor-requests",
+        type=int,
+        default=2000,
+        help="signed GETs of the API floor (default 2000, at most --sessions)",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a short run (about a minute): {QUICK_FLAGS}",
+    )
+    ap.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="profile the manager during the submission phase (cProfile of its event loop and a sampler of every "
+        "thread), reports written to DIR",
+    )
+    ap.add_argument(
+        "--connection-per-request",
+        action="store_true",
+        help="open a connection for every request (bai's client) instead of keeping a pool alive",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, database)")
     # agent-host mode (started by the benchmark itself)
     ap.add_argument("--host-agents", type=int, help=argparse.SUPPRESS)
@@ -577,6 +753,11 @@ def main() -> None:
     if args.host_agents is not None:
         asyncio.run(host_agents(args))
         return
+    if args.quick:  # what the command line says explicitly wins
+        given = {a.split("=")[0] for a in sys.argv[1:] if a.startswith("--")}
+        for key, value in QUICK.items():
+            if f"--{key.replace('_', '-')}" not in given:
+                setattr(args, key, value)
 
     tmp = Path(tempfile.mkdtemp(prefix="bai-bench-cluster-"))
     bench = Bench(args, tmp)

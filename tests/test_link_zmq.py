@@ -19,7 +19,7 @@ import zmq.asyncio
 from bai.node.link.base import AgentUnavailable, RemoteError
 from bai.node.link.keys import ManagerSecrets, load_or_create
 from bai.node.link.streams import WINDOW, LinkStream, StreamClosed
-from bai.node.link.zmq import LinkRefused, LinkUnavailable, ZmqAgentLink, ZmqManagerLink
+from bai.node.link.zmq import RECV_BATCH, LinkRefused, LinkUnavailable, ZmqAgentLink, ZmqManagerLink
 
 HEARTBEAT = 0.1  # agents heartbeat fast here
 TIMEOUT = 0.6  # and the manager declares them lost fast
@@ -204,6 +204,27 @@ async def test_a_slow_call_times_out_without_blocking_others(links: Links) -> No
     assert await manager.call("agent-1", "echo", {}, timeout=1)  # answered while the slow one runs
     assert await slow == "slept"
     assert not manager._pending  # the timed-out call was forgotten
+
+
+async def test_more_answers_than_one_receive_turn_takes_all_arrive(links: Links) -> None:
+    # the manager takes at most RECV_BATCH messages per turn of its loop, then looks again: every answer of a
+    # burst bigger than that reaches its own caller, and the link still answers afterwards
+    _, manager, _, _ = await joined_pair(links)
+    n = 3 * RECV_BATCH + 7
+    answers = await asyncio.gather(*(manager.call("agent-1", "echo", {"i": i}, timeout=10) for i in range(n)))
+    assert [a["args"]["i"] for a in answers] == list(range(n))
+    assert not manager._pending
+    assert await manager.call("agent-1", "echo", {"after": True}, timeout=5)
+
+
+async def test_a_closed_manager_link_stops_watching_its_socket(links: Links) -> None:
+    _, manager, _, _ = await joined_pair(links)
+    assert manager._fd is not None
+    await manager.close()
+    assert manager._fd is None and manager._sock is None
+    with pytest.raises(AgentUnavailable):
+        await manager.call("agent-1", "echo", {}, timeout=1)
+    await asyncio.sleep(0.05)  # a look for input scheduled before the close finds nothing to do
 
 
 async def test_calling_an_unknown_agent_is_unavailable(links: Links) -> None:

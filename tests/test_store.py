@@ -194,6 +194,66 @@ async def test_transition_of_unknown_session_is_none(store: Store) -> None:
     assert await store.transition(str(uuid.uuid4()), S.SCHEDULED) is None
 
 
+async def test_a_transition_returns_the_row_as_stored(store: Store) -> None:
+    sid, [kid] = await make_session(store)
+    for target, kw in [
+        (S.SCHEDULED, {"kernel_updates": {kid: {"agent_id": "a1"}}}),
+        (S.PREPARING, {"allowed_from": [S.SCHEDULED]}),
+        (S.RUNNING, {"allowed_from": [S.PREPARING], "kernel_updates": {kid: {"container_id": "c1"}}}),
+        (S.TERMINATING, {"result": "SUCCESS", "allowed_from": (s for s in [S.RUNNING])}),  # any iterable
+        (S.TERMINATED, {}),
+    ]:
+        row = await store.transition(sid, target, "info", {"exitCode": 0, "nested": {"a": [1]}}, **kw)
+        assert row == await store.get_session(sid)
+        assert row is not None and row["status"] == target.value and row["status_data"]["nested"] == {"a": [1]}
+    assert row["result"] == "SUCCESS" and row["terminated_at"] == row["status_changed"]
+    [kernel] = await store.kernels_of(sid)
+    assert (kernel["status"], kernel["agent_id"], kernel["container_id"]) == ("TERMINATED", "a1", "c1")
+    assert kernel["terminated_at"] is not None
+    assert [t["status"] for t in await store.transitions_of(sid)] == [
+        "PENDING",
+        "SCHEDULED",
+        "PREPARING",
+        "RUNNING",
+        "TERMINATING",
+        "TERMINATED",
+    ]
+
+
+async def test_a_transition_to_the_current_status_changes_nothing(store: Store) -> None:
+    sid, _ = await make_session(store)
+    await store.transition(sid, S.SCHEDULED, "scheduled")
+    before = await store.get_session(sid)
+    assert await store.transition(sid, S.SCHEDULED, "again") is None
+    assert await store.get_session(sid) == before
+    assert len(await store.transitions_of(sid)) == 2
+
+
+async def test_an_allowed_but_illegal_move_raises(store: Store) -> None:
+    sid, _ = await make_session(store)
+    before = await store.get_session(sid)
+    with pytest.raises(IllegalTransition):  # PENDING is allowed by the caller, but PENDING -> RUNNING is not
+        await store.transition(sid, S.RUNNING, "nope", allowed_from=[S.PENDING])
+    assert await store.get_session(sid) == before
+
+
+async def test_create_or_get_returns_the_stored_row_last_in_the_queue(store: Store) -> None:
+    seqs = []
+    for name in ("first-1", "second-1"):
+        body = {"image": "bai-python:3.11", "name": name, "config": {"environ": {"A": "1"}}}
+        req = parse_create(body, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {})
+        session, kernels = new_session_rows(req, "AKIAEXAMPLE", datetime.now(UTC))
+        row, created = await store.create_or_get_session(session, kernels)
+        assert created and row == await store.get_session(session["id"])
+        assert row["status"] == "PENDING" and row["config"]["depends_on"] == [] and row["environ"] == {"A": "1"}
+        seqs.append(row["seq"])
+        again, created = await store.create_or_get_session(
+            new_session_rows(req, "AKIAEXAMPLE", datetime.now(UTC))[0], kernels
+        )
+        assert not created and again == row
+    assert seqs[1] > seqs[0]
+
+
 async def test_find_sessions(store: Store) -> None:
     sid, _ = await make_session(store, "alpha-1", session_id="3f2b1c9e-0000-4000-8000-000000000001")
     other, _ = await make_session(store, "beta-1", session_id="7a7a7a7a-0000-4000-8000-000000000002")

@@ -6,6 +6,7 @@ published test vectors.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -84,12 +85,32 @@ def sign(
     hash_name: str = "sha256",
 ) -> str:
     """Return the hex signature of a request."""
+    return _signature(secret_key, method, path, date, parse_date(date), host, ctype, version, hash_name)
+
+
+@functools.lru_cache(maxsize=1024)
+def signing_key(secret_key: str, day: str, host: str, hash_name: str = "sha256") -> bytes:
+    """The key a request of `day` (YYYYMMDD) to `host` is signed with: derived from the secret key by two
+    HMACs, the same for every request of that keypair, day and host (so kept, for the busiest ones)."""
     digest = getattr(hashlib, hash_name)
-    day = parse_date(date).strftime("%Y%m%d")
     k1 = hmac.new(secret_key.encode(), day.encode(), digest).digest()
-    k2 = hmac.new(k1, host.encode(), digest).digest()
+    return hmac.new(k1, host.encode(), digest).digest()
+
+
+def _signature(
+    secret_key: str,
+    method: str,
+    path: str,
+    date: str,
+    when: datetime,
+    host: str,
+    ctype: str,
+    version: str,
+    hash_name: str,
+) -> str:
+    key = signing_key(secret_key, when.strftime("%Y%m%d"), host, hash_name)
     msg = string_to_sign(method, path, date, host, ctype, version)
-    return hmac.new(k2, msg.encode(), digest).hexdigest()
+    return hmac.new(key, msg.encode(), getattr(hashlib, hash_name)).hexdigest()
 
 
 def now_header() -> str:
@@ -150,8 +171,8 @@ def verify(
     secret = lookup_secret(access_key)
     # an unknown key is checked against a throw-away secret: the same work and the same answer as a
     # wrong signature, so a caller cannot tell which access keys exist
-    expected = sign(
-        secret if secret is not None else _DECOY_SECRET, method, path, date, host, ctype, version, hash_name
+    expected = _signature(
+        secret if secret is not None else _DECOY_SECRET, method, path, date, when, host, ctype, version, hash_name
     )
     if not hmac.compare_digest(expected, signature) or secret is None:
         raise AuthError("auth-failed", "Signature mismatch, or the access key is unknown or inactive.")

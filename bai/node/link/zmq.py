@@ -72,6 +72,16 @@ RESEND_ASK_INTERVAL = 1.0  # the manager asks for a resend of the same gap at mo
 ACK_EVERY = 100  # the manager acknowledges at least every this many events of a burst
 NUDGE_INTERVAL = 0.5  # register-please to one unknown peer at most this often
 SEND_BATCH = 256  # events the agent sends before letting other tasks run
+RECV_BATCH = 512  # messages the manager takes in one turn of the event loop before letting others run
+
+# the manager's socket is a plain (blocking-API) socket driven by the event loop: sends never wait (NOBLOCK:
+# queued at once, or refused), and one reader callback takes every message that is in. pyzmq's asyncio
+# sockets make a future, a poll and several callbacks per message, which cost more than the messages.
+_NOBLOCK = int(zmq.NOBLOCK)
+_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
+_RCVMORE = int(zmq.RCVMORE)
+_raw_send = zmq.backend.Socket.send  # the Cython send, without the Python layer's argument handling
+_raw_recv = zmq.backend.Socket.recv
 
 
 class LinkRefused(Exception):
@@ -107,6 +117,12 @@ def _quiet(fut: asyncio.Future[Any]) -> None:
     """A send nobody waits for: note a failure at debug level (and retrieve it, so asyncio does not warn)."""
     if not fut.cancelled() and fut.exception() is not None:
         log.debug("a send to the manager failed: %s", fut.exception())
+
+
+def _time_out(fut: asyncio.Future[Any]) -> None:
+    """A call's time limit passed: its caller gets TimeoutError (as from asyncio.wait_for)."""
+    if not fut.done():
+        fut.set_exception(TimeoutError())
 
 
 def _keepalive(sock: zmq.Socket) -> None:
@@ -292,8 +308,11 @@ class ZmqManagerLink:
         self.heartbeat_timeout = heartbeat_timeout
         self.endpoint: str | None = None
         self.handler: ManagerHandler | None = None
-        self._ctx: zmq.asyncio.Context | None = None
-        self._sock: zmq.asyncio.Socket | None = None
+        self._ctx: zmq.Context | None = None
+        self._sock: zmq.Socket | None = None
+        self._fd: int | None = None  # the socket's ZMQ_FD, watched by the event loop
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_scheduled = False
         self._peers: dict[str, _Peer] = {}  # by agent id
         self._by_rid: dict[bytes, _Peer] = {}  # the routing ids of registered link objects
         self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
@@ -307,7 +326,7 @@ class ZmqManagerLink:
 
     async def start(self, handler: ManagerHandler) -> None:
         self.handler = handler
-        self._ctx = zmq.asyncio.Context()
+        self._ctx = zmq.Context()
         sock = self._ctx.socket(zmq.ROUTER)
         _keepalive(sock)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to an unknown peer fails instead of vanishing
@@ -327,10 +346,10 @@ class ZmqManagerLink:
             raise OSError(e.errno, f"cannot bind {self.bind}: {e.strerror}") from None
         self._sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._tasks = [
-            asyncio.create_task(self._receive(), name="zmq-manager-receive"),
-            asyncio.create_task(self._watch_liveness(), name="zmq-manager-liveness"),
-        ]
+        self._loop = asyncio.get_running_loop()
+        self._fd = sock.getsockopt(zmq.FD)
+        self._loop.add_reader(self._fd, self._readable)
+        self._tasks = [asyncio.create_task(self._watch_liveness(), name="zmq-manager-liveness")]
         log.info("agent link listening on %s", self.endpoint)
 
     # -- calls --------------------------------------------------------------------------------------
@@ -342,13 +361,19 @@ class ZmqManagerLink:
         self._next_call += 1
         call_id = self._next_call
         data = _pack("call", {"id": call_id, "method": method, "args": args})
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
         self._pending[call_id] = (agent_id, fut)
+        # the time limit is a timer on the call's own future (asyncio.wait_for would add a task-like wrapper
+        # and callbacks per call)
+        timer = loop.call_later(timeout, _time_out, fut) if timeout is not None else None
         try:
             if not self._send_now(peer.rid, data):
                 raise AgentUnavailable(f"agent {agent_id} is not connected")
-            return await asyncio.wait_for(fut, timeout)
+            return await fut
         finally:
+            if timer is not None:
+                timer.cancel()
             self._pending.pop(call_id, None)
 
     def connected(self) -> set[str]:
@@ -384,16 +409,21 @@ class ZmqManagerLink:
 
     def _send_now(self, rid: bytes, data: bytes) -> bool:
         """Send without waiting; False when the peer is gone or its queue is full."""
-        if self._sock is None:
+        sock = self._sock
+        if sock is None:
             return False
         try:
-            fut = self._sock.send_multipart([rid, data], flags=zmq.DONTWAIT)
-        except zmq.ZMQError as e:
+            _raw_send(sock, rid, _MORE_NOBLOCK)
+            _raw_send(sock, data, _NOBLOCK)
+        except zmq.ZMQError as e:  # EHOSTUNREACH (ROUTER_MANDATORY: not connected) or EAGAIN (queue full)
             log.debug("cannot send to %r: %s", rid, e)
             return False
-        if fut.done() and fut.exception() is not None:
-            log.debug("cannot send to %r: %s", rid, fut.exception())
-            return False
+        finally:
+            # a send may take the socket's "readable" signal (ZMQ_FD is edge-triggered): look for input
+            # once this turn of the loop is over
+            if not self._drain_scheduled and self._loop is not None:
+                self._drain_scheduled = True
+                self._loop.call_soon(self._readable)
         return True
 
     def _send(self, rid: bytes, kind: str, body: dict[str, Any]) -> bool:
@@ -401,19 +431,42 @@ class ZmqManagerLink:
 
     # -- receiving ----------------------------------------------------------------------------------
 
-    async def _receive(self) -> None:
-        assert self._sock is not None
-        while True:
-            frames = await self._sock.recv_multipart()
-            if len(frames) != 2:
-                log.warning("ignoring a message of %d frames from %r", len(frames), frames[0] if frames else None)
-                continue
-            rid, data = frames
+    def _readable(self) -> None:
+        """The event loop saw the socket's signal (or a send may have taken it): take what is in, up to
+        RECV_BATCH messages, then look again in the next turn if more may be waiting."""
+        self._drain_scheduled = False
+        sock = self._sock
+        if sock is None:
+            return
+        for _ in range(RECV_BATCH):
             try:
-                kind, body = _unpack(data)
-                self._dispatch(rid, kind, body)
-            except Exception:
-                log.exception("bad message from %r", rid)
+                frames = [_raw_recv(sock, _NOBLOCK)]
+                while sock.getsockopt(_RCVMORE):
+                    frames.append(_raw_recv(sock, _NOBLOCK))
+            except zmq.Again:
+                return  # all taken; the socket signals again when more comes
+            except zmq.ZMQError as e:
+                if self._sock is not None:
+                    log.warning("receiving from the agent link failed: %s", e)
+                return
+            self._received(frames)
+            if self._sock is None:  # closed by what the message did
+                return
+        if not self._drain_scheduled:  # more may be waiting: after the other callbacks of this turn
+            self._drain_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._readable)
+
+    def _received(self, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            log.warning("ignoring a message of %d frames from %r", len(frames), frames[0] if frames else None)
+            return
+        rid, data = frames
+        try:
+            kind, body = _unpack(data)
+            self._dispatch(rid, kind, body)
+        except Exception:
+            log.exception("bad message from %r", rid)
 
     def _dispatch(self, rid: bytes, kind: str, body: dict[str, Any]) -> None:
         if kind == "register":
@@ -649,6 +702,9 @@ class ZmqManagerLink:
         self._pending.clear()
         for peer in self._peers.values():
             peer.registered = False
+        if self._fd is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._fd)
+        self._fd = None
         self._sock, self._ctx = _close_zmq(self._sock, self._ctx)
 
 

@@ -32,6 +32,11 @@ from bai.node.scheduler.snapshot import (
 
 log = logging.getLogger("bai.dispatcher")
 COALESCE = 0.002  # seconds to gather a burst of events into one round
+# Under a stream of wake-ups (a burst of creates), a round waits after the last one PACE times as long as that
+# one took (at most MAX_PACE s): rounds then use at most about a third of the event loop, and each takes in
+# every arrival of its wait at once; an idle manager answers a wake-up after COALESCE only.
+PACE = 2.0
+MAX_PACE = 0.5
 QUOTA_STATUSES = OCCUPYING_STATUSES - {SessionStatus.TERMINATING}  # what counts against a keypair
 MIN_LABEL = "ai.backend.resource.min."
 
@@ -91,6 +96,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self.background = Background(log)
         self._due: datetime | None = None  # the next time a pending session's situation changes by itself
+        self._next_round = 0.0  # (loop time) not before: the pace under a stream of wake-ups
         wake.bind(self.wake)
 
     def wake(self) -> None:
@@ -109,13 +115,17 @@ class Dispatcher:
                 timeout = max(0.0, min(timeout, (self._due - self.clock.now()).total_seconds()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            await asyncio.sleep(COALESCE)
+            loop = asyncio.get_running_loop()
+            await asyncio.sleep(max(COALESCE, self._next_round - loop.time()))
             self._wake.clear()  # wakes arriving during the round trigger one more round
+            started = loop.time()
             try:
                 await self.round()
             except Exception as e:  # the dispatcher keeps running
                 log.exception("scheduling round failed")
                 await self._record_error(e)
+            ended = loop.time()
+            self._next_round = ended + min(MAX_PACE, PACE * (ended - started))
 
     async def snapshot(self, now: datetime) -> tuple[Snapshot, list[dict[str, Any]]]:
         store = self.store
@@ -138,14 +148,14 @@ class Dispatcher:
                 schedulable=self.agents.record(a["id"]).schedulable,
                 gpu_free=gpu_free.get(a["id"], ()),
             )
-            for a in await store.agents()
+            for a in (await store.agent_capacities())[1]
             if a["status"] == "ALIVE" and a["id"] in connected
         ]
         # what each keypair holds now
         usage: dict[str, tuple[int, dict[str, Decimal]]] = {}
-        for row in await store.list_sessions(None, QUOTA_STATUSES):
-            count, slots = usage.get(row["access_key"], (0, {}))
-            usage[row["access_key"]] = (count + 1, slotlib.add(slots, slotlib.from_wire(row["requested_slots"])))
+        for access_key, requested, count in await store.usage_by_keypair(QUOTA_STATUSES):
+            held, slots = usage.get(access_key, (0, {}))
+            usage[access_key] = (held + count, slotlib.add(slots, _times(slotlib.from_wire(requested), count)))
         policies = await store.policies()
         keypair_rows = await store.keypairs(active_only=False)
         keypairs = {}
@@ -262,6 +272,10 @@ class Dispatcher:
                 await self.store.set_pending_info(
                     row["id"], StatusInfo.SCHEDULER_ERROR, {"error": {"name": type(exc).__name__, "repr": str(exc)}}
                 )
+
+
+def _times(slots: dict[str, Decimal], count: int) -> dict[str, Decimal]:
+    return {name: amount * count for name, amount in slots.items()}
 
 
 def _history(session_id: str, outcome: str, info: str, msg: str, agents: str, failed: list) -> dict[str, Any]:

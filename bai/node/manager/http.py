@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,14 +69,31 @@ async def read_json(request: web.Request) -> Any:
     if not request.body_exists:
         return {}
     try:
-        body = await request.json()
+        text = await request.text()
+        body = json.loads(text)
     except (ValueError, UnicodeDecodeError):  # also bytes that are not UTF-8
         raise invalid("the request body is not valid JSON") from None
     except RecursionError:
         raise invalid("the request body is nested too deeply") from None
-    if not _encodable(body):  # a JSON "\ud800": no UTF-8 text (a file, a database, a kernel) can hold it
+    # a JSON "\ud800": no UTF-8 text (a file, a database, a kernel) can hold it. Looked for value by value only
+    # when the text could give one: it holds a surrogate itself, or an escape of one
+    if (not _plain_text(text) or _SURROGATE_ESCAPE.search(text)) and not _encodable(body):
         raise invalid("the request body holds a lone surrogate (\\ud800-\\udfff), which is not text")
     return body
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _plain_text(text: str) -> bool:
+    """Whether the text has no surrogate code point of its own (UTF-8 can hold all of it)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _encodable(value: Any) -> bool:

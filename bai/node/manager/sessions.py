@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import uuid
 from collections.abc import Iterable
@@ -75,6 +76,24 @@ def _error_data(agent_id: str | None, exc: BaseException) -> dict[str, Any]:
     return {"error": {"src": "agent", "agent_id": agent_id, "name": name, "repr": message}}
 
 
+class _Ids:
+    """Random (version 4) UUIDs, drawn from the OS 64 at a time: one urandom call (which lets go of the GIL,
+    a costly hand-over in a busy manager) instead of one per id."""
+
+    def __init__(self, batch: int = 64) -> None:
+        self.batch = batch
+        self._pool: list[str] = []
+
+    def __call__(self) -> str:
+        if not self._pool:
+            raw = os.urandom(16 * self.batch)
+            self._pool = [str(uuid.UUID(bytes=raw[i : i + 16], version=4)) for i in range(0, len(raw), 16)]
+        return self._pool.pop()
+
+
+new_id = _Ids()
+
+
 def new_session_rows(
     req: CreateRequest,
     access_key: str,
@@ -84,13 +103,13 @@ def new_session_rows(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The rows a new session is stored as (`Store.create_session`): the session and its kernels."""
     kernel = {
-        "id": str(uuid.uuid4()),
+        "id": new_id(),
         "cluster_role": "main",
         "cluster_idx": 1,
         "slots": slotlib.to_wire(req.resources),
     }
     session = {
-        "id": str(uuid.uuid4()),
+        "id": new_id(),
         "name": req.name,
         "access_key": access_key,
         "image": req.image,
@@ -147,6 +166,9 @@ class Sessions:
         self.activity: dict[str, datetime] = {}  # session id -> last execution activity (idle timeout)
         self.busy = BusySessions()  # sessions with code running (or waiting to run) now
         self.full_disk = FullDiskWarnings(log)  # background writes (kernel logs, run results) on a full disk
+        # requests some agent could hold, by (scaling group, slots), for the agents as of `_placeable_version`
+        self._placeable: set[tuple[str, tuple[tuple[str, Any], ...]]] = set()
+        self._placeable_version = -1
 
     async def close(self) -> None:
         await self.background.close()
@@ -156,14 +178,18 @@ class Sessions:
     async def transition(self, session_id: str, target: SessionStatus, info: str = "", data=None, **kw) -> Any:
         row = await self.store.transition(session_id, target, info, data, **kw)
         if row is not None:
-            self.events.publish(SESSION_EVENTS.get(target, f"session_{target.lower()}"), row)
-            if target in DEAD_STATUSES or target == S.TERMINATING:
-                self.wake()
-                self.activity.pop(session_id, None)
-                self.busy.clear(session_id)
-            if self.hooks and target in HOOK_POINTS:
-                self.spawn(self._notify_hooks(HOOK_POINTS[target], row), f"hooks-{session_id}")
+            self._moved(session_id, target, row)
         return row
+
+    def _moved(self, session_id: str, target: SessionStatus, row: dict[str, Any]) -> None:
+        """A committed transition: its event, the dispatcher woken when slots are freed, hooks told."""
+        self.events.publish(SESSION_EVENTS.get(target, f"session_{target.lower()}"), row)
+        if target in DEAD_STATUSES or target == S.TERMINATING:
+            self.wake()
+            self.activity.pop(session_id, None)
+            self.busy.clear(session_id)
+        if self.hooks and target in HOOK_POINTS:
+            self.spawn(self._notify_hooks(HOOK_POINTS[target], row), f"hooks-{session_id}")
 
     async def _notify_hooks(self, point: str, session: dict[str, Any]) -> None:
         notes = await self.hooks.notify(point, session)
@@ -259,19 +285,50 @@ class Sessions:
             )
         return row, False
 
+    async def _unplaceable(self, req: CreateRequest) -> Problem | None:
+        """Why no agent of the request's group could ever hold it (see placeable.py), or None. What the agents
+        could hold is remembered until an agent joins, leaves or changes (the store's agents_version)."""
+        version, agents = await self.store.agent_capacities()
+        if version != self._placeable_version:
+            self._placeable.clear()
+            self._placeable_version = version
+        key = (req.scaling_group, tuple(sorted(req.resources.items())))
+        if key in self._placeable:
+            return None
+        problem = unplaceable(req.resources, req.scaling_group, agents, self.agents.gpu_devices())
+        if problem is None and version == self.store.agents_version:
+            self._placeable.add(key)
+        return problem
+
+    def _plain(self, req: CreateRequest) -> bool:
+        """Whether creating `req` needs nothing but the stored sessions and what is in memory: no folders to
+        mount, no sessions to depend on, no hooks to ask, an image known to be available without asking the
+        agents (see Images.check_available)."""
+        if req.mounts or req.depends or self.hooks:
+            return False
+        return req.image in self.images.labels or registry_of(req.image) is not None
+
     async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[dict[str, Any], bool]:
         groups: set[str] = set()
         if req.scaling_group not in self.admission.groups:  # a group only agents name
-            groups = {a["scaling_group"] for a in await self.agents.rows()}
+            groups = {a["scaling_group"] for a in (await self.store.agent_capacities())[1]}
         if problem := admit(self.admission, req, is_admin, groups):
             raise problem
+        if self._plain(req) and await self._unplaceable(req) is None:
+            # the common case in one transaction: the live session of that name (get-or-create) or the new one;
+            # any check that fails takes the path below, where the live session of that name comes first
+            session, kernels = new_session_rows(req, access_key, self.clock.now())
+            row, created = await self.store.create_or_get_session(session, kernels)
+            if not created:
+                return self._reuse(row, req)
+            self._enqueued(row)
+            return row, True
         existing = await self.store.find_sessions(req.name, access_key, active_only=True)
         existing = [r for r in existing if r["name"] == req.name]
         if existing:
             return self._reuse(existing[0], req)
         await self.images.check_available(req.image)
-        agents, gpus = await self.agents.rows(), self.agents.gpu_devices()
-        if problem := unplaceable(req.resources, req.scaling_group, agents, gpus):
+        if problem := await self._unplaceable(req):
             raise problem  # no agent of the group could ever hold it: not queued forever
         mounts: list[dict[str, Any]] = []
         if req.mounts:
@@ -298,11 +355,15 @@ class Sessions:
             return self._reuse(same, req)
         row = await self.store.get_session(session_id)
         assert row is not None
+        self._enqueued(row)
+        return row, True
+
+    def _enqueued(self, row: dict[str, Any]) -> None:
+        """A new session is stored: say so, and have the dispatcher look (one round for many arrivals)."""
         self.events.publish("session_enqueued", row)
         if self.hooks:
-            self.spawn(self._notify_hooks("after_enqueue", row), f"hooks-{session_id}")
+            self.spawn(self._notify_hooks("after_enqueue", row), f"hooks-{row['id']}")
         self.wake()
-        return row, True
 
     async def wait_started(self, session_id: str, timeout: float | None) -> dict[str, Any] | None:
         return await self.events.wait_for(
@@ -339,9 +400,14 @@ class Sessions:
 
     async def _start_session(self, session: dict[str, Any], agent_id: str) -> None:
         sid = session["id"]
-        if await self.transition(sid, S.PREPARING, "", {}, allowed_from=[S.SCHEDULED]) is None:
+        preparing = await self.store.start_preparing(sid)  # with its kernels and dotfiles, in one transaction
+        if preparing is None:
             return
-        kernel = await self.main_kernel(session)
+        row, kernels, dotfiles = preparing
+        self._moved(sid, S.PREPARING, row)
+        kernel = next((k for k in kernels if k["cluster_role"] == "main"), None)
+        if kernel is None:
+            raise no_session(sid)
         try:
             pull = self.images.pull_grant(session["image"])
         except Problem as p:  # the configuration changed since it was created: nothing is contacted
@@ -365,10 +431,7 @@ class Sessions:
                 for m in session["config"].get("mounts") or []
                 if self.vfolders is not None
             ],
-            dotfiles=[
-                DotfileSpec(d["path"], d["data"], d["permission"])
-                for d in await self.store.dotfiles(session["access_key"])
-            ],
+            dotfiles=[DotfileSpec(d["path"], d["data"], d["permission"]) for d in dotfiles],
         )
         try:
             # an image from a registry may have to be pulled first: allow for that too
@@ -438,7 +501,7 @@ class Sessions:
         )
         if row is not None:
             self.events.publish("session_success" if ok else "session_failure", row)
-            await self._finish_destroy(row, agent_id, info)
+            await self._finish_destroy(row, agent_id, info, kernel)
 
     # -- destroy ----------------------------------------------------------------------------------
 
@@ -472,8 +535,12 @@ class Sessions:
                 self.spawn(finishing, f"destroy-{session['id']}")
         return {}
 
-    async def _finish_destroy(self, session: dict[str, Any], agent_id: str | None, info: str) -> None:
-        kernel = await self.main_kernel(session)
+    async def _finish_destroy(
+        self, session: dict[str, Any], agent_id: str | None, info: str, kernel: dict[str, Any] | None = None
+    ) -> None:
+        """Remove the session's (main) kernel from its agent, then TERMINATED."""
+        if kernel is None:
+            kernel = await self.main_kernel(session)
         if agent_id:
             await self._remove_kernel(agent_id, kernel["id"], info, timeout=60)
         await self.transition(
@@ -631,8 +698,10 @@ class Sessions:
 
     async def rename(self, session: dict[str, Any], name: str) -> dict[str, Any]:
         """Give a live session another name (its id stays; its kernel keeps running)."""
-        if not isinstance(name, str) or (why := name_problem(name)):
-            raise invalid(why or "the new name must be a string")
+        if not isinstance(name, str):
+            raise invalid("the new name must be a string")
+        if why := name_problem(name):
+            raise invalid(why)
         if S(session["status"]) not in ACTIVE_STATUSES:
             raise invalid(f"session {session['name']} has ended: only a live session can be renamed")
         if name != session["name"] and not await self.store.rename_session(session["id"], session["access_key"], name):

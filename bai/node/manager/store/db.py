@@ -3,6 +3,12 @@
 Every call is one hop to the database's thread: `run(fn)` calls fn(conn) there, `transaction(fn)` inside one
 BEGIN IMMEDIATE … COMMIT. Calls run one after the other, in the order made (one thread, one queue), so a
 transaction is never interleaved with another call. Only the standard library's sqlite3 is used.
+
+Group commit: transactions queued one after the other while the thread was busy run in ONE BEGIN … COMMIT,
+each inside a savepoint of its own. Each caller is answered only after that COMMIT (its changes are as durable
+as with a transaction of its own); a transaction that raises is rolled back to its savepoint and fails alone;
+should the COMMIT itself fail (a full disk), every transaction of the group runs again on its own, so each gets
+the answer it would have had alone. The answers of a group reach the event loop in one wake-up.
 """
 
 from __future__ import annotations
@@ -44,13 +50,58 @@ def utcnow() -> str:
     return datetime.now(UTC).isoformat()
 
 
+_scan_json = json.JSONDecoder().scan_once  # json.loads without its Python layers (the C scanner itself)
+
+
+_FLAT = frozenset({str, int, float, bool, type(None)})
+_flat_values: dict[str, dict[str, Any] | list[Any]] = {}  # text -> its value, for flat ones that recur
+MAX_FLAT = 4096
+
+
+def load_json(text: str) -> Any:
+    """json.loads, faster for what the store writes (json.dumps output: no surrounding blanks), and for the
+    values that recur (the same slots on every kernel): a flat object or array (of strings, numbers, …) is
+    parsed once, and each caller gets a copy of its own."""
+    if text == "{}":
+        return {}
+    known = _flat_values.get(text)
+    if known is not None:
+        return known.copy()
+    try:
+        value, end = _scan_json(text, 0)
+    except StopIteration:  # (not JSON, or starting with a blank: json.loads says which)
+        return json.loads(text)
+    if end != len(text):  # (something after the value: json.loads says whether that is allowed)
+        return json.loads(text)
+    kind = type(value)
+    if (kind is dict and all(type(v) in _FLAT for v in value.values())) or (
+        kind is list and all(type(v) in _FLAT for v in value)
+    ):
+        if len(_flat_values) >= MAX_FLAT:
+            _flat_values.clear()
+        _flat_values[text] = value
+        return value.copy()
+    return value
+
+
+_json_at: dict[tuple[str, ...], tuple[tuple[int, str], ...]] = {}  # a row's columns -> where its JSON ones are
+
+
 def decode_row(row: sqlite3.Row | None) -> dict[str, Any] | None:
     """A row as a dict, its JSON columns decoded."""
     if row is None:
         return None
-    out = dict(row)
-    for key in _JSON_COLUMNS & out.keys():
-        out[key] = json.loads(out[key])
+    keys = row.keys()
+    shape = tuple(keys)
+    where = _json_at.get(shape)
+    if where is None:
+        if len(_json_at) >= MAX_FLAT:
+            _json_at.clear()
+        where = _json_at[shape] = tuple((i, key) for i, key in enumerate(keys) if key in _JSON_COLUMNS)
+    out = dict(zip(keys, row, strict=True))
+    for i, key in where:
+        value = row[i]
+        out[key] = load_json(value) if type(value) is str else json.loads(value)
     return out
 
 
@@ -72,16 +123,53 @@ def in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], 
 
 
 _STOP = object()
+MAX_GROUP = 256  # calls taken from the queue at once (transactions committed together, answers sent together)
+
+Call = tuple["asyncio.Future | None", Any, tuple[Any, ...]]
+Answer = tuple["asyncio.Future", bool, Any]  # (future, failed, result or exception)
 
 
-def _set_result(future: asyncio.Future, result: Any) -> None:
-    if not future.done():  # (the caller may have been cancelled meanwhile)
-        future.set_result(result)
+def _answer(answers: list[Answer]) -> None:
+    """In the event loop: hand each caller its result or exception."""
+    for future, failed, value in answers:
+        if future.done():  # (the caller may have been cancelled meanwhile)
+            continue
+        if failed:
+            future.set_exception(value)
+        else:
+            future.set_result(value)
 
 
-def _set_exception(future: asyncio.Future, exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
+def _is_transaction(call: Call) -> bool:
+    return call[1] is in_transaction and len(call[2]) == 1
+
+
+def _group_transactions(conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]]) -> list | None:
+    """Run fns in ONE transaction, each in a savepoint of its own; [(failed, result or exception)] once
+    committed, or None when the transaction as a whole failed (and was rolled back): then nothing of it
+    is stored, and the caller runs each fn on its own."""
+    outcomes: list[tuple[bool, Any]] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for fn in fns:
+            conn.execute("SAVEPOINT one")
+            try:
+                result = fn(conn)
+            except BaseException as e:  # noqa: BLE001 (handed to its caller)
+                if not conn.in_transaction:  # SQLite rolled the whole transaction back (SQLITE_FULL, …)
+                    return None
+                conn.execute("ROLLBACK TO one")
+                conn.execute("RELEASE one")
+                outcomes.append((True, e))
+                continue
+            conn.execute("RELEASE one")
+            outcomes.append((False, result))
+        conn.execute("COMMIT")
+    except Exception:  # noqa: BLE001 (a failed COMMIT or savepoint: each fn runs again alone)
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        return None
+    return outcomes
 
 
 class Database:
@@ -135,19 +223,72 @@ class Database:
         migrate(conn)
 
     def _serve(self) -> None:
-        """The database's thread: calls in the order queued, until close."""
+        """The database's thread: calls in the order queued, until close. What is queued is taken at once
+        (up to MAX_GROUP calls): consecutive transactions are committed together (see the module's doc)."""
+        calls: SimpleQueue[Call] = self._calls
         while True:
-            future, fn, args = self._calls.get()
-            try:
-                result = fn(self._connection, *args)
-            except BaseException as e:  # noqa: BLE001 (handed to the caller)
-                if future is not None:
-                    future.get_loop().call_soon_threadsafe(_set_exception, future, e)
-                continue
-            if future is not None:
-                future.get_loop().call_soon_threadsafe(_set_result, future, None if result is _STOP else result)
-            if result is _STOP:
+            batch = [calls.get()]
+            while len(batch) < MAX_GROUP and not calls.empty():
+                batch.append(calls.get())
+            if not self._serve_batch(batch):
                 return
+
+    def _serve_batch(self, batch: list[Call]) -> bool:
+        """Run a batch of calls in order, answering each run of transactions (or of other calls) together;
+        False once the stop call has run."""
+        i = 0
+        while i < len(batch):
+            j = i + 1
+            grouped = _is_transaction(batch[i])
+            while j < len(batch) and _is_transaction(batch[j]) == grouped:
+                j += 1
+            answers: list[Answer] = []
+            if grouped and j - i > 1:
+                self._run_group(batch[i:j], answers)
+            else:
+                for future, fn, args in batch[i:j]:
+                    try:
+                        result = fn(self._connection, *args)
+                    except BaseException as e:  # noqa: BLE001 (handed to the caller)
+                        if future is not None:
+                            answers.append((future, True, e))
+                        continue
+                    if future is not None:
+                        answers.append((future, False, None if result is _STOP else result))
+                    if result is _STOP:
+                        self._send(answers)
+                        for future, _, _ in batch[j:]:  # (none: nothing is queued after the stop call)
+                            if future is not None:
+                                answers.append((future, True, sqlite3.ProgrammingError("the database is closed")))
+                        return False
+            self._send(answers)
+            i = j
+        return True
+
+    def _run_group(self, group: list[Call], answers: list[Answer]) -> None:
+        outcomes = _group_transactions(self._connection, [args[0] for _, _, args in group])
+        if outcomes is None:  # the group failed as a whole: each transaction again, alone
+            outcomes = []
+            for _, _, args in group:
+                try:
+                    outcomes.append((False, in_transaction(self._connection, args[0])))
+                except BaseException as e:  # noqa: BLE001 (handed to the caller)
+                    outcomes.append((True, e))
+        for (future, _, _), (failed, value) in zip(group, outcomes, strict=True):
+            if future is not None:
+                answers.append((future, failed, value))
+
+    @staticmethod
+    def _send(answers: list[Answer]) -> None:
+        """Answer the callers: one wake-up of each event loop for all of them."""
+        loops: dict[asyncio.AbstractEventLoop, list[Answer]] = {}
+        for answer in answers:
+            loops.setdefault(answer[0].get_loop(), []).append(answer)
+        for loop, theirs in loops.items():
+            try:
+                loop.call_soon_threadsafe(_answer, theirs)
+            except RuntimeError:  # that loop is closed: nobody waits for these answers any more
+                pass
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """fn(conn, *args) in the database's thread, outside any transaction (reads, or work that makes its

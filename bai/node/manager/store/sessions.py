@@ -7,8 +7,34 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from bai.common.status import ACTIVE_STATUSES, SessionStatus, check_transition
+from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
 from bai.node.manager.store.db import Queries, decode_row, utcnow
+
+# for each target, the statuses a session may move to it from (the lifecycle's legal moves; not the target itself)
+_LEGAL_FROM: dict[SessionStatus, frozenset[SessionStatus]] = {
+    target: frozenset(s for s, targets in SESSION_TRANSITIONS.items() if target in targets and s != target)
+    for target in SessionStatus
+}
+_DEAD_TARGETS = (SessionStatus.TERMINATED, SessionStatus.CANCELLED)
+_moves: dict[tuple[SessionStatus, frozenset[SessionStatus] | None], tuple[str, tuple[str, ...]]] = {}
+
+
+def _move_statement(target: SessionStatus, allowed: frozenset[SessionStatus] | None) -> tuple[str, tuple[str, ...]]:
+    """The UPDATE … RETURNING that moves a session to `target` only from a status it may move from (legal, and
+    in `allowed` when given), and those statuses (its last parameters); kept per (target, allowed)."""
+    key = (target, allowed)
+    known = _moves.get(key)
+    if known is None:
+        sources = _LEGAL_FROM[target] if allowed is None else _LEGAL_FROM[target] & allowed
+        values = tuple(sorted(s.value for s in sources))
+        marks = ",".join("?" * len(values)) or "NULL"
+        sql = (
+            "UPDATE sessions SET status=?, status_info=?, status_data=?, status_changed=?, "
+            "terminated_at=COALESCE(?, terminated_at), result=COALESCE(?, result) "
+            f"WHERE id=? AND status IN ({marks}) RETURNING *"
+        )
+        known = _moves[key] = (sql, values)
+    return known
 
 
 def _transition(
@@ -21,37 +47,108 @@ def _transition(
     kernel_updates: dict[str, dict[str, Any]] | None,
     result: str | None,
 ) -> dict[str, Any] | None:
-    """One session transition inside the caller's transaction (see Store.transition)."""
-    row = conn.execute("SELECT status FROM sessions WHERE id=?", (session_id,)).fetchone()
-    if row is None:
-        return None
-    current = SessionStatus(row[0])
-    if allowed_from is not None and current not in set(allowed_from):
-        return None
-    if current == target:
-        return None
-    check_transition(current, target)
+    """One session transition inside the caller's transaction (see Store.transition).
+
+    One statement moves the session when it may move (the usual case) and returns its row as changed; when it
+    did not move, its status says why: None (nothing changed) for a session that is not there, not in
+    `allowed_from` or already at `target`, IllegalTransition for a move the lifecycle forbids."""
+    allowed = None if allowed_from is None else frozenset(allowed_from)
+    sql, sources = _move_statement(target, allowed)
     now = utcnow()
-    data = json.dumps(status_data or {})
-    terminated = now if target in (SessionStatus.TERMINATED, SessionStatus.CANCELLED) else None
-    conn.execute(
-        "UPDATE sessions SET status=?, status_info=?, status_data=?, status_changed=?, "
-        "terminated_at=COALESCE(?, terminated_at), result=COALESCE(?, result) WHERE id=?",
-        (target.value, status_info, data, now, terminated, result, session_id),
-    )
+    data = json.dumps(status_data) if status_data else "{}"
+    terminated = now if target in _DEAD_TARGETS else None
+    moved = conn.execute(
+        sql, (target.value, status_info, data, now, terminated, result, session_id, *sources)
+    ).fetchall()  # (to the end: the statement is done before the next one)
+    if not moved:
+        before = conn.execute("SELECT status FROM sessions WHERE id=?", (session_id,)).fetchone()
+        if before is None:
+            return None
+        current = SessionStatus(before[0])
+        if (allowed is not None and current not in allowed) or current == target:
+            return None
+        check_transition(current, target)  # raises: the lifecycle forbids that move
+        raise AssertionError(f"session {session_id} did not move from {current} to {target}")
     conn.execute(
         "INSERT INTO session_transitions VALUES (?, ?, ?, ?, ?)",
         (session_id, target.value, status_info, data, now),
     )
-    kernel_ids = [r[0] for r in conn.execute("SELECT id FROM kernels WHERE session_id=?", (session_id,))]
-    for kid in kernel_ids:
-        cols: dict[str, Any] = {"status": target.value, "status_info": status_info, "status_changed": now}
-        if terminated:
-            cols["terminated_at"] = terminated
-        cols.update((kernel_updates or {}).get(kid, {}))
-        sets = ", ".join(f"{c}=?" for c in cols)
-        conn.execute(f"UPDATE kernels SET {sets} WHERE id=?", (*cols.values(), kid))
-    return decode_row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+    # every kernel of the session follows it; then each kernel's own updates (which may override that)
+    if terminated:
+        conn.execute(
+            "UPDATE kernels SET status=?, status_info=?, status_changed=?, terminated_at=? WHERE session_id=?",
+            (target.value, status_info, now, terminated, session_id),
+        )
+    else:
+        conn.execute(
+            "UPDATE kernels SET status=?, status_info=?, status_changed=? WHERE session_id=?",
+            (target.value, status_info, now, session_id),
+        )
+    for kid, own in (kernel_updates or {}).items():
+        if own:
+            sets = ", ".join(f"{c}=?" for c in own)
+            conn.execute(f"UPDATE kernels SET {sets} WHERE id=? AND session_id=?", (*own.values(), kid, session_id))
+    return decode_row(moved[0])
+
+
+_LIVE = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
+
+
+def _live_named(conn: sqlite3.Connection, access_key: str, name: str) -> dict[str, Any] | None:
+    """The owner's active session of that name (names are unique among live ones), if any."""
+    return decode_row(
+        conn.execute(
+            f"SELECT * FROM sessions WHERE access_key=? AND name=? AND status IN ({_LIVE})", (access_key, name)
+        ).fetchone()
+    )
+
+
+def _insert_session(conn: sqlite3.Connection, session: dict[str, Any], kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Insert a PENDING session (last in the queue) and its kernels, inside the caller's transaction; return
+    the session's row as stored."""
+    now = session["created_at"]
+    row = conn.execute(
+        "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
+        "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
+        "created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, "
+        "(SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions)) RETURNING *",
+        (
+            session["id"],
+            session["name"],
+            session["access_key"],
+            session["image"],
+            session["type"],
+            now,
+            json.dumps(session["requested_slots"]),
+            json.dumps(session["environ"]),
+            json.dumps(session["config"]),
+            session["scaling_group"],
+            len(kernels),
+            session.get("tag"),
+            now,
+        ),
+    ).fetchall()[0]  # (to the end: the statement is done before the next one)
+    conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session["id"], now))
+    conn.executemany(
+        "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
+        "status_changed, occupied_slots, created_at) VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)",
+        [
+            (
+                k["id"],
+                session["id"],
+                k["cluster_role"],
+                k["cluster_idx"],
+                session["image"],
+                now,
+                json.dumps(k["slots"]),
+                now,
+            )
+            for k in kernels
+        ],
+    )
+    stored = decode_row(row)
+    assert stored is not None
+    return stored
 
 
 class Sessions(Queries):
@@ -63,56 +160,25 @@ class Sessions(Queries):
         that name, insert nothing and return that session's id (names are unique among live ones)."""
 
         def fn(conn: sqlite3.Connection) -> str | None:
-            live = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
-            taken = conn.execute(
-                f"SELECT id FROM sessions WHERE access_key=? AND name=? AND status IN ({live})",
-                (session["access_key"], session["name"]),
-            ).fetchone()
+            taken = _live_named(conn, session["access_key"], session["name"])
             if taken is not None:
-                return taken[0]
-            seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions").fetchone()[0]
-            now = session["created_at"]
-            conn.execute(
-                "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
-                "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
-                "created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    session["id"],
-                    session["name"],
-                    session["access_key"],
-                    session["image"],
-                    session["type"],
-                    now,
-                    json.dumps(session["requested_slots"]),
-                    json.dumps(session["environ"]),
-                    json.dumps(session["config"]),
-                    session["scaling_group"],
-                    len(kernels),
-                    session.get("tag"),
-                    now,
-                    seq,
-                ),
-            )
-            conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session["id"], now))
-            conn.executemany(
-                "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
-                "status_changed, occupied_slots, created_at) VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)",
-                [
-                    (
-                        k["id"],
-                        session["id"],
-                        k["cluster_role"],
-                        k["cluster_idx"],
-                        session["image"],
-                        now,
-                        json.dumps(k["slots"]),
-                        now,
-                    )
-                    for k in kernels
-                ],
-            )
-
+                return taken["id"]
+            _insert_session(conn, session, kernels)
             return None
+
+        return await self.db.transaction(fn)
+
+    async def create_or_get_session(
+        self, session: dict[str, Any], kernels: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], bool]:
+        """As `create_session`, in the same one transaction: (the new session's row, True), or (the owner's
+        active session of that name, False) when there is one (and nothing is inserted)."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
+            taken = _live_named(conn, session["access_key"], session["name"])
+            if taken is not None:
+                return taken, False
+            return _insert_session(conn, session, kernels), True
 
         return await self.db.transaction(fn)
 
@@ -139,6 +205,34 @@ class Sessions(Queries):
                 conn, session_id, target, status_info, status_data, allowed_from, kernel_updates, result
             )
         )
+
+    async def start_preparing(
+        self, session_id: str
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
+        """A SCHEDULED session goes PREPARING (as `transition`), and what starting its kernel needs is read in the
+        same transaction: (its row, its kernels in cluster order, its owner's dotfiles). None (and nothing
+        changed) when it is no longer SCHEDULED."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
+            S = SessionStatus
+            row = _transition(conn, session_id, S.PREPARING, "", {}, [S.SCHEDULED], None, None)
+            if row is None:
+                return None
+            kernels = [
+                decode_row(r)
+                for r in conn.execute(
+                    "SELECT * FROM kernels WHERE session_id=? ORDER BY session_id, cluster_idx", (session_id,)
+                ).fetchall()
+            ]
+            dotfiles = [
+                dict(r)
+                for r in conn.execute(
+                    "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path", (row["access_key"],)
+                ).fetchall()
+            ]
+            return row, kernels, dotfiles
+
+        return await self.db.transaction(fn)
 
     async def apply_round(
         self,
@@ -291,6 +385,21 @@ class Sessions(Queries):
             where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
             sql = f"SELECT * FROM sessions {where} ORDER BY seq {'DESC' if newest else ''} LIMIT ?"
             return [decode_row(r) for r in conn.execute(sql, (*params, limit)).fetchall()]
+
+        return await self.db.run(fn)
+
+    async def usage_by_keypair(self, statuses: Iterable[SessionStatus]) -> list[tuple[str, dict[str, str], int]]:
+        """What the sessions in these statuses hold: (access key, requested slots (wire form), how many
+        sessions of that keypair request exactly those), in one read that decodes each kind of request once."""
+        values = [s.value for s in statuses]
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[str, dict[str, str], int]]:
+            rows = conn.execute(
+                f"SELECT access_key, requested_slots, COUNT(*) FROM sessions "
+                f"WHERE status IN ({','.join('?' * len(values))}) GROUP BY access_key, requested_slots",
+                values,
+            ).fetchall()
+            return [(r[0], json.loads(r[1]), r[2]) for r in rows]
 
         return await self.db.run(fn)
 
