@@ -1,9 +1,13 @@
 """Session latency and footprint of a combined node, against plain `docker run` measured in the same run.
 
 Prints: median wall time of `bai session run python -c 'print(42)'` and of
-`docker run --rm --network none IMAGE python3 -c 'print(42)'`, their ratio, the session
-create → RUNNING time, the round trip of executing `print(1)` in a running session, and the
-idle RSS of the `bai node` process.
+`docker run --rm --network none IMAGE python3 -c 'print(42)'` (interleaved), their ratio, the session
+create → RUNNING time from a warm kernel (the agent's warm pool, `[agent.warm_pool] python = 1`, the
+workstation default) and cold (a second node with `python = 0`), the round trip of executing `print(1)`
+in a running session, and the idle RSS of the `bai node` process. Each run that takes a warm kernel
+starts once the pool is full again (the refill takes a container start, in the background).
+
+The CLI runs with bytecode as users have it (PYTHONDONTWRITEBYTECODE unset).
 
     .venv/bin/python bench/session_latency.py [--runs 10] [--image bai-python:3.11] [--backend docker]
 """
@@ -23,6 +27,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.benchnode import start_node  # noqa: E402
+from bench.figures import Figure, record  # noqa: E402
 
 
 def timed(cmd: list[str], env: dict[str, str], expect: str) -> float:
@@ -38,7 +43,29 @@ def median_ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:.1f} ms"
 
 
-async def api_figures(env: dict[str, str], runs: int) -> tuple[list[float], list[float], list[float]]:
+def verdict(value: float, target: float) -> str:
+    return "MET" if value <= target else "MISSED"
+
+
+def warm_ready(node, image: str, want: int, timeout: float = 30.0) -> None:
+    """Until the node's agent reports `want` warm kernels of `image` (its status file, at every heartbeat)."""
+    import json
+
+    path = node.folder / "state" / "agent-status.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if (json.loads(path.read_text()).get("warm") or {}).get(image, 0) >= want:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    raise SystemExit(f"the warm pool of {image} did not reach {want} in {timeout:g} s")
+
+
+async def api_figures(
+    env: dict[str, str], runs: int, between=lambda: None, exec_round_trips: bool = True
+) -> tuple[list[float], list[float], list[float]]:
     os.environ.update(env)
     from bai.client import Client
     from bai.common import credentials
@@ -48,11 +75,12 @@ async def api_figures(env: dict[str, str], runs: int) -> tuple[list[float], list
     create_times, exec_times, exec_with_connect = [], [], []
     async with Client(creds) as c:
         for i in range(runs):
+            await asyncio.to_thread(between)
             start = time.perf_counter()
             created = await c.create_session("python", name=f"bench-{i}-{os.getpid()}")
             create_times.append(time.perf_counter() - start)
             assert created["status"] == "RUNNING", created
-            if i == 0:
+            if i == 0 and exec_round_trips:
                 for _ in range(50):
                     connect = time.perf_counter()
                     async with c.execute(created["sessionId"]) as stream:
@@ -75,8 +103,16 @@ def main() -> None:
     ap.add_argument("--backend", default="docker")
     args = ap.parse_args()
 
-    node = start_node(f'[images.aliases]\npython = "{args.image}"\n', args.backend)
-    env = node.env
+    config = f'[images.aliases]\npython = "{args.image}"\n[link]\nheartbeat_interval = 0.1\n'
+    node = start_node(config + "[agent.warm_pool]\npython = 1\n", args.backend)
+    env = dict(node.env)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # users have bytecode
+    pooled = args.backend == "docker"
+
+    def refilled() -> None:
+        if pooled:
+            warm_ready(node, args.image, 1)
+
     try:
         proc = psutil.Process(node.proc.pid)
         time.sleep(1.0)
@@ -84,30 +120,57 @@ def main() -> None:
 
         bai_cmd = [sys.executable, "-m", "bai", "session", "run", "-q", "python", "-c", "print(42)"]
         docker_cmd = ["docker", "run", "--rm", "--network", "none", args.image, "python3", "-c", "print(42)"]
-        timed(bai_cmd, env, "42")  # warm-up of both paths
+        refilled()
+        timed(bai_cmd, env, "42")  # warm-up of both paths (and the CLI's bytecode)
         timed(docker_cmd, env, "42")
         bai_times, docker_times = [], []
         for _ in range(args.runs):  # interleaved, so both see the same machine load
+            refilled()
             bai_times.append(timed(bai_cmd, env, "42"))
+            refilled()
             docker_times.append(timed(docker_cmd, env, "42"))
-        create_times, exec_times, exec_with_connect = asyncio.run(api_figures(env, args.runs))
+        warm_times, exec_times, exec_with_connect = asyncio.run(api_figures(env, args.runs, refilled))
         time.sleep(1.0)
         rss_idle = proc.memory_info().rss
-
-        ratio = statistics.median(bai_times) / statistics.median(docker_times)
-        print(f"runs per figure                      {args.runs} (exec round trip: {len(exec_times)})")
-        print(f"bai session run python -c print(42)  {median_ms(bai_times)}")
-        print(f"docker run --rm --network none       {median_ms(docker_times)}")
-        print(f"ratio bai / docker run               {ratio:.2f}  (target <= 2.0)")
-        print(f"session create -> RUNNING            {median_ms(create_times)}  (target <= 300 ms)")
-        print(f"exec round trip print(1)             {median_ms(exec_times)}  (target <= 4 ms; open WebSocket)")
-        print(f"  including the WebSocket handshake  {median_ms(exec_with_connect)}")
-        print(
-            f"bai node RSS at start / idle after   {rss_start / 2**20:.1f} MiB / {rss_idle / 2**20:.1f} MiB"
-            "  (target <= 60 MiB)"
-        )
     finally:
         node.stop()
+    cold_node = start_node(config + "[agent.warm_pool]\npython = 0\n", args.backend)
+    try:
+        time.sleep(1.0)
+        cold_times, _, _ = asyncio.run(api_figures(cold_node.env, args.runs, exec_round_trips=False))
+    finally:
+        cold_node.stop()
+
+    ratio = statistics.median(bai_times) / statistics.median(docker_times)
+    warm_ms = statistics.median(warm_times) * 1000
+    cold_ms = statistics.median(cold_times) * 1000
+    docker_ms = statistics.median(docker_times) * 1000
+    record(
+        Figure(
+            "bai session run python -c",
+            statistics.median(bai_times) * 1000,
+            "ms",
+            "docker run",
+            docker_ms,
+            "<= 1.0x",
+            ratio <= 1.0,
+        )
+    )
+    record(Figure("create -> RUNNING, warm kernel", warm_ms, "ms", "", None, "<= 50 ms", warm_ms <= 50))
+    record(Figure("create -> RUNNING, cold (pool 0)", cold_ms, "ms", "", None, "<= 300 ms", cold_ms <= 300))
+    print(f"runs per figure                      {args.runs} (exec round trip: {len(exec_times)})")
+    print(f"warm pool                            {args.image} x1 ([agent.warm_pool] python = 1, the default)")
+    print(f"bai session run python -c print(42)  {median_ms(bai_times)}")
+    print(f"docker run --rm --network none       {median_ms(docker_times)}")
+    print(f"ratio bai / docker run               {ratio:.2f}  (target <= 1.0: {verdict(ratio, 1.0)})")
+    print(f"create -> RUNNING, warm kernel       {warm_ms:.1f} ms  (target <= 50 ms: {verdict(warm_ms, 50)})")
+    print(f"create -> RUNNING, cold (pool 0)     {cold_ms:.1f} ms  (target <= 300 ms: {verdict(cold_ms, 300)})")
+    print(f"exec round trip print(1)             {median_ms(exec_times)}  (target <= 4 ms; open WebSocket)")
+    print(f"  including the WebSocket handshake  {median_ms(exec_with_connect)}")
+    print(
+        f"bai node RSS at start / idle after   {rss_start / 2**20:.1f} MiB / {rss_idle / 2**20:.1f} MiB"
+        "  (target <= 60 MiB)"
+    )
 
 
 if __name__ == "__main__":

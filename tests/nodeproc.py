@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON_IMAGE = os.environ.get("BAI_TEST_IMAGE", "bai-python:3.11")
 BUSYBOX_IMAGE = os.environ.get("BAI_TEST_BUSYBOX_IMAGE", "bai-busybox:latest")
+WARM_POOL = int(os.environ.get("BAI_TEST_WARM_POOL", "0"))
 
 
 def free_port() -> int:
@@ -76,6 +77,7 @@ class Node:
         agent_config: str = "",
         role: str = "all",
         args: tuple[str, ...] = (),
+        warm_pool: dict[str, int] | None = None,
     ) -> None:
         base.mkdir(parents=True, exist_ok=True)
         self.base = base
@@ -90,7 +92,12 @@ class Node:
         self.config_file.write_text(
             "[agent]\n"
             f'id = "{self.agent_id}"\n'
-            "start_timeout = 20.0\n" + agent_config + "[session]\n"
+            "start_timeout = 20.0\n"
+            + agent_config
+            + "[agent.warm_pool]\n"
+            # tests start kernels cold unless they ask for warm ones (BAI_TEST_WARM_POOL=N: N python ones)
+            + "".join(f'"{image}" = {n}\n' for image, n in (warm_pool or {"python": WARM_POOL}).items())
+            + "[session]\n"
             'default_mem = "512m"\n'
             "[agent.docker]\n"
             'labels = { "bai.test" = "1" }\n'
@@ -394,10 +401,20 @@ def has_local_image(ref: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
 
 
+def containers_after_destroy(node, timeout: float = 10.0) -> list[str]:
+    """The node's containers once a destroy has had time to finish: a destroyed kernel is killed at once and
+    its container removed just after, in the background."""
+    deadline = time.monotonic() + timeout
+    while (left := node.leftover_containers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 def stop_removing_containers(node) -> None:
     """Stop a node (or cluster), then remove the containers it left (kernels outlive their agent)."""
     leftovers = node.leftover_containers()
     node.stop()
+    leftovers = sorted(set(leftovers) | set(node.leftover_containers()))  # a warm kernel started meanwhile
     if leftovers:
         subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
 

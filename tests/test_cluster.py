@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from tests.nodeproc import Cluster, stop_removing_containers
+from tests.nodeproc import Cluster, containers_after_destroy, stop_removing_containers
 
 
 @contextlib.contextmanager
@@ -125,7 +125,7 @@ def test_the_manager_restarts_and_sessions_carry_on(tmp_path, python_image: str)
         assert out and out.stdout == "42\n"
         assert cluster.json("session", "info", "keeps-going")["status"] == "RUNNING"
         cluster.cli("session", "destroy", "keeps-going", check=True)
-        assert cluster.leftover_containers() == []
+        assert containers_after_destroy(cluster) == []
 
 
 def test_a_restarted_docker_agent_readopts_its_containers(tmp_path, python_image: str) -> None:
@@ -143,7 +143,7 @@ def test_a_restarted_docker_agent_readopts_its_containers(tmp_path, python_image
         assert out and out.stdout == "state\n"
         assert cluster.json("session", "info", "adopted")["status"] == "RUNNING"
         cluster.cli("session", "destroy", "adopted", check=True)
-        assert cluster.leftover_containers() == []
+        assert containers_after_destroy(cluster) == []
 
 
 def test_agent_flags_are_checked(three: Cluster, tmp_path) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
-from tests.nodeproc import Node, stop_removing_containers
+from tests.nodeproc import Node, containers_after_destroy, stop_removing_containers
 
 READ_LIMITS = r"""
 import os
@@ -65,7 +66,12 @@ def test_containers_carry_session_labels(docker_node: Node) -> None:
         assert labels["bai.agent-id"] == docker_node.agent_id
     finally:
         docker_node.cli("session", "destroy", name, check=True)
-    gone = subprocess.run(["docker", "inspect", container], capture_output=True)
+    # destroy kills the kernel at once and removes its container just after, in the background
+    deadline = time.monotonic() + 10
+    while (gone := subprocess.run(["docker", "inspect", container], capture_output=True)).returncode == 0:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert gone.returncode != 0  # destroy removed the container
 
 
@@ -95,7 +101,7 @@ def test_a_restart_keeps_sessions_and_their_kernels(tmp_path, python_image: str)
         assert info["status"] == "TERMINATED"
         assert info["statusInfo"] == "agent-termination"
         node.cli("session", "destroy", "survivor", check=True)
-        assert node.leftover_containers() == []
+        assert containers_after_destroy(node) == []
     finally:
         stop_removing_containers(node)
 

@@ -264,3 +264,27 @@ async def test_views_mount_in_a_bare_app_with_a_model_and_a_fixed_clock() -> Non
         detail = app.query_one(DetailView)
         detail.show("id-train", {**model.sessions["id-train"], "kernels": [], "mounts": []}, None)
         assert "since 12m ago" in plain(detail.query_one("#detail-body"))
+
+
+async def test_the_agents_view_shows_warm_kernels_only_for_agents_with_a_pool() -> None:
+    from textual.app import App, ComposeResult
+
+    from bai.tui.views import AgentsView
+
+    model = _model()
+    warm = {**model.agents["agent-1"], "id": "agent-2", "backend": "docker", "warm": {"bai-python:3.11": 2}}
+    model.update_agents([model.agents["agent-1"], warm])
+
+    class Bare(App):
+        def compose(self) -> ComposeResult:
+            yield AgentsView(model, clock=lambda: FIXED, width=lambda: 100, id="agents")
+
+    app = Bare()
+    async with app.run_test(size=(100, 30)):
+        agents = app.query_one(AgentsView)
+        agents.refresh_view()
+        cells = {key: [str(c) for c in row] for key, row in agents.sync.cells.items()}
+        assert "warm 2" in cells["agent-2"]
+        assert "warm 2" not in cells["agent-1"]
+    # without any warm pool there is no such column (the dashboard's snapshots stay as they were)
+    assert all("warm" not in c.key for c in AgentsView(_model(), clock=lambda: FIXED)._columns(100, ["cpu"]))

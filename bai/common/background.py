@@ -33,6 +33,11 @@ class Background:
         else:
             self.log.error("task %s failed", task.get_name(), exc_info=e)
 
+    async def drain(self, timeout: float) -> None:
+        """Let the running tasks finish, for at most `timeout` seconds (then `close` cancels the rest)."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+
     async def close(self) -> None:
         tasks = list(self._tasks)
         for task in tasks:

@@ -72,6 +72,14 @@ DEFAULTS: dict[str, Any] = {
         # have the user work (1000:1000) owning /home/work, and virtual folders belong to it
         # cap_add: capabilities kernels keep (all others are dropped), e.g. ["NET_BIND_SERVICE"]
         "docker": {"network": "none", "labels": {}, "user": "1000:1000", "cap_add": []},
+        # docker: kernels started ahead of their sessions, per image (an alias of [images] aliases or an
+        # image name) -> how many to keep ready, e.g. "bai-python:3.11" = 2. Empty: python = 1 (a
+        # workstation's default); python = 0 turns it off. Sessions with mounts, GPUs or another network
+        # start cold
+        "warm_pool": {},
+        # whether ready warm kernels count against the slots the agent offers (their small limits each);
+        # false: they hold no slots until a session takes one
+        "warm_pool_reserve": False,
     },
     "watcher": {
         # `bai watcher`: a small HTTP service beside an agent (a separate process, so it answers even
@@ -157,7 +165,12 @@ def merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
 
 # tables whose keys are the user's own (values of one type), and the table of scaling groups, each of
 # which follows the schema of `scaling_groups.default`
-OPEN_TABLES: dict[str, type] = {"images.aliases": str, "agent.docker.labels": str, "vfolders.hosts": str}
+OPEN_TABLES: dict[str, type] = {
+    "images.aliases": str,
+    "agent.docker.labels": str,
+    "vfolders.hosts": str,
+    "agent.warm_pool": int,
+}
 GROUPS = "scaling_groups"
 # durations: a number of seconds or a string such as "90s", "12h", "7d"
 DURATIONS = {"manager.log_retention"}
@@ -211,7 +224,11 @@ def check(data: Mapping[str, Any], file: Path, schema: Mapping[str, Any] = DEFAU
         where = f"{file}: [{section}] {key}" if section else f"{file}: {key}"
         if dotted in OPEN_TABLES:
             kind = OPEN_TABLES[dotted]
-            if not isinstance(value, dict) or not all(isinstance(v, kind) for v in value.values()):
+            if not isinstance(value, dict) or not all(
+                isinstance(v, kind) and not isinstance(v, bool) for v in value.values()
+            ):
+                if kind is int:
+                    raise ConfigError(f'{where}: expected a table of whole numbers ("image" = 2)')
                 raise ConfigError(f'{where}: expected a table of strings (name = "value")')
             continue
         if dotted == GROUPS:

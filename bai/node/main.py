@@ -265,7 +265,12 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
 
     from bai.common.gpus import DEVICE, SHARES
     from bai.node.agent.gpus import NVML
+    from bai.node.agent.warm_pool import targets_of
 
+    try:
+        warm = targets_of(cfg["agent"]["warm_pool"], cfg["images"]["aliases"], backend.name)
+    except ValueError as e:
+        raise NodeError(str(e)) from None
     nvml = NVML()
     if nvml.gpus:
         slots[DEVICE] = Decimal(len(nvml.gpus))
@@ -281,12 +286,19 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
         state_dir,
         nvml,
         app_start_timeout=float(cfg["agent"]["app_start_timeout"]),
+        warm_pool=warm,
+        warm_pool_reserve=bool(cfg["agent"]["warm_pool_reserve"]),
+        default_network=str(cfg["agent"]["docker"]["network"]),
     )
     await agent.start()
     stops["agent"] = agent.stop
     gpus = ", ".join(f"{g.index}: {g.name} ({g.memory_total / 2**30:.0f} GiB)" for g in nvml.gpus)
     gpu_line = f"  gpus      {gpus}" if nvml.gpus else f"  gpus      none ({nvml.error or 'no devices'})"
     lines = [f"  backend   {backend_text}", f"  agent     {agent_id}: {format_slots(slots)}", gpu_line]
+    if warm:
+        pooled = ", ".join(f"{image} x{n}" for image, n in sorted(warm.items()))
+        counted = "counted against the slots" if cfg["agent"]["warm_pool_reserve"] else "not counted in the slots"
+        lines.append(f"  warm      {pooled} ({counted})")
     if backend.scratch is not None:  # what a kernel can write, and how much
         lines.append(f"  scratch   {backend.scratch.describe()}")
     elif backend.name == "local":

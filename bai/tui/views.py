@@ -183,6 +183,8 @@ class AgentsView(TableView):
         ]
         if any(a.get("gpus") for a in model.agents.values()):
             cols.append(Column("gpus", "GPUS util·held", 24 if width >= 120 else 14))
+        if any(a.get("warm") for a in model.agents.values()):  # agents with a warm pool
+            cols.append(Column("warm", "WARM", 7))
         used = sum((c.width or 0) + 2 for c in cols)
         per_slot = max(14, (width - used - 2) // max(1, len(slots)) - 2)
         cols += [Column(f"slot:{name}", name.upper(), per_slot) for name in slots]
@@ -211,6 +213,9 @@ class AgentsView(TableView):
             ]
             if any(c.key == "gpus" for c in columns):
                 cells.append(gpu_cell(a.get("gpus") or []))
+            if any(c.key == "warm" for c in columns):
+                warm = a.get("warm") or {}
+                cells.append(f"warm {sum(int(n) for n in warm.values())}" if warm else "")
             for name in slots:
                 cells.append(slot_cell(name, used.get(name, Decimal(0)), cap.get(name, Decimal(0)), bar_width))
             rows.append((a["id"], tuple(cells)))

@@ -25,8 +25,10 @@ from bai.node.agent.channel import ChannelError
 from bai.node.agent.download import DownloadError, kernel_path
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
+from bai.node.agent.pool import WarmPool
 from bai.node.agent.terminal import DEFAULT_COMMAND
 from bai.node.agent.terminal import serve as serve_terminal
+from bai.node.agent.warm_pool import reserved
 from bai.node.link.base import AgentLink
 from bai.node.link.messages import (
     CALLS,
@@ -66,6 +68,8 @@ LOG_FLUSH_BYTES = 256 * 1024
 MAX_TERMINALS = 16  # per kernel: each is a process a user keeps running
 ENDED_KERNEL_GRACE = 60.0  # seconds an ended kernel's last output stays collectable
 RESTART_TIMEOUT = 30.0  # seconds a restarted kernel's runner has to connect again
+POOL_WAIT = 10.0  # seconds a session waits for a warm kernel that is starting before it starts cold
+REMOVAL_GRACE = 10.0  # seconds a stopping agent lets killed kernels' removal finish (its next start removes the rest)
 
 
 class LogShipper:
@@ -127,6 +131,9 @@ class Agent:
         state_dir: Path | None = None,
         gpus: NVML | None = None,
         app_start_timeout: float = 60.0,
+        warm_pool: dict[str, int] | None = None,
+        warm_pool_reserve: bool = False,
+        default_network: str = "none",
     ) -> None:
         self.gpus = gpus
         self.apps = Apps(backend, app_start_timeout)
@@ -144,10 +151,22 @@ class Agent:
         self.kernels: dict[str, Kernel] = {}
         self.logs: LogShipper | None = None
         self.background = Background(log)
+        self.removals = Background(log)  # killed kernels' containers and scratch: a stop lets them finish
         self._ended: dict[str, Kernel] = {}  # kernels that ended by themselves, for a grace period
         # kernel id -> (run id, the kernel's OOM-kill count when the run started), where the backend counts
         self._oom_at_start: dict[str, tuple[str, int]] = {}
         self._terminals: dict[str, int] = {}  # kernel id -> terminals open in it
+        # kernels started ahead of their sessions (Docker only; see pool.py and warm_pool.py)
+        self.pool = WarmPool(backend, (warm_pool or {}) if getattr(backend, "warm_pool", False) else {})
+        self.warm_pool_reserve = warm_pool_reserve
+        self.default_network = default_network  # what a session that names no network gets
+
+    def offered_slots(self) -> slotlib.Slots:
+        """The slots offered to the manager: all of them, or (warm_pool_reserve) less what the pool may use."""
+        if not self.warm_pool_reserve:
+            return self.slots
+        left = slotlib.sub(self.slots, reserved(self.pool.targets))
+        return {name: max(amount, Decimal(0)) for name, amount in left.items()}
 
     async def registration(self) -> dict[str, Any]:
         return Registration(
@@ -157,12 +176,13 @@ class Agent:
             version=__version__,
             architecture=platform.machine(),
             scaling_group=self.scaling_group,
-            slots=slotlib.to_wire(self.slots),
+            slots=slotlib.to_wire(self.offered_slots()),
             kernels=[KernelInfo(k.spec.kernel_id, k.spec.session_id, k.container_id) for k in self.kernels.values()],
             images=await self.backend.images(),  # with labels: minimum resources
             # the vfolder hosts this agent can reach, at which path (the manager compares with its own)
             vfolder_hosts={name: str(root) for name, root in self.vfolder_hosts.items() if root.is_dir()},
             gpus=self.gpus.describe() if self.gpus else [],
+            warm=self.pool.counts(),
         ).to_wire()
 
     def heartbeat(self) -> dict[str, Any]:
@@ -171,7 +191,10 @@ class Agent:
             occupied = slotlib.add(occupied, k.spec.slots)
         drained = self.drain_file is not None and self.drain_file.exists()
         beat = Heartbeat(
-            occupied_slots=slotlib.to_wire(occupied), kernels=sorted(self.kernels), schedulable=not drained
+            occupied_slots=slotlib.to_wire(occupied),
+            kernels=sorted(self.kernels),
+            schedulable=not drained,
+            warm=self.pool.counts(),
         )
         if self.gpus and self.gpus.gpus:  # live use, and how much of each device kernels hold
             free = self.gpu_alloc.free()
@@ -193,6 +216,7 @@ class Agent:
                 {"kernel_id": k.spec.kernel_id, "session": k.spec.session_name, "container_id": k.container_id}
                 for k in self.kernels.values()
             ],
+            "warm": beat.warm,
         }
         tmp = self.status_file.with_suffix(".tmp")
         try:
@@ -221,15 +245,24 @@ class Agent:
     async def start(self) -> None:
         self.logs = LogShipper(self.link)
         # adopted kernels get their real output sink in _watch_exit
+        pooled = []
         for kernel in await self.backend.adopt(lambda kind, text: None):
+            if kernel.pool_image is not None:  # a warm kernel no session took: the pool's again
+                pooled.append(kernel)
+                continue
             self.kernels[kernel.spec.kernel_id] = kernel
             self.gpu_alloc.adopt(kernel.spec.kernel_id, kernel.spec.gpus)  # from the container's labels
             self._watch_exit(kernel)
+        self.pool.adopt(pooled)
         await self._reconcile(await self.link.join(self))
+        self.pool.start()  # after joining: refilling never delays the agent's start
 
     async def stop(self) -> None:
+        await self.pool.close()  # ready warm kernels stay running: the next start adopts them
         await self.background.close()
-        await self.backend.close(list(self.kernels.values()))
+        await self.removals.drain(REMOVAL_GRACE)
+        await self.removals.close()
+        await self.backend.close([*self.kernels.values(), *self.pool.kernels()])
         if self.logs is not None:
             await self.logs.close()
         await self.link.close()
@@ -373,17 +406,23 @@ class Agent:
                 raise KernelStartError(
                     f"this agent does not see the folder mounted at {mount.target} ({mount.host_path})"
                 )
-        try:
-            kernel = await self.backend.create(spec, self._output_sink(spec.kernel_id))
-        except KernelStartError:
-            self.gpu_alloc.release(spec.kernel_id)
-            raise
-        except BaseException as e:
-            self.gpu_alloc.release(spec.kernel_id)
-            if not isinstance(e, Exception):
+        kernel = await self._from_pool(spec)
+        if kernel is None:
+            self.pool.cold_starting += 1  # the pool's refill waits meanwhile
+            try:
+                kernel = await self.backend.create(spec, self._output_sink(spec.kernel_id))
+            except KernelStartError:
+                self.gpu_alloc.release(spec.kernel_id)
                 raise
-            log.exception("creating kernel %s failed", spec.kernel_id)
-            raise KernelStartError(f"{type(e).__name__}: {e}") from None
+            except BaseException as e:
+                self.gpu_alloc.release(spec.kernel_id)
+                if not isinstance(e, Exception):
+                    raise
+                log.exception("creating kernel %s failed", spec.kernel_id)
+                raise KernelStartError(f"{type(e).__name__}: {e}") from None
+            finally:
+                self.pool.cold_starting -= 1
+                self.pool.wake()
         self.kernels[spec.kernel_id] = kernel
         self._watch_exit(kernel)
         return KernelCreated(
@@ -394,6 +433,28 @@ class Agent:
             query=kernel.channel.supports_query,
             service_ports=[sp.to_wire() for sp in kernel.service_ports],
         )
+
+    async def _from_pool(self, spec: KernelSpec) -> Kernel | None:
+        """A warm kernel handed over to `spec`, or None (the session starts cold)."""
+        # waiting for a warm kernel already starting beats starting another one cold
+        kernel = await self.pool.take(spec, self.default_network, wait=POOL_WAIT)
+        if kernel is None:
+            return None
+        try:
+            await asyncio.shield(self.backend.hand_over(kernel, spec))
+        except Exception as e:  # it may be half handed over: never back to the pool
+            log.warning("kernel %s starts cold: %s", spec.kernel_id, e)
+            self.background.spawn(self._discard(kernel), f"discard-{kernel.spec.kernel_id}")
+            return None
+        except asyncio.CancelledError:
+            self.background.spawn(self._discard(kernel), f"discard-{kernel.spec.kernel_id}")
+            raise
+        log.debug("kernel %s is a warm kernel of %s", spec.kernel_id, spec.image)
+        return kernel
+
+    async def _discard(self, kernel: Kernel) -> None:
+        with contextlib.suppress(Exception):
+            await self.backend.destroy(kernel)
 
     async def _pull_for(self, spec: KernelSpec, auth: dict[str, str] | None = None) -> None:
         """Pull a kernel's image from its registry, telling the manager how far it got (at most 4 times a second)."""
@@ -411,10 +472,16 @@ class Agent:
         await self.backend.pull(spec.image, progress, auth=auth)
 
     async def pull_image(self, call: PullImage) -> dict[str, Any]:
-        return await self.backend.pull(call.image, auth=call.auth)
+        pulled = await self.backend.pull(call.image, auth=call.auth)
+        self.pool.image_changed()  # warm kernels of the image's previous version are replaced
+        return pulled
 
     async def remove_image(self, call: RemoveImage) -> None:
-        await self.backend.remove_image(call.image)
+        await self.pool.remove_image(call.image)  # its warm kernels first: Docker keeps an image in use
+        try:
+            await self.backend.remove_image(call.image)
+        finally:
+            self.pool.resume(call.image)
 
     async def start_app(self, call: StartApp) -> dict[str, Any]:
         try:
@@ -426,11 +493,22 @@ class Agent:
         kernel = self.kernels.pop(call.kernel_id, None)
         if kernel is None:
             return False
-        await self.backend.destroy(kernel)
+        if await self.backend.kill(kernel):  # its processes are gone: the rest need not hold the session up
+            self.removals.spawn(self._remove_killed(kernel), f"remove-{call.kernel_id}")
+        else:
+            await self.backend.destroy(kernel)
         self.gpu_alloc.release(call.kernel_id)
         if self.logs is not None:
             await self.logs.flush()
         return True
+
+    async def _remove_killed(self, kernel: Kernel) -> None:
+        """A killed kernel's container and scratch; an agent that stops meanwhile removes them at its next
+        start (adoption removes containers that no longer run, and folders of kernels that are gone)."""
+        try:
+            await self.backend.destroy(kernel)
+        except Exception as e:
+            log.warning("could not remove kernel %s: %s; the agent's next start removes it", kernel.spec.kernel_id, e)
 
     def _kernel(self, kernel_id: str) -> Kernel:
         kernel = self.kernels.get(kernel_id) or self._ended.get(kernel_id)

@@ -101,8 +101,12 @@ class Channel:
         """Interrupt the code running now (SIGINT)."""
         raise NotImplementedError
 
-    async def put_file(self, path: str, data: bytes) -> None:
+    async def put_file(self, path: str, data: bytes, mode: int | None = None) -> None:
         raise NotImplementedError
+
+    async def set_env(self, env: dict[str, str]) -> None:
+        """Give the kernel's processes started from now on these variables (a warm kernel's hand-over)."""
+        raise ChannelError(NO_RUNNER)
 
     async def start_service(
         self, name: str, port: int, command: list[str] | None, env: dict[str, str], timeout: float
@@ -379,6 +383,7 @@ class RunnerChannel(Channel):
         self._server: asyncio.AbstractServer | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._put_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._env_waiters: list[asyncio.Future[dict[str, Any]]] = []  # env ops, answered in order
         self._service_waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}  # by start-service id
         self._tunnel_waiters: dict[str, asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._tunnels: weakref.WeakSet[asyncio.StreamWriter] = weakref.WeakSet()  # handed out, closed with us
@@ -455,7 +460,12 @@ class RunnerChannel(Channel):
 
     def _fail_waiters(self, reason: str) -> None:
         """Nobody will answer: start_service/open_tunnel calls waiting for the runner raise ChannelError."""
-        waiters: list[asyncio.Future[Any]] = [*self._service_waiters.values(), *self._tunnel_waiters.values()]
+        waiters: list[asyncio.Future[Any]] = [
+            *self._service_waiters.values(),
+            *self._tunnel_waiters.values(),
+            *self._env_waiters,
+        ]
+        self._env_waiters.clear()
         self._service_waiters.clear()
         self._tunnel_waiters.clear()
         for fut in waiters:
@@ -474,6 +484,10 @@ class RunnerChannel(Channel):
                     log.warning("bad line from runner: %r", line[:200])
                     continue
                 kind = record.get("t")
+                if kind == "env":
+                    if self._env_waiters and not self._env_waiters[0].done():
+                        self._env_waiters.pop(0).set_result(record)
+                    continue
                 if kind == "put-file":
                     fut = self._put_waiters.pop(record.get("path", ""), None)
                     if fut and not fut.done():
@@ -520,13 +534,31 @@ class RunnerChannel(Channel):
     async def interrupt(self) -> None:
         await self._send({"op": "interrupt"})
 
-    async def put_file(self, path: str, data: bytes) -> None:
+    async def put_file(self, path: str, data: bytes, mode: int | None = None) -> None:
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._put_waiters[path] = fut
-        await self._send({"op": "put-file", "path": path, "b64": base64.b64encode(data).decode()})
+        message: dict[str, Any] = {"op": "put-file", "path": path, "b64": base64.b64encode(data).decode()}
+        if mode is not None:
+            message["mode"] = mode
+        await self._send(message)
         reply = await asyncio.wait_for(fut, 30)
         if not reply.get("ok"):
             raise ChannelError(f"cannot write {path}: {reply.get('error')}")
+
+    async def set_env(self, env: dict[str, str], timeout: float = 10.0) -> None:
+        """The runner sets these variables for itself and all it starts from now on (see env in runner.py)."""
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._env_waiters.append(fut)
+        try:
+            await self._send({"op": "env", "env": env})
+            reply = await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise ChannelError("the kernel's runner did not take its environment in time") from None
+        finally:
+            if fut in self._env_waiters:
+                self._env_waiters.remove(fut)
+        if not reply.get("ok"):
+            raise ChannelError(f"the kernel's runner refused its environment: {reply.get('error')}")
 
     async def start_service(
         self, name: str, port: int, command: list[str] | None, env: dict[str, str], timeout: float

@@ -41,6 +41,12 @@ Agent -> runner (``op``):
               write a file under the workdir (parents created); absolute paths,
               ".." components and paths resolving outside are refused.
   ping        {"op": "ping"}
+  env         {"op": "env", "env": {STR: STR}}   set these variables in the
+              runner's environment (query code's os.environ, and every batch
+              command, app and restarted runner started afterwards inherits
+              them): how a kernel started ahead of its session (the agent's
+              warm pool) gets the session's variables.  Answered by an env
+              record.
   restart     {"op": "restart"}              start afresh: kill the running job's
               process group and every app's (and, as a container's PID 1,
               every other process of the container), then execute this runner
@@ -97,6 +103,7 @@ Runner -> agent (``t``):
                  130 KeyboardInterrupt.  batch: return code, 128+N on signal N.
   put-file       {"t": "put-file", "path": REL, "ok": BOOL, "error": STR?}
   pong           {"t": "pong"}
+  env            {"t": "env", "ok": BOOL, "error": STR?}  the outcome of an env op.
   service        {"t": "service", "id": ID, "ok": BOOL, "started": BOOL,
                  "error": STR?, "output": STR?}  the outcome of start-service:
                  ok with started false when the app listened already (or
@@ -408,6 +415,8 @@ class Runner:
                         timer.start()
         elif op == "put-file":
             self.send(self.put_file(msg))
+        elif op == "env":
+            self.send(self.set_env(msg))
         elif op == "restart":
             self.restart()
         elif op == "start-service":
@@ -452,6 +461,20 @@ class Runner:
         with self.state_lock:
             self.current = None
             self.proc = self.stdin_q = None
+
+    def set_env(self, msg: dict) -> dict:
+        global SERVICE_DEFS_DIR
+        try:
+            env = _str_dict(msg.get("env"), "env")
+            for name in env:
+                if not name or "=" in name:
+                    raise ValueError("bad variable name %r" % _short(name, 60))
+            os.environ.update(env)  # putenv: what every process started from now on inherits
+        except (TypeError, ValueError) as e:
+            return {"t": "env", "ok": False, "error": _short(str(e))}
+        if "BAI_SERVICE_DEFS" in env:
+            SERVICE_DEFS_DIR = env["BAI_SERVICE_DEFS"] or "/etc/backend.ai/service-defs"
+        return {"t": "env", "ok": True}
 
     def put_file(self, msg: dict) -> dict:
         path = msg.get("path")

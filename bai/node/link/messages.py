@@ -112,6 +112,7 @@ class Registration(Message):
     images: list[dict[str, Any]] = field(default_factory=list)  # name, labels, …
     vfolder_hosts: dict[str, str] = field(default_factory=dict)  # host name -> the path the agent sees
     gpus: list[dict[str, Any]] = field(default_factory=list)  # index, uuid, name, memory_total
+    warm: dict[str, int] = field(default_factory=dict)  # image -> warm kernels ready (its warm pool)
 
 
 @dataclass
@@ -421,6 +422,7 @@ class Heartbeat(Event):
     kernels: list[str] = field(default_factory=list)
     schedulable: bool = True
     gpus: list[dict[str, Any]] | None = None
+    warm: dict[str, int] | None = None  # image -> warm kernels ready (None: an agent without a warm pool)
 
 
 @dataclass

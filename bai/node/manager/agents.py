@@ -43,6 +43,7 @@ class AgentRecord:
     gpu_live: list[dict[str, Any]] = field(default_factory=list)  # from its last heartbeat
     images: frozenset[str] = frozenset()  # image names it has
     schedulable: bool = True  # False while drained (its heartbeats say)
+    warm: dict[str, int] = field(default_factory=dict)  # image -> warm kernels ready (its warm pool)
 
 
 class Agents:
@@ -73,6 +74,7 @@ class Agents:
             gpus=list(registration.gpus),
             images=frozenset(i["name"] for i in images),
             schedulable=self.records[agent_id].schedulable if agent_id in self.records else True,
+            warm=dict(registration.warm),
         )
         self.records[agent_id] = record
         self.known_slots.update(record.slots)
@@ -93,6 +95,8 @@ class Agents:
         if record is not None:
             if record.gpus and beat.gpus is not None:
                 record.gpu_live = beat.gpus
+            if beat.warm is not None:
+                record.warm = dict(beat.warm)
             schedulable = bool(beat.schedulable)
             if record.schedulable != schedulable:
                 record.schedulable = schedulable

@@ -352,6 +352,8 @@ async def agent_items(agents: Agents) -> list[dict[str, Any]]:
                 "lastSeen": a["last_seen"],
                 "schedulable": agents.record(a["id"]).schedulable,
                 "gpus": _gpus(gpus.get(a["id"])),
+                # image -> warm kernels ready (kernels started ahead of their sessions), while connected
+                "warm": dict(agents.record(a["id"]).warm) if a["id"] in connected else {},
             }
         )
     return items

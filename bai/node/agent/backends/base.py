@@ -77,6 +77,11 @@ class Kernel:
     settled: asyncio.Future[None] | None = None
     service_ports: list[ServicePort] = field(default_factory=list)  # the apps its image declares
     uploads: list[str] = field(default_factory=list)  # the files of its last upload (relative paths), in order
+    # a warm-pool kernel no session has taken yet: the image it was started from (None: a session's kernel)
+    pool_image: str | None = None
+    # variables given to every `docker exec` in the kernel (a warm kernel's session variables, which its
+    # container's own configuration predates); empty for a kernel created for its session
+    exec_env: dict[str, str] = field(default_factory=dict)
 
     def set_exit(self, code: int) -> None:
         """The kernel's process ended. The agent tells the manager, then ends a run still going."""
@@ -149,6 +154,29 @@ class Backend(Protocol):
 
     async def close(self, kernels: list[Kernel]) -> None: ...
 
+    # -- the warm pool (Docker): kernels started ahead of their session --
+
+    warm_pool: bool  # whether this backend can start kernels ahead of their session
+
+    async def create_pooled(self, image: str, pool_id: str, on_output) -> Kernel:
+        """A kernel of `image` started ahead of any session (`pool_image` set), with small limits."""
+        ...
+
+    async def hand_over(self, kernel: Kernel, spec: KernelSpec) -> None:
+        """Make a pooled kernel `spec`'s (limits, environment, dotfiles, identity), durably, so that a
+        restarted agent adopts it as that session's; KernelStartError when it cannot (the kernel is then
+        unusable: remove it)."""
+        ...
+
+    async def stale(self, kernels: list[Kernel]) -> list[Kernel]:
+        """Pooled kernels whose image name now means another image (they must not serve sessions)."""
+        ...
+
+    async def kill(self, kernel: Kernel) -> bool:
+        """End the kernel's processes at once, leaving the removal to `destroy` (which may then run in the
+        background); False when this backend does not (then `destroy` does all)."""
+        ...
+
 
 class BackendBase:
     """The optional capabilities of a backend that has none: no images to manage, no OOM accounting,
@@ -157,6 +185,19 @@ class BackendBase:
     name = "?"
     manages_images = False
     scratch: Any = None
+    warm_pool = False
+
+    async def create_pooled(self, image: str, pool_id: str, on_output) -> Kernel:
+        raise KernelStartError(f"the {self.name} backend has no warm pool")
+
+    async def hand_over(self, kernel: Kernel, spec: KernelSpec) -> None:
+        raise KernelStartError(f"the {self.name} backend has no warm pool")
+
+    async def kill(self, kernel: Kernel) -> bool:
+        return False
+
+    async def stale(self, kernels: list[Kernel]) -> list[Kernel]:
+        return []
 
     async def has_image(self, image: str) -> bool:
         return True  # any image name will do (it is not pulled)

@@ -17,6 +17,13 @@ its limit; a command OOM-killed inside a kernel that lives on (its memory cgroup
 ends its run with 137 and that sentence on stderr. After an agent restart, kernels are adopted at once and
 their channel settles in the background: the runner connects again, or the log says there is no Python
 (a kernel caught starting), within the start timeout; calls on such a kernel wait for that.
+
+Warm kernels (`create_pooled`, labelled `bai.warm-pool`): what `create` makes for a session, before any
+session, with small limits. `hand_over` makes one a session's: assignment.json (see assignment.py), its
+limits written into its cgroup at once (cgroup_limits.py; `docker update` records them just after), the
+session's variables through the runner's env op and on every `docker exec` (`Kernel.exec_env`), its
+dotfiles through the runner. `kill` ends a kernel's processes at once (SIGKILL to its first process) so
+that `destroy`, which removes the container and scratch, can run off the session's critical path.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from aiodocker.exceptions import DockerError
 from bai.common import service_ports as apps
 from bai.common.service_ports import PortPool, PortPoolExhausted, ServicePort
 from bai.common.status import StatusInfo
-from bai.node.agent import leftovers
+from bai.node.agent import assignment, cgroup_limits, leftovers
 from bai.node.agent import scratch as scratchlib
 from bai.node.agent.backends.base import (
     BackendBase,
@@ -55,12 +62,14 @@ from bai.node.agent.download import tar_script
 from bai.node.agent.files import list_script
 from bai.node.agent.scratch import Layout, Scratch, ScratchError
 from bai.node.agent.terminal import DockerExecTerminal, Terminal
+from bai.node.agent.warm_pool import POOL_SLOTS, SESSION_ENV
 
 log = logging.getLogger("bai.agent.docker")
 LABEL_KERNEL = "ai.backend.kernel-id"
 LABEL_SESSION = "ai.backend.session-id"
 LABEL_AGENT = "bai.agent-id"
 LABEL_SERVICE_PORTS = "bai.service-ports"  # the kernel's apps and their host ports (JSON)
+LABEL_POOL = "bai.warm-pool"  # a kernel started ahead of its session, of this image (see warm_pool.py)
 
 CONTAINER_LOG_MAX = "1m"  # the container's own log (Docker's json-file) on the node's disk
 NO_PYTHON = "bai: no python in this image"  # the first line of such a kernel's log
@@ -133,12 +142,16 @@ def write_dotfiles(home: Path, dotfiles: list[Dotfile], owner: tuple[int, int] |
                 os.chown(target, *owner)
 
 
-async def exec_write(docker: aiodocker.Docker, container_id: str, path: str, data: bytes, mode: int) -> None:
+async def exec_write(
+    docker: aiodocker.Docker, container_id: str, path: str, data: bytes, mode: int, env: dict[str, str] | None = None
+) -> None:
     """Write a file under /home/work through the kernel itself (as its user): the root filesystem is
     read-only and a tmpfs home is not reachable from outside, so docker's put_archive cannot."""
     container = docker.containers.container(container_id)
     script = 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"'
-    run = await container.exec(["/bin/sh", "-c", script, "sh", path, f"{mode:o}"], stdin=True, workdir="/home/work")
+    run = await container.exec(
+        ["/bin/sh", "-c", script, "sh", path, f"{mode:o}"], stdin=True, workdir="/home/work", environment=env or None
+    )
     stream = run.start(detach=False)
     err = b""
     try:
@@ -178,6 +191,19 @@ def cgroup_oom_kills(pid: int) -> int | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+def _kill_if_in(pid: int, container_id: str) -> bool:
+    """SIGKILL `pid` if it is in the container's cgroup (its cgroup path names the container id: never a
+    process that merely reused the number, nor one of another PID namespace's numbering). False when not
+    done."""
+    try:
+        if container_id not in Path(f"/proc/{pid}/cgroup").read_text():
+            return False
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 class DockerUnavailable(Exception):
@@ -237,6 +263,8 @@ class DockerBackend(BackendBase):
         self.start_timeout = start_timeout
         self.docker: aiodocker.Docker | None = None
         self._pids: dict[str, int] = {}  # container id -> its main process (where its cgroup is read)
+        self._chores: set[asyncio.Task[Any]] = set()  # best-effort work after a hand-over (renames)
+        self._image_ids: dict[str, str] = {}  # pooled kernel's container id -> the image id it runs
 
     async def start(self) -> None:
         self.kernels_dir.mkdir(parents=True, exist_ok=True)
@@ -262,9 +290,16 @@ class DockerBackend(BackendBase):
         return (spec.network or self.network) not in ("none", "host")
 
     def _container_config(
-        self, spec: KernelSpec, run_dir: Path, layout: Layout | None = None, service_ports: list[ServicePort] = ()
+        self,
+        spec: KernelSpec,
+        run_dir: Path,
+        layout: Layout | None = None,
+        service_ports: list[ServicePort] = (),
+        pooled: bool = False,
     ) -> dict[str, Any]:
         env = kernel_env(spec)
+        if pooled:  # no session yet: its variables come at hand-over (the runner's env op, exec_env)
+            env = {k: v for k, v in env.items() if k not in SESSION_ENV}
         layout = layout or Layout()
         host: dict[str, Any] = {
             "Binds": [
@@ -308,6 +343,8 @@ class DockerBackend(BackendBase):
             "bai.session-name": spec.session_name,
             "bai.cluster-role": spec.cluster_role,
         }
+        if pooled:
+            labels[LABEL_POOL] = spec.image
         if spec.gpus:  # the agent rebuilds its GPU map from these after a restart
             labels["bai.gpus"] = json.dumps([[u, str(a)] for u, a in spec.gpus])
         if service_ports:  # the kernel's apps and the host ports they are published on (for adoption)
@@ -335,7 +372,7 @@ class DockerBackend(BackendBase):
             config["ExposedPorts"] = {port: {} for port in host["PortBindings"]}
         return config
 
-    async def create(self, spec: KernelSpec, on_output) -> Kernel:
+    async def create(self, spec: KernelSpec, on_output, pooled: bool = False) -> Kernel:
         assert self.docker is not None
         loop = asyncio.get_running_loop()
         kdir = self.kernels_dir / spec.kernel_id
@@ -367,7 +404,7 @@ class DockerBackend(BackendBase):
             listener = await listen_for_runner(run_dir, on_output, self.owner)
             try:
                 container = await self.docker.containers.create(
-                    self._container_config(spec, run_dir, layout, service_ports), name=f"bai-{spec.kernel_id}"
+                    self._container_config(spec, run_dir, layout, service_ports, pooled), name=f"bai-{spec.kernel_id}"
                 )
             except DockerError as e:
                 if e.status == 404:
@@ -400,8 +437,136 @@ class DockerBackend(BackendBase):
             raise KernelStartError(f"{reason}{': ' + detail if detail else ''}") from None
         kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=container.id, ending=ending)
         kernel.service_ports = service_ports
+        if pooled:
+            kernel.pool_image = spec.image
         self._link_exit(kernel, exited, watcher)
         return kernel
+
+    # -- the warm pool ----------------------------------------------------------------------------
+
+    warm_pool = True
+
+    async def create_pooled(self, image: str, pool_id: str, on_output) -> Kernel:
+        """A kernel of `image` for the warm pool: what `create` makes for a session, minus the session
+        (its variables, dotfiles) and with POOL_SLOTS as limits; labelled LABEL_POOL."""
+        spec = KernelSpec(pool_id, "", "", "", image, dict(POOL_SLOTS), {})
+        kernel = await self.create(spec, on_output, pooled=True)
+        await self._host_pid(kernel.container_id or "")  # known ahead: the hand-over writes its cgroup
+        return kernel
+
+    async def _host_pid(self, container_id: str) -> int:
+        """The container's first process as the host sees it (0: not running, or unknown)."""
+        assert self.docker is not None
+        pid = self._pids.get(container_id)
+        if pid is None:
+            try:
+                state = (await self.docker.containers.container(container_id).show()).get("State") or {}
+            except DockerError:
+                return 0
+            pid = int(state.get("Pid") or 0) if state.get("Running") else 0
+            if pid:
+                self._pids[container_id] = pid
+        return pid
+
+    async def stale(self, kernels: list[Kernel]) -> list[Kernel]:
+        """Pooled kernels whose image name now means another image (rebuilt, pulled again): a session must
+        get what a cold start would, so they go."""
+        assert self.docker is not None
+        current: dict[str, str | None] = {}
+        out = []
+        for kernel in kernels:
+            image, cid = kernel.spec.image, kernel.container_id or ""
+            if image not in current:
+                try:
+                    current[image] = (await self.docker.images.inspect(image))["Id"]
+                except DockerError:
+                    current[image] = None  # gone: its removal takes the kernels
+            if cid not in self._image_ids:
+                with contextlib.suppress(DockerError):
+                    self._image_ids[cid] = (await self.docker.containers.container(cid).show()).get("Image") or ""
+            if current[image] and self._image_ids.get(cid) and self._image_ids[cid] != current[image]:
+                out.append(kernel)
+        return out
+
+    async def hand_over(self, kernel: Kernel, spec: KernelSpec) -> None:
+        """Make a pooled kernel `spec`'s: claimed on the host first (see assignment.py), then its limits
+        (`docker update`), the session's variables (the runner's env op; exec_env for docker exec) and its
+        dotfiles, then recorded as ready. The container is renamed bai-<kernel id> afterwards."""
+        assert self.docker is not None and kernel.container_id is not None
+        kdir = kernel.run_dir.parent
+        env = kernel_env(spec)
+        pool_id = kernel.spec.kernel_id
+        try:
+            assignment.write(kdir, spec, env, assignment.CLAIMED)
+            cpu, mem = spec.slots["cpu"], int(spec.slots["mem"])
+            limits = {"NanoCpus": int(cpu * 1_000_000_000), "Memory": mem, "MemorySwap": mem}
+            update = self.docker._query_json(f"containers/{kernel.container_id}/update", method="POST", data=limits)
+            pid = self._pids.get(kernel.container_id, 0)
+            old_mem = int(kernel.spec.slots.get("mem") or 0) or None
+            # a few small writes to sysfs (well under a millisecond): not worth a thread hop
+            if pid and cgroup_limits.apply(pid, kernel.container_id, cpu, mem, old_mem):
+                # in force now; Docker records the same limits (for `docker inspect`) in the background
+                self._chore(self._record_limits(update, kernel.container_id))
+            else:
+                await update
+            if isinstance(kernel.channel, ExecChannel):
+                kernel.channel.env = env
+            else:
+                await kernel.channel.set_env(env)
+            for f in spec.dotfiles:
+                if isinstance(kernel.channel, ExecChannel):
+                    await exec_write(self.docker, kernel.container_id, f.path, f.data.encode(), f.mode, env)
+                else:
+                    await kernel.channel.put_file(f.path, f.data.encode(), f.mode)
+            assignment.write(kdir, spec, env, assignment.READY)
+        except (DockerError, ChannelError, OSError, KeyError) as e:
+            raise KernelStartError(f"the warm kernel could not be handed over: {leftovers.detail(e)}") from None
+        if kernel.service_ports:  # its apps' host ports are the session kernel's now
+            self.ports.release(pool_id)
+            self.ports.hold(spec.kernel_id, [p for sp in kernel.service_ports for p in sp.host_ports])
+        kernel.spec = spec
+        kernel.pool_image = None
+        kernel.exec_env = env
+        container = self.docker.containers.container(kernel.container_id)
+        self._chore(self._rename(container, f"bai-{spec.kernel_id}"))
+
+    def _chore(self, coro: Any) -> None:
+        chore = asyncio.ensure_future(coro)
+        self._chores.add(chore)
+        chore.add_done_callback(self._chores.discard)
+
+    async def _record_limits(self, update: Any, container_id: str) -> None:
+        try:
+            await update
+        except DockerError as e:  # (the kernel was removed meanwhile) the limits are in force anyway
+            log.debug("docker update of %s: %s", container_id[:12], e.message)
+
+    async def _rename(self, container: Any, name: str) -> None:
+        """Best effort (the name only helps people reading `docker ps`; labels and the assignment decide)."""
+        with contextlib.suppress(DockerError):
+            await container.rename(name)
+
+    async def kill(self, kernel: Kernel) -> bool:
+        """SIGKILL to the kernel's first process (as the host sees it, once checked to be the container's):
+        every process of the kernel dies with it at once. Docker's own kill when that cannot be done. The
+        container and its scratch are then removed by `destroy`."""
+        assert self.docker is not None
+        kernel.destroying = True
+        if kernel.settled is not None:
+            kernel.settled.cancel()
+        await kernel.channel.close()
+        cid = kernel.container_id
+        if not cid:
+            return False
+        pid = await self._host_pid(cid)
+        if pid and await asyncio.to_thread(_kill_if_in, pid, cid):
+            return True
+        try:
+            await self.docker.containers.container(cid).kill(signal="SIGKILL")
+        except DockerError as e:
+            if e.status not in (404, 409):  # gone, or not running
+                return False
+        return True
 
     async def _image_config(self, spec: KernelSpec) -> tuple[list[str], dict[str, str]]:
         """The image's VOLUME paths that no virtual folder covers (they go on the scratch, bounded), and
@@ -549,6 +714,7 @@ class DockerBackend(BackendBase):
             kernel.settled.cancel()
         await kernel.channel.close()
         self._pids.pop(kernel.container_id or "", None)
+        self._image_ids.pop(kernel.container_id or "", None)
         if kernel.container_id:
             await self._remove_container(self.docker.containers.container(kernel.container_id), kernel.spec.kernel_id)
         if kernel.watcher is not None:
@@ -566,7 +732,8 @@ class DockerBackend(BackendBase):
         found = await self.docker.containers.list(all=True, filters={"label": [f"{LABEL_AGENT}={self.agent_id}"]})
         adopted = await asyncio.gather(*(self._adopt_one(c, on_output) for c in found))
         kernels = [k for k in adopted if k is not None]
-        gone = await asyncio.to_thread(scratchlib.cleanup, self.kernels_dir, {k.spec.kernel_id for k in kernels})
+        keep = {k.run_dir.parent.name for k in kernels}  # a handed-over warm kernel keeps its pool folder
+        gone = await asyncio.to_thread(scratchlib.cleanup, self.kernels_dir, keep)
         if gone:
             log.info("removed the folders of %d kernels that are gone", len(gone))
         return kernels
@@ -582,6 +749,12 @@ class DockerBackend(BackendBase):
         safe = re.fullmatch(r"[A-Za-z0-9_.-]+", kid) is not None and kid not in (".", "..")
         if not safe or info.get("State") != "running" or not run_dir.exists():
             await self._remove_container(c, kid or "unknown")
+            return None
+        pool_image = labels.get(LABEL_POOL)
+        assigned = assignment.read(kdir) if pool_image is not None else None
+        if assigned is not None and assigned.get("state") != assignment.READY:
+            log.info("removing warm kernel %s: its hand-over to a session did not finish", kid)
+            await self._remove_container(c, kid)
             return None
         container = self.docker.containers.container(c.id)
         exited: asyncio.Future[int] = loop.create_future()
@@ -608,11 +781,19 @@ class DockerBackend(BackendBase):
             environ={},
             gpus=gpus_from_labels(labels),
         )
+        if assigned is not None:  # a warm kernel handed over to its session
+            spec = assignment.spec_of(assigned)
         kernel = Kernel(spec=spec, channel=channel, run_dir=run_dir, container_id=c.id, ending=ending)
+        if assigned is not None:
+            kernel.exec_env = assignment.env_of(assigned)
+            if isinstance(channel, ExecChannel):
+                channel.env = kernel.exec_env
+        elif pool_image is not None:
+            kernel.pool_image = pool_image
         with contextlib.suppress(ValueError):
             kernel.service_ports = apps.loads(json.loads(labels.get(LABEL_SERVICE_PORTS) or "[]"))
         for sp in kernel.service_ports:
-            self.ports.hold(kid, sp.host_ports)
+            self.ports.hold(spec.kernel_id, sp.host_ports)
         self._link_exit(kernel, exited, watcher)
         if isinstance(channel, RunnerChannel):
             kernel.settled = asyncio.ensure_future(self._settle(kernel, container, channel, exited))
@@ -644,6 +825,8 @@ class DockerBackend(BackendBase):
             return
         if channel is not listener:
             channel.on_output = listener.on_output  # the agent's sink, given after adoption
+            if isinstance(channel, ExecChannel):
+                channel.env = kernel.exec_env
             kernel.channel = channel
             log.info("kernel %s has no Python: its commands run through docker exec", kid)
 
@@ -697,7 +880,7 @@ class DockerBackend(BackendBase):
             raise KernelStartError("the kernel has no container yet")
         container = self.docker.containers.container(kernel.container_id)
         try:
-            return await DockerExecTerminal.start(container, command, {}, rows, cols)
+            return await DockerExecTerminal.start(container, command, kernel.exec_env, rows, cols)
         except aiodocker.DockerError as e:
             raise KernelStartError(f"cannot start {command[0]!r} in the kernel: {e.message}") from None
 
@@ -706,7 +889,9 @@ class DockerBackend(BackendBase):
         assert self.docker is not None
         container = self.docker.containers.container(kernel.container_id)
         try:
-            run = await container.exec(["python3", "-c", list_script(), path], workdir="/home/work")
+            run = await container.exec(
+                ["python3", "-c", list_script(), path], workdir="/home/work", environment=kernel.exec_env or None
+            )
             stream = run.start(detach=False)
             out, err = b"", b""
             async with stream:
@@ -735,7 +920,11 @@ class DockerBackend(BackendBase):
         )
         out, err = bytearray(), b""
         try:
-            run = await container.exec(["/bin/sh", "-c", script, tar_script(), path, str(limit)], workdir="/home/work")
+            run = await container.exec(
+                ["/bin/sh", "-c", script, tar_script(), path, str(limit)],
+                workdir="/home/work",
+                environment=kernel.exec_env or None,
+            )
             stream = run.start(detach=False)
             async with stream:
                 while (msg := await stream.read_out()) is not None:
@@ -785,7 +974,9 @@ class DockerBackend(BackendBase):
         }
 
     async def close(self, kernels: list[Kernel]) -> None:
-        # Containers keep running; the next start of this agent re-adopts them.
+        # Containers keep running (pooled ones too); the next start of this agent re-adopts them.
+        for chore in list(self._chores):
+            chore.cancel()
         for kernel in kernels:
             if kernel.settled is not None:
                 kernel.settled.cancel()
@@ -808,10 +999,13 @@ class ExecChannel(Channel):
         self._task: asyncio.Task[None] | None = None
         self._stream: Any = None
         self._exec: Any = None
+        self.env: dict[str, str] = {}  # a warm kernel's session variables (see Kernel.exec_env)
 
     async def _start(self, mode: str, code: str) -> None:
         container = self.docker.containers.container(self.container_id)
-        self._exec = await container.exec(["/bin/sh", "-c", code], stdin=True, workdir="/home/work")
+        self._exec = await container.exec(
+            ["/bin/sh", "-c", code], stdin=True, workdir="/home/work", environment=self.env or None
+        )
         self._stream = self._exec.start(detach=False)
         await self._stream._init()
         self._task = asyncio.create_task(self._pump())
@@ -843,10 +1037,10 @@ class ExecChannel(Channel):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGINT)
 
-    async def put_file(self, path: str, data: bytes) -> None:
+    async def put_file(self, path: str, data: bytes, mode: int | None = None) -> None:
         if path.startswith("/") or ".." in Path(path).parts:
             raise ChannelError(f"cannot write {path}: the path must stay inside /home/work")
-        await exec_write(self.docker, self.container_id, path, data, 0o644)
+        await exec_write(self.docker, self.container_id, path, data, 0o644 if mode is None else mode, self.env)
 
     async def restart(self, timeout: float, exited: asyncio.Future[Any] | None = None) -> None:
         """No runner to start afresh: runs end and every process of the kernel but its first is killed

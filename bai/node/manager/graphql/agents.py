@@ -75,6 +75,7 @@ Agent = obj(
         "hostname": S,
         "backend": S,
         "last_seen": DateTime,
+        "warm_kernels": JSONString,  # image -> warm kernels ready (the agent's warm pool)
     },
 )
 AgentSummary = obj(
@@ -139,6 +140,7 @@ def agent_item(a: dict[str, Any]) -> dict[str, Any]:
         "hostname": a["hostname"],
         "backend": a["backend"],
         "last_seen": a["lastSeen"],
+        "warm_kernels": json.dumps(a.get("warm") or {}),
     }
 
 
