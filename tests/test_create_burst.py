@@ -64,6 +64,42 @@ async def test_transactions_queued_together_each_get_their_own_answer(store: Sto
     assert set(await store.image_aliases()) == {f"a{i}" for i in range(50) if i % 7 != 3}
 
 
+async def test_failures_first_last_and_in_a_row_each_fail_alone(store: Store) -> None:
+    """A group has no savepoints: a transaction that raises rolls the group back, those before it run again
+    together and those after it go on; whatever the pattern, each gets the answer it would have had alone."""
+    failing = {0, 1, 4, 5, 6, 9, 11}
+    fns = [insert_alias(f"b{i}", boom if i in failing else None) for i in range(12)]
+    results = await queued_together(store, fns)
+    for i, result in enumerate(results):
+        if i in failing:
+            assert isinstance(result, RuntimeError), (i, result)
+        else:
+            assert result == f"b{i}"
+    assert set(await store.image_aliases()) == {f"b{i}" for i in range(12) if i not in failing}
+    assert await store.set_image_alias("after", "img")  # the connection is not left in a transaction
+
+
+async def test_a_transaction_that_raises_sees_what_those_before_it_wrote(store: Store) -> None:
+    """Run again after a failure later in the group, a transaction gets the same answer: it reads the state
+    left by those queued before it, not the one of the rolled-back attempt."""
+
+    def count_then(name: str, fail: bool) -> Callable[[sqlite3.Connection], int]:
+        def fn(conn: sqlite3.Connection) -> int:
+            conn.execute("INSERT INTO image_aliases VALUES (?, 'img')", (name,))
+            seen = conn.execute("SELECT COUNT(*) FROM image_aliases").fetchone()[0]
+            if fail:
+                raise RuntimeError(name)
+            return seen
+
+        return fn
+
+    results = await queued_together(
+        store, [count_then("c0", False), count_then("c1", False), count_then("c2", True), count_then("c3", False)]
+    )
+    assert results[:2] == [1, 2] and isinstance(results[2], RuntimeError) and results[3] == 3
+    assert set(await store.image_aliases()) == {"c0", "c1", "c3"}
+
+
 async def test_a_group_that_fails_as_a_whole_runs_each_transaction_alone(store: Store) -> None:
     """One transaction ends the shared transaction (as SQLite does itself on a full disk): the others run
     again on their own and are stored; only that one fails."""

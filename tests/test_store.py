@@ -254,6 +254,51 @@ async def test_create_or_get_returns_the_stored_row_last_in_the_queue(store: Sto
     assert seqs[1] > seqs[0]
 
 
+async def test_a_round_merges_or_adds_each_sessions_scheduling_history(store: Store) -> None:
+    """Each session's row is merged with its last one when nothing changed, else a row is added: for many
+    sessions in one round, and for a session named twice in one round."""
+    a, _ = await make_session(store, "hist-a")
+    b, _ = await make_session(store, "hist-b")
+    c, _ = await make_session(store, "hist-c")
+
+    def row(sid: str, outcome: str, msg: str = "") -> dict[str, Any]:
+        return {"session_id": sid, "outcome": outcome, "status_info": "", "msg": msg, "agents": "", "predicates": []}
+
+    await store.apply_round([], [], [], [row(a, "wait"), row(b, "wait")])
+    await store.apply_round([], [], [], [row(a, "wait"), row(b, "wait", "other"), row(c, "wait")])
+    await store.apply_round([], [], [], [row(a, "wait"), row(c, "x"), row(c, "x")])
+    history = {sid: await store.scheduling_history(sid) for sid in (a, b, c)}
+    assert [(h["outcome"], h["rounds"]) for h in history[a]] == [("wait", 3)]
+    assert [(h["msg"], h["rounds"]) for h in history[b]] == [("", 1), ("other", 1)]
+    assert [(h["outcome"], h["rounds"]) for h in history[c]] == [("wait", 1), ("x", 2)]
+
+
+async def test_starting_a_session_reads_its_owners_dotfiles_as_they_are_now(store: Store) -> None:
+    """start_preparing knows which keypairs have dotfiles without a read per session: each write of dotfiles
+    (put, delete, a keypair's removal) is seen by the next start."""
+
+    async def start(name: str) -> list[str]:
+        sid, [kid] = await make_session(store, name)
+        await store.apply_round([(sid, {kid: "a1"})], [], [], [])
+        started = await store.start_preparing(sid)
+        assert started is not None
+        row, kernels, dotfiles = started
+        assert row["status"] == "PREPARING" and [k["id"] for k in kernels] == [kid]
+        assert kernels[0]["status"] == "PREPARING" and kernels[0]["agent_id"] == "a1"
+        return [d["path"] for d in dotfiles]
+
+    assert await start("dots-1") == []
+    await store.put_dotfile("AKIAEXAMPLE", ".bashrc", "x", "644")
+    await store.put_dotfile("AKIAOTHER", ".vimrc", "y", "644")
+    assert await start("dots-2") == [".bashrc"]
+    await store.put_dotfile("AKIAEXAMPLE", ".zshrc", "z", "644")
+    assert await start("dots-3") == [".bashrc", ".zshrc"]
+    assert await store.delete_dotfile("AKIAEXAMPLE", ".bashrc")
+    assert await start("dots-4") == [".zshrc"]
+    await store.delete_keypair("AKIAEXAMPLE")
+    assert await start("dots-5") == []
+
+
 async def test_find_sessions(store: Store) -> None:
     sid, _ = await make_session(store, "alpha-1", session_id="3f2b1c9e-0000-4000-8000-000000000001")
     other, _ = await make_session(store, "beta-1", session_id="7a7a7a7a-0000-4000-8000-000000000002")

@@ -4,11 +4,12 @@ Every call is one hop to the database's thread: `run(fn)` calls fn(conn) there, 
 BEGIN IMMEDIATE … COMMIT. Calls run one after the other, in the order made (one thread, one queue), so a
 transaction is never interleaved with another call. Only the standard library's sqlite3 is used.
 
-Group commit: transactions queued one after the other while the thread was busy run in ONE BEGIN … COMMIT,
-each inside a savepoint of its own. Each caller is answered only after that COMMIT (its changes are as durable
-as with a transaction of its own); a transaction that raises is rolled back to its savepoint and fails alone;
-should the COMMIT itself fail (a full disk), every transaction of the group runs again on its own, so each gets
-the answer it would have had alone. The answers of a group reach the event loop in one wake-up.
+Group commit: transactions queued one after the other while the thread was busy run in ONE BEGIN … COMMIT
+(no savepoints: they cost two statements each). Each caller is answered only after that COMMIT (its changes
+are as durable as with a transaction of its own); a transaction that raises fails alone (the group is rolled
+back, those before it run again together, those after it go on: see `_group_transactions`); should the COMMIT
+itself fail (a full disk), every transaction of the group runs again on its own, so each gets the answer it
+would have had alone. The answers of a group reach the event loop in one wake-up.
 """
 
 from __future__ import annotations
@@ -99,9 +100,14 @@ def decode_row(row: sqlite3.Row | None) -> dict[str, Any] | None:
             _json_at.clear()
         where = _json_at[shape] = tuple((i, key) for i, key in enumerate(keys) if key in _JSON_COLUMNS)
     out = dict(zip(keys, row, strict=True))
+    known = _flat_values.get
     for i, key in where:
         value = row[i]
-        out[key] = load_json(value) if type(value) is str else json.loads(value)
+        if type(value) is str:
+            flat = known(value)  # (load_json's first look, without its call: most values are known ones)
+            out[key] = flat.copy() if flat is not None else load_json(value)
+        else:
+            out[key] = json.loads(value)
     return out
 
 
@@ -123,6 +129,7 @@ def in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], 
 
 
 _STOP = object()
+STATEMENT_CACHE = 1024  # prepared statements kept by the connection (sqlite3's default of 128 is too few)
 MAX_GROUP = 256  # calls taken from the queue at once (transactions committed together, answers sent together)
 
 Call = tuple["asyncio.Future | None", Any, tuple[Any, ...]]
@@ -144,31 +151,57 @@ def _is_transaction(call: Call) -> bool:
     return call[1] is in_transaction and len(call[2]) == 1
 
 
-def _group_transactions(conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]]) -> list | None:
-    """Run fns in ONE transaction, each in a savepoint of its own; [(failed, result or exception)] once
-    committed, or None when the transaction as a whole failed (and was rolled back): then nothing of it
-    is stored, and the caller runs each fn on its own."""
-    outcomes: list[tuple[bool, Any]] = []
-    conn.execute("BEGIN IMMEDIATE")
+def _alone(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> tuple[bool, Any]:
+    """fn in a transaction of its own: (failed, result or exception)."""
     try:
-        for fn in fns:
-            conn.execute("SAVEPOINT one")
-            try:
-                result = fn(conn)
-            except BaseException as e:  # noqa: BLE001 (handed to its caller)
-                if not conn.in_transaction:  # SQLite rolled the whole transaction back (SQLITE_FULL, …)
-                    return None
-                conn.execute("ROLLBACK TO one")
-                conn.execute("RELEASE one")
-                outcomes.append((True, e))
-                continue
-            conn.execute("RELEASE one")
-            outcomes.append((False, result))
-        conn.execute("COMMIT")
-    except Exception:  # noqa: BLE001 (a failed COMMIT or savepoint: each fn runs again alone)
+        return False, in_transaction(conn, fn)
+    except BaseException as e:  # noqa: BLE001 (handed to its caller)
+        return True, e
+
+
+def _group_transactions(conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]]) -> list:
+    """Run fns in ONE transaction; [(failed, result or exception)] for each, once committed.
+
+    No savepoint per fn (two statements each): should one raise, the transaction is rolled back, the fns
+    before it run again together (on the same state, so to the same outcome), the one that raised fails
+    (nothing of it stored, as alone, for it ran on the state it would have had alone), and those after it
+    go on in a group of their own. Should the transaction as a whole be lost (a fn that ended it, SQLite
+    rolling back by itself as on SQLITE_FULL, a failed COMMIT), every fn not yet committed runs again on
+    its own, so each gets the answer it would have had alone."""
+    outcomes: list[tuple[bool, Any]] = []
+    i, n = 0, len(fns)
+    while i < n:
+        results: list[Any] = []
+        error: BaseException | None = None
+        lost = False
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for fn in fns[i:] if i else fns:
+                try:
+                    result = fn(conn)
+                except BaseException as e:  # noqa: BLE001 (handed to its caller)
+                    error = e
+                    lost = not conn.in_transaction  # (SQLite rolled it all back itself)
+                    break
+                if not conn.in_transaction:  # fn ended the shared transaction
+                    lost = True
+                    break
+                results.append(result)
+            else:
+                conn.execute("COMMIT")
+                outcomes.extend((False, r) for r in results)
+                return outcomes
+        except Exception:  # noqa: BLE001 (BEGIN or COMMIT failed)
+            lost = True
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        return None
+        if lost:
+            outcomes.extend(_alone(conn, fn) for fn in fns[i:])
+            return outcomes
+        k = i + len(results)  # the fn that raised
+        outcomes.extend(_group_transactions(conn, fns[i:k]) if k - i > 1 else [_alone(conn, f) for f in fns[i:k]])
+        outcomes.append((True, error))
+        i = k + 1
     return outcomes
 
 
@@ -181,6 +214,9 @@ class Database:
         self._connection: sqlite3.Connection | None = None  # used in the database's thread only
         self._open = False
         self._thread = threading.Thread(target=self._serve, name=f"sqlite {path.name}", daemon=True)
+        # the keypairs that have dotfiles, read when first needed; None again (read afresh) whenever a transaction
+        # writes dotfiles, before it writes them (so a rolled-back write leaves it unknown). Database thread only.
+        self.dotfile_owners: set[str] | None = None
 
     @classmethod
     async def open(cls, path: Path, *, max_wal_bytes: int = WAL_PAGES * 4096) -> Database:
@@ -201,7 +237,9 @@ class Database:
         return db
 
     def _connect(self, _unopened: None, max_wal_bytes: int) -> None:
-        conn = self._connection = sqlite3.connect(self.path, isolation_level=None)  # transactions by hand
+        conn = self._connection = sqlite3.connect(
+            self.path, isolation_level=None, cached_statements=STATEMENT_CACHE
+        )  # transactions by hand
         conn.row_factory = sqlite3.Row
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > schema.LATEST:
@@ -267,13 +305,6 @@ class Database:
 
     def _run_group(self, group: list[Call], answers: list[Answer]) -> None:
         outcomes = _group_transactions(self._connection, [args[0] for _, _, args in group])
-        if outcomes is None:  # the group failed as a whole: each transaction again, alone
-            outcomes = []
-            for _, _, args in group:
-                try:
-                    outcomes.append((False, in_transaction(self._connection, args[0])))
-                except BaseException as e:  # noqa: BLE001 (handed to the caller)
-                    outcomes.append((True, e))
         for (future, _, _), (failed, value) in zip(group, outcomes, strict=True):
             if future is not None:
                 answers.append((future, failed, value))

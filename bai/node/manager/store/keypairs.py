@@ -92,6 +92,7 @@ class Keypairs(Queries):
         """Remove a keypair and its dotfiles; False when there is no such keypair."""
 
         def fn(conn: sqlite3.Connection) -> bool:
+            self.db.dotfile_owners = None
             conn.execute("DELETE FROM dotfiles WHERE access_key=?", (access_key,))
             return conn.execute("DELETE FROM keypairs WHERE access_key=?", (access_key,)).rowcount > 0
 
@@ -150,17 +151,19 @@ class Keypairs(Queries):
         return await self.db.run(fn)
 
     async def put_dotfile(self, access_key: str, path: str, data: str, permission: str) -> None:
-        await self.db.transaction(
-            lambda conn: conn.execute(
+        def fn(conn: sqlite3.Connection) -> None:
+            self.db.dotfile_owners = None
+            conn.execute(
                 "INSERT INTO dotfiles(access_key, path, data, permission) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(access_key, path) DO UPDATE SET data=excluded.data, permission=excluded.permission",
                 (access_key, path, data, permission),
             )
-        )
+
+        await self.db.transaction(fn)
 
     async def delete_dotfile(self, access_key: str, path: str) -> bool:
-        return await self.db.transaction(
-            lambda conn: (
-                conn.execute("DELETE FROM dotfiles WHERE access_key=? AND path=?", (access_key, path)).rowcount > 0
-            )
-        )
+        def fn(conn: sqlite3.Connection) -> bool:
+            self.db.dotfile_owners = None
+            return conn.execute("DELETE FROM dotfiles WHERE access_key=? AND path=?", (access_key, path)).rowcount > 0
+
+        return await self.db.transaction(fn)

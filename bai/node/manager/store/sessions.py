@@ -46,8 +46,12 @@ def _transition(
     allowed_from: Iterable[SessionStatus] | None,
     kernel_updates: dict[str, dict[str, Any]] | None,
     result: str | None,
+    kernels_out: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """One session transition inside the caller's transaction (see Store.transition).
+
+    `kernels_out`: a list to receive the session's kernels as changed (in cluster order), read back by the
+    statement that changes them.
 
     One statement moves the session when it may move (the usual case) and returns its row as changed; when it
     did not move, its status says why: None (nothing changed) for a session that is not there, not in
@@ -73,22 +77,50 @@ def _transition(
         "INSERT INTO session_transitions VALUES (?, ?, ?, ?, ?)",
         (session_id, target.value, status_info, data, now),
     )
-    # every kernel of the session follows it; then each kernel's own updates (which may override that)
+    # every kernel of the session follows it; then each kernel's own updates (which may override that): one
+    # statement when one kernel has updates of its own that override none of the common columns (the usual case)
+    updates = [(kid, own) for kid, own in (kernel_updates or {}).items() if own]
+    own_cols: tuple[str, ...] = ()
+    params: list[Any] = [target.value, status_info, now]
     if terminated:
-        conn.execute(
-            "UPDATE kernels SET status=?, status_info=?, status_changed=?, terminated_at=? WHERE session_id=?",
-            (target.value, status_info, now, terminated, session_id),
-        )
-    else:
-        conn.execute(
-            "UPDATE kernels SET status=?, status_info=?, status_changed=? WHERE session_id=?",
-            (target.value, status_info, now, session_id),
-        )
-    for kid, own in (kernel_updates or {}).items():
-        if own:
-            sets = ", ".join(f"{c}=?" for c in own)
-            conn.execute(f"UPDATE kernels SET {sets} WHERE id=? AND session_id=?", (*own.values(), kid, session_id))
+        params.append(terminated)
+    if len(updates) == 1 and _KERNEL_FOLLOWS.isdisjoint(updates[0][1]):
+        kid, own = updates[0]
+        own_cols = tuple(own)
+        for value in own.values():
+            params += (kid, value)
+        updates = []
+    params.append(session_id)
+    rows = conn.execute(_kernels_statement(bool(terminated), own_cols, kernels_out is not None), params).fetchall()
+    for kid, own in updates:
+        sets = ", ".join(f"{c}=?" for c in own)
+        conn.execute(f"UPDATE kernels SET {sets} WHERE id=? AND session_id=?", (*own.values(), kid, session_id))
+    if kernels_out is not None:
+        if updates:  # (changed again since: read them as they are now)
+            rows = conn.execute("SELECT * FROM kernels WHERE session_id=?", (session_id,)).fetchall()
+        kernels_out.extend(sorted((decode_row(r) for r in rows), key=lambda k: k["cluster_idx"]))
     return decode_row(moved[0])
+
+
+_KERNEL_FOLLOWS = frozenset({"status", "status_info", "status_changed", "terminated_at"})
+_kernel_statements: dict[tuple[bool, tuple[str, ...], bool], str] = {}
+
+
+def _kernels_statement(terminated: bool, own: tuple[str, ...], returning: bool) -> str:
+    """The UPDATE of a session's kernels following it (with terminated_at when it ends), with one kernel's own
+    columns (`own`: each set on that kernel only, its id and value as parameters), reading them back when
+    `returning`; kept per shape."""
+    key = (terminated, own, returning)
+    sql = _kernel_statements.get(key)
+    if sql is None:
+        sets = ["status=?", "status_info=?", "status_changed=?"]
+        if terminated:
+            sets.append("terminated_at=?")
+        sets += [f"{c}=CASE WHEN id=? THEN ? ELSE {c} END" for c in own]
+        sql = f"UPDATE kernels SET {', '.join(sets)} WHERE session_id=?" + (" RETURNING *" if returning else "")
+        if len(_kernel_statements) < 256:
+            _kernel_statements[key] = sql
+    return sql
 
 
 _LIVE = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
@@ -149,6 +181,60 @@ def _insert_session(conn: sqlite3.Connection, session: dict[str, Any], kernels: 
     stored = decode_row(row)
     assert stored is not None
     return stored
+
+
+def _history_row(h: dict[str, Any], now: str) -> tuple[Any, ...]:
+    return (
+        h["session_id"],
+        now,
+        now,
+        h["outcome"],
+        h["status_info"],
+        h["msg"],
+        h["agents"],
+        json.dumps(h["predicates"]),
+    )
+
+
+_INSERT_HISTORY = (
+    "INSERT INTO scheduling_history(session_id, first_at, last_at, rounds, outcome, status_info, "
+    "msg, agents, predicates) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)"
+)
+_MERGE_HISTORY = "UPDATE scheduling_history SET last_at=?, rounds=rounds+1 WHERE rowid=?"
+
+
+def _record_history(conn: sqlite3.Connection, history: list[dict[str, Any]], now: str) -> None:
+    """A round's rows for `scheduling_history`, inside the caller's transaction: each merged with its session's
+    last row when nothing changed (outcome, info, message, agents), else added. The sessions' last rows are read
+    in one statement (their ids as one JSON parameter: one prepared statement whatever their number), the
+    merges and the additions written with one executemany each."""
+    if not history:
+        return
+    ids = [h["session_id"] for h in history]
+    if len(set(ids)) != len(ids):  # a session twice in one round: one after the other, each seeing the last
+        for h in history:
+            _record_history(conn, [h], now)
+        return
+    last = {
+        r[0]: r[1:]
+        for r in conn.execute(
+            "SELECT session_id, rowid, outcome, status_info, msg, agents FROM scheduling_history WHERE rowid IN "
+            "(SELECT MAX(rowid) FROM scheduling_history WHERE session_id IN (SELECT value FROM json_each(?)) "
+            "GROUP BY session_id)",
+            (json.dumps(ids),),
+        ).fetchall()
+    }
+    merges, additions = [], []
+    for h in history:
+        before = last.get(h["session_id"])
+        if before is not None and tuple(before[1:]) == (h["outcome"], h["status_info"], h["msg"], h["agents"]):
+            merges.append((now, before[0]))
+        else:
+            additions.append(_history_row(h, now))
+    if merges:
+        conn.executemany(_MERGE_HISTORY, merges)
+    if additions:
+        conn.executemany(_INSERT_HISTORY, additions)
 
 
 class Sessions(Queries):
@@ -215,21 +301,24 @@ class Sessions(Queries):
 
         def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
             S = SessionStatus
-            row = _transition(conn, session_id, S.PREPARING, "", {}, [S.SCHEDULED], None, None)
+            kernels: list[dict[str, Any]] = []
+            row = _transition(conn, session_id, S.PREPARING, "", {}, [S.SCHEDULED], None, None, kernels)
             if row is None:
                 return None
-            kernels = [
-                decode_row(r)
-                for r in conn.execute(
-                    "SELECT * FROM kernels WHERE session_id=? ORDER BY session_id, cluster_idx", (session_id,)
-                ).fetchall()
-            ]
-            dotfiles = [
-                dict(r)
-                for r in conn.execute(
-                    "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path", (row["access_key"],)
-                ).fetchall()
-            ]
+            owners = self.db.dotfile_owners  # (most keypairs have none: no read for theirs)
+            if owners is None:
+                owners = self.db.dotfile_owners = {
+                    r[0] for r in conn.execute("SELECT DISTINCT access_key FROM dotfiles")
+                }
+            dotfiles = []
+            if row["access_key"] in owners:
+                dotfiles = [
+                    dict(r)
+                    for r in conn.execute(
+                        "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path",
+                        (row["access_key"],),
+                    ).fetchall()
+                ]
             return row, kernels, dotfiles
 
         return await self.db.transaction(fn)
@@ -268,33 +357,7 @@ class Sessions(Queries):
                 "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status='PENDING'",
                 [(info, json.dumps(data), sid) for sid, info, data in pending],
             )
-            now = utcnow()
-            for h in history:
-                last = conn.execute(
-                    "SELECT rowid, outcome, status_info, msg, agents FROM scheduling_history "
-                    "WHERE session_id=? ORDER BY rowid DESC LIMIT 1",
-                    (h["session_id"],),
-                ).fetchone()
-                same = last is not None and tuple(last[1:]) == (h["outcome"], h["status_info"], h["msg"], h["agents"])
-                if same:
-                    conn.execute(
-                        "UPDATE scheduling_history SET last_at=?, rounds=rounds+1 WHERE rowid=?", (now, last[0])
-                    )
-                else:
-                    conn.execute(
-                        "INSERT INTO scheduling_history(session_id, first_at, last_at, rounds, outcome, status_info, "
-                        "msg, agents, predicates) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
-                        (
-                            h["session_id"],
-                            now,
-                            now,
-                            h["outcome"],
-                            h["status_info"],
-                            h["msg"],
-                            h["agents"],
-                            json.dumps(h["predicates"]),
-                        ),
-                    )
+            _record_history(conn, history, utcnow())
             return scheduled, cancelled
 
         return await self.db.transaction(fn)
