@@ -97,12 +97,10 @@ class Scratch:
         one, /home/work is writable by all: the kernel's user is not known). `volumes`: the image's
         VOLUME paths, which would otherwise become unbounded Docker volumes on the node's disk; they
         get a folder of the scratch too."""
-        targets = dict(TARGETS)
-        for i, path in enumerate(v for v in volumes if v not in TARGETS):
-            targets[path] = (f"volume-{i}", 0o1777)
-        modes = {target: mode if sub != "work" or owner else 0o777 for target, (sub, mode) in targets.items()}
+        _, modes = self._targets(owner, volumes)
+        layout = self.plan(kdir, owner, volumes)
         if self.kind == "memory":
-            return Layout(tmpfs={target: (self.size, mode) for target, mode in modes.items()})
+            return layout
         root = kdir / MOUNTPOINT
         root.mkdir(parents=True, exist_ok=True)
         if self.kind == "hostfile":
@@ -117,9 +115,8 @@ class Scratch:
                 raise
             with contextlib.suppress(FileNotFoundError):
                 (root / "lost+found").rmdir()
-        layout = Layout(home=root / "work")
-        for target, (sub, _) in targets.items():
-            folder = root / sub
+        for target, folder in layout.binds.items():
+            sub = folder.name
             folder.mkdir(exist_ok=True)
             folder.chmod(modes[target])
             if sub == "work" and owner is not None:
@@ -127,8 +124,27 @@ class Scratch:
                     os.chown(folder, *owner)
                 except PermissionError:  # an agent that is not root (hostdir): writable by all instead
                     folder.chmod(0o777)
-            layout.binds[target] = folder
         return layout
+
+    def plan(self, kdir: Path, owner: tuple[int, int] | None, volumes: Iterable[str] = ()) -> Layout:
+        """What `prepare` with the same arguments returns, known without doing it (no I/O): the kernel's
+        container can be created while its scratch is being prepared (it is started only after)."""
+        targets, modes = self._targets(owner, volumes)
+        if self.kind == "memory":
+            return Layout(tmpfs={target: (self.size, mode) for target, mode in modes.items()})
+        root = kdir / MOUNTPOINT
+        return Layout(binds={target: root / sub for target, (sub, _) in targets.items()}, home=root / "work")
+
+    @staticmethod
+    def _targets(
+        owner: tuple[int, int] | None, volumes: Iterable[str]
+    ) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
+        """The scratch's folders by target path (folder name, mode), and the mode each target gets."""
+        targets = dict(TARGETS)
+        for i, path in enumerate(v for v in volumes if v not in TARGETS):
+            targets[path] = (f"volume-{i}", 0o1777)
+        modes = {target: mode if sub != "work" or owner else 0o777 for target, (sub, mode) in targets.items()}
+        return targets, modes
 
     def release(self, kdir: Path) -> None:
         """Undo `prepare` (unmount, remove the file); the caller removes the kernel's folder."""

@@ -398,23 +398,40 @@ class DockerBackend(BackendBase):
         try:
             volumes, labels = await self._image_config(spec)
             service_ports = self._service_ports(spec, labels)
-            layout = await self._prepare_scratch(kdir, volumes)
+            # the scratch is prepared (mkfs, mount: in a thread) while the container is created: creating
+            # only names the scratch's folders (Docker looks at a bind's source when it starts)
+            layout = self.scratch.plan(kdir, self.owner, volumes) if self.scratch is not None else Layout()
+            preparing = asyncio.ensure_future(self._prepare_scratch(kdir, volumes))
+            try:
+                listener = await listen_for_runner(run_dir, on_output, self.owner)
+                config = self._container_config(spec, run_dir, layout, service_ports, pooled)
+                try:
+                    container = await self.docker.containers.create(config, name=f"bai-{spec.kernel_id}")
+                except DockerError as e:
+                    if e.status == 404:
+                        raise KernelStartError(f"image {spec.image!r} not found on agent {self.agent_id}") from None
+                    raise KernelStartError(f"cannot create the container: {e.message}") from None
+            except BaseException:
+                await asyncio.gather(preparing, return_exceptions=True)  # a mount in progress: before the clean-up
+                raise
+            if await preparing != layout:
+                raise ScratchError("the kernel's scratch is not where its container was told")  # (a bug)
             if layout.home is not None:
                 write_dotfiles(layout.home, spec.dotfiles, self.owner)
-            listener = await listen_for_runner(run_dir, on_output, self.owner)
-            try:
-                container = await self.docker.containers.create(
-                    self._container_config(spec, run_dir, layout, service_ports, pooled), name=f"bai-{spec.kernel_id}"
-                )
-            except DockerError as e:
-                if e.status == 404:
-                    raise KernelStartError(f"image {spec.image!r} not found on agent {self.agent_id}") from None
-                raise KernelStartError(f"cannot create the container: {e.message}") from None
             await container.start()
             watcher = asyncio.create_task(self._watch(container, exited, ending))
-            if self.scratch is not None:
-                await asyncio.to_thread(self.scratch.detach, kdir)
-            channel = await self._runner_or_exec(container, listener, kdir, loop.time() + self.start_timeout, exited)
+            # the host's mount of the scratch comes off while the runner starts (the container holds it now)
+            detaching = asyncio.ensure_future(asyncio.to_thread(self.scratch.detach, kdir)) if self.scratch else None
+            try:
+                channel = await self._runner_or_exec(
+                    container, listener, kdir, loop.time() + self.start_timeout, exited
+                )
+            except BaseException:
+                if detaching is not None:
+                    await asyncio.gather(detaching, return_exceptions=True)  # before the clean-up unmounts
+                raise
+            if detaching is not None:
+                await detaching
             if channel is not listener:
                 listener = None  # closed: the image has no Python
             if layout.home is None:  # the home is a tmpfs that exists only now: write through the kernel
@@ -615,21 +632,34 @@ class DockerBackend(BackendBase):
     async def _runner_or_exec(
         self, container: Any, listener: RunnerChannel, kdir: Path, deadline: float, exited: asyncio.Future[int]
     ) -> Channel:
-        """Wait until the runner connects, or the container's log says the image has no Python."""
+        """Wait until the runner connects, or the container's log says the image has no Python. The
+        connection is an event, waited for on its own: the log is read alongside (from 50 ms on, less and
+        less often), never in the way of a runner that connects meanwhile."""
         assert self.docker is not None
-        loop = asyncio.get_running_loop()
-        delay = 0.02
+        connected = asyncio.ensure_future(listener.wait_connected(deadline, exited))
+        no_python = asyncio.ensure_future(self._watch_no_python(container))
+        try:
+            await asyncio.wait({connected, no_python}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            no_python.cancel()
+            if not connected.done():
+                connected.cancel()
+        if connected.done() and not connected.cancelled():
+            connected.result()  # ChannelError: it exited, or did not connect in time
+            return listener
+        await asyncio.gather(connected, return_exceptions=True)  # its cancellation done (not ours swallowed)
+        no_python.result()  # True (or what went wrong reading the log)
+        await listener.close()
+        (kdir / EXEC_MARKER).touch()  # for the next agent that adopts the kernel
+        return ExecChannel(self.docker, container.id, listener.on_output)
+
+    async def _watch_no_python(self, container: Any) -> bool:
+        """True once the container's log says the image has no Python (polled: 50 ms, then ×1.5 up to 200 ms)."""
+        delay = 0.05
         while True:
-            try:
-                await listener.wait_connected(min(deadline, loop.time() + delay), exited)
-                return listener
-            except ChannelError:
-                if exited.done() or loop.time() >= deadline:
-                    raise
+            await asyncio.sleep(delay)
             if await self._says_no_python(container):
-                await listener.close()
-                (kdir / EXEC_MARKER).touch()  # for the next agent that adopts the kernel
-                return ExecChannel(self.docker, container.id, listener.on_output)
+                return True
             delay = min(delay * 1.5, 0.2)
 
     async def _remove_container(self, container: Any, kernel_id: str) -> None:
