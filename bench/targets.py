@@ -28,7 +28,8 @@ BENCHES: dict[str, list[str]] = {
     "scheduler": ["scheduler.py"],
     "startup": ["startup.py", "--runs", "10"],
     "session_latency": ["session_latency.py", "--runs", "10"],
-    "batch_queue": ["batch_queue.py"],
+    "batch_queue": ["batch_queue.py"],  # a pool of 20: one warm kernel per queued session
+    "batch_queue_pool4": ["batch_queue.py", "--warm", "4"],  # the rest of the queue waits for refills
     "cluster": ["cluster.py", "--quick"],
 }
 

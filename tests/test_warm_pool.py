@@ -223,6 +223,7 @@ def test_removing_an_image_removes_its_warm_kernels(tmp_path: Path, python_image
         listed = node.json("agent", "ls")
         assert listed[0]["warm"] == {image: 1}
         assert "warm 1" in node.cli("agent", "ls", check=True).stdout
+        assert f"Warm      1 {image}" in node.cli("agent", "info", listed[0]["id"], check=True).stdout
         node.cli("image", "rm", image, check=True)
         assert pooled_containers(node) == []
         assert subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0

@@ -225,6 +225,8 @@ def agent_info(agent_id: str, as_json: bool = typer.Option(False, "--json", help
     print(f"Used      {format_slots(from_wire(a['occupiedSlots'])) or 'nothing'}")
     for line in gpu_lines(a.get("gpus") or []) or ["GPUs      none"]:
         print(line)
+    warm = a.get("warm") or {}
+    print("Warm      " + (", ".join(f"{n} {image}" for image, n in sorted(warm.items())) or "none"))
 
 
 @image_app.command("ls")
