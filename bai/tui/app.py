@@ -21,6 +21,7 @@ from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.widgets import ContentSwitcher, DataTable, Footer, Static
 
 from bai.cli.apps import Forward, app_port, open_forward, watch_session
@@ -224,6 +225,12 @@ class Dashboard(App):
 
     def _tick(self) -> None:
         """Redraw the visible view when the model changed, and once a second for ages and clocks."""
+        try:
+            self._redraw()
+        except NoMatches:  # the main screen's widgets are gone: the dashboard is closing
+            pass
+
+    def _redraw(self) -> None:
         now = asyncio.get_running_loop().time()
         age_tick = now - self._last_age_tick >= 1.0
         if age_tick:
