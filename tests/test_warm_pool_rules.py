@@ -123,7 +123,7 @@ def test_a_damaged_assignment_is_never_reused(tmp_path: Path) -> None:
 
 
 def test_cgroup_writes_match_what_docker_sets(tmp_path: Path) -> None:
-    from bai.node.agent.cgroup_limits import writes
+    from bai.node.agent.cgroups import writes
 
     v2 = writes({"": tmp_path}, Decimal("1.5"), 2**30, 2**28)
     assert [(p.name, v) for p, v in v2] == [

@@ -20,7 +20,7 @@ their channel settles in the background: the runner connects again, or the log s
 
 Warm kernels (`create_pooled`, labelled `bai.warm-pool`): what `create` makes for a session, before any
 session, with small limits. `hand_over` makes one a session's: assignment.json (see assignment.py), its
-limits written into its cgroup at once (cgroup_limits.py; `docker update` records them just after), the
+limits written into its cgroup at once (cgroups.py; `docker update` records them just after), the
 session's variables through the runner's env op and on every `docker exec` (`Kernel.exec_env`), its
 dotfiles through the runner. `kill` ends a kernel's processes at once (SIGKILL to its first process) so
 that `destroy`, which removes the container and scratch, can run off the session's critical path.
@@ -45,7 +45,7 @@ from aiodocker.exceptions import DockerError
 from bai.common import service_ports as apps
 from bai.common.service_ports import PortPool, PortPoolExhausted, ServicePort
 from bai.common.status import StatusInfo
-from bai.node.agent import assignment, cgroup_limits, leftovers
+from bai.node.agent import assignment, cgroups, leftovers
 from bai.node.agent import scratch as scratchlib
 from bai.node.agent.backends.base import (
     BackendBase,
@@ -168,40 +168,13 @@ async def exec_write(
         raise ChannelError(f"cannot write {path}: {err.decode(errors='replace').strip()[-200:] or f'exit {code}'}")
 
 
-def cgroup_oom_kills(pid: int) -> int | None:
-    """The `oom_kill` count of the memory cgroup process `pid` is in (cgroup v2 memory.events, or v1
-    memory.oom_control on kernels that have it), as the host sees it; None when it cannot be read."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":
-            where = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events"
-        elif "memory" in controllers.split(","):
-            where = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"
-        else:
-            continue
-        try:
-            for entry in where.read_text().splitlines():
-                key, _, value = entry.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-        except (OSError, ValueError):
-            continue
-    return None
-
-
 def _kill_if_in(pid: int, container_id: str) -> bool:
-    """SIGKILL `pid` if it is in the container's cgroup (its cgroup path names the container id: never a
-    process that merely reused the number, nor one of another PID namespace's numbering). False when not
-    done."""
+    """SIGKILL `pid` if it is in the container's cgroup (`cgroups.in_container`); False when not done."""
+    if not cgroups.in_container(pid, container_id):
+        return False
     try:
-        if container_id not in Path(f"/proc/{pid}/cgroup").read_text():
-            return False
         os.kill(pid, signal.SIGKILL)
-    except (OSError, ValueError):
+    except OSError:
         return False
     return True
 
@@ -521,7 +494,7 @@ class DockerBackend(BackendBase):
             pid = self._pids.get(kernel.container_id, 0)
             old_mem = int(kernel.spec.slots.get("mem") or 0) or None
             # a few small writes to sysfs (well under a millisecond): not worth a thread hop
-            if pid and cgroup_limits.apply(pid, kernel.container_id, cpu, mem, old_mem):
+            if pid and cgroups.apply(pid, kernel.container_id, cpu, mem, old_mem):
                 # in force now; Docker records the same limits (for `docker inspect`) in the background
                 self._chore(self._record_limits(update, kernel.container_id))
             else:
@@ -720,7 +693,7 @@ class DockerBackend(BackendBase):
             except DockerError:
                 return None
             pid = self._pids[kernel.container_id] = int((info.get("State") or {}).get("Pid") or 0)
-        return await asyncio.to_thread(cgroup_oom_kills, pid) if pid else None
+        return await asyncio.to_thread(cgroups.oom_kills, pid) if pid else None
 
     async def memory_limit(self, kernel: Kernel) -> int:
         if kernel.spec.slots.get("mem"):

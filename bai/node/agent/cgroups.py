@@ -1,6 +1,7 @@
-"""A running container's cpu and memory limits, written straight into its cgroup files.
+"""A container's cgroups as the host sees them: which process belongs to it, its OOM kills, and its cpu and
+memory limits written straight into its cgroup files.
 
-What `docker update --cpus C --memory M --memory-swap M` does, with the values Docker computes (cpu:
+Limits: what `docker update --cpus C --memory M --memory-swap M` does, with the values Docker computes (cpu:
 period 100000 µs, quota C × 100000; memory M with no swap), in microseconds instead of a round trip through
 a daemon that may be busy starting other containers. The warm pool's hand-over uses it, then has Docker
 record the same limits in the background (so `docker inspect` agrees). Only cgroups whose path names the
@@ -16,19 +17,48 @@ CPU_PERIOD = 100_000  # µs, as Docker sets it for NanoCpus
 ROOT = Path("/sys/fs/cgroup")
 
 
-def cgroup_dirs(pid: int, container_id: str, root: Path = ROOT) -> dict[str, Path] | None:
-    """Controller -> the folder of process `pid`'s cgroup ("" for cgroup v2's unified one), or None when
-    they cannot be read or do not belong to the container."""
+def entries(pid: int) -> list[tuple[str, str]] | None:
+    """(controllers, path) of each line of /proc/PID/cgroup ("" controllers: cgroup v2); None when unreadable."""
     try:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
         return None
-    out: dict[str, Path] = {}
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3 or container_id not in parts[2]:
+    return [(parts[1], parts[2]) for parts in (line.split(":", 2) for line in lines) if len(parts) == 3]
+
+
+def in_container(pid: int, container_id: str) -> bool:
+    """Whether process `pid` is in the container's cgroup (its cgroup path names the container id: never a
+    process that merely reused the number, nor one of another PID namespace's numbering)."""
+    return any(container_id in path for _, path in entries(pid) or [])
+
+
+def oom_kills(pid: int, root: Path = ROOT) -> int | None:
+    """The `oom_kill` count of the memory cgroup process `pid` is in (cgroup v2 memory.events, or v1
+    memory.oom_control on kernels that have it), as the host sees it; None when it cannot be read."""
+    for controllers, path in entries(pid) or []:
+        if controllers == "":
+            where = root / path.lstrip("/") / "memory.events"
+        elif "memory" in controllers.split(","):
+            where = root / "memory" / path.lstrip("/") / "memory.oom_control"
+        else:
             continue
-        _, controllers, path = parts
+        try:
+            for entry in where.read_text().splitlines():
+                key, _, value = entry.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def cgroup_dirs(pid: int, container_id: str, root: Path = ROOT) -> dict[str, Path] | None:
+    """Controller -> the folder of process `pid`'s cgroup ("" for cgroup v2's unified one), or None when
+    they cannot be read or do not belong to the container."""
+    out: dict[str, Path] = {}
+    for controllers, path in entries(pid) or []:
+        if container_id not in path:
+            continue
         if controllers == "" and (root / "cgroup.controllers").exists():  # v2 (not v1's hybrid "0::" line)
             out[""] = root / path.lstrip("/")
         for name in controllers.split(","):
