@@ -188,16 +188,27 @@ class CreateKernel(Call[KernelCreated]):
 
 
 @dataclass
-class DestroyKernel(Call[bool]):
-    """Remove a kernel; the answer says whether the agent had it."""
+class Destroyed(Message):
+    """The answer to DestroyKernel: whether the agent had the kernel, and its last statistics (a sample
+    taken just before it was killed; see bai/common/stats.py), None when it could not be read."""
+
+    existed: bool = False
+    stats: dict[str, Any] | None = None
+
+
+@dataclass
+class DestroyKernel(Call[Destroyed]):
+    """Remove a kernel; the answer says whether the agent had it, with the kernel's final statistics."""
 
     method: ClassVar[str] = "destroy_kernel"
 
     kernel_id: str
     reason: str = "user-requested"
 
-    def decode_result(self, raw: Any) -> bool:
-        return bool(raw)
+    def decode_result(self, raw: Any) -> Destroyed:
+        if isinstance(raw, dict):
+            return Destroyed.from_wire(raw)
+        return Destroyed(existed=bool(raw))  # an agent of before statistics answers a bare bool
 
 
 @dataclass
@@ -458,9 +469,25 @@ class KernelTerminated(Event):
     reason: str = "self-terminated"
     exit_code: int | None = None
     msg: str | None = None  # why, when the agent knows (e.g. out of memory, naming the limit)
+    stats: dict[str, Any] | None = None  # its last statistics sample (bai/common/stats.py), when read
 
 
-EVENTS: dict[str, type[Event]] = {e.name: e for e in (Heartbeat, KernelLogs, KernelPulling, KernelTerminated)}
+@dataclass
+class KernelStats(Event):
+    """Every `[agent] stat_interval` seconds: a statistics sample of each running kernel and of the host.
+
+    `samples`: kernel id -> a kernel sample; `node`: the host's sample; both shaped as bai/common/stats.py
+    describes (plain values: what msgpack and JSON carry)."""
+
+    name: ClassVar[str] = "kernel_stats"
+
+    samples: dict[str, dict[str, Any]] = field(default_factory=dict)
+    node: dict[str, Any] = field(default_factory=dict)
+
+
+EVENTS: dict[str, type[Event]] = {
+    e.name: e for e in (Heartbeat, KernelLogs, KernelPulling, KernelTerminated, KernelStats)
+}
 
 
 def decode_event(name: str, payload: Any) -> Event:
