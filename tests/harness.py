@@ -52,6 +52,7 @@ from bai.node.manager.vfolders.service import VFolders
 
 S = SessionStatus
 CREATE_STEP = 0.001  # seconds the clock moves with each create
+STAT_INTERVAL = 3600.0  # the agents' statistics rounds: the tests send them (`send_stats`), as heartbeats
 WAIT = 5.0  # seconds `wait` allows by default: everything here takes milliseconds; this only bounds a bug
 
 
@@ -254,6 +255,7 @@ class Harness:
             {"local": self.base / "vfolders"},
             node.state_dir,
             node.gpus,  # type: ignore[arg-type]
+            stat_interval=STAT_INTERVAL,  # statistics: sent when the test calls `send_stats()` (after one at start)
         )
         node.agent = agent
         await agent.start()
@@ -347,6 +349,13 @@ class Harness:
         """The agent sends one heartbeat; returns once the manager handled it."""
         agent = self.agent(agent_id)
         await agent.link.report("heartbeat", agent.heartbeat())
+
+    async def send_stats(self, agent_id: str) -> None:
+        """The agent samples its kernels and host and sends them (one KernelStats event); returns once the
+        manager handled it."""
+        agent = self.agent(agent_id)
+        await agent.stats_round()
+        await agent.link.report("kernel_stats", {})  # (events are handled in order: this one after it)
 
     async def drain(self, agent_id: str, drained: bool = True) -> None:
         """Drain the agent (as `bai watcher` does: a file in its state dir) and let its heartbeat tell."""

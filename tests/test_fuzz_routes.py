@@ -99,6 +99,7 @@ ROUTES = [
     ("GET", "/stream/session/{ref}/httpproxy", None),
     ("GET", "/session/{ref}/logs", None),
     ("GET", "/bai/session/{ref}/history", None),
+    ("GET", "/bai/session/{ref}/stats", None),
     ("POST", "/session/{ref}/upload", None),
     ("GET", "/session/{ref}/files", {"path": "/home/work"}),
     ("GET", "/session/{ref}/download", {"files": ["a.txt"]}),
@@ -111,6 +112,7 @@ ROUTES = [
     ("POST", "/session/{ref}/commit", {"image": "fuzz/image:1"}),
     ("GET", "/session/_/logs", None),
     ("GET", "/bai/agents", None),
+    ("GET", "/bai/quota", None),
     ("POST", "/admin/gql", {"query": "query { compute_session_list { items { id name } total_count } }"}),
     (
         "POST",

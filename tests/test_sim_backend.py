@@ -249,7 +249,7 @@ async def test_an_agent_runs_sim_kernels():
         result = await call(hub.manager, "sim-a", Execute("k1", "r", "batch", options={"exec": "echo hi"}))
         assert result.exit_code == 0 and result.console == [["stdout", "hi\n"]]
         await call(hub.manager, "sim-a", UploadFiles("k1", [["f.txt", b"data"]]))
-        assert await call(hub.manager, "sim-a", DestroyKernel("k1")) is True
+        assert (await call(hub.manager, "sim-a", DestroyKernel("k1"))).existed is True
         assert agent.kernels == {}
         for _ in range(100):  # the echo went to the log (events are delivered by the link's pump)
             if any(name == "kernel_logs" for _, name, _ in manager.events):

@@ -83,6 +83,9 @@ def _policy_fields(
     max_lifetime: str | None,
     max_vfolders: int | None = None,
     vfolder_size: str | None = None,
+    idle_cpu: str | None = None,
+    idle_gpu: str | None = None,
+    idle_window: str | None = None,
 ) -> dict[str, Any]:
     from bai.common.durations import parse_duration
 
@@ -125,7 +128,30 @@ def _policy_fields(
                 fields[key] = parse_duration(value)
             except ValueError as e:
                 raise typer.BadParameter(str(e), param_hint=flag) from None
+    for key, value, flag in (("idle_cpu_pct", idle_cpu, "--idle-cpu"), ("idle_gpu_pct", idle_gpu, "--idle-gpu")):
+        if value is not None:
+            fields[key] = _idle_pct(value, flag)
+    if idle_window is not None:
+        try:
+            fields["idle_window"] = parse_duration(idle_window)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--idle-window") from None
+        if not fields["idle_window"] >= 1:
+            raise typer.BadParameter("the window must be at least a second", param_hint="--idle-window")
     return fields
+
+
+def _idle_pct(value: str, flag: str) -> float | None:
+    """A utilisation threshold: a percentage (0-100, a trailing % allowed), or off."""
+    if value.strip().lower() in ("off", "none", "no"):
+        return None
+    try:
+        pct = float(value.strip().removesuffix("%"))
+    except ValueError:
+        pct = -1.0
+    if not 0 < pct <= 100:
+        raise typer.BadParameter(f"wants a percentage above 0 and at most 100, or off; got {value!r}", param_hint=flag)
+    return pct
 
 
 MaxSessions = Annotated[int | None, typer.Option("--max-sessions", help="Concurrent sessions per keypair (0 = any).")]
@@ -143,6 +169,21 @@ MaxVfolders = Annotated[int | None, typer.Option("--max-vfolders", help="Virtual
 VfolderSize = Annotated[
     str | None, typer.Option("--vfolder-size", help="Size limit of each virtual folder, e.g. 10g (0 = none).")
 ]
+IdleCpu = Annotated[
+    str | None,
+    typer.Option(
+        "--idle-cpu",
+        help="End interactive sessions whose mean CPU over --idle-window stayed under this percent of what they "
+        "were allocated (e.g. 5; off = not checked).",
+    ),
+]
+IdleGpu = Annotated[
+    str | None,
+    typer.Option("--idle-gpu", help="The same for their GPUs' mean utilisation, percent (off = not checked)."),
+]
+IdleWindow = Annotated[
+    str | None, typer.Option("--idle-window", help="The window of --idle-cpu / --idle-gpu (e.g. 10m; default 10m).")
+]
 
 
 @policy_app.command("create")
@@ -155,10 +196,16 @@ def policy_create(
     max_lifetime: MaxLifetime = None,
     max_vfolders: MaxVfolders = None,
     vfolder_size: VfolderSize = None,
+    idle_cpu: IdleCpu = None,
+    idle_gpu: IdleGpu = None,
+    idle_window: IdleWindow = None,
     as_json: AsJson = False,
 ) -> None:
     """Create a resource policy."""
-    fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size)
+    fields = _policy_fields(
+        max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size,
+        idle_cpu, idle_gpu, idle_window,
+    )  # fmt: skip
     _show_policy(call(lambda c: c.create_policy(name, **fields)), as_json)
 
 
@@ -172,10 +219,16 @@ def policy_update(
     max_lifetime: MaxLifetime = None,
     max_vfolders: MaxVfolders = None,
     vfolder_size: VfolderSize = None,
+    idle_cpu: IdleCpu = None,
+    idle_gpu: IdleGpu = None,
+    idle_window: IdleWindow = None,
     as_json: AsJson = False,
 ) -> None:
     """Change a resource policy (only the options given)."""
-    fields = _policy_fields(max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size)
+    fields = _policy_fields(
+        max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size,
+        idle_cpu, idle_gpu, idle_window,
+    )  # fmt: skip
     if not fields:
         raise typer.BadParameter("give at least one option to change")
     _show_policy(call(lambda c: c.update_policy(name, **fields)), as_json)

@@ -80,6 +80,8 @@ DEFAULTS: dict[str, Any] = {
         # whether ready warm kernels count against the slots the agent offers (their small limits each);
         # false: they hold no slots until a session takes one
         "warm_pool_reserve": False,
+        # seconds between the statistics samples of the agent's kernels and host (KernelStats events)
+        "stat_interval": 2.0,
     },
     "watcher": {
         # `bai watcher`: a small HTTP service beside an agent (a separate process, so it answers even
@@ -98,6 +100,8 @@ DEFAULTS: dict[str, Any] = {
         # a session's output kept (bytes): beyond it the oldest is dropped, and one line first says how much
         "log_max_bytes": 16 * 1024 * 1024,
         "log_retention": "7d",  # the output of ended sessions is purged this long after (seconds or 90s, 12h, 7d)
+        # statistics samples kept per live kernel (1-100000; 150 = about 5 minutes at a stat_interval of 2 s)
+        "stat_history": 150,
     },
     # per scaling group: policy fifo | lifo | drf, agent_selection dispersed | concentrated,
     # allowed_session_types, pending_timeout (seconds; 0 = wait forever), allowed_networks (what a
@@ -174,6 +178,8 @@ OPEN_TABLES: dict[str, type] = {
 GROUPS = "scaling_groups"
 # durations: a number of seconds or a string such as "90s", "12h", "7d"
 DURATIONS = {"manager.log_retention"}
+# numbers that must lie in (low, high]: seconds
+RANGES: dict[str, tuple[float, float]] = {"agent.stat_interval": (0.0, 3600.0)}
 # [images.registries.NAME]: url HOST[:PORT] or https://HOST[:PORT] (http:// = insecure); credentials
 # (password or password_file) stay with the manager, which hands an agent what one pull needs
 REGISTRIES = "images.registries"
@@ -259,6 +265,11 @@ def check(data: Mapping[str, Any], file: Path, schema: Mapping[str, Any] = DEFAU
         default = schema[key]
         if not _fits(value, default):
             raise ConfigError(f"{where}: expected {_type_name(default)}, got {value!r}")
+        if dotted in RANGES and not RANGES[dotted][0] < value <= RANGES[dotted][1]:
+            low, high = RANGES[dotted]
+            raise ConfigError(
+                f"{where}: expected a number of seconds above {low:g} and at most {high:g}, got {value!r}"
+            )
         if isinstance(default, dict):
             check(value, file, default, dotted)
 

@@ -289,6 +289,7 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
         warm_pool=warm,
         warm_pool_reserve=bool(cfg["agent"]["warm_pool_reserve"]),
         default_network=str(cfg["agent"]["docker"]["network"]),
+        stat_interval=float(cfg["agent"]["stat_interval"]),
     )
     await agent.start()
     stops["agent"] = agent.stop

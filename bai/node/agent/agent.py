@@ -26,6 +26,7 @@ from bai.node.agent.download import DownloadError, kernel_path
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
 from bai.node.agent.pool import WarmPool
+from bai.node.agent.stats import NodeSampler, Sample, kernel_gpus, sampler_for
 from bai.node.agent.terminal import DEFAULT_COMMAND
 from bai.node.agent.terminal import serve as serve_terminal
 from bai.node.agent.warm_pool import reserved
@@ -35,6 +36,7 @@ from bai.node.link.messages import (
     STREAMS,
     CommitKernel,
     CreateKernel,
+    Destroyed,
     DestroyKernel,
     DownloadFiles,
     Execute,
@@ -45,6 +47,7 @@ from bai.node.link.messages import (
     KernelInfo,
     KernelLogs,
     KernelPulling,
+    KernelStats,
     KernelTerminated,
     ListFiles,
     ListImages,
@@ -70,6 +73,7 @@ ENDED_KERNEL_GRACE = 60.0  # seconds an ended kernel's last output stays collect
 RESTART_TIMEOUT = 30.0  # seconds a restarted kernel's runner has to connect again
 POOL_WAIT = 10.0  # seconds a session waits for a warm kernel that is starting before it starts cold
 REMOVAL_GRACE = 10.0  # seconds a stopping agent lets killed kernels' removal finish (its next start removes the rest)
+FINAL_SAMPLE_TIMEOUT = 2.0  # seconds a kernel's last statistics may take before its end is reported without them
 
 
 class LogShipper:
@@ -134,8 +138,16 @@ class Agent:
         warm_pool: dict[str, int] | None = None,
         warm_pool_reserve: bool = False,
         default_network: str = "none",
+        stat_interval: float = 2.0,
     ) -> None:
         self.gpus = gpus
+        # statistics: every stat_interval seconds a KernelStats event (see agent/stats.py)
+        self.stat_interval = stat_interval
+        self.sampler = sampler_for(backend)
+        self.node_sampler = NodeSampler(gpus, reuse=stat_interval / 2)
+        self._last_samples: dict[str, Sample] = {}  # kernel id -> its latest periodic sample
+        self._last_gpus: dict[str, dict[str, Any]] = {}  # device uuid -> its latest figures
+        self._stats_task: asyncio.Task[None] | None = None
         self.apps = Apps(backend, app_start_timeout)
         self.gpu_alloc = GpuAllocator([g.uuid for g in gpus.gpus] if gpus else [])
         self.id = agent_id
@@ -256,8 +268,15 @@ class Agent:
         self.pool.adopt(pooled)
         await self._reconcile(await self.link.join(self))
         self.pool.start()  # after joining: refilling never delays the agent's start
+        # a background task: an agent whose tasks end (stop, or a test's vanished agent) stops sampling too
+        self._stats_task = self.background.spawn(self._stats_loop(), f"kernel-stats-{self.id}")
 
     async def stop(self) -> None:
+        if self._stats_task is not None:
+            self._stats_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stats_task
+            self._stats_task = None
         await self.pool.close()  # ready warm kernels stay running: the next start adopts them
         await self.background.close()
         await self.removals.drain(REMOVAL_GRACE)
@@ -266,6 +285,65 @@ class Agent:
         if self.logs is not None:
             await self.logs.close()
         await self.link.close()
+
+    # -- statistics ------------------------------------------------------------------------------
+
+    async def _stats_loop(self) -> None:
+        """Every stat_interval seconds, one KernelStats event: each running kernel's sample and the host's
+        (sent even without kernels). A failing round is logged; the next one runs as usual."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                await self.stats_round()
+            except Exception:
+                log.exception("sampling the kernels' statistics failed")
+            await asyncio.sleep(max(0.0, started + self.stat_interval - loop.time()))
+
+    async def stats_round(self) -> KernelStats:
+        """Sample the host and every running kernel, and send the samples (one KernelStats event)."""
+        node = self.node_sampler.sample()
+        self._last_gpus = node.get("gpus") or {}
+        kernels = [k for k in self.kernels.values() if not k.destroying]
+        # a kernel destroyed meanwhile is left out: its final sample went with its end
+        samples = {kid: s for kid, s in (await self._sample(kernels)).items() if kid in self.kernels}
+        self._last_samples = {kid: s for kid, s in {**self._last_samples, **samples}.items() if kid in self.kernels}
+        self.sampler.prune()
+        event = KernelStats(samples=samples, node=node)
+        try:
+            await self.link.emit(event.name, event.to_wire())
+        except Exception as e:  # (the link is closing): the next round sends again
+            log.debug("cannot send statistics: %s", e)
+        return event
+
+    async def _sample(self, kernels: list[Kernel]) -> dict[str, Sample]:
+        """The kernels' samples (those that could be read), with the figures of the GPUs they hold."""
+        if not kernels:
+            return {}
+        try:
+            samples = await self.sampler.sample(kernels)
+        except Exception:
+            log.exception("sampling %d kernels failed", len(kernels))
+            return {}
+        for kernel in kernels:
+            sample = samples.get(kernel.spec.kernel_id)
+            if sample is not None and kernel.spec.gpus and "gpus" not in sample:
+                sample["gpus"] = kernel_gpus(kernel.spec.gpus, self._last_gpus)
+        return samples
+
+    async def _final_sample(self, kernel: Kernel) -> Sample | None:
+        """A kernel's last statistics as it ends: sampled now when it can still be read, else its latest
+        periodic sample (None when it never had one)."""
+        kid = kernel.spec.kernel_id
+        latest = self._last_samples.pop(kid, None)
+        try:
+            sample = (await asyncio.wait_for(self._sample([kernel]), FINAL_SAMPLE_TIMEOUT)).get(kid)
+        except Exception as e:
+            log.debug("no final sample of kernel %s: %s", kid, e)
+            sample = None
+        finally:
+            self.sampler.forget(kid)
+        return sample or latest
 
     def _output_sink(self, kernel_id: str):
         def sink(kind: str, text: str) -> None:
@@ -293,6 +371,7 @@ class Agent:
         self._ended[kid] = kernel
         asyncio.get_running_loop().call_later(ENDED_KERNEL_GRACE, self._ended.pop, kid, None)
         self._oom_at_start.pop(kid, None)
+        stats = await self._final_sample(kernel)  # at once: its cgroup may still be readable
         why = kernel.ending.get("msg")
         if why:  # into its log, and into a run still going (it ends with the exit code below)
             kernel.channel.feed({"t": "stderr", "d": f"\n[{why}]\n"})
@@ -304,6 +383,7 @@ class Agent:
             reason=kernel.ending.get("reason") or "self-terminated",
             exit_code=code,
             msg=why or None,
+            stats=stats,
         )
         try:
             await self.link.report(report.name, report.to_wire())
@@ -489,10 +569,12 @@ class Agent:
         except AppError as e:
             return {"ok": False, "started": False, "error": str(e), "output": ""}
 
-    async def destroy_kernel(self, call: DestroyKernel) -> bool:
+    async def destroy_kernel(self, call: DestroyKernel) -> Destroyed:
+        """Remove a kernel, answering whether the agent had it and its statistics just before it was killed."""
         kernel = self.kernels.pop(call.kernel_id, None)
         if kernel is None:
-            return False
+            return Destroyed(existed=False)
+        stats = await self._final_sample(kernel)
         if await self.backend.kill(kernel):  # its processes are gone: the rest need not hold the session up
             self.removals.spawn(self._remove_killed(kernel), f"remove-{call.kernel_id}")
         else:
@@ -500,7 +582,7 @@ class Agent:
         self.gpu_alloc.release(call.kernel_id)
         if self.logs is not None:
             await self.logs.flush()
-        return True
+        return Destroyed(existed=True, stats=stats)
 
     async def _remove_killed(self, kernel: Kernel) -> None:
         """A killed kernel's container and scratch; an agent that stops meanwhile removes them at its next

@@ -43,6 +43,9 @@ def keypair_json(row: dict[str, Any], *, with_secret: bool = False) -> dict[str,
     return out
 
 
+MAX_IDLE_WINDOW = 7 * 86400  # seconds: the longest window of idle detection by utilisation
+
+
 def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
     """Validate resource-policy fields; with `partial`, only the fields given."""
     if not isinstance(body, dict):
@@ -85,6 +88,19 @@ def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
                 raise invalid(f"{key} must be a number of seconds >= 0 (0 = none)")
             out[key] = float(value)
+    for key in ("idle_cpu_pct", "idle_gpu_pct"):
+        if key in body:
+            value = body[key]
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100
+            ):
+                raise invalid(f"{key} must be a percentage above 0 and at most 100, or null (not checked)")
+            out[key] = None if value is None else float(value)
+    if "idle_window" in body:
+        value = body["idle_window"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= MAX_IDLE_WINDOW:
+            raise invalid(f"idle_window must be a number of seconds from 1 to {MAX_IDLE_WINDOW:g}")
+        out["idle_window"] = float(value)
     if not partial and not out and "name" not in body:
         raise invalid("nothing to set")
     return out

@@ -14,6 +14,7 @@ from bai.node.link.messages import (
     JoinAnswer,
     KernelLogs,
     KernelPulling,
+    KernelStats,
     KernelTerminated,
     MessageError,
     Registration,
@@ -21,6 +22,7 @@ from bai.node.link.messages import (
 )
 from bai.node.manager.agents import Agents
 from bai.node.manager.sessions import Sessions
+from bai.node.manager.stats import StatsBook
 from bai.node.manager.vfolders.service import VFolders
 from bai.node.manager.wakeup import Wakeup
 
@@ -38,8 +40,10 @@ class AgentEvents:
         wake: Wakeup,
         background: Background,
         lost_grace: float = 30.0,
+        stats: StatsBook | None = None,
     ) -> None:
         self.agents = agents
+        self.stats = stats or sessions.stats
         self.sessions = sessions
         self.vfolders = vfolders
         self.wake = wake
@@ -60,6 +64,7 @@ class AgentEvents:
 
     async def agent_left(self, agent_id: str, reason: str) -> None:
         await self.agents.left(agent_id, reason)
+        self.stats.agent_left(agent_id)  # its host's figures are no longer news
         if reason == "lost":
             log.warning("agent %s is LOST (no heartbeat); its sessions wait %g s for it", agent_id, self.lost_grace)
             self._lost[agent_id] = self.background.spawn(self._gone(agent_id), f"lost-{agent_id}")
@@ -90,3 +95,5 @@ class AgentEvents:
                 await self.sessions.kernel_pulling(event)
             case KernelTerminated():
                 await self.sessions.kernel_terminated(event)
+            case KernelStats():
+                await self.sessions.kernel_stats(agent_id, event)

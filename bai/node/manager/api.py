@@ -18,6 +18,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from bai import API_VERSION, __version__
 from bai.common import auth
 from bai.common.problems import Problem, invalid
+from bai.common.stats import usage_of
 from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus
 from bai.node.manager.admin import add_admin_routes
 from bai.node.manager.apps_api import add_app_routes
@@ -39,10 +40,12 @@ from bai.node.manager.http import (
 from bai.node.manager.images_api import add_image_routes
 from bai.node.manager.logs_api import log_query, serve_logs
 from bai.node.manager.metrics import exposition
+from bai.node.manager.quota import my_quota
 from bai.node.manager.represent import agent_items, session_json, session_view
 from bai.node.manager.requests import parse_create, parse_execute, parse_run_id
 from bai.node.manager.services import Services
 from bai.node.manager.sse import SPACED, EventStream
+from bai.node.manager.stats import stored_stat
 from bai.node.manager.streams import OpenStreams
 from bai.node.manager.terminal_api import add_terminal_routes
 
@@ -227,6 +230,20 @@ async def session_history(request: web.Request) -> web.Response:
             "transitions": await sessions.transitions_of(row["id"]),
         }
     )
+
+
+async def session_stats(request: web.Request) -> web.Response:
+    """The statistics history of a session's kernels, oldest first, as `usage` (bai's; the book keeps the
+    last `[manager] stat_history` samples of live kernels; an ended kernel has its final one)."""
+    services = services_of(request)
+    row = await session_of(request, active_only=False)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for kernel in await services.sessions.kernels_of(row["id"]):
+        samples = services.stats.samples_of(kernel["id"])
+        if not samples and (final := stored_stat(kernel)) is not None:
+            samples = [final]
+        out[kernel["id"]] = [u for u in (usage_of([s]) for s in samples) if u is not None]
+    return web.json_response({"sessionId": row["id"], "kernels": out})
 
 
 async def destroy_session(request: web.Request) -> web.Response:
@@ -559,7 +576,8 @@ async def session_events(request: web.Request) -> web.StreamResponse:
 
 
 async def list_agents(request: web.Request) -> web.Response:
-    return web.json_response({"items": await agent_items(services_of(request).agents)})
+    services = services_of(request)
+    return web.json_response({"items": await agent_items(services.agents, services.stats)})
 
 
 # Backend.AI endpoints bai does not implement: a clear 501, not a 404 that reads like a typo.
@@ -608,7 +626,7 @@ async def metrics(request: web.Request) -> web.Response:
     """Prometheus's scrape target (unsigned, see PUBLIC): the gauges are set from the services now."""
     services = services_of(request)
     counts = await services.sessions.count_by_status()
-    services.metrics.refresh(counts, await agent_items(services.agents))
+    services.metrics.refresh(counts, await agent_items(services.agents, services.stats))
     body, content_type = exposition(services.metrics)
     return web.Response(body=body, headers={"Content-Type": content_type})
 
@@ -642,11 +660,13 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     r.add_get("/session/{ref}/dependency-graph", dependency_graph)
     r.add_post("/session/{ref}/commit", commit_session)
     r.add_get("/bai/session/{ref}/history", session_history)
+    r.add_get("/bai/session/{ref}/stats", session_stats)
     r.add_post("/session/{ref}/upload", upload)
     r.add_get("/session/{ref}/files", list_files)
     r.add_get("/stream/session/{ref}/execute", execute_ws)
     r.add_get("/events/session", session_events)
     r.add_get("/bai/agents", list_agents)
+    r.add_get("/bai/quota", my_quota)  # the caller's own limits and use (bai/node/manager/quota.py)
     add_admin_routes(app)
     add_graphql_routes(app)
     add_dashboard_routes(app)

@@ -23,6 +23,7 @@ from bai.node.manager.kernel_logs import KernelLogs
 from bai.node.manager.metrics import ManagerMetrics
 from bai.node.manager.services import Services
 from bai.node.manager.sessions import Sessions
+from bai.node.manager.stats import StatsBook, stat_history_of, stat_interval_of
 from bai.node.manager.store import Store
 from bai.node.manager.timers import Timers
 from bai.node.manager.vfolders.service import VFolders
@@ -61,6 +62,7 @@ async def build_manager(
 ) -> Manager:
     """Wire the services for `cfg` (ValueError for a bad scaling group, network or registry)."""
     groups, pending_timeouts = scaling_groups(cfg)
+    stats = StatsBook(stat_history_of(cfg), stat_interval_of(cfg))  # kernels' and agents' live statistics
     admission = admission_from_config(cfg)  # allowed networks and image registries
     clock = clock or Clock()
     hubs, wake, metrics = Hubs(), Wakeup(), ManagerMetrics()
@@ -82,12 +84,15 @@ async def build_manager(
         background=background,
         start_timeout=float(cfg["manager"]["preparing_timeout"]),
         clock=clock,
+        stats=stats,
     )
-    agent_events = AgentEvents(agents, sessions, vfolders, wake, background, float(cfg["manager"]["lost_grace"]))
+    agent_events = AgentEvents(
+        agents, sessions, vfolders, wake, background, float(cfg["manager"]["lost_grace"]), stats=stats
+    )
     dispatcher = Dispatcher(
         store, sessions, agents, wake, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]), clock=clock
     )
-    timers = Timers(store, sessions, log_retention=log_retention, clock=clock)
+    timers = Timers(store, sessions, log_retention=log_retention, clock=clock, stats=stats)
     services = Services(
         sessions=sessions,
         agents=agents,
@@ -98,5 +103,6 @@ async def build_manager(
         metrics=metrics,
         apps=Apps(link, sessions),
         vfolders=vfolders,
+        stats=stats,
     )
     return Manager(store, services, agent_events, dispatcher, timers, wake, background)

@@ -11,9 +11,11 @@ from typing import Any
 from bai.common import service_ports as apps
 from bai.common import slots as slotlib
 from bai.common.present import reason
+from bai.common.stats import usage_of
 from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
 from bai.node.manager.agents import Agents
 from bai.node.manager.sessions import Sessions
+from bai.node.manager.stats import StatsBook, last_stat, live_stat, stored_stat
 
 
 def _age_ms(created: str) -> int:
@@ -22,6 +24,11 @@ def _age_ms(created: str) -> int:
 
 def _json(value: Any) -> str:
     return json.dumps(value)
+
+
+def _json_or_none(value: dict[str, Any] | None) -> str | None:
+    """A JSON string of an object, or None (never the string "null": the official client fails on it)."""
+    return json.dumps(value) if value else None
 
 
 # what the scheduler keeps in a pending session's status data for itself, and that changes every round
@@ -45,6 +52,7 @@ class SessionView:
 
     row: dict[str, Any]
     kernels: list[dict[str, Any]]
+    stats: StatsBook | None = None  # live statistics (None: only what the store keeps)
 
     # -- derived facts --------------------------------------------------------------------------------
 
@@ -134,6 +142,30 @@ class SessionView:
     def depends_on(self) -> list[str]:
         return self.row["config"].get("depends_on", [])
 
+    def live_sample(self, kernel: dict[str, Any]) -> dict[str, Any] | None:
+        """The kernel's latest statistics sample while it lives (None before the first)."""
+        return self.stats.latest(kernel["id"]) if self.stats is not None else None
+
+    def sample_of(self, kernel: dict[str, Any]) -> dict[str, Any] | None:
+        """The kernel's latest sample: the live one, else the final one stored as it ended."""
+        return self.live_sample(kernel) or stored_stat(kernel)
+
+    @cached_property
+    def usage(self) -> dict[str, Any] | None:
+        """bai's `usage` of the session: its kernels' latest figures summed (None before any sample)."""
+        return usage_of([self.sample_of(k) or {} for k in self.kernels])
+
+    def live_stat(self, kernel: dict[str, Any]) -> dict[str, Any] | None:
+        """Backend.AI's `live_stat` of a live kernel (None once it ended, or before its first sample)."""
+        sample = self.live_sample(kernel)
+        if sample is None or self.stats is None:
+            return None
+        return live_stat(sample, kernel["occupied_slots"], self.stats.peaks(kernel["id"]))
+
+    def last_stat(self, kernel: dict[str, Any]) -> dict[str, Any] | None:
+        """Backend.AI's `last_stat` of an ended kernel (None while it lives, or without a sample)."""
+        return last_stat(stored_stat(kernel), kernel["occupied_slots"])
+
     # -- renderings -----------------------------------------------------------------------------------
 
     def to_api(self, detail: ApiDetail | None = None) -> dict[str, Any]:
@@ -171,6 +203,7 @@ class SessionView:
             "containerId": self.container_id,
             "exitCode": self.kernel_exit_code,
             "servicePorts": self.service_ports,
+            "usage": self.usage,
             "kernels": [
                 {
                     "id": k["id"],
@@ -181,11 +214,15 @@ class SessionView:
                     "status": k["status"],
                     "exitCode": k["exit_code"],
                     "devices": [{"uuid": u, "share": str(a)} for u, a in k.get("devices") or []],
+                    "usage": usage_of([self.sample_of(k) or {}]),
                 }
                 for k in self.kernels
             ],
         }
         if detail is not None:
+            main = self.main
+            # Backend.AI's lastStat (the main kernel's): its final statistics once it ended, else the live ones
+            out["lastStat"] = (self.last_stat(main) or self.live_stat(main)) if main is not None else None
             out["transitions"] = detail.transitions
             if row["status"] == SessionStatus.PENDING:
                 out["queuePosition"] = detail.queue_position
@@ -260,8 +297,8 @@ class SessionView:
             "occupied_shares": _json({}),
             "preopen_ports": [],
             "service_ports": _json([apps.to_api(sp) for sp in apps.loads(k.get("service_ports") or [])]),
-            "live_stat": None,
-            "last_stat": None,
+            "live_stat": _json_or_none(self.live_stat(k)),
+            "last_stat": _json_or_none(self.last_stat(k)),
             "exit_code": k["exit_code"],
         }
 
@@ -291,6 +328,7 @@ class SessionView:
             "servicePorts": [
                 {"name": sp["name"], "protocol": sp["protocol"], "ports": sp["ports"]} for sp in self.service_ports
             ],
+            "usage": self.usage,
         }
 
 
@@ -298,7 +336,8 @@ async def session_view(
     sessions: Sessions, row: dict[str, Any], kernels: list[dict[str, Any]] | None = None
 ) -> SessionView:
     """The session's view; its kernels are read unless given (a list reads them all at once)."""
-    return SessionView(row, await sessions.kernels_of(row["id"]) if kernels is None else kernels)
+    kernels = await sessions.kernels_of(row["id"]) if kernels is None else kernels
+    return SessionView(row, kernels, sessions.stats)
 
 
 async def session_json(
@@ -331,11 +370,13 @@ async def session_graphql(
     return view.to_graphql(dependencies)
 
 
-async def agent_items(agents: Agents) -> list[dict[str, Any]]:
-    """Every agent the manager knows, with its capacity and what its kernels occupy (two reads)."""
+async def agent_items(agents: Agents, stats: StatsBook | None = None) -> list[dict[str, Any]]:
+    """Every agent the manager knows, with its capacity, what its kernels occupy (two reads) and, from
+    `stats`, what its host and kernels use now (`usage`; None before its first sample)."""
     occupied = await agents.occupied_by_agent()
     connected = agents.connected()
     gpus = agents.gpu_devices()
+    usages = stats.agent_usages() if stats is not None else {}
     items = []
     for a in await agents.rows():
         items.append(
@@ -354,6 +395,7 @@ async def agent_items(agents: Agents) -> list[dict[str, Any]]:
                 "gpus": _gpus(gpus.get(a["id"])),
                 # image -> warm kernels ready (kernels started ahead of their sessions), while connected
                 "warm": dict(agents.record(a["id"]).warm) if a["id"] in connected else {},
+                "usage": usages.get(a["id"]),
             }
         )
     return items

@@ -3,7 +3,7 @@ application, and reached by handlers through `services_of(request)`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bai.node.manager.accounts import Accounts
 from bai.node.manager.agents import Agents
@@ -13,6 +13,7 @@ from bai.node.manager.images import Images
 from bai.node.manager.kernel_logs import KernelLogs
 from bai.node.manager.metrics import ManagerMetrics
 from bai.node.manager.sessions import Sessions
+from bai.node.manager.stats import StatsBook
 from bai.node.manager.vfolders.service import VFolders
 
 
@@ -29,3 +30,4 @@ class Services:
     metrics: ManagerMetrics
     apps: Apps
     vfolders: VFolders | None = None
+    stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book Sessions keeps)

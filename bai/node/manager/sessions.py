@@ -33,6 +33,7 @@ from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
 from bai.node.link.messages import (
     CommitKernel,
     CreateKernel,
+    Destroyed,
     DestroyKernel,
     DotfileSpec,
     DownloadFiles,
@@ -40,6 +41,7 @@ from bai.node.link.messages import (
     Interrupt,
     KernelInfo,
     KernelPulling,
+    KernelStats,
     KernelTerminated,
     ListFiles,
     MountSpec,
@@ -55,18 +57,23 @@ from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.events import Hubs
 from bai.node.manager.hooks import Hooks
 from bai.node.manager.images import Images
+from bai.node.manager.kernel_logs import newest_seq
 from bai.node.manager.metrics import ManagerMetrics
 from bai.node.manager.placeable import unplaceable
 from bai.node.manager.requests import CreateRequest
-from bai.node.manager.runs import BusySessions
+from bai.node.manager.runs import BusySessions, RunHistory
+from bai.node.manager.stats import StatsBook, last_stat, stored_stat, with_peaks
 from bai.node.manager.store import Store
 from bai.node.manager.vfolders.service import VFolders
 from bai.node.manager.wakeup import Wakeup
 
 log = logging.getLogger("bai.manager")
 S = SessionStatus
+ACTIVE_VALUES = frozenset(s.value for s in ACTIVE_STATUSES)
 STARTING = [S.PREPARING, S.PULLING]  # a kernel on its way: being created, or its image pulled first
 HOOK_POINTS = {S.RUNNING: "after_start", S.TERMINATED: "after_termination", S.CANCELLED: "after_termination"}
+# a session moving to one of these has its kernels' last statistics stored (last_stat), and forgotten
+FINAL_STATS = DEAD_STATUSES | {S.ERROR}
 STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {S.ERROR, S.TERMINATING}
 
 
@@ -144,8 +151,10 @@ class Sessions:
         background: Background | None = None,
         start_timeout: float = 60.0,
         clock: Clock | None = None,
+        stats: StatsBook | None = None,
     ) -> None:
         self.clock = clock or Clock()
+        self.stats = stats or StatsBook()  # kernels' live statistics (what agents sample)
         self.store = store
         self.link = link
         self.agents = agents
@@ -165,6 +174,7 @@ class Sessions:
         self.start_timeout = start_timeout
         self.activity: dict[str, datetime] = {}  # session id -> last execution activity (idle timeout)
         self.busy = BusySessions()  # sessions with code running (or waiting to run) now
+        self.runs = RunHistory(self.logs.notify)  # each session's runs (the log view's separators)
         self.full_disk = FullDiskWarnings(log)  # background writes (kernel logs, run results) on a full disk
         # requests some agent could hold, by (scaling group, slots), for the agents as of `_placeable_version`
         self._placeable: set[tuple[str, tuple[tuple[str, Any], ...]]] = set()
@@ -176,10 +186,27 @@ class Sessions:
     # -- state changes ------------------------------------------------------------------------
 
     async def transition(self, session_id: str, target: SessionStatus, info: str = "", data=None, **kw) -> Any:
+        final = target in FINAL_STATS and session_id in self.stats.sessions
+        if final:  # the kernels' last samples are stored with the move (their last_stat)
+            updates = dict(kw.get("kernel_updates") or {})
+            for kernel_id, sample in self._finals(session_id).items():
+                updates[kernel_id] = {"last_stat": json.dumps(sample), **(updates.get(kernel_id) or {})}
+            kw["kernel_updates"] = updates
         row = await self.store.transition(session_id, target, info, data, **kw)
         if row is not None:
+            if final:
+                self.stats.forget(session_id)
             self._moved(session_id, target, row)
         return row
+
+    def _finals(self, session_id: str) -> dict[str, dict[str, Any]]:
+        """The last sample of each of the session's kernels the book has, with its peaks (what is stored)."""
+        out = {}
+        for kernel_id in self.stats.kernels_of(session_id):
+            sample = self.stats.latest(kernel_id)
+            if sample is not None:
+                out[kernel_id] = with_peaks(sample, self.stats.peaks(kernel_id))
+        return out
 
     def _moved(self, session_id: str, target: SessionStatus, row: dict[str, Any]) -> None:
         """A committed transition: its event, the dispatcher woken when slots are freed, hooks told."""
@@ -188,6 +215,7 @@ class Sessions:
             self.wake()
             self.activity.pop(session_id, None)
             self.busy.clear(session_id)
+            self.runs.end_all(session_id, self.clock.now().isoformat())
         if self.hooks and target in HOOK_POINTS:
             self.spawn(self._notify_hooks(HOOK_POINTS[target], row), f"hooks-{session_id}")
 
@@ -478,6 +506,7 @@ class Sessions:
         run_id = secrets.token_hex(8)
         mode, code = "batch", command
         exit_code = 1
+        await self._run_started(session["id"], kernel["id"], run_id)
         try:
             while True:
                 run = Execute(kernel["id"], run_id, mode, code, {"exec": command}, flush_timeout=30.0)
@@ -488,6 +517,7 @@ class Sessions:
                 mode, code = "continue", ""
         except (RemoteError, AgentUnavailable) as e:
             log.warning("batch session %s: %s", session["id"], e)
+        self.runs.end(session["id"], run_id, exit_code, self.clock.now().isoformat())
         ok = exit_code == 0
         info = StatusInfo.TASK_DONE if ok else StatusInfo.TASK_FAILED
         row = await self.transition(
@@ -527,30 +557,39 @@ class Sessions:
         row = await self.transition(session["id"], target, info, {})
         if row is None:
             row = await self.store.get_session(session["id"])
+        final = None
         if target == S.TERMINATING and row is not None:
-            finishing = self._finish_destroy(row, kernel["agent_id"], info)
+            finishing = self._finish_destroy(row, kernel["agent_id"], info, kernel)
             if wait:
-                await finishing
+                final = await finishing
             else:
                 self.spawn(finishing, f"destroy-{session['id']}")
-        return {}
+                final = self._finals(session["id"]).get(kernel["id"])  # the latest: the end comes later
+        # Backend.AI's answer: the kernel's final statistics ({} when there are none)
+        return last_stat(final, kernel["occupied_slots"]) or {}
 
     async def _finish_destroy(
         self, session: dict[str, Any], agent_id: str | None, info: str, kernel: dict[str, Any] | None = None
-    ) -> None:
-        """Remove the session's (main) kernel from its agent, then TERMINATED."""
+    ) -> dict[str, Any] | None:
+        """Remove the session's (main) kernel from its agent, then TERMINATED; the kernel's final statistics
+        (the agent's last sample of it, else the latest the manager has, else the one stored before)."""
         if kernel is None:
             kernel = await self.main_kernel(session)
         if agent_id:
-            await self._remove_kernel(agent_id, kernel["id"], info, timeout=60)
+            destroyed = await self._remove_kernel(agent_id, kernel["id"], info, timeout=60)
+            if destroyed is not None and destroyed.stats:
+                self.stats.final(kernel["id"], session["id"], session["access_key"], destroyed.stats)
+        final = self._finals(session["id"]).get(kernel["id"]) or stored_stat(kernel)
         await self.transition(
             session["id"], S.TERMINATED, info, session["status_data"], allowed_from=[S.TERMINATING, S.ERROR]
         )
+        return final
 
-    async def _remove_kernel(self, agent_id: str, kernel_id: str, reason: str, timeout: float = 30) -> None:
-        """Have the agent remove a kernel; a failure is logged with what may be left behind."""
+    async def _remove_kernel(self, agent_id: str, kernel_id: str, reason: str, timeout: float = 30) -> Destroyed | None:
+        """Have the agent remove a kernel (the answer: whether it had it, its final statistics); a failure is
+        logged with what may be left behind, and answers None."""
         try:
-            await call(self.link, agent_id, DestroyKernel(kernel_id, reason), timeout=timeout)
+            return await call(self.link, agent_id, DestroyKernel(kernel_id, reason), timeout=timeout)
         except (RemoteError, AgentUnavailable, TimeoutError) as e:
             log.warning(
                 "could not remove kernel %s on agent %s (%s): it may be left behind until the agent restarts "
@@ -559,6 +598,7 @@ class Sessions:
                 agent_id,
                 e,
             )
+            return None
 
     # -- execution --------------------------------------------------------------------------------
 
@@ -578,19 +618,23 @@ class Sessions:
         self.activity[sid] = self.clock.now()
         if mode in ("query", "batch"):
             self.busy.add(sid, run_id)  # code is running: the session is not idle until it finishes
+            await self._run_started(sid, kernel["id"], run_id)
         try:
             run = Execute(kernel["id"], run_id, mode, code, options, flush)
             result = await call(self.link, kernel["agent_id"], run, timeout=flush + 60)
         except RemoteError as e:
             self.busy.discard(sid, run_id)
+            self.runs.end(sid, run_id, None, self.clock.now().isoformat())
             raise invalid(e.message) from None
         except AgentUnavailable as e:
             self.busy.discard(sid, run_id)
+            self.runs.end(sid, run_id, None, self.clock.now().isoformat())
             raise Problem("instance-not-available", "Instance not available.", str(e)) from None
         self.activity[sid] = self.clock.now()
         if result.status == "finished":
             self.busy.discard(sid, run_id)
             code = result.exit_code
+            self.runs.end(sid, run_id, code if isinstance(code, int) else None, self.clock.now().isoformat())
             if isinstance(code, int) and not result.cancelled:
                 # the last run's outcome is the session's (kept when it is destroyed), as for a batch session
                 # (on a full disk the run's output still reaches its client: only the record is dropped)
@@ -598,6 +642,12 @@ class Sessions:
                 if await self.full_disk.attempt("run results", self.store.record_run(sid, kernel["id"], code, outcome)):
                     self.changes.publish("run_finished", {"ids": [sid]})
         return result.to_api()
+
+    async def _run_started(self, session_id: str, kernel_id: str, run_id: str) -> None:
+        """A run begins: numbered, placed in the kernel's log after what is stored of it now (before the
+        kernel is told, so that all of its output comes after)."""
+        after = await newest_seq(self.store, kernel_id)
+        self.runs.start(session_id, kernel_id, run_id, after, self.clock.now().isoformat())
 
     async def interrupt(self, session: dict[str, Any], run_id: str | None = None) -> bool:
         """Interrupt a run: `run_id`'s (a waiting one leaves the queue), else the one running now (Backend.AI's
@@ -841,10 +891,28 @@ class Sessions:
         else:
             await self.transition(sid, S.PULLING, "pulling-image", data, allowed_from=[S.PREPARING])
 
+    async def kernel_stats(self, agent_id: str, event: KernelStats) -> None:
+        """An agent's statistics samples, kept in the book; kernels it has not seen yet are looked up first
+        (those of live sessions are learnt, others ignored from now on)."""
+        samples = event.samples if isinstance(event.samples, dict) else {}
+        samples = {k: v for k, v in samples.items() if isinstance(k, str)}
+        unknown = self.stats.unknown(samples)
+        if unknown:
+            owners = await self.store.kernel_owners(unknown)
+            for kernel_id in unknown:
+                found = owners.get(kernel_id)
+                if found is not None and found[2] in ACTIVE_VALUES:
+                    self.stats.bind(kernel_id, found[0], found[1], agent_id)
+                else:
+                    self.stats.mark_ended(kernel_id)
+        self.stats.record(agent_id, samples, event.node)
+
     async def kernel_terminated(self, event: KernelTerminated) -> None:
         kernel = await self.store.get_kernel(event.kernel_id)
         if kernel is None:
             return
+        if event.stats:  # its last sample: stored with the session's end below
+            self.stats.final(kernel["id"], kernel["session_id"], "", event.stats)
         await self.store.update_kernel(kernel["id"], exit_code=event.exit_code)
         await self.transition(
             kernel["session_id"],

@@ -1,8 +1,14 @@
-"""Time limits from resource policies: idle timeout and maximum session lifetime.
+"""Time limits from resource policies: idle timeout, maximum session lifetime, idle utilisation.
 
 `expired()` is the pure decision; `Timers` runs it every second against the store and ends the
 sessions it names (reasons `idle-timeout` and `idle-session-lifetime`, as Backend.AI's checkers).
 Batch sessions are exempt from the idle timeout: they are busy by definition.
+
+`underused()` is idle detection by utilisation (as Backend.AI's utilisation idle checker): a policy's
+`idle_cpu_pct` (percent of the CPU the session was allocated) and `idle_gpu_pct` (percent, the mean over its
+GPUs), each null for off, and `idle_window` (seconds): a running, non-batch session whose mean utilisation
+over a full window stayed under every threshold that applies to it ends with `idle-utilization`. A session
+younger than the window, or without samples over the whole of it, is never ended; batch sessions are exempt.
 
 A slower loop purges the output of sessions that ended more than `[manager] log_retention` ago and
 gives the space back to the file system (`log_settings` reads both log settings).
@@ -12,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,11 +28,18 @@ from bai.common.config import duration_seconds
 from bai.common.status import SessionStatus, StatusInfo
 from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.sessions import Sessions
+from bai.node.manager.stats import StatsBook, Trail
 from bai.node.manager.store import Store
 
 log = logging.getLogger("bai.timers")
 IDLE_TIMEOUT = StatusInfo.IDLE_TIMEOUT
 LIFETIME = StatusInfo.SESSION_LIFETIME
+IDLE_UTILIZATION = "idle-utilization"  # (Backend.AI's utilisation checker's word)
+DEFAULT_IDLE_WINDOW = 600.0
+# a window with a longer stretch without samples (an agent away) is not a full window: this many stat
+# intervals, and at least MIN_GAP seconds
+GAP_INTERVALS = 5
+MIN_GAP = 60.0
 MIN_LOG_BYTES = 64 * 1024
 RECLAIM_FREE_PAGES = 256  # give free pages back to the file system once there are more than this many
 
@@ -71,6 +84,83 @@ def expired(
     return out
 
 
+def _cores(session: Mapping[str, Any]) -> float:
+    try:
+        return float((session.get("requested_slots") or {}).get("cpu") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def underused(
+    sessions: list[dict[str, Any]],
+    policy_of: Mapping[str, Mapping[str, Any]],
+    trails_of: Callable[[str], list[Trail | None]],
+    now: float,
+    interval: float = 2.0,
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(session id, `idle-utilization`, status data) for every running session that stayed under its
+    policy's utilisation thresholds over a full window (see the module docstring).
+
+    `trails_of(session id)`: its kernels' utilisation trails; `now`: seconds since the epoch (the samples'
+    clock); `interval`: the agents' stat interval (a stretch of more than GAP_INTERVALS of them, and more
+    than MIN_GAP seconds, without a sample means the window is not full)."""
+    max_gap = max(GAP_INTERVALS * interval, MIN_GAP)
+    out = []
+    for s in sessions:
+        if s["type"] == "batch" or s.get("status", SessionStatus.RUNNING) != SessionStatus.RUNNING:
+            continue
+        policy = policy_of.get(s["access_key"])
+        if not policy:
+            continue
+        cpu_limit, gpu_limit = policy.get("idle_cpu_pct"), policy.get("idle_gpu_pct")
+        if cpu_limit is None and gpu_limit is None:
+            continue
+        window = float(policy.get("idle_window") or DEFAULT_IDLE_WINDOW)
+        start = now - window
+        if datetime.fromisoformat(s["created_at"]).timestamp() > start:
+            continue  # younger than the window
+        trails = trails_of(s["id"])
+        if not trails or any(t is None or t.since > start or t.longest_gap(start, now) > max_gap for t in trails):
+            continue  # no samples over the whole window
+        cpu_sum, gpu_values, enough = 0.0, [], True
+        for trail in trails:
+            assert trail is not None
+            cpu, _, gpu = trail.averages(start)
+            if cpu is None:
+                enough = False
+                break
+            cpu_sum += cpu
+            if gpu is not None:
+                gpu_values.append(gpu)
+        if not enough:
+            continue
+        judged, idle, data = False, True, {"window": window}
+        cores = _cores(s)
+        if cpu_limit is not None and cores > 0:
+            pct = cpu_sum / cores  # percent of one core over cores allocated: percent of the allocation
+            judged, idle = True, idle and pct < cpu_limit
+            data["cpuPct"] = round(pct, 2)
+            data["cpuThreshold"] = cpu_limit
+        if gpu_limit is not None and gpu_values:
+            pct = sum(gpu_values) / len(gpu_values)
+            judged, idle = True, idle and pct < gpu_limit
+            data["gpuPct"] = round(pct, 2)
+            data["gpuThreshold"] = gpu_limit
+        if judged and idle:
+            out.append((s["id"], IDLE_UTILIZATION, data))
+    return out
+
+
+def utilization_window(policies: Mapping[str, Mapping[str, Any]]) -> float:
+    """How much utilisation the book should keep: the longest idle_window of the policies that check it."""
+    windows = [
+        float(p.get("idle_window") or DEFAULT_IDLE_WINDOW)
+        for p in policies.values()
+        if p.get("idle_cpu_pct") is not None or p.get("idle_gpu_pct") is not None
+    ]
+    return max(windows, default=0.0)
+
+
 class Timers:
     """Ends sessions past their policy's idle timeout or lifetime, and purges logs past their retention."""
 
@@ -81,8 +171,10 @@ class Timers:
         interval: float = 1.0,
         log_retention: float | None = None,
         clock: Clock | None = None,
+        stats: StatsBook | None = None,
     ) -> None:
         self.clock = clock or Clock()
+        self.stats = stats or sessions.stats  # utilisation, for idle detection by it
         self.store = store
         self.sessions = sessions
         self.interval = interval
@@ -137,7 +229,17 @@ class Timers:
         policies = await store.policies()
         keypairs = await store.keypairs(active_only=False)
         policy_of = {ak: policies.get(kp["resource_policy"], {}) for ak, kp in keypairs.items()}
-        for session_id, reason in expired(running, policy_of, self.sessions.activity, now, self.sessions.busy):
+        ending = expired(running, policy_of, self.sessions.activity, now, self.sessions.busy)
+        self.stats.keep_utilization(utilization_window(policies))
+        if self.stats.trail_seconds > 0:
+            ended = {sid for sid, _ in ending}
+            for session_id, reason, data in underused(
+                running, policy_of, self.stats.trails_of, now.timestamp(), self.stats.interval
+            ):
+                if session_id not in ended:
+                    log.info("ending session %s: %s (%s)", session_id, reason, data)
+                    ending.append((session_id, reason))
+        for session_id, reason in ending:
             row = await store.get_session(session_id)
             if row is not None and row["status"] == SessionStatus.RUNNING:
                 log.info("ending session %s: %s", session_id, reason)

@@ -177,6 +177,10 @@ class Backend(Protocol):
         background); False when this backend does not (then `destroy` does all)."""
         ...
 
+    def sampler(self) -> Any:
+        """What samples this backend's kernels' resource usage (an agent.stats.Sampler)."""
+        ...
+
 
 class BackendBase:
     """The optional capabilities of a backend that has none: no images to manage, no OOM accounting,
@@ -195,6 +199,11 @@ class BackendBase:
 
     async def kill(self, kernel: Kernel) -> bool:
         return False
+
+    def sampler(self) -> Any:
+        from bai.node.agent.stats import Sampler
+
+        return Sampler()  # measures nothing: its kernels' samples are absent
 
     async def stale(self, kernels: list[Kernel]) -> list[Kernel]:
         return []

@@ -248,6 +248,12 @@ class DockerBackend(BackendBase):
             await self.docker.close()
             raise DockerUnavailable(f"the Docker daemon does not answer: {e}") from None
 
+    def sampler(self) -> Any:
+        """The containers' cgroup files, read directly (agent.stats.DockerSampler)."""
+        from bai.node.agent.stats import DockerSampler
+
+        return DockerSampler(self)
+
     async def images(self) -> list[dict[str, Any]]:
         assert self.docker is not None
         out = []
@@ -457,6 +463,14 @@ class DockerBackend(BackendBase):
             if pid:
                 self._pids[container_id] = pid
         return pid
+
+    async def host_pids(self, container_ids: list[str]) -> dict[str, int]:
+        """Container id -> its first process as the host sees it, for those that run; Docker is asked only
+        about containers whose process is not known yet (the statistics sampler asks every round)."""
+        missing = [cid for cid in container_ids if cid not in self._pids]
+        if missing:
+            await asyncio.gather(*(self._host_pid(cid) for cid in missing), return_exceptions=True)
+        return {cid: self._pids[cid] for cid in container_ids if self._pids.get(cid)}
 
     async def stale(self, kernels: list[Kernel]) -> list[Kernel]:
         """Pooled kernels whose image name now means another image (rebuilt, pulled again): a session must

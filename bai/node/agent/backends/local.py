@@ -93,6 +93,12 @@ class LocalBackend(BackendBase):
     async def start(self) -> None:
         self.kernels_dir.mkdir(parents=True, exist_ok=True)
 
+    def sampler(self) -> Any:
+        """psutil over each kernel's process group (agent.stats.LocalSampler)."""
+        from bai.node.agent.stats import LocalSampler
+
+        return LocalSampler()
+
     async def images(self) -> list[dict[str, Any]]:
         return [{"name": "python", "id": "local", "size": 0, "python": sys.version.split()[0]}]
 

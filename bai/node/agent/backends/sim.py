@@ -255,6 +255,12 @@ class SimBackend(BackendBase):
     async def start(self) -> None:
         pass
 
+    def sampler(self) -> Any:
+        """Synthetic figures from each session's BAI_SIM_* variables (agent.stats.SimSampler)."""
+        from bai.node.agent.stats import SimSampler
+
+        return SimSampler()
+
     async def images(self) -> list[dict[str, Any]]:
         labels = {apps.LABEL: self.apps_label} if self.apps_label else {}
         return [{"name": self.image, "id": "sim", "size": 0, "labels": labels}]

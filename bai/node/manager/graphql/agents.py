@@ -29,6 +29,7 @@ from bai.node.manager.graphql.base import (
 )
 from bai.node.manager.graphql.sessions import ComputeContainer, containers_on_agent
 from bai.node.manager.represent import agent_items
+from bai.node.manager.stats import agent_live_stat
 
 
 async def resolve_compute_containers(agent: dict[str, Any], info: GraphQLResolveInfo, **args: Any) -> Any:
@@ -103,9 +104,12 @@ def _number(value: Any, default: float = 0) -> float:
         return default
 
 
-def agent_item(a: dict[str, Any]) -> dict[str, Any]:
-    """An agent (as `represent.agent_items` shows it) as Backend.AI's `Agent`."""
+def agent_item(a: dict[str, Any], node: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An agent (as `represent.agent_items` shows it) as Backend.AI's `Agent`; `node`: its host's last
+    statistics sample (its `live_stat`)."""
     available, occupied = a["availableSlots"], a["occupiedSlots"]
+    live = agent_live_stat(node)
+    usage = a.get("usage") or {}
     gpus = [k for k in available if k.startswith("cuda.")]
     return {
         "id": a["id"],
@@ -120,15 +124,15 @@ def agent_item(a: dict[str, Any]) -> dict[str, Any]:
         "architecture": "x86_64",
         "first_contact": a["firstContact"],
         "lost_at": a["lastSeen"] if a["status"] == "LOST" else None,
-        "live_stat": None,
+        "live_stat": json.dumps(live) if live else None,
         "version": a["version"],
         "compute_plugins": json.dumps({"cuda": {}} if gpus else {}),
         "hardware_metadata": None,
         "auto_terminate_abusing_kernel": False,
         "local_config": json.dumps({"backend": a["backend"], "hostname": a["hostname"]}),
         "container_count": None,
-        "cpu_cur_pct": 0.0,
-        "mem_cur_bytes": 0,
+        "cpu_cur_pct": float(usage.get("cpuPct") or 0.0),
+        "mem_cur_bytes": int(usage.get("memBytes") or 0),
         "mem_slots": int(_number(available.get("mem")) // 2**20),
         "cpu_slots": _number(available.get("cpu")),
         "gpu_slots": _number(available.get("cuda.device")),
@@ -145,7 +149,9 @@ def agent_item(a: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _agents(info: GraphQLResolveInfo, args: dict[str, Any]) -> list[dict[str, Any]]:
-    items = [agent_item(a) for a in await agent_items(ctx(info).services.agents)]
+    services = ctx(info).services
+    book = services.stats
+    items = [agent_item(a, book.nodes.get(a["id"])) for a in await agent_items(services.agents, book)]
     if args.get("scaling_group"):
         items = [i for i in items if i["scaling_group"] == args["scaling_group"]]
     if args.get("status"):

@@ -24,6 +24,7 @@ from bai.node.manager.graphql.base import (
     BigInt,
     Context,
     DateTime,
+    F,
     I,
     JSONString,
     L,
@@ -97,6 +98,10 @@ KeyPairResourcePolicy = obj(
         "max_concurrent_sftp_sessions": I,
         "max_pending_session_count": I,
         "max_pending_session_resource_slots": JSONString,
+        # bai's idle detection by utilisation (null: not checked)
+        "idle_cpu_pct": F,
+        "idle_gpu_pct": F,
+        "idle_window": F,
     },
 )
 
@@ -147,6 +152,9 @@ def policy_item(row: dict[str, Any]) -> dict[str, Any]:
         "max_concurrent_sftp_sessions": None,
         "max_pending_session_count": None,
         "max_pending_session_resource_slots": None,
+        "idle_cpu_pct": row.get("idle_cpu_pct"),
+        "idle_gpu_pct": row.get("idle_gpu_pct"),
+        "idle_window": row.get("idle_window"),
     }
 
 
@@ -279,9 +287,13 @@ async def delete_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
     return {"ok": True, "msg": "success"}
 
 
+NULLABLE = frozenset({"idle_cpu_pct", "idle_gpu_pct"})
+
+
 def _policy_fields(props: dict[str, Any], *, partial: bool) -> dict[str, Any]:
     """The props bai keeps, validated as the REST admin API validates them (a Problem otherwise)."""
-    body = {k: v for k, v in props.items() if k in POLICY_FIELDS and v is not None}
+    # (null turns a utilisation threshold off; other fields given as null are left as they are)
+    body = {k: v for k, v in props.items() if k in POLICY_FIELDS and (v is not None or k in NULLABLE)}
     if isinstance(body.get("total_resource_slots"), str):
         try:
             body["total_resource_slots"] = json.loads(body["total_resource_slots"])
@@ -346,6 +358,9 @@ _POLICY_INPUT = {
     "max_vfolder_size": BigInt,
     "max_pending_session_count": I,
     "max_pending_session_resource_slots": JSONString,
+    "idle_cpu_pct": F,
+    "idle_gpu_pct": F,
+    "idle_window": F,
 }
 CreatePolicyInput = _input("CreateKeyPairResourcePolicyInput", _POLICY_INPUT)
 ModifyPolicyInput = _input("ModifyKeyPairResourcePolicyInput", _POLICY_INPUT)

@@ -226,8 +226,9 @@ async def resolve_session(_root: Any, info: GraphQLResolveInfo, **args: Any) -> 
 
 
 async def _kernel_items(info: GraphQLResolveInfo, row: dict[str, Any]) -> list[dict[str, Any]]:
-    kernels = await ctx(info).services.sessions.kernels_of(row["id"])
-    view = SessionView(row, kernels)
+    sessions = ctx(info).services.sessions
+    kernels = await sessions.kernels_of(row["id"])
+    view = SessionView(row, kernels, sessions.stats)
     return [_container_extras(view.graphql_kernel(k)) for k in kernels]
 
 
@@ -265,7 +266,7 @@ async def containers_on_agent(info: GraphQLResolveInfo, agent_id: str, status: s
     kernels = await sessions.kernels_of_many([r["id"] for r in rows])
     out = []
     for row in rows:
-        view = SessionView(row, kernels.get(row["id"], []))
+        view = SessionView(row, kernels.get(row["id"], []), sessions.stats)
         for k in view.kernels:
             if k["agent_id"] == agent_id and (status is None or k["status"] == status.upper()):
                 out.append(_container_extras(view.graphql_kernel(k)))

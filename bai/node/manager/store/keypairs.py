@@ -16,6 +16,9 @@ POLICY_FIELDS = (
     "max_session_lifetime",
     "max_vfolder_count",
     "max_vfolder_size",
+    "idle_cpu_pct",
+    "idle_gpu_pct",
+    "idle_window",
 )
 
 

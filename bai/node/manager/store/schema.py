@@ -36,7 +36,12 @@ CREATE TABLE IF NOT EXISTS resource_policies (
     max_session_lifetime REAL NOT NULL DEFAULT 0,
     created_at TEXT NOT NULL,
     max_vfolder_count INTEGER NOT NULL DEFAULT 0,  -- 0 = unlimited
-    max_vfolder_size INTEGER NOT NULL DEFAULT 0  -- bytes per folder; 0 = unlimited
+    max_vfolder_size INTEGER NOT NULL DEFAULT 0,  -- bytes per folder; 0 = unlimited
+    -- idle detection by utilisation: end a session whose mean CPU (percent of what it was allocated) and GPU
+    -- utilisation over idle_window seconds stayed under these (NULL: not checked)
+    idle_cpu_pct REAL,
+    idle_gpu_pct REAL,
+    idle_window REAL NOT NULL DEFAULT 600
 );
 INSERT OR IGNORE INTO resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
 CREATE TABLE IF NOT EXISTS agents (
@@ -97,7 +102,8 @@ CREATE TABLE IF NOT EXISTS kernels (
     created_at TEXT NOT NULL,
     terminated_at TEXT,
     devices TEXT NOT NULL DEFAULT '[]',  -- [[GPU UUID, share], ...] the kernel holds
-    service_ports TEXT NOT NULL DEFAULT '[]'  -- its apps: [{name, protocol, container_ports, host_ports}]
+    service_ports TEXT NOT NULL DEFAULT '[]',  -- its apps: [{name, protocol, container_ports, host_ports}]
+    last_stat TEXT  -- its final statistics sample (bai/common/stats.py), stored as it ended; NULL: none
 );
 CREATE INDEX IF NOT EXISTS kernels_session ON kernels(session_id);
 CREATE INDEX IF NOT EXISTS kernels_status ON kernels(status, agent_id);
@@ -425,6 +431,14 @@ def v9(conn: sqlite3.Connection) -> None:
     script(V9)(conn)
 
 
+def v10(conn: sqlite3.Connection) -> None:
+    # (with care, as v9: a database of the last bai before versions has the whole SCHEMA at 0)
+    add_column(conn, "kernels", "last_stat", "TEXT")
+    add_column(conn, "resource_policies", "idle_cpu_pct", "REAL")
+    add_column(conn, "resource_policies", "idle_gpu_pct", "REAL")
+    add_column(conn, "resource_policies", "idle_window", "REAL NOT NULL DEFAULT 600")
+
+
 STEPS = [
     Step(1, "keypairs, agents, sessions and their transitions, kernels, kernel logs", script(V1)),
     Step(2, "resource policies, scheduling history", script(V2)),
@@ -435,6 +449,7 @@ STEPS = [
     Step(7, "bounded logs: chunk sizes, each kernel's total; incremental auto-vacuum", v7, before=v7_vacuum),
     Step(8, "kernels' apps (service ports)", v8),
     Step(9, "virtual folders' innate permission and cloneable; invitations", v9),
+    Step(10, "kernels' final statistics (last_stat); policies' idle detection by utilisation", v10),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))

@@ -500,6 +500,23 @@ class Sessions(Queries):
 
         return await self.db.run(fn)
 
+    async def kernel_owners(self, kernel_ids: list[str]) -> dict[str, tuple[str, str, str]]:
+        """Kernel id -> (session id, its owner's access key, the kernel's status) for those that exist."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, tuple[str, str, str]]:
+            out: dict[str, tuple[str, str, str]] = {}
+            for i in range(0, len(kernel_ids), 500):
+                chunk = kernel_ids[i : i + 500]
+                sql = (
+                    "SELECT k.id, k.session_id, s.access_key, k.status FROM kernels k JOIN sessions s "
+                    f"ON s.id = k.session_id WHERE k.id IN ({','.join('?' * len(chunk))})"
+                )
+                for kid, sid, owner, status in conn.execute(sql, chunk).fetchall():
+                    out[kid] = (sid, owner, status)
+            return out
+
+        return await self.db.run(fn)
+
     async def get_kernel(self, kernel_id: str) -> dict[str, Any] | None:
         return await self.db.run(
             lambda conn: decode_row(conn.execute("SELECT * FROM kernels WHERE id=?", (kernel_id,)).fetchone())
