@@ -146,7 +146,7 @@ def test_a_node_with_gpus_places_shares_and_explains_shortages(gpu_node: Node) -
     while "held 1" not in (info := node.cli("agent", "info", agent["id"]).stdout):
         assert time.monotonic() < deadline, info
         time.sleep(0.2)
-    assert "GPU 0  Fake H200  GPU-aaaa-0000" in info and "utilization 37%" in info and "held 1" in info
+    assert "GPU 0  Fake H200  GPU-aaaa-0000" in info and "utilization 37 %" in info and "held 1" in info
     for name in ("half-a", "half-b", "whole-one"):
         node.cli("session", "destroy", name, check=True)
 

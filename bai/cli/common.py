@@ -13,6 +13,13 @@ import typer
 EXIT_NOT_STARTED = 125
 
 
+def no_color() -> bool:
+    """NO_COLOR (https://no-color.org) is set: nothing bai prints has ANSI escapes (no colour, spinner, bar)."""
+    import os
+
+    return bool(os.environ.get("NO_COLOR"))
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     print(f"bai: error: {message}", file=sys.stderr)
     raise typer.Exit(code)
@@ -84,6 +91,6 @@ def show(items: Any, as_json: bool, render: Callable[[Any], Any]) -> None:
     if as_json:
         print(json.dumps(items, indent=2))
         return
-    from bai.cli.output import console
+    from bai.cli.output import emit
 
-    console().print(render(items))
+    emit(render(items))

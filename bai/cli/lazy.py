@@ -71,6 +71,7 @@ class LazyGroup(TyperGroup):
 
     lazy_groups: ClassVar[dict[str, str]] = {}
     pretty_exceptions_short: bool = True
+    path: str = ""  # the command line that names it, e.g. "bai session" (examples are found by it)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -109,6 +110,7 @@ def lean_group(info: TyperInfo, parent: LazyGroup | None = None, **settings: Any
     group = get_group_from_info(shell_info, **settings)
     assert isinstance(group, LazyGroup), f"{type(group)} is not a LazyGroup"
     group.pretty_exceptions_short = settings["pretty_exceptions_short"]
+    group.path = f"{parent.path or parent.name} {group.name}" if parent is not None else (group.name or "")
     own: dict[str, Any] = {}
     for command_info in app.registered_commands:
         own[_command_name(command_info)] = _Pending(lambda ci=command_info: _build_command(ci, group))
@@ -120,13 +122,19 @@ def lean_group(info: TyperInfo, parent: LazyGroup | None = None, **settings: Any
 
 
 def lean_command(app: typer.Typer) -> LazyGroup:
-    """What `app()` runs (typer's `get_command(app)`), built lazily: for a Typer with a callback."""
-    return lean_group(
+    """What `app()` runs (typer's `get_command(app)`), built lazily: for a Typer with a callback; with
+    `--install-completion` and `--show-completion` unless the app says `add_completion=False`."""
+    group = lean_group(
         TyperInfo(app),
         pretty_exceptions_short=app.pretty_exceptions_short,
         rich_markup_mode=app.rich_markup_mode,
         suggest_commands=app.suggest_commands,
     )
+    if app._add_completion:  # as get_command adds them (typer.completion is imported with typer.main)
+        from typer.main import get_install_completion_arguments
+
+        group.params.extend(get_install_completion_arguments())
+    return group
 
 
 def _command_name(info: CommandInfo) -> str:
@@ -134,4 +142,9 @@ def _command_name(info: CommandInfo) -> str:
 
 
 def _build_command(info: CommandInfo, group: LazyGroup) -> Any:
-    return get_command_from_info(info, **group._settings())
+    command = get_command_from_info(info, **group._settings())
+    if not command.epilog and "Example" not in (command.help or ""):
+        from bai.cli.examples import epilog_of  # (a dict: imported when a command is built)
+
+        command.epilog = epilog_of(f"{group.path} {command.name}")
+    return command

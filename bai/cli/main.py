@@ -35,7 +35,6 @@ app = typer.Typer(
     cls=BaiGroup,
     help="Compute sessions in containers: a node, a CLI and a dashboard in one program.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 
@@ -209,8 +208,8 @@ def agent_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
 @agent_app.command("info")
 def agent_info(agent_id: str, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """One agent: its slots, what is used, and each GPU with its use and allocation."""
-    from bai.cli.output import gpu_lines
-    from bai.common.slots import format_slots, from_wire
+    from bai.cli.output import gpu_lines, host_cpu, host_mem
+    from bai.common.present import slots_text
 
     found = [a for a in call(lambda c: c.agents()) if a["id"] == agent_id]
     if not found:
@@ -221,8 +220,10 @@ def agent_info(agent_id: str, as_json: bool = typer.Option(False, "--json", help
         return
     print(f"Agent     {a['id']} on {a['hostname']} ({a['backend']}, group {a['scalingGroup']})")
     print(f"Status    {a['status']}" + ("" if a.get("schedulable", True) else " (drained)"))
-    print(f"Slots     {format_slots(from_wire(a['availableSlots']))}")
-    print(f"Used      {format_slots(from_wire(a['occupiedSlots'])) or 'nothing'}")
+    print(f"Slots     {slots_text(a['availableSlots'])}")
+    print(f"Held      {slots_text(a['occupiedSlots']) or 'nothing'}  (by kernels)")
+    print(f"CPU use   {host_cpu(a.get('usage'))}  (the host, now)")
+    print(f"Mem use   {host_mem(a.get('usage'))}")
     for line in gpu_lines(a.get("gpus") or []) or ["GPUs      none"]:
         print(line)
     warm = a.get("warm") or {}
@@ -243,8 +244,10 @@ def image_pull(
     agent: str = typer.Option(None, "--agent", help="Pull on this agent only [every Docker agent]."),
 ) -> None:
     """Pull an image from its registry onto the agents (admins)."""
+    from bai.common.present import size
+
     for done in call(lambda c: c.pull_image(image, agent)):
-        print(f"{done['agent']}: {done['name']} ({done['size'] / 2**20:.1f} MiB)")
+        print(f"{done['agent']}: {done['name']} ({size(done['size'])})")
 
 
 @image_app.command("rm")

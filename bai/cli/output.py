@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from bai.common.present import age, reason
-from bai.common.slots import format_slots, from_wire
+from bai.cli.common import no_color
+from bai.common.present import NONE_YET, age, allocated, number, percent, reason, size, slots_text, usage_lines
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,18 +23,40 @@ else:
 
 _console: Console | None = None
 
+# Piped output (not a terminal) is never folded nor cut, whatever COLUMNS says: one line per row, each
+# column as wide as its widest cell, trailing blanks removed (as kubectl prints tables), so that `grep`,
+# `awk` and `cut` see whole rows. On a terminal tables fit its width and long cells fold.
+PIPED_WIDTH = 100_000
+
 
 def console() -> Console:
+    """rich's Console for stdout: no markup, and no escapes at all with NO_COLOR."""
     from rich.console import Console
 
     global _console
     if _console is None:
         # no markup: what is shown (reasons, names, commands) may contain brackets ("[agent] port_range");
         # no emoji codes either (":name:" in a reason is text), which also spares loading rich's emoji table
-        _console = Console(highlight=False, markup=False, emoji=False)
-        if not _console.is_terminal:  # piped: do not fold rows at 80 columns
-            _console = Console(highlight=False, markup=False, emoji=False, width=200)
+        settings: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
+        if no_color():
+            settings["color_system"] = None  # rich's own NO_COLOR support still writes bold and dim
+        _console = Console(**settings)
+        if not _console.is_terminal:
+            _console = Console(**settings, width=PIPED_WIDTH)
     return _console
+
+
+def emit(renderable: Any) -> None:
+    """Print a table (or text) on stdout: fitted to a terminal; piped, whole rows without trailing blanks."""
+    out = console()
+    if getattr(renderable, "pad_edge", None):  # a table's rows start in the first column, as kubectl's do
+        renderable.pad_edge = False
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    with out.capture() as captured:
+        out.print(renderable)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def sessions_table(items: list[dict[str, Any]]) -> Table:
@@ -47,7 +70,7 @@ def sessions_table(items: list[dict[str, Any]]) -> Table:
             s["image"],
             s["status"],
             "; ".join(part for part in (reason(s), outcome(s)) if part),
-            format_slots(from_wire(s["requestedSlots"])),
+            slots_text(s["requestedSlots"]),
             age(s["creationTime"]),
         )
     return table
@@ -68,30 +91,45 @@ def outcome(s: dict[str, Any]) -> str:
 
 
 def agents_table(items: list[dict[str, Any]]) -> Table:
+    """Agents: what kernels hold of each (ALLOC: held / capacity) beside what the host uses now (USE)."""
     table = Table(box=None, header_style="bold")
-    for col in ("ID", "STATUS", "BACKEND", "GROUP", "CPU", "MEM", "GPUS", "WARM", "SEEN"):
-        table.add_column(col)
+    for col in ("ID", "STATUS", "BACKEND", "GROUP", "CPU ALLOC", "CPU USE", "MEM ALLOC", "MEM USE", "GPUS", "WARM"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("SEEN", no_wrap=True)
     for a in items:
-        cap, used = from_wire(a["availableSlots"]), from_wire(a["occupiedSlots"])
-        from bai.common.slots import format_amount
-
-        def pair(slot: str, cap=cap, used=used) -> str:
-            return (
-                f"{format_amount(slot, used.get(slot, Decimal(0)))} / {format_amount(slot, cap.get(slot, Decimal(0)))}"
-            )
-
+        cap, used = a["availableSlots"], a["occupiedSlots"]
         table.add_row(
             a["id"],
             a["status"] + ("" if a.get("schedulable", True) else " (drained)"),
             a["backend"],
             a["scalingGroup"],
-            pair("cpu"),
-            pair("mem"),
+            f"{number(used.get('cpu') or 0)} / {number(cap.get('cpu') or 0)}",
+            host_cpu(a.get("usage")),
+            f"{size(used.get('mem') or 0)} / {size(cap.get('mem') or 0)}",
+            host_mem(a.get("usage")),
             gpu_summary(a.get("gpus") or []),
             warm_summary(a.get("warm") or {}),
             age(a["lastSeen"]),
         )
     return table
+
+
+def host_cpu(usage: dict[str, Any] | None) -> str:
+    """`35 % of 4 cores`: an agent host's CPU use (its cpuPct is 100 per busy core)."""
+    if not usage or usage.get("cpuPct") is None:
+        return NONE_YET
+    count = usage.get("cpuCount")
+    if not count:
+        return percent(usage["cpuPct"])
+    return f"{percent(usage['cpuPct'] / count)} of {count} cores"
+
+
+def host_mem(usage: dict[str, Any] | None) -> str:
+    """`3.2 GiB / 16 GiB`: an agent host's memory in use, of its total."""
+    if not usage or usage.get("memBytes") is None:
+        return NONE_YET
+    total = usage.get("memTotalBytes")
+    return size(usage["memBytes"]) + (f" / {size(total)}" if total else "")
 
 
 def warm_summary(warm: dict[str, int]) -> str:
@@ -110,14 +148,12 @@ def gpu_summary(gpus: list[dict[str, Any]]) -> str:
 
 def gpu_lines(gpus: list[dict[str, Any]]) -> list[str]:
     """One line per GPU: index, model, memory, live use, and how much of it kernels hold."""
-    from bai.common.slots import format_bytes
-
     out = []
     for g in gpus:
-        util = "-" if g.get("utilization") is None else f"{g['utilization']}%"
-        used = "-" if g.get("memory_used") is None else format_bytes(g["memory_used"])
+        util = "-" if g.get("utilization") is None else percent(g["utilization"])
+        used = "-" if g.get("memory_used") is None else size(g["memory_used"])
         out.append(
-            f"GPU {g['index']}  {g['name']}  {g['uuid']}  memory {used} / {format_bytes(g['memory_total'])}  "
+            f"GPU {g['index']}  {g['name']}  {g['uuid']}  memory {used} / {size(g['memory_total'])}  "
             f"utilization {util}  held {Decimal(g.get('allocated') or 0).normalize():f}"
         )
     return out
@@ -127,10 +163,8 @@ def images_table(items: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold")
     for col in ("NAME", "ALIASES", "AGENT", "SIZE"):
         table.add_column(col)
-    from bai.common.slots import format_bytes
-
     for i in items:
-        table.add_row(i["name"], ", ".join(i.get("aliases", [])), i["agent"], format_bytes(i.get("size") or 0))
+        table.add_row(i["name"], ", ".join(i.get("aliases", [])), i["agent"], size(i.get("size") or 0))
     return table
 
 
@@ -172,7 +206,7 @@ def session_details(s: dict[str, Any]) -> list[str]:
     if scheduler.get("retries"):
         lines.append(f"Tried       {scheduler['retries']} times, last at {scheduler.get('last_try', '?')}")
     lines += [
-        f"Resources   {format_slots(from_wire(s['requestedSlots']))}",
+        f"Resources   {slots_text(s['requestedSlots'])}",
         f"Agent       {s.get('agent') or '-'}",
         *([f"Network     {s['network']}"] if s.get("network") else []),
         *(
@@ -184,14 +218,21 @@ def session_details(s: dict[str, Any]) -> list[str]:
     ]
     if s.get("terminationTime"):
         lines.append(f"Ended       {s['terminationTime']}")
+    if s.get("status") in ("RUNNING", "RUNNING_DEGRADED", "RESTARTING") or s.get("usage"):
+        usage = usage_lines(s)
+        lines.append(f"Usage       {usage[0]}")
+        lines += [f"            {line}" for line in usage[1:]]
     if s.get("exitCode") is not None:
         lines.append(f"Exit code   {s['exitCode']}")
     if result_of(s):
         lines.append(f"Result      {result_of(s)}")
-    for k in s.get("kernels", []):
+    kernels = s.get("kernels", [])
+    for k in kernels:
+        ku = k.get("usage") if len(kernels) > 1 else None  # (one kernel: the session's figures above)
         lines.append(
             f"Kernel      {k['id']} {k['clusterRole']} {k['status']}"
             + (f" container {k['containerId'][:12]}" if k.get("containerId") else "")
+            + (f"  cpu {percent(ku.get('cpuPct'))}, mem {size(ku.get('memBytes'))}" if ku else "")
         )
         for d in k.get("devices") or []:
             lines.append(f"  GPU       {d['uuid']} (share {d['share']})")
@@ -223,14 +264,12 @@ def policies_table(items: list[dict[str, Any]]) -> Table:
     from bai.common.durations import format_duration
 
     table = Table(box=None, header_style="bold")
-    from bai.common.slots import format_bytes
-
     cols = ("NAME", "MAX SESSIONS", "TOTAL SLOTS", "OTHER SLOTS", "IDLE TIMEOUT", "MAX LIFETIME")
     cols += ("VFOLDERS", "FOLDER SIZE")
     for col in cols:
         table.add_column(col)
     for p in items:
-        slots = format_slots(from_wire(p["total_resource_slots"])) or "-"
+        slots = slots_text(p["total_resource_slots"]) or "-"
         table.add_row(
             p["name"],
             str(p["max_concurrent_sessions"] or "any"),
@@ -239,6 +278,48 @@ def policies_table(items: list[dict[str, Any]]) -> Table:
             format_duration(p["idle_timeout"]) if p["idle_timeout"] else "never",
             format_duration(p["max_session_lifetime"]) if p["max_session_lifetime"] else "none",
             str(p.get("max_vfolder_count") or "any"),
-            format_bytes(p["max_vfolder_size"]) if p.get("max_vfolder_size") else "any",
+            size(p["max_vfolder_size"]) if p.get("max_vfolder_size") else "any",
         )
     return table
+
+
+# -- bai session top ---------------------------------------------------------------------------------------
+
+TOP_SORTS = ("cpu", "mem", "name")
+
+
+def top_sorted(items: list[dict[str, Any]], by: str = "cpu") -> list[dict[str, Any]]:
+    """Sessions for `bai session top`: by CPU or memory use (most first; unmeasured last), or by name."""
+    if by == "name":
+        return sorted(items, key=lambda s: s["name"])
+    key = {"cpu": "cpuPct", "mem": "memBytes"}[by]
+    return sorted(items, key=lambda s: (-((s.get("usage") or {}).get(key) or -1), s["name"]))
+
+
+def top_table(items: list[dict[str, Any]], by: str = "cpu") -> Table:
+    """One frame of `bai session top`. CPU % is of one core (200 % = two busy cores), as top shows it."""
+    table = Table(box=None, header_style="bold")
+    for col in ("NAME", "STATUS", "CPU %", "MEM USED / ALLOC", "NET IN / OUT", "IO READ / WRITE", "PIDS", "AGENT"):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("CPU %", "PIDS") else "left")
+    for s in top_sorted(items, by):
+        u = s.get("usage") or {}
+        cpu = u.get("cpuPct")
+        mem_alloc = allocated(s, "mem")
+        mem = size(u.get("memBytes")) + (f" / {size(mem_alloc)}" if mem_alloc else "")
+        table.add_row(
+            s["name"],
+            s["status"],
+            NONE_YET if cpu is None else f"{cpu:.1f}",
+            mem,
+            _pair(u, "netRxBytes", "netTxBytes"),
+            _pair(u, "ioReadBytes", "ioWriteBytes"),
+            NONE_YET if u.get("pids") is None else str(u["pids"]),
+            s.get("agent") or "-",
+        )
+    return table
+
+
+def _pair(usage: dict[str, Any], first: str, second: str) -> str:
+    if usage.get(first) is None and usage.get(second) is None:
+        return NONE_YET
+    return f"{size(usage.get(first))} / {size(usage.get(second))}"

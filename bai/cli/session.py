@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from bai.cli.common import EXIT_NOT_STARTED, call, call_now, fail, run_async, show
+from bai.cli.common import EXIT_NOT_STARTED, call, call_now, fail, no_color, run_async, show
 
 if TYPE_CHECKING:
     import asyncio
@@ -21,10 +21,13 @@ app = typer.Typer(help="Sessions: groups of kernels that run your code.", no_arg
 
 # options shared by `run` and `create`
 Cpu = Annotated[str | None, typer.Option("--cpu", help="CPU cores, e.g. 1 or 0.5.")]
-Mem = Annotated[str | None, typer.Option("--mem", help="Memory, e.g. 512m or 1g.")]
+Mem = Annotated[str | None, typer.Option("--mem", metavar="SIZE", help="Memory, e.g. 512m or 1g.")]
 Gpu = Annotated[str | None, typer.Option("--gpu", help="Whole GPUs (slot cuda.device), e.g. 1.")]
 GpuShare = Annotated[str | None, typer.Option("--gpu-share", help="A fraction of a GPU (slot cuda.shares), e.g. 0.5.")]
-Env = Annotated[list[str] | None, typer.Option("--env", "-e", help="Environment variable KEY=VALUE (repeatable).")]
+Env = Annotated[
+    list[str] | None,
+    typer.Option("--env", "-e", metavar="KEY=VALUE", help="Environment variable KEY=VALUE (repeatable)."),
+]
 Name = Annotated[str | None, typer.Option("--name", help="Session name (default: a generated one).")]
 Network = Annotated[
     str | None,
@@ -81,6 +84,7 @@ Mount = Annotated[
     typer.Option(
         "--mount",
         "-v",
+        metavar="NAME[:PATH][:ro]",
         help="Mount a virtual folder: NAME[:PATH][:ro] (default /home/work/NAME; repeatable).",
     ),
 ]
@@ -201,7 +205,7 @@ async def wait_running(c, image: str, name: str, quiet: bool, owned: Owned | Non
     """Create (or get) the session and wait until it runs, showing why it waits; `owned` learns which
     session it is, and whether this call created it."""
     status = None
-    if not quiet and sys.stderr.isatty():
+    if not quiet and sys.stderr.isatty() and not no_color():  # (a spinner redraws with escapes)
         from rich.console import Console
 
         status = Console(stderr=True, highlight=False).status(f"starting session {name} ({image})…", spinner="dots")
@@ -352,7 +356,7 @@ def run(
     image: str = typer.Argument(..., help="Image or alias (`python` is the default Python image)."),
     args: list[str] = typer.Argument(None, help="FILE... to upload and run, or -- CMD ... to run a command."),
     code: str = typer.Option(None, "-c", "--code", help="Python code to run (query mode)."),
-    exec_cmd: str = typer.Option(None, "--exec", help="Command to run after uploading FILEs."),
+    exec_cmd: str = typer.Option(None, "--exec", metavar="CMD", help="Command to run after uploading FILEs."),
     cpu: Cpu = None,
     mem: Mem = None,
     gpu: Gpu = None,
@@ -475,13 +479,18 @@ def create(
         "interactive"
     ),
     startup_command: Annotated[
-        str | None, typer.Option("--startup-command", help="What a batch session runs (a shell command).")
+        str | None,
+        typer.Option("--startup-command", metavar="CMD", help="What a batch session runs (a shell command)."),
     ] = None,
     starts_at: Annotated[
-        str | None, typer.Option("--starts-at", help="Batch: start no earlier than this (ISO time, or 10s, 30min, 1h).")
+        str | None,
+        typer.Option(
+            "--starts-at", metavar="WHEN", help="Batch: start no earlier than this (ISO time, or 10s, 30min, 1h)."
+        ),
     ] = None,
     depends: Annotated[
-        list[str] | None, typer.Option("--depends", help="Start only after this session succeeded (repeatable).")
+        list[str] | None,
+        typer.Option("--depends", metavar="SESSION", help="Start only after this session succeeded (repeatable)."),
     ] = None,
     group: Annotated[str | None, typer.Option("--group", help="Scaling group [default].")] = None,
     network: Network = None,
@@ -546,7 +555,7 @@ def exec(  # noqa: A001 - the command is called exec
     args: list[str] = typer.Argument(None, help="FILE... to upload and run, or -- CMD ... to run a command."),
     code: str = typer.Option(None, "-c", "--code", help="Python code to run (query mode)."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
-    exec_cmd: str = typer.Option(None, "--exec", help="Command to run after uploading FILEs."),
+    exec_cmd: str = typer.Option(None, "--exec", metavar="CMD", help="Command to run after uploading FILEs."),
 ) -> None:
     """Run code in a running session and stream its output; exits with the code's exit status."""
     mode, text, options, files = _job(code, args or [], exec_cmd)
@@ -636,19 +645,63 @@ def apps_(
     show(items, as_json, lambda rows: apps_table(rows, session["name"]))
 
 
+STATUSES = (
+    "PENDING",
+    "SCHEDULED",
+    "PULLING",
+    "PREPARING",
+    "RUNNING",
+    "RESTARTING",
+    "RUNNING_DEGRADED",
+    "TERMINATING",
+    "TERMINATED",
+    "ERROR",
+    "CANCELLED",
+)  # fmt: skip  (bai.common.status.SessionStatus, without importing it)
+
+
+def parse_statuses(text: str) -> list[str]:
+    """`running,Pending` → ["RUNNING", "PENDING"]; an unknown one is a usage error that lists the valid ones."""
+    wanted = [part.strip().upper() for part in text.split(",") if part.strip()]
+    unknown = [w for w in wanted if w not in STATUSES]
+    if unknown or not wanted:
+        what = f"unknown status {', '.join(unknown)}" if unknown else "no status given"
+        raise typer.BadParameter(f"{what}; valid: {', '.join(s.lower() for s in STATUSES)}", param_hint="--status")
+    return wanted
+
+
+def failed(s: dict[str, Any]) -> bool:
+    """A session that ended badly: status ERROR, a non-zero exit code, or a FAILURE result."""
+    code = s.get("exitCode")
+    return s["status"] == "ERROR" or (code is not None and code != 0) or s.get("result") == "FAILURE"
+
+
 @app.command("ls")
 def ls(
     all_: bool = typer.Option(False, "--all", "-a", help="Include terminated and cancelled sessions."),
-    status: str = typer.Option(None, "--status", help="Comma-separated statuses to show."),
+    status: str = typer.Option(
+        None, "--status", metavar="S[,S...]", help="Only these statuses, e.g. running,pending (any case)."
+    ),
+    failed_only: bool = typer.Option(
+        False, "--failed", help="Only sessions that ended with an error or a non-zero exit (ended ones included)."
+    ),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List sessions (active ones unless --all)."""
+    """List sessions (active ones unless --all, --status or --failed say otherwise)."""
     from bai.cli.output import sessions_table
 
-    items = call_now(lambda c: c.list_sessions(all=all_, status=status), owner)
+    wanted = parse_statuses(status) if status is not None else None
+    everything = all_ or failed_only
+    asked = None if everything or wanted is None else ",".join(wanted)
+    items = call_now(lambda c: c.list_sessions(all=everything, status=asked), owner)
+    if wanted is not None:
+        items = [s for s in items if s["status"] in wanted]
+    if failed_only:
+        items = [s for s in items if failed(s)]
     if not items and not as_json:
-        print("no sessions" + ("" if all_ else " (use --all to include ended ones)"))
+        hint = "" if everything or wanted else " (use --all to include ended ones)"
+        print("no sessions" + (" that failed" if failed_only else "") + hint)
         return
     show(items, as_json, sessions_table)
 
@@ -704,20 +757,34 @@ def logs(
     ref: str = typer.Argument(..., help="Session name or id."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new output until the session ends."),
-    tail: int = typer.Option(None, "--tail", "-n", min=0, help="Only the last N lines."),
+    tail: int = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
+    since: str = typer.Option(
+        None, "--since", metavar="WHEN", help="Only output from then on: 30s, 10m, 1h (ago) or an ISO 8601 time."
+    ),
 ) -> None:
     """Print a session's kernel output (also after it has ended, until [manager] log_retention).
 
-    At most [manager] log_max_bytes are kept; when older output was dropped, a first line says how much."""
+    At most [manager] log_max_bytes are kept; when older output was dropped, a first line says how much.
+    --since goes by when the manager stored each piece of output, --tail by lines."""
     from bai.cli.common import client
+
+    if tail is not None and tail < 0:
+        raise typer.BadParameter(f"wants a number of lines >= 0, got {tail}", param_hint="--tail")
+    if since is not None:
+        from bai.common.durations import parse_since
+
+        try:
+            parse_since(since)  # the manager reads it again (a duration: before its own clock)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--since") from None
 
     async def go() -> None:
         async with client(owner) as c:
             if not follow:
-                page = await c.log_page(ref, tail=tail)
+                page = await c.log_page(ref, tail=tail, since_time=since)
                 (sys.stderr if page.get("purged") else sys.stdout).write(page["logs"])
                 return
-            async for text in c.follow_logs(ref, tail=tail):
+            async for text in c.follow_logs(ref, tail=tail, since_time=since):
                 sys.stdout.write(text)
                 sys.stdout.flush()
 
@@ -744,14 +811,14 @@ def ls_files(
 
         from rich.table import Table
 
-        from bai.common.slots import format_bytes
+        from bai.common.present import size
 
         table = Table(box=None, header_style="bold", title=result["abspath"], title_justify="left")
         for col in ("MODE", "SIZE", "MODIFIED", "NAME"):
             table.add_column(col, no_wrap=True)
         for f in items:
             when = datetime.fromtimestamp(f["mtime"], UTC).strftime("%Y-%m-%d %H:%M")
-            table.add_row(f["mode"], format_bytes(f["size"]), when, f["filename"])
+            table.add_row(f["mode"], size(f["size"]), when, f["filename"])
         return table
 
     show(items, as_json, render)
@@ -840,3 +907,86 @@ def commit(
     part of the image."""
     made = call(lambda c: c.commit_session(ref, image), owner)
     print(f"{made['name']} (on agent {made['agent']})")
+
+
+TOP_STATUSES = "RUNNING,RUNNING_DEGRADED,RESTARTING"
+
+
+@app.command()
+def top(
+    once: bool = typer.Option(False, "--once", help="Print one table and exit (also when stdout is not a terminal)."),
+    sort: str = typer.Option("cpu", "--sort", metavar="cpu|mem|name", help="Order: most CPU, most memory, or name."),
+    interval: float = typer.Option(2.0, "--interval", metavar="SECONDS", help="Seconds between refreshes."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help="Admins: that keypair's sessions only."),
+) -> None:
+    """Your running sessions and what each uses now, busiest first, refreshed every 2 seconds (q or Ctrl-C
+    leaves). CPU % is of one core (200 = two busy cores); MEM is used / allocated; NET and IO count bytes
+    since the kernel started; "–" until a first sample arrived. With NO_COLOR each refresh prints a new
+    table below the last (no escapes to redraw in place)."""
+    from bai.cli.output import TOP_SORTS, top_table
+
+    by = sort.lower()
+    if by not in TOP_SORTS:
+        raise typer.BadParameter(f"wants one of {', '.join(TOP_SORTS)}, got {sort!r}", param_hint="--sort")
+    if not interval > 0:
+        raise typer.BadParameter("wants a number of seconds > 0", param_hint="--interval")
+
+    def frame():
+        items = call_now(lambda c: c.list_sessions(status=TOP_STATUSES), owner)
+        if not items:
+            return "no running sessions"
+        return top_table(items, by)
+
+    from bai.cli.output import console, emit
+
+    if once or not sys.stdout.isatty():
+        emit(frame())
+        return
+    try:
+        if no_color():  # redrawing in place takes escapes: one frame after another instead, as `top -b`
+            with _keys() as pressed:
+                emit(frame())
+                while not pressed(interval):
+                    print()
+                    emit(frame())
+            return
+        from rich.live import Live
+
+        with _keys() as pressed, Live(frame(), console=console(), auto_refresh=False, screen=False) as live:
+            while not pressed(interval):
+                live.update(frame(), refresh=True)
+    except KeyboardInterrupt:
+        pass
+
+
+@contextlib.contextmanager
+def _keys():
+    """Yields `pressed(timeout)`: whether q was typed within `timeout` seconds (the terminal in cbreak mode
+    meanwhile, so a key counts without Enter; Ctrl-C still interrupts)."""
+    import os
+    import select
+    import termios
+    import time
+    import tty
+
+    fd = sys.stdin.fileno() if sys.stdin.isatty() else None
+    saved = termios.tcgetattr(fd) if fd is not None else None
+
+    def pressed(timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if fd is None:
+                time.sleep(left)
+                return False
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready and os.read(fd, 32).lower().startswith(b"q"):
+                return True
+        return False
+
+    if fd is not None:
+        tty.setcbreak(fd)
+    try:
+        yield pressed
+    finally:
+        if fd is not None and saved is not None:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)

@@ -13,12 +13,18 @@
   the real class when first used; the real modules stay importable as ever.
 
 Both check that typer is the shape they expect and otherwise leave it alone (slower, same output).
+
+One change of what help prints, `plain_placeholders`: typer 0.29 shows a type for every parameter
+(`--json <bool>`, `--cpu <str>`, `IMAGE <str>`) and braces for required arguments in the usage line
+(`{image} [args]...`). bai's help shows no type for flags and arguments, a value's placeholder in
+capitals (`--cpu CPU`, `--tail N`, or the option's own metavar), and arguments as `IMAGE [ARGS]...`.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +35,55 @@ _DEFERRED = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
 def install() -> None:
     plain_string_values()
     light_rich_help()
+    plain_placeholders()
+
+
+def plain_placeholders() -> bool:
+    """Help without type noise (see the module's doc); True if installed (or already)."""
+    try:
+        from typer.core import TyperArgument, TyperOption
+    except ImportError:
+        return False
+    if getattr(TyperOption.display_type_rich, "bai_plain", False):
+        return True
+    if not all(hasattr(TyperArgument, a) for a in ("display_name_raw", "_usage_display_name", "display_type_rich")):
+        return False
+
+    def option_type(self: Any, ctx: Any) -> str | None:
+        if self.is_flag or self.count:
+            return None
+        if self.metavar is not None:
+            return self.metavar
+        return _placeholder(self)
+
+    def argument_type(self: Any, ctx: Any) -> str | None:
+        return None  # the argument's name (in capitals) says it
+
+    def argument_name(self: Any) -> str:
+        return self.metavar if self.metavar is not None else (self.name or "").upper()
+
+    def argument_usage(self: Any) -> str:
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    option_type.bai_plain = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = option_type
+    TyperArgument.display_type_rich = argument_type
+    TyperArgument.display_name_raw = property(argument_name)
+    TyperArgument._usage_display_name = argument_usage
+    return True
+
+
+def _placeholder(option: Any) -> str:
+    """`N` for a number, `PATH` for a path, else the option's long name in capitals (`--cpu CPU`)."""
+    descriptor = getattr(option, "type_descriptor", None)
+    annotation = getattr(descriptor, "annotation", None)
+    if annotation in (int, float) or getattr(descriptor, "is_ranged", False):
+        return "N"
+    if getattr(descriptor, "is_path", False):
+        return "PATH"
+    longs = [o for o in option.opts if o.startswith("--")]
+    return (longs[0][2:] if longs else option.name or "value").upper()
 
 
 def plain_string_values() -> bool:
@@ -76,7 +131,10 @@ def plain_string_values() -> bool:
 
 def light_rich_help() -> None:
     """Import `typer.rich_utils`, when typer first needs it, without rich.markdown and rich.traceback."""
-    if "typer.rich_utils" in sys.modules or any(isinstance(f, _RichUtilsFinder) for f in sys.meta_path):
+    if "typer.rich_utils" in sys.modules:  # (imported already: only the text fix)
+        _text_as_written(sys.modules["typer.rich_utils"])
+        return
+    if any(isinstance(f, _RichUtilsFinder) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _RichUtilsFinder())
 
@@ -119,6 +177,26 @@ class _WithStandIns:
             for name, stand_in in placed:
                 if sys.modules.get(name) is stand_in:
                     del sys.modules[name]
+        _text_as_written(module)
+
+
+def _text_as_written(rich_utils: Any) -> None:
+    """bai's help is plain text: "[manager] log_retention" is not rich markup (typer would drop it); and
+    with NO_COLOR it has no ANSI escapes at all."""
+    make = getattr(rich_utils, "_make_rich_text", None)
+    if make is None or getattr(make, "bai_as_written", False):
+        return
+    from rich.markup import escape
+
+    def as_written(*, text: str, style: str = "", markup_mode: Any) -> Any:
+        if markup_mode == "rich":
+            text = escape(text)
+        return make(text=text, style=style, markup_mode=markup_mode)
+
+    as_written.bai_as_written = True  # type: ignore[attr-defined]
+    rich_utils._make_rich_text = as_written
+    if os.environ.get("NO_COLOR") and hasattr(rich_utils, "COLOR_SYSTEM"):
+        rich_utils.COLOR_SYSTEM = None  # help and usage errors without any escape (rich's NO_COLOR keeps bold)
 
 
 def _real_module_attribute(module: str, stand_in: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bai.cli.common import call, client, fail, run_async, show
+from bai.cli.common import call, client, fail, no_color, run_async, show
 
 app = typer.Typer(
     help="Virtual folders: files that outlive sessions, mounted at /home/work/NAME.", no_args_is_help=True
@@ -77,7 +77,7 @@ def ls(
 @app.command("info")
 def info(name: str, as_json: AsJson = False) -> None:
     """A folder: where it lives, who may use it, and how much it holds."""
-    from bai.common.slots import format_bytes
+    from bai.common.present import size
 
     f = call(lambda c: c.vfolder(name))
     if as_json:
@@ -86,7 +86,7 @@ def info(name: str, as_json: AsJson = False) -> None:
     print(f"Folder      {f['name']} ({f['id']})")
     print(f"Host        {f['host']}")
     print(f"Permission  {f['permission']}" + ("  (owner)" if f["is_owner"] else f"  (shared by {f['owner']})"))
-    print(f"Usage       {format_bytes(f['used_bytes'])} in {f['numFiles']} files")
+    print(f"Usage       {size(f['used_bytes'])} in {f['numFiles']} files")
     print(f"Status      {f['status']}   created {f['created_at']}")
     for who, perm in (f.get("shares") or {}).items():
         print(f"Shared      with {who} ({perm})")
@@ -217,14 +217,14 @@ def ls_files(name: str, path: Annotated[str, typer.Argument(help="A folder insid
     def render(items: list[dict[str, Any]]):
         from rich.table import Table
 
-        from bai.common.slots import format_bytes
+        from bai.common.present import size
 
         table = Table(box=None, header_style="bold")
         for col in ("NAME", "TYPE", "SIZE", "MODIFIED"):
             table.add_column(col, no_wrap=True)
         for i in items:
-            size = format_bytes(i["size"]) if i["type"] == "file" else ""
-            table.add_row(i["name"] + ("/" if i["type"] == "dir" else ""), i["type"], size, i["modified"][:19])
+            shown = size(i["size"]) if i["type"] == "file" else ""
+            table.add_row(i["name"] + ("/" if i["type"] == "dir" else ""), i["type"], shown, i["modified"][:19])
         return table
 
     show(items, as_json, render)
@@ -259,7 +259,7 @@ def rm_files(
 
 def _progress(total: int, what: str):
     """A rich progress bar on a terminal for transfers (None when not a terminal)."""
-    if not sys.stderr.isatty():
+    if not sys.stderr.isatty() or no_color():
         return None
     from rich.progress import (
         BarColumn,
@@ -320,7 +320,9 @@ def upload(
             run_async(go())
     else:
         run_async(go())
-    print(f"uploaded {len(plan)} files ({total} bytes) to {name}")
+    from bai.common.present import size
+
+    print(f"uploaded {len(plan)} files ({size(total)}) to {name}")
 
 
 @app.command("download")
@@ -328,11 +330,17 @@ def download(
     name: str,
     paths: Annotated[list[str], typer.Argument(help="Files in the folder.")],
     dst: Annotated[Path, typer.Option("--dst", help="Local folder to write into.")] = Path("."),
+    force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite local files that exist.")] = False,
 ) -> None:
-    """Download files; an existing local file is not overwritten."""
-    for p in paths:
-        if (dst / Path(p).name).exists():
-            fail(f"{dst / Path(p).name} exists already; not overwriting it")
+    """Download files into a local folder; an existing local file is an error unless --force."""
+    targets = [dst / Path(p).name for p in paths]
+    for target in targets:
+        if target.is_dir():
+            fail(f"{target} is a folder; not overwriting it")
+        if target.exists() and not force:
+            fail(f"{target} exists already; not overwriting it (--force does)")
+    if not dst.is_dir():
+        fail(f"{dst}: no such folder")
 
     async def go() -> int:
         total = 0
@@ -342,7 +350,9 @@ def download(
         return total
 
     received = run_async(go())
-    print(f"downloaded {len(paths)} files ({received} bytes) to {dst}")
+    from bai.common.present import size
+
+    print(f"downloaded {len(paths)} files ({size(received)}) to {dst}")
 
 
 @dotfile_app.command("add")
@@ -363,6 +373,8 @@ def dotfile_add(
 @dotfile_app.command("ls")
 def dotfile_ls(as_json: AsJson = False) -> None:
     """Your dotfiles."""
+    from bai.common.present import size
+
     items = call(lambda c: c.dotfiles())
     if as_json:
         print(json.dumps(items, indent=2))
@@ -370,7 +382,7 @@ def dotfile_ls(as_json: AsJson = False) -> None:
     if not items:
         print("no dotfiles")
     for d in items:
-        print(f"{d['path']}  ({d['permission']}, {len(d['data'].encode())} bytes)")
+        print(f"{d['path']}  ({d['permission']}, {size(len(d['data'].encode()))})")
 
 
 @dotfile_app.command("rm")

@@ -291,14 +291,21 @@ class Client:
         return (await self.log_page(ref, tail=tail))["logs"]
 
     async def log_page(
-        self, ref: str, *, tail: int | None = None, since: int | None = None, limit: int | None = None
+        self,
+        ref: str,
+        *,
+        tail: int | None = None,
+        since: int | None = None,
+        limit: int | None = None,
+        since_time: str | None = None,
     ) -> dict[str, Any]:
-        """{"logs": text, "next": cursor for `since`, "more": bool[, "purged": true]}."""
-        params = {"tail": tail, "since": since, "limit": limit}
+        """{"logs": text, "next": cursor for `since`, "more": bool[, "purged": true]}. `since_time`: only output
+        stored from then on (a duration before now such as `10m`, or an ISO 8601 time)."""
+        params = {"tail": tail, "since": since, "limit": limit, "sinceTime": since_time}
         return (await self.request("GET", f"/session/{ref}/logs", params=params))["result"]
 
-    async def follow_logs(self, ref: str, tail: int | None = None) -> AsyncIterator[str]:
-        full = self._path(f"/session/{ref}/logs", {"follow": "true", "tail": tail})
+    async def follow_logs(self, ref: str, tail: int | None = None, since_time: str | None = None) -> AsyncIterator[str]:
+        full = self._path(f"/session/{ref}/logs", {"follow": "true", "tail": tail, "sinceTime": since_time})
         resp = await _in_thread(self._open, "GET", full, None, "text/plain")
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         try:

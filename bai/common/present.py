@@ -86,3 +86,107 @@ def explain_lines(h: dict[str, Any]) -> list[str]:
 
 
 Clock = Callable[[], datetime]
+
+
+# -- sizes and live usage, one style for the CLI: binary units, at most one decimal ("512 MiB", "1.5 GiB") --
+
+NONE_YET = "–"  # a figure not measured yet (before a session's first usage sample)
+
+
+def size(n: float | int | str | None) -> str:
+    """Bytes as people read them: `512 B`, `1.5 KiB`, `210 MiB`, `1 GiB` (binary units, one decimal, no `.0`)."""
+    if n is None:
+        return NONE_YET
+    value = float(n)
+    if value == float("inf"):
+        return "∞"
+    unit = "B"
+    for name in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(value) < 1024:
+            break
+        value /= 1024
+        unit = name
+    if unit == "B":
+        return f"{int(value)} B"
+    text = f"{value:.1f}"
+    if text.endswith(".0"):
+        text = text[:-2]
+    if text == "1024":  # 1023.96 MiB rounds up: say 1 GiB
+        return size(float(n) + 1)
+    return f"{text} {unit}"
+
+
+def number(value: Any) -> str:
+    """A count as written without trailing zeros: 2, 0.5, 1.25."""
+    from decimal import Decimal
+
+    d = Decimal(str(value)).normalize()
+    return f"{d:f}"
+
+
+def slots_text(slots: dict[str, Any]) -> str:
+    """Resource slots from the API (`{"cpu": "2", "mem": "1073741824"}`): `cpu 2, mem 1 GiB` (zero ones left out)."""
+    from bai.common.slots import is_bytes_slot
+
+    parts = []
+    for name, value in sorted(slots.items()):
+        if value in (None, "", 0, "0") or float(value) == 0:
+            continue
+        parts.append(f"{name} {size(value) if is_bytes_slot(name) else number(value)}")
+    return ", ".join(parts)
+
+
+def percent(value: float | None) -> str:
+    """`75 %`, `7.5 %`, `0 %`; `–` without a figure."""
+    if value is None:
+        return NONE_YET
+    text = f"{value:.1f}" if 0 < abs(value) < 10 else f"{value:.0f}"
+    return f"{text} %"
+
+
+def cores(value: float) -> str:
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def allocated(session: dict[str, Any], slot: str) -> float | None:
+    """What a session holds of a slot (its occupied slots, else what it asked for)."""
+    for key in ("occupiedSlots", "requestedSlots"):
+        value = (session.get(key) or {}).get(slot)
+        if value not in (None, "", "0", 0):
+            return float(value)
+    return None
+
+
+def usage_lines(session: dict[str, Any]) -> list[str]:
+    """A session's live use beside what it holds: `cpu  1.5 of 2 cores (75 %)`, `mem  210 MiB of 1 GiB (peak
+    250 MiB)`, net, io, pids (and GPUs when measured); one line with `–` before the first sample."""
+    u = session.get("usage")
+    if not u:
+        return [f"cpu {NONE_YET}   mem {NONE_YET}   (no sample yet)"]
+    lines = []
+    cpu_alloc, mem_alloc = allocated(session, "cpu"), allocated(session, "mem")
+    if u.get("cpuPct") is not None:
+        used = u["cpuPct"] / 100
+        if cpu_alloc:
+            lines.append(f"cpu   {cores(used)} of {number(cpu_alloc)} cores ({percent(u['cpuPct'] / cpu_alloc)})")
+        else:
+            lines.append(f"cpu   {cores(used)} cores")
+    else:
+        lines.append(f"cpu   {NONE_YET}")
+    if u.get("memBytes") is not None:
+        line = f"mem   {size(u['memBytes'])}" + (f" of {size(mem_alloc)}" if mem_alloc else "")
+        if u.get("memPeakBytes") is not None:
+            line += f" (peak {size(u['memPeakBytes'])})"
+        lines.append(line)
+    else:
+        lines.append(f"mem   {NONE_YET}")
+    if u.get("netRxBytes") is not None or u.get("netTxBytes") is not None:
+        lines.append(f"net   {size(u.get('netRxBytes'))} received, {size(u.get('netTxBytes'))} sent")
+    if u.get("ioReadBytes") is not None or u.get("ioWriteBytes") is not None:
+        lines.append(f"io    {size(u.get('ioReadBytes'))} read, {size(u.get('ioWriteBytes'))} written")
+    if u.get("pids") is not None:
+        lines.append(f"pids  {u['pids']}")
+    if u.get("gpuPct") is not None or u.get("gpuMemBytes") is not None:
+        lines.append(f"gpu   {percent(u.get('gpuPct'))}, memory {size(u.get('gpuMemBytes'))}")
+    return lines

@@ -22,9 +22,16 @@ class KernelLogs:
         """{"bytes", "dropped", "purged_at"}; None: no output yet."""
         return await self.store.log_state(kernel_id)
 
-    async def tail(self, kernel_id: str, lines: int) -> tuple[list[Chunk], int]:
-        """The chunks of the last `lines` lines, and the seq to follow from."""
-        return await self.store.read_log_tail(kernel_id, lines)
+    async def tail(self, kernel_id: str, lines: int, after: int = 0) -> tuple[list[Chunk], int]:
+        """The chunks of the last `lines` lines (of those after seq `after`), and the seq to follow from."""
+        if not after:
+            return await self.store.read_log_tail(kernel_id, lines)
+        return await self.store.read_log_tail(kernel_id, lines, after_seq=after)
+
+    async def seq_before(self, kernel_id: str, when: str) -> int:
+        """The seq of the newest chunk stored before `when` (ISO 8601, UTC); 0: none. Reading after it gives
+        the output stored at or after `when`."""
+        return await self.store.log_seq_before(kernel_id, when)
 
     async def tail_start(self, kernel_id: str, lines: int) -> int:
         """The seq after which the last `lines` lines start."""
@@ -46,3 +53,13 @@ class KernelLogs:
 
         async for chunks in self.hub.follow(read, kernel_id, is_over, after):
             yield chunks
+
+
+async def newest_seq(store: Store, kernel_id: str) -> int:
+    """The seq of a kernel's newest stored chunk (0: none): where a run that starts now begins in its log."""
+
+    def fn(conn: Any) -> int:
+        row = conn.execute("SELECT MAX(seq) FROM kernel_logs WHERE kernel_id=?", (kernel_id,)).fetchone()
+        return int(row[0] or 0)
+
+    return await store.db.run(fn)

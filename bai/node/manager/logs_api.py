@@ -6,13 +6,17 @@ plus the cursor. Parameters:
   `tail=N`             the last N lines;
   `since=SEQ`          only chunks after the cursor SEQ (a `next` of an earlier answer);
   `limit=BYTES`        a page of about BYTES (whole chunks, at least one); `more` says whether more follow;
-  `follow=true`        plain text that goes on until the session ends (from `since` or the `tail` if given).
+  `follow=true`        plain text that goes on until the session ends (from `since` or the `tail` if given);
+  `sinceTime=WHEN`     only output stored at or after WHEN: a duration before now (`30s`, `10m`, `1h`, `90`)
+                       or an ISO 8601 time (`2026-12-01T10:00:00Z`; UTC without a zone). It combines with
+                       the others: `tail` counts lines from there, `follow` and pages start there.
 A purged log (its session ended more than `[manager] log_retention` ago) answers a line saying so, and
 `"purged": true`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -34,6 +38,7 @@ class LogQuery:
     tail: int | None = None
     since: int | None = None
     limit: int | None = None
+    since_time: str | None = None  # ISO 8601, UTC: only chunks stored at or after it
 
 
 MAX_WHOLE = 2**63 - 1  # what SQLite's integers hold
@@ -52,6 +57,20 @@ def _whole(request: web.Request, name: str, minimum: int) -> int | None:
     return value
 
 
+def _time(request: web.Request, name: str) -> str | None:
+    from datetime import UTC
+
+    from bai.common.durations import parse_since
+
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse_since(raw).astimezone(UTC).isoformat()
+    except (ValueError, OverflowError) as e:
+        raise invalid(f"{name}: {e}") from None
+
+
 def log_query(request: web.Request) -> LogQuery:
     """The parameters of a logs request; a 400 problem for a bad one."""
     query = LogQuery(
@@ -59,6 +78,7 @@ def log_query(request: web.Request) -> LogQuery:
         tail=_whole(request, "tail", 0),
         since=_whole(request, "since", 0),
         limit=_whole(request, "limit", 1),
+        since_time=_time(request, "sinceTime"),
     )
     if query.tail is not None and (query.since is not None or query.limit is not None):
         raise invalid("use either tail=N (the last N lines) or since=SEQ and limit=BYTES (pages), not both")
@@ -77,6 +97,10 @@ async def serve_logs(
     kernel_id = kernel["id"]
     state = await logs.state(kernel_id)
     purged_at = state["purged_at"] if state is not None else None
+    floor = 0  # with sinceTime: the newest chunk stored before it (what is read comes after)
+    if query.since_time is not None and purged_at is None:
+        floor = await logs.seq_before(kernel_id, query.since_time)
+        query = dataclasses.replace(query, since=max(query.since or 0, floor))
     if query.follow:
         response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
         await response.prepare(request)
@@ -85,7 +109,7 @@ async def serve_logs(
         else:
             after = query.since or 0
             if query.tail is not None:
-                chunks, after = await logs.tail(kernel_id, query.tail)
+                chunks, after = await logs.tail(kernel_id, query.tail, after=query.since or 0)
                 await response.write("".join(c[1] for c in chunks).encode())
             over = lambda: sessions.session_over(row["id"])  # noqa: E731
             async for chunks in logs.follow(kernel_id, over, after):
@@ -102,7 +126,7 @@ async def serve_logs(
     await response.write(b'{"result": {"logs": "')
     next_seq, more = query.since or 0, False
     if query.tail is not None:
-        chunks, next_seq = await logs.tail(kernel_id, query.tail)
+        chunks, next_seq = await logs.tail(kernel_id, query.tail, after=query.since or 0)
         await response.write(_escaped(chunks))
     elif query.limit is not None:
         chunks, more = await logs.page(kernel_id, next_seq, query.limit)

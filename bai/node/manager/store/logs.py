@@ -224,15 +224,19 @@ class Logs(Queries):
         """Chunks as `read_log_chunks` gives them, and whether more chunks follow."""
         return await self.db.run(lambda conn: _log_page(conn, kernel_id, after_seq, limit, max_bytes))
 
-    async def read_log_tail(self, kernel_id: str, lines: int) -> tuple[list[tuple[int, str, str | None]], int]:
+    async def read_log_tail(
+        self, kernel_id: str, lines: int, after_seq: int = 0
+    ) -> tuple[list[tuple[int, str, str | None]], int]:
         """The chunks holding a kernel's last `lines` lines (the first one cut to where they start), and the
-        seq of its newest chunk (0: none), from which to follow it."""
+        seq of its newest chunk (`after_seq` when none is newer), from which to follow it. `after_seq`: only
+        chunks after it count (`since` / `sinceTime` with `tail`)."""
 
         def fn(conn: sqlite3.Connection) -> tuple[list[tuple[int, str, str | None]], int]:
             out: list[tuple[int, str, str | None]] = []
             newest, need = 0, lines
             cursor = conn.execute(
-                "SELECT seq, data, ts FROM kernel_logs WHERE kernel_id=? ORDER BY seq DESC", (kernel_id,)
+                "SELECT seq, data, ts FROM kernel_logs WHERE kernel_id=? AND seq>? ORDER BY seq DESC",
+                (kernel_id, after_seq),
             )
             for seq, data, ts in cursor:
                 if not newest:
@@ -250,9 +254,19 @@ class Logs(Queries):
                 need -= count
                 out.append((seq, data, ts))
             cursor.close()
-            return [c for c in reversed(out) if c[1]], newest
+            return [c for c in reversed(out) if c[1]], newest or after_seq
 
         return await self.db.run(fn)
+
+    async def log_seq_before(self, kernel_id: str, when: str) -> int:
+        """The seq of a kernel's newest chunk stored before `when` (ISO 8601, UTC; a chunk of an older bai,
+        without a time, counts as before); 0 when none is."""
+        row = await self.db.run(
+            lambda conn: conn.execute(
+                "SELECT MAX(seq) FROM kernel_logs WHERE kernel_id=? AND (ts IS NULL OR ts < ?)", (kernel_id, when)
+            ).fetchone()
+        )
+        return int(row[0] or 0)
 
     async def log_state(self, kernel_id: str) -> dict[str, Any] | None:
         """{"bytes": kept, "dropped": bytes dropped, "purged_at": when purged or None}; None: no output yet."""
