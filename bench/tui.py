@@ -149,7 +149,7 @@ async def throughput(bench: Bench, client, batch: int, tag: str) -> float:
 
 
 async def run(args: argparse.Namespace, tmp: Path) -> None:
-    bench = Bench(argparse.Namespace(agents=args.agents, hosts=2, heartbeat=5.0), tmp)
+    bench = Bench(argparse.Namespace(agents=args.agents, hosts=2, heartbeat=5.0, profile=None), tmp)
     spew_node = None
     attached = None
     try:
@@ -184,7 +184,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
         # -- 1: first paint with 1,000 sessions ------------------------------------------------------------
         pending = max(1, args.sessions // 20)
         await submit(client, args.sessions - pending, "paint-run", resources={"cpu": "0.5"})
-        await submit(client, pending, "paint-wait", resources={"cpu": "64"})
+        # waiting for a running one (more than any agent has is refused as unplaceable)
+        await submit(client, pending, "paint-wait", resources={"cpu": "0.5"}, depends=["paint-run-00000"])
         while True:  # every fitting one placed and running
             items = await client.list_sessions(status="SCHEDULED,PREPARING")
             if not items:

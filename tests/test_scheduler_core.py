@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -223,20 +224,44 @@ def test_no_head_of_line_blocking() -> None:
     assert placed(d) == [f"small{n}" for n in range(5)]
     huge = pending_of(d, "huge")
     assert huge.status_info == NO_ROOM
-    assert huge.msg == "no agent has room: best is a1 with cpu 8 free of 100 requested"
+    assert huge.msg == "needs cpu 100; the only agent has 8"  # more than the agent has at all
     assert all(p.passed for p in huge.predicates) and [p.name for p in huge.predicates] == list(PREDICATES)
 
 
 def test_no_room_message_lists_every_short_slot() -> None:
-    d = schedule(snap([sess("s", 4, "16g")], [agent("a1", 2, "4g", used={"mem": "1g"})]))
+    d = schedule(snap([sess("s", 4, "16g")], [agent("a1", 4, "16g", used={"cpu": "2", "mem": "13g"})]))
     assert pending_of(d, "s").msg == (
         "no agent has room: best is a1 with cpu 2 free of 4 requested, mem 3GiB free of 16GiB requested"
     )
 
 
+def test_a_session_no_agent_could_ever_hold_names_the_first_slot_too_large() -> None:
+    agents = [agent("a1", 2, "4g"), agent("a2", 2, "8g", used={"cpu": "1"})]
+    d = schedule(snap([sess("s", 64, "1g")], agents))
+    assert pending_of(d, "s").status_info == NO_ROOM  # the decision is as before: only the words changed
+    assert pending_of(d, "s").msg == "needs cpu 64; the largest agent has 2"
+    d = schedule(snap([sess("s", 2, "64g")], agents))
+    assert pending_of(d, "s").msg == "needs mem 64 GiB; the largest agent has 8 GiB"
+    d = schedule(snap([sess("s", 64, "64g")], agents[:1]))
+    assert pending_of(d, "s").msg == "needs cpu 64; the only agent has 2"  # cpu first
+    # one that fits an idle agent but not now still waits, saying for what
+    d = schedule(snap([sess("s", 2, "1g")], agents[1:]))
+    assert pending_of(d, "s").msg == "no agent has room: best is a2 with cpu 1 free of 2 requested"
+    # a multi-node session: the kernel that no agent can hold
+    big = sess("m", 1, "1g", kernels=2, mode="multi-node")
+    big = dataclasses.replace(big, kernels=(big.kernels[0], dataclasses.replace(big.kernels[1], slots=slots(3, "1g"))))
+    d = schedule(snap([big], agents))
+    assert pending_of(d, "m").msg == "kernel m-k1 (2 of 2) needs cpu 3; the largest agent has 2"
+
+
 @pytest.mark.parametrize("selection", ["dispersed", "concentrated"])
 def test_no_room_names_the_roomiest_agent_lowest_id_first(selection: str) -> None:
-    agents = [agent("b", 4), agent("a", 4), agent("c", 2), agent("g", 6, "8g", cuda_shares=1)]
+    agents = [
+        agent("b", 16, used={"cpu": "12"}),
+        agent("a", 16, used={"cpu": "12"}),
+        agent("c", 16, used={"cpu": "14"}),
+        agent("g", 16, "8g", used={"cpu": "10"}, cuda_shares=1),
+    ]
     d = schedule(snap([sess("s", 10)], agents, selection=selection))
     assert pending_of(d, "s").msg == "no agent has room: best is g with cpu 6 free of 10 requested"
     d = schedule(snap([sess("s", 10)], agents[:3], selection=selection))
@@ -494,7 +519,7 @@ def test_single_node_stays_pending_when_only_the_sum_over_agents_would_fit() -> 
     d = schedule(snap([sess("s", 3, kernels=2)], [agent("a1", 4), agent("a2", 4)]))
     item = pending_of(d, "s")
     assert item.status_info == NO_ROOM
-    assert item.msg == "no agent has room: best is a1 with cpu 4 free of 6 requested"
+    assert item.msg == "needs cpu 6; the largest agent has 4"  # the kernels' sum, on one agent
 
 
 def test_multi_node_spreads_kernels_when_needed() -> None:

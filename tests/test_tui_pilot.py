@@ -60,7 +60,9 @@ async def test_views_and_keys(sim_node: Node) -> None:
         table = app.sessions_view.sync
         waiting = next(k for k in table.keys if app.model.sessions[k]["name"] == "nav-waiting")
         cells = [str(c) for c in table.cells[waiting]]
-        assert "queue #1" in cells and any("no-available-instances" in c for c in cells)
+        reason = app.model.sessions[waiting]["reason"]  # in the table in words, without the status slug
+        assert reason.startswith("no-available-instances: ") and "queue #1" in cells
+        assert reason.partition(": ")[2] in cells
         done = next(k for k in table.keys if app.model.sessions[k]["name"] == "nav-done")
         assert any(str(c).startswith("exit 3") for c in table.cells[done])
 

@@ -27,8 +27,9 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Static
 from bai.cli.apps import Forward, app_port, open_forward, watch_session
 from bai.client.api import APIError, Client
 from bai.common.present import utc_now
+from bai.tui.header import Header
 from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, PromptScreen
-from bai.tui.model import ClusterModel, Filter
+from bai.tui.model import ClusterModel, Filter, view_of
 from bai.tui.views import AgentsView, DetailView, ForwardRequested, LogsView, SessionsView, ShellRequested
 
 VIEWS = ("agents", "sessions", "detail", "logs")
@@ -37,6 +38,8 @@ VIEW_NAMES = {
     "sessions": "sessions", "s": "sessions", "session": "sessions", "2": "sessions",
     "detail": "detail", "describe": "detail", "d": "detail", "3": "detail",
     "logs": "logs", "l": "logs", "log": "logs", "4": "logs",
+    # k9s's names: nodes are agents, pods are sessions
+    "nodes": "agents", "no": "agents", "pods": "sessions", "po": "sessions",
 }  # fmt: skip
 SESSION_VIEWS = ("sessions", "detail", "logs")
 SHELL_STATUSES = ("RUNNING", "RUNNING_DEGRADED")  # as `bai session shell` requires
@@ -110,7 +113,7 @@ class Dashboard(App):
         self.connected = False
         self.snapshots = 0  # how many snapshots arrived (1 + reconnections)
         self._drawn: dict[str, int] = {}
-        self._pending_logs: list[list[Any]] = []
+        self._pending_logs: list[Any] = []  # chunks, and runs (dicts) between them
         self._detail_key: Any = None
         self._last_age_tick = 0.0
 
@@ -118,6 +121,7 @@ class Dashboard(App):
 
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
+        yield Header(self.client, self.clock, id="header")  # who, quota, stale while disconnected
         with ContentSwitcher(initial=self.start_view):
             # attributes down: the views draw the model, by the clock, for the terminal's width
             width = self._terminal_width
@@ -179,6 +183,8 @@ class Dashboard(App):
                         self.model.update_sessions(data["items"])
                     elif name == "agents":
                         self.model.update_agents(data["items"])
+                    elif name == "usage":
+                        self.model.update_usage(data)
                 error = "the manager closed the stream"
             except APIError as e:
                 error = str(e)
@@ -203,6 +209,8 @@ class Dashboard(App):
                     attempt = 0
                     if name == "log":
                         self._pending_logs.extend(data["chunks"])
+                    elif name == "run":  # a run's separator, in order with the output around it
+                        self._pending_logs.append(data)
                     elif name == "log_end":
                         self._flush_logs()
                         view.buffer.ended = True
@@ -254,6 +262,7 @@ class Dashboard(App):
 
     def _draw_topbar(self) -> None:
         """bai, the views (the current one lit), the connection, the clock; the endpoint when it fits."""
+        self.query_one(Header).sync(not self.connected and self.snapshots > 0, self.model.version)
         width = self.size.width or 80
         text = Text()
         text.append("bai ", style="bold")
@@ -312,7 +321,11 @@ class Dashboard(App):
             self._switch(view)
 
     def action_back(self) -> None:
-        if self.history:
+        if self.view == "sessions" and self.sessions_view.filter:  # Esc clears a filter before it leaves
+            self.sessions_view.filter = Filter()
+            self.sessions_view.refresh_view()
+            self.refresh_bindings()
+        elif self.history:
             self._switch(self.history.pop())
 
     def selected_session(self) -> str | None:
@@ -340,7 +353,7 @@ class Dashboard(App):
         if action in LOG_ACTIONS:
             return self.view == "logs"
         if action == "back":
-            return bool(self.history)
+            return bool(self.history) or (self.view == "sessions" and bool(self.sessions_view.filter))
         return True
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -352,7 +365,7 @@ class Dashboard(App):
         self._describe(message.session_id)
 
     def on_agents_view_chosen(self, message: AgentsView.Chosen) -> None:
-        self.sessions_view.filter = Filter.parse(message.agent_id)
+        self.sessions_view.filter = Filter.parse(f"agent:{message.agent_id}")  # exactly its sessions
         self.action_show("sessions")
 
     def on_shell_requested(self, message: ShellRequested) -> None:
@@ -393,6 +406,8 @@ class Dashboard(App):
         sid = self.detail_view.session_id
         if sid is not None and _detail_key(self.model.sessions.get(sid)) != self._detail_key:
             self._load_detail(sid)
+        elif sid is not None and sid in self.model.sessions:
+            self.detail_view.set_usage(self.model.sessions[sid].get("usage"))
 
     def action_logs(self) -> None:
         sid = self.selected_session()
@@ -571,7 +586,10 @@ class Dashboard(App):
     def action_filter(self) -> None:
         if self.view == "sessions":
             current = self.sessions_view.filter.text
-            hint = "filter sessions: words, status:pending|running|finished|STATUS, owner:KEY; a leading ! inverts"
+            hint = (
+                "filter sessions: words; status:pending|running|finished|failed|STATUS, exit:N, agent:ID, "
+                "name:, image:, owner:KEY, id:PREFIX; a leading ! inverts"
+            )
         elif self.view == "logs":
             current = self.logs_view.log_view.filter.text
             hint = "filter lines: words that must all occur; a leading ! inverts; empty: no filter"
@@ -601,8 +619,8 @@ class Dashboard(App):
                 self.exit()
             elif word in ("h", "help", "?"):
                 self.action_help()
-            elif word in VIEW_NAMES:
-                target = VIEW_NAMES[word]
+            elif view_of(word, VIEW_NAMES) is not None:
+                target = view_of(word, VIEW_NAMES)
                 if target == "detail" and self.view == "sessions":
                     self.action_describe()
                 elif target == "logs" and self.view in ("sessions", "detail"):

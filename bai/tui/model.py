@@ -30,17 +30,60 @@ def group_of(status: str) -> str:
 # -- filters ---------------------------------------------------------------------------------------
 
 
+def is_failed(s: dict[str, Any]) -> bool:
+    """A session that went wrong: ERROR, failed to start, a run that ended with a non-zero exit code (or a
+    FAILURE result), or cancelled with an error (a dependency that failed, a scheduler error)."""
+    status = s["status"]
+    if status == "ERROR":
+        return True
+    if status not in FINISHED:
+        return False
+    if s.get("exitCode") not in (None, 0) or s.get("result") == "FAILURE":
+        return True
+    data = s.get("statusData") or {}
+    return s.get("statusInfo") in FAILED_INFOS or (isinstance(data, dict) and bool(data.get("error")))
+
+
+FAILED_INFOS = frozenset({"failed-to-start", "scheduler-error", "dependency-failed", "out-of-memory", "agent-lost"})
+
+# `field:value` in a sessions filter: how the value is compared with the session's field
+#   exact (case-insensitive): exit, agent, name, image, type, group; from the start: id, owner;
+#   status: a status, a group (pending / running / finished), or failed / ok (finished without failing)
+FIELDS = {"status", "owner", "exit", "agent", "name", "id", "image", "type", "group"}
+
+
+def _field_match(s: dict[str, Any], name: str, want: str) -> bool:
+    if name == "status":
+        status = s["status"].lower()
+        if want == "failed":
+            return is_failed(s)
+        if want in ("ok", "succeeded"):
+            return group_of(s["status"]) == "finished" and not is_failed(s)
+        return want in (status, group_of(s["status"]))
+    if name == "owner":
+        return str(s.get("accessKey") or "").lower().startswith(want)
+    if name == "id":
+        return str(s.get("id") or "").lower().startswith(want)
+    if name == "exit":
+        return s.get("exitCode") is not None and str(s["exitCode"]) == want
+    key = {"agent": "agent", "name": "name", "image": "image", "type": "type", "group": "scalingGroup"}[name]
+    return str(s.get(key) or "").lower() == want
+
+
 @dataclass(frozen=True)
 class Filter:
     """`/` filters: words match anywhere (case-insensitive, all must match); in the sessions view
-    `status:X` (a status or one of pending / running / finished) and `owner:X` (access key or its
-    start) narrow further; a leading `!` inverts the whole filter."""
+    `field:value` matches a field exactly (`exit:3`, `agent:agent-1`, `name:`, `image:`, `type:`,
+    `group:`), from its start (`id:`, `owner:`), or `status:X` (a status, pending / running / finished,
+    failed or ok); values of one field are alternatives, different fields must all match; a leading `!`
+    inverts the whole filter."""
 
     text: str = ""
     words: tuple[str, ...] = ()
     statuses: tuple[str, ...] = ()
     owners: tuple[str, ...] = ()
     invert: bool = False
+    fields: tuple[tuple[str, str], ...] = ()  # (field, value), every field:value of the filter
 
     @classmethod
     def parse(cls, text: str) -> Filter:
@@ -48,19 +91,19 @@ class Filter:
         invert = raw.startswith("!")
         if invert:
             raw = raw[1:].strip()
-        words, statuses, owners = [], [], []
+        words, fields = [], []
         for token in raw.split():
             key, sep, value = token.partition(":")
-            if sep and key.lower() == "status" and value:
-                statuses.append(value.lower())
-            elif sep and key.lower() == "owner" and value:
-                owners.append(value.lower())
+            if sep and key.lower() in FIELDS and value:
+                fields.append((key.lower(), value.lower()))
             else:
                 words.append(token.lower())
-        return cls(text.strip(), tuple(words), tuple(statuses), tuple(owners), invert)
+        statuses = tuple(v for k, v in fields if k == "status")
+        owners = tuple(v for k, v in fields if k == "owner")
+        return cls(text.strip(), tuple(words), statuses, owners, invert, tuple(fields))
 
     def __bool__(self) -> bool:
-        return bool(self.words or self.statuses or self.owners)
+        return bool(self.words or self.fields)
 
     def match_text(self, text: str) -> bool:
         """For log lines: every word occurs in the line (or, inverted, not all do)."""
@@ -72,15 +115,30 @@ class Filter:
     def match_session(self, s: dict[str, Any]) -> bool:
         if not self:
             return True
-        status = s["status"].lower()
-        ok = not self.statuses or any(want in (status, group_of(s["status"])) for want in self.statuses)
-        ok = ok and (not self.owners or any(s["accessKey"].lower().startswith(o) for o in self.owners))
+        ok = True
+        if self.fields:
+            wanted: dict[str, list[str]] = {}
+            for name, value in self.fields:
+                wanted.setdefault(name, []).append(value)
+            ok = all(any(_field_match(s, name, v) for v in values) for name, values in wanted.items())
         if ok and self.words:
             hay = " ".join(
                 str(s.get(k) or "") for k in ("name", "id", "image", "status", "agent", "reason", "accessKey", "type")
             ).lower()
             ok = all(w in hay for w in self.words)
         return ok != self.invert
+
+
+def view_of(word: str, views: dict[str, str]) -> str | None:
+    """What `:word` names: an alias or view name (`views`: name -> view), else the one view whose name or
+    alias starts with `word` (`:ag`, `:se`); None when none or several views do."""
+    word = word.strip().lstrip(":").lower()
+    if not word:
+        return None
+    if word in views:
+        return views[word]
+    found = {view for name, view in views.items() if name.startswith(word) and not name.isdigit()}
+    return found.pop() if len(found) == 1 else None
 
 
 # -- the cluster -----------------------------------------------------------------------------------
@@ -114,6 +172,23 @@ class ClusterModel:
             self.agents[a["id"]] = a
         self.agents_version += 1
 
+    def update_usage(self, data: dict[str, Any]) -> None:
+        """The `usage` event: the latest figures of some sessions and agents (None: no sample yet)."""
+        sessions = data.get("sessions") or {}
+        for sid, usage in sessions.items():
+            row = self.sessions.get(sid)
+            if row is not None:
+                row["usage"] = usage
+        agents = data.get("agents") or {}
+        for aid, usage in agents.items():
+            agent = self.agents.get(aid)
+            if agent is not None:
+                agent["usage"] = usage
+        if sessions:
+            self.version += 1
+        if agents:
+            self.agents_version += 1
+
     def _trim(self) -> None:
         """Keep the newest `keep_finished` finished sessions; active ones are always kept."""
         done = [s for s in self.sessions.values() if s["status"] in FINISHED and s["status"] != "ERROR"]
@@ -125,18 +200,18 @@ class ClusterModel:
     def session_rows(self, flt: Filter | None = None) -> list[dict[str, Any]]:
         """Pending ones in queue order, then running ones (oldest first), then finished ones (newest first)."""
         rows = [s for s in self.sessions.values() if flt is None or flt.match_session(s)]
-
-        def key(s: dict[str, Any]) -> tuple:
-            group = group_of(s["status"])
-            if group == "pending":
-                pos = s.get("queuePosition")
-                return (0, pos if pos is not None else 1 << 30, s["creationTime"])
-            if group == "running":
-                return (1, 0, s["creationTime"])
-            return (2, 0, _invert(s.get("statusChanged") or s["creationTime"]))
-
-        rows.sort(key=key)
-        return rows
+        pending: list[dict[str, Any]] = []
+        running: list[dict[str, Any]] = []
+        finished: list[dict[str, Any]] = []
+        for s in rows:
+            status = s["status"]
+            (pending if status in PENDING else finished if status in FINISHED else running).append(s)
+        pending.sort(
+            key=lambda s: (1 << 30 if s.get("queuePosition") is None else s["queuePosition"], s["creationTime"])
+        )
+        running.sort(key=lambda s: s["creationTime"])
+        finished.sort(key=lambda s: s.get("statusChanged") or s["creationTime"], reverse=True)
+        return pending + running + finished
 
     def counts(self) -> dict[str, int]:
         out = {"pending": 0, "running": 0, "finished": 0}
@@ -166,25 +241,47 @@ class ClusterModel:
         return cap, used, alive
 
 
-def _invert(iso: str) -> str:
-    """A key that sorts ISO timestamps newest first."""
-    return "".join(chr(0x10FFFF - ord(c)) for c in iso)
-
-
 # -- logs ------------------------------------------------------------------------------------------
+
+
+MAX_LINE = 1 << 16  # characters of one line kept (a longer line's rest is counted, not kept)
 
 
 @dataclass
 class LogLine:
-    """One line of a kernel's log as the logs view shows it."""
+    """One line of a kernel's log as the logs view shows it (as printed: ANSI colour codes included), or,
+    with `run`, the separator before a run (the dashboard stream's `run` event; updated when it ends)."""
 
     index: int  # position since the log began (never reused)
     text: str
     ts: str | None
+    run: dict[str, Any] | None = None
+    cut: int = 0  # characters beyond MAX_LINE that were dropped
+    plain: str | None = field(default=None, repr=False, compare=False)  # the text without escape codes (a cache)
+
+
+def _overwrite(current: str, cr: bool, part: str) -> tuple[str, bool]:
+    """A line after more of its text (`part`: no newline), as a terminal shows it: text after a carriage
+    return replaces the line from its start (a progress bar redrawn in place). `cr`: the line so far ended
+    with a carriage return (what follows replaces it; nothing, or a newline, keeps it). Returns the line
+    and whether it now ends with a carriage return."""
+    if "\r" not in part:
+        if not part:
+            return current, cr
+        return (part if cr else current + part), False
+    pieces = part.split("\r")
+    text = (pieces[0] if cr else current + pieces[0]) if pieces[0] else current
+    for piece in pieces[1:]:
+        if piece:
+            text = piece
+    return text, not pieces[-1]
 
 
 class LogBuffer:
-    """The last `max_lines` lines of a kernel's output; a line without its newline yet is `partial`."""
+    """The last `max_lines` lines of a kernel's output; a line without its newline yet is `partial`.
+
+    Carriage returns are collapsed as a terminal would (see `_overwrite`), across chunks; `\\r\\n` is a
+    newline. A line keeps at most MAX_LINE characters. `mark_run` adds a run's separator line."""
 
     def __init__(self, max_lines: int = 10_000) -> None:
         self.max_lines = max_lines
@@ -193,6 +290,8 @@ class LogBuffer:
         self.next_index = 0
         self.last_seq = 0  # the last chunk fed (to resume after a reconnect)
         self.ended = False
+        self.runs: dict[Any, LogLine] = {}  # run number -> its separator line
+        self._cr = False  # the partial line ended with a carriage return
 
     @property
     def first_index(self) -> int:
@@ -204,22 +303,75 @@ class LogBuffer:
             self.last_seq = max(self.last_seq, seq)
         if not text:
             return []
-        parts = text.replace("\r\n", "\n").split("\n")
-        if self.partial is not None:
-            parts[0] = self.partial.text + parts[0]
-            ts = self.partial.ts or ts
-            self.partial = None
         done = []
-        for part in parts[:-1]:
-            done.append(LogLine(self.next_index, part, ts))
-            self.next_index += 1
-        if parts[-1]:
-            self.partial = LogLine(self.next_index, parts[-1], ts)
+        if "\r" not in text and not self._cr:  # the usual case
+            parts = text.split("\n")
+            cut = 0
+            if self.partial is not None:
+                parts[0] = self.partial.text + parts[0]
+                ts, cut = self.partial.ts or ts, self.partial.cut
+                self.partial = None
+            for part in parts[:-1]:
+                done.append(LogLine(self.next_index, part, ts, cut=cut))
+                self.next_index += 1
+                cut = 0
+            if parts[-1]:
+                self.partial = LogLine(self.next_index, parts[-1], ts, cut=cut)
+        else:
+            parts = text.replace("\r\n", "\n").split("\n")
+            for n, part in enumerate(parts):
+                current = self.partial
+                before = current.text if current is not None else ""
+                line, cr = _overwrite(before, self._cr, part)
+                line_ts = (current.ts if current is not None else None) or ts
+                # what was cut of the line so far still counts unless the line was written over
+                cut = current.cut if current is not None and line.startswith(before) else 0
+                self.partial, self._cr = None, False
+                if n < len(parts) - 1:
+                    done.append(LogLine(self.next_index, line, line_ts, cut=cut))
+                    self.next_index += 1
+                elif line:
+                    self.partial, self._cr = LogLine(self.next_index, line, line_ts, cut=cut), cr
+        if self.partial is not None and len(self.partial.text) > MAX_LINE:
+            self.partial = self._bounded(self.partial)
+        for i, line in enumerate(done):
+            if len(line.text) > MAX_LINE:
+                done[i] = self._bounded(line)
         self.lines.extend(done)
+        self._trim()
+        return done
+
+    @staticmethod
+    def _bounded(line: LogLine) -> LogLine:
+        line.cut += len(line.text) - MAX_LINE
+        line.text = line.text[:MAX_LINE]
+        line.plain = None
+        return line
+
+    def mark_run(self, run: dict[str, Any]) -> list[LogLine]:
+        """A run began (a separator line, after the partial line, which it completes) or, for a run
+        already marked, ended (its separator changes in place: nothing is returned)."""
+        line = self.runs.get(run.get("run"))
+        if line is not None:
+            line.run = run
+            return []
+        done = []
+        if self.partial is not None:
+            done.append(self.partial)
+            self.next_index += 1
+            self.partial, self._cr = None, False
+        line = LogLine(self.next_index, "", run.get("startedAt"), run=run)
+        self.next_index += 1
+        done.append(line)
+        self.runs[run.get("run")] = line
+        self.lines.extend(done)
+        self._trim()
+        return done
+
+    def _trim(self) -> None:
         overflow = len(self.lines) - self.max_lines
         for _ in range(max(0, overflow)):
-            self.lines.popleft()
-        return done
+            self.lines.popleft()  # a run's separator stays in `runs`: its end changes nothing shown
 
     def all_lines(self) -> list[LogLine]:
         return [*self.lines, self.partial] if self.partial is not None else list(self.lines)

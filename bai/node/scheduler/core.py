@@ -17,8 +17,12 @@ One round, per scaling group (groups in name order, keypair quotas shared betwee
    kernels on one agent (the request is the sum over kernels); multi-node sessions place each
    kernel on its own best agent, tentatively, and roll every reservation back when a later
    kernel finds no room. No agent: pending with `no-available-instances`, msg e.g.
-   "no agent has room: best is a1 with cpu 1 free of 2 requested", or
-   "no schedulable agent in scaling group G".
+   "no agent has room: best is a1 with cpu 1 free of 2 requested" (it waits for room), or
+   "no schedulable agent in scaling group G"; a session that no agent could hold even when idle
+   says so, naming the first slot too large (cpu, mem, then the others by name):
+   "needs cpu 64; the largest agent has 2" ("the only agent" when there is one; per kernel for
+   multi-node sessions, prefixed with the kernel). Creation refuses such requests already
+   (bai/node/manager/placeable.py); this happens when agents leave or shrink after it.
 4. A session that is not placed never stops the sessions after it (Backend.AI stops the group at
    the first `no-available-instances`; we do not).
 
@@ -38,6 +42,7 @@ from decimal import Decimal
 from bai.common.gpus import describe_shortage as gpu_shortage
 from bai.common.gpus import pack as gpu_pack
 from bai.common.gpus import request_of as gpu_request
+from bai.common.slots import format_amount
 from bai.common.status import StatusInfo
 
 from . import predicates as preds
@@ -153,6 +158,8 @@ class _Round:
         self.sg = group
         self.allowed_types = group.allowed_session_types
         self.pool = AgentPool(name, agents, self.table, group.agent_selection, group.resource_priority)
+        self.group_agents = agents
+        self._largest: dict[str, Decimal] | None = None  # per slot, the most any agent has: see never_fits
         self.prepared = self.pool.prepared
         self.hosts_of = {a.id: a.vfolder_hosts for a in agents}
         self.gpu_free = {a.id: list(a.gpu_free) for a in agents}
@@ -381,7 +388,38 @@ class _Round:
             return f"no agent of scaling group {pool.group} has GPUs"
         return f"no agent's GPUs can hold it: best is {best}, {gpu_shortage(self.gpu_free[best], whole, fraction)}"
 
+    def never_fits(self, session: PendingSession) -> str | None:
+        """The reason "needs cpu 64; the largest agent has 2" when no agent of the group could hold the
+        session even with nothing running (its kernels summed, or each kernel of a multi-node one)."""
+        if not self.group_agents:
+            return None
+        largest = self._largest
+        if largest is None:
+            largest = self._largest = {}
+            for agent in self.group_agents:
+                for slot, amount in agent.capacity.items():
+                    if amount > largest.get(slot, _ZERO):
+                        largest[slot] = amount
+        which = "the largest agent" if len(self.group_agents) > 1 else "the only agent"
+        kernels = session.kernels
+        multi = session.cluster_mode == MULTI_NODE and len(kernels) > 1
+        requests = (
+            [k.slots for k in kernels] if multi else [kernels[0].slots if len(kernels) == 1 else _summed(session)]
+        )
+        for n, slots in enumerate(requests):
+            too_big = [
+                name for name, amount in slots.items() if amount > largest.get(name, _ZERO) and largest.get(name)
+            ]
+            if too_big:
+                name = min(too_big, key=lambda x: (x != "cpu", x != "mem", x))
+                need, have = _shown(name, slots[name]), _shown(name, largest[name])
+                where = f"kernel {kernels[n].kernel_id} ({n + 1} of {len(kernels)}) " if multi else ""
+                return f"{where}needs {name} {need}; {which} has {have}"
+        return None
+
     def no_room(self, session: PendingSession, msg: str) -> None:
+        if session.kernels and (never := self.never_fits(session)) is not None:
+            msg = never
         if not self.known_group and not len(self.pool):
             msg += " (the scaling group is not configured)"
         self.left.append((session, _NO_AVAILABLE_INSTANCES, msg, _ALL_PASSED))
@@ -403,6 +441,16 @@ def _meets_image_min(session: PendingSession, requests: Sequence[Prepared]) -> b
         if not ok:
             return False
     return True
+
+
+def _shown(name: str, amount: Decimal) -> str:
+    """An amount with its unit apart: 64 GiB, 512 MiB, 2 (as `format_amount`, spaced)."""
+    text = format_amount(name, amount)
+    if text.endswith("iB"):
+        return f"{text[:-3]} {text[-3:]}"
+    if text.endswith("B") and text[:-1].isdigit():
+        return f"{text[:-1]} B"
+    return text
 
 
 def _summed(session: PendingSession) -> dict[str, Decimal]:

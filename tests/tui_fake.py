@@ -1,0 +1,229 @@
+"""A made-up cluster for the dashboard's tests: sessions and agents with live statistics, fixed in time.
+
+`FakeClient` answers the calls the dashboard makes from these rows (no node): the stream sends one
+snapshot (with `usage`) and then whatever a test puts on `events`; `get_session` adds kernels, mounts and
+transitions to a row. Everything is deterministic, for pictures (tests/test_tui_tables_snapshots.py) and
+pilot tests (tests/test_tui_tables.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import zlib
+from datetime import timedelta
+from typing import Any
+
+from tests.tui_support import FROZEN
+
+GIB = 1024**3
+MIB = 1024**2
+KEY = "AKIATESTADMIN0000000"
+
+
+def _at(**ago: float) -> str:
+    return (FROZEN - timedelta(**ago)).isoformat()
+
+
+def _session(name: str, status: str, *, created: float, **kw: Any) -> dict[str, Any]:
+    """A dashboard row (as `SessionView.to_dashboard` plus `usage`), created `created` minutes ago."""
+    row = {
+        "id": f"{zlib.crc32(name.encode()):08x}-0000-4000-8000-{name.encode().hex()[:12]:0<12}",
+        "name": name,
+        "accessKey": KEY,
+        "image": "cr.backend.ai/stable/python:3.11",
+        "type": "INTERACTIVE",
+        "status": status,
+        "statusInfo": None,
+        "statusData": None,
+        "reason": None,
+        "queuePosition": None,
+        "agent": None,
+        "kernels": [],
+        "requestedSlots": {"cpu": "1", "mem": str(GIB)},
+        "scalingGroup": "default",
+        "creationTime": _at(minutes=created),
+        "statusChanged": _at(minutes=created),
+        "terminationTime": None,
+        "exitCode": None,
+        "result": "UNDEFINED",
+        "servicePorts": [],
+        "usage": None,
+    }
+    row.update(kw)
+    return row
+
+
+def _usage(cpu: float, mem: int, peak: int, **kw: Any) -> dict[str, Any]:
+    return {
+        "at": _at(seconds=2),
+        "cpuPct": cpu,
+        "cpuMs": 754_300,
+        "memBytes": mem,
+        "memPeakBytes": peak,
+        "netRxBytes": 48 * MIB,
+        "netTxBytes": 3 * MIB,
+        "ioReadBytes": 812 * MIB,
+        "ioWriteBytes": 97 * MIB,
+        "pids": 14,
+        **kw,
+    }
+
+
+def _ended(minutes_ago: float, ran: float) -> dict[str, Any]:
+    """Times of a session that ran `ran` seconds and ended `minutes_ago` minutes ago."""
+    end = FROZEN - timedelta(minutes=minutes_ago)
+    return {
+        "creationTime": (end - timedelta(seconds=ran)).isoformat(),
+        "statusChanged": end.isoformat(),
+        "terminationTime": end.isoformat(),
+    }
+
+
+def sessions() -> list[dict[str, Any]]:
+    return [
+        _session(
+            "big-sweep", "PENDING", created=4, queuePosition=1, statusInfo="no-available-instances",
+            reason="no-available-instances: no agent has 4 cpu free (the most free is 2 on agent-1); "
+            "it waits for sessions to end",
+            requestedSlots={"cpu": "4", "mem": str(8 * GIB)}, type="BATCH",
+        ),
+        _session(
+            "after-notebook", "PENDING", created=3, queuePosition=2, statusInfo="predicate-checks-failed",
+            reason="predicate-checks-failed: waiting for its dependency notebook-ana (RUNNING) to finish",
+            type="BATCH",
+        ),
+        _session(
+            "train-resnet", "RUNNING", created=42, agent="agent-1",
+            requestedSlots={"cpu": "2", "mem": str(4 * GIB), "cuda.shares": "0.5"},
+            usage=_usage(187.5, int(3.6 * GIB), int(3.9 * GIB), gpuPct=71.0, gpuMemBytes=int(5.2 * GIB)),
+        ),
+        _session(
+            "notebook-ana", "RUNNING", created=30, agent="agent-2",
+            usage=_usage(12.0, 300 * MIB, 410 * MIB),
+        ),
+        _session("tensorboard", "RUNNING", created=1, agent="agent-3"),  # no sample yet
+        _session(
+            "lab-agent-10", "RUNNING", created=20, agent="agent-10",
+            requestedSlots={"cpu": "0.5", "mem": str(512 * MIB)}, usage=_usage(49.0, 470 * MIB, 500 * MIB),
+        ),
+        _session(
+            "etl-nightly", "TERMINATED", created=0, agent="agent-3", exitCode=0, result="SUCCESS",
+            statusInfo="task-done", type="BATCH", **_ended(8, 123),
+        ),
+        _session(
+            "flaky-job", "TERMINATED", created=0, agent="agent-1", exitCode=3, result="FAILURE",
+            statusInfo="task-failed", type="BATCH", **_ended(6, 47),
+        ),
+        _session(
+            "report-after-flaky", "CANCELLED", created=0, statusInfo="dependency-failed", type="BATCH",
+            reason="dependency-failed: session flaky-job ended with exit code 3", **_ended(6, 50),
+        ),
+        _session(
+            "bad-image", "ERROR", created=0, agent="agent-2", statusInfo="failed-to-start",
+            statusData={"error": {"name": "ImageNotFound", "repr": "ImageNotFound: bai/nope:1 is not on agent-2"}},
+            reason="failed-to-start: ImageNotFound: bai/nope:1 is not on agent-2", **_ended(5, 4),
+        ),
+        _session(
+            "stopped-by-me", "CANCELLED", created=0, statusInfo="user-requested", reason="user-requested",
+            **_ended(2, 30),
+        ),
+    ]  # fmt: skip
+
+
+def _agent(aid: str, *, cpu: float | None, mem: int | None, held_cpu: str, held_mem: int, **kw: Any) -> dict:
+    usage = None
+    if cpu is not None:
+        usage = {"at": _at(seconds=1), "cpuPct": cpu, "cpuCount": 8, "memBytes": mem, "memTotalBytes": 16 * GIB}
+    return {
+        "id": aid,
+        "hostname": f"host-{aid.rsplit('-', 1)[-1]}",
+        "backend": "docker",
+        "version": "0.0.0",
+        "scalingGroup": "default",
+        "status": "ALIVE",
+        "availableSlots": {"cpu": "8", "mem": str(16 * GIB)},
+        "occupiedSlots": {"cpu": held_cpu, "mem": str(held_mem)},
+        "firstContact": _at(hours=2),
+        "lastSeen": _at(seconds=2),
+        "schedulable": True,
+        "gpus": [],
+        "warm": {},
+        "usage": usage,
+        **kw,
+    }
+
+
+def agents() -> list[dict[str, Any]]:
+    return [
+        _agent("agent-1", cpu=412.0, mem=int(9.5 * GIB), held_cpu="6", held_mem=10 * GIB),
+        _agent("agent-2", cpu=35.5, mem=int(2.1 * GIB), held_cpu="2", held_mem=2 * GIB),
+        _agent("agent-3", cpu=None, mem=None, held_cpu="1", held_mem=GIB),  # no sample yet
+        _agent("agent-10", cpu=770.0, mem=int(15.2 * GIB), held_cpu="7.5", held_mem=15 * GIB),
+        _agent("agent-lost", cpu=None, mem=None, held_cpu="0", held_mem=0, status="LOST", lastSeen=_at(minutes=9)),
+    ]
+
+
+def detail_of(row: dict[str, Any]) -> dict[str, Any]:
+    """`GET /session/{ref}` of a row: its kernels, mounts and transitions too."""
+    s = copy.deepcopy(row)
+    s["kernels"] = [
+        {
+            "id": s["id"].replace("-4000-", "-4001-"),
+            "clusterRole": "main",
+            "clusterIdx": 1,
+            "agent": s["agent"],
+            "containerId": "c0ffee" * 4 if s["agent"] else None,
+            "status": s["status"],
+            "exitCode": s["exitCode"],
+        }
+    ]
+    s["mounts"] = [{"name": "data", "target": "/home/work/data", "readOnly": True}]
+    s["transitions"] = [
+        {"at": s["creationTime"], "status": "PENDING", "status_info": None},
+        {"at": s["statusChanged"], "status": s["status"], "status_info": s["statusInfo"]},
+    ]
+    return s
+
+
+class FakeClient:
+    """The calls the dashboard makes, answered from `sessions()` and `agents()`."""
+
+    endpoint = "http://127.0.0.1:8091"
+
+    def __init__(self) -> None:
+        self.sessions = {s["id"]: s for s in sessions()}
+        self.agents = agents()
+        self.events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+
+    def by_name(self, name: str) -> dict[str, Any]:
+        return next(s for s in self.sessions.values() if s["name"] == name)
+
+    async def dashboard_events(self, topics: str = "sessions,agents", session: str | None = None, **kw):
+        if topics == "logs":
+            await asyncio.Event().wait()
+        yield "snapshot", {"now": FROZEN.isoformat(), "sessions": copy.deepcopy(list(self.sessions.values())),
+                           "agents": copy.deepcopy(self.agents)}  # fmt: skip
+        while True:
+            yield await self.events.get()
+
+    async def get_session(self, ref: str) -> dict[str, Any]:
+        return detail_of(self.sessions[ref])
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        """The header's `/bai/quota`: a keypair with a policy of 3 sessions, 8 cpu and 16 GiB."""
+        if path != "/bai/quota":
+            raise AssertionError(f"the fake client does not answer {method} {path}")
+        return {
+            "accessKey": "AKIAFAKEUSER00000XYZ",
+            "resourcePolicy": "default",
+            "maxConcurrentSessions": 3,
+            "concurrentSessions": 2,
+            "totalResourceSlots": {"cpu": "8", "mem": str(16 * 2**30)},
+            "defaultForUnspecified": "UNLIMITED",
+            "occupiedSlots": {"cpu": "3", "mem": str(3 * 2**30)},
+        }
+
+    async def history(self, ref: str) -> dict[str, Any]:
+        s = self.sessions[ref]
+        return {"name": s["name"], "sessionId": s["id"], "status": s["status"], "history": [], "transitions": []}
