@@ -265,10 +265,10 @@ def test_rest_graphql_and_cli_set_the_fields(sim_node: Node) -> None:
     made = json.loads(sim_node.cli("policy", "create", "c", "--idle-cpu", "5%", "--idle-window", "10m", "--json",
                                    check=True).stdout)  # fmt: skip
     made = made[0] if isinstance(made, list) else made
-    assert made["idle_cpu_pct"] == 5.0 and made["idle_window"] == 600.0
+    assert made["idleCpuPct"] == 5.0 and made["idleWindowSeconds"] == 600.0
     changed = json.loads(sim_node.cli("policy", "update", "c", "--idle-cpu", "off", "--idle-gpu", "3", "--json",
                                       check=True).stdout)  # fmt: skip
     changed = changed[0] if isinstance(changed, list) else changed
-    assert changed["idle_cpu_pct"] is None and changed["idle_gpu_pct"] == 3.0
+    assert changed["idleCpuPct"] is None and changed["idleGpuPct"] == 3.0
     bad = sim_node.cli("policy", "create", "d", "--idle-cpu", "lots")
     assert bad.returncode != 0 and "--idle-cpu" in bad.stderr + bad.stdout

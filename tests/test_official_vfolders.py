@@ -157,7 +157,7 @@ def test_clone(oc: Client, vnode: Node) -> None:
     assert (copy / "sub" / "deeper" / "c").read_bytes() == b"" and (copy / "empty-dir").is_dir()
     assert os.readlink(copy / "link") == "/etc/passwd" and not (copy / "fifo").exists()
     info = vnode.json("vfolder", "info", "copy-" + name)
-    assert info["is_owner"] and info["cloneable"] is False
+    assert info["isOwner"] and info["cloneable"] is False
     # a name in use is refused, and leaves nothing behind
     before = set(os.listdir(vnode.state_dir / "vfolders"))
     assert "Folder exists" in oc("vfolder", "clone", name, "copy-" + name, "local")
@@ -304,7 +304,7 @@ def test_admin_shared_folders(oc: Client, vnode: Node) -> None:
     assert vnode.json("vfolder", "info", name)["shares"] == {}
     out = oc("admin", "vfolder", "change-vfolder-ownership", fid, bob["accessKey"])
     assert "Now ownership" in out, out
-    assert vnode.json("vfolder", "info", name, as_keypair=bob)["is_owner"] is True
+    assert vnode.json("vfolder", "info", name, as_keypair=bob)["isOwner"] is True
 
 
 def test_storage_proxy_commands_answer_not_implemented(oc: Client) -> None:
@@ -418,7 +418,7 @@ def test_sdk_async_session(oc: Client, vnode: Node) -> None:
     assert out["invite"] == {"invited_ids": [bob_id]}
     assert out["share"]["shared_emails"] == [bob_id] and out["unshare"]["unshared_emails"] == [bob_id]
     assert out["left"] == [] and out["invitations"] == {"invitations": []}
-    assert vnode.json("vfolder", "info", name)["mount_permission"] == "ro"
+    assert vnode.json("vfolder", "info", name)["mountPermission"] == "ro"
 
 
 # -- the file operations behind them, against links planted by a kernel -------------------------------------
@@ -470,7 +470,7 @@ def test_bai_cli_clone_invite_accept_leave_set(vnode: Node, tmp_path: Path) -> N
     bob = user(vnode, f"cbob-{uuid.uuid4().hex[:6]}")
     vnode.cli("vfolder", "invite", name, bob["accessKey"], check=True)
     [inv] = vnode.json("vfolder", "invitations", as_keypair=bob)
-    assert inv["vfolder_name"] == name and inv["perm"] == "ro"
+    assert inv["vfolderName"] == name and inv["perm"] == "ro"
     vnode.cli("vfolder", "accept", inv["id"], check=True, as_keypair=bob)
     assert vnode.json("vfolder", "info", name, as_keypair=bob)["permission"] == "ro"
     vnode.cli("vfolder", "leave", name, check=True, as_keypair=bob)

@@ -115,7 +115,7 @@ def test_sharing_read_only_and_read_write(vnode: Node, tmp_path: Path) -> None:
 
     # the read-only sharee sees it among the shared ones, reads it, and mounts it read-only even asking rw
     listed = vnode.json("vfolder", "ls", "--shared", as_keypair=ro_user)
-    assert [(f["name"], f["permission"], f["is_owner"]) for f in listed] == [("team", "ro", False)]
+    assert [(f["name"], f["permission"], f["isOwner"]) for f in listed] == [("team", "ro", False)]
     denied = vnode.cli("vfolder", "upload", "team", str(tmp_path / "notes.txt"), as_keypair=ro_user)
     assert denied.returncode != 0 and "read-only" in denied.stderr
     code = "open('/home/work/team/by-reader', 'w').write('x')"
@@ -251,7 +251,7 @@ async def test_quotas_on_folder_count_and_size(vnode: Node, tmp_path: Path) -> N
     (tmp_path / "tiny").write_bytes(b"t")
     blocked = vnode.cli("vfolder", "upload", "only-one", str(tmp_path / "tiny"), as_keypair=user)
     assert blocked.returncode != 0 and "quota" in blocked.stderr.lower()
-    assert vnode.json("vfolder", "info", "only-one", as_keypair=user)["used_bytes"] == 1400
+    assert vnode.json("vfolder", "info", "only-one", as_keypair=user)["usedBytes"] == 1400
 
 
 def test_trash_restore_purge_and_a_mounted_folder_stays(vnode: Node, tmp_path: Path) -> None:

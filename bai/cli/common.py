@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NoReturn
@@ -89,7 +88,9 @@ def call_now(fn: Callable[[Any], Coroutine[Any, Any, Any]], owner: str | None = 
 def show(items: Any, as_json: bool, render: Callable[[Any], Any]) -> None:
     """Print JSON for scripts, or what `render` makes of the items (a rich table) for people."""
     if as_json:
-        print(json.dumps(items, indent=2))
+        from bai.cli.jsonout import dumps
+
+        print(dumps(items))
         return
     from bai.cli.output import emit
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from bai.cli import typer_fast
+from bai.cli import jsonout, typer_fast
 from bai.cli.common import call, fail, show
 from bai.cli.lazy import LazyGroup, lean_command
 
@@ -150,7 +150,7 @@ def cluster_join_info(as_json: bool = typer.Option(False, "--json", help="Print 
     import shlex
 
     info = call(lambda c: c.cluster())
-    if as_json:
+    if as_json:  # keys as in bai.toml ([agent] manager_key, join_token), which this fills in
         print(json.dumps(info, indent=2))
         return
     print("Run on each agent host (the token is a secret: anyone with it can join):")
@@ -216,7 +216,7 @@ def agent_info(agent_id: str, as_json: bool = typer.Option(False, "--json", help
         fail(f"no agent {agent_id!r}")
     a = found[0]
     if as_json:
-        print(json.dumps(a, indent=2))
+        print(jsonout.dumps(a))
         return
     print(f"Agent     {a['id']} on {a['hostname']} ({a['backend']}, group {a['scalingGroup']})")
     print(f"Status    {a['status']}" + ("" if a.get("schedulable", True) else " (drained)"))

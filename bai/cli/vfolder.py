@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from bai.cli import jsonout
 from bai.cli.common import call, client, fail, no_color, run_async, show
 
 app = typer.Typer(
@@ -36,7 +36,7 @@ def hosts(as_json: AsJson = False) -> None:
     """Where folders can live (the default host first)."""
     info = call(lambda c: c.vfolder_hosts())
     if as_json:
-        print(json.dumps(info, indent=2))
+        print(jsonout.dumps(info))
         return
     for name in info["allowed"]:
         print(name + ("  (default)" if name == info["default"] else ""))
@@ -54,7 +54,7 @@ def create(
     """Create a folder."""
     folder = call(lambda c: c.create_vfolder(name, host, usage_mode, permission, cloneable))
     if as_json:
-        print(json.dumps(folder))
+        print(jsonout.dumps(folder, indent=None))
     else:
         print(f"folder {folder['name']} ({folder['id']}) on host {folder['host']}")
 
@@ -81,7 +81,7 @@ def info(name: str, as_json: AsJson = False) -> None:
 
     f = call(lambda c: c.vfolder(name))
     if as_json:
-        print(json.dumps(f, indent=2))
+        print(jsonout.dumps(f))
         return
     print(f"Folder      {f['name']} ({f['id']})")
     print(f"Host        {f['host']}")
@@ -141,7 +141,7 @@ def invitations(
     """Invitations to folders waiting for your answer (accept or reject them by id)."""
     items = call(lambda c: c.vfolder_invitations(sent))
     if as_json:
-        print(json.dumps(items, indent=2))
+        print(jsonout.dumps(items))
         return
     if not items:
         print("no invitations")
@@ -377,7 +377,7 @@ def dotfile_ls(as_json: AsJson = False) -> None:
 
     items = call(lambda c: c.dotfiles())
     if as_json:
-        print(json.dumps(items, indent=2))
+        print(jsonout.dumps(items))
         return
     if not items:
         print("no dotfiles")

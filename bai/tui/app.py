@@ -13,6 +13,7 @@ dashboard's own event loop) until the session ends or the dashboard exits.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -48,6 +49,9 @@ Forwarder = Callable[[dict[str, Any], dict[str, Any]], Awaitable[Forward]]
 FORWARD_HOST = "127.0.0.1"
 LOG_ACTIONS = {"toggle_timestamps", "toggle_wrap", "log_end", "log_start"}
 MAX_BACKOFF = 5.0
+LOG_FLUSH = 0.1  # seconds between feeds of the log view
+LOG_FLUSH_BUSY = 0.3  # ... after a feed of more than LOG_BUSY_BYTES of output
+LOG_BUSY_BYTES = 16 * 1024
 COMPACT_FOOTER_BELOW = 100  # columns
 
 
@@ -114,6 +118,8 @@ class Dashboard(App):
         self.snapshots = 0  # how many snapshots arrived (1 + reconnections)
         self._drawn: dict[str, int] = {}
         self._pending_logs: list[Any] = []  # chunks, and runs (dicts) between them
+        self._log_flushed = 0.0  # when the log view was last fed (monotonic)
+        self._log_wait = 0.0  # seconds the next feed waits after the last one
         self._detail_key: Any = None
         self._last_age_tick = 0.0
 
@@ -138,7 +144,7 @@ class Dashboard(App):
         self._fit_footer(self.size.width)
         self.run_worker(self._follow_cluster(), group="cluster", exclusive=True)
         self.set_interval(0.2, self._tick)
-        self.set_interval(0.1, self._flush_logs)
+        self.set_interval(LOG_FLUSH, lambda: self._flush_logs(force=False))
         self._focus_view()
         self._draw_topbar()
 
@@ -253,9 +259,18 @@ class Dashboard(App):
         elif self.view == "logs" and age_tick:
             self.logs_view.refresh_view()
 
-    def _flush_logs(self) -> None:
+    def _flush_logs(self, force: bool = True) -> None:
+        """Feed the log view what arrived since the last flush. A busy stream is shown less often (each
+        repaint of a scrolling view costs tens of milliseconds) so that keys stay quick: after a feed of
+        more than LOG_BUSY_BYTES of output the next waits LOG_FLUSH_BUSY seconds."""
         if self._pending_logs:
+            now = time.monotonic()
+            if not force and now - self._log_flushed < self._log_wait:
+                return
+            self._log_flushed = now
             chunks, self._pending_logs = self._pending_logs, []
+            size = sum(len(c[1]) for c in chunks if isinstance(c, list) and len(c) > 1 and isinstance(c[1], str))
+            self._log_wait = LOG_FLUSH_BUSY if size > LOG_BUSY_BYTES else 0.0
             self.logs_view.feed(chunks)
             if self.view == "logs":
                 self.logs_view.refresh_view()
