@@ -84,7 +84,7 @@ def test_the_web_app_is_served_through_the_tunnel_from_a_kernel_without_network(
     try:
         info = node.json("session", "info", name)
         assert info["network"] is None  # the agent's default: none
-        assert [(a["name"], a["ports"], a["host_ports"]) for a in info["servicePorts"]] == [("web", [8080], [])]
+        assert [(a["name"], a["ports"], a["hostPorts"]) for a in info["servicePorts"]] == [("web", [8080], [])]
         node.cli("session", "exec", name, "-c", "open('hello.txt','w').write('hello from the kernel')", check=True)
         proc, port, url = open_app(node, name, "web")
         try:
@@ -122,15 +122,15 @@ def test_a_kernel_on_bridge_publishes_its_apps_on_loopback_from_the_pool(bridge_
     bridge_node.cli("session", "create", "--name", name, "--network", "bridge", *SMALL, "python", check=True)
     try:
         (web,) = bridge_node.json("session", "info", name)["servicePorts"]
-        assert web["host_ports"] and 30700 <= web["host_ports"][0] <= 30701
+        assert web["hostPorts"] and 30700 <= web["hostPorts"][0] <= 30701
         out = bridge_node.cli("session", "apps", name, check=True).stdout
-        assert f"127.0.0.1:{web['host_ports'][0]}" in out
+        assert f"127.0.0.1:{web['hostPorts'][0]}" in out
         assert asyncio.run(start(bridge_node, name, "web")) == {"app": "web", "started": True}
-        status, _ = http_get(web["host_ports"][0], "/")
+        status, _ = http_get(web["hostPorts"][0], "/")
         assert status == 200
         kernel = bridge_node.json("session", "info", name)["kernels"][0]["id"]
         ports = subprocess.run(["docker", "port", f"bai-{kernel}"], capture_output=True, text=True).stdout
-        assert ports.strip() == f"8080/tcp -> 127.0.0.1:{web['host_ports'][0]}", ports  # loopback only
+        assert ports.strip() == f"8080/tcp -> 127.0.0.1:{web['hostPorts'][0]}", ports  # loopback only
     finally:
         bridge_node.cli("session", "destroy", name, check=True)
 

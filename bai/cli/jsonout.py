@@ -43,6 +43,11 @@ DATA_FIELDS = frozenset(
         "resourceOpts",
         "resource_opts",
         "warm",
+        "lastStat",  # Backend.AI's statistics objects, in its metric names
+        "liveStat",
+        "last_stat",
+        "live_stat",
+        "stats",
     }
 )
 _SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
