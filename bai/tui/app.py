@@ -50,7 +50,7 @@ FORWARD_HOST = "127.0.0.1"
 LOG_ACTIONS = {"toggle_timestamps", "toggle_wrap", "log_end", "log_start"}
 MAX_BACKOFF = 5.0
 LOG_FLUSH = 0.1  # seconds between feeds of the log view
-LOG_FLUSH_BUSY = 0.3  # ... after a feed of more than LOG_BUSY_BYTES of output
+LOG_FLUSH_BUSY = 0.5  # ... after a feed of more than LOG_BUSY_BYTES of output
 LOG_BUSY_BYTES = 16 * 1024
 COMPACT_FOOTER_BELOW = 100  # columns
 
