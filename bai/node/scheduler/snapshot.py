@@ -29,6 +29,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from bai.common.cluster import MULTI_NODE, SINGLE_NODE  # the cluster modes, defined once
 from bai.common.slots import Slots
 from bai.common.status import StatusInfo
 
@@ -39,11 +40,13 @@ __all__ = [
     "DependencyState",
     "KernelRequest",
     "KeypairState",
+    "MULTI_NODE",
     "Pending",
     "PendingSession",
     "Placement",
     "PredicateResult",
     "ResourcePolicy",
+    "SINGLE_NODE",
     "ScalingGroup",
     "Slots",
     "Snapshot",
@@ -51,8 +54,6 @@ __all__ = [
 
 INTERACTIVE = "interactive"
 BATCH = "batch"
-SINGLE_NODE = "single-node"
-MULTI_NODE = "multi-node"
 
 FIFO = "fifo"
 LIFO = "lifo"
