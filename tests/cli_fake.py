@@ -83,8 +83,23 @@ class Fake:
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A fake manager's request handler: `_answer` sends a JSON body; requests are not logged."""
+
+    def _answer(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 def _handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_GET(self) -> None:  # noqa: N802
             parts = urlsplit(self.path)
             query = parse_qs(parts.query)
@@ -105,17 +120,6 @@ def _handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
                 self._answer(200, {"items": fake.agents})
             else:
                 self._answer(404, {"type": "https://api.backend.ai/probs/not-found", "title": "Not found."})
-
-        def _answer(self, status: int, body: object) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
 
     return Handler
 

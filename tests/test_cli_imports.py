@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from bai.cli import typer_fast
 from bai.cli.main import BaiGroup, app
+from tests.cli_fake import JsonHandler
 
 # never needed to start the CLI: the node, the dashboard, the GraphQL schema, aiohttp, pydantic (typer's)
 NEVER = ("aiohttp", "textual", "graphql", "pydantic", "pydantic_core", "bai.node", "bai.tui")
@@ -67,7 +68,7 @@ SESSION = {
 }
 
 
-class _Manager(BaseHTTPRequestHandler):
+class _Manager(JsonHandler):
     """Answers GET /session (the list) and GET /session/NAME; anything else is a 404 problem."""
 
     def do_GET(self) -> None:  # noqa: N802
@@ -78,17 +79,6 @@ class _Manager(BaseHTTPRequestHandler):
             self._answer(200, SESSION)
         else:
             self._answer(404, {"type": "https://api.backend.ai/probs/not-found", "title": "No such session."})
-
-    def _answer(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
