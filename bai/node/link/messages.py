@@ -30,13 +30,14 @@ class Message:
     """A dataclass that travels as a dict of plain values."""
 
     _nested: ClassVar[dict[str, type[Message]]] = {}  # field -> the Message type of its list items
+    _single: ClassVar[frozenset[str]] = frozenset()  # those of `_nested` that hold one message (or None)
 
     def to_wire(self) -> dict[str, Any]:
         out = {}
         for name in _field_names(type(self)):
             value = getattr(self, name)
-            if name in self._nested:
-                value = [item.to_wire() for item in value]
+            if name in self._nested and value is not None:
+                value = value.to_wire() if isinstance(value, Message) else [item.to_wire() for item in value]
             out[name] = value
         return out
 
@@ -49,6 +50,9 @@ class Message:
         for name, kind in cls._nested.items():
             if name in values:
                 items = values[name]
+                if name in cls._single:  # one message (or None)
+                    values[name] = None if items is None else kind.from_wire(items)
+                    continue
                 if not isinstance(items, list):
                     raise MessageError(f"{cls.__name__}.{name}: expected a list")
                 values[name] = [kind.from_wire(item) for item in items]
@@ -151,6 +155,29 @@ class DotfileSpec(Message):
 
 
 @dataclass
+class ClusterSpec(Message):
+    """A kernel's place in a multi-container session (CreateKernel.cluster; None for a one-kernel session).
+
+    Its name is `{cluster_role}{cluster_idx}` (CreateKernel); the BACKENDAI_CLUSTER_* variables come in
+    CreateKernel.environ (the manager adds them, bai/common/cluster.py); the session's SSH keypair in its
+    dotfiles (.ssh/id_cluster, id_cluster.pub, authorized_keys, config).
+
+    - single-node: every kernel on this agent, on the Docker network `network` (the agent creates it with the
+      session's first kernel and removes it with the last; each kernel joins it under its name).
+    - multi-node: `hosts` are the other kernels' names: each is reached through the agents' link (the kernel's
+      runner listens on `relay_address(rank)` for CLUSTER_PORTS, see bai/common/cluster.py), so kernels need
+      no network of their own and no host opens a port for them.
+    """
+
+    size: int
+    mode: str  # single-node | multi-node
+    rank: int  # 0: main1, 1: sub1, …
+    local_rank: int = 0  # index among the session's kernels on this agent
+    network: str = ""  # single-node: the session's Docker network
+    hosts: list[str] = field(default_factory=list)  # multi-node: every kernel's name, main1 first (by rank)
+
+
+@dataclass
 class KernelCreated(Message):
     """The answer to CreateKernel: where the kernel runs and what it holds."""
 
@@ -167,7 +194,12 @@ class CreateKernel(Call[KernelCreated]):
     """Start a session's kernel."""
 
     method: ClassVar[str] = "create_kernel"
-    _nested: ClassVar[dict[str, type[Message]]] = {"mounts": MountSpec, "dotfiles": DotfileSpec}
+    _nested: ClassVar[dict[str, type[Message]]] = {
+        "mounts": MountSpec,
+        "dotfiles": DotfileSpec,
+        "cluster": ClusterSpec,
+    }
+    _single: ClassVar[frozenset[str]] = frozenset({"cluster"})
 
     kernel_id: str
     session_id: str
@@ -182,6 +214,7 @@ class CreateKernel(Call[KernelCreated]):
     pull: dict[str, Any] | None = None  # {"registry", "auth"}: for this pull only; never stored or logged
     mounts: list[MountSpec] = field(default_factory=list)
     dotfiles: list[DotfileSpec] = field(default_factory=list)
+    cluster: ClusterSpec | None = None  # a kernel of a multi-container session
 
     def decode_result(self, raw: Any) -> KernelCreated:
         return KernelCreated.from_wire(raw)
@@ -385,7 +418,33 @@ class OpenTunnel(Message):
     app: str
 
 
-STREAMS: dict[str, type[Message]] = {OpenTerminal.kind: OpenTerminal, OpenTunnel.kind: OpenTunnel}
+@dataclass
+class OpenPeerTunnel(Message):
+    """Open a stream (kind `peer-tunnel`): a TCP connection to `port` inside a kernel of a multi-node session,
+    for another kernel of the same session on another agent (the manager checked both). Frames as OpenTunnel's."""
+
+    kind: ClassVar[str] = "peer-tunnel"
+
+    kernel_id: str
+    port: int
+
+
+@dataclass
+class PeerDialed(Message):
+    """Open a stream (kind `peer-dialed`): the far end of the connection a kernel asked for with PeerDial
+    `dial_id` (frames as OpenTunnel's). With `error`, the connection could not be made: the agent closes the
+    kernel's side at once, and the manager closes the stream."""
+
+    kind: ClassVar[str] = "peer-dialed"
+
+    dial_id: str
+    error: str = ""
+
+
+STREAMS: dict[str, type[Message]] = {
+    m.kind: m
+    for m in (OpenTerminal, OpenTunnel, OpenPeerTunnel, PeerDialed)  # type: ignore[attr-defined]
+}
 
 
 CALLS: dict[str, type[Call[Any]]] = {
@@ -485,8 +544,22 @@ class KernelStats(Event):
     node: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class PeerDial(Event):
+    """A kernel of a multi-node session connects to `port` of `host` (another kernel of its session, on
+    another agent): the manager opens an OpenPeerTunnel stream to that kernel's agent and a PeerDialed stream
+    (`dial_id`) back to this agent, and relays between them."""
+
+    name: ClassVar[str] = "peer_dial"
+
+    dial_id: str
+    kernel_id: str  # the kernel that connects
+    host: str  # the kernel it connects to, by name (sub1)
+    port: int
+
+
 EVENTS: dict[str, type[Event]] = {
-    e.name: e for e in (Heartbeat, KernelLogs, KernelPulling, KernelTerminated, KernelStats)
+    e.name: e for e in (Heartbeat, KernelLogs, KernelPulling, KernelTerminated, KernelStats, PeerDial)
 }
 
 

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from bai.common import slots as slotlib
+from bai.common.cluster import SINGLE_NODE
 from bai.common.durations import parse_duration
 from bai.common.gpus import DEVICE
 from bai.common.images import registry_of
@@ -42,6 +43,7 @@ class CreateRequest:
     depends: list[str] = field(default_factory=list)  # session names or ids, resolved by the registry
     mounts: list[MountRequest] = field(default_factory=list)  # folders, resolved by the registry
     config: dict[str, Any] = field(default_factory=dict)
+    cluster_mode: str = SINGLE_NODE  # single-node | multi-node (bai/common/cluster.py)
 
 
 def _first(body: dict[str, Any], *keys: str, default: Any = None) -> Any:

@@ -293,6 +293,27 @@ class Sessions:
         current = await self.store.get_session(session_id)
         return current is None or S(current["status"]) not in ACTIVE_STATUSES
 
+    async def kernel_for(self, session: dict[str, Any], ref: str | None) -> dict[str, Any]:
+        """The session's kernel named `ref` (`main1`, `sub2`; or a kernel id, or a unique prefix of one of
+        at least 4 characters); the main kernel when `ref` is None or empty. A 404 listing the session's
+        kernels when there is no such kernel."""
+        if not ref:
+            return await self.main_kernel(session)
+        kernels = await self.store.kernels_of(session["id"])
+        named = [k for k in kernels if f"{k['cluster_role']}{k['cluster_idx']}" == ref or k["id"] == ref]
+        if not named and len(ref) >= 4:
+            named = [k for k in kernels if k["id"].startswith(ref)]
+        if len(named) == 1:
+            return named[0]
+        names = ", ".join(f"{k['cluster_role']}{k['cluster_idx']}" for k in kernels)
+        raise Problem(
+            "object-not-found",
+            "No such kernel.",
+            f"session {session['name']} has no kernel {ref!r}; its kernels: {names}",
+            {"kernel": ref, "kernels": [f"{k['cluster_role']}{k['cluster_idx']}" for k in kernels]},
+            404,
+        )
+
     async def main_kernel(self, session: dict[str, Any]) -> dict[str, Any]:
         kernels = await self.store.kernels_of(session["id"])
         for k in kernels:
@@ -610,10 +631,12 @@ class Sessions:
         code: str,
         options: dict[str, Any],
         flush: float,
+        kernel_ref: str | None = None,
     ) -> dict[str, Any]:
+        """Run code in the session's kernel `kernel_ref` (main1 when None; see kernel_for)."""
         if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
             raise Problem("generic-bad-request", "Bad request.", f"the session is {session['status']}, not RUNNING")
-        kernel = await self.main_kernel(session)
+        kernel = await self.kernel_for(session, kernel_ref)
         sid = session["id"]
         self.activity[sid] = self.clock.now()
         if mode in ("query", "batch"):
@@ -665,12 +688,13 @@ class Sessions:
         self.activity[session_id] = self.clock.now()
 
     async def open_terminal(
-        self, session: dict[str, Any], command: list[str] | None, rows: int, cols: int
+        self, session: dict[str, Any], command: list[str] | None, rows: int, cols: int, kernel_ref: str | None = None
     ) -> LinkStream:
-        """A terminal in the session's main kernel: a link stream to its agent (frames: agent/terminal.py)."""
+        """A terminal in the session's kernel `kernel_ref` (main1 when None): a link stream to its agent
+        (frames: agent/terminal.py)."""
         if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
             raise invalid(f"session {session['name']} is {session['status']}: a terminal needs a running kernel")
-        kernel = await self.main_kernel(session)
+        kernel = await self.kernel_for(session, kernel_ref)
         opening = OpenTerminal(kernel["id"], command, rows, cols)
         try:
             stream = await self.link.open_stream(kernel["agent_id"], opening.kind, opening.to_wire())
