@@ -61,7 +61,7 @@ def sess(
     **kw,
 ) -> PendingSession:
     request = slots(cpu, mem, **(extra or {}))
-    reqs = tuple(KernelRequest(f"{sid}-k{n}", request, "main" if n == 0 else "sub") for n in range(kernels))
+    reqs = tuple(KernelRequest(f"{sid}-k{n}", request, "main" if n == 0 else "sub", max(n, 1)) for n in range(kernels))
     return PendingSession(
         sid, f"name-{sid}", ak, kind, group, reqs, created_at=T0 + timedelta(seconds=t), cluster_mode=mode, **kw
     )
@@ -251,7 +251,7 @@ def test_a_session_no_agent_could_ever_hold_names_the_first_slot_too_large() -> 
     big = sess("m", 1, "1g", kernels=2, mode="multi-node")
     big = dataclasses.replace(big, kernels=(big.kernels[0], dataclasses.replace(big.kernels[1], slots=slots(3, "1g"))))
     d = schedule(snap([big], agents))
-    assert pending_of(d, "m").msg == "kernel m-k1 (2 of 2) needs cpu 3; the largest agent has 2"
+    assert pending_of(d, "m").msg == "kernel sub1 (2 of 2) needs cpu 3; the largest agent has 2"
 
 
 @pytest.mark.parametrize("selection", ["dispersed", "concentrated"])
@@ -539,7 +539,7 @@ def test_multi_node_is_all_or_nothing() -> None:
     sessions = [sess("three", 3, kernels=3, mode="multi-node", t=1), sess("w1", 4, t=2), sess("w2", 4, t=3)]
     d = schedule(snap(sessions, agents))
     item = pending_of(d, "three")
-    assert item.msg == "kernel three-k2 (3 of 3): no agent has room: best is a1 with cpu 1 free of 3 requested"
+    assert item.msg == "kernel sub2 (3 of 3): no agent has room: best is a1 with cpu 1 free of 3 requested"
     # the two tentative reservations were rolled back: both whole agents are still free
     assert where(d) == {"w1": "a1", "w2": "a2"}
 

@@ -13,10 +13,12 @@ from typing import Any
 from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.clock import Clock
+from bai.common.cluster import SINGLE_NODE
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
 from bai.node.manager.agents import Agents
 from bai.node.manager.sessions import Sessions
 from bai.node.manager.store import Store
+from bai.node.manager.store.sessions import cluster_order
 from bai.node.manager.wakeup import Wakeup
 from bai.node.scheduler.core import schedule
 from bai.node.scheduler.snapshot import (
@@ -189,9 +191,12 @@ class Dispatcher:
                     session_type=row["type"],
                     scaling_group=row["scaling_group"],
                     kernels=tuple(
-                        KernelRequest(k["id"], slotlib.from_wire(k["occupied_slots"]), k["cluster_role"])
-                        for k in kernels.get(row["id"], [])
+                        KernelRequest(
+                            k["id"], slotlib.from_wire(k["occupied_slots"]), k["cluster_role"], k["cluster_idx"]
+                        )
+                        for k in sorted(kernels.get(row["id"], []), key=cluster_order)
                     ),
+                    cluster_mode=row["config"].get("cluster_mode") or SINGLE_NODE,
                     created_at=datetime.fromisoformat(row["created_at"]),
                     starts_at=datetime.fromisoformat(starts_at) if starts_at else None,
                     depends_on=tuple(row["config"].get("depends_on", [])),

@@ -122,3 +122,47 @@ def unplaceable(
             "largest_agent": {"id": best_id, "slots": slotlib.to_wire(best)},
         },
     )
+
+
+def unplaceable_spread(
+    request: Mapping[str, Decimal],
+    scaling_group: str,
+    agents: Iterable[Mapping[str, Any]],
+    gpus: Mapping[str, Mapping[str, Any]] | None = None,
+    kernels: int = 2,
+) -> Problem | None:
+    """A multi-node session of `kernels` kernels of `request` each: None when the group's agents, all empty,
+    could hold them together (each kernel on some agent, several on one agent where it has room), else a 400
+    naming how many kernels they could hold and each agent's share. A group without agents refuses nothing."""
+    agents = list(agents)
+    one = unplaceable(request, scaling_group, agents, gpus, 1)
+    if one is not None:
+        return one  # not even one kernel fits anywhere: that reason says why
+    gpus = gpus or {}
+    held: list[tuple[str, int]] = []
+    for a in agents:
+        if a.get("scaling_group") != scaling_group or a.get("status") not in COUNTED_STATUSES:
+            continue
+        capacity = slotlib.from_wire(a.get("slots"))
+        known = gpus.get(str(a["id"]))
+        devices = len(known.get("devices") or ()) if known else None
+        n = 0
+        while n < kernels and fits_ever(request, capacity, devices, n + 1):
+            n += 1
+        held.append((str(a["id"]), n))
+    if not held or sum(n for _, n in held) >= kernels:
+        return None
+    total = sum(n for _, n in held)
+    shares = ", ".join(f"{agent_id}: {n}" for agent_id, n in sorted(held))
+    return Problem(
+        SLUG,
+        TITLE,
+        f"a multi-node session of {kernels} kernels of {_fmt(request)} each needs room for {kernels} kernels; "
+        f"the agents of scaling group {scaling_group} can hold {total} at most ({shares})",
+        {
+            "scaling_group": scaling_group,
+            "requested": slotlib.to_wire(_need(request, 1)),
+            "kernels": kernels,
+            "holdable": {agent_id: n for agent_id, n in held},
+        },
+    )

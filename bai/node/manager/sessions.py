@@ -6,6 +6,7 @@ and is published on the EventHub only after it is committed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from typing import Any
 from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.clock import Clock
+from bai.common.cluster import SINGLE_NODE, cluster_environ, members, network_name
 from bai.common.images import registry_of
 from bai.common.names import name_problem
 from bai.common.problems import Problem, invalid, no_session
@@ -31,6 +33,7 @@ from bai.common.status import (
 )
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
 from bai.node.link.messages import (
+    ClusterSpec,
     CommitKernel,
     CreateKernel,
     Destroyed,
@@ -53,13 +56,14 @@ from bai.node.link.messages import (
 from bai.node.link.streams import LinkStream
 from bai.node.manager.admission import Admission, admit
 from bai.node.manager.agents import PULL_TIMEOUT, Agents
+from bai.node.manager.cluster_keys import cluster_dotfiles
 from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.events import Hubs
 from bai.node.manager.hooks import Hooks
 from bai.node.manager.images import Images
 from bai.node.manager.kernel_logs import newest_seq
 from bai.node.manager.metrics import ManagerMetrics
-from bai.node.manager.placeable import unplaceable
+from bai.node.manager.placeable import unplaceable, unplaceable_spread
 from bai.node.manager.requests import CreateRequest
 from bai.node.manager.runs import BusySessions, RunHistory
 from bai.node.manager.stats import StatsBook, last_stat, stored_stat, with_peaks
@@ -108,27 +112,43 @@ def new_session_rows(
     depends_on: list[str] | None = None,
     mounts: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The rows a new session is stored as (`Store.create_session`): the session and its kernels."""
-    kernel = {
-        "id": new_id(),
-        "cluster_role": "main",
-        "cluster_idx": 1,
-        "slots": slotlib.to_wire(req.resources),
-    }
+    """The rows a new session is stored as (`Store.create_session`): the session and its kernels (main1, sub1 …,
+    each asking for `req.resources`; the session asks for all of them together)."""
+    size = req.cluster_size
+    per_kernel = slotlib.to_wire(req.resources)
+    kernels = [
+        {"id": new_id(), "cluster_role": m.role, "cluster_idx": m.idx, "slots": per_kernel} for m in members(size)
+    ]
+    config = {**req.config, "depends_on": depends_on or [], "mounts": mounts or []}
+    if size > 1:
+        config["cluster_mode"] = req.cluster_mode
     session = {
         "id": new_id(),
         "name": req.name,
         "access_key": access_key,
         "image": req.image,
         "type": req.type,
-        "requested_slots": slotlib.to_wire(req.resources),
+        "requested_slots": per_kernel if size == 1 else slotlib.to_wire(_times(req.resources, size)),
         "environ": req.environ,
-        "config": {**req.config, "depends_on": depends_on or [], "mounts": mounts or []},
+        "config": config,
         "scaling_group": req.scaling_group,
         "tag": req.tag,
         "created_at": now.isoformat(),
     }
-    return session, [kernel]
+    return session, kernels
+
+
+def _times(slots: dict[str, Any], count: int) -> dict[str, Any]:
+    return {name: amount * count for name, amount in slots.items()}
+
+
+def kernel_name(kernel: dict[str, Any]) -> str:
+    """main1, sub1 …: how users know a kernel of a session."""
+    return f"{kernel['cluster_role']}{kernel['cluster_idx']}"
+
+
+def cluster_mode_of(session: dict[str, Any]) -> str:
+    return (session.get("config") or {}).get("cluster_mode") or SINGLE_NODE
 
 
 class Sessions:
@@ -177,7 +197,7 @@ class Sessions:
         self.runs = RunHistory(self.logs.notify)  # each session's runs (the log view's separators)
         self.full_disk = FullDiskWarnings(log)  # background writes (kernel logs, run results) on a full disk
         # requests some agent could hold, by (scaling group, slots), for the agents as of `_placeable_version`
-        self._placeable: set[tuple[str, tuple[tuple[str, Any], ...]]] = set()
+        self._placeable: set[tuple[Any, ...]] = set()
         self._placeable_version = -1
 
     async def close(self) -> None:
@@ -341,10 +361,15 @@ class Sessions:
         if version != self._placeable_version:
             self._placeable.clear()
             self._placeable_version = version
-        key = (req.scaling_group, tuple(sorted(req.resources.items())))
+        size, mode = req.cluster_size, req.cluster_mode
+        key = (req.scaling_group, tuple(sorted(req.resources.items())), size, mode)
         if key in self._placeable:
             return None
-        problem = unplaceable(req.resources, req.scaling_group, agents, self.agents.gpu_devices())
+        gpus = self.agents.gpu_devices()
+        if size > 1 and mode != SINGLE_NODE:
+            problem = unplaceable_spread(req.resources, req.scaling_group, agents, gpus, size)
+        else:  # every kernel on one agent
+            problem = unplaceable(req.resources, req.scaling_group, agents, gpus, size)
         if problem is None and version == self.store.agents_version:
             self._placeable.add(key)
         return problem
@@ -444,59 +469,90 @@ class Sessions:
                 self.spawn(self._notify_hooks("after_termination", row), f"hooks-{row['id']}")
         for row in scheduled:
             self.events.publish("session_scheduled", row)
-            agent_id = next(iter(agents[row["id"]].values()))
-            self.spawn(self._start_session(row, agent_id), f"start-{row['id']}")
+            self.spawn(self._start_session(row, agents[row["id"]]), f"start-{row['id']}")
 
-    async def _start_session(self, session: dict[str, Any], agent_id: str) -> None:
+    def _create_calls(
+        self, session: dict[str, Any], kernels: list[dict[str, Any]], dotfiles: list[dict[str, Any]], pull: Any
+    ) -> list[CreateKernel]:
+        """What each kernel of a session is created with (in cluster order: main1 first). A session of several
+        kernels adds, to each, its place in the cluster, the cluster's variables and the session's SSH keypair."""
+        sid = session["id"]
+        size = len(kernels)
+        mode = cluster_mode_of(session)
+        hosts = [kernel_name(k) for k in kernels]
+        common = [DotfileSpec(d["path"], d["data"], d["permission"]) for d in dotfiles]
+        if size > 1:
+            common += cluster_dotfiles(hosts)
+        mounts = [
+            MountSpec(str(self.vfolders.path_of(m)), m["target"], bool(m["read_only"]))
+            for m in session["config"].get("mounts") or []
+            if self.vfolders is not None
+        ]
+        calls = []
+        seen: dict[str | None, int] = {}  # agent -> kernels of the session placed there so far
+        for rank, kernel in enumerate(kernels):
+            local_rank = seen.get(kernel["agent_id"], 0)
+            seen[kernel["agent_id"]] = local_rank + 1
+            environ = dict(session["environ"])
+            cluster = None
+            if size > 1:
+                environ.update(cluster_environ(size, mode, rank, local_rank))
+                cluster = ClusterSpec(
+                    size, mode, rank, local_rank, network_name(sid) if mode == SINGLE_NODE else "", hosts
+                )
+            calls.append(
+                CreateKernel(
+                    kernel_id=kernel["id"],
+                    session_id=sid,
+                    session_name=session["name"],
+                    access_key=session["access_key"],
+                    image=session["image"],
+                    slots=kernel["occupied_slots"],
+                    environ=environ,
+                    cluster_role=kernel["cluster_role"],
+                    cluster_idx=kernel["cluster_idx"],
+                    network=session["config"].get("network"),
+                    pull=pull,  # with the registry's credentials: never stored, never logged
+                    mounts=mounts,
+                    dotfiles=common,
+                    cluster=cluster,
+                )
+            )
+        return calls
+
+    async def _start_session(self, session: dict[str, Any], placed: dict[str, str]) -> None:
+        """Create every kernel of a scheduled session on its agent, all at once; RUNNING when all started. When
+        one does not start, the session ends with that kernel's reason and the kernels that did are removed."""
         sid = session["id"]
         preparing = await self.store.start_preparing(sid)  # with its kernels and dotfiles, in one transaction
         if preparing is None:
             return
         row, kernels, dotfiles = preparing
         self._moved(sid, S.PREPARING, row)
-        kernel = next((k for k in kernels if k["cluster_role"] == "main"), None)
-        if kernel is None:
+        if not kernels:
             raise no_session(sid)
+        for k in kernels:
+            k["agent_id"] = k.get("agent_id") or placed.get(k["id"])
+        first_agent = kernels[0]["agent_id"]
         try:
             pull = self.images.pull_grant(session["image"])
         except Problem as p:  # the configuration changed since it was created: nothing is contacted
-            error = {"error": {"src": "manager", "agent_id": agent_id, "name": p.title, "repr": p.msg}}
+            error = {"error": {"src": "manager", "agent_id": first_agent, "name": p.title, "repr": p.msg}}
             await self.transition(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
             return
-        create = CreateKernel(
-            kernel_id=kernel["id"],
-            session_id=sid,
-            session_name=session["name"],
-            access_key=session["access_key"],
-            image=session["image"],
-            slots=kernel["occupied_slots"],
-            environ=session["environ"],
-            cluster_role=kernel["cluster_role"],
-            cluster_idx=kernel["cluster_idx"],
-            network=session["config"].get("network"),
-            pull=pull,  # with the registry's credentials: never stored, never logged
-            mounts=[
-                MountSpec(str(self.vfolders.path_of(m)), m["target"], bool(m["read_only"]))
-                for m in session["config"].get("mounts") or []
-                if self.vfolders is not None
-            ],
-            dotfiles=[DotfileSpec(d["path"], d["data"], d["permission"]) for d in dotfiles],
+        creates = self._create_calls(session, kernels, dotfiles, pull)
+        # an image from a registry may have to be pulled first: allow for that too
+        limit = self.start_timeout + (PULL_TIMEOUT if registry_of(session["image"]) else 0)
+        results = await asyncio.gather(
+            *(call(self.link, k["agent_id"], c, timeout=limit) for k, c in zip(kernels, creates, strict=True)),
+            return_exceptions=True,
         )
-        try:
-            # an image from a registry may have to be pulled first: allow for that too
-            limit = self.start_timeout + (PULL_TIMEOUT if registry_of(session["image"]) else 0)
-            result = await call(self.link, agent_id, create, timeout=limit)
-        except TimeoutError:
-            # PREPARING took too long: an ERROR with the reason, then clean up and free the slots
-            error = _error_data(agent_id, TimeoutError(f"the kernel did not start within {self.start_timeout:g} s"))
-            if await self.transition(sid, S.ERROR, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING):
-                await self._remove_kernel(agent_id, kernel["id"], StatusInfo.FAILED_TO_START)
-                await self.transition(sid, S.TERMINATED, StatusInfo.FAILED_TO_START, error, allowed_from=[S.ERROR])
-            return
-        except (RemoteError, AgentUnavailable) as e:
-            await self.transition(
-                sid, S.CANCELLED, StatusInfo.FAILED_TO_START, _error_data(agent_id, e), allowed_from=STARTING
-            )
+        failed = [(k, r) for k, r in zip(kernels, results, strict=True) if isinstance(r, BaseException)]
+        for _, r in failed:
+            if not isinstance(r, TimeoutError | RemoteError | AgentUnavailable):
+                log.error("session %s: creating a kernel failed unexpectedly", sid, exc_info=r)
+        if failed:
+            await self._not_started(session, kernels, failed)
             return
         started = await self.transition(
             sid,
@@ -505,21 +561,50 @@ class Sessions:
             {},
             allowed_from=STARTING,
             kernel_updates={
-                kernel["id"]: {
-                    "container_id": result.container_id,
-                    "devices": json.dumps(result.gpus),
-                    "service_ports": json.dumps(result.service_ports),
+                k["id"]: {
+                    "container_id": r.container_id,
+                    "devices": json.dumps(r.gpus),
+                    "service_ports": json.dumps(r.service_ports),
                 }
+                for k, r in zip(kernels, results, strict=True)
             },
         )
         if started is None:
             current = await self.store.get_session(sid)
             if current is not None and current["status"] == S.RUNNING:
                 return  # adopted meanwhile (the agent re-registered with the kernel)
-            await self._remove_kernel(agent_id, kernel["id"], StatusInfo.USER_REQUESTED)  # destroyed while preparing
+            await self._remove_kernels(kernels, StatusInfo.USER_REQUESTED)  # destroyed while preparing
             return
         if session["type"] == "batch":
-            self.spawn(self._run_batch(started, kernel, agent_id), f"batch-{sid}")
+            self.spawn(self._run_batch(started, kernels[0], kernels[0]["agent_id"]), f"batch-{sid}")
+
+    async def _not_started(
+        self, session: dict[str, Any], kernels: list[dict[str, Any]], failed: list[tuple[dict[str, Any], BaseException]]
+    ) -> None:
+        """Some kernels did not start: the session ends with the first one's reason (naming the kernel in a
+        session of several), and every other kernel is removed (the agent of a kernel it refused to create has
+        removed what it made already). A kernel that did not start in time: ERROR, then TERMINATED once removed;
+        one an agent refused or could not be asked for: CANCELLED."""
+        sid = session["id"]
+        kernel, exc = failed[0]
+        if isinstance(exc, TimeoutError):
+            exc = TimeoutError(f"the kernel did not start within {self.start_timeout:g} s")
+        error = _error_data(kernel["agent_id"], exc)
+        if len(kernels) > 1:
+            name = kernel_name(kernel)
+            error["error"]["repr"] = f"kernel {name} on agent {kernel['agent_id']}: {error['error']['repr']}"
+            error["error"]["kernel"] = name
+        refused = {k["id"] for k, e in failed if isinstance(e, RemoteError)}
+        leftovers = [k for k in kernels if k["id"] not in refused]
+        if any(isinstance(e, TimeoutError) for _, e in failed):
+            # PREPARING took too long: an ERROR with the reason, then clean up and free the slots
+            if await self.transition(sid, S.ERROR, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING):
+                await self._remove_kernels(leftovers, StatusInfo.FAILED_TO_START)
+                await self.transition(sid, S.TERMINATED, StatusInfo.FAILED_TO_START, error, allowed_from=[S.ERROR])
+            return
+        if leftovers:
+            await self._remove_kernels(leftovers, StatusInfo.FAILED_TO_START)
+        await self.transition(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
 
     async def _run_batch(self, session: dict[str, Any], kernel: dict[str, Any], agent_id: str) -> None:
         """A batch session runs its startup command, then ends by itself with its exit code."""
@@ -552,7 +637,7 @@ class Sessions:
         )
         if row is not None:
             self.events.publish("session_success" if ok else "session_failure", row)
-            await self._finish_destroy(row, agent_id, info, kernel)
+            await self._finish_destroy(row, info)
 
     # -- destroy ----------------------------------------------------------------------------------
 
@@ -573,38 +658,47 @@ class Sessions:
                 "Forbidden.",
                 f"the session is {status}; wait, or destroy it with forced=true",
             )
-        kernel = await self.main_kernel(session)
+        kernels = await self.store.kernels_of(session["id"])
+        if not kernels:
+            raise no_session(session["id"])
+        main = kernels[0]
         target = S.CANCELLED if status in (S.SCHEDULED, S.PULLING) else S.TERMINATING
         row = await self.transition(session["id"], target, info, {})
         if row is None:
             row = await self.store.get_session(session["id"])
         final = None
         if target == S.TERMINATING and row is not None:
-            finishing = self._finish_destroy(row, kernel["agent_id"], info, kernel)
+            finishing = self._finish_destroy(row, info, kernels)
             if wait:
                 final = await finishing
             else:
                 self.spawn(finishing, f"destroy-{session['id']}")
-                final = self._finals(session["id"]).get(kernel["id"])  # the latest: the end comes later
-        # Backend.AI's answer: the kernel's final statistics ({} when there are none)
-        return last_stat(final, kernel["occupied_slots"]) or {}
+                final = self._finals(session["id"]).get(main["id"])  # the latest: the end comes later
+        # Backend.AI's answer: the main kernel's final statistics ({} when there are none)
+        return last_stat(final, main["occupied_slots"]) or {}
 
     async def _finish_destroy(
-        self, session: dict[str, Any], agent_id: str | None, info: str, kernel: dict[str, Any] | None = None
+        self, session: dict[str, Any], info: str, kernels: list[dict[str, Any]] | None = None
     ) -> dict[str, Any] | None:
-        """Remove the session's (main) kernel from its agent, then TERMINATED; the kernel's final statistics
-        (the agent's last sample of it, else the latest the manager has, else the one stored before)."""
-        if kernel is None:
-            kernel = await self.main_kernel(session)
-        if agent_id:
-            destroyed = await self._remove_kernel(agent_id, kernel["id"], info, timeout=60)
-            if destroyed is not None and destroyed.stats:
-                self.stats.final(kernel["id"], session["id"], session["access_key"], destroyed.stats)
-        final = self._finals(session["id"]).get(kernel["id"]) or stored_stat(kernel)
+        """Remove the session's kernels from their agents (all at once), then TERMINATED; the main kernel's final
+        statistics (the agent's last sample of it, else the latest the manager has, else the one stored before)."""
+        if kernels is None:
+            kernels = await self.store.kernels_of(session["id"])
+        await self._remove_kernels(kernels, info, timeout=60)
+        main = kernels[0] if kernels else None
+        final = (self._finals(session["id"]).get(main["id"]) or stored_stat(main)) if main else None
         await self.transition(
             session["id"], S.TERMINATED, info, session["status_data"], allowed_from=[S.TERMINATING, S.ERROR]
         )
         return final
+
+    async def _remove_kernels(self, kernels: list[dict[str, Any]], reason: str, timeout: float = 30) -> None:
+        """Have each kernel's agent remove it, all at once; their final statistics are kept in the book."""
+        placed = [k for k in kernels if k.get("agent_id")]
+        done = await asyncio.gather(*(self._remove_kernel(k["agent_id"], k["id"], reason, timeout) for k in placed))
+        for kernel, destroyed in zip(placed, done, strict=True):
+            if destroyed is not None and destroyed.stats:
+                self.stats.final(kernel["id"], kernel["session_id"], "", destroyed.stats)
 
     async def _remove_kernel(self, agent_id: str, kernel_id: str, reason: str, timeout: float = 30) -> Destroyed | None:
         """Have the agent remove a kernel (the answer: whether it had it, its final statistics); a failure is
@@ -744,7 +838,7 @@ class Sessions:
         self._running_kernel_of(session, "a restart")
         if session["type"] == "batch":
             raise invalid("a batch session runs its command once: it cannot be restarted")
-        kernel = await self.main_kernel(session)
+        kernels = await self.store.kernels_of(session["id"])
         sid = session["id"]
         row = await self.transition(sid, S.RESTARTING, "restarting", {}, allowed_from=[S.RUNNING, S.RUNNING_DEGRADED])
         if row is None:
@@ -755,18 +849,26 @@ class Sessions:
                 f"session {session['name']} is {current['status'] if current else 'gone'}: it cannot be restarted now",
             )
         self.busy.clear(sid)
-        try:
-            had = await call(self.link, kernel["agent_id"], RestartKernel(kernel["id"]), timeout=90)
-        except (RemoteError, AgentUnavailable, TimeoutError) as e:
-            why = e.message if isinstance(e, RemoteError) else str(e) or "no answer in time"
-            await self.transition(
-                sid, S.RUNNING, "", {"msg": f"the restart failed: {why}"}, allowed_from=[S.RESTARTING]
-            )
-            raise Problem(
-                "generic-bad-request", "Restart failed.", f"the kernel could not be restarted: {why}"
-            ) from None
+        # every kernel of the session restarts (at once)
+        answers = await asyncio.gather(
+            *(call(self.link, k["agent_id"], RestartKernel(k["id"]), timeout=90) for k in kernels),
+            return_exceptions=True,
+        )
+        for kernel, answer in zip(kernels, answers, strict=True):
+            if isinstance(answer, RemoteError | AgentUnavailable | TimeoutError):
+                why = answer.message if isinstance(answer, RemoteError) else str(answer) or "no answer in time"
+                if len(kernels) > 1:
+                    why = f"kernel {kernel_name(kernel)}: {why}"
+                await self.transition(
+                    sid, S.RUNNING, "", {"msg": f"the restart failed: {why}"}, allowed_from=[S.RESTARTING]
+                )
+                raise Problem(
+                    "generic-bad-request", "Restart failed.", f"the kernel could not be restarted: {why}"
+                ) from None
+            if isinstance(answer, BaseException):
+                raise answer
         back = await self.transition(sid, S.RUNNING, "restarted", {}, allowed_from=[S.RESTARTING])
-        if not had:  # it ended meanwhile: the agent reports that (the session then ends)
+        if not all(answers):  # one ended meanwhile: the agent reports that (the session then ends)
             raise Problem("generic-bad-request", "Restart failed.", "the kernel's agent no longer has it")
         return back or (await self.store.get_session(sid)) or session
 
@@ -877,12 +979,14 @@ class Sessions:
             elif status == S.TERMINATING:
                 await self.transition(kernel["session_id"], S.TERMINATED, kernel["status_info"] or "user-requested")
             else:
+                name = f"kernel {kernel_name(kernel)}" if await self._in_cluster(kernel) else "the kernel"
                 await self.transition(
                     kernel["session_id"],
                     S.TERMINATED,
                     StatusInfo.AGENT_TERMINATION,
-                    {"msg": f"the kernel was gone when agent {agent_id} restarted"},
+                    {"msg": f"{name} was gone when agent {agent_id} restarted"},
                 )
+            self._remove_siblings(kernel, agent_id, StatusInfo.AGENT_TERMINATION)
         known = {k["id"] for k in ours}
         return sorted(theirs - known)
 
@@ -895,6 +999,26 @@ class Sessions:
                 StatusInfo.AGENT_LOST,
                 {"msg": f"agent {agent_id} stopped heartbeating and did not come back within {grace:g} s"},
             )
+            self._remove_siblings(kernel, agent_id, StatusInfo.AGENT_LOST)
+
+    async def _in_cluster(self, kernel: dict[str, Any]) -> bool:
+        session = await self.store.get_session(kernel["session_id"])
+        return session is not None and session["cluster_size"] > 1
+
+    def _remove_siblings(self, kernel: dict[str, Any], agent_id: str, reason: str) -> None:
+        """A kernel of a session is gone with its agent: the session's kernels on other agents are removed too
+        (in the background; nothing to do for a session of one kernel)."""
+
+        async def remove() -> None:
+            others = [
+                k
+                for k in await self.store.kernels_of(kernel["session_id"])
+                if k["id"] != kernel["id"] and k.get("agent_id") and k["agent_id"] != agent_id
+            ]
+            if others:
+                await self._remove_kernels(others, reason)
+
+        self.spawn(remove(), f"siblings-{kernel['id']}")
 
     async def kernel_logs(self, chunks: list[list[str]]) -> None:
         """Output of kernels (kernel id, text): kept as their sessions' logs, followers told."""
@@ -932,18 +1056,40 @@ class Sessions:
         self.stats.record(agent_id, samples, event.node)
 
     async def kernel_terminated(self, event: KernelTerminated) -> None:
+        """A kernel ended by itself: its session ends. In a session of several kernels the reason names that
+        kernel, and the others are removed."""
         kernel = await self.store.get_kernel(event.kernel_id)
         if kernel is None:
             return
         if event.stats:  # its last sample: stored with the session's end below
             self.stats.final(kernel["id"], kernel["session_id"], "", event.stats)
         await self.store.update_kernel(kernel["id"], exit_code=event.exit_code)
-        await self.transition(
-            kernel["session_id"],
-            S.TERMINATED,
-            event.reason or StatusInfo.SELF_TERMINATED,
-            # msg: why, when the agent knows (e.g. out of memory, naming the limit)
-            {"exitCode": event.exit_code, **({"msg": event.msg} if event.msg else {})},
-            allowed_from=[S.RUNNING, S.RUNNING_DEGRADED, S.RESTARTING],
-        )
+        data: dict[str, Any] = {"exitCode": event.exit_code, **({"msg": event.msg} if event.msg else {})}
+        siblings = []
+        session = await self.store.get_session(kernel["session_id"])
+        if session is not None and session["cluster_size"] > 1:
+            name = kernel_name(kernel)
+            why = event.msg or f"it exited with code {event.exit_code}"
+            data = {**data, "kernel": name, "msg": f"kernel {name} on agent {kernel['agent_id']} ended: {why}"}
+            siblings = [k for k in await self.store.kernels_of(kernel["session_id"]) if k["id"] != kernel["id"]]
+        # msg: why, when the agent knows (e.g. out of memory, naming the limit)
+        info = event.reason or StatusInfo.SELF_TERMINATED
+        if siblings:  # the others go first, while the session is TERMINATING
+            row = await self.transition(
+                kernel["session_id"],
+                S.TERMINATING,
+                info,
+                data,
+                allowed_from=[S.RUNNING, S.RUNNING_DEGRADED, S.RESTARTING],
+            )
+            if row is not None:
+                await self._finish_destroy(row, info, siblings)
+        else:
+            await self.transition(
+                kernel["session_id"],
+                S.TERMINATED,
+                info,
+                data,
+                allowed_from=[S.RUNNING, S.RUNNING_DEGRADED, S.RESTARTING],
+            )
         self.logs.notify(kernel["id"])

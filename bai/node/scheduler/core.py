@@ -316,7 +316,7 @@ class _Round:
                 why = pool.explain(prepared)  # before the rollback: the state it failed in
                 for held, reserved in reversed(taken):
                     pool.release(held, reserved)
-                self.no_room(session, f"kernel {kernel.kernel_id} ({n} of {len(kernels)}): {why}")
+                self.no_room(session, f"kernel {kernel.name} ({n} of {len(kernels)}): {why}")
                 return None
             pool.reserve(agent, prepared.slots)
             taken.append((agent, prepared.slots))
@@ -413,7 +413,7 @@ class _Round:
             if too_big:
                 name = min(too_big, key=lambda x: (x != "cpu", x != "mem", x))
                 need, have = _shown(name, slots[name]), _shown(name, largest[name])
-                where = f"kernel {kernels[n].kernel_id} ({n + 1} of {len(kernels)}) " if multi else ""
+                where = f"kernel {kernels[n].name} ({n + 1} of {len(kernels)}) " if multi else ""
                 return f"{where}needs {name} {need}; {which} has {have}"
         return None
 

@@ -102,6 +102,12 @@ class KernelRequest:
     kernel_id: str
     slots: Mapping[str, Decimal]  # normalised per-kernel request (spec §4)
     cluster_role: str = "main"
+    cluster_idx: int = 1
+
+    @property
+    def name(self) -> str:
+        """main1, sub1 …: how users know the kernel."""
+        return f"{self.cluster_role}{self.cluster_idx}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,8 +98,13 @@ def _transition(
     if kernels_out is not None:
         if updates:  # (changed again since: read them as they are now)
             rows = conn.execute("SELECT * FROM kernels WHERE session_id=?", (session_id,)).fetchall()
-        kernels_out.extend(sorted((decode_row(r) for r in rows), key=lambda k: k["cluster_idx"]))
+        kernels_out.extend(sorted((decode_row(r) for r in rows), key=cluster_order))
     return decode_row(moved[0])
+
+
+def cluster_order(kernel: dict[str, Any]) -> tuple[bool, int]:
+    """main1 first, then sub1, sub2 … (a kernel's place in its session)."""
+    return kernel["cluster_role"] != "main", kernel["cluster_idx"]
 
 
 _KERNEL_FOLLOWS = frozenset({"status", "status_info", "status_changed", "terminated_at"})
@@ -478,7 +483,7 @@ class Sessions(Queries):
                 chunk = session_ids[start : start + 500]
                 rows = conn.execute(
                     f"SELECT * FROM kernels WHERE session_id IN ({','.join('?' * len(chunk))}) "
-                    "ORDER BY session_id, cluster_idx",
+                    "ORDER BY session_id, cluster_role, cluster_idx",  # main1, sub1, sub2 …
                     chunk,
                 ).fetchall()
                 for r in rows:
