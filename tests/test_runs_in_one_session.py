@@ -193,7 +193,7 @@ def test_a_run_nobody_reads_keeps_a_bounded_amount_of_output() -> None:
 
 # -- end to end --------------------------------------------------------------------------------------------
 
-LOOP = "import time\nfor i in range(600):\n    print('first', i, flush=True)\n    time.sleep(0.05)\nprint('first done')"
+LOOP = "import time\nfor i in range(400):\n    print('first', i, flush=True)\n    time.sleep(0.05)\nprint('first done')"
 
 
 def _read_until(stream, text: str, timeout: float = 30) -> str:
