@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bai.node.agent.backends.base import KernelSpec
+from bai.node.link.messages import ClusterSpec, MessageError
 
 FILE = "assignment.json"
 CLAIMED = "claimed"
@@ -36,6 +37,7 @@ def write(kdir: Path, spec: KernelSpec, env: dict[str, str], state: str) -> None
         "slots": {k: str(v) for k, v in spec.slots.items()},
         "cluster_role": spec.cluster_role,
         "cluster_idx": spec.cluster_idx,
+        "cluster": spec.cluster.to_wire() if spec.cluster is not None else None,
         "env": env,  # the session's variables (may hold secrets: 0600, in the agent's own state)
     }
     tmp = kdir / f".{FILE}.tmp"
@@ -71,7 +73,26 @@ def spec_of(data: dict[str, Any]) -> KernelSpec:
         environ={},
         cluster_role=str(data.get("cluster_role") or "main"),
         cluster_idx=int(data.get("cluster_idx") or 1),
+        cluster=cluster_of(data.get("cluster")),
     )
+
+
+def cluster_of(raw: Any) -> ClusterSpec | None:
+    """A kernel's cluster spec as stored (assignment.json, a container's label), or None (none, or unreadable)."""
+    if raw is None:
+        return None
+    try:
+        spec = ClusterSpec.from_wire(raw)
+    except MessageError:
+        return None
+    ints = (spec.size, spec.rank, spec.local_rank)
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in ints):
+        return None
+    if not isinstance(spec.mode, str) or not isinstance(spec.network, str):
+        return None
+    if not isinstance(spec.hosts, list) or not all(isinstance(h, str) for h in spec.hosts):
+        return None
+    return spec
 
 
 def env_of(data: dict[str, Any]) -> dict[str, str]:

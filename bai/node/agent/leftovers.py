@@ -7,6 +7,9 @@ why, as a WARNING, instead of an error swallowed whole.
 A clean-up step never raises what it logs: the caller goes on cleaning (and reports the error that made it
 clean up, not this one). Errors that mean the thing is already gone are expected and stay silent: name
 them (`gone=`) precisely, never `Exception`.
+
+`remove_networks`: at a Docker agent's start, the networks of its multi-container sessions that no
+container uses any more (its sessions' kernels died with it, or were removed while it was down).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 log = logging.getLogger("bai.agent.leftovers")
@@ -106,3 +109,45 @@ def remove_tree(path: Path, what: str = "folder", *, logger: logging.Logger | No
     where = f" ({name}{more})" if os.fspath(name) != os.fspath(path) or more else ""
     report(f"{what} {path}{where}", error, remedy=f"rm -rf {path}", logger=logger)
     return False
+
+
+async def remove_networks(
+    docker,
+    agent_id: str,
+    keep: Collection[str] = (),
+    *,
+    prefix: str = "bai-cluster-",
+    agent_label: str = "bai.agent",
+    logger: logging.Logger | None = None,
+) -> list[str]:
+    """At an agent's start: remove the Docker networks of its multi-container sessions (named `prefix`…,
+    labelled `agent_label`=`agent_id`) that no container uses, but those named in `keep`; a network left by
+    an agent that died before its session's last kernel was removed. `docker`: an aiodocker.Docker. Each
+    failure is reported (WARNING) and the clean-up goes on; returns the names removed."""
+    from aiodocker.exceptions import DockerError
+    from aiodocker.networks import DockerNetwork
+
+    logger = logger or log
+    try:
+        found = await docker.networks.list(filters={"label": [f"{agent_label}={agent_id}"], "name": [prefix]})
+    except DockerError as e:
+        report(f"the networks of agent {agent_id}", e, action="list", left_behind=False, logger=logger)
+        return []
+    removed = []
+    for net in found:
+        name = str(net.get("Name") or "")
+        if not name.startswith(prefix) or name in keep:
+            continue
+        network = DockerNetwork(docker, net["Id"])
+        with step(f"network {name}", remedy=f"remove it with `docker network rm {name}`", logger=logger):
+            try:
+                if (await network.show()).get("Containers"):
+                    continue  # a kernel still on it (the agent did not adopt it, yet it runs): not a leftover
+                await network.delete()
+            except DockerError as e:
+                if e.status == 404:
+                    continue  # gone meanwhile
+                raise
+            removed.append(name)
+            logger.info("removed network %s: no kernel of its session is left", name)
+    return removed

@@ -5,7 +5,8 @@ A pooled kernel is a kernel started ahead of any session (container created and 
 connected, no mounts) with the small limits below; a session that takes it gets its own limits,
 environment and identity at hand-over (see `pool.py` and `DockerBackend.hand_over`). A session that a
 pooled kernel could not serve exactly as a cold kernel would (mounts, GPUs, another network, another
-cluster role, variables that change how the kernel's Python starts) takes the cold path.
+cluster role, any kernel of a multi-container session, variables that change how the kernel's Python
+starts) takes the cold path.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def startup_variable(name: str) -> bool:
 
 def cold_reason(spec: KernelSpec, pooled_images: Mapping[str, int], default_network: str) -> str | None:
     """Why a pooled kernel cannot serve `spec` (then it starts cold), or None when one can."""
+    if spec.cluster is not None:  # its network, hosts and relay are set when its container is created
+        return "it is a kernel of a multi-container session"
     if spec.image not in pooled_images:
         return "no warm pool for its image"
     if spec.mounts:

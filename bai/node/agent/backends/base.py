@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from bai.node.agent.terminal import Terminal
 
+from bai.common.cluster import MULTI_NODE, relay_environ
 from bai.common.service_ports import KNOWN_COMMANDS, ServicePort
 from bai.common.status import StatusInfo
 from bai.node.agent.channel import AGENT_SOCKET, Channel, RunnerChannel
+from bai.node.link.messages import ClusterSpec
 
 
 class KernelStartError(Exception):
@@ -37,6 +39,13 @@ class KernelSpec:
     mounts: list[Mount] = field(default_factory=list)
     dotfiles: list[Dotfile] = field(default_factory=list)
     gpus: list[tuple[str, Decimal]] = field(default_factory=list)  # (device UUID, share of it) held
+    # its place in a multi-container session (CreateKernel.cluster, see bai/common/cluster.py); None: a
+    # one-kernel session. Kept where the kernel is adopted from (container labels, assignment.json)
+    cluster: ClusterSpec | None = None
+
+    def clustered(self) -> bool:
+        """Whether it is one of several kernels of its session."""
+        return self.cluster is not None and self.cluster.size > 1
 
 
 @dataclass(frozen=True)
@@ -264,6 +273,8 @@ def gpu_env(gpus: list[tuple[str, Decimal]]) -> dict[str, str]:
 
 
 def kernel_env(spec: KernelSpec) -> dict[str, str]:
+    """The kernel's variables: bai's, its GPUs', a multi-node kernel's relay variables, then the session's
+    own (`spec.environ`, which wins: the manager's BACKENDAI_CLUSTER_* among them)."""
     env = {
         "BACKENDAI_SESSION_ID": spec.session_id,
         "BACKENDAI_SESSION_NAME": spec.session_name,
@@ -272,10 +283,13 @@ def kernel_env(spec: KernelSpec) -> dict[str, str]:
         "BACKENDAI_KERNEL_IMAGE": spec.image,
         "BACKENDAI_CLUSTER_ROLE": spec.cluster_role,
         "BACKENDAI_CLUSTER_IDX": str(spec.cluster_idx),
-        "BACKENDAI_CLUSTER_SIZE": "1",
+        "BACKENDAI_CLUSTER_SIZE": str(spec.cluster.size) if spec.cluster is not None else "1",
         "PYTHONUNBUFFERED": "1",
     }
     env.update(gpu_env(spec.gpus))
+    if spec.clustered() and spec.cluster is not None and spec.cluster.mode == MULTI_NODE:
+        # its runner listens for the other kernels' names on loopback addresses and relays through the agent
+        env.update(relay_environ(list(spec.cluster.hosts), spec.cluster.rank))
     env.update(spec.environ)
     return env
 

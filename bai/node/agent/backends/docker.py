@@ -24,6 +24,28 @@ limits written into its cgroup at once (cgroups.py; `docker update` records them
 session's variables through the runner's env op and on every `docker exec` (`Kernel.exec_env`), its
 dotfiles through the runner. `kill` ends a kernel's processes at once (SIGKILL to its first process) so
 that `destroy`, which removes the container and scratch, can run off the session's critical path.
+
+Multi-container sessions (`KernelSpec.cluster`, more than one kernel; see bai/common/cluster.py):
+
+- single-node: the session's kernels are all on this agent, on a Docker network of the session
+  (`cluster.network`, bai-cluster-<session id>: bridge driver, labelled bai.session / bai.agent). Each
+  kernel joins it under its name (main1, sub1 …, a DNS alias) so the kernels find each other by name and
+  reach every port of each other. The network is INTERNAL and the host has no address on it
+  (inhibit_ipv4): it gives no route out of the node and no way to the node's own services, so a cluster
+  kernel reaches no more than a one-kernel session's would, only its session's other kernels. Each such
+  network takes a subnet from the daemon's address pools (`default-address-pools` in daemon.json says
+  how many there can be). A kernel whose network is `none`
+  (the default) has only the session network; one whose network is a named one (`bridge`, a network the
+  operator made) keeps that one as its primary network (its route out, its published ports) and joins
+  the session network besides. Host networking is refused. The first kernel of the session to be created
+  makes the network (one lock per session: the manager creates the kernels all at once; "already
+  exists" counts as found), the last one destroyed on this agent (or whose start fails) removes it; at
+  start the agent removes its bai-cluster-* networks that no container uses (leftovers.remove_networks).
+- multi-node: the kernel keeps its own network; the other kernels' names resolve (ExtraHosts) to the
+  loopback addresses its runner relays through the agent (`relay_address`, `relay_environ`).
+
+Cluster kernels are never warm ones (warm_pool.cold_reason). A kernel's cluster spec is in its labels
+(bai.cluster, JSON), so a restarted agent adopts it with it.
 """
 
 from __future__ import annotations
@@ -41,8 +63,10 @@ from typing import Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
+from aiodocker.networks import DockerNetwork
 
 from bai.common import service_ports as apps
+from bai.common.cluster import MULTI_NODE, NETWORK_PREFIX, SINGLE_NODE, network_name, relay_address
 from bai.common.service_ports import PortPool, PortPoolExhausted, ServicePort
 from bai.common.status import StatusInfo
 from bai.node.agent import assignment, cgroups, leftovers
@@ -63,6 +87,7 @@ from bai.node.agent.files import list_script
 from bai.node.agent.scratch import Layout, Scratch, ScratchError
 from bai.node.agent.terminal import DockerExecTerminal, Terminal
 from bai.node.agent.warm_pool import POOL_SLOTS, SESSION_ENV
+from bai.node.link.messages import ClusterSpec
 
 log = logging.getLogger("bai.agent.docker")
 LABEL_KERNEL = "ai.backend.kernel-id"
@@ -70,6 +95,11 @@ LABEL_SESSION = "ai.backend.session-id"
 LABEL_AGENT = "bai.agent-id"
 LABEL_SERVICE_PORTS = "bai.service-ports"  # the kernel's apps and their host ports (JSON)
 LABEL_POOL = "bai.warm-pool"  # a kernel started ahead of its session, of this image (see warm_pool.py)
+LABEL_CLUSTER = "bai.cluster"  # a multi-container session's kernel: its ClusterSpec (JSON)
+LABEL_CLUSTER_IDX = "bai.cluster-idx"  # its index within its role (with bai.cluster-role: its name)
+# a single-node session's network: whose it is
+NET_LABEL_SESSION = "bai.session"
+NET_LABEL_AGENT = "bai.agent"
 
 CONTAINER_LOG_MAX = "1m"  # the container's own log (Docker's json-file) on the node's disk
 NO_PYTHON = "bai: no python in this image"  # the first line of such a kernel's log
@@ -118,6 +148,17 @@ def owner_of(user: str) -> tuple[int, int] | None:
 def gpus_from_labels(labels: dict[str, str]) -> list[tuple[str, Decimal]]:
     """The GPUs a kernel's container holds, from its `bai.gpus` label (to rebuild the agent's map)."""
     return [(u, Decimal(a)) for u, a in json.loads(labels.get("bai.gpus") or "[]")]
+
+
+def cluster_from_labels(labels: dict[str, str]) -> ClusterSpec | None:
+    """A cluster kernel's place in its session, from its `bai.cluster` label (None: none, or unreadable)."""
+    raw = labels.get(LABEL_CLUSTER)
+    if not raw:
+        return None
+    try:
+        return assignment.cluster_of(json.loads(raw))
+    except ValueError:
+        return None
 
 
 def write_dotfiles(home: Path, dotfiles: list[Dotfile], owner: tuple[int, int] | None) -> None:
@@ -238,6 +279,10 @@ class DockerBackend(BackendBase):
         self._pids: dict[str, int] = {}  # container id -> its main process (where its cgroup is read)
         self._chores: set[asyncio.Task[Any]] = set()  # best-effort work after a hand-over (renames)
         self._image_ids: dict[str, str] = {}  # pooled kernel's container id -> the image id it runs
+        # single-node cluster sessions: session id -> its kernels here that hold its network (created with the
+        # first, removed with the last), and the lock (with how many wait on it) that orders that per session
+        self._net_members: dict[str, set[str]] = {}
+        self._net_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     async def start(self) -> None:
         self.kernels_dir.mkdir(parents=True, exist_ok=True)
@@ -268,6 +313,120 @@ class DockerBackend(BackendBase):
         """Whether the kernel's network can publish ports (none and host cannot)."""
         return (spec.network or self.network) not in ("none", "host")
 
+    # -- multi-container sessions -------------------------------------------------------------------
+
+    def check_cluster(self, spec: KernelSpec) -> str:
+        """The kernel's own network (`none`, `bridge`, …); KernelStartError when a cluster kernel cannot run
+        as asked."""
+        network = spec.network or self.network
+        if not spec.clustered():
+            return network
+        assert spec.cluster is not None
+        if network == "host":
+            raise KernelStartError(
+                "a multi-container session cannot use host networking: its kernels need a network of their own "
+                "to find each other by name"
+            )
+        if spec.cluster.mode not in (SINGLE_NODE, MULTI_NODE):
+            raise KernelStartError(f"unknown cluster mode {spec.cluster.mode!r} (single-node or multi-node)")
+        net = spec.cluster.network
+        if spec.cluster.mode == SINGLE_NODE and net and not net.startswith(NETWORK_PREFIX):
+            raise KernelStartError(f"a session's network must be named {NETWORK_PREFIX}…, not {net!r}")
+        return network
+
+    def session_network(self, spec: KernelSpec) -> str | None:
+        """The Docker network of a single-node cluster kernel's session (None for any other kernel)."""
+        if not spec.clustered() or spec.cluster is None or spec.cluster.mode != SINGLE_NODE:
+            return None
+        return spec.cluster.network or network_name(spec.session_id)
+
+    @contextlib.asynccontextmanager
+    async def _session_lock(self, session_id: str):
+        """One holder at a time per session (its network's creation and removal); the lock goes with its last user."""
+        entry = self._net_locks.get(session_id)
+        if entry is None:
+            entry = self._net_locks[session_id] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._net_locks[session_id]
+
+    async def _join_network(self, spec: KernelSpec) -> None:
+        """Count the kernel among its session's network's holders here; the first creates the network."""
+        assert self.docker is not None
+        name = self.session_network(spec)
+        if name is None:
+            return
+        async with self._session_lock(spec.session_id):
+            members = self._net_members.get(spec.session_id)
+            if members:  # made by the session's first kernel
+                members.add(spec.kernel_id)
+                return
+            config = {
+                "Name": name,
+                "Driver": "bridge",
+                "CheckDuplicate": True,  # (Docker before 25 makes a second network of the same name without it)
+                "Internal": True,  # no route out of the node: the kernels keep their own network for that
+                # and no address of the host's on it: a kernel reaches no service of the node (as with `none`)
+                "Options": {"com.docker.network.bridge.inhibit_ipv4": "true"},
+                "Labels": {**self.labels, NET_LABEL_SESSION: spec.session_id, NET_LABEL_AGENT: self.agent_id},
+            }
+            # counted first: a start cancelled while the network is made removes it (its clean-up leaves)
+            self._net_members[spec.session_id] = {spec.kernel_id}
+            job = asyncio.ensure_future(self.docker.networks.create(config))
+            try:
+                await asyncio.shield(job)
+                log.debug("created network %s", name)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):  # made or not, before the clean-up looks
+                    await job
+                raise
+            except DockerError as e:
+                if e.status != 409 and "already exists" not in str(e.message):
+                    del self._net_members[spec.session_id]
+                    raise KernelStartError(f"cannot create the session's network {name}: {e.message}") from None
+
+    async def _connect_network(self, container: Any, spec: KernelSpec) -> None:
+        """A cluster kernel with a network of its own (not `none`) joins its session's network besides."""
+        assert self.docker is not None
+        name = self.session_network(spec)
+        if name is None or (spec.network or self.network) == "none":
+            return  # (none: the session's network is its only one, in its configuration)
+        hostname = f"{spec.cluster_role}{spec.cluster_idx}"
+        network = DockerNetwork(self.docker, name)
+        await network.connect({"Container": container.id, "EndpointConfig": {"Aliases": [hostname]}})
+
+    async def _leave_network(self, spec: KernelSpec) -> None:
+        """The kernel no longer holds its session's network (its container is gone); the last one here
+        removes it. Idempotent."""
+        assert self.docker is not None
+        name = self.session_network(spec)
+        if name is None or spec.kernel_id not in self._net_members.get(spec.session_id, ()):
+            return
+        async with self._session_lock(spec.session_id):
+            members = self._net_members.get(spec.session_id)
+            if members is None or spec.kernel_id not in members:
+                return
+            members.discard(spec.kernel_id)
+            if members:
+                return
+            del self._net_members[spec.session_id]
+            await self._remove_network(name)
+
+    async def _remove_network(self, name: str) -> None:
+        assert self.docker is not None
+        try:
+            await DockerNetwork(self.docker, name).delete()
+            log.debug("removed network %s", name)
+        except DockerError as e:
+            if e.status != 404:
+                leftovers.report(f"network {name}", e, remedy=f"remove it with `docker network rm {name}`", logger=log)
+
     def _container_config(
         self,
         spec: KernelSpec,
@@ -280,6 +439,13 @@ class DockerBackend(BackendBase):
         if pooled:  # no session yet: its variables come at hand-over (the runner's env op, exec_env)
             env = {k: v for k, v in env.items() if k not in SESSION_ENV}
         layout = layout or Layout()
+        hostname = f"{spec.cluster_role}{spec.cluster_idx}"
+        network = self.check_cluster(spec)
+        session_net = self.session_network(spec)
+        networking: dict[str, Any] | None = None
+        if session_net is not None and network == "none":  # the session's network is its only one
+            network = session_net
+            networking = {"EndpointsConfig": {session_net: {"Aliases": [hostname]}}}
         host: dict[str, Any] = {
             "Binds": [
                 f"{self.runner_path}:/opt/bai/runner.py:ro",
@@ -287,7 +453,7 @@ class DockerBackend(BackendBase):
                 *(f"{folder}:{target}:rw" for target, folder in layout.binds.items()),
                 *(f"{m.host_path}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts),
             ],
-            "NetworkMode": spec.network or self.network,
+            "NetworkMode": network,
             "PidsLimit": self.pids_limit,
             "ReadonlyRootfs": True,  # the scratch and the virtual folders are all a kernel can write
             "CapDrop": ["ALL"],
@@ -304,6 +470,14 @@ class DockerBackend(BackendBase):
                 target: f"rw,exec,nosuid,nodev,size={size},mode={mode:o}{owner if target == '/home/work' else ''}"
                 for target, (size, mode) in layout.tmpfs.items()
             }
+        if spec.clustered() and spec.cluster is not None and spec.cluster.mode == MULTI_NODE:
+            # the other kernels' names: loopback addresses on which its runner relays to them (the relay's env
+            # is in kernel_env)
+            host["ExtraHosts"] = [
+                f"{name}:{relay_address(rank)}"
+                for rank, name in enumerate(spec.cluster.hosts)
+                if rank != spec.cluster.rank
+            ]
         if spec.gpus:  # the NVIDIA container runtime gives the container exactly these devices
             host["DeviceRequests"] = [
                 {"Driver": "nvidia", "DeviceIDs": [u for u, _ in spec.gpus], "Capabilities": [["gpu"]]}
@@ -324,6 +498,9 @@ class DockerBackend(BackendBase):
         }
         if pooled:
             labels[LABEL_POOL] = spec.image
+        if spec.cluster is not None:  # the agent adopts it with its place in the session
+            labels[LABEL_CLUSTER] = json.dumps(spec.cluster.to_wire())
+            labels[LABEL_CLUSTER_IDX] = str(spec.cluster_idx)
         if spec.gpus:  # the agent rebuilds its GPU map from these after a restart
             labels["bai.gpus"] = json.dumps([[u, str(a)] for u, a in spec.gpus])
         if service_ports:  # the kernel's apps and the host ports they are published on (for adoption)
@@ -342,9 +519,11 @@ class DockerBackend(BackendBase):
             "Env": [f"{k}={v}" for k, v in env.items()],
             "Labels": labels,
             "WorkingDir": "/home/work",
-            "Hostname": f"{spec.cluster_role}{spec.cluster_idx}",
+            "Hostname": hostname,
             "HostConfig": host,
         }
+        if networking is not None:
+            config["NetworkingConfig"] = networking
         if self.user:
             config["User"] = self.user
         if "PortBindings" in host:
@@ -353,6 +532,7 @@ class DockerBackend(BackendBase):
 
     async def create(self, spec: KernelSpec, on_output, pooled: bool = False) -> Kernel:
         assert self.docker is not None
+        self.check_cluster(spec)  # (before anything is made)
         loop = asyncio.get_running_loop()
         kdir = self.kernels_dir / spec.kernel_id
         run_dir = kdir / "run"
@@ -370,6 +550,7 @@ class DockerBackend(BackendBase):
                 await listener.close()
             if container is not None:
                 await self._remove_container(container, spec.kernel_id)
+            await self._leave_network(spec)  # (after its container: the last kernel's start removes the network)
             if watcher is not None:
                 watcher.cancel()
             await asyncio.to_thread(scratchlib.remove_kernel_dir, kdir)
@@ -382,6 +563,7 @@ class DockerBackend(BackendBase):
             layout = self.scratch.plan(kdir, self.owner, volumes) if self.scratch is not None else Layout()
             preparing = asyncio.ensure_future(self._prepare_scratch(kdir, volumes))
             try:
+                await self._join_network(spec)  # a single-node cluster kernel: its session's network exists now
                 listener = await listen_for_runner(run_dir, on_output, self.owner)
                 config = self._container_config(spec, run_dir, layout, service_ports, pooled)
                 try:
@@ -390,6 +572,7 @@ class DockerBackend(BackendBase):
                     if e.status == 404:
                         raise KernelStartError(f"image {spec.image!r} not found on agent {self.agent_id}") from None
                     raise KernelStartError(f"cannot create the container: {e.message}") from None
+                await self._connect_network(container, spec)
             except BaseException:
                 await asyncio.gather(preparing, return_exceptions=True)  # a mount in progress: before the clean-up
                 raise
@@ -734,6 +917,7 @@ class DockerBackend(BackendBase):
         self._image_ids.pop(kernel.container_id or "", None)
         if kernel.container_id:
             await self._remove_container(self.docker.containers.container(kernel.container_id), kernel.spec.kernel_id)
+        await self._leave_network(kernel.spec)  # the session's last kernel here takes its network with it
         if kernel.watcher is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(kernel.watcher, 5)
@@ -749,6 +933,13 @@ class DockerBackend(BackendBase):
         found = await self.docker.containers.list(all=True, filters={"label": [f"{LABEL_AGENT}={self.agent_id}"]})
         adopted = await asyncio.gather(*(self._adopt_one(c, on_output) for c in found))
         kernels = [k for k in adopted if k is not None]
+        for kernel in kernels:  # the sessions' networks are held by their kernels still running
+            if self.session_network(kernel.spec) is not None:
+                self._net_members.setdefault(kernel.spec.session_id, set()).add(kernel.spec.kernel_id)
+        held = {name for k in kernels if (name := self.session_network(k.spec)) is not None}
+        await leftovers.remove_networks(
+            self.docker, self.agent_id, held, prefix=NETWORK_PREFIX, agent_label=NET_LABEL_AGENT, logger=log
+        )
         keep = {k.run_dir.parent.name for k in kernels}  # a handed-over warm kernel keeps its pool folder
         gone = await asyncio.to_thread(scratchlib.cleanup, self.kernels_dir, keep)
         if gone:
@@ -796,7 +987,10 @@ class DockerBackend(BackendBase):
             image=info.get("Image", ""),
             slots={},
             environ={},
+            cluster_role=labels.get("bai.cluster-role") or "main",
+            cluster_idx=int(idx) if (idx := labels.get(LABEL_CLUSTER_IDX, "1")).isdigit() else 1,
             gpus=gpus_from_labels(labels),
+            cluster=cluster_from_labels(labels),
         )
         if assigned is not None:  # a warm kernel handed over to its session
             spec = assignment.spec_of(assigned)

@@ -13,6 +13,9 @@ A kernel that mounts virtual folders runs under bubblewrap (`bwrap`, Debian pack
 sees the host read-write as usual, but /home is a fresh tmpfs holding its own scratch home at
 /home/work and the folders at their targets (read-only ones read-only). Without bubblewrap such a
 kernel is refused with a message saying so; kernels without mounts do not need it.
+
+Multi-container sessions (`KernelSpec.cluster` of more than one kernel) are refused: they need a Docker
+agent (the kernels find each other by name on a network of their own).
 """
 
 from __future__ import annotations
@@ -103,6 +106,10 @@ class LocalBackend(BackendBase):
         return [{"name": "python", "id": "local", "size": 0, "python": sys.version.split()[0]}]
 
     async def create(self, spec: KernelSpec, on_output) -> Kernel:
+        if spec.clustered():  # its kernels would share the host's network and names: nothing to tell them apart
+            raise KernelStartError(
+                "the local backend runs one kernel per session: multi-container sessions need a Docker agent"
+            )
         if spec.image not in ("python", "local", "python3") and not spec.image.startswith("bai-python"):
             raise KernelStartError(
                 f"image {spec.image!r} is not available on the local backend (it runs the host's Python)"

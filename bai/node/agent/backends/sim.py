@@ -3,7 +3,8 @@
 Nothing runs. A kernel is a `Kernel` whose channel is a `SimChannel`; creating one waits `start_delay`
 seconds (asyncio.sleep) and costs a few KiB, so one process can host hundreds of agents with thousands
 of kernels. Every image name is accepted. The kernel's environment and resource slots are accounted
-(`SimBackend.occupied()`) but not enforced: nothing is isolated or limited.
+(`SimBackend.occupied()`) but not enforced: nothing is isolated or limited. Kernels of multi-container
+sessions are accepted as they are (no network: `Kernel.spec.cluster` says where each one stands).
 
 What a `SimChannel` does with code, deterministically and without executing anything:
 

@@ -1,0 +1,434 @@
+"""Multi-container sessions on the agent's side: the Docker backend's session network (single-node), the
+relay's hosts and variables (multi-node), adoption and clean-up, and what the other backends and the warm
+pool do with cluster kernels. The Docker tests drive a DockerBackend directly (no manager, no agent)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import pytest
+from aiodocker.exceptions import DockerError
+from aiodocker.networks import DockerNetwork
+
+from bai.common.cluster import (
+    MULTI_NODE,
+    RELAY_PEERS_ENV,
+    RELAY_PORTS_ENV,
+    SINGLE_NODE,
+    cluster_environ,
+    members,
+    network_name,
+)
+from bai.node.agent import assignment, warm_pool
+from bai.node.agent.backends.base import KernelSpec, KernelStartError, kernel_env
+from bai.node.agent.backends.docker import DockerBackend, cluster_from_labels
+from bai.node.agent.backends.local import LocalBackend
+from bai.node.agent.backends.sim import SimBackend
+from bai.node.agent.pool import WarmPool
+from bai.node.agent.scratch import Scratch
+from bai.node.link.messages import ClusterSpec
+from tests.nodeproc import PYTHON_IMAGE, ensure_image, require_docker
+
+RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"
+MiB = 2**20
+
+
+def cluster_spec(
+    session_id: str, size: int, rank: int, mode: str = SINGLE_NODE, image: str = PYTHON_IMAGE, **kw: Any
+) -> KernelSpec:
+    """The spec of the kernel of `rank` in a session of `size`, as the agent builds it from CreateKernel."""
+    me = members(size)[rank]
+    hosts = [m.hostname for m in members(size)]
+    cluster = ClusterSpec(
+        size=size,
+        mode=mode,
+        rank=rank,
+        local_rank=rank if mode == SINGLE_NODE else 0,
+        network=network_name(session_id) if mode == SINGLE_NODE else "",
+        hosts=hosts if mode == MULTI_NODE else [],
+    )
+    return KernelSpec(
+        kernel_id=f"{session_id}-{me.hostname}",
+        session_id=session_id,
+        session_name=f"name-{session_id}",
+        access_key="AKTEST",
+        image=image,
+        slots={"cpu": Decimal(1), "mem": Decimal(256 * MiB)},
+        environ=cluster_environ(size, mode, rank, cluster.local_rank),
+        cluster_role=me.role,
+        cluster_idx=me.idx,
+        cluster=cluster,
+        **kw,
+    )
+
+
+def new_session() -> str:
+    return f"clt{os.getpid()}{secrets.token_hex(3)}"
+
+
+def sink(kind: str, text: str) -> None:
+    pass
+
+
+# -- no daemon needed ---------------------------------------------------------------------------------
+
+
+def test_single_node_config_puts_the_kernel_on_its_sessions_network_under_its_name(tmp_path: Path) -> None:
+    backend = DockerBackend("agent-c", tmp_path, RUNNER)
+    spec = cluster_spec("s1", 3, 2)
+    config = backend._container_config(spec, tmp_path / "run")
+    assert config["Hostname"] == "sub2"
+    assert config["HostConfig"]["NetworkMode"] == "bai-cluster-s1"
+    assert config["NetworkingConfig"] == {"EndpointsConfig": {"bai-cluster-s1": {"Aliases": ["sub2"]}}}
+    assert "ExtraHosts" not in config["HostConfig"]
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env["BACKENDAI_CLUSTER_SIZE"] == "3" and env["BACKENDAI_CLUSTER_HOST"] == "sub2"
+    assert RELAY_PEERS_ENV not in env
+    assert cluster_from_labels(config["Labels"]) == spec.cluster  # adoption reads it back
+    assert config["Labels"]["bai.cluster-role"] == "sub" and config["Labels"]["bai.cluster-idx"] == "2"
+    # a kernel with a network of its own keeps it (its route out, its ports): the session's is joined besides
+    bridged = backend._container_config(cluster_spec("s1", 3, 1, network="bridge"), tmp_path / "run")
+    assert bridged["HostConfig"]["NetworkMode"] == "bridge"
+    assert "NetworkingConfig" not in bridged
+    # one kernel: no session network
+    single = KernelSpec("k", "s", "n", "AK", PYTHON_IMAGE, {}, {})
+    assert backend._container_config(single, tmp_path / "run")["HostConfig"]["NetworkMode"] == "none"
+    assert backend.session_network(single) is None
+
+
+def test_multi_node_config_maps_the_other_kernels_to_relay_addresses(tmp_path: Path) -> None:
+    backend = DockerBackend("agent-c", tmp_path, RUNNER)
+    spec = cluster_spec("s2", 3, 1, mode=MULTI_NODE)
+    config = backend._container_config(spec, tmp_path / "run")
+    host = config["HostConfig"]
+    assert host["NetworkMode"] == "none"  # what it would have had: no network of the session's
+    assert "NetworkingConfig" not in config
+    assert host["ExtraHosts"] == ["main1:127.0.1.1", "sub2:127.0.1.3"]  # every other kernel, not itself
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env[RELAY_PEERS_ENV] == "main1=127.0.1.1,sub2=127.0.1.3"
+    assert env[RELAY_PORTS_ENV] == "2200,12345-12364"
+    assert env["BACKENDAI_CLUSTER_MODE"] == MULTI_NODE
+    assert backend.session_network(spec) is None
+
+
+def test_host_networking_is_refused_for_cluster_kernels(tmp_path: Path) -> None:
+    backend = DockerBackend("agent-c", tmp_path, RUNNER, network="host")
+    for mode in (SINGLE_NODE, MULTI_NODE):
+        with pytest.raises(KernelStartError, match="cannot use host networking"):
+            backend._container_config(cluster_spec("s3", 2, 0, mode=mode), tmp_path / "run")
+    one = KernelSpec("k", "s", "n", "AK", PYTHON_IMAGE, {}, {})
+    assert backend._container_config(one, tmp_path / "run")["HostConfig"]["NetworkMode"] == "host"
+    bad = cluster_spec("s3", 2, 0)
+    assert bad.cluster is not None
+    bad.cluster.network = "bridge"  # never a network bai did not make for the session
+    with pytest.raises(KernelStartError, match="bai-cluster-"):
+        DockerBackend("agent-c", tmp_path, RUNNER).check_cluster(bad)
+
+
+def test_kernel_env_keeps_the_managers_cluster_variables() -> None:
+    spec = cluster_spec("s4", 4, 3)
+    env = kernel_env(spec)
+    assert env["BACKENDAI_CLUSTER_SIZE"] == "4" and env["BACKENDAI_CLUSTER_HOSTS"] == "main1,sub1,sub2,sub3"
+    assert env["BACKENDAI_CLUSTER_LOCAL_RANK"] == "3"
+    spec.environ = {}  # without the manager's variables: the size still comes from the spec
+    assert kernel_env(spec)["BACKENDAI_CLUSTER_SIZE"] == "4"
+    spec.environ = {"BACKENDAI_CLUSTER_SIZE": "9"}  # the session's variables win
+    assert kernel_env(spec)["BACKENDAI_CLUSTER_SIZE"] == "9"
+
+
+def test_the_assignment_file_keeps_the_cluster_spec(tmp_path: Path) -> None:
+    spec = cluster_spec("s5", 2, 1, mode=MULTI_NODE)
+    assignment.write(tmp_path, spec, kernel_env(spec), assignment.READY)
+    data = assignment.read(tmp_path)
+    assert data is not None
+    back = assignment.spec_of(data)
+    assert back.cluster == spec.cluster and (back.cluster_role, back.cluster_idx) == ("sub", 1)
+    plain = KernelSpec("k", "s", "n", "AK", PYTHON_IMAGE, {}, {})
+    assignment.write(tmp_path, plain, {}, assignment.READY)
+    data = assignment.read(tmp_path)
+    assert data is not None and assignment.spec_of(data).cluster is None
+    assert assignment.cluster_of({"size": "bad"}) is None  # unreadable: no cluster, never a crash
+    assert assignment.cluster_of({"size": "2", "mode": SINGLE_NODE, "rank": 0}) is None
+    assert assignment.cluster_of({"size": 2, "mode": SINGLE_NODE, "rank": 0, "hosts": [1]}) is None
+
+
+async def test_local_backend_refuses_multi_container_sessions(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path / "kernels", RUNNER, 5.0)
+    await backend.start()
+    with pytest.raises(KernelStartError, match="multi-container sessions need a Docker agent"):
+        await backend.create(cluster_spec("s6", 2, 0, image="python"), sink)
+    assert not (tmp_path / "kernels" / "s6-main1").exists()
+
+
+async def test_sim_backend_keeps_cluster_kernels_specs() -> None:
+    backend = SimBackend(start_delay=0)
+    kernels = await asyncio.gather(*(backend.create(cluster_spec("s7", 3, r, image="sim"), sink) for r in range(3)))
+    assert [k.spec.cluster.rank for k in kernels if k.spec.cluster] == [0, 1, 2]
+    assert kernels[2].spec.cluster_role == "sub" and kernels[2].spec.cluster_idx == 2
+    await backend.close(kernels)
+
+
+class _NoBackend:
+    async def destroy(self, kernel: Any) -> None:
+        pass
+
+
+async def test_warm_pool_never_serves_a_cluster_kernel() -> None:
+    main1 = cluster_spec("s8", 2, 0)
+    assert warm_pool.cold_reason(main1, {PYTHON_IMAGE: 1}, "none") == "it is a kernel of a multi-container session"
+    pool = WarmPool(_NoBackend(), {PYTHON_IMAGE: 1})  # type: ignore[arg-type]
+    ready = object()
+    pool.ready[PYTHON_IMAGE] = [ready]  # type: ignore[list-item]
+    assert await pool.take(main1, "none", wait=0) is None
+    assert pool.ready[PYTHON_IMAGE] == [ready]  # still the pool's
+    one = KernelSpec("k", "s", "n", "AK", PYTHON_IMAGE, dict(main1.slots), {})
+    assert await pool.take(one, "none", wait=0) is ready
+
+
+# -- with Docker ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def docker_backend(tmp_path: Path) -> AsyncIterator[DockerBackend]:
+    """A started DockerBackend whose containers and networks carry a label of the test's own (removed at the end)."""
+    require_docker()
+    ensure_image("python", PYTHON_IMAGE)
+    label = f"cluster-{os.getpid()}-{tmp_path.name}"
+    backend = DockerBackend(
+        f"agent-{secrets.token_hex(4)}",
+        tmp_path / "kernels",
+        RUNNER,
+        labels={"bai.test": label},
+        scratch=Scratch("memory", 64 * MiB),
+        start_timeout=20,
+    )
+    await backend.start()
+    assert backend.docker is not None
+    backend.test_label = label  # type: ignore[attr-defined]
+    try:
+        yield backend
+    finally:
+        await backend.docker.close()  # (a test may have closed it: closing twice is fine)
+        docker = aiodocker.Docker()
+        try:
+            filters = {"label": [f"bai.test={label}"]}
+            for c in await docker.containers.list(all=True, filters=filters):
+                await c.delete(force=True)
+            for net in await docker.networks.list(filters=filters):
+                with contextlib.suppress(DockerError):
+                    await DockerNetwork(docker, net["Id"]).delete()
+        finally:
+            await docker.close()
+
+
+async def exec_in(backend: DockerBackend, container_id: str, command: list[str], detach: bool = False) -> str:
+    """Run `command` in the container; its stdout (AssertionError with its output when it fails)."""
+    assert backend.docker is not None
+    run = await backend.docker.containers.container(container_id).exec(command)
+    if detach:
+        await run.start(detach=True)
+        return ""
+    out, err = b"", b""
+    async with run.start(detach=False) as stream:
+        while (msg := await stream.read_out()) is not None:
+            if msg.stream == 1:
+                out += msg.data
+            else:
+                err += msg.data
+    code = (await run.inspect()).get("ExitCode")
+    assert code == 0, f"{command} exited {code}: {out.decode()} {err.decode()}"
+    return out.decode()
+
+
+async def network_of(backend: DockerBackend, name: str) -> dict[str, Any] | None:
+    assert backend.docker is not None
+    try:
+        return await (await backend.docker.networks.get(name)).show()
+    except DockerError as e:
+        assert e.status == 404
+        return None
+
+
+SERVER = """
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 5555))
+s.listen()
+c, _ = s.accept()
+c.sendall(c.recv(100).upper())
+c.close()
+"""
+
+CLIENT = """
+import socket, time
+print(socket.gethostbyname("sub1"), socket.gethostbyname("sub2"))
+deadline = time.monotonic() + 10
+while True:
+    try:
+        c = socket.create_connection(("sub2", 5555), timeout=2)
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+c.sendall(b"hello from main1")
+print(c.recv(100).decode())
+"""
+
+PROBE = "import os; print(*(os.environ.get(k, '-') for k in ('BACKENDAI_CLUSTER_HOST', 'BACKENDAI_CLUSTER_SIZE', "
+PROBE += "'BACKENDAI_CLUSTER_ROLE', 'BACKENDAI_CLUSTER_IDX', 'MASTER_ADDR', 'BACKENDAI_SESSION_ID')))"
+
+
+@pytest.mark.docker
+async def test_single_node_session_kernels_find_each_other_by_name_on_their_own_network(
+    docker_backend: DockerBackend,
+) -> None:
+    backend = docker_backend
+    assert backend.docker is not None
+    session = new_session()
+    net = network_name(session)
+    made = 0
+    create = backend.docker.networks.create
+
+    async def counting_create(config: dict[str, Any]) -> Any:
+        nonlocal made
+        made += 1
+        await asyncio.sleep(0.05)  # a slow daemon: the other kernels' creations come meanwhile
+        return await create(config)
+
+    backend.docker.networks.create = counting_create  # type: ignore[method-assign]
+    # sub2 has a network of its own (bridge): it keeps it and joins the session's besides
+    specs = [cluster_spec(session, 3, r, network="bridge" if r == 2 else None) for r in range(3)]
+    kernels = await asyncio.gather(*(backend.create(s, sink) for s in specs))  # at once, as the manager does
+    main1, sub1, sub2 = kernels
+    assert made == 1  # created once, by whichever came first
+    assert backend.docker is not None
+    assert [n["Name"] for n in await backend.docker.networks.list(filters={"name": [net]})] == [net]
+    info = await network_of(backend, net)
+    assert info is not None and info["Internal"] is True and info["Driver"] == "bridge"
+    assert info["Options"]["com.docker.network.bridge.inhibit_ipv4"] == "true"  # the host has no address on it
+    assert info["Labels"]["bai.session"] == session and info["Labels"]["bai.agent"] == backend.agent_id
+    assert info["Labels"]["bai.test"] == backend.test_label  # type: ignore[attr-defined]
+    attached = {}
+    for k in kernels:
+        shown = await backend.docker.containers.container(k.container_id).show()
+        attached[k.spec.cluster_role + str(k.spec.cluster_idx)] = set(shown["NetworkSettings"]["Networks"])
+    assert attached == {"main1": {net}, "sub1": {net}, "sub2": {"bridge", net}}
+
+    # a server on an arbitrary port in sub2; main1 resolves the others and talks to it
+    await exec_in(backend, sub2.container_id or "", ["python3", "-c", SERVER], detach=True)
+    probes = await asyncio.gather(
+        exec_in(backend, main1.container_id or "", ["python3", "-c", CLIENT]),
+        *(exec_in(backend, k.container_id or "", ["python3", "-c", PROBE]) for k in kernels),
+    )
+    addresses, answer = probes[0].splitlines()
+    assert answer == "HELLO FROM MAIN1"
+    sub1_ip, sub2_ip = addresses.split()
+    assert sub1_ip == shown_ip(await backend.docker.containers.container(sub1.container_id).show(), net)
+    assert sub2_ip == shown_ip(await backend.docker.containers.container(sub2.container_id).show(), net)
+    assert [p.split() for p in probes[1:]] == [
+        ["main1", "3", "main", "1", "main1", session],
+        ["sub1", "3", "sub", "1", "main1", session],
+        ["sub2", "3", "sub", "2", "main1", session],
+    ]
+
+    # the network stays while a kernel of the session is left, and goes with the last one
+    await asyncio.gather(backend.destroy(main1), backend.destroy(sub2))
+    assert await network_of(backend, net) is not None
+    await backend.destroy(sub1)
+    assert await network_of(backend, net) is None
+    await backend.destroy(sub1)  # again: nothing more happens
+    assert session not in backend._net_members and session not in backend._net_locks
+
+
+def shown_ip(container: dict[str, Any], network: str) -> str:
+    return container["NetworkSettings"]["Networks"][network]["IPAddress"]
+
+
+@pytest.mark.docker
+async def test_a_failed_start_removes_the_network_it_made(docker_backend: DockerBackend) -> None:
+    session = new_session()
+    spec = cluster_spec(session, 2, 0, image="bai-no-such-image:0")
+    with pytest.raises(KernelStartError, match="not found"):
+        await docker_backend.create(spec, sink)
+    assert await network_of(docker_backend, network_name(session)) is None
+    assert session not in docker_backend._net_members
+    # a start cancelled (the manager gave up) while its network is being made: nothing is left either
+    backend = docker_backend
+    assert backend.docker is not None
+    create = backend.docker.networks.create
+    started = asyncio.Event()
+
+    async def slow_create(config: dict[str, Any]) -> Any:
+        started.set()
+        await asyncio.sleep(0.3)
+        return await create(config)
+
+    backend.docker.networks.create = slow_create  # type: ignore[method-assign]
+    session = new_session()
+    task = asyncio.create_task(backend.create(cluster_spec(session, 2, 1), sink))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await network_of(backend, network_name(session)) is None
+    assert session not in backend._net_members and session not in backend._net_locks
+    assert not (backend.kernels_dir / f"{session}-sub1").exists()
+
+
+@pytest.mark.docker
+async def test_a_restarted_agent_adopts_cluster_kernels_and_removes_leftover_networks(
+    docker_backend: DockerBackend, tmp_path: Path
+) -> None:
+    first = docker_backend
+    assert first.docker is not None
+    session, crashed, others = new_session(), new_session(), new_session()
+    spec = cluster_spec(session, 2, 1)
+    kernel = await first.create(spec, sink)
+    labels = {"bai.test": first.test_label}  # type: ignore[attr-defined]
+    # what an agent that died mid-session left: its network, and another agent's network (not ours to remove)
+    await first.docker.networks.create(
+        {
+            "Name": network_name(crashed),
+            "Internal": True,
+            "CheckDuplicate": True,
+            "Labels": {**labels, "bai.agent": first.agent_id, "bai.session": crashed},
+        }
+    )
+    await first.docker.networks.create(
+        {
+            "Name": network_name(others),
+            "Internal": True,
+            "CheckDuplicate": True,
+            "Labels": {**labels, "bai.agent": "another-agent", "bai.session": others},
+        }
+    )
+    await first.close([kernel])  # the agent stops; its kernels keep running
+    second = DockerBackend(
+        first.agent_id, first.kernels_dir, RUNNER, labels=dict(first.labels), scratch=first.scratch, start_timeout=20
+    )
+    await second.start()
+    try:
+        adopted = await second.adopt(sink)
+        assert [k.spec.kernel_id for k in adopted] == [spec.kernel_id]
+        again = adopted[0]
+        assert again.spec.cluster == spec.cluster
+        assert (again.spec.cluster_role, again.spec.cluster_idx) == ("sub", 1)
+        assert await network_of(second, network_name(session)) is not None  # in use: kept
+        assert await network_of(second, network_name(crashed)) is None  # a leftover: removed
+        assert await network_of(second, network_name(others)) is not None  # another agent's
+        assert again.settled is not None
+        await asyncio.wait_for(again.settled, 20)  # its runner came back
+        await second.destroy(again)
+        assert await network_of(second, network_name(session)) is None  # it was the session's last kernel here
+    finally:
+        await second.close([])
