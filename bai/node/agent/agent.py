@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import platform
+import secrets
 import socket
 import time
 from decimal import Decimal
@@ -17,11 +18,12 @@ from typing import Any
 from bai import __version__
 from bai.common import slots as slotlib
 from bai.common.background import Background
+from bai.common.cluster import CLUSTER_PORTS
 from bai.common.images import registry_of
 from bai.node.agent import batch
-from bai.node.agent.apps import AppError, Apps
+from bai.node.agent.apps import AppError, Apps, relay
 from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount, oom_ending
-from bai.node.agent.channel import ChannelError
+from bai.node.agent.channel import ChannelError, RunnerChannel
 from bai.node.agent.download import DownloadError, kernel_path
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
@@ -51,8 +53,11 @@ from bai.node.link.messages import (
     KernelTerminated,
     ListFiles,
     ListImages,
+    OpenPeerTunnel,
     OpenTerminal,
     OpenTunnel,
+    PeerDial,
+    PeerDialed,
     Ping,
     PullImage,
     Registration,
@@ -73,6 +78,7 @@ ENDED_KERNEL_GRACE = 60.0  # seconds an ended kernel's last output stays collect
 RESTART_TIMEOUT = 30.0  # seconds a restarted kernel's runner has to connect again
 POOL_WAIT = 10.0  # seconds a session waits for a warm kernel that is starting before it starts cold
 REMOVAL_GRACE = 10.0  # seconds a stopping agent lets killed kernels' removal finish (its next start removes the rest)
+DIAL_TIMEOUT = 10.0  # seconds a kernel's connection to a kernel on another agent waits for the manager
 FINAL_SAMPLE_TIMEOUT = 2.0  # seconds a kernel's last statistics may take before its end is reported without them
 
 
@@ -168,6 +174,9 @@ class Agent:
         # kernel id -> (run id, the kernel's OOM-kill count when the run started), where the backend counts
         self._oom_at_start: dict[str, tuple[str, int]] = {}
         self._terminals: dict[str, int] = {}  # kernel id -> terminals open in it
+        # dial id -> what the `peer-dialed` stream of a kernel's connection to another agent's kernel delivers:
+        # (the stream, its error, an Event set once the connection is done with the stream)
+        self._dials: dict[str, asyncio.Future[tuple[LinkStream, str, asyncio.Event]]] = {}
         # kernels started ahead of their sessions (Docker only; see pool.py and warm_pool.py)
         self.pool = WarmPool(backend, (warm_pool or {}) if getattr(backend, "warm_pool", False) else {})
         self.warm_pool_reserve = warm_pool_reserve
@@ -354,6 +363,12 @@ class Agent:
 
     def _watch_exit(self, kernel: Kernel) -> None:
         kernel.channel.on_output = self._output_sink(kernel.spec.kernel_id)
+        if isinstance(kernel.channel, RunnerChannel):  # its connections to the other kernels of its session
+
+            async def on_dial(host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                await self.dial(kernel, host, port, reader, writer)
+
+            kernel.channel.on_dial = on_dial
 
         def done(fut: asyncio.Future[int]) -> None:
             if kernel.destroying or self.kernels.get(kernel.spec.kernel_id) is not kernel:
@@ -419,6 +434,12 @@ class Agent:
         if isinstance(message, OpenTunnel):
             await self.apps.serve(await self._settled(message.kernel_id), message.app, stream)
             return
+        if isinstance(message, OpenPeerTunnel):  # another agent's kernel connects to one of ours
+            await self.apps.serve_peer(await self._settled(message.kernel_id), int(message.port), stream)
+            return
+        if isinstance(message, PeerDialed):  # the far end of a connection one of our kernels asked for
+            await self._dialed(message, stream)
+            return
         assert isinstance(message, OpenTerminal)
         kernel = await self._settled(message.kernel_id)
         rows, cols = max(1, min(int(message.rows), 1000)), max(1, min(int(message.cols), 1000))
@@ -434,6 +455,66 @@ class Agent:
             self._terminals[kid] -= 1
             if not self._terminals[kid]:
                 del self._terminals[kid]
+
+    # -- kernels of a cluster session reaching each other ---------------------------------------
+
+    async def dial(
+        self, kernel: Kernel, host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A connection of `kernel` to `port` of kernel `host` of its session (its runner relays it; see
+        apps.py): spliced to that kernel when it is on this agent, else relayed over a `peer-dialed` stream
+        that the manager opens once it has connected a `peer-tunnel` stream on the target's agent (PeerDial).
+        Returns when the connection is done, or at once when it cannot be made (the caller closes it)."""
+        kid = kernel.spec.kernel_id
+        if port not in CLUSTER_PORTS or self.kernels.get(kid) is not kernel:
+            log.info("kernel %s may not connect to %s:%d: refused", kid, host, port)
+            return
+        sid = kernel.spec.session_id
+        for other in list(self.kernels.values()):
+            spec = other.spec
+            if other is not kernel and spec.session_id == sid and f"{spec.cluster_role}{spec.cluster_idx}" == host:
+                await self.apps.splice_peer(kernel, other, port, reader, writer)
+                return
+        dial_id = secrets.token_hex(16)
+        dialed: asyncio.Future[tuple[LinkStream, str, asyncio.Event]] = asyncio.get_running_loop().create_future()
+        self._dials[dial_id] = dialed
+        try:
+            event = PeerDial(dial_id=dial_id, kernel_id=kid, host=host, port=port)
+            await self.link.emit(event.name, event.to_wire())
+            stream, error, done = await asyncio.wait_for(asyncio.shield(dialed), DIAL_TIMEOUT)
+        except BaseException as e:
+            if dialed.done() and not dialed.cancelled():  # it came just too late: nobody relays it
+                late_stream, _, late_done = dialed.result()
+                late_done.set()
+                with contextlib.suppress(Exception):
+                    await late_stream.close("the connection gave up waiting")
+            dialed.cancel()
+            if not isinstance(e, Exception):
+                raise
+            why = f"the manager did not connect it in {DIAL_TIMEOUT:g} s" if isinstance(e, TimeoutError) else str(e)
+            log.info("kernel %s could not reach %s:%d: %s", kid, host, port, why)
+            return
+        finally:
+            self._dials.pop(dial_id, None)
+        try:
+            if error:
+                log.info("kernel %s could not reach %s:%d: %s", kid, host, port, error)
+                await stream.close(error)
+                return
+            await relay(reader, writer, stream, kernel.exited)
+        finally:
+            done.set()
+
+    async def _dialed(self, message: PeerDialed, stream: LinkStream) -> None:
+        """The manager's `peer-dialed` stream: handed to the connection that waits for it (`dial`), and kept
+        open until that connection is done with it. One nobody waits for (it gave up) is closed."""
+        dialed = self._dials.pop(message.dial_id, None)
+        if dialed is None or dialed.done():
+            await stream.close("no connection waits for it (it gave up)")
+            return
+        done = asyncio.Event()
+        dialed.set_result((stream, message.error, done))
+        await done.wait()
 
     @property
     def _handlers(self) -> dict[type, Any]:
@@ -471,6 +552,7 @@ class Agent:
             network=config.network,
             mounts=[Mount(m.host_path, m.target, bool(m.read_only)) for m in config.mounts],
             dotfiles=[Dotfile(d.path, d.data, int(d.permission, 8)) for d in config.dotfiles],
+            cluster=config.cluster,  # a kernel of a multi-container session (never a warm one: see warm_pool)
         )
         if registry_of(spec.image) and self.backend.manages_images and not await self.backend.has_image(spec.image):
             # only from a registry the manager allowed, with the credentials it sent for this pull

@@ -5,6 +5,12 @@ kernel's runner, so no network is needed), relayed over a link stream to the man
 the client's WebSocket. Frames both ways: {"t": "data", "d": bytes}, {"t": "eof"} (that direction is done).
 The stream's flow control bounds what is in flight, so a saturated tunnel waits instead of flooding the
 link; a tunnel ends when both directions are done, either side closes, or the kernel ends.
+
+Kernels of a multi-node cluster session reach each other the same way (bai/common/cluster.py; the kernels
+have no network): the dialling kernel's runner hands the connection to its agent (agent.py `dial`), which
+relays it over a `peer-dialed` stream that the manager (manager/peers.py) pipes to a `peer-tunnel` stream
+on the target kernel's agent: `serve_peer` connects that one to the port in the target kernel. Two kernels
+of a session on the same agent are spliced here directly (`splice`), without the manager.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
+from bai.common.cluster import CLUSTER_PORTS
 from bai.common.service_ports import ServicePort
 from bai.node.agent.backends.base import Backend, Kernel, KernelStartError
 from bai.node.agent.channel import ChannelError
@@ -22,6 +30,7 @@ from bai.node.link.streams import MAX_FRAME, LinkStream, StreamClosed
 log = logging.getLogger("bai.agent.apps")
 READ_SIZE = min(MAX_FRAME, 256 * 1024)
 MAX_TUNNELS = 256  # per kernel: each is a connection a client holds open
+MAX_PEER_TUNNELS = 256  # per kernel: connections other kernels of its session hold open to it
 
 
 class AppError(Exception):
@@ -43,6 +52,7 @@ class Apps:
         self.backend = backend
         self.start_timeout = start_timeout
         self.tunnels: dict[str, int] = {}  # kernel id -> tunnels open to it
+        self.peer_tunnels: dict[str, int] = {}  # kernel id -> connections of its session's other kernels to it
 
     async def start(self, kernel: Kernel, name: str) -> dict[str, Any]:
         app = find_app(kernel, name)
@@ -76,6 +86,60 @@ class Apps:
             self.tunnels[kid] -= 1
             if not self.tunnels[kid]:
                 del self.tunnels[kid]
+
+    async def serve_peer(self, kernel: Kernel, port: int, stream: LinkStream) -> None:
+        """A `peer-tunnel` stream: relay it to TCP `port` in the kernel (one of CLUSTER_PORTS) until it ends.
+        A failure closes the stream with the reason."""
+        if port not in CLUSTER_PORTS:
+            await stream.close(f"port {port} is not one a cluster's kernels reach each other on")
+            return
+        async with self._peer_slot(kernel) as ok:
+            if not ok:
+                await stream.close(f"a kernel has at most {MAX_PEER_TUNNELS} connections of other kernels open")
+                return
+            try:
+                reader, writer = await kernel.channel.open_tunnel(port)
+            except (ChannelError, OSError) as e:
+                await stream.close(str(e) or type(e).__name__)
+                return
+            await relay(reader, writer, stream, kernel.exited)
+
+    async def splice_peer(
+        self, source: Kernel, target: Kernel, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A connection of kernel `source` to `port` in `target`, a kernel of its session on this agent:
+        connected through the target's runner and spliced until both ways end (the caller closes `writer`)."""
+        async with self._peer_slot(target) as ok:
+            if not ok:
+                log.warning("kernel %s has too many peer connections: one is refused", target.spec.kernel_id)
+                return
+            try:
+                far_reader, far_writer = await target.channel.open_tunnel(port)
+            except (ChannelError, OSError) as e:
+                log.info(
+                    "kernel %s cannot reach port %d of kernel %s: %s",
+                    source.spec.kernel_id,
+                    port,
+                    target.spec.kernel_id,
+                    e,
+                )
+                return
+            await splice((reader, writer), (far_reader, far_writer), [source.exited, target.exited])
+
+    @contextlib.asynccontextmanager
+    async def _peer_slot(self, kernel: Kernel) -> AsyncIterator[bool]:
+        """One of the kernel's MAX_PEER_TUNNELS places while the body runs (False: none is free)."""
+        kid = kernel.spec.kernel_id
+        if self.peer_tunnels.get(kid, 0) >= MAX_PEER_TUNNELS:
+            yield False
+            return
+        self.peer_tunnels[kid] = self.peer_tunnels.get(kid, 0) + 1
+        try:
+            yield True
+        finally:
+            self.peer_tunnels[kid] -= 1
+            if not self.peer_tunnels[kid]:
+                del self.peer_tunnels[kid]
 
     async def _connect(self, kernel: Kernel, app: ServicePort) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to the app; one that is not listening (it went away since it was started) is
@@ -141,3 +205,36 @@ async def relay(
         with contextlib.suppress(Exception):
             await writer.wait_closed()
         await stream.close(reason)
+
+
+async def splice(
+    a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    b: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ended: list[asyncio.Future[int]],
+) -> None:
+    """Bytes between two connections, both ways (an EOF one way shuts the other's writing down), until both
+    ways are done, either fails, or one of `ended` (the kernels' exits) is done; then both are closed."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(READ_SIZE):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+    ways = [asyncio.create_task(pipe(a[0], b[1]), name="splice"), asyncio.create_task(pipe(b[0], a[1]), name="splice")]
+    exits = [asyncio.ensure_future(asyncio.shield(f)) for f in ended]
+    try:
+        pending: set[asyncio.Future[Any]] = {*ways, *exits}
+        while any(w in pending for w in ways):
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if any(f in done for f in exits) or any(w in done and w.exception() is not None for w in ways):
+                break
+    finally:
+        for task in (*ways, *exits):
+            task.cancel()
+        for task in ways:
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
+                await task
+        for _, writer in (a, b):
+            writer.close()

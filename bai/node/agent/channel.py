@@ -3,6 +3,9 @@
 `RunnerChannel` speaks the runner protocol (see runner.py) over a Unix socket the agent listens on
 and the kernel's runner connects to; through the runner it also starts apps in the kernel and opens
 TCP tunnels to them (more connections to the same socket), which needs no network in the kernel.
+In a cluster session the runner also relays the kernel's connections to the other kernels (by name, see
+bai/common/cluster.py): each is one more connection to the socket, saying {"dial": {"host", "port"}},
+handed to the agent (`RunnerChannel.on_dial`), which connects it to that kernel (agent.py `dial`).
 Other channels (docker exec for images without Python) feed the same record queue, so
 `next_result` aggregates output the same way for all of them (reference spec §6, "How the
 agent aggregates a result").
@@ -20,7 +23,7 @@ import secrets
 import socket
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,8 @@ CONTROL_RECORDS = {"finished", "waiting-input", "clean-finished", "build-finishe
 STEP_RECORDS = {"clean-finished", "build-finished"}  # a batch run's step ended (Backend.AI's statuses)
 OUTPUT_RECORDS = {"stdout", "stderr"}
 OutputSink = Callable[[str, str], None]
+# a connection the kernel's runner relays to another kernel of its session: (host, port, reader, writer)
+DialHandler = Callable[[str, int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 class ChannelError(Exception):
@@ -373,8 +378,10 @@ class RunnerChannel(Channel):
     connects to it (and connects again after the agent restarts). Connecting needs no write access to the
     folder, so a container gets it read-only and can write nothing there. The first line of a connection
     says what it is: a runner's hello (one runner connection at a time: while one is up, another
-    connection greeting as the runner is closed at once) or {"tunnel": ID}, the kernel side of a tunnel
-    that `open_tunnel` asked for (an ID nobody waits for is closed); anything else is closed."""
+    connection greeting as the runner is closed at once), {"tunnel": ID}, the kernel side of a tunnel
+    that `open_tunnel` asked for (an ID nobody waits for is closed), or {"dial": {"host": NAME, "port": N}},
+    a connection of the kernel to another kernel of its session that the runner relays: handed to
+    `on_dial` (the agent's), closed when there is none; anything else is closed."""
 
     def __init__(self, socket_path: Path, on_output: OutputSink) -> None:
         super().__init__(on_output)
@@ -389,6 +396,7 @@ class RunnerChannel(Channel):
         self._tunnels: weakref.WeakSet[asyncio.StreamWriter] = weakref.WeakSet()  # handed out, closed with us
         self.hello: dict[str, Any] = {}
         self.connected = asyncio.Event()
+        self.on_dial: DialHandler | None = None  # set by the agent
 
     async def listen(self, owner: tuple[int, int] | None = None) -> None:
         """Listen at socket_path: owned by `owner` (uid, gid) with mode 0600 when given (and the agent may
@@ -425,6 +433,9 @@ class RunnerChannel(Channel):
             if isinstance(hello, dict) and "tunnel" in hello:
                 self._tunnel_arrived(hello["tunnel"], reader, writer)
                 return
+            if isinstance(hello, dict) and "dial" in hello:
+                await self._dial_arrived(hello["dial"], reader, writer)
+                return
             if not isinstance(hello, dict) or hello.get("t") != "hello":
                 raise ValueError(f"expected hello, got {line[:100]!r}")
         except (ValueError, TimeoutError, ConnectionError, RecursionError, asyncio.LimitOverrunError) as e:
@@ -457,6 +468,33 @@ class RunnerChannel(Channel):
             return
         self._tunnels.add(writer)
         fut.set_result((reader, writer))
+
+    async def _dial_arrived(self, dial: object, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection that said {"dial": {"host", "port"}}: handed to `on_dial` until it ends (it closes the
+        connection when it cannot connect it); a malformed one, or one nobody takes, is closed."""
+        host = dial.get("host") if isinstance(dial, dict) else None
+        port = dial.get("port") if isinstance(dial, dict) else None
+        handler = self.on_dial
+        if (
+            handler is None
+            or not isinstance(host, str)
+            or not 0 < len(host) <= 64
+            or isinstance(port, bool)
+            or not isinstance(port, int)
+            or not 0 < port < 65536
+        ):
+            log.warning("a dial connection to %s that cannot be relayed (%.80r): closed", self.socket_path, dial)
+            writer.close()
+            return
+        self._tunnels.add(writer)
+        try:
+            await handler(host, port, reader, writer)
+        except asyncio.CancelledError:
+            pass  # the channel closed (asyncio would log a cancelled connection task as an error)
+        except Exception:
+            log.exception("relaying a connection of %s to %s:%d failed", self.socket_path, host, port)
+        finally:
+            writer.close()
 
     def _fail_waiters(self, reason: str) -> None:
         """Nobody will answer: start_service/open_tunnel calls waiting for the runner raise ChannelError."""

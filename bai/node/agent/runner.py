@@ -114,6 +114,36 @@ Runner -> agent (``t``):
                  --connect, the agent's socket refused).
   error          {"t": "error", "msg": STR}  malformed line or unknown op.
 
+Cluster sessions (see bai/common/cluster.py).  In a multi-node session the
+kernels run on different agents with ``--network none``; each other kernel's
+name resolves (/etc/hosts) to a loopback address of its own (127.0.1.R+1 for
+rank R; all of 127/8 is on lo).  At start (and again after a restart, which
+executes the runner afresh, or when an env op brings the variables) the runner
+listens, with ``--connect`` only, on ADDR:PORT for each NAME=ADDR of
+BAI_CLUSTER_PEERS ("main1=127.0.1.1,sub2=127.0.1.3") and each PORT of
+BAI_CLUSTER_PORTS ("2200,12345-12364").  Each connection it accepts there
+becomes a NEW connection to the agent's socket whose first line is
+{"dial": {"host": NAME, "port": PORT}}; after it the bytes are spliced both
+ways as a tunnel's.  The agent connects that to PORT of kernel NAME (directly
+when that kernel is on the same agent, else through the manager over the
+agents' link: no host opens a port and the kernels need no network), or
+closes it when it cannot.  A PORT the kernel itself already listens on for
+every address (0.0.0.0) cannot be bound and is skipped with a note on
+stderr.  Conversely, while the runner listens on ADDR:PORT (with SO_REUSEADDR
+and SO_REUSEPORT) an app of this kernel can bind 0.0.0.0:PORT or [::]:PORT
+only if it sets SO_REUSEPORT too (gRPC servers do; connections to ADDR still
+reach the runner, the more specific listener); else it must bind
+127.0.0.1:PORT, which is where relayed connections arrive (see tunnel).  So
+in a multi-node session a kernel's servers on those ports should bind
+127.0.0.1 (sshd does, below).
+When BACKENDAI_CLUSTER_SIZE > 1 and the image has an sshd (/usr/sbin/sshd or
+on PATH) the runner starts it once (not again while something listens on its
+port, as after a restart) as the kernel's user on port 2200 (127.0.0.1 when
+relaying as above, else 0.0.0.0), with a host key that ssh-keygen makes in a
+folder of the runner's own (~/.bai-runner, else /tmp/.bai-runner-UID),
+public-key logins only, keys from WORKDIR/.ssh/authorized_keys.  Without
+ssh-keygen, or when sshd fails, a note goes to stderr and nothing else changes.
+
 The runner survives whatever it is sent: a line that is not valid UTF-8 or
 JSON, a message that is not an object, fields of the wrong type, NUL bytes,
 unknown ops and lines over ``--max-line`` bytes (default 256 MiB, discarded)
@@ -137,6 +167,8 @@ import json
 import os
 import queue
 import re
+import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -158,6 +190,13 @@ SERVICE_POLL = 0.1  # seconds between checks of a starting app
 DEFAULT_SERVICE_TIMEOUT = 60.0
 TUNNEL_CONNECT_TIMEOUT = 5.0
 TUNNEL_CHUNK = 256 * 1024
+# cluster sessions (the values of bai/common/cluster.py: the runner imports nothing of bai)
+CLUSTER_PEERS_ENV = "BAI_CLUSTER_PEERS"
+CLUSTER_PORTS_ENV = "BAI_CLUSTER_PORTS"
+MAX_RELAY_LISTENERS = 4096  # peers x ports: more is a malformed environment
+PEER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+SSH_PORT = 2200
+SSH_START_TIMEOUT = 30.0
 _RUNNER_GLOBALS = globals()
 RUNNER_FILE = os.path.abspath(__file__)  # before main() changes directory: what `restart` executes again
 
@@ -236,6 +275,10 @@ class Runner:
         self.services: dict = {}  # app name -> the Popen of the process start-service started for it
         self.service_logs: dict = {}  # app name -> (its log's path, the log's size when it started)
         self.service_starts: dict = {}  # app name -> (Event, outcome dict) while a start of it runs
+        self.cluster_lock = threading.Lock()
+        self.relays: dict = {}  # (address, port) -> the peer's name, for each listening relay
+        self.relay_selector = None  # the selector the relay thread accepts with (once a relay listens)
+        self.sshd_tried = False
         # The persistent user namespace is a real module installed as __main__,
         # so pickle/multiprocessing can find user-defined functions and classes.
         self.runner_module = sys.modules.get("__main__")
@@ -474,6 +517,8 @@ class Runner:
             return {"t": "env", "ok": False, "error": _short(str(e))}
         if "BAI_SERVICE_DEFS" in env:
             SERVICE_DEFS_DIR = env["BAI_SERVICE_DEFS"] or "/etc/backend.ai/service-defs"
+        if CLUSTER_PEERS_ENV in env or "BACKENDAI_CLUSTER_SIZE" in env:  # a warm kernel joins a cluster
+            threading.Thread(target=self.start_cluster, name="cluster", daemon=True).start()
         return {"t": "env", "ok": True}
 
     def put_file(self, msg: dict) -> dict:
@@ -685,6 +730,169 @@ class Runner:
             reply["error"] = _short("cannot open a tunnel to port %d: %s" % (port, e), 400)
             return reply
         return None
+
+    # -- cluster sessions: relays to the other kernels, sshd ---------------
+
+    def start_cluster(self) -> None:
+        """What a kernel of a cluster session runs besides its code: the relay listeners, then (in a thread of
+        its own: it may take seconds) sshd.  Each may be asked again (an env op): what runs is left alone."""
+        try:
+            self.start_relays()
+        except Exception as e:  # never the end of the runner
+            _note("the cluster relays were not started: %s: %s" % (type(e).__name__, e))
+        threading.Thread(target=self._start_sshd_safely, name="sshd", daemon=True).start()
+
+    def _start_sshd_safely(self) -> None:
+        try:
+            self.start_sshd()
+        except Exception as e:
+            _note("sshd was not started: %s: %s" % (type(e).__name__, e))
+
+    def start_relays(self) -> None:
+        """Listen on each peer's relay address for each cluster port (see "Cluster sessions" above)."""
+        if self.connect_path is None:
+            return
+        peers = _parse_peers(os.environ.get(CLUSTER_PEERS_ENV, ""))
+        ports = _parse_ports(os.environ.get(CLUSTER_PORTS_ENV, ""))
+        if not peers or not ports:
+            return
+        if len(peers) * len(ports) > MAX_RELAY_LISTENERS:
+            raise ValueError("%d peers x %d ports is too many relays" % (len(peers), len(ports)))
+        skipped = []
+        with self.cluster_lock:
+            if self.relay_selector is None:
+                self.relay_selector = selectors.DefaultSelector()
+                threading.Thread(
+                    target=self._accept_relays, args=(self.relay_selector,), name="relays", daemon=True
+                ).start()
+            for name, address in peers:
+                for port in ports:
+                    if (address, port) in self.relays:
+                        continue
+                    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    try:
+                        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                        if hasattr(socket, "SO_REUSEPORT"):  # an app that sets it too may bind 0.0.0.0:PORT
+                            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                        server.bind((address, port))
+                        server.listen(64)
+                        server.setblocking(False)
+                    except OSError as e:
+                        server.close()
+                        skipped.append("%s:%d (%s)" % (address, port, e.strerror or e))
+                        continue
+                    self.relays[(address, port)] = name
+                    self.relay_selector.register(server, selectors.EVENT_READ, (name, port))
+        if skipped:
+            _note("cannot relay %d of the cluster's addresses: %s" % (len(skipped), _short(", ".join(skipped), 600)))
+
+    def _accept_relays(self, selector) -> None:
+        """The relay thread: accept on every relay listener; each connection is dialled in a thread."""
+        while True:
+            try:
+                events = selector.select(1.0)
+            except OSError:
+                time.sleep(0.1)
+                continue
+            for key, _ in events:
+                try:
+                    conn, _ = key.fileobj.accept()
+                except OSError:  # BlockingIOError (another wakeup took it), or a connection already reset
+                    continue
+                name, port = key.data
+                threading.Thread(target=self._dial, args=(conn, name, port), name="dial", daemon=True).start()
+
+    def _dial(self, conn: socket.socket, name: str, port: int) -> None:
+        """One relayed connection: a new connection to the agent's socket that says where it goes, then
+        both spliced.  When the agent cannot connect it, it closes its side (and so the app sees the end)."""
+        agent = None
+        try:
+            conn.setblocking(True)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            agent = connect_socket(self.connect_path)
+            agent.sendall(json.dumps({"dial": {"host": name, "port": port}}).encode("utf-8") + b"\n")
+            _Tunnel(conn, agent).start()
+        except Exception:
+            for sock in (conn, agent):
+                if sock is not None:
+                    sock.close()
+
+    def start_sshd(self) -> None:
+        """sshd on SSH_PORT for the other kernels (see "Cluster sessions" above), once."""
+        try:
+            size = int(os.environ.get("BACKENDAI_CLUSTER_SIZE") or "1")
+        except ValueError:
+            return
+        with self.cluster_lock:
+            if size <= 1 or self.sshd_tried:
+                return
+            self.sshd_tried = True
+        sshd = "/usr/sbin/sshd" if os.access("/usr/sbin/sshd", os.X_OK) else shutil.which("sshd")
+        if not sshd:
+            return
+        if _listening(SSH_PORT):  # it still runs (the runner was restarted), or the image started its own
+            return
+        keygen = shutil.which("ssh-keygen") or (
+            "/usr/bin/ssh-keygen" if os.access("/usr/bin/ssh-keygen", os.X_OK) else None
+        )
+        if not keygen:
+            _note("sshd was not started: the image has no ssh-keygen to make its host key")
+            return
+        folder = _private_folder()
+        key = os.path.join(folder, "ssh_host_ed25519_key")
+        if not os.path.exists(key):
+            made = subprocess.run(
+                [keygen, "-q", "-t", "ed25519", "-N", "", "-f", key],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=SSH_START_TIMEOUT,
+            )
+            if made.returncode != 0:
+                output = made.stdout.decode("utf-8", "replace").strip()
+                _note("sshd was not started: ssh-keygen failed: %s" % _short(output, 400))
+                return
+        if os.getuid() == 0:  # a root sshd separates privileges and wants its (empty) folder
+            try:
+                os.makedirs("/run/sshd", 0o755, exist_ok=True)
+            except OSError:
+                pass
+        listen = "127.0.0.1" if os.environ.get(CLUSTER_PEERS_ENV) else "0.0.0.0"
+        log_path = os.path.join(folder, "sshd.log")
+        argv = [os.path.abspath(sshd), "-f", "/dev/null", "-E", log_path]
+        options = [
+            "Port=%d" % SSH_PORT,
+            "ListenAddress=%s" % listen,
+            "HostKey=%s" % key,
+            "PidFile=none",
+            "UsePAM=no",
+            "StrictModes=no",
+            "PasswordAuthentication=no",
+            "PubkeyAuthentication=yes",
+            "AuthorizedKeysFile=%s" % os.path.join(self.workdir, ".ssh", "authorized_keys"),
+            "Subsystem=sftp internal-sftp",
+        ]
+        for option in options:
+            argv += ["-o", option]
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            log_start = os.fstat(log_fd).st_size
+            proc = subprocess.Popen(  # without -D it forks into the background, and this one exits
+                argv,
+                cwd=self.workdir,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+            )
+        finally:
+            os.close(log_fd)
+        try:
+            code = proc.wait(timeout=SSH_START_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return  # it stayed in the foreground: it runs (in its own session: a restart does not end it)
+        if code != 0:
+            _note("sshd exited with code %s: %s" % (code, _short(_log_tail(log_path, log_start).strip(), 600)))
 
     # -- job execution (main thread) ------------------------------------
 
@@ -942,6 +1150,71 @@ class _Tunnel:
                     sock.close()
 
 
+def _note(text: str) -> None:
+    """A line for the kernel's log (the runner's stderr: the container's output), never an error."""
+    try:
+        sys.stderr.write("bai runner: %s\n" % text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _parse_peers(text: str) -> list:
+    """BAI_CLUSTER_PEERS ("main1=127.0.1.1,sub2=127.0.1.3") as [(name, address)]; malformed items are
+    skipped with a note (only loopback addresses: a relay never listens where a network reaches it)."""
+    peers = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, address = item.partition("=")
+        try:
+            ok = bool(PEER_NAME.match(name)) and socket.inet_aton(address)[0] == 127 and address.count(".") == 3
+        except OSError:
+            ok = False
+        if ok:
+            peers.append((name, address))
+        else:
+            _note("%s: skipped %s" % (CLUSTER_PEERS_ENV, _short(repr(item), 80)))
+    return peers
+
+
+def _parse_ports(text: str) -> list:
+    """BAI_CLUSTER_PORTS ("2200,12345-12364") as a sorted list of ports; malformed items are skipped."""
+    ports = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        low, _, high = item.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+            if not 1 <= first <= last <= 65535 or last - first >= MAX_RELAY_LISTENERS:
+                raise ValueError
+        except ValueError:
+            _note("%s: skipped %s" % (CLUSTER_PORTS_ENV, _short(repr(item), 80)))
+            continue
+        ports.update(range(first, last + 1))
+    return sorted(ports)
+
+
+def _private_folder() -> str:
+    """A folder only the runner's user may use (sshd's host key and log): ~/.bai-runner, else /tmp."""
+    errors = []
+    home = os.path.expanduser("~")
+    for folder in (os.path.join(home, ".bai-runner"), "/tmp/.bai-runner-%d" % os.getuid()):
+        try:
+            os.makedirs(folder, 0o700, exist_ok=True)
+            st = os.lstat(folder)
+            if st.st_uid != os.getuid() or not os.path.isdir(folder) or os.path.islink(folder):
+                raise OSError("%s is not the runner's own folder" % folder)
+            os.chmod(folder, 0o700)
+            return folder
+        except OSError as e:
+            errors.append(str(e))
+    raise OSError("no folder for the runner's files: %s" % "; ".join(errors))
+
+
 def _short(text: str, limit: int = 200) -> str:
     """*text*, cut to *limit* characters (an error record must not echo a huge field)."""
     return text if len(text) <= limit else text[:limit] + "... (%d characters)" % len(text)
@@ -1057,6 +1330,7 @@ def main(argv: list | None = None) -> None:
     runner = Runner(workdir, max(args.max_line, 1024), connect_to)
     signal.signal(signal.SIGTERM, runner.terminate)
     signal.signal(signal.SIGINT, _ignore_signal)
+    threading.Thread(target=runner.start_cluster, name="cluster", daemon=True).start()
     if server is not None:
         threading.Thread(target=runner.serve, args=(server,), name="conn", daemon=True).start()
     else:

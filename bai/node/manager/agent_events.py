@@ -1,6 +1,7 @@
 """What agents say over the link, handed to the services it concerns: registration (agents record it,
 sessions reconcile their kernels with it), departures (a lost agent's sessions wait out a grace period),
-heartbeats, kernel output, pulls and exits."""
+heartbeats, kernel output, pulls and exits, and multi-node kernels' connections to each other (PeerDial,
+relayed by manager/peers.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from bai.node.link.messages import (
     KernelStats,
     KernelTerminated,
     MessageError,
+    PeerDial,
     Registration,
     decode_event,
 )
 from bai.node.manager.agents import Agents
+from bai.node.manager.peers import PeerRelay
 from bai.node.manager.sessions import Sessions
 from bai.node.manager.stats import StatsBook
 from bai.node.manager.vfolders.service import VFolders
@@ -41,6 +44,7 @@ class AgentEvents:
         background: Background,
         lost_grace: float = 30.0,
         stats: StatsBook | None = None,
+        peers: PeerRelay | None = None,
     ) -> None:
         self.agents = agents
         self.stats = stats or sessions.stats
@@ -49,6 +53,7 @@ class AgentEvents:
         self.wake = wake
         self.background = background
         self.lost_grace = lost_grace
+        self.peers = peers  # None: kernels' PeerDial events are refused (by the agent's timeout)
         self._lost: dict[str, asyncio.Task[Any]] = {}  # agent id -> the grace period running out
 
     async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
@@ -97,3 +102,8 @@ class AgentEvents:
                 await self.sessions.kernel_terminated(event)
             case KernelStats():
                 await self.sessions.kernel_stats(agent_id, event)
+            case PeerDial():
+                if self.peers is not None:
+                    self.peers.dial(agent_id, event)  # in the background: the events after it go on
+                else:
+                    log.warning("agent %s asked to relay a kernel connection, and no relay is wired", agent_id)

@@ -21,6 +21,7 @@ from bai.node.manager.hooks import Hooks
 from bai.node.manager.images import Images
 from bai.node.manager.kernel_logs import KernelLogs
 from bai.node.manager.metrics import ManagerMetrics
+from bai.node.manager.peers import PeerRelay
 from bai.node.manager.services import Services
 from bai.node.manager.sessions import Sessions
 from bai.node.manager.stats import StatsBook, stat_history_of, stat_interval_of
@@ -87,7 +88,14 @@ async def build_manager(
         stats=stats,
     )
     agent_events = AgentEvents(
-        agents, sessions, vfolders, wake, background, float(cfg["manager"]["lost_grace"]), stats=stats
+        agents,
+        sessions,
+        vfolders,
+        wake,
+        background,
+        float(cfg["manager"]["lost_grace"]),
+        stats=stats,
+        peers=PeerRelay(link, store, background),  # multi-node kernels' connections to each other
     )
     dispatcher = Dispatcher(
         store, sessions, agents, wake, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]), clock=clock

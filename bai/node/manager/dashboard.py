@@ -274,12 +274,8 @@ async def dashboard_events(request: web.Request) -> web.StreamResponse:
         if not ref:
             raise invalid("the logs topic needs session=NAME-OR-ID")
         session = await session_of(request, ref, active_only=False)
-        kernels = await services.sessions.kernels_of(session["id"])
-        kernel_id = request.query.get("kernel")
-        if kernel_id is None:
-            kernel_id = (await services.sessions.main_kernel(session))["id"]
-        elif kernel_id not in {k["id"] for k in kernels}:
-            raise invalid(f"kernel {kernel_id} is not one of session {session['name']}'s kernels")
+        # the main kernel's unless `kernel` names another (main1, sub1, an id or an id prefix)
+        kernel_id = (await services.sessions.kernel_for(session, request.query.get("kernel")))["id"]
     stream = await EventStream.open(request)
     if "logs" in topics:
         coros.append(_logs(services, stream, session, kernel_id, tail, after))

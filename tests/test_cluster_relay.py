@@ -1,0 +1,446 @@
+"""Kernels of a multi-node cluster session reaching each other by name: the runner's relay listeners and
+their dial connections (runner.py "Cluster sessions", channel.py), the agent joining two of its own kernels
+directly or asking the manager (agent.py `dial`, apps.py), and the manager piping the two agents' streams
+(manager/peers.py), with its refusals. Kernels here are runner processes (--connect) or fake channels whose
+tunnels reach a TCP echo server on this host; the link is the in-process one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bai.common.background import Background
+from bai.common.cluster import MASTER_PORT, SSH_PORT
+from bai.node.agent.agent import Agent
+from bai.node.agent.backends.base import Kernel, KernelSpec
+from bai.node.agent.backends.sim import SimBackend
+from bai.node.agent.channel import Channel, RunnerChannel
+from bai.node.link.inproc import InprocHub
+from bai.node.link.messages import PeerDial
+from bai.node.link.streams import LinkStream
+from bai.node.manager.agent_events import AgentEvents
+from bai.node.manager.peers import PeerRelay
+
+RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"
+PYTHON = os.environ.get("BAI_RUNNER_PYTHON", sys.executable)
+SESSION, OTHER_SESSION = "s-1", "s-2"
+
+
+def relay_address() -> str:
+    """A loopback address no other test uses (the kernels' relay addresses are 127.0.1.R; any of 127/8 is lo)."""
+    return f"127.{random.randint(100, 250)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
+
+
+def cluster_port(address: str) -> int:
+    """One of the cluster's ports that both `address` and 127.0.0.1 can listen on here."""
+    for port in random.sample(range(MASTER_PORT, MASTER_PORT + 20), 20):
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind((address, port))
+                b.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+    pytest.skip("no port of the cluster's is free here")
+
+
+async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """ "echo:", then every byte back; its EOF after the client's."""
+    try:
+        writer.write(b"echo:")
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.write_eof()
+        await writer.drain()
+    finally:
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def echo_server(port: int = 0) -> AsyncIterator[int]:
+    server = await asyncio.start_server(echo, "127.0.0.1", port)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+
+
+async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes) -> bytes:
+    """Send `data`, shut our writing down, read everything back until EOF."""
+    writer.write(data)
+    await writer.drain()
+    reply = await asyncio.wait_for(reader.readexactly(len(data) + 5), 10)
+    writer.write_eof()
+    rest = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return reply + rest
+
+
+@contextlib.asynccontextmanager
+async def runner(tmp_path: Path, env: dict[str, str], name: str = "k") -> AsyncIterator[RunnerChannel]:
+    """A runner process (--connect) with these variables, and the channel it connected to."""
+    folder = tmp_path / name
+    workdir = folder / "work"
+    workdir.mkdir(parents=True)
+    channel = RunnerChannel(folder / "agent.sock", lambda kind, text: None)
+    await channel.listen()
+    proc = await asyncio.create_subprocess_exec(
+        *[PYTHON, "-u", str(RUNNER), "--connect", str(folder / "agent.sock"), "--workdir", str(workdir)],
+        env={**os.environ, **env},
+    )
+    try:
+        await channel.wait_connected(asyncio.get_running_loop().time() + 10)
+        yield channel
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 10)
+        await channel.close()
+
+
+async def connect_when_listening(address: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the runner's relay listener (it starts in a thread of the runner's: wait for it)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return await asyncio.open_connection(address, port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.02)
+
+
+# -- the runner ---------------------------------------------------------------------------------------
+
+
+async def test_runner_relays_a_connection_as_a_dial_and_again_after_a_restart(tmp_path: Path) -> None:
+    address = relay_address()
+    port = cluster_port(address)
+    env = {
+        "BAI_CLUSTER_PEERS": f"bad name=127.0.0.9,sub1={address},far=10.0.0.1",  # only sub1 is usable
+        "BAI_CLUSTER_PORTS": f"{port},x-y,70000",
+    }
+    dials: list[tuple[str, int]] = []
+
+    async def on_dial(host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        dials.append((host, port))
+        await echo(reader, writer)
+
+    async with runner(tmp_path, env) as channel:
+        channel.on_dial = on_dial
+        assert await talk(*await connect_when_listening(address, port), b"hello") == b"echo:hello"
+        assert dials == [("sub1", port)]
+        # an app of the kernel that sets SO_REUSEPORT (as gRPC servers do) may listen on every address too,
+        # and connections to the relay address still reach the runner
+        with socket.socket() as app:
+            app.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            app.bind(("0.0.0.0", port))
+            app.listen()
+            assert await talk(*await connect_when_listening(address, port), b"both") == b"echo:both"
+        await channel.restart(10)  # a new runner: its listeners come back
+        assert await talk(*await connect_when_listening(address, port), b"again") == b"echo:again"
+        assert dials == [("sub1", port)] * 3
+
+
+async def test_a_dial_nobody_takes_is_closed(tmp_path: Path) -> None:
+    address = relay_address()
+    port = cluster_port(address)
+    async with runner(tmp_path, {"BAI_CLUSTER_PEERS": f"main1={address}", "BAI_CLUSTER_PORTS": str(port)}):
+        reader, writer = await connect_when_listening(address, port)  # no on_dial: the channel closes it
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+
+
+def _sshd_pids(marker: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry))
+    return pids
+
+
+@pytest.mark.skipif(not os.access("/usr/sbin/sshd", os.X_OK) or not shutil.which("ssh-keygen"), reason="no sshd")
+async def test_runner_starts_sshd_once(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("0.0.0.0", SSH_PORT))
+        except OSError:
+            pytest.skip(f"port {SSH_PORT} is taken here")
+    home = tmp_path / "home"
+    home.mkdir()
+    address = relay_address()
+    env = {"HOME": str(home), "BACKENDAI_CLUSTER_SIZE": "2", "BAI_CLUSTER_PEERS": f"sub1={address}"}
+    marker = str(home / ".bai-runner")
+    try:
+        async with runner(tmp_path, env) as channel:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", SSH_PORT)
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "sshd did not listen"
+                    await asyncio.sleep(0.1)
+            assert (await asyncio.wait_for(reader.readline(), 10)).startswith(b"SSH-2.0")
+            writer.close()
+            assert (home / ".bai-runner" / "ssh_host_ed25519_key").exists()
+            daemons = _sshd_pids(marker)
+            assert len(daemons) == 1
+            with pytest.raises(OSError):  # relaying: it listens on 127.0.0.1 only, not where the relays do
+                socket.create_connection((address, SSH_PORT), 1).close()
+            await channel.restart(10)
+            await asyncio.sleep(1.0)  # the new runner looked (and found it listening)
+            assert _sshd_pids(marker) == daemons
+    finally:
+        for pid in _sshd_pids(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+
+
+# -- agents and the manager ---------------------------------------------------------------------------
+
+
+class TunnelChannel(Channel):
+    """A kernel whose ports are this host's (`ports` maps a kernel port to the host's)."""
+
+    def __init__(self, ports: dict[int, int]) -> None:
+        super().__init__(lambda kind, text: None)
+        self.ports = ports
+        self.opened: list[int] = []
+
+    async def open_tunnel(self, port: int, timeout: float = 10.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        self.opened.append(port)
+        return await asyncio.open_connection("127.0.0.1", self.ports.get(port, port))
+
+
+class FakeStore:
+    """What PeerRelay reads of the store."""
+
+    def __init__(self) -> None:
+        self.kernels: dict[str, dict[str, Any]] = {}
+        self.sessions: dict[str, dict[str, Any]] = {}
+
+    async def get_kernel(self, kernel_id: str) -> dict[str, Any] | None:
+        return self.kernels.get(kernel_id)
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return self.sessions.get(session_id)
+
+    async def kernels_of(self, session_id: str) -> list[dict[str, Any]]:
+        return [k for k in self.kernels.values() if k["session_id"] == session_id]
+
+
+class Cluster:
+    """Agents on an in-process link to a manager that has only its PeerRelay (and AgentEvents routing to it)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.hub = InprocHub()
+        self.store = FakeStore()
+        self.background = Background(logging.getLogger("test"))
+        self.relay = PeerRelay(self.hub.manager, self.store, self.background)  # type: ignore[arg-type]
+        self.agents: dict[str, Agent] = {}
+
+    async def start(self) -> None:
+        events = AgentEvents(
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            None,
+            lambda: None,  # type: ignore[arg-type]
+            self.background,
+            stats=SimpleNamespace(),  # type: ignore[arg-type]
+            peers=self.relay,
+        )
+        await self.hub.manager.start(events)
+
+    def agent(self, agent_id: str) -> Agent:
+        if agent_id not in self.agents:
+            agent = Agent(agent_id, SimBackend(), self.hub.agent_link(agent_id), {})  # type: ignore[arg-type]
+            self.agents[agent_id] = agent
+            self.hub.manager.agents[agent_id] = agent
+        return self.agents[agent_id]
+
+    def session(self, session_id: str, status: str = "RUNNING") -> None:
+        self.store.sessions[session_id] = {"id": session_id, "name": session_id, "status": status}
+
+    def kernel(self, agent_id: str, kernel_id: str, name: str, channel: Channel, session_id: str = SESSION) -> Kernel:
+        role, idx = ("main", 1) if name == "main1" else ("sub", int(name[3:]))
+        spec = KernelSpec(kernel_id, session_id, session_id, "AK", "img", {"cpu": Decimal(1)}, {}, role, idx)
+        kernel = Kernel(spec=spec, channel=channel, run_dir=self.tmp_path)
+        agent = self.agent(agent_id)
+        agent.kernels[kernel_id] = kernel
+        agent._watch_exit(kernel)
+        self.store.kernels[kernel_id] = {
+            "id": kernel_id,
+            "session_id": session_id,
+            "cluster_role": role,
+            "cluster_idx": idx,
+            "agent_id": agent_id,
+            "status": self.store.sessions.get(session_id, {}).get("status", "RUNNING"),
+        }
+        return kernel
+
+    async def close(self) -> None:
+        await self.hub.manager.close()
+        await self.background.close()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path)
+    await c.start()
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def dial(agent: Agent, kernel: Kernel, host: str, port: int) -> tuple[asyncio.Task[None], socket.socket]:
+    """A connection of `kernel` to host:port as its runner hands it over (one end of a socket pair: the app's
+    end is returned, blocking)."""
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=theirs)
+
+    async def run() -> None:
+        try:
+            await agent.dial(kernel, host, port, reader, writer)
+        finally:
+            writer.close()
+
+    return asyncio.create_task(run()), ours
+
+
+async def app_talk(sock: socket.socket, data: bytes) -> bytes:
+    """The app's side of `dial`'s connection: `talk`."""
+    reader, writer = await asyncio.open_connection(sock=sock)
+    return await talk(reader, writer, data)
+
+
+async def test_a_kernel_reaches_a_kernel_on_another_agent_through_the_manager(cluster: Cluster) -> None:
+    cluster.session(SESSION)
+    async with echo_server() as port:
+        main = cluster.kernel("a1", "k-main", "main1", TunnelChannel({}))
+        far = TunnelChannel({MASTER_PORT: port})
+        cluster.kernel("a2", "k-sub", "sub1", far)
+        task, app = await dial(cluster.agents["a1"], main, "sub1", MASTER_PORT)
+        assert await app_talk(app, b"x" * 100_000) == b"echo:" + b"x" * 100_000
+        await asyncio.wait_for(task, 10)
+        assert far.opened == [MASTER_PORT]
+    assert not cluster.relay.active  # the relay ended with the connection
+
+
+async def test_a_kernel_reaches_a_kernel_on_its_own_agent_directly(cluster: Cluster) -> None:
+    async with echo_server() as port:
+        main = cluster.kernel("a1", "k-main", "main1", TunnelChannel({}))
+        near = TunnelChannel({SSH_PORT: port})
+        cluster.kernel("a1", "k-sub", "sub1", near)
+        # the manager knows no session here: only the agent itself can have joined them
+        task, app = await dial(cluster.agents["a1"], main, "sub1", SSH_PORT)
+        assert await app_talk(app, b"ssh") == b"echo:ssh"
+        await asyncio.wait_for(task, 10)
+        assert near.opened == [SSH_PORT]
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+async def test_runner_to_kernel_end_to_end(cluster: Cluster, tmp_path: Path, where: str) -> None:
+    """An app connects to sub1:PORT in main1 (the relay address): runner -> agent -> (manager ->) sub1."""
+    cluster.session(SESSION)
+    address = relay_address()
+    port = cluster_port(address)
+    env = {"BAI_CLUSTER_PEERS": f"sub1={address}", "BAI_CLUSTER_PORTS": f"2200,{MASTER_PORT}-{MASTER_PORT + 19}"}
+    async with echo_server() as echo_port, runner(tmp_path, env) as channel:
+        cluster.kernel("a1", "k-main", "main1", channel)
+        target = TunnelChannel({port: echo_port})
+        cluster.kernel("a1" if where == "local" else "a2", "k-sub", "sub1", target)
+        assert await talk(*await connect_when_listening(address, port), b"hi") == b"echo:hi"
+        assert target.opened == [port]
+
+
+async def _dial_via_manager(agent: Agent, event: PeerDial) -> tuple[LinkStream, str]:
+    """Ask the manager as `dial` does; the stream and error it answers with."""
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    agent._dials[event.dial_id] = fut
+    await agent.link.emit(event.name, event.to_wire())
+    stream, error, done = await asyncio.wait_for(fut, 10)
+    done.set()
+    return stream, error
+
+
+async def test_the_manager_refuses_what_it_may_not_relay(cluster: Cluster) -> None:
+    cluster.session(SESSION)
+    cluster.session(OTHER_SESSION)
+    cluster.session("s-3", status="TERMINATING")
+    target = TunnelChannel({})
+    cluster.kernel("a1", "k-main", "main1", TunnelChannel({}))
+    cluster.kernel("a2", "k-sub", "sub1", target)
+    cluster.kernel("a2", "k-other", "sub2", TunnelChannel({}), session_id=OTHER_SESSION)
+    cluster.kernel("a1", "k-ending", "main1", TunnelChannel({}), session_id="s-3")
+    cluster.kernel("a2", "k-ending-sub", "sub1", TunnelChannel({}), session_id="s-3")
+    a1 = cluster.agents["a1"]
+    cases = {
+        "port": (PeerDial("d1", "k-main", "sub1", 8080), "not one a cluster's kernels reach"),
+        "other session": (PeerDial("d2", "k-main", "sub2", MASTER_PORT), "no other kernel named 'sub2'"),
+        "itself": (PeerDial("d3", "k-main", "main1", MASTER_PORT), "no other kernel named"),
+        "not its agent": (PeerDial("d4", "k-sub", "main1", MASTER_PORT), "is not on agent a1"),
+        "unknown kernel": (PeerDial("d5", "k-nobody", "sub1", MASTER_PORT), "no kernel k-nobody"),
+        "not running": (PeerDial("d6", "k-ending", "sub1", MASTER_PORT), "is TERMINATING"),
+        "bad name": (PeerDial("d7", "k-main", "../etc", MASTER_PORT), "no other kernel named"),
+    }
+    for what, (event, reason) in cases.items():
+        stream, error = await _dial_via_manager(a1, event)
+        assert reason in error, what
+        assert await asyncio.wait_for(stream.receive(), 10) is None, what
+    assert target.opened == []
+
+
+async def test_a_peer_tunnel_reaches_only_cluster_ports(cluster: Cluster) -> None:
+    target = TunnelChannel({})
+    cluster.kernel("a2", "k-sub", "sub1", target)
+    stream = await cluster.hub.manager.open_stream("a2", "peer-tunnel", {"kernel_id": "k-sub", "port": 22})
+    assert await asyncio.wait_for(stream.receive(), 10) is None
+    assert "not one a cluster's kernels reach" in (stream.closed_reason or "")
+    assert target.opened == []
+
+
+async def test_the_agent_refuses_other_ports_and_gives_up_without_an_answer(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    main = cluster.kernel("a1", "k-main", "main1", TunnelChannel({}))
+    a1 = cluster.agents["a1"]
+    task, app = await dial(a1, main, "sub1", 22)  # not a cluster port: closed at once, nothing asked
+    await asyncio.wait_for(task, 10)
+    assert await app_talk_eof(app)
+    # the manager never answers (no relay wired): the connection ends after DIAL_TIMEOUT
+    cluster.relay.dial = lambda agent_id, event: None  # type: ignore[method-assign]
+    monkeypatch.setattr("bai.node.agent.agent.DIAL_TIMEOUT", 0.2)
+    task, app = await dial(a1, main, "sub1", MASTER_PORT)
+    await asyncio.wait_for(task, 10)
+    assert await app_talk_eof(app)
+    assert not a1._dials
+
+
+async def app_talk_eof(sock: socket.socket) -> bool:
+    """The app's end of a connection that was closed without data: True."""
+    reader, writer = await asyncio.open_connection(sock=sock)
+    try:
+        return await asyncio.wait_for(reader.read(), 10) == b""
+    finally:
+        writer.close()
