@@ -71,8 +71,8 @@ async def test_a_multi_node_session_spreads_its_kernels_and_each_knows_its_local
         on1, on2 = _kernels_on(h, "a1"), _kernels_on(h, "a2")
         assert sorted([*on1, *on2]) == ["main1", "sub1"] and len(on1) == len(on2) == 1
         for spec in [*on1.values(), *on2.values()]:
-            assert spec.cluster.mode == "multi-node" and spec.cluster.network == ""
-            assert spec.cluster.hosts == ["main1", "sub1"]
+            assert spec.cluster.mode == "multi-node" and spec.cluster.network.startswith("bai-cluster-")
+            assert spec.cluster.hosts == ["main1", "sub1"] and sorted(spec.cluster.agents) == ["a1", "a2"]
             assert spec.environ["BACKENDAI_CLUSTER_MODE"] == "multi-node"
             assert spec.environ["LOCAL_RANK"] == "0"  # alone on its agent
         # execute goes to main1 unless told

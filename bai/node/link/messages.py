@@ -162,19 +162,20 @@ class ClusterSpec(Message):
     CreateKernel.environ (the manager adds them, bai/common/cluster.py); the session's SSH keypair in its
     dotfiles (.ssh/id_cluster, id_cluster.pub, authorized_keys, config).
 
-    - single-node: every kernel on this agent, on the Docker network `network` (the agent creates it with the
-      session's first kernel and removes it with the last; each kernel joins it under its name).
-    - multi-node: `hosts` are the other kernels' names: each is reached through the agents' link (the kernel's
-      runner listens on `relay_address(rank)` for CLUSTER_PORTS, see bai/common/cluster.py), so kernels need
-      no network of their own and no host opens a port for them.
+    On each agent, the session's kernels there share the Docker network `network` (the agent creates it with
+    the session's first kernel there and removes it with the last; each kernel joins it under its name), so
+    they reach each other on every port. multi-node: a kernel on ANOTHER agent (`agents[rank]` differs) is
+    stood in for on this network by a peer proxy under its name, which relays CLUSTER_PORTS through the
+    agents' link to the manager (bai/common/cluster.py): kernels keep no route outside and no host opens a port.
     """
 
     size: int
     mode: str  # single-node | multi-node
     rank: int  # 0: main1, 1: sub1, …
     local_rank: int = 0  # index among the session's kernels on this agent
-    network: str = ""  # single-node: the session's Docker network
-    hosts: list[str] = field(default_factory=list)  # multi-node: every kernel's name, main1 first (by rank)
+    network: str = ""  # the session's Docker network on this agent
+    hosts: list[str] = field(default_factory=list)  # every kernel's name, main1 first (by rank)
+    agents: list[str] = field(default_factory=list)  # the agent of each kernel (by rank)
 
 
 @dataclass

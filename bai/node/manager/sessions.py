@@ -480,6 +480,7 @@ class Sessions:
         size = len(kernels)
         mode = cluster_mode_of(session)
         hosts = [kernel_name(k) for k in kernels]
+        placed_on = [k["agent_id"] or "" for k in kernels]
         common = [DotfileSpec(d["path"], d["data"], d["permission"]) for d in dotfiles]
         if size > 1:
             common += cluster_dotfiles(hosts)
@@ -497,9 +498,7 @@ class Sessions:
             cluster = None
             if size > 1:
                 environ.update(cluster_environ(size, mode, rank, local_rank))
-                cluster = ClusterSpec(
-                    size, mode, rank, local_rank, network_name(sid) if mode == SINGLE_NODE else "", hosts
-                )
+                cluster = ClusterSpec(size, mode, rank, local_rank, network_name(sid), hosts, placed_on)
             calls.append(
                 CreateKernel(
                     kernel_id=kernel["id"],
