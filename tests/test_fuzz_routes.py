@@ -41,7 +41,7 @@ FIELDS = [
     "resource_policy", "max_concurrent_sessions", "total_resource_slots", "idle_timeout", "data",
     "command", "rows", "cols", "app", "arguments", "envs",
     "query", "variables", "emails", "access_keys", "size", "archive", "file", "dst", "src", "shared_user_uuids",
-    "files", "taskId",
+    "files", "taskId", "cluster_size", "clusterMode", "cluster_mode", "kernel", "kernel_id",
     "target_name", "target_host", "cloneable", "perm", "user_ids", "inv_id", "vfolder_id", "vfolder", "user",
     "user_email", "id", "shared_user_uuid", "onwer_access_key",
 ]  # fmt: skip
@@ -86,10 +86,12 @@ SESSION = {"image": "python", "enqueueOnly": True, "config": {"resources": {"cpu
 ROUTES = [
     ("POST", "/session", SESSION),
     ("POST", "/session", {**SESSION, "type": "batch", "startupCommand": "true", "starts_at": "10s"}),
+    ("POST", "/session", {**SESSION, "clusterSize": 2, "clusterMode": "multi-node"}),  # a cluster session
     ("GET", "/session", None),
     ("GET", "/session/{ref}", None),
     ("DELETE", "/session/{ref}", None),
     ("POST", "/session/{ref}", {"mode": "query", "code": "print(1)", "runId": "r1", "options": {}}),
+    ("POST", "/session/{ref}", {"mode": "query", "code": "print(1)", "kernel": "main1"}),  # a kernel named
     ("POST", "/session/{ref}/interrupt", None),
     ("GET", "/stream/session/{ref}/pty", None),
     ("GET", "/stream/session/{ref}/apps", None),
@@ -274,8 +276,18 @@ def test_no_random_input_gets_a_server_error(node, keys, method, template, base,
     check(node, keys, method, template, data.draw(bodies(base)), query, ref, name, who)
 
 
-# inputs that once answered 500, each named
+# inputs that once answered 500, each named; and the cluster fields' edge cases (issue 20)
 KNOWN = [
+    ("POST", "/session", {**SESSION, "clusterSize": True}),
+    ("POST", "/session", {**SESSION, "clusterSize": 1e308}),
+    ("POST", "/session", {**SESSION, "clusterSize": 2**64}),
+    ("POST", "/session", {**SESSION, "clusterSize": "2"}),
+    ("POST", "/session", {**SESSION, "clusterSize": 2, "clusterMode": {"a": 1}}),
+    ("POST", "/session", {**SESSION, "clusterSize": 2, "clusterMode": "\ud800"}),
+    ("POST", "/session", {**SESSION, "clusterMode": "multi-node", "config": {"network": "host"}}),
+    ("POST", "/session/fuzz-session", {"mode": "query", "code": "1", "kernel": {"a": 1}}),
+    ("GET", "/session/fuzz-session/logs?kernel_id=%ff%fe", None),
+    ("GET", "/session/fuzz-session/logs?kernel=sub1&kernel_id=main1", None),
     ("POST", "/session", {**SESSION, "tag": {"a": 1}}),
     ("POST", "/session", {**SESSION, "config": {"scalingGroup": {"a": 1}}}),
     ("POST", "/session", {**SESSION, "type": "batch", "startupCommand": "true", "starts_at": "99999999d"}),

@@ -182,7 +182,7 @@ INVALID = {
     "shmem-in-resources": _resources({"shmem": "64m"}),
     "batch-without-startup": body_with(type="batch"),
     "unknown-type": body_with(type="inference"),
-    "cluster-size-2": body_with(clusterSize=2),
+    "cluster-size-65": body_with(clusterSize=65),  # more kernels than a session may have (MAX_CLUSTER_SIZE)
     "resources-not-dict": _resources(["cpu", 1]),
     "resources-string": _resources("cpu=1"),
     "config-not-dict": _config("nope"),

@@ -131,6 +131,24 @@ def sessions() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+# a cluster session (issue 20): three kernels on two agents, each with its own figures; in the cluster only
+# when a FakeClient is made with `cluster=True` (the other pictures stay as they are)
+CLUSTER_KERNELS = [  # (name, agent, status, usage)
+    ("main1", "agent-1", "RUNNING", {"cpuPct": 96.0, "memBytes": int(1.4 * GIB)}),
+    ("sub1", "agent-2", "RUNNING", {"cpuPct": 188.5, "memBytes": int(2.25 * GIB)}),
+    ("sub2", "agent-10", "RUNNING", None),  # no sample yet
+]
+
+
+def cluster_session() -> dict[str, Any]:
+    return _session(
+        "dist-train", "RUNNING", created=12, agent="agent-1",
+        requestedSlots={"cpu": "6", "mem": str(6 * GIB)},  # the sum over its three kernels
+        usage=_usage(284.5, int(3.65 * GIB), int(3.9 * GIB)),
+        clusterSize=3, clusterMode="multi-node",
+    )  # fmt: skip
+
+
 def _agent(aid: str, *, cpu: float | None, mem: int | None, held_cpu: str, held_mem: int, **kw: Any) -> dict:
     usage = None
     if cpu is not None:
@@ -178,6 +196,22 @@ def detail_of(row: dict[str, Any]) -> dict[str, Any]:
             "exitCode": s["exitCode"],
         }
     ]
+    if s.get("clusterSize", 1) > 1:
+        s["kernels"] = [
+            {
+                "id": f"{zlib.crc32(name.encode()):08x}-0000-4001-8000-{rank:012x}",
+                "name": name,
+                "clusterRole": name.rstrip("0123456789"),
+                "clusterIdx": int(name.lstrip("mainsub")),
+                "clusterHostname": name,
+                "agent": agent,
+                "containerId": f"{rank:x}beef" * 4,
+                "status": status,
+                "exitCode": None,
+                "usage": usage,
+            }
+            for rank, (name, agent, status, usage) in enumerate(CLUSTER_KERNELS)
+        ]
     s["mounts"] = [{"name": "data", "target": "/home/work/data", "readOnly": True}]
     s["transitions"] = [
         {"at": s["creationTime"], "status": "PENDING", "status_info": None},
@@ -191,8 +225,9 @@ class FakeClient:
 
     endpoint = "http://127.0.0.1:8091"
 
-    def __init__(self) -> None:
-        self.sessions = {s["id"]: s for s in sessions()}
+    def __init__(self, cluster: bool = False) -> None:
+        """`cluster`: with the cluster session of three kernels (`cluster_session`) too."""
+        self.sessions = {s["id"]: s for s in sessions() + ([cluster_session()] if cluster else [])}
         self.agents = agents()
         self.events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
 

@@ -17,9 +17,18 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "bai session create": (
         "bai session create python --name nb --cpu 1 --mem 1g",
         "bai session create python --type batch --startup-command 'python job.py' --wait",
+        "bai session create python --name dist --cluster-size 3 --cluster-mode multi-node",
     ),
-    "bai session exec": ("bai session exec nb -c 'import sys; print(sys.version)'", "bai session exec nb -- ls -l"),
-    "bai session shell": ("bai session shell nb", "bai session shell nb -- top"),
+    "bai session exec": (
+        "bai session exec nb -c 'import sys; print(sys.version)'",
+        "bai session exec nb -- ls -l",
+        "bai session exec dist --kernel sub1 -- hostname",
+    ),
+    "bai session shell": (
+        "bai session shell nb",
+        "bai session shell nb -- top",
+        "bai session shell dist --kernel sub2",
+    ),
     "bai session app": "bai session app nb jupyterlab --bind 127.0.0.1:8090",
     "bai session apps": "bai session apps nb",
     "bai session ls": ("bai session ls --status running,pending", "bai session ls --failed --json"),
@@ -27,7 +36,11 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "bai session top": ("bai session top", "bai session top --sort mem --once"),
     "bai session explain": "bai session explain nb",
     "bai session events": ("bai session events nb", "bai session events --follow"),
-    "bai session logs": ("bai session logs nb --tail 50", "bai session logs nb --since 10m --follow"),
+    "bai session logs": (
+        "bai session logs nb --tail 50",
+        "bai session logs nb --since 10m --follow",
+        "bai session logs dist --kernel sub1",
+    ),
     "bai session files": "bai session files nb /home/work/results",
     "bai session destroy": ("bai session destroy nb", "bai session destroy stuck-one --force"),
     "bai session download": "bai session download nb results/model.pt --dest ./out",

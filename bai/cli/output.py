@@ -191,6 +191,11 @@ def apps_table(items: list[dict[str, Any]], session: str) -> Table:
     return table
 
 
+def kernel_name(k: dict[str, Any]) -> str:
+    """A kernel's name in its session: main1, sub1 … (its role alone from a manager that does not say)."""
+    return k.get("name") or f"{k.get('clusterRole', '')}{k.get('clusterIdx', '')}"
+
+
 def session_details(s: dict[str, Any]) -> list[str]:
     lines = [
         f"Session     {s['name']} ({s['id']})",
@@ -227,10 +232,13 @@ def session_details(s: dict[str, Any]) -> list[str]:
     if result_of(s):
         lines.append(f"Result      {result_of(s)}")
     kernels = s.get("kernels", [])
+    if (s.get("clusterSize") or 1) > 1:
+        lines.append(f"Cluster     {s['clusterSize']} kernels, {s.get('clusterMode') or 'single-node'}")
     for k in kernels:
         ku = k.get("usage") if len(kernels) > 1 else None  # (one kernel: the session's figures above)
         lines.append(
-            f"Kernel      {k['id']} {k['clusterRole']} {k['status']}"
+            f"Kernel      {k['id']} {kernel_name(k)} {k['status']}"
+            + (f" on {k['agent']}" if len(kernels) > 1 and k.get("agent") else "")
             + (f" container {k['containerId'][:12]}" if k.get("containerId") else "")
             + (f"  cpu {percent(ku.get('cpuPct'))}, mem {size(ku.get('memBytes'))}" if ku else "")
         )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bai.cli.common import EXIT_NOT_STARTED, call, call_now, fail, no_color, run_async, show
+from bai.common.cluster import MAX_CLUSTER_SIZE, MODES, SINGLE_NODE
 
 if TYPE_CHECKING:
     import asyncio
@@ -32,6 +33,42 @@ Name = Annotated[str | None, typer.Option("--name", help="Session name (default:
 Network = Annotated[
     str | None,
     typer.Option("--network", help="Docker network (none, bridge, host, ...): only what the scaling group allows."),
+]
+
+ClusterSize = Annotated[
+    int,
+    typer.Option(
+        "--cluster-size",
+        metavar="N",
+        min=1,
+        max=MAX_CLUSTER_SIZE,
+        help="Kernels in the session: main1, sub1 … sub{N-1}, each with the resources asked for.",
+    ),
+]
+
+
+def _cluster_mode(value: str | None) -> str:
+    """single-node or multi-node, in any case (Backend.AI's enum names SINGLE_NODE / MULTI_NODE too)."""
+    mode = (value or SINGLE_NODE).strip().lower().replace("_", "-")
+    if mode not in MODES:
+        raise typer.BadParameter(f"wants single-node or multi-node, got {value!r}")
+    return mode
+
+
+ClusterMode = Annotated[
+    str,
+    typer.Option(
+        "--cluster-mode",
+        metavar="MODE",
+        callback=_cluster_mode,
+        help="single-node: every kernel on one agent; multi-node: the kernels may be spread over agents.",
+    ),
+]
+Kernel = Annotated[
+    str | None,
+    typer.Option(
+        "--kernel", metavar="KERNEL", help="Which kernel of a cluster session: main1 (default), sub1 … or a kernel id."
+    ),
 ]
 
 STARTING = {"PENDING", "SCHEDULED", "PULLING", "PREPARING", "TIMEOUT"}
@@ -252,10 +289,12 @@ async def stream_execution(
     options: dict[str, Any],
     signals: Signals | None = None,
     owned: Owned | None = None,
+    kernel: str | None = None,
 ) -> int:
     """Run code in a session, print its output as it comes, return its exit code (128 + the signal's
     number when a signal stopped the wait: a second Ctrl-C, or SIGTERM; the first Ctrl-C interrupts the
-    code). `signals`: the caller's (else this call handles SIGINT and SIGTERM while it runs)."""
+    code). `signals`: the caller's (else this call handles SIGINT and SIGTERM while it runs). `kernel`: which
+    kernel of a cluster session runs it (main1 when None)."""
     import asyncio
     import secrets
 
@@ -277,7 +316,7 @@ async def stream_execution(
             signals = stack.enter_context(Signals())
         signals.on_sigint = on_sigint
         stack.callback(setattr, signals, "on_sigint", None)
-        return await _stream(c, session_id, mode, code, options, signals, owned, loop, run_id)
+        return await _stream(c, session_id, mode, code, options, signals, owned, loop, run_id, kernel)
 
 
 async def _interrupt(c, session_id: str, run_id: str) -> None:
@@ -294,11 +333,13 @@ def _say_queue(queue: dict[str, Any]) -> None:
     print(f"[waiting behind run {behind}{more}: one run at a time in a session]", file=sys.stderr)
 
 
-async def _stream(c, session_id, mode, code, options, signals: Signals, owned: Owned | None, loop, run_id) -> int:
+async def _stream(
+    c, session_id, mode, code, options, signals: Signals, owned: Owned | None, loop, run_id, kernel=None
+) -> int:
     import asyncio
 
     try:
-        async with c.execute(session_id) as stream:
+        async with c.execute(session_id, kernel) as stream:
             if owned is not None:
                 owned.ran, owned.run_id = True, run_id  # from here on the code may be running
             await stream.start(mode, code, options, run_id=run_id)
@@ -365,6 +406,8 @@ def run(
     name: Name = None,
     mount: Mount = None,
     network: Network = None,
+    cluster_size: ClusterSize = 1,
+    cluster_mode: ClusterMode = SINGLE_NODE,
     keep: bool = typer.Option(False, "--keep", help="Keep the session running afterwards."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress messages."),
 ) -> None:
@@ -392,6 +435,7 @@ def run(
                         wait_running(
                             c, image, name, quiet, owned,
                             resources=resources, environ=environ, mounts=mounts, network=network,
+                            cluster_size=cluster_size, cluster_mode=cluster_mode,
                         )
                     )  # fmt: skip
                     sid = started["sessionId"]
@@ -494,6 +538,8 @@ def create(
     ] = None,
     group: Annotated[str | None, typer.Option("--group", help="Scaling group [default].")] = None,
     network: Network = None,
+    cluster_size: ClusterSize = 1,
+    cluster_mode: ClusterMode = SINGLE_NODE,
     no_wait: bool = typer.Option(False, "--no-wait", help="Return at once, without waiting until it runs."),
     wait_end: Annotated[
         bool, typer.Option("--wait", help="Batch: wait until it ends and exit with its exit code.")
@@ -524,6 +570,8 @@ def create(
         "scaling_group": group,
         "mounts": parse_mounts(mount),
         "network": network,
+        "cluster_size": cluster_size,
+        "cluster_mode": cluster_mode,
     }
     from bai.cli.common import client
 
@@ -556,9 +604,14 @@ def exec(  # noqa: A001 - the command is called exec
     code: str = typer.Option(None, "-c", "--code", help="Python code to run (query mode)."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     exec_cmd: str = typer.Option(None, "--exec", metavar="CMD", help="Command to run after uploading FILEs."),
+    kernel: Kernel = None,
 ) -> None:
     """Run code in a running session and stream its output; exits with the code's exit status."""
     mode, text, options, files = _job(code, args or [], exec_cmd)
+    if files and kernel:
+        raise typer.BadParameter(
+            "FILEs are uploaded to the main kernel only: with --kernel, run -c CODE or -- CMD", param_hint="--kernel"
+        )
     from bai.cli.common import client
     from bai.client.api import overlap_import
 
@@ -567,11 +620,41 @@ def exec(  # noqa: A001 - the command is called exec
             session = await overlap_import(c.get_session(ref))
             if session["status"] != "RUNNING":
                 fail(f"session {ref} is {session['status']}, not RUNNING")
+            check_kernel(session, kernel)
             if files:
                 await c.upload(session["id"], [(f.name, f.read_bytes()) for f in files])
-            return await stream_execution(c, session["id"], mode, text, options)
+            return await stream_execution(c, session["id"], mode, text, options, kernel=kernel)
 
     raise typer.Exit(run_async(go()))
+
+
+def check_kernel(session: dict[str, Any], ref: str | None) -> None:
+    """Stop (listing the session's kernels) when `ref` names none of them: a name (main1, sub1 …), a kernel
+    id or a unique prefix of at least 4 characters, as the manager reads it. A manager that lists no kernel
+    names is left to answer itself."""
+    kernels = session.get("kernels") or []
+    if not ref or not all(k.get("name") for k in kernels):
+        return
+    found = [k for k in kernels if ref in (k["name"], k["id"])]
+    if not found and len(ref) >= 4:
+        found = [k for k in kernels if k["id"].startswith(ref)]
+    if len(found) != 1:
+        fail(f"session {session['name']} has no kernel {ref!r}; its kernels: {', '.join(k['name'] for k in kernels)}")
+
+
+def _shell_words(words: list[str], kernel: str | None) -> tuple[list[str], str | None]:
+    """`shell`'s words after the session (options stop at it, so that a command's own options are its):
+    a `--kernel K` (or `--kernel=K`) before the command or `--` is still this command's; the command."""
+    while words[:1] and (words[0] == "--kernel" or words[0].startswith("--kernel=")):
+        if "=" in words[0]:
+            kernel, words = words[0].split("=", 1)[1], words[1:]
+        elif len(words) < 2:
+            raise typer.BadParameter("wants a kernel: main1, sub1 … or a kernel id", param_hint="--kernel")
+        else:
+            kernel, words = words[1], words[2:]
+    if words[:1] == ["--"]:
+        words = words[1:]
+    return words, kernel
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -579,21 +662,22 @@ def shell(
     ref: str = typer.Argument(..., help="Session name or id."),
     command: list[str] = typer.Argument(None, help="-- CMD ...: run this instead of the kernel's shell."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
+    kernel: Kernel = None,
 ) -> None:
     """A terminal in a running session (bash if the image has it, else sh); exits with its status."""
     from bai.cli.common import client
     from bai.cli.terminal import attach_terminal
     from bai.client.api import overlap_import
 
+    words, picked = _shell_words(list(command or []), kernel)
+
     async def go() -> int:
         async with client(owner) as c:
             session = await overlap_import(c.get_session(ref))
             if session["status"] not in ("RUNNING", "RUNNING_DEGRADED"):
                 fail(f"session {ref} is {session['status']}: a terminal needs a running session")
-            words = list(command or [])
-            if words[:1] == ["--"]:
-                words = words[1:]
-            return await attach_terminal(c, session["id"], words or None)
+            check_kernel(session, picked)
+            return await attach_terminal(c, session["id"], words or None, kernel=picked)
 
     raise typer.Exit(run_async(go()))
 
@@ -761,6 +845,7 @@ def logs(
     since: str = typer.Option(
         None, "--since", metavar="WHEN", help="Only output from then on: 30s, 10m, 1h (ago) or an ISO 8601 time."
     ),
+    kernel: Kernel = None,
 ) -> None:
     """Print a session's kernel output (also after it has ended, until [manager] log_retention).
 
@@ -781,10 +866,10 @@ def logs(
     async def go() -> None:
         async with client(owner) as c:
             if not follow:
-                page = await c.log_page(ref, tail=tail, since_time=since)
+                page = await c.log_page(ref, tail=tail, since_time=since, kernel=kernel)
                 (sys.stderr if page.get("purged") else sys.stdout).write(page["logs"])
                 return
-            async for text in c.follow_logs(ref, tail=tail, since_time=since):
+            async for text in c.follow_logs(ref, tail=tail, since_time=since, kernel=kernel):
                 sys.stdout.write(text)
                 sys.stdout.flush()
 

@@ -32,11 +32,14 @@ def terminal_size() -> tuple[int, int]:
     return size.lines, size.columns
 
 
-async def attach_terminal(client: Any, session_id: str, command: list[str] | None = None) -> int:
-    """Run `command` (None: the kernel's shell) on a terminal in the session, attached to this process's
-    stdin/stdout; its exit status (1 with a message on stderr when the terminal could not run)."""
+async def attach_terminal(
+    client: Any, session_id: str, command: list[str] | None = None, kernel: str | None = None
+) -> int:
+    """Run `command` (None: the kernel's shell) on a terminal in the session's kernel `kernel` (main1 when
+    None), attached to this process's stdin/stdout; its exit status (1 with a message on stderr when the
+    terminal could not run)."""
     rows, cols = terminal_size()
-    ws = await client.terminal(session_id, command, rows, cols)
+    ws = await client.terminal(session_id, command, rows, cols, kernel=kernel)
     loop = asyncio.get_running_loop()
     fd = sys.stdin.fileno()
     interactive = os.isatty(fd)

@@ -264,7 +264,8 @@ class Client:
             "startupCommand": kw.get("startup_command"),
             "starts_at": kw.get("starts_at"),
             "dependencies": kw.get("depends") or [],
-            "clusterSize": 1,
+            "clusterSize": kw.get("cluster_size") or 1,
+            "clusterMode": kw.get("cluster_mode") or "single-node",
         }
         return await self.request("POST", "/session", json_body=body)
 
@@ -287,8 +288,8 @@ class Client:
         """Interrupt run `run_id` (one still waiting leaves the queue), else whatever runs in the session."""
         await self.request("POST", f"/session/{ref}/interrupt", json_body={"runId": run_id} if run_id else None)
 
-    async def logs(self, ref: str, tail: int | None = None) -> str:
-        return (await self.log_page(ref, tail=tail))["logs"]
+    async def logs(self, ref: str, tail: int | None = None, kernel: str | None = None) -> str:
+        return (await self.log_page(ref, tail=tail, kernel=kernel))["logs"]
 
     async def log_page(
         self,
@@ -298,14 +299,19 @@ class Client:
         since: int | None = None,
         limit: int | None = None,
         since_time: str | None = None,
+        kernel: str | None = None,
     ) -> dict[str, Any]:
         """{"logs": text, "next": cursor for `since`, "more": bool[, "purged": true]}. `since_time`: only output
-        stored from then on (a duration before now such as `10m`, or an ISO 8601 time)."""
-        params = {"tail": tail, "since": since, "limit": limit, "sinceTime": since_time}
+        stored from then on (a duration before now such as `10m`, or an ISO 8601 time). `kernel`: which kernel
+        of a cluster session (main1, sub1 …, or a kernel id; the main kernel's when None)."""
+        params = {"tail": tail, "since": since, "limit": limit, "sinceTime": since_time, "kernel": kernel}
         return (await self.request("GET", f"/session/{ref}/logs", params=params))["result"]
 
-    async def follow_logs(self, ref: str, tail: int | None = None, since_time: str | None = None) -> AsyncIterator[str]:
-        full = self._path(f"/session/{ref}/logs", {"follow": "true", "tail": tail, "sinceTime": since_time})
+    async def follow_logs(
+        self, ref: str, tail: int | None = None, since_time: str | None = None, kernel: str | None = None
+    ) -> AsyncIterator[str]:
+        params = {"follow": "true", "tail": tail, "sinceTime": since_time, "kernel": kernel}
+        full = self._path(f"/session/{ref}/logs", params)
         resp = await _in_thread(self._open, "GET", full, None, "text/plain")
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         try:
@@ -588,17 +594,24 @@ class Client:
     async def delete_dotfile(self, path: str) -> None:
         await self.request("DELETE", "/user-config/dotfiles", params={"path": path})
 
-    def execute(self, session_id: str) -> ExecStream:
-        return ExecStream(self, session_id)
+    def execute(self, session_id: str, kernel: str | None = None) -> ExecStream:
+        """A streaming run in the session's kernel `kernel` (main1, sub1 … or an id; the main one when None)."""
+        return ExecStream(self, session_id, kernel)
 
     async def terminal(
-        self, session_id: str, command: list[str] | None = None, rows: int = 24, cols: int = 80
+        self,
+        session_id: str,
+        command: list[str] | None = None,
+        rows: int = 24,
+        cols: int = 80,
+        kernel: str | None = None,
     ) -> aiohttp.ClientWebSocketResponse:
-        """A WebSocket to a terminal in the session (`GET /stream/session/{id}/pty`, Backend.AI's frames)."""
+        """A WebSocket to a terminal in the session (`GET /stream/session/{id}/pty`, Backend.AI's frames), in its
+        kernel `kernel` (main1, sub1 … or an id; the main one when None)."""
         import aiohttp
         import yarl
 
-        params: dict[str, Any] = {"rows": rows, "cols": cols}
+        params: dict[str, Any] = {"rows": rows, "cols": cols, "kernel": kernel}
         if command:
             params["command"] = json.dumps(command)
         full = self._path(f"/stream/session/{session_id}/pty", params)
@@ -638,9 +651,10 @@ class Client:
 class ExecStream:
     """One streaming execution over the WebSocket: `start`, then iterate frames; `send_input` on waiting-input."""
 
-    def __init__(self, client: Client, session_id: str) -> None:
+    def __init__(self, client: Client, session_id: str, kernel: str | None = None) -> None:
         self.client = client
         self.session_id = session_id
+        self.kernel = kernel
         self.ws: aiohttp.ClientWebSocketResponse | None = None
 
     async def __aenter__(self) -> ExecStream:
@@ -669,6 +683,8 @@ class ExecStream:
         first: dict[str, Any] = {"code": code, "mode": mode, "options": options or {}}
         if run_id is not None:
             first["runId"] = run_id
+        if self.kernel is not None:
+            first["kernel"] = self.kernel
         await self.ws.send_str(json.dumps(first))
 
     async def send_input(self, text: str) -> None:

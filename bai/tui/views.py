@@ -879,6 +879,52 @@ def usage_rows(s: dict[str, Any], usage: dict[str, Any] | None, now: datetime) -
     return rows
 
 
+def kernel_name(k: dict[str, Any]) -> str:
+    """main1, sub1 …: a kernel's name in its session (also its hostname)."""
+    return k.get("name") or f"{k['clusterRole']}{k.get('clusterIdx', '')}"
+
+
+def kernels_table(s: dict[str, Any]) -> Table:
+    """The session's kernels. A cluster session's (several kernels) first say what matters of each, its name,
+    agent, status and live CPU and memory, so that the narrowest screen keeps them; one kernel's figures are
+    the session's (above)."""
+    items = s.get("kernels", [])
+    cluster = len(items) > 1
+    title = f"Kernels ({len(items)}, {s.get('clusterMode') or 'single-node'})" if cluster else "Kernels"
+    table = Table(title=title, title_justify="left", title_style="bold", box=None, header_style="bold")
+    with_gpus = any(k.get("devices") for k in items)
+    if cluster:
+        columns = ("NAME", "AGENT", "STATUS", "CPU", "MEM", "ID", "CONTAINER", "EXIT")
+    else:
+        columns = ("ID", "ROLE", "AGENT", "CONTAINER", "STATUS", "EXIT")
+    for col in (*columns, *(("GPUS",) if with_gpus else ())):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("CPU", "MEM") else "left")
+    for k in items:
+        exit_code = k.get("exitCode")
+        container = (k.get("containerId") or "-")[:12]
+        ended = "-" if exit_code is None else str(exit_code)
+        if cluster:
+            usage = k.get("usage") or {}
+            cpu = usage.get("cpuPct")
+            mem = usage.get("memBytes")
+            row = [
+                Text(kernel_name(k), style="bold"),
+                k.get("agent") or "-",
+                styled_status(k["status"]),
+                NO_FIGURE if cpu is None else cpu_label(float(cpu)),
+                NO_FIGURE if mem is None else bytes_label(float(mem)),
+                Text(k["id"][:8], style="dim"),
+                container,
+                ended,
+            ]
+        else:
+            row = [k["id"][:8], kernel_name(k), k.get("agent") or "-", container, styled_status(k["status"]), ended]
+        if with_gpus:  # which GPU (and how much of it) the kernel holds
+            row.append(", ".join(f"{d['uuid']} ×{d['share']}" for d in k.get("devices") or []) or "-")
+        table.add_row(*row)
+    return table
+
+
 def render_detail(
     s: dict[str, Any],
     history: dict[str, Any] | None,
@@ -913,6 +959,8 @@ def render_detail(
     fields.add_row("Owner", s["accessKey"])
     fields.add_row("Resources", slots_text(s.get("requestedSlots") or {}) or "-")
     fields.add_row("Agent", s.get("agent") or "-")
+    if (s.get("clusterSize") or 1) > 1:  # its kernels are listed below
+        fields.add_row("Cluster", f"{s['clusterSize']} kernels, {s.get('clusterMode') or 'single-node'}")
     if s.get("network"):  # asked for when created (else the agent's own, none unless configured)
         fields.add_row("Network", s["network"])
     fields.add_row("Created", f"{s['creationTime'][:19].replace('T', ' ')}  ({age(s['creationTime'], now)} ago)")
@@ -936,23 +984,7 @@ def render_detail(
     )
     fields.add_row("Apps", apps_text(s.get("servicePorts") or [], forwarded))
 
-    kernels = Table(title="Kernels", title_justify="left", title_style="bold", box=None, header_style="bold")
-    with_gpus = any(k.get("devices") for k in s.get("kernels", []))
-    for col in ("ID", "ROLE", "AGENT", "CONTAINER", "STATUS", "EXIT", *(("GPUS",) if with_gpus else ())):
-        kernels.add_column(col, no_wrap=True)
-    for k in s.get("kernels", []):
-        exit_code = k.get("exitCode")
-        row = [
-            k["id"][:8],
-            f"{k['clusterRole']}{k.get('clusterIdx', '')}",
-            k.get("agent") or "-",
-            (k.get("containerId") or "-")[:12],
-            styled_status(k["status"]),
-            "-" if exit_code is None else str(exit_code),
-        ]
-        if with_gpus:  # which GPU (and how much of it) the kernel holds
-            row.append(", ".join(f"{d['uuid']} ×{d['share']}" for d in k.get("devices") or []) or "-")
-        kernels.add_row(*row)
+    kernels = kernels_table(s)
 
     transitions = Table(title="Status history", title_justify="left", title_style="bold", box=None)
     transitions.add_column("AT", no_wrap=True, style="dim")

@@ -38,11 +38,11 @@ from bai.node.manager.http import (
     sessions_of,
 )
 from bai.node.manager.images_api import add_image_routes
-from bai.node.manager.logs_api import log_query, serve_logs
+from bai.node.manager.logs_api import log_kernel, log_query, serve_logs
 from bai.node.manager.metrics import exposition
 from bai.node.manager.quota import my_quota
 from bai.node.manager.represent import agent_items, session_json, session_view
-from bai.node.manager.requests import parse_create, parse_execute, parse_run_id
+from bai.node.manager.requests import parse_create, parse_execute, parse_kernel_ref, parse_run_id
 from bai.node.manager.services import Services
 from bai.node.manager.sse import SPACED, EventStream
 from bai.node.manager.stats import stored_stat
@@ -262,7 +262,8 @@ async def execute_http(request: web.Request) -> web.Response:
     body = await read_json(request)
     mode, code, options = parse_execute(body)
     run_id = parse_run_id(body.get("runId"))
-    result = await sessions.execute(row, run_id, mode, code, options, 2.0)
+    kernel = parse_kernel_ref(body.get("kernel") or request.query.get("kernel"))  # bai's: main1 when absent
+    result = await sessions.execute(row, run_id, mode, code, options, 2.0, kernel_ref=kernel)
     return web.json_response({"result": result})
 
 
@@ -282,11 +283,12 @@ async def interrupt(request: web.Request) -> web.Response:
 
 
 async def logs(request: web.Request) -> web.StreamResponse:
-    """Bounded and streamed; tail / since / limit / follow (see logs_api)."""
+    """Bounded and streamed; tail / since / limit / follow (see logs_api). The main kernel's unless
+    `kernel_id` (Backend.AI's) or `kernel` (bai's: a name such as sub1, an id or an id prefix) names another."""
     query = log_query(request)
     sessions = sessions_of(request)
     row = await session_of(request, active_only=False)
-    kernel = await sessions.main_kernel(row)
+    kernel = await sessions.kernel_for(row, log_kernel(request))
     return await serve_logs(request, services_of(request).logs, sessions, row, kernel, query)
 
 
@@ -445,6 +447,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
             body = json.loads(first.data)
             mode, code, options = parse_execute(body, default_mode="query")
             run_id = parse_run_id(body.get("runId"))  # bai's clients name their run (to interrupt it)
+            kernel = parse_kernel_ref(body.get("kernel") or request.query.get("kernel"))  # main1 when absent
         except ValueError:
             await ws.send_json({"status": "error", "msg": "the first frame must be a JSON object"})
             return ws
@@ -457,7 +460,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         inputs: list[str | None] = []
         last_queue = None
         while True:
-            call = asyncio.ensure_future(sessions.execute(row, run_id, mode, code, options, 5.0))
+            call = asyncio.ensure_future(sessions.execute(row, run_id, mode, code, options, 5.0, kernel_ref=kernel))
             while not call.done():
                 await asyncio.wait({call, receiving}, return_when=asyncio.FIRST_COMPLETED)
                 if receiving.done():

@@ -10,6 +10,8 @@ plus the cursor. Parameters:
   `sinceTime=WHEN`     only output stored at or after WHEN: a duration before now (`30s`, `10m`, `1h`, `90`)
                        or an ISO 8601 time (`2026-12-01T10:00:00Z`; UTC without a zone). It combines with
                        the others: `tail` counts lines from there, `follow` and pages start there.
+Which kernel's (a cluster session has several; the main kernel's by default): `kernel_id=ID` (Backend.AI's
+name) or `kernel=NAME` (bai's: main1, sub1 …, a kernel id or an id prefix of 4 or more characters).
 A purged log (its session ended more than `[manager] log_retention` ago) answers a line saying so, and
 `"purged": true`.
 """
@@ -85,6 +87,18 @@ def log_query(request: web.Request) -> LogQuery:
     if query.follow and query.limit is not None:
         raise invalid("limit pages a log; a followed log has no pages (use since=SEQ or tail=N with follow)")
     return query
+
+
+def log_kernel(request: web.Request) -> str | None:
+    """The kernel a logs request names (`kernel_id` or `kernel`), None for the main kernel; a 400 when both
+    name different kernels or one is not a kernel reference."""
+    from bai.node.manager.requests import parse_kernel_ref
+
+    by_id = parse_kernel_ref(request.query.get("kernel_id"), "kernel_id")
+    by_name = parse_kernel_ref(request.query.get("kernel"), "kernel")
+    if by_id is not None and by_name is not None and by_id != by_name:
+        raise invalid("name the kernel once: kernel_id or kernel, not both")
+    return by_id or by_name
 
 
 def purged_line(purged_at: str) -> str:

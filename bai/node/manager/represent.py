@@ -10,6 +10,7 @@ from typing import Any
 
 from bai.common import service_ports as apps
 from bai.common import slots as slotlib
+from bai.common.cluster import SINGLE_NODE
 from bai.common.present import reason
 from bai.common.stats import usage_of
 from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
@@ -20,6 +21,11 @@ from bai.node.manager.stats import StatsBook, last_stat, live_stat, stored_stat
 
 def _age_ms(created: str) -> int:
     return int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds() * 1000)
+
+
+def hostname_of(kernel: dict[str, Any]) -> str:
+    """A kernel's name within its session, also its hostname: main1, sub1 …"""
+    return f"{kernel['cluster_role']}{kernel['cluster_idx']}"
 
 
 def _json(value: Any) -> str:
@@ -139,6 +145,11 @@ class SessionView:
         ]
 
     @property
+    def cluster_mode(self) -> str:
+        """single-node | multi-node (bai/common/cluster.py; sessions made before clusters: single-node)."""
+        return self.row["config"].get("cluster_mode") or SINGLE_NODE
+
+    @property
     def depends_on(self) -> list[str]:
         return self.row["config"].get("depends_on", [])
 
@@ -204,11 +215,15 @@ class SessionView:
             "exitCode": self.kernel_exit_code,
             "servicePorts": self.service_ports,
             "usage": self.usage,
+            "clusterSize": row["cluster_size"],
+            "clusterMode": self.cluster_mode,
             "kernels": [
                 {
                     "id": k["id"],
+                    "name": hostname_of(k),  # main1, sub1 …: also its hostname
                     "clusterRole": k["cluster_role"],
                     "clusterIdx": k["cluster_idx"],
+                    "clusterHostname": hostname_of(k),
                     "agent": k["agent_id"],
                     "containerId": k["container_id"],
                     "status": k["status"],
@@ -249,7 +264,7 @@ class SessionView:
             "architecture": "x86_64",
             "type": row["type"].upper(),
             "session_type": row["type"].upper(),
-            "cluster_mode": "SINGLE_NODE",
+            "cluster_mode": self.cluster_mode.upper().replace("-", "_"),  # Backend.AI's enum names
             "cluster_size": row["cluster_size"],
             "tag": row["tag"],
             "status": row["status"],
@@ -279,7 +294,7 @@ class SessionView:
             "id": k["id"],
             "cluster_role": k["cluster_role"],
             "cluster_idx": k["cluster_idx"],
-            "cluster_hostname": f"{k['cluster_role']}{k['cluster_idx']}",
+            "cluster_hostname": hostname_of(k),
             "session_id": self.row["id"],
             "image": k["image"],
             "registry": "local",

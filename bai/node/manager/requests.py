@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from bai.common import slots as slotlib
-from bai.common.cluster import SINGLE_NODE
+from bai.common.cluster import MAX_CLUSTER_SIZE, MODES, SINGLE_NODE
 from bai.common.durations import parse_duration
 from bai.common.gpus import DEVICE
 from bai.common.images import registry_of
@@ -169,6 +169,29 @@ def parse_resources(raw: dict[str, Any], known_slots: set[str]) -> dict[str, Dec
     return out
 
 
+def parse_cluster_size(value: Any) -> int:
+    """clusterSize: the number of kernels, a whole number 1..MAX_CLUSTER_SIZE (1 when absent); else a 400."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(f"clusterSize must be a whole number of kernels from 1 to {MAX_CLUSTER_SIZE}, not {value!r:.40}")
+    if not 1 <= value <= MAX_CLUSTER_SIZE:
+        raise invalid(f"clusterSize must be between 1 and {MAX_CLUSTER_SIZE} kernels, not {value}")
+    return value
+
+
+def parse_cluster_mode(value: Any) -> str:
+    """clusterMode: single-node or multi-node (single-node when absent). Backend.AI's enum names
+    (SINGLE_NODE, MULTI_NODE) and any case are accepted; else a 400."""
+    if value is None or value == "":
+        return SINGLE_NODE
+    if isinstance(value, str):
+        mode = value.strip().lower().replace("_", "-")
+        if mode in MODES:
+            return mode
+    raise invalid(f"clusterMode must be single-node or multi-node, not {value!r:.40}")
+
+
 def parse_create(
     body: Any,
     known_slots: set[str],
@@ -202,9 +225,8 @@ def parse_create(
     depends = body.get("dependencies") or []
     if not isinstance(depends, list) or not all(isinstance(d, str) and d for d in depends):
         raise invalid("dependencies must be a list of session names or ids")
-    cluster_size = _first(body, "clusterSize", "cluster_size", default=1)
-    if cluster_size != 1 or isinstance(cluster_size, bool):
-        raise invalid("only single-kernel sessions (clusterSize 1) are supported")
+    cluster_size = parse_cluster_size(_first(body, "clusterSize", "cluster_size"))
+    cluster_mode = parse_cluster_mode(_first(body, "clusterMode", "cluster_mode"))
     raw_resources = config.get("resources") or {}
     if not isinstance(raw_resources, dict):
         raise invalid("config.resources must be an object")
@@ -244,6 +266,11 @@ def parse_create(
     if network is not None and (not isinstance(network, str) or not NETWORK_NAME.match(network)):
         # whether the caller may have it is the scaling group's to say (admission.check_network)
         raise invalid("config.network must be a Docker network name (none, bridge, host or a user-defined one)")
+    if network == "host" and cluster_size > 1:
+        raise invalid(
+            "a session of several kernels cannot use the host network: its kernels reach each other by name "
+            "on a network of the session (use another network, or one kernel)"
+        )
     return CreateRequest(
         name=name,
         image=image.strip(),
@@ -251,7 +278,7 @@ def parse_create(
         resources=resources,
         environ={k: str(v) for k, v in environ.items()},
         scaling_group=scaling_group,
-        cluster_size=1,
+        cluster_size=cluster_size,
         enqueue_only=bool(_first(body, "enqueueOnly", "enqueue_only", default=False)),
         max_wait=float(max_wait),
         reuse=bool(_first(body, "reuseIfExists", "reuse_if_exists", default=True)),
@@ -265,7 +292,9 @@ def parse_create(
             "startup_command": startup,
             "network": network,
             "starts_at": starts_at.isoformat() if starts_at else None,
+            "cluster_mode": cluster_mode,
         },
+        cluster_mode=cluster_mode,
     )
 
 
@@ -317,3 +346,14 @@ def parse_run_id(value: Any, *, new: bool = True) -> str | None:
     if not isinstance(value, str) or len(value) > 64 or not value.isprintable() or not value.isascii():
         raise invalid("runId must be a string of at most 64 printable ASCII characters")
     return value
+
+
+def parse_kernel_ref(value: Any, what: str = "kernel") -> str | None:
+    """Which kernel of a session a request is for (bai's `kernel`, Backend.AI's `kernel_id` for logs): a
+    kernel name (main1, sub2), a kernel id or a prefix of one; None (the main kernel) when absent or empty.
+    Whether the session has such a kernel is for Sessions.kernel_for to say (a 404 listing its kernels)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > 64 or not value.isascii() or not value.isprintable():
+        raise invalid(f"{what} must be a kernel name (main1, sub1 …) or a kernel id, not {value!r:.40}")
+    return value.strip() or None

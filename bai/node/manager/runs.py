@@ -108,6 +108,11 @@ class RunHistory:
         for key in [k for k in self._open if k[0] == session_id]:
             self.end(session_id, key[1], None, now)
 
+    def kernel_of(self, session_id: str, run_id: str) -> str | None:
+        """The kernel a run not ended yet runs in (None: no such run)."""
+        run = self._open.get((session_id, run_id))
+        return run.kernel_id if run is not None else None
+
     def of(self, session_id: str, kernel_id: str) -> list[Run]:
         """A kernel's runs, oldest first."""
         return [r for r in self._runs.get(session_id, ()) if r.kernel_id == kernel_id]

@@ -767,8 +767,12 @@ class Sessions:
 
     async def interrupt(self, session: dict[str, Any], run_id: str | None = None) -> bool:
         """Interrupt a run: `run_id`'s (a waiting one leaves the queue), else the one running now (Backend.AI's
-        interrupt names no run). False when there was no such run."""
+        interrupt names no run). False when there was no such run. A named run is interrupted in the kernel it runs
+        in (a session of several kernels); one without a name in the main kernel."""
         kernel = await self.main_kernel(session)
+        where = self.runs.kernel_of(session["id"], run_id) if run_id else None
+        if where is not None and where != kernel["id"]:
+            kernel = await self.kernel_for(session, where)
         if not kernel["agent_id"] or S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
             return False
         try:

@@ -1,11 +1,12 @@
-"""`GET /stream/session/{ref}/pty`: a terminal in a session's main kernel over a WebSocket, in Backend.AI's
-wire format (text frames of JSON), relayed over the agent's link stream (agents open no inbound port).
+"""`GET /stream/session/{ref}/pty`: a terminal in a session's kernel (the main one by default) over a WebSocket,
+in Backend.AI's wire format (text frames of JSON), relayed over the agent's link stream (agents open no inbound port).
 
 Client → server: {"type": "stdin", "chars": BASE64}, {"type": "resize", "rows", "cols"}, {"type": "ping"},
 {"type": "restart"} (ignored: a terminal is restarted by opening a new one).
 Server → client: {"type": "out", "data": BASE64}, {"type": "error", "data": MESSAGE}, and bai's extension
 {"type": "exit", "code": N} when the command ended (then the server closes).
-Query (bai's extensions): `command` (a JSON list: what to run instead of the kernel's shell), `rows`, `cols`.
+Query (bai's extensions): `command` (a JSON list: what to run instead of the kernel's shell), `rows`, `cols`,
+`kernel` (which kernel of a cluster session: main1, sub1 …, a kernel id or an id prefix; main1 when absent).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aiohttp import WSMsgType, web
 from bai.common.problems import invalid
 from bai.node.link.streams import LinkStream, StreamClosed
 from bai.node.manager.http import session_of, sessions_of
+from bai.node.manager.requests import parse_kernel_ref
 
 log = logging.getLogger("bai.api.terminal")
 MAX_FRAME = 1024 * 1024
@@ -59,10 +61,11 @@ async def pty(request: web.Request) -> web.StreamResponse:
     sessions = sessions_of(request)
     row = await session_of(request)
     command, rows, cols = terminal_query(request)
+    kernel = parse_kernel_ref(request.query.get("kernel"))
     ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_FRAME)
     if not ws.can_prepare(request).ok:
         raise invalid("the terminal is a WebSocket: connect with an Upgrade: websocket request")
-    stream = await sessions.open_terminal(row, command, rows, cols)  # 4xx before the upgrade
+    stream = await sessions.open_terminal(row, command, rows, cols, kernel_ref=kernel)  # 4xx before the upgrade
     try:
         await ws.prepare(request)
         await relay(ws, stream, lambda: sessions.touch(row["id"]), lambda: ended(sessions, row["id"]))

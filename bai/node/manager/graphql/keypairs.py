@@ -11,6 +11,7 @@ from graphql import GraphQLArgument, GraphQLError, GraphQLField, GraphQLInputFie
 from graphql import GraphQLResolveInfo as Info
 
 from bai.common.auth import Keypair
+from bai.common.cluster import MAX_CLUSTER_SIZE
 from bai.common.problems import Problem
 from bai.common.status import ACTIVE_STATUSES
 from bai.node.manager.accounts import email_of
@@ -144,7 +145,7 @@ def policy_item(row: dict[str, Any]) -> dict[str, Any]:
         "total_resource_slots": slots if isinstance(slots, str) else json.dumps(slots),
         "max_session_lifetime": int(row.get("max_session_lifetime") or 0),
         "max_concurrent_sessions": row.get("max_concurrent_sessions"),
-        "max_containers_per_session": 1,
+        "max_containers_per_session": MAX_CLUSTER_SIZE,  # no per-policy limit in bai: the largest session
         "idle_timeout": int(row.get("idle_timeout") or 0),
         "max_vfolder_count": row.get("max_vfolder_count") or 0,
         "max_vfolder_size": row.get("max_vfolder_size") or 0,

@@ -142,7 +142,8 @@ def _container_extras(kernel: dict[str, Any]) -> dict[str, Any]:
         "role": kernel["cluster_role"],
         "hostname": kernel["cluster_hostname"],
         "kernel_id": kernel["id"],
-        "local_rank": kernel["cluster_idx"],
+        # its index in the whole session (main1 0, sub1 1 …), as BACKENDAI_CLUSTER_LOCAL_RANK
+        "local_rank": 0 if kernel["cluster_role"] == "main" else kernel["cluster_idx"],
         "abusing_report": None,
     }
 
