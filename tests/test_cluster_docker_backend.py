@@ -1,6 +1,7 @@
-"""Multi-container sessions on the agent's side: the Docker backend's session network (single-node), the
-relay's hosts and variables (multi-node), adoption and clean-up, and what the other backends and the warm
-pool do with cluster kernels. The Docker tests drive a DockerBackend directly (no manager, no agent)."""
+"""Multi-container sessions on the agent's side: the Docker backend's session network (both modes), the peer
+proxies that stand in for the kernels on other agents (multi-node), adoption and clean-up, and what the other
+backends and the warm pool do with cluster kernels. The Docker tests drive a DockerBackend directly (no
+manager, no agent)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from aiodocker.exceptions import DockerError
 from aiodocker.networks import DockerNetwork
 
 from bai.common.cluster import (
+    CLUSTER_PORTS,
+    MASTER_PORT,
     MULTI_NODE,
-    RELAY_PEERS_ENV,
-    RELAY_PORTS_ENV,
     SINGLE_NODE,
     cluster_environ,
     members,
@@ -29,22 +30,30 @@ from bai.common.cluster import (
 )
 from bai.node.agent import assignment, warm_pool
 from bai.node.agent.backends.base import KernelSpec, KernelStartError, kernel_env
-from bai.node.agent.backends.docker import DockerBackend, cluster_from_labels
+from bai.node.agent.backends.docker import DockerBackend, cluster_from_labels, peer_container_name
 from bai.node.agent.backends.local import LocalBackend
 from bai.node.agent.backends.sim import SimBackend
+from bai.node.agent.channel import RunnerChannel
 from bai.node.agent.pool import WarmPool
 from bai.node.agent.scratch import Scratch
 from bai.node.link.messages import ClusterSpec
-from tests.nodeproc import PYTHON_IMAGE, ensure_image, require_docker
+from tests.nodeproc import BUSYBOX_IMAGE, PYTHON_IMAGE, ensure_image, require_docker
 
 RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"
 MiB = 2**20
 
 
 def cluster_spec(
-    session_id: str, size: int, rank: int, mode: str = SINGLE_NODE, image: str = PYTHON_IMAGE, **kw: Any
+    session_id: str,
+    size: int,
+    rank: int,
+    mode: str = SINGLE_NODE,
+    image: str = PYTHON_IMAGE,
+    agents: list[str] | None = None,
+    **kw: Any,
 ) -> KernelSpec:
-    """The spec of the kernel of `rank` in a session of `size`, as the agent builds it from CreateKernel."""
+    """The spec of the kernel of `rank` in a session of `size`, as the agent builds it from CreateKernel
+    (`agents`: each kernel's agent, by rank)."""
     me = members(size)[rank]
     hosts = [m.hostname for m in members(size)]
     cluster = ClusterSpec(
@@ -52,8 +61,9 @@ def cluster_spec(
         mode=mode,
         rank=rank,
         local_rank=rank if mode == SINGLE_NODE else 0,
-        network=network_name(session_id) if mode == SINGLE_NODE else "",
-        hosts=hosts if mode == MULTI_NODE else [],
+        network=network_name(session_id),
+        hosts=hosts,
+        agents=list(agents or []),
     )
     return KernelSpec(
         kernel_id=f"{session_id}-{me.hostname}",
@@ -91,7 +101,7 @@ def test_single_node_config_puts_the_kernel_on_its_sessions_network_under_its_na
     assert "ExtraHosts" not in config["HostConfig"]
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["BACKENDAI_CLUSTER_SIZE"] == "3" and env["BACKENDAI_CLUSTER_HOST"] == "sub2"
-    assert RELAY_PEERS_ENV not in env
+    assert not [k for k in env if k.startswith("BAI_CLUSTER_")]  # (the relay variables of old)
     assert cluster_from_labels(config["Labels"]) == spec.cluster  # adoption reads it back
     assert config["Labels"]["bai.cluster-role"] == "sub" and config["Labels"]["bai.cluster-idx"] == "2"
     # a kernel with a network of its own keeps it (its route out, its ports): the session's is joined besides
@@ -104,19 +114,38 @@ def test_single_node_config_puts_the_kernel_on_its_sessions_network_under_its_na
     assert backend.session_network(single) is None
 
 
-def test_multi_node_config_maps_the_other_kernels_to_relay_addresses(tmp_path: Path) -> None:
-    backend = DockerBackend("agent-c", tmp_path, RUNNER)
-    spec = cluster_spec("s2", 3, 1, mode=MULTI_NODE)
+def test_multi_node_config_puts_the_kernel_on_its_sessions_network_and_proxies_the_remote_ones(tmp_path: Path) -> None:
+    backend = DockerBackend("agent-c", tmp_path, RUNNER, user="1000:1000", labels={"bai.test": "t"})
+    spec = cluster_spec("s2", 3, 1, mode=MULTI_NODE, agents=["agent-c", "agent-c", "agent-d"])
     config = backend._container_config(spec, tmp_path / "run")
     host = config["HostConfig"]
-    assert host["NetworkMode"] == "none"  # what it would have had: no network of the session's
-    assert "NetworkingConfig" not in config
-    assert host["ExtraHosts"] == ["main1:127.0.1.1", "sub2:127.0.1.3"]  # every other kernel, not itself
+    assert host["NetworkMode"] == "bai-cluster-s2"  # as a single-node kernel: its session's network
+    assert config["NetworkingConfig"] == {"EndpointsConfig": {"bai-cluster-s2": {"Aliases": ["sub1"]}}}
+    assert "ExtraHosts" not in host
     env = dict(e.split("=", 1) for e in config["Env"])
-    assert env[RELAY_PEERS_ENV] == "main1=127.0.1.1,sub2=127.0.1.3"
-    assert env[RELAY_PORTS_ENV] == "2200,12345-12364"
+    assert not [k for k in env if k.startswith("BAI_CLUSTER_")]  # its runner relays nothing
     assert env["BACKENDAI_CLUSTER_MODE"] == MULTI_NODE
-    assert backend.session_network(spec) is None
+    assert backend.session_network(spec) == "bai-cluster-s2"
+    assert backend.remote_peers(spec) == ["sub2"]  # main1 is on this agent too: reached directly
+    # the proxy for sub2: the runner in relay mode, through the socket of a kernel of the session here
+    proxy = backend._peer_config(spec, "bai-cluster-s2", "sub2", tmp_path / "k1" / "run")
+    assert proxy["Image"] == spec.image and proxy["User"] == "1000:1000" and proxy["Hostname"] == "sub2"
+    entry = proxy["Entrypoint"]
+    assert entry[:2] == ["/bin/sh", "-c"] and "--relay" in entry[2] and "/opt/bai/run/agent.sock" in entry[2]
+    assert entry[3:] == ["sh", "sub2", ",".join(map(str, CLUSTER_PORTS))]
+    assert proxy["Labels"] == {"bai.test": "t", "bai.session": "s2", "bai.agent": "agent-c", "bai.peer": "sub2"}
+    assert proxy["NetworkingConfig"] == {"EndpointsConfig": {"bai-cluster-s2": {"Aliases": ["sub2"]}}}
+    phost = proxy["HostConfig"]
+    assert phost["Binds"] == [f"{RUNNER}:/opt/bai/runner.py:ro", f"{tmp_path / 'k1' / 'run'}:/opt/bai/run:ro"]
+    assert phost["NetworkMode"] == "bai-cluster-s2" and phost["ReadonlyRootfs"] is True
+    assert phost["CapDrop"] == ["ALL"] and phost["SecurityOpt"] == ["no-new-privileges"]
+    assert phost["Memory"] == phost["MemorySwap"] == 64 * MiB and 0 < phost["NanoCpus"] <= 10**9
+    assert 0 < phost["PidsLimit"] <= 1024
+    assert peer_container_name("s2", "sub2") == "bai-peer-s2-sub2"
+    # no proxies: a single-node session, every kernel here, or agents unknown
+    assert backend.remote_peers(cluster_spec("s2", 3, 1, agents=["x", "y", "z"])) == []
+    assert backend.remote_peers(cluster_spec("s2", 2, 0, mode=MULTI_NODE, agents=["agent-c"] * 2)) == []
+    assert backend.remote_peers(cluster_spec("s2", 2, 0, mode=MULTI_NODE)) == []
 
 
 def test_host_networking_is_refused_for_cluster_kernels(tmp_path: Path) -> None:
@@ -354,6 +383,115 @@ def shown_ip(container: dict[str, Any], network: str) -> str:
     return container["NetworkSettings"]["Networks"][network]["IPAddress"]
 
 
+PEER_CLIENT = f"""
+import socket, time
+app = socket.socket()
+app.bind(("0.0.0.0", {MASTER_PORT}))  # the kernel's own namespace is free: PyTorch's rendezvous server binds so
+app.listen()
+print(socket.gethostbyname("sub1"))
+deadline = time.monotonic() + 10
+while True:
+    try:
+        c = socket.create_connection(("sub1", {MASTER_PORT}), timeout=5)
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+c.sendall(b"hello sub1")
+c.shutdown(socket.SHUT_WR)
+got = b""
+while True:
+    data = c.recv(65536)
+    if not data:
+        break
+    got += data
+print(got.decode())
+"""
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except OSError:
+        pass
+
+
+@pytest.mark.docker
+async def test_a_multi_node_kernel_reaches_a_kernel_on_another_agent_through_its_peer_proxy(
+    docker_backend: DockerBackend,
+) -> None:
+    """main1 here, sub1 on another agent: a peer proxy under sub1's name on the session's network takes
+    sub1:PORT and hands it to the agent as main1's dial (here: spliced to an echo server on this host)."""
+    backend = docker_backend
+    assert backend.docker is not None
+    session = new_session()
+    net = network_name(session)
+    dials: list[tuple[str, int]] = []
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"echo:")
+        await _pipe(reader, writer)
+        writer.close()
+
+    async def on_dial(host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        dials.append((host, port))
+        far_reader, far_writer = await asyncio.open_connection("127.0.0.1", echo_port)
+        await asyncio.gather(_pipe(reader, far_writer), _pipe(far_reader, writer))
+        far_writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    echo_port = server.sockets[0].getsockname()[1]
+    try:
+        spec = cluster_spec(session, 2, 0, mode=MULTI_NODE, agents=[backend.agent_id, "elsewhere"])
+        kernel = await backend.create(spec, sink)
+        assert isinstance(kernel.channel, RunnerChannel)
+        kernel.channel.on_dial = on_dial  # what the agent sets (agent.py _watch_exit)
+        proxy = await backend.docker.containers.container(peer_container_name(session, "sub1")).show()
+        assert proxy["State"]["Running"] is True
+        assert proxy["Config"]["Labels"]["bai.peer"] == "sub1"
+        assert proxy["Config"]["Labels"]["bai.session"] == session
+        assert proxy["Config"]["Labels"]["bai.test"] == backend.test_label  # type: ignore[attr-defined]
+        assert "sub1" in proxy["NetworkSettings"]["Networks"][net]["Aliases"]
+        assert proxy["HostConfig"]["ReadonlyRootfs"] is True and proxy["HostConfig"]["Memory"] == 64 * MiB
+        shown = await backend.docker.containers.container(kernel.container_id).show()
+        assert set(shown["NetworkSettings"]["Networks"]) == {net}
+        assert "ExtraHosts" not in shown["HostConfig"] or not shown["HostConfig"]["ExtraHosts"]
+
+        out = await exec_in(backend, kernel.container_id or "", ["python3", "-c", PEER_CLIENT])
+        address, answer = out.splitlines()
+        assert address == shown_ip(proxy, net)  # sub1 is the proxy, by Docker's DNS
+        assert answer == "echo:hello sub1"  # the app's bytes went both ways through the agent
+        assert dials == [("sub1", MASTER_PORT)]
+
+        await backend.destroy(kernel)  # the session's last kernel here: its proxy and network go
+        with pytest.raises(DockerError) as gone:
+            await backend.docker.containers.container(peer_container_name(session, "sub1")).show()
+        assert gone.value.status == 404
+        assert await network_of(backend, net) is None
+        assert session not in backend._peers and session not in backend._net_members
+    finally:
+        server.close()
+
+
+@pytest.mark.docker
+async def test_a_multi_node_kernel_of_an_image_without_python_fails_saying_so(docker_backend: DockerBackend) -> None:
+    ensure_image("busybox", BUSYBOX_IMAGE)
+    session = new_session()
+    agents = ["elsewhere", docker_backend.agent_id]
+    spec = cluster_spec(session, 2, 1, mode=MULTI_NODE, image=BUSYBOX_IMAGE, agents=agents)
+    with pytest.raises(KernelStartError, match="has no Python: a multi-node session's image needs one"):
+        await docker_backend.create(spec, sink)
+    assert docker_backend.docker is not None
+    with pytest.raises(DockerError):
+        await docker_backend.docker.containers.container(peer_container_name(session, "main1")).show()
+    assert await network_of(docker_backend, network_name(session)) is None
+
+
 @pytest.mark.docker
 async def test_a_failed_start_removes_the_network_it_made(docker_backend: DockerBackend) -> None:
     session = new_session()
@@ -392,18 +530,17 @@ async def test_a_restarted_agent_adopts_cluster_kernels_and_removes_leftover_net
     first = docker_backend
     assert first.docker is not None
     session, crashed, others = new_session(), new_session(), new_session()
-    spec = cluster_spec(session, 2, 1)
+    # a multi-node kernel (sub1) whose main1 is on another agent: its peer proxy stands in for main1 here
+    spec = cluster_spec(session, 2, 1, mode=MULTI_NODE, agents=["elsewhere", first.agent_id])
     kernel = await first.create(spec, sink)
     labels = {"bai.test": first.test_label}  # type: ignore[attr-defined]
-    # what an agent that died mid-session left: its network, and another agent's network (not ours to remove)
-    await first.docker.networks.create(
-        {
-            "Name": network_name(crashed),
-            "Internal": True,
-            "CheckDuplicate": True,
-            "Labels": {**labels, "bai.agent": first.agent_id, "bai.session": crashed},
-        }
-    )
+    # what an agent that died mid-session left: its network with a peer proxy on it (its kernel gone), and
+    # another agent's network (not ours to remove)
+    lost = cluster_spec(crashed, 2, 1, mode=MULTI_NODE, agents=["elsewhere", first.agent_id])
+    (tmp_path / "lost").mkdir()
+    proxies = await first._join_network(lost, tmp_path / "lost")
+    assert proxies is not None
+    await proxies
     await first.docker.networks.create(
         {
             "Name": network_name(others),
@@ -419,16 +556,22 @@ async def test_a_restarted_agent_adopts_cluster_kernels_and_removes_leftover_net
     await second.start()
     try:
         adopted = await second.adopt(sink)
-        assert [k.spec.kernel_id for k in adopted] == [spec.kernel_id]
+        assert [k.spec.kernel_id for k in adopted] == [spec.kernel_id]  # a proxy is no kernel
         again = adopted[0]
         assert again.spec.cluster == spec.cluster
         assert (again.spec.cluster_role, again.spec.cluster_idx) == ("sub", 1)
         assert await network_of(second, network_name(session)) is not None  # in use: kept
+        kept = await second.docker.containers.container(peer_container_name(session, "main1")).show()
+        assert kept["State"]["Running"] is True  # its session's proxy: kept
         assert await network_of(second, network_name(crashed)) is None  # a leftover: removed
+        with pytest.raises(DockerError):  # with its proxy
+            await second.docker.containers.container(peer_container_name(crashed, "main1")).show()
         assert await network_of(second, network_name(others)) is not None  # another agent's
         assert again.settled is not None
         await asyncio.wait_for(again.settled, 20)  # its runner came back
         await second.destroy(again)
         assert await network_of(second, network_name(session)) is None  # it was the session's last kernel here
+        with pytest.raises(DockerError):
+            await second.docker.containers.container(peer_container_name(session, "main1")).show()
     finally:
         await second.close([])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bai.common.cluster import MAX_CLUSTER_SIZE, cluster_environ, members
+from bai.common.cluster import CLUSTER_PORTS, MASTER_PORT, MAX_CLUSTER_SIZE, SSH_PORT, cluster_environ, members
 
 
 def test_kernels_are_main1_then_sub1_to_sub_n() -> None:
@@ -41,3 +41,11 @@ def test_each_kernel_learns_the_cluster_and_itself() -> None:
 def test_a_bad_mode_or_rank_is_refused(mode: str, rank: int) -> None:
     with pytest.raises(ValueError):
         cluster_environ(3, mode, rank)
+
+
+def test_the_runners_relay_ports_are_the_clusters() -> None:
+    """The runner imports nothing of bai: its relay mode's default ports repeat CLUSTER_PORTS."""
+    from bai.node.agent import runner
+
+    assert runner._parse_ports(runner.CLUSTER_PORTS) == sorted(CLUSTER_PORTS)
+    assert (runner.SSH_PORT, runner.MASTER_PORT) == (SSH_PORT, MASTER_PORT)

@@ -1,8 +1,9 @@
-"""Kernels of a multi-node cluster session reaching each other by name: the runner's relay listeners and
-their dial connections (runner.py "Cluster sessions", channel.py), the agent joining two of its own kernels
+"""Kernels of a multi-node cluster session reaching each other by name: the runner's relay mode (a peer
+proxy: runner.py "Relay mode") and its dial connections (channel.py), the agent joining two of its own kernels
 directly or asking the manager (agent.py `dial`, apps.py), and the manager piping the two agents' streams
-(manager/peers.py), with its refusals. Kernels here are runner processes (--connect) or fake channels whose
-tunnels reach a TCP echo server on this host; the link is the in-process one."""
+(manager/peers.py), with its refusals. Kernels here are runner processes (--connect), relay-mode runners
+dialling through a kernel's socket, or fake channels whose tunnels reach a TCP echo server on this host; the
+link is the in-process one. (The peer proxies as containers: test_cluster_docker_backend.py.)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -41,22 +43,28 @@ PYTHON = os.environ.get("BAI_RUNNER_PYTHON", sys.executable)
 SESSION, OTHER_SESSION = "s-1", "s-2"
 
 
-def relay_address() -> str:
-    """A loopback address no other test uses (the kernels' relay addresses are 127.0.1.R; any of 127/8 is lo)."""
-    return f"127.{random.randint(100, 250)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
-
-
-def cluster_port(address: str) -> int:
-    """One of the cluster's ports that both `address` and 127.0.0.1 can listen on here."""
+def cluster_port() -> int:
+    """One of the cluster's ports that can be listened on (0.0.0.0) here."""
     for port in random.sample(range(MASTER_PORT, MASTER_PORT + 20), 20):
         try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind((address, port))
-                b.bind(("127.0.0.1", port))
+            with socket.socket() as a:
+                a.bind(("0.0.0.0", port))
             return port
         except OSError:
             continue
     pytest.skip("no port of the cluster's is free here")
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` TCP ports free here now (the kernel's choice)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("0.0.0.0", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -126,45 +134,95 @@ async def connect_when_listening(address: str, port: int) -> tuple[asyncio.Strea
             await asyncio.sleep(0.02)
 
 
+@contextlib.asynccontextmanager
+async def relay(
+    tmp_path: Path, name: str, ports: str, folder: str = "k"
+) -> AsyncIterator[tuple[RunnerChannel, asyncio.subprocess.Process]]:
+    """A peer proxy: a relay-mode runner for kernel `name` dialling through the socket of a kernel's channel
+    (listening, no runner connected: the proxy only dials)."""
+    where = tmp_path / folder
+    where.mkdir(parents=True, exist_ok=True)
+    channel = RunnerChannel(where / "agent.sock", lambda kind, text: None)
+    await channel.listen()
+    argv = [PYTHON, "-u", str(RUNNER), "--relay", name, "--connect", str(where / "agent.sock"), "--ports", ports]
+    proc = await asyncio.create_subprocess_exec(*argv, stderr=subprocess.PIPE)
+    try:
+        yield channel, proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 10)
+        await channel.close()
+
+
 # -- the runner ---------------------------------------------------------------------------------------
 
 
-async def test_runner_relays_a_connection_as_a_dial_and_again_after_a_restart(tmp_path: Path) -> None:
-    address = relay_address()
-    port = cluster_port(address)
-    env = {
-        "BAI_CLUSTER_PEERS": f"bad name=127.0.0.9,sub1={address},far=10.0.0.1",  # only sub1 is usable
-        "BAI_CLUSTER_PORTS": f"{port},x-y,70000",
-    }
+async def test_relay_mode_dials_each_connection_through_the_kernels_socket(tmp_path: Path) -> None:
+    first, second = free_ports(2)
     dials: list[tuple[str, int]] = []
 
     async def on_dial(host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         dials.append((host, port))
         await echo(reader, writer)
 
-    async with runner(tmp_path, env) as channel:
+    async with relay(tmp_path, "sub1", f"{first},x-y,70000,{second}") as (channel, proc):
         channel.on_dial = on_dial
-        assert await talk(*await connect_when_listening(address, port), b"hello") == b"echo:hello"
-        assert dials == [("sub1", port)]
-        # an app of the kernel that sets SO_REUSEPORT (as gRPC servers do) may listen on every address too,
-        # and connections to the relay address still reach the runner
-        with socket.socket() as app:
-            app.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            app.bind(("0.0.0.0", port))
-            app.listen()
-            assert await talk(*await connect_when_listening(address, port), b"both") == b"echo:both"
-        await channel.restart(10)  # a new runner: its listeners come back
-        assert await talk(*await connect_when_listening(address, port), b"again") == b"echo:again"
-        assert dials == [("sub1", port)] * 3
+        # it listens on every address: through loopback here, through the session's network in a container
+        assert await talk(*await connect_when_listening("127.0.0.1", first), b"hello") == b"echo:hello"
+        conns = await asyncio.gather(*(connect_when_listening("127.0.0.1", second) for _ in range(5)))
+        replies = await asyncio.gather(*(talk(r, w, b"x" * 100_000) for r, w in conns))  # at once, both ways
+        assert replies == [b"echo:" + b"x" * 100_000] * 5
+        assert sorted(dials) == sorted([("sub1", first)] + [("sub1", second)] * 5)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        assert proc.stderr is not None
+        notes = (await proc.stderr.read()).decode()
+        assert "--ports: skipped 'x-y'" in notes and "--ports: skipped '70000'" in notes
 
 
-async def test_a_dial_nobody_takes_is_closed(tmp_path: Path) -> None:
-    address = relay_address()
-    port = cluster_port(address)
-    async with runner(tmp_path, {"BAI_CLUSTER_PEERS": f"main1={address}", "BAI_CLUSTER_PORTS": str(port)}):
-        reader, writer = await connect_when_listening(address, port)  # no on_dial: the channel closes it
+async def test_relay_mode_closes_a_dial_nobody_takes_and_lives_on(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    async with relay(tmp_path, "main1", str(port)) as (channel, proc):
+        reader, writer = await connect_when_listening("127.0.0.1", port)  # no on_dial: the channel closes it
         assert await asyncio.wait_for(reader.read(), 10) == b""
         writer.close()
+        await channel.close()  # the agent's socket is gone (the kernel was destroyed): refused, never an exit
+        reader, writer = await connect_when_listening("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        assert proc.returncode is None
+
+
+def test_relay_mode_refuses_bad_arguments(tmp_path: Path) -> None:
+    sock = str(tmp_path / "agent.sock")
+    cases = {
+        "needs --connect": ["--relay", "sub1", "--socket", sock],
+        "not a kernel's name": ["--relay", "../x", "--connect", sock],
+        "names no ports": ["--relay", "sub1", "--connect", sock, "--ports", "x,0"],
+    }
+    for why, args in cases.items():
+        done = subprocess.run([PYTHON, str(RUNNER), *args], capture_output=True, text=True, timeout=10)
+        assert done.returncode == 2 and why in done.stderr, (why, done.stderr)
+    (port,) = free_ports(1)
+    with socket.socket() as taken:  # its only port is taken: nothing to do, exit 1
+        taken.bind(("0.0.0.0", port))
+        taken.listen()
+        argv = [PYTHON, str(RUNNER), "--relay", "sub1", "--connect", sock, "--ports", str(port)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    assert done.returncode == 1 and "no port to listen on" in done.stderr
+
+
+async def test_a_kernels_runner_leaves_every_address_to_its_apps(tmp_path: Path) -> None:
+    """A cluster kernel's runner listens on nothing (the old relay variables are ignored): its apps bind any
+    port on every address, as PyTorch's rendezvous server on MASTER_PORT does."""
+    port = cluster_port()
+    env = {"BAI_CLUSTER_PEERS": "sub1=127.0.1.2", "BAI_CLUSTER_PORTS": str(port)}  # (no sshd here: size 1)
+    async with runner(tmp_path, env):
+        await asyncio.sleep(0.2)
+        with socket.socket() as app:
+            app.bind(("0.0.0.0", port))
+            app.listen()
 
 
 def _sshd_pids(marker: str) -> list[int]:
@@ -186,8 +244,7 @@ async def test_runner_starts_sshd_once(tmp_path: Path) -> None:
             pytest.skip(f"port {SSH_PORT} is taken here")
     home = tmp_path / "home"
     home.mkdir()
-    address = relay_address()
-    env = {"HOME": str(home), "BACKENDAI_CLUSTER_SIZE": "2", "BAI_CLUSTER_PEERS": f"sub1={address}"}
+    env = {"HOME": str(home), "BACKENDAI_CLUSTER_SIZE": "2"}
     marker = str(home / ".bai-runner")
     try:
         async with runner(tmp_path, env) as channel:
@@ -204,8 +261,8 @@ async def test_runner_starts_sshd_once(tmp_path: Path) -> None:
             assert (home / ".bai-runner" / "ssh_host_ed25519_key").exists()
             daemons = _sshd_pids(marker)
             assert len(daemons) == 1
-            with pytest.raises(OSError):  # relaying: it listens on 127.0.0.1 only, not where the relays do
-                socket.create_connection((address, SSH_PORT), 1).close()
+            with socket.socket() as probe, pytest.raises(OSError):  # it listens on every address
+                probe.bind(("0.0.0.0", SSH_PORT))
             await channel.restart(10)
             await asyncio.sleep(1.0)  # the new runner looked (and found it listening)
             assert _sshd_pids(marker) == daemons
@@ -360,17 +417,16 @@ async def test_a_kernel_reaches_a_kernel_on_its_own_agent_directly(cluster: Clus
 
 
 @pytest.mark.parametrize("where", ["local", "remote"])
-async def test_runner_to_kernel_end_to_end(cluster: Cluster, tmp_path: Path, where: str) -> None:
-    """An app connects to sub1:PORT in main1 (the relay address): runner -> agent -> (manager ->) sub1."""
+async def test_peer_proxy_to_kernel_end_to_end(cluster: Cluster, tmp_path: Path, where: str) -> None:
+    """An app connects to sub1:PORT (the peer proxy for sub1, dialling through main1's socket): proxy -> agent
+    (as main1's dial) -> (manager ->) sub1."""
     cluster.session(SESSION)
-    address = relay_address()
-    port = cluster_port(address)
-    env = {"BAI_CLUSTER_PEERS": f"sub1={address}", "BAI_CLUSTER_PORTS": f"2200,{MASTER_PORT}-{MASTER_PORT + 19}"}
-    async with echo_server() as echo_port, runner(tmp_path, env) as channel:
+    port = cluster_port()
+    async with echo_server() as echo_port, relay(tmp_path, "sub1", str(port)) as (channel, _):
         cluster.kernel("a1", "k-main", "main1", channel)
         target = TunnelChannel({port: echo_port})
         cluster.kernel("a1" if where == "local" else "a2", "k-sub", "sub1", target)
-        assert await talk(*await connect_when_listening(address, port), b"hi") == b"echo:hi"
+        assert await talk(*await connect_when_listening("127.0.0.1", port), b"hi") == b"echo:hi"
         assert target.opened == [port]
 
 

@@ -30,36 +30,17 @@ MODES = (SINGLE_NODE, MULTI_NODE)
 MAX_CLUSTER_SIZE = 64
 MASTER_PORT = 12345
 SSH_PORT = 2200  # where a kernel's sshd listens (as Backend.AI's kernels do), when its image has one
-# multi-node: the ports of another kernel that a kernel reaches by its name (through the agents' link):
-# its sshd, MASTER_PORT and the 19 after it (single-node kernels share a Docker network: every port)
+# multi-node: the ports of a kernel on another agent that a kernel reaches by its name (a peer proxy on its
+# session's network relays them through the agents' link): its sshd, MASTER_PORT and the 19 after it (the
+# kernels of a session on one agent share its Docker network: every port)
 CLUSTER_PORTS = (SSH_PORT, *range(MASTER_PORT, MASTER_PORT + 20))
 SSH_DIR = ".ssh"  # in the kernel's home: id_cluster, id_cluster.pub, authorized_keys, config
 NETWORK_PREFIX = "bai-cluster-"
 
 
 def network_name(session_id: str) -> str:
-    """The Docker network of a single-node session's kernels."""
+    """The Docker network of a session's kernels on an agent (each agent of a multi-node session has its own)."""
     return f"{NETWORK_PREFIX}{session_id}"
-
-
-def relay_address(rank: int) -> str:
-    """Multi-node: where, inside each other kernel, the kernel of `rank` is reached (its name resolves to
-    this loopback address, on which that kernel's runner listens for CLUSTER_PORTS and relays)."""
-    if not 0 <= rank < MAX_CLUSTER_SIZE:
-        raise ValueError(f"rank {rank} is out of range")
-    return f"127.0.1.{rank + 1}"
-
-
-RELAY_PEERS_ENV = "BAI_CLUSTER_PEERS"  # multi-node, in each kernel: "main1=127.0.1.1,sub2=127.0.1.3" (the others)
-RELAY_PORTS_ENV = "BAI_CLUSTER_PORTS"  # "2200,12345-12364": the ports its runner relays for each of them
-
-
-def relay_environ(hosts: list[str], rank: int) -> dict[str, str]:
-    """Multi-node: the variables that tell a kernel's runner which names to relay (every kernel but itself,
-    each on its `relay_address`) and which ports."""
-    peers = ",".join(f"{h}={relay_address(r)}" for r, h in enumerate(hosts) if r != rank)
-    ports = f"{SSH_PORT},{MASTER_PORT}-{MASTER_PORT + 19}"
-    return {RELAY_PEERS_ENV: peers, RELAY_PORTS_ENV: ports}
 
 
 def parse_hostname(name: str) -> tuple[str, int] | None:

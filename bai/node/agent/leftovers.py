@@ -9,7 +9,8 @@ clean up, not this one). Errors that mean the thing is already gone are expected
 them (`gone=`) precisely, never `Exception`.
 
 `remove_networks`: at a Docker agent's start, the networks of its multi-container sessions that no
-container uses any more (its sessions' kernels died with it, or were removed while it was down).
+kernel uses any more (its sessions' kernels died with it, or were removed while it was down), with their
+peer proxies.
 """
 
 from __future__ import annotations
@@ -118,16 +119,38 @@ async def remove_networks(
     *,
     prefix: str = "bai-cluster-",
     agent_label: str = "bai.agent",
+    peer_label: str = "bai.peer",
     logger: logging.Logger | None = None,
 ) -> list[str]:
     """At an agent's start: remove the Docker networks of its multi-container sessions (named `prefix`…,
-    labelled `agent_label`=`agent_id`) that no container uses, but those named in `keep`; a network left by
-    an agent that died before its session's last kernel was removed. `docker`: an aiodocker.Docker. Each
-    failure is reported (WARNING) and the clean-up goes on; returns the names removed."""
+    labelled `agent_label`=`agent_id`) that no kernel uses, but those named in `keep`; a network left by
+    an agent that died before its session's last kernel was removed. First the session's peer proxies
+    (containers labelled `agent_label`=`agent_id` and `peer_label`) on a network not in `keep` go, running
+    or not: they are not kernels. `docker`: an aiodocker.Docker. Each failure is reported (WARNING) and the
+    clean-up goes on; returns the names of the networks removed."""
     from aiodocker.exceptions import DockerError
     from aiodocker.networks import DockerNetwork
 
     logger = logger or log
+    try:
+        proxies = await docker.containers.list(all=True, filters={"label": [f"{agent_label}={agent_id}", peer_label]})
+    except DockerError as e:
+        report(f"the peer proxies of agent {agent_id}", e, action="list", left_behind=False, logger=logger)
+        proxies = []
+    for proxy in proxies:
+        info = getattr(proxy, "_container", {}) or {}
+        network = str((info.get("HostConfig") or {}).get("NetworkMode") or "")
+        if network in keep:
+            continue  # a session whose kernels the agent adopted: its proxies stay
+        short = str(proxy.id)[:12]
+        with step(f"container {short} (a peer proxy)", remedy=f"remove it with `docker rm -f {short}`", logger=logger):
+            try:
+                await proxy.delete(force=True, v=True)
+            except DockerError as e:
+                if e.status != 404:  # gone meanwhile
+                    raise
+            else:
+                logger.info("removed peer proxy %s: no kernel of its session is left", short)
     try:
         found = await docker.networks.list(filters={"label": [f"{agent_label}={agent_id}"], "name": [prefix]})
     except DockerError as e:

@@ -6,6 +6,7 @@ and never imports ``bai``::
 
     python3 -u /opt/bai/runner.py --connect /opt/bai/run/agent.sock [--workdir /home/work]
     python3 -u /opt/bai/runner.py --socket PATH [--workdir DIR]
+    python3 -u /opt/bai/runner.py --relay NAME --connect /opt/bai/run/agent.sock [--ports 2200,12345-12364]
 
 With ``--connect`` (what the agent uses) the AGENT listens on a Unix stream
 socket and the runner connects to it; when the connection ends (the agent
@@ -114,35 +115,33 @@ Runner -> agent (``t``):
                  --connect, the agent's socket refused).
   error          {"t": "error", "msg": STR}  malformed line or unknown op.
 
-Cluster sessions (see bai/common/cluster.py).  In a multi-node session the
-kernels run on different agents with ``--network none``; each other kernel's
-name resolves (/etc/hosts) to a loopback address of its own (127.0.1.R+1 for
-rank R; all of 127/8 is on lo).  At start (and again after a restart, which
-executes the runner afresh, or when an env op brings the variables) the runner
-listens, with ``--connect`` only, on ADDR:PORT for each NAME=ADDR of
-BAI_CLUSTER_PEERS ("main1=127.0.1.1,sub2=127.0.1.3") and each PORT of
-BAI_CLUSTER_PORTS ("2200,12345-12364").  Each connection it accepts there
-becomes a NEW connection to the agent's socket whose first line is
-{"dial": {"host": NAME, "port": PORT}}; after it the bytes are spliced both
-ways as a tunnel's.  The agent connects that to PORT of kernel NAME (directly
-when that kernel is on the same agent, else through the manager over the
-agents' link: no host opens a port and the kernels need no network), or
-closes it when it cannot.  A PORT the kernel itself already listens on for
-every address (0.0.0.0) cannot be bound and is skipped with a note on
-stderr.  Conversely, while the runner listens on ADDR:PORT (with SO_REUSEADDR
-and SO_REUSEPORT) an app of this kernel can bind 0.0.0.0:PORT or [::]:PORT
-only if it sets SO_REUSEPORT too (gRPC servers do; connections to ADDR still
-reach the runner, the more specific listener); else it must bind
-127.0.0.1:PORT, which is where relayed connections arrive (see tunnel).  So
-in a multi-node session a kernel's servers on those ports should bind
-127.0.0.1 (sshd does, below).
-When BACKENDAI_CLUSTER_SIZE > 1 and the image has an sshd (/usr/sbin/sshd or
-on PATH) the runner starts it once (not again while something listens on its
-port, as after a restart) as the kernel's user on port 2200 (127.0.0.1 when
-relaying as above, else 0.0.0.0), with a host key that ssh-keygen makes in a
+Cluster sessions (see bai/common/cluster.py).  The kernels of a session on one
+agent share a Docker network of the session and reach each other by name on
+every port; a kernel on another agent is stood in for on that network by a
+"peer proxy": a small container under that kernel's name that runs this file
+in relay mode (below).  So a kernel's own network namespace is its own: any
+app binds 0.0.0.0:ANY.
+When BACKENDAI_CLUSTER_SIZE > 1 (at start, or when an env op brings it) and
+the image has an sshd (/usr/sbin/sshd or on PATH) the runner starts it once
+(not again while something listens on its port, as after a restart) as the
+kernel's user on 0.0.0.0:2200, with a host key that ssh-keygen makes in a
 folder of the runner's own (~/.bai-runner, else /tmp/.bai-runner-UID),
 public-key logins only, keys from WORKDIR/.ssh/authorized_keys.  Without
 ssh-keygen, or when sshd fails, a note goes to stderr and nothing else changes.
+
+Relay mode (a peer proxy)::
+
+    python3 -u /opt/bai/runner.py --relay NAME --connect /opt/bai/run/agent.sock [--ports 2200,12345-12364]
+
+listens on 0.0.0.0:PORT for each PORT of --ports (the default: the cluster's
+ports, 2200 and 12345-12364).  Each connection it accepts there becomes a NEW
+connection to the agent's socket (a kernel's of the session on this agent,
+mounted read-only) whose first line is {"dial": {"host": NAME, "port": PORT}};
+after it the bytes are spliced both ways as a tunnel's.  The agent treats it
+as that kernel dialling: it connects it to PORT of kernel NAME (through the
+manager over the agents' link: no host opens a port), or closes it when it
+cannot.  It does nothing else, never exits on its own (a port it cannot bind
+is skipped with a note; none at all is exit 1), and SIGTERM makes it exit 0.
 
 The runner survives whatever it is sent: a line that is not valid UTF-8 or
 JSON, a message that is not an object, fields of the wrong type, NUL bytes,
@@ -191,11 +190,11 @@ DEFAULT_SERVICE_TIMEOUT = 60.0
 TUNNEL_CONNECT_TIMEOUT = 5.0
 TUNNEL_CHUNK = 256 * 1024
 # cluster sessions (the values of bai/common/cluster.py: the runner imports nothing of bai)
-CLUSTER_PEERS_ENV = "BAI_CLUSTER_PEERS"
-CLUSTER_PORTS_ENV = "BAI_CLUSTER_PORTS"
-MAX_RELAY_LISTENERS = 4096  # peers x ports: more is a malformed environment
-PEER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 SSH_PORT = 2200
+MASTER_PORT = 12345
+CLUSTER_PORTS = "%d,%d-%d" % (SSH_PORT, MASTER_PORT, MASTER_PORT + 19)  # relay mode's default --ports
+MAX_RELAY_LISTENERS = 4096  # relay mode: more ports is a malformed --ports
+PEER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 SSH_START_TIMEOUT = 30.0
 _RUNNER_GLOBALS = globals()
 RUNNER_FILE = os.path.abspath(__file__)  # before main() changes directory: what `restart` executes again
@@ -276,8 +275,6 @@ class Runner:
         self.service_logs: dict = {}  # app name -> (its log's path, the log's size when it started)
         self.service_starts: dict = {}  # app name -> (Event, outcome dict) while a start of it runs
         self.cluster_lock = threading.Lock()
-        self.relays: dict = {}  # (address, port) -> the peer's name, for each listening relay
-        self.relay_selector = None  # the selector the relay thread accepts with (once a relay listens)
         self.sshd_tried = False
         # The persistent user namespace is a real module installed as __main__,
         # so pickle/multiprocessing can find user-defined functions and classes.
@@ -517,8 +514,8 @@ class Runner:
             return {"t": "env", "ok": False, "error": _short(str(e))}
         if "BAI_SERVICE_DEFS" in env:
             SERVICE_DEFS_DIR = env["BAI_SERVICE_DEFS"] or "/etc/backend.ai/service-defs"
-        if CLUSTER_PEERS_ENV in env or "BACKENDAI_CLUSTER_SIZE" in env:  # a warm kernel joins a cluster
-            threading.Thread(target=self.start_cluster, name="cluster", daemon=True).start()
+        if "BACKENDAI_CLUSTER_SIZE" in env:  # a warm kernel joins a cluster
+            self.start_cluster()
         return {"t": "env", "ok": True}
 
     def put_file(self, msg: dict) -> dict:
@@ -731,15 +728,11 @@ class Runner:
             return reply
         return None
 
-    # -- cluster sessions: relays to the other kernels, sshd ---------------
+    # -- cluster sessions: sshd (the kernels reach each other on their session's network) --
 
     def start_cluster(self) -> None:
-        """What a kernel of a cluster session runs besides its code: the relay listeners, then (in a thread of
-        its own: it may take seconds) sshd.  Each may be asked again (an env op): what runs is left alone."""
-        try:
-            self.start_relays()
-        except Exception as e:  # never the end of the runner
-            _note("the cluster relays were not started: %s: %s" % (type(e).__name__, e))
+        """What a kernel of a cluster session runs besides its code: sshd, in a thread of its own (it may take
+        seconds).  It may be asked again (an env op): what runs is left alone."""
         threading.Thread(target=self._start_sshd_safely, name="sshd", daemon=True).start()
 
     def _start_sshd_safely(self) -> None:
@@ -747,75 +740,6 @@ class Runner:
             self.start_sshd()
         except Exception as e:
             _note("sshd was not started: %s: %s" % (type(e).__name__, e))
-
-    def start_relays(self) -> None:
-        """Listen on each peer's relay address for each cluster port (see "Cluster sessions" above)."""
-        if self.connect_path is None:
-            return
-        peers = _parse_peers(os.environ.get(CLUSTER_PEERS_ENV, ""))
-        ports = _parse_ports(os.environ.get(CLUSTER_PORTS_ENV, ""))
-        if not peers or not ports:
-            return
-        if len(peers) * len(ports) > MAX_RELAY_LISTENERS:
-            raise ValueError("%d peers x %d ports is too many relays" % (len(peers), len(ports)))
-        skipped = []
-        with self.cluster_lock:
-            if self.relay_selector is None:
-                self.relay_selector = selectors.DefaultSelector()
-                threading.Thread(
-                    target=self._accept_relays, args=(self.relay_selector,), name="relays", daemon=True
-                ).start()
-            for name, address in peers:
-                for port in ports:
-                    if (address, port) in self.relays:
-                        continue
-                    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                    try:
-                        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                        if hasattr(socket, "SO_REUSEPORT"):  # an app that sets it too may bind 0.0.0.0:PORT
-                            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-                        server.bind((address, port))
-                        server.listen(64)
-                        server.setblocking(False)
-                    except OSError as e:
-                        server.close()
-                        skipped.append("%s:%d (%s)" % (address, port, e.strerror or e))
-                        continue
-                    self.relays[(address, port)] = name
-                    self.relay_selector.register(server, selectors.EVENT_READ, (name, port))
-        if skipped:
-            _note("cannot relay %d of the cluster's addresses: %s" % (len(skipped), _short(", ".join(skipped), 600)))
-
-    def _accept_relays(self, selector) -> None:
-        """The relay thread: accept on every relay listener; each connection is dialled in a thread."""
-        while True:
-            try:
-                events = selector.select(1.0)
-            except OSError:
-                time.sleep(0.1)
-                continue
-            for key, _ in events:
-                try:
-                    conn, _ = key.fileobj.accept()
-                except OSError:  # BlockingIOError (another wakeup took it), or a connection already reset
-                    continue
-                name, port = key.data
-                threading.Thread(target=self._dial, args=(conn, name, port), name="dial", daemon=True).start()
-
-    def _dial(self, conn: socket.socket, name: str, port: int) -> None:
-        """One relayed connection: a new connection to the agent's socket that says where it goes, then
-        both spliced.  When the agent cannot connect it, it closes its side (and so the app sees the end)."""
-        agent = None
-        try:
-            conn.setblocking(True)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            agent = connect_socket(self.connect_path)
-            agent.sendall(json.dumps({"dial": {"host": name, "port": port}}).encode("utf-8") + b"\n")
-            _Tunnel(conn, agent).start()
-        except Exception:
-            for sock in (conn, agent):
-                if sock is not None:
-                    sock.close()
 
     def start_sshd(self) -> None:
         """sshd on SSH_PORT for the other kernels (see "Cluster sessions" above), once."""
@@ -857,12 +781,11 @@ class Runner:
                 os.makedirs("/run/sshd", 0o755, exist_ok=True)
             except OSError:
                 pass
-        listen = "127.0.0.1" if os.environ.get(CLUSTER_PEERS_ENV) else "0.0.0.0"
         log_path = os.path.join(folder, "sshd.log")
         argv = [os.path.abspath(sshd), "-f", "/dev/null", "-E", log_path]
         options = [
             "Port=%d" % SSH_PORT,
-            "ListenAddress=%s" % listen,
+            "ListenAddress=0.0.0.0",
             "HostKey=%s" % key,
             "PidFile=none",
             "UsePAM=no",
@@ -1159,28 +1082,8 @@ def _note(text: str) -> None:
         pass
 
 
-def _parse_peers(text: str) -> list:
-    """BAI_CLUSTER_PEERS ("main1=127.0.1.1,sub2=127.0.1.3") as [(name, address)]; malformed items are
-    skipped with a note (only loopback addresses: a relay never listens where a network reaches it)."""
-    peers = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, _, address = item.partition("=")
-        try:
-            ok = bool(PEER_NAME.match(name)) and socket.inet_aton(address)[0] == 127 and address.count(".") == 3
-        except OSError:
-            ok = False
-        if ok:
-            peers.append((name, address))
-        else:
-            _note("%s: skipped %s" % (CLUSTER_PEERS_ENV, _short(repr(item), 80)))
-    return peers
-
-
 def _parse_ports(text: str) -> list:
-    """BAI_CLUSTER_PORTS ("2200,12345-12364") as a sorted list of ports; malformed items are skipped."""
+    """--ports ("2200,12345-12364") as a sorted list of ports; malformed items are skipped with a note."""
     ports = set()
     for item in text.split(","):
         item = item.strip()
@@ -1192,7 +1095,7 @@ def _parse_ports(text: str) -> list:
             if not 1 <= first <= last <= 65535 or last - first >= MAX_RELAY_LISTENERS:
                 raise ValueError
         except ValueError:
-            _note("%s: skipped %s" % (CLUSTER_PORTS_ENV, _short(repr(item), 80)))
+            _note("--ports: skipped %s" % _short(repr(item), 80))
             continue
         ports.update(range(first, last + 1))
     return sorted(ports)
@@ -1309,6 +1212,65 @@ def connect_socket(path: str) -> socket.socket:
     return sock
 
 
+# -- relay mode: a peer proxy ----------------------------------------------
+
+
+def relay_forever(name: str, connect_path: str, ports: list) -> None:
+    """Relay mode (see the module's docstring): listen on 0.0.0.0 for each port, and hand each connection to
+    the agent as a dial of `name`:PORT.  Never returns; exit 1 when no port can be listened on."""
+    selector = selectors.DefaultSelector()
+    skipped = []
+    for port in ports:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind(("0.0.0.0", port))
+            server.listen(128)
+            server.setblocking(False)
+        except OSError as e:
+            server.close()
+            skipped.append("%d (%s)" % (port, e.strerror or e))
+            continue
+        selector.register(server, selectors.EVENT_READ, port)
+    if skipped:
+        _note("relay %s: cannot listen on %d ports: %s" % (name, len(skipped), _short(", ".join(skipped), 600)))
+    if not selector.get_map():
+        _note("relay %s: no port to listen on" % name)
+        sys.exit(1)
+    while True:
+        try:
+            events = selector.select(None)
+        except OSError:
+            time.sleep(0.1)
+            continue
+        for key, _ in events:
+            try:
+                conn, _ = key.fileobj.accept()
+            except OSError:  # BlockingIOError (another wakeup took it), or a connection already reset
+                continue
+            args = (conn, connect_path, name, key.data)
+            try:
+                threading.Thread(target=_dial, args=args, name="dial", daemon=True).start()
+            except RuntimeError:  # no thread to be had (the pids limit): this connection is refused
+                conn.close()
+
+
+def _dial(conn: socket.socket, connect_path: str, name: str, port: int) -> None:
+    """One relayed connection: a new connection to the agent's socket that says where it goes, then both
+    spliced.  When the agent cannot connect it, it closes its side (and so the app sees the end)."""
+    agent = None
+    try:
+        conn.setblocking(True)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        agent = connect_socket(connect_path)
+        agent.sendall(json.dumps({"dial": {"host": name, "port": port}}).encode("utf-8") + b"\n")
+        _Tunnel(conn, agent).start()
+    except Exception:
+        for sock in (conn, agent):
+            if sock is not None:
+                sock.close()
+
+
 def main(argv: list | None = None) -> None:
     parser = argparse.ArgumentParser(description="bai kernel runner")
     where = parser.add_mutually_exclusive_group(required=True)
@@ -1316,7 +1278,21 @@ def main(argv: list | None = None) -> None:
     where.add_argument("--socket", help="Unix socket path to listen on")
     parser.add_argument("--workdir", default=None, help="working directory (default: cwd)")
     parser.add_argument("--max-line", type=int, default=MAX_LINE, help="longest message line (bytes)")
+    parser.add_argument("--relay", metavar="NAME", default=None, help="relay mode: a peer proxy for kernel NAME")
+    parser.add_argument("--ports", default=CLUSTER_PORTS, help="relay mode: the ports (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.relay is not None:
+        if not PEER_NAME.match(args.relay):
+            parser.error("--relay: %r is not a kernel's name" % _short(args.relay, 80))
+        if not args.connect:
+            parser.error("--relay needs --connect")
+        ports = _parse_ports(args.ports)
+        if not ports or len(ports) > MAX_RELAY_LISTENERS:
+            parser.error("--ports: %r names no ports (or too many)" % _short(args.ports, 80))
+        signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))  # (as a container's PID 1 too)
+        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(0))
+        relay_forever(args.relay, os.path.abspath(args.connect), ports)
+        return
     workdir = os.path.abspath(args.workdir or os.getcwd())
     connect_to = os.path.abspath(args.connect) if args.connect else None
     server = bind_socket(args.socket) if args.socket else None
@@ -1330,7 +1306,7 @@ def main(argv: list | None = None) -> None:
     runner = Runner(workdir, max(args.max_line, 1024), connect_to)
     signal.signal(signal.SIGTERM, runner.terminate)
     signal.signal(signal.SIGINT, _ignore_signal)
-    threading.Thread(target=runner.start_cluster, name="cluster", daemon=True).start()
+    runner.start_cluster()
     if server is not None:
         threading.Thread(target=runner.serve, args=(server,), name="conn", daemon=True).start()
     else:

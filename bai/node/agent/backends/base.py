@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from bai.node.agent.terminal import Terminal
 
-from bai.common.cluster import MULTI_NODE, relay_environ
 from bai.common.service_ports import KNOWN_COMMANDS, ServicePort
 from bai.common.status import StatusInfo
 from bai.node.agent.channel import AGENT_SOCKET, Channel, RunnerChannel
@@ -273,8 +272,8 @@ def gpu_env(gpus: list[tuple[str, Decimal]]) -> dict[str, str]:
 
 
 def kernel_env(spec: KernelSpec) -> dict[str, str]:
-    """The kernel's variables: bai's, its GPUs', a multi-node kernel's relay variables, then the session's
-    own (`spec.environ`, which wins: the manager's BACKENDAI_CLUSTER_* among them)."""
+    """The kernel's variables: bai's, its GPUs', then the session's own (`spec.environ`, which wins: the
+    manager's BACKENDAI_CLUSTER_* among them)."""
     env = {
         "BACKENDAI_SESSION_ID": spec.session_id,
         "BACKENDAI_SESSION_NAME": spec.session_name,
@@ -287,9 +286,6 @@ def kernel_env(spec: KernelSpec) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
     }
     env.update(gpu_env(spec.gpus))
-    if spec.clustered() and spec.cluster is not None and spec.cluster.mode == MULTI_NODE:
-        # its runner listens for the other kernels' names on loopback addresses and relays through the agent
-        env.update(relay_environ(list(spec.cluster.hosts), spec.cluster.rank))
     env.update(spec.environ)
     return env
 

@@ -27,7 +27,7 @@ that `destroy`, which removes the container and scratch, can run off the session
 
 Multi-container sessions (`KernelSpec.cluster`, more than one kernel; see bai/common/cluster.py):
 
-- single-node: the session's kernels are all on this agent, on a Docker network of the session
+- in both modes the session's kernels on this agent share a Docker network of the session
   (`cluster.network`, bai-cluster-<session id>: bridge driver, labelled bai.session / bai.agent). Each
   kernel joins it under its name (main1, sub1 …, a DNS alias) so the kernels find each other by name and
   reach every port of each other. The network is INTERNAL and the host has no address on it
@@ -40,9 +40,20 @@ Multi-container sessions (`KernelSpec.cluster`, more than one kernel; see bai/co
   the session network besides. Host networking is refused. The first kernel of the session to be created
   makes the network (one lock per session: the manager creates the kernels all at once; "already
   exists" counts as found), the last one destroyed on this agent (or whose start fails) removes it; at
-  start the agent removes its bai-cluster-* networks that no container uses (leftovers.remove_networks).
-- multi-node: the kernel keeps its own network; the other kernels' names resolve (ExtraHosts) to the
-  loopback addresses its runner relays through the agent (`relay_address`, `relay_environ`).
+  start the agent removes its bai-cluster-* networks that no kernel uses (leftovers.remove_networks).
+- multi-node: for each kernel of the session on ANOTHER agent (`cluster.agents[rank]`), a "peer proxy"
+  stands in on the network under that kernel's name: a small container (bai-peer-<session id>-<name>,
+  labelled bai.session / bai.agent / bai.peer=<name>, of the session's image, confined as kernels are and
+  smaller) that runs the runner in relay mode: it listens on 0.0.0.0 for CLUSTER_PORTS and dials each
+  connection through the agent's socket of a kernel of the session here (the first one's run folder,
+  mounted read-only), so the agent takes it as that kernel's dial and relays it through the manager
+  (agent.py `dial`). The first kernel of the session here starts them (after the network exists, while its
+  own container starts); every kernel of the session here waits for them before its start counts. They go
+  with the network (before it). Were the first kernel destroyed while others of the session stay here,
+  the proxies would lose its socket: that happens only while the session is torn down (or when its
+  start failed: the session fails with it), so it is left so. A restarted agent keeps the proxies of the
+  sessions whose kernels it adopts and removes the others (leftovers.remove_networks). An image without
+  Python cannot run them: such a kernel's start fails saying so.
 
 Cluster kernels are never warm ones (warm_pool.cold_reason). A kernel's cluster spec is in its labels
 (bai.cluster, JSON), so a restarted agent adopts it with it.
@@ -66,7 +77,14 @@ from aiodocker.exceptions import DockerError
 from aiodocker.networks import DockerNetwork
 
 from bai.common import service_ports as apps
-from bai.common.cluster import MULTI_NODE, NETWORK_PREFIX, SINGLE_NODE, network_name, relay_address
+from bai.common.cluster import (
+    CLUSTER_PORTS,
+    MULTI_NODE,
+    NETWORK_PREFIX,
+    SINGLE_NODE,
+    network_name,
+    parse_hostname,
+)
 from bai.common.service_ports import PortPool, PortPoolExhausted, ServicePort
 from bai.common.status import StatusInfo
 from bai.node.agent import assignment, cgroups, leftovers
@@ -97,9 +115,14 @@ LABEL_SERVICE_PORTS = "bai.service-ports"  # the kernel's apps and their host po
 LABEL_POOL = "bai.warm-pool"  # a kernel started ahead of its session, of this image (see warm_pool.py)
 LABEL_CLUSTER = "bai.cluster"  # a multi-container session's kernel: its ClusterSpec (JSON)
 LABEL_CLUSTER_IDX = "bai.cluster-idx"  # its index within its role (with bai.cluster-role: its name)
-# a single-node session's network: whose it is
+# a cluster session's network (and its peer proxies): whose it is
 NET_LABEL_SESSION = "bai.session"
 NET_LABEL_AGENT = "bai.agent"
+LABEL_PEER = "bai.peer"  # a peer proxy: the name of the kernel (on another agent) it stands in for
+PEER_PREFIX = "bai-peer-"  # bai-peer-<session id>-<name>
+PEER_MEMORY = 64 * 2**20
+PEER_NANO_CPUS = 250_000_000
+PEER_PIDS_LIMIT = 256  # about two threads per open connection (the runner's relay mode)
 
 CONTAINER_LOG_MAX = "1m"  # the container's own log (Docker's json-file) on the node's disk
 NO_PYTHON = "bai: no python in this image"  # the first line of such a kernel's log
@@ -112,6 +135,13 @@ ENTRYPOINT = (
     f'exec "$p" -u /opt/bai/runner.py --connect /opt/bai/run/{AGENT_SOCKET} --workdir /home/work; fi; done; '
     f"echo '{NO_PYTHON}'; "
     "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
+)
+# A peer proxy: the runner in relay mode ($1: the name it stands in for, $2: its ports), with the image's Python.
+PEER_ENTRYPOINT = (
+    "for p in python3 python; do "
+    'if command -v "$p" >/dev/null 2>&1; then '
+    f'exec "$p" -u /opt/bai/runner.py --relay "$1" --connect /opt/bai/run/{AGENT_SOCKET} --ports "$2"; fi; done; '
+    f"echo '{NO_PYTHON}'; exit 3"
 )
 # Linux capabilities that `[agent.docker] cap_add` may name (capabilities(7), without CAP_)
 CAPABILITIES = frozenset(
@@ -148,6 +178,11 @@ def owner_of(user: str) -> tuple[int, int] | None:
 def gpus_from_labels(labels: dict[str, str]) -> list[tuple[str, Decimal]]:
     """The GPUs a kernel's container holds, from its `bai.gpus` label (to rebuild the agent's map)."""
     return [(u, Decimal(a)) for u, a in json.loads(labels.get("bai.gpus") or "[]")]
+
+
+def peer_container_name(session_id: str, name: str) -> str:
+    """The container of the peer proxy that stands in for kernel `name` of the session on this agent."""
+    return f"{PEER_PREFIX}{session_id}-{name}"
 
 
 def cluster_from_labels(labels: dict[str, str]) -> ClusterSpec | None:
@@ -279,10 +314,12 @@ class DockerBackend(BackendBase):
         self._pids: dict[str, int] = {}  # container id -> its main process (where its cgroup is read)
         self._chores: set[asyncio.Task[Any]] = set()  # best-effort work after a hand-over (renames)
         self._image_ids: dict[str, str] = {}  # pooled kernel's container id -> the image id it runs
-        # single-node cluster sessions: session id -> its kernels here that hold its network (created with the
-        # first, removed with the last), and the lock (with how many wait on it) that orders that per session
+        # cluster sessions: session id -> its kernels here that hold its network (created with the first,
+        # removed with the last), and the lock (with how many wait on it) that orders that per session
         self._net_members: dict[str, set[str]] = {}
         self._net_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        # multi-node sessions: session id -> the start of its peer proxies here (by its first kernel here)
+        self._peers: dict[str, asyncio.Future[None]] = {}
 
     async def start(self) -> None:
         self.kernels_dir.mkdir(parents=True, exist_ok=True)
@@ -330,15 +367,26 @@ class DockerBackend(BackendBase):
         if spec.cluster.mode not in (SINGLE_NODE, MULTI_NODE):
             raise KernelStartError(f"unknown cluster mode {spec.cluster.mode!r} (single-node or multi-node)")
         net = spec.cluster.network
-        if spec.cluster.mode == SINGLE_NODE and net and not net.startswith(NETWORK_PREFIX):
+        if net and not net.startswith(NETWORK_PREFIX):
             raise KernelStartError(f"a session's network must be named {NETWORK_PREFIX}…, not {net!r}")
         return network
 
     def session_network(self, spec: KernelSpec) -> str | None:
-        """The Docker network of a single-node cluster kernel's session (None for any other kernel)."""
-        if not spec.clustered() or spec.cluster is None or spec.cluster.mode != SINGLE_NODE:
+        """The Docker network of a cluster kernel's session here (None for a one-kernel session's)."""
+        if not spec.clustered() or spec.cluster is None:
             return None
         return spec.cluster.network or network_name(spec.session_id)
+
+    def remote_peers(self, spec: KernelSpec) -> list[str]:
+        """multi-node: the names of the session's kernels on other agents (each gets a peer proxy here)."""
+        cluster = spec.cluster
+        if not spec.clustered() or cluster is None or cluster.mode != MULTI_NODE:
+            return []
+        return [
+            name
+            for rank, (name, agent) in enumerate(zip(cluster.hosts, cluster.agents, strict=False))
+            if rank != cluster.rank and agent and agent != self.agent_id and parse_hostname(name) is not None
+        ]
 
     @contextlib.asynccontextmanager
     async def _session_lock(self, session_id: str):
@@ -356,40 +404,166 @@ class DockerBackend(BackendBase):
             if users[0] == 0:
                 del self._net_locks[session_id]
 
-    async def _join_network(self, spec: KernelSpec) -> None:
-        """Count the kernel among its session's network's holders here; the first creates the network."""
+    async def _join_network(self, spec: KernelSpec, run_dir: Path | None = None) -> asyncio.Future[None] | None:
+        """Count the kernel among its session's network's holders here; the first creates the network. A
+        multi-node kernel: the start of the session's peer proxies here (begun by the first, with its
+        `run_dir`; begun again when it failed), to be waited for; else None."""
         assert self.docker is not None
         name = self.session_network(spec)
         if name is None:
-            return
+            return None
         async with self._session_lock(spec.session_id):
             members = self._net_members.get(spec.session_id)
             if members:  # made by the session's first kernel
                 members.add(spec.kernel_id)
+            else:
+                await self._create_network(spec, name)
+            peers = self.remote_peers(spec)
+            if not peers or run_dir is None:
+                return None
+            job = self._peers.get(spec.session_id)
+            if job is None or (job.done() and (job.cancelled() or job.exception() is not None)):
+                job = self._peers[spec.session_id] = asyncio.ensure_future(
+                    self._start_peers(spec, name, peers, run_dir)
+                )
+            return job
+
+    async def _create_network(self, spec: KernelSpec, name: str) -> None:
+        """The session's network, made by its first kernel here (under the session's lock)."""
+        assert self.docker is not None
+        config = {
+            "Name": name,
+            "Driver": "bridge",
+            "CheckDuplicate": True,  # (Docker before 25 makes a second network of the same name without it)
+            "Internal": True,  # no route out of the node: the kernels keep their own network for that
+            # and no address of the host's on it: a kernel reaches no service of the node (as with `none`)
+            "Options": {"com.docker.network.bridge.inhibit_ipv4": "true"},
+            "Labels": {**self.labels, NET_LABEL_SESSION: spec.session_id, NET_LABEL_AGENT: self.agent_id},
+        }
+        # counted first: a start cancelled while the network is made removes it (its clean-up leaves)
+        self._net_members[spec.session_id] = {spec.kernel_id}
+        job = asyncio.ensure_future(self.docker.networks.create(config))
+        try:
+            await asyncio.shield(job)
+            log.debug("created network %s", name)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):  # made or not, before the clean-up looks
+                await job
+            raise
+        except DockerError as e:
+            if e.status != 409 and "already exists" not in str(e.message):
+                del self._net_members[spec.session_id]
+                raise KernelStartError(f"cannot create the session's network {name}: {e.message}") from None
+
+    # -- peer proxies (multi-node) ------------------------------------------------------------------
+
+    def _peer_config(self, spec: KernelSpec, network: str, name: str, run_dir: Path) -> dict[str, Any]:
+        """The container of the peer proxy for kernel `name`: the runner in relay mode, dialling through the
+        socket in `run_dir` (a kernel's of the session here), confined as a kernel and small."""
+        ports = ",".join(str(p) for p in CLUSTER_PORTS)
+        config: dict[str, Any] = {
+            "Image": spec.image,
+            "Entrypoint": ["/bin/sh", "-c", PEER_ENTRYPOINT, "sh", name, ports],
+            "Cmd": [],
+            "Env": ["PYTHONDONTWRITEBYTECODE=1"],
+            "Labels": {
+                **self.labels,
+                NET_LABEL_SESSION: spec.session_id,
+                NET_LABEL_AGENT: self.agent_id,
+                LABEL_PEER: name,
+            },
+            "Hostname": name,
+            "HostConfig": {
+                "Binds": [f"{self.runner_path}:/opt/bai/runner.py:ro", f"{run_dir}:/opt/bai/run:ro"],
+                "NetworkMode": network,
+                "PidsLimit": PEER_PIDS_LIMIT,
+                "Memory": PEER_MEMORY,
+                "MemorySwap": PEER_MEMORY,
+                "NanoCpus": PEER_NANO_CPUS,
+                "ReadonlyRootfs": True,
+                "CapDrop": ["ALL"],
+                "SecurityOpt": ["no-new-privileges"],
+                "Ulimits": list(self.ulimits),
+                "LogConfig": {"Type": "json-file", "Config": {"max-size": CONTAINER_LOG_MAX, "max-file": "1"}},
+            },
+            "NetworkingConfig": {"EndpointsConfig": {network: {"Aliases": [name]}}},
+        }
+        if self.user:
+            config["User"] = self.user
+        return config
+
+    async def _start_peers(self, spec: KernelSpec, network: str, peers: list[str], run_dir: Path) -> None:
+        """Create and start the session's peer proxies here (one already there is started, if need be); all
+        are tried before the first error (a KernelStartError) is raised, so none is still being made after."""
+        results = await asyncio.gather(
+            *(self._start_peer(spec, network, name, run_dir) for name in peers), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _start_peer(self, spec: KernelSpec, network: str, name: str, run_dir: Path) -> None:
+        assert self.docker is not None
+        cname = peer_container_name(spec.session_id, name)
+        what = f"the peer proxy for {name} (a kernel of the session on another agent)"
+        try:
+            container = await self.docker.containers.create(self._peer_config(spec, network, name, run_dir), name=cname)
+        except DockerError as e:
+            if e.status == 404:
+                raise KernelStartError(f"image {spec.image!r} not found on agent {self.agent_id}") from None
+            if e.status != 409:
+                raise KernelStartError(f"cannot create {what}: {e.message}") from None
+            container = self.docker.containers.container(cname)  # made before (a start tried again)
+        try:
+            await container.start()
+        except DockerError as e:
+            raise KernelStartError(f"cannot start {what}: {e.message}") from None
+        log.debug("started peer proxy %s", cname)
+
+    async def _check_peers(self, spec: KernelSpec) -> None:
+        """KernelStartError when a peer proxy of the kernel's session here has exited (it never does by itself:
+        the image has no Python, or its Python cannot run the runner)."""
+        assert self.docker is not None
+        names = self.remote_peers(spec)
+        containers = [self.docker.containers.container(peer_container_name(spec.session_id, n)) for n in names]
+        shown = await asyncio.gather(*(c.show() for c in containers), return_exceptions=True)
+        for name, container, info in zip(names, containers, shown, strict=True):
+            if isinstance(info, DockerError):
+                raise KernelStartError(f"the peer proxy for {name} is gone: {info.message}")
+            if isinstance(info, BaseException):
+                raise info
+            state = info.get("State") or {}
+            if state.get("Running"):
+                continue
+            if await self._says_no_python(container):
+                raise KernelStartError(self._no_python_for_peers(spec))
+            detail = await self._tail(container)
+            raise KernelStartError(
+                f"the peer proxy for {name} exited with code {state.get('ExitCode')}{': ' + detail if detail else ''}"
+            )
+
+    @staticmethod
+    def _no_python_for_peers(spec: KernelSpec) -> str:
+        return (
+            f"image {spec.image!r} has no Python: a multi-node session's image needs one (python3 or python), "
+            "as its kernels reach the kernels on other agents through proxies that run it"
+        )
+
+    async def _remove_peers(self, spec: KernelSpec) -> None:
+        """Remove the session's peer proxies here (those not there are fine)."""
+        assert self.docker is not None
+        names = self.remote_peers(spec)
+        await asyncio.gather(*(self._remove_peer(peer_container_name(spec.session_id, n)) for n in names))
+
+    async def _remove_peer(self, cname: str) -> None:
+        assert self.docker is not None
+        try:
+            await self.docker.containers.container(cname).delete(force=True, v=True)
+            log.debug("removed peer proxy %s", cname)
+        except DockerError as e:
+            if e.status == 404 or (e.status == 409 and "in progress" in str(e.message)):
                 return
-            config = {
-                "Name": name,
-                "Driver": "bridge",
-                "CheckDuplicate": True,  # (Docker before 25 makes a second network of the same name without it)
-                "Internal": True,  # no route out of the node: the kernels keep their own network for that
-                # and no address of the host's on it: a kernel reaches no service of the node (as with `none`)
-                "Options": {"com.docker.network.bridge.inhibit_ipv4": "true"},
-                "Labels": {**self.labels, NET_LABEL_SESSION: spec.session_id, NET_LABEL_AGENT: self.agent_id},
-            }
-            # counted first: a start cancelled while the network is made removes it (its clean-up leaves)
-            self._net_members[spec.session_id] = {spec.kernel_id}
-            job = asyncio.ensure_future(self.docker.networks.create(config))
-            try:
-                await asyncio.shield(job)
-                log.debug("created network %s", name)
-            except asyncio.CancelledError:
-                with contextlib.suppress(Exception):  # made or not, before the clean-up looks
-                    await job
-                raise
-            except DockerError as e:
-                if e.status != 409 and "already exists" not in str(e.message):
-                    del self._net_members[spec.session_id]
-                    raise KernelStartError(f"cannot create the session's network {name}: {e.message}") from None
+            leftovers.report(f"container {cname}", e, remedy=f"remove it with `docker rm -f {cname}`", logger=log)
 
     async def _connect_network(self, container: Any, spec: KernelSpec) -> None:
         """A cluster kernel with a network of its own (not `none`) joins its session's network besides."""
@@ -403,7 +577,7 @@ class DockerBackend(BackendBase):
 
     async def _leave_network(self, spec: KernelSpec) -> None:
         """The kernel no longer holds its session's network (its container is gone); the last one here
-        removes it. Idempotent."""
+        removes it, after the session's peer proxies here. Idempotent."""
         assert self.docker is not None
         name = self.session_network(spec)
         if name is None or spec.kernel_id not in self._net_members.get(spec.session_id, ()):
@@ -416,6 +590,10 @@ class DockerBackend(BackendBase):
             if members:
                 return
             del self._net_members[spec.session_id]
+            job = self._peers.pop(spec.session_id, None)
+            if job is not None:  # let a start of the proxies finish (none is half made), whatever it came to
+                await asyncio.gather(job, return_exceptions=True)
+            await self._remove_peers(spec)  # (before the network: they are on it)
             await self._remove_network(name)
 
     async def _remove_network(self, name: str) -> None:
@@ -470,14 +648,6 @@ class DockerBackend(BackendBase):
                 target: f"rw,exec,nosuid,nodev,size={size},mode={mode:o}{owner if target == '/home/work' else ''}"
                 for target, (size, mode) in layout.tmpfs.items()
             }
-        if spec.clustered() and spec.cluster is not None and spec.cluster.mode == MULTI_NODE:
-            # the other kernels' names: loopback addresses on which its runner relays to them (the relay's env
-            # is in kernel_env)
-            host["ExtraHosts"] = [
-                f"{name}:{relay_address(rank)}"
-                for rank, name in enumerate(spec.cluster.hosts)
-                if rank != spec.cluster.rank
-            ]
         if spec.gpus:  # the NVIDIA container runtime gives the container exactly these devices
             host["DeviceRequests"] = [
                 {"Driver": "nvidia", "DeviceIDs": [u for u, _ in spec.gpus], "Capabilities": [["gpu"]]}
@@ -543,6 +713,7 @@ class DockerBackend(BackendBase):
         listener: RunnerChannel | None = None
         container: Any = None
         watcher: asyncio.Task[None] | None = None
+        peers: asyncio.Future[None] | None = None  # multi-node: the start of its session's peer proxies here
 
         async def clean_up() -> None:
             self.ports.release(spec.kernel_id)
@@ -563,7 +734,8 @@ class DockerBackend(BackendBase):
             layout = self.scratch.plan(kdir, self.owner, volumes) if self.scratch is not None else Layout()
             preparing = asyncio.ensure_future(self._prepare_scratch(kdir, volumes))
             try:
-                await self._join_network(spec)  # a single-node cluster kernel: its session's network exists now
+                # a cluster kernel: its session's network exists now (and its peer proxies are starting)
+                peers = await self._join_network(spec, run_dir)
                 listener = await listen_for_runner(run_dir, on_output, self.owner)
                 config = self._container_config(spec, run_dir, layout, service_ports, pooled)
                 try:
@@ -596,6 +768,11 @@ class DockerBackend(BackendBase):
                 await detaching
             if channel is not listener:
                 listener = None  # closed: the image has no Python
+                if peers is not None:
+                    raise KernelStartError(self._no_python_for_peers(spec))
+            if peers is not None:
+                await asyncio.shield(peers)  # (shared by the session's kernels here: never cancelled by one)
+                await self._check_peers(spec)
             if layout.home is None:  # the home is a tmpfs that exists only now: write through the kernel
                 for f in spec.dotfiles:
                     await exec_write(self.docker, container.id, f.path, f.data.encode(), f.mode)
@@ -938,7 +1115,13 @@ class DockerBackend(BackendBase):
                 self._net_members.setdefault(kernel.spec.session_id, set()).add(kernel.spec.kernel_id)
         held = {name for k in kernels if (name := self.session_network(k.spec)) is not None}
         await leftovers.remove_networks(
-            self.docker, self.agent_id, held, prefix=NETWORK_PREFIX, agent_label=NET_LABEL_AGENT, logger=log
+            self.docker,
+            self.agent_id,
+            held,
+            prefix=NETWORK_PREFIX,
+            agent_label=NET_LABEL_AGENT,
+            peer_label=LABEL_PEER,
+            logger=log,
         )
         keep = {k.run_dir.parent.name for k in kernels}  # a handed-over warm kernel keeps its pool folder
         gone = await asyncio.to_thread(scratchlib.cleanup, self.kernels_dir, keep)
