@@ -461,9 +461,10 @@ class Agent:
     async def dial(
         self, kernel: Kernel, host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        """A connection of `kernel` to `port` of kernel `host` of its session (its runner relays it; see
-        apps.py): spliced to that kernel when it is on this agent, else relayed over a `peer-dialed` stream
-        that the manager opens once it has connected a `peer-tunnel` stream on the target's agent (PeerDial).
+        """A connection to `port` of kernel `host` of `kernel`'s session (a peer proxy relays it through
+        `kernel`'s socket; see apps.py): spliced to that kernel when it is on this agent, else relayed over a
+        `peer-dialed` stream that the manager opens once it has connected a `peer-tunnel` stream on the target's
+        agent (PeerDial).
         Returns when the connection is done, or at once when it cannot be made (the caller closes it)."""
         kid = kernel.spec.kernel_id
         if port not in CLUSTER_PORTS or self.kernels.get(kid) is not kernel:

@@ -6,8 +6,9 @@ the client's WebSocket. Frames both ways: {"t": "data", "d": bytes}, {"t": "eof"
 The stream's flow control bounds what is in flight, so a saturated tunnel waits instead of flooding the
 link; a tunnel ends when both directions are done, either side closes, or the kernel ends.
 
-Kernels of a multi-node cluster session reach each other the same way (bai/common/cluster.py; the kernels
-have no network): the dialling kernel's runner hands the connection to its agent (agent.py `dial`), which
+Kernels of a multi-node cluster session on different agents reach each other the same way
+(bai/common/cluster.py): the peer proxy standing in for the far kernel on the session's network hands the
+connection to its agent through a local kernel's socket (agent.py `dial`), which
 relays it over a `peer-dialed` stream that the manager (manager/peers.py) pipes to a `peer-tunnel` stream
 on the target kernel's agent: `serve_peer` connects that one to the port in the target kernel. Two kernels
 of a session on the same agent are spliced here directly (`splice`), without the manager.

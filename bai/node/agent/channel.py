@@ -3,9 +3,10 @@
 `RunnerChannel` speaks the runner protocol (see runner.py) over a Unix socket the agent listens on
 and the kernel's runner connects to; through the runner it also starts apps in the kernel and opens
 TCP tunnels to them (more connections to the same socket), which needs no network in the kernel.
-In a cluster session the runner also relays the kernel's connections to the other kernels (by name, see
-bai/common/cluster.py): each is one more connection to the socket, saying {"dial": {"host", "port"}},
-handed to the agent (`RunnerChannel.on_dial`), which connects it to that kernel (agent.py `dial`).
+In a multi-node session a peer proxy (the runner in relay mode, standing in for a kernel on another agent;
+see bai/common/cluster.py) relays connections to that kernel through a local kernel's socket: each is one
+more connection to the socket, saying {"dial": {"host", "port"}}, handed to the agent
+(`RunnerChannel.on_dial`), which connects it to that kernel (agent.py `dial`).
 Other channels (docker exec for images without Python) feed the same record queue, so
 `next_result` aggregates output the same way for all of them (reference spec §6, "How the
 agent aggregates a result").
@@ -36,7 +37,8 @@ CONTROL_RECORDS = {"finished", "waiting-input", "clean-finished", "build-finishe
 STEP_RECORDS = {"clean-finished", "build-finished"}  # a batch run's step ended (Backend.AI's statuses)
 OUTPUT_RECORDS = {"stdout", "stderr"}
 OutputSink = Callable[[str, str], None]
-# a connection the kernel's runner relays to another kernel of its session: (host, port, reader, writer)
+# a connection relayed (by a peer proxy, through this kernel's socket) to another kernel of the session:
+# (host, port, reader, writer)
 DialHandler = Callable[[str, int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
@@ -380,7 +382,7 @@ class RunnerChannel(Channel):
     says what it is: a runner's hello (one runner connection at a time: while one is up, another
     connection greeting as the runner is closed at once), {"tunnel": ID}, the kernel side of a tunnel
     that `open_tunnel` asked for (an ID nobody waits for is closed), or {"dial": {"host": NAME, "port": N}},
-    a connection of the kernel to another kernel of its session that the runner relays: handed to
+    a connection to another kernel of the session that a peer proxy relays: handed to
     `on_dial` (the agent's), closed when there is none; anything else is closed."""
 
     def __init__(self, socket_path: Path, on_output: OutputSink) -> None:

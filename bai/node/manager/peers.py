@@ -1,13 +1,14 @@
 """Kernels of a multi-node cluster session reaching each other, manager side.
 
-A multi-node session's kernels run on different agents, each with `--network none`; each kernel finds the
-others by name (`main1`, `sub1` …, see bai/common/cluster.py): the name resolves to a loopback address on
-which the kernel's own runner listens for the cluster's ports (CLUSTER_PORTS). A connection there goes
-through the agents' existing link to the manager, so no host opens a port and the kernels need no network:
+A multi-node session's kernels run on different agents; on each agent, the session's kernels there share an
+internal Docker network of the session, and every kernel of the session on ANOTHER agent is stood in for on
+it by a peer proxy under that kernel's name (bai/common/cluster.py), which listens on the cluster's ports
+(CLUSTER_PORTS). A connection to it goes through the agents' existing link to the manager, so no host opens
+a port and the kernels get no route outside:
 
-    app in sub1 → sub1's runner (127.0.1.1:12345, "main1") → sub1's agent (a `dial` connection on the
-    kernel's socket) → PeerDial event → here → `peer-tunnel` stream to main1's agent → main1's runner →
-    127.0.0.1:12345 in main1
+    app in sub1 → main1:12345 (the peer proxy "main1" on sub1's agent) → sub1's agent (a `dial` connection
+    on a local kernel's socket) → PeerDial event → here → `peer-tunnel` stream to main1's agent → main1's
+    runner → 127.0.0.1:12345 in main1
 
 The dialling agent waits (10 s) for the `peer-dialed` stream this opens back to it (with the event's dial
 id), and relays the kernel's connection over it; here the frames ({"t": "data", "d": bytes}, {"t": "eof"})
