@@ -3,11 +3,11 @@
     .venv/bin/python bench/targets.py [--only scheduler,startup,...] [--keep-going]
 
 Runs bench/scheduler.py, bench/startup.py, bench/session_latency.py, bench/batch_queue.py,
-bench/cluster.py (its quick preset) and bench/stats.py one after the other (never at the same time: they
-measure CPU), each printing its own figures as usual; each also records the figures it checks against a
-target (bench/figures.py), and this script prints them together at the end: the figure, its value, the
-baseline measured in the same run and the ratio to it, the target, and whether it is met. Exit status 1
-when a target is missed.
+bench/cluster.py (its quick preset), bench/stats.py and bench/cluster_session.py one after the other
+(never at the same time: they measure CPU), each printing its own figures as usual; each also records the
+figures it checks against a target (bench/figures.py), and this script prints them together at the end: the
+figure, its value, the baseline measured in the same run and the ratio to it, the target, and whether it is
+met. Exit status 1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ BENCHES: dict[str, list[str]] = {
     "batch_queue_pool4": ["batch_queue.py", "--warm", "4"],  # the rest of the queue waits for refills
     "cluster": ["cluster.py", "--quick"],
     "stats": ["stats.py"],  # the agent's statistics sampling: 50 idle Docker kernels
+    # multi-container sessions: an 8-kernel single-node session against a one-kernel one (RUNNING, destroy)
+    "cluster_session": ["cluster_session.py", "--runs", "5"],
 }
 
 

@@ -4,6 +4,7 @@
 #   packaging/build-kernel-image.sh [--force] python  [IMAGE_NAME]   # default bai-python:3.11
 #   packaging/build-kernel-image.sh [--force] busybox [IMAGE_NAME]   # default bai-busybox:latest
 #   packaging/build-kernel-image.sh [--force] jupyter [IMAGE_NAME]   # default bai-jupyter:latest
+#   packaging/build-kernel-image.sh [--force] sshd    [IMAGE_NAME]   # default bai-sshd:latest
 #
 # "python" copies the host's CPython 3.11 (binary, stdlib, lib-dynload and every
 # shared library they need) plus a static busybox into a rootfs, at the same
@@ -12,13 +13,15 @@
 # Notebook 7 and ipykernel from PyPI with the host's copy of the python image's
 # interpreter (same path, same version) and `docker build`s them as one layer
 # on top of the python image (built first when missing); see build_jupyter.
+# "sshd" adds OpenSSH's sshd, ssh, ssh-keygen (and scp, sftp-server) with the
+# shared libraries they need to the python image, as one layer; see build_sshd.
 #
 # Without --force an image that already exists is left alone.
 set -euo pipefail
 umask 022
 
 usage() {
-    echo "usage: $0 [--force] {python|busybox|jupyter} [IMAGE_NAME]" >&2
+    echo "usage: $0 [--force] {python|busybox|jupyter|sshd} [IMAGE_NAME]" >&2
     exit 2
 }
 
@@ -43,6 +46,7 @@ case "$KIND" in
     python) NAME="${NAME:-bai-python:3.11}" ;;
     busybox) NAME="${NAME:-bai-busybox:latest}" ;;
     jupyter) NAME="${NAME:-bai-jupyter:latest}" ;;
+    sshd) NAME="${NAME:-bai-sshd:latest}" ;;
     *) usage ;;
 esac
 
@@ -553,8 +557,152 @@ for p in procs:
     report
 }
 
+# ---------------------------------------------------------------------------
+# sshd image
+# ---------------------------------------------------------------------------
+# The python image plus OpenSSH (Debian's openssh-server / openssh-client), for multi-container
+# sessions: kernels `ssh sub1` each other on port 2200 with the session's key (~/.ssh). The
+# binaries come from the host when openssh-server is installed there (CI installs it), else from
+# `apt-get download` + `dpkg -x` (nothing installed on the host); with every shared library they
+# need that the base image lacks, at the same paths, as one layer.
+#
+# sshd runs as the kernel's user (uid 1000: no root, so no privilege-separation chroot and no
+# capabilities needed) with a root filesystem that is read-only: whoever starts it gives it a host
+# key in a writable place (`sshd -h /home/work/.ssh/host_key` or under /tmp). /etc/ssh/sshd_config
+# allows public keys only (~/.ssh/authorized_keys), on port 2200.
+SSHD_BASE="${BAI_SSHD_BASE_IMAGE:-bai-python:3.11}"
+
+build_sshd() {
+    if ! docker image inspect "$SSHD_BASE" >/dev/null 2>&1; then
+        log "base image $SSHD_BASE missing; building it"
+        bash "$0" python "$SSHD_BASE" || die "building $SSHD_BASE failed"
+    fi
+    local src="" deb="$TMP/deb" stage="$TMP/stage" ctx="$TMP/ctx" libpath=""
+    mkdir -p "$stage" "$ctx"
+    chmod 0755 "$stage"
+    # BAI_SSHD_SOURCE=download: fetch the packages even when the host has them
+    if [ "${BAI_SSHD_SOURCE:-host}" != download ] && [ -x /usr/sbin/sshd ] && [ -x /usr/bin/ssh ] && [ -x /usr/bin/ssh-keygen ] \
+        && ! LC_ALL=C ldd /usr/sbin/sshd 2>/dev/null | grep -q 'not found'; then
+        log "OpenSSH from the host ($(/usr/sbin/sshd -V 2>&1 | head -n 1 || true))"
+    else
+        # the host lacks openssh-server (or a library of it): fetch the packages without installing them
+        log "openssh-server not on the host: apt-get download openssh-server openssh-client openssh-sftp-server libwrap0"
+        mkdir -p "$deb/pkgs"
+        chmod 0777 "$deb/pkgs"  # apt's sandbox user writes there
+        (cd "$deb/pkgs" && apt-get download -q openssh-server openssh-client openssh-sftp-server libwrap0 >&2) \
+            || die "apt-get download of openssh-server failed (no apt mirror reachable?): install openssh-server on the host instead"
+        local f
+        for f in "$deb"/pkgs/*.deb; do dpkg -x "$f" "$deb/root" || die "dpkg -x $f failed"; done
+        src="$deb/root"
+        libpath="$src/lib/x86_64-linux-gnu:$src/usr/lib/x86_64-linux-gnu"
+    fi
+    # 1. the programs, at their Debian paths
+    local prog progs=(/usr/sbin/sshd /usr/bin/ssh /usr/bin/ssh-keygen /usr/bin/scp /usr/lib/openssh/sftp-server)
+    for prog in "${progs[@]}"; do
+        if [ -x "$src$prog" ]; then
+            mkdir -p "$stage$(dirname "$prog")"
+            cp -L "$src$prog" "$stage$prog"
+            chmod 0755 "$stage$prog"
+        else
+            case "$prog" in
+                /usr/sbin/sshd|/usr/bin/ssh|/usr/bin/ssh-keygen) die "$prog not found in $src/" ;;
+                *) log "note: $prog not found; left out" ;;
+            esac
+        fi
+    done
+    mkdir -p "$stage/etc/ssh"
+    if [ -f "$src/etc/ssh/moduli" ]; then cp "$src/etc/ssh/moduli" "$stage/etc/ssh/moduli"; fi
+    # 2. the shared libraries the base image lacks (from the host, or from the downloaded packages)
+    local libs lib missing
+    libs=$(for prog in "${progs[@]}"; do
+        [ -e "$stage$prog" ] || continue
+        LC_ALL=C LD_LIBRARY_PATH="$libpath" ldd "$stage$prog" 2>/dev/null | awk '
+            $2 == "=>" && $3 ~ /^\// { print $3; next }
+            $2 == "=>" && $3 == "not" { print "MISSING:" $1 }' || true
+    done | sort -u)
+    if grep -q '^MISSING:' <<<"$libs"; then
+        die "unresolved libraries: $(grep '^MISSING:' <<<"$libs" | tr '\n' ' ')"
+    fi
+    if [ -n "$libs" ]; then
+        local paths=()
+        while IFS= read -r lib; do
+            [ -n "$lib" ] && paths+=("${lib#"$src"}")
+        done <<<"$libs"
+        missing=$(docker run --rm --network none "$SSHD_BASE" sh -c \
+            'for f in "$@"; do [ -e "$f" ] || echo "$f"; done' sh "${paths[@]}")
+        while IFS= read -r lib; do
+            [ -n "$lib" ] || continue
+            mkdir -p "$stage$(dirname "$lib")"
+            if [ -n "$src" ] && [ -e "$src$lib" ]; then cp -L "$src$lib" "$stage$lib"; else cp -L "$lib" "$stage$lib"; fi
+            log "added library $lib"
+        done <<<"$missing"
+    fi
+    # 3. configuration: the privilege-separation user and directory (used only when sshd runs as root),
+    #    and a daemon configuration for kernels
+    docker run --rm --network none "$SSHD_BASE" cat /etc/passwd >"$stage/etc/passwd" || die "cannot read $SSHD_BASE's /etc/passwd"
+    grep -q '^sshd:' "$stage/etc/passwd" || echo 'sshd:x:101:65534::/run/sshd:/bin/false' >>"$stage/etc/passwd"
+    chmod 0644 "$stage/etc/passwd"
+    mkdir -p "$stage/run/sshd"
+    chmod 0755 "$stage/run/sshd"
+    cat >"$stage/etc/ssh/sshd_config" <<'EOF'
+# bai kernels: sshd runs as the kernel's user on port 2200; public keys only. The root filesystem is
+# read-only: give the host key with -h (e.g. sshd -h /home/work/.ssh/host_key).
+Port 2200
+PidFile none
+UsePAM no
+PermitRootLogin no
+PubkeyAuthentication yes
+AuthorizedKeysFile .ssh/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+# the kernel's home is a fresh scratch owned by its user; Docker's tmpfs modes are not the point
+StrictModes no
+PrintMotd no
+PrintLastLog no
+X11Forwarding no
+Subsystem sftp /usr/lib/openssh/sftp-server
+EOF
+    chmod -R u=rwX,go=rX "$stage"
+    chmod 0755 "$stage/usr/sbin/sshd" "$stage/usr/bin/ssh" "$stage/usr/bin/ssh-keygen"
+
+    # 4. one layer on top of the base image (its labels, user and environment stay)
+    tar --numeric-owner --owner=0 --group=0 -C "$stage" -cf "$ctx/sshd.tar" .
+    cat >"$ctx/Dockerfile" <<EOF
+FROM $SSHD_BASE
+ADD sshd.tar /
+EOF
+    DOCKER_BUILDKIT=0 docker build -q -t "$NAME" "$ctx" >/dev/null 2>"$TMP/build.err" \
+        || die "docker build failed: $(cat "$TMP/build.err")"
+
+    # verification: confined like a kernel (uid 1000, read-only root, no capabilities, no network but
+    # loopback), sshd with a fresh host key, then `ssh 127.0.0.1 hostname` with a fresh user key
+    local out
+    out=$(docker run --rm --network none --hostname sshcheck --read-only --tmpfs /tmp \
+        --tmpfs /home/work:uid=1000,gid=1000,mode=755 --user 1000:1000 --cap-drop ALL \
+        --security-opt no-new-privileges "$NAME" sh -c '
+set -e
+mkdir -m 700 -p /home/work/.ssh
+ssh-keygen -q -t ed25519 -N "" -f /tmp/host_key
+ssh-keygen -q -t ed25519 -N "" -C check -f /home/work/.ssh/id_check
+cp /home/work/.ssh/id_check.pub /home/work/.ssh/authorized_keys
+/usr/sbin/sshd -h /tmp/host_key -E /tmp/sshd.log
+for i in $(seq 50); do
+    if ssh -q -i /home/work/.ssh/id_check -p 2200 -o BatchMode=yes -o StrictHostKeyChecking=no \
+        -o UserKnownHostsFile=/dev/null -o ConnectTimeout=2 127.0.0.1 hostname 2>/tmp/ssh.err; then exit 0; fi
+    sleep 0.1
+done
+cat /tmp/sshd.log /tmp/ssh.err >&2
+exit 1' 2>"$TMP/verify.err") || die "verification of $NAME failed: $out $(tail -c 3000 "$TMP/verify.err")"
+    [ "$out" = sshcheck ] || die "verification of $NAME: ssh 127.0.0.1 hostname printed '$out', not sshcheck"
+    log "verify: sshd as uid 1000 on 2200, ssh 127.0.0.1 hostname -> $out"
+    out=$(docker run --rm --network none "$NAME" python3 -c 'print(42)') || die "verification of $NAME failed: python3"
+    [ "$out" = 42 ] || die "verification of $NAME: python3 printed '$out'"
+    report
+}
+
 case "$KIND" in
     python) build_python ;;
     busybox) build_busybox ;;
     jupyter) build_jupyter ;;
+    sshd) build_sshd ;;
 esac

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
@@ -68,3 +69,21 @@ def no_leftover_containers(request: pytest.FixtureRequest) -> Iterator[None]:
                 while (left := node.leftover_containers()) and time.monotonic() < deadline:
                     time.sleep(0.2)
                 assert not left, f"containers left behind by the test: {left}"
+
+
+@pytest.fixture(scope="session")
+def dockerd2(python_image: str, tmp_path_factory) -> Iterator[str]:
+    """A second Docker daemon (tests/dockerd2.py) holding the python image: its DOCKER_HOST URL. Shared by the
+    xdist workers of a run; started once, stopped (its containers removed) when the last one is done."""
+    from tests.dockerd2 import shared_dockerd, unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        if os.environ.get("BAI_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"BAI_REQUIRE_DOCKER=1 but {reason}")
+        pytest.skip(reason)
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # common to the workers
+    with shared_dockerd(root, [python_image]) as daemon:
+        yield daemon.host

@@ -59,9 +59,13 @@ def ensure_image(kind: str, name: str) -> None:
         pytest.fail(f"building the {kind} test image failed:\n{out.stdout}\n{out.stderr}")
 
 
-def containers(label: str) -> list[str]:
+def containers(label: str, docker_host: str | None = None) -> list[str]:
+    """Ids of the containers with `label`, on the default daemon or on the one at `docker_host` (a URL)."""
     out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True, check=True
+        ["docker", *(("-H", docker_host) if docker_host else ()), "ps", "-aq", "--filter", f"label={label}"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return out.stdout.split()
 
@@ -78,7 +82,9 @@ class Node:
         role: str = "all",
         args: tuple[str, ...] = (),
         warm_pool: dict[str, int] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """`env`: extra environment of the node process (and its CLI), e.g. DOCKER_HOST for another daemon."""
         base.mkdir(parents=True, exist_ok=True)
         self.base = base
         self.backend = backend
@@ -110,6 +116,7 @@ class Node:
             "XDG_DATA_HOME": str(base / "data"),
             "BAI_CONFIG": str(self.config_file),
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
         for key in ("BACKEND_ENDPOINT", "BACKEND_ACCESS_KEY", "BACKEND_SECRET_KEY"):
             self.env.pop(key, None)
@@ -219,10 +226,15 @@ class Node:
     def json(self, *args: str, as_keypair: dict[str, str] | None = None):
         return json.loads(self.cli(*args, "--json", check=True, as_keypair=as_keypair).stdout)
 
+    @property
+    def docker_host(self) -> str | None:
+        """The DOCKER_HOST this node's kernels run on (None: the default daemon)."""
+        return self.env.get("DOCKER_HOST") or None
+
     def leftover_containers(self) -> list[str]:
         if self.backend != "docker":
             return []
-        return containers(f"bai.agent-id={self.agent_id}")
+        return containers(f"bai.agent-id={self.agent_id}", self.docker_host)
 
 
 LINK_CONFIG = "[link]\nheartbeat_interval = 0.5\nmissed_heartbeats = 3\n[manager]\nlost_grace = 3.0\n"
@@ -241,7 +253,10 @@ class Cluster:
         agent_config: str = "",
         extra_config: str = "",
         agent_ids: list[str] | None = None,
+        agent_env: dict[int, dict[str, str]] | None = None,
     ) -> None:
+        """`agent_env`: extra environment per agent index (e.g. {1: {"DOCKER_HOST": url}}: the second agent's
+        kernels on another Docker daemon)."""
         self.base = base
         self.backend = backend
         self.link_port = free_port()
@@ -260,8 +275,11 @@ class Cluster:
         self.agents: list[Node] = []
         self._agent_count = agents
         self.agent_ids = agent_ids or []  # fixed agent ids (by index); otherwise derived from the port
+        self.agent_env = agent_env or {}
 
-    def add_agent(self, index: int, token: str | None = None, extra_config: str = "") -> Node:
+    def add_agent(
+        self, index: int, token: str | None = None, extra_config: str = "", env: dict[str, str] | None = None
+    ) -> Node:
         info = self.join_info()
         agent = Node(
             self.base / f"agent{index}",
@@ -278,6 +296,7 @@ class Cluster:
                 token or info["join_token"],
                 *(("--agent-id", self.agent_ids[index]) if index < len(self.agent_ids) else ()),
             ),
+            env={**self.agent_env.get(index, {}), **(env or {})},
         )
         if index < len(self.agent_ids):
             agent.agent_id = self.agent_ids[index]
@@ -411,12 +430,16 @@ def containers_after_destroy(node, timeout: float = 10.0) -> list[str]:
 
 
 def stop_removing_containers(node) -> None:
-    """Stop a node (or cluster), then remove the containers it left (kernels outlive their agent)."""
-    leftovers = node.leftover_containers()
+    """Stop a node (or cluster), then remove the containers it left (kernels outlive their agent), on
+    whichever Docker daemon each of its agents uses."""
+    nodes = list(node.agents) if isinstance(node, Cluster) else [node]
+    leftovers = [n.leftover_containers() for n in nodes]
     node.stop()
-    leftovers = sorted(set(leftovers) | set(node.leftover_containers()))  # a warm kernel started meanwhile
-    if leftovers:
-        subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
+    for n, before in zip(nodes, leftovers, strict=True):
+        left = sorted(set(before) | set(n.leftover_containers()))  # a warm kernel started meanwhile
+        if left:
+            host = getattr(n, "docker_host", None)
+            subprocess.run(["docker", *(("-H", host) if host else ()), "rm", "-f", *left], capture_output=True)
 
 
 def wait_status(node, ref: str, status: str, timeout: float = 15) -> dict:
