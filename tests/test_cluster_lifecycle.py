@@ -177,3 +177,14 @@ async def test_a_batch_cluster_session_runs_its_command_on_main1_and_ends_every_
         row = await h.run("job-1", cpu=1, clusterSize=2, type="batch", command="exit 0")
         assert row["result"] == "SUCCESS"
         assert not h.agent("a1").kernels
+
+
+async def test_without_ssh_keygen_a_cluster_session_still_starts_with_its_ssh_config_only(tmp_path, monkeypatch) -> None:
+    import bai.node.manager.cluster_keys as keys
+
+    monkeypatch.setattr(keys.shutil, "which", lambda name: None)
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=4)
+        await h.run("pair", cpu=1, clusterSize=2)
+        for spec in _kernels_on(h, "a1").values():
+            assert [d.path for d in spec.dotfiles] == [".ssh/config"]

@@ -56,7 +56,7 @@ from bai.node.link.messages import (
 from bai.node.link.streams import LinkStream
 from bai.node.manager.admission import Admission, admit
 from bai.node.manager.agents import PULL_TIMEOUT, Agents
-from bai.node.manager.cluster_keys import cluster_dotfiles
+from bai.node.manager.cluster_keys import NoKeygen, cluster_dotfiles, new_keypair
 from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.events import Hubs
 from bai.node.manager.hooks import Hooks
@@ -199,6 +199,7 @@ class Sessions:
         # requests some agent could hold, by (scaling group, slots), for the agents as of `_placeable_version`
         self._placeable: set[tuple[Any, ...]] = set()
         self._placeable_version = -1
+        self._said_no_keygen = False
 
     async def close(self) -> None:
         await self.background.close()
@@ -471,7 +472,7 @@ class Sessions:
             self.events.publish("session_scheduled", row)
             self.spawn(self._start_session(row, agents[row["id"]]), f"start-{row['id']}")
 
-    def _create_calls(
+    async def _create_calls(
         self, session: dict[str, Any], kernels: list[dict[str, Any]], dotfiles: list[dict[str, Any]], pull: Any
     ) -> list[CreateKernel]:
         """What each kernel of a session is created with (in cluster order: main1 first). A session of several
@@ -483,7 +484,7 @@ class Sessions:
         placed_on = [k["agent_id"] or "" for k in kernels]
         common = [DotfileSpec(d["path"], d["data"], d["permission"]) for d in dotfiles]
         if size > 1:
-            common += cluster_dotfiles(hosts)
+            common += cluster_dotfiles(hosts, await self._keypair())
         mounts = [
             MountSpec(str(self.vfolders.path_of(m)), m["target"], bool(m["read_only"]))
             for m in session["config"].get("mounts") or []
@@ -519,6 +520,16 @@ class Sessions:
             )
         return calls
 
+    async def _keypair(self) -> tuple[str, str] | None:
+        """A new SSH keypair for a session of several kernels; None (said once in the log) without ssh-keygen."""
+        try:
+            return await new_keypair()
+        except NoKeygen as e:
+            if not self._said_no_keygen:
+                self._said_no_keygen = True
+                log.warning("sessions of several kernels get no SSH keypair: %s", e)
+            return None
+
     async def _start_session(self, session: dict[str, Any], placed: dict[str, str]) -> None:
         """Create every kernel of a scheduled session on its agent, all at once; RUNNING when all started. When
         one does not start, the session ends with that kernel's reason and the kernels that did are removed."""
@@ -539,7 +550,7 @@ class Sessions:
             error = {"error": {"src": "manager", "agent_id": first_agent, "name": p.title, "repr": p.msg}}
             await self.transition(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
             return
-        creates = self._create_calls(session, kernels, dotfiles, pull)
+        creates = await self._create_calls(session, kernels, dotfiles, pull)
         # an image from a registry may have to be pulled first: allow for that too
         limit = self.start_timeout + (PULL_TIMEOUT if registry_of(session["image"]) else 0)
         results = await asyncio.gather(
