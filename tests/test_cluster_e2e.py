@@ -27,7 +27,7 @@ from bai.common.cluster import MULTI_NODE, SINGLE_NODE, cluster_environ, network
 from tests.dockerd2 import copy_images
 from tests.nodeproc import Cluster, Node, ensure_image, stop_removing_containers
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("cluster-e2e")]  # one worker: its nodes start once
 
 SSHD_IMAGE = os.environ.get("BAI_TEST_SSHD_IMAGE", "bai-sshd:latest")
 SESSION_LABELS = ("ai.backend.session-id", "bai.session")  # kernels; what else a session has (peer proxies)

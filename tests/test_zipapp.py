@@ -14,6 +14,8 @@ import pytest
 
 from tests.nodeproc import ROOT, free_port
 
+pytestmark = pytest.mark.xdist_group("zipapp")  # one worker: the zipapp is built once (about 20 s)
+
 
 @pytest.fixture(scope="module")
 def pyz(tmp_path_factory) -> Path:
