@@ -193,7 +193,9 @@ def test_a_run_nobody_reads_keeps_a_bounded_amount_of_output() -> None:
 
 # -- end to end --------------------------------------------------------------------------------------------
 
-LOOP = "import time\nfor i in range(400):\n    print('first', i, flush=True)\n    time.sleep(0.05)\nprint('first done')"
+LOOP = "import time\nfor i in range(200):\n    print('first', i, flush=True)\n    time.sleep(0.05)\nprint('first done')"
+# the first run of the queue test: it prints, then waits for a line the test sends once the others are queued
+HOLD = "for i in range(5):\n    print('first', i, flush=True)\ninput()\nprint('first done')"
 
 
 def _read_until(stream, text: str, timeout: float = 30) -> str:
@@ -213,7 +215,7 @@ def _read_until(stream, text: str, timeout: float = 30) -> str:
 def test_a_second_exec_waits_behind_the_first_and_ctrl_c_leaves_the_first_alone(node: Node) -> None:
     name = f"queue-{node.backend}-{uuid.uuid4().hex[:6]}"
     node.cli("session", "create", "python", "--name", name, check=True)
-    first = node.popen("session", "exec", name, "-c", LOOP)
+    first = node.popen("session", "exec", name, "-c", HOLD)
     try:
         assert first.stdout is not None and first.stderr is not None
         _read_until(first.stdout, "first 1")
@@ -236,7 +238,7 @@ def test_a_second_exec_waits_behind_the_first_and_ctrl_c_leaves_the_first_alone(
         _read_until(fourth.stderr, "waiting behind run")
         fourth.send_signal(signal.SIGTERM)
         fourth.wait(30)
-        rest, err = first.communicate(timeout=90)
+        rest, err = first.communicate("go\n", timeout=90)  # the first run goes on (its input) and ends
         assert first.returncode == 0, err
         assert "KeyboardInterrupt" not in err and "first done" in rest
         assert "second" not in rest and "third" not in rest and "fourth" not in rest

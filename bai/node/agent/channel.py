@@ -50,6 +50,7 @@ NO_RUNNER = "this kernel has no runner (no Python in the image): apps need one"
 
 
 MAX_WAITING = 32  # runs waiting behind the running one, per kernel
+QUEUE_NOTICE = 1.0  # seconds a waiting run's poll is held at most before it is answered with its place
 KEEP_FINISHED = MAX_WAITING + 16  # finished runs whose end is not read yet (older ones are forgotten)
 MAX_BUFFERED = 8 * 1024 * 1024  # output characters kept for a run whose client is not reading
 
@@ -317,9 +318,9 @@ class Channel:
         options: dict[str, Any] | None = None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + flush_timeout
-        if run.state == "waiting":
+        if run.state == "waiting":  # told where it stands within a second (its client says so), or it starts
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(run.started.wait(), flush_timeout)
+                await asyncio.wait_for(run.started.wait(), min(flush_timeout, QUEUE_NOTICE))
             if run.state == "waiting":
                 return RunResult(run_id, status, console, queue=self.queue_of(run))
         try:
