@@ -179,7 +179,7 @@ async def test_a_batch_cluster_session_runs_its_command_on_main1_and_ends_every_
         assert not h.agent("a1").kernels
 
 
-async def test_without_ssh_keygen_a_cluster_session_still_starts_with_its_ssh_config_only(tmp_path, monkeypatch) -> None:
+async def test_without_ssh_keygen_a_cluster_session_starts_with_its_ssh_config_only(tmp_path, monkeypatch) -> None:
     import bai.node.manager.cluster_keys as keys
 
     monkeypatch.setattr(keys.shutil, "which", lambda name: None)
