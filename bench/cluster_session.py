@@ -6,9 +6,12 @@ one-kernel sessions here), interleaved, `--runs` times each:
 - a one-kernel session: create -> RUNNING (the POST /session that waits), then destroy (DELETE, waiting);
 - an 8-kernel single-node session (`--kernels`), the same.
 
-Prints the medians and the ratios 8-kernel / 1-kernel (targets: RUNNING <= 2.0, destroy <= 1.5), and how long
-after the destroy answered the containers were gone. Every kernel asks for 0.25 cpu and 256 MiB (the agent
-offers 64 cpus, so eight fit on a small machine). Containers carry bai.bench=1 and are removed at the end.
+Prints the medians and the ratios 8-kernel / 1-kernel (targets: RUNNING <= 2.0, destroy <= 1.5), how long
+after the destroy answered the containers were gone, and what Docker alone takes to start one container and
+eight at once (the same image, no bai in the way): on a machine with few cores the daemon starts containers
+largely one after another, which bounds the RUNNING ratio from below. Every kernel asks for 0.25 cpu and
+256 MiB (the agent offers 64 cpus, so eight fit on a small machine). Containers carry bai.bench=1 and are
+removed at the end.
 
     .venv/bin/python bench/cluster_session.py [--runs 5] [--kernels 8] [--image bai-python:3.11]
 """
@@ -85,6 +88,32 @@ async def measure(env: dict[str, str], runs: int, kernels: int) -> dict[int, lis
     return out
 
 
+async def docker_floor(image: str, runs: int, kernels: int) -> tuple[float, float]:
+    """What Docker alone takes, in the same run: median seconds to start 1 container, and `kernels` containers
+    at once (created beforehand, `--network none`, a sleeping shell: no bai in the way)."""
+    import aiodocker
+
+    docker = aiodocker.Docker()
+    config = {
+        "Image": image,
+        "Entrypoint": ["/bin/sh", "-c", "sleep 600"],
+        "Labels": {"bai.bench": "1"},
+        "HostConfig": {"NetworkMode": "none"},
+    }
+    times: dict[int, list[float]] = {1: [], kernels: []}
+    try:
+        for _ in range(runs):
+            for size in (1, kernels):
+                made = await asyncio.gather(*(docker.containers.create(config) for _ in range(size)))
+                start = time.perf_counter()
+                await asyncio.gather(*(c.start() for c in made))
+                times[size].append(time.perf_counter() - start)
+                await asyncio.gather(*(c.delete(force=True) for c in made))
+    finally:
+        await docker.close()
+    return statistics.median(times[1]), statistics.median(times[kernels])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -98,6 +127,7 @@ def main() -> None:
     node = start_node(config, "docker")
     try:
         results = asyncio.run(measure(dict(node.env), args.runs, args.kernels))
+        floor1, floorn = asyncio.run(docker_floor(args.image, args.runs, args.kernels))
     finally:
         node.stop()  # (removes what carries bai.bench=1)
 
@@ -151,6 +181,11 @@ def main() -> None:
             f"{destroy_ratio:.2f}  (target <= {DESTROY_TARGET}: {verdict(destroy_ratio, DESTROY_TARGET)})",
         ),
         ("containers gone after the destroy", f"1 kernel {gone1:.0f} ms, {n} kernels {gonen:.0f} ms"),
+        (
+            "Docker alone: container start",
+            f"1 at a time {floor1 * 1000:.0f} ms, {n} at once {floorn * 1000:.0f} ms "
+            f"(ratio {floorn / floor1:.2f}: the floor of the RUNNING ratio on this machine)",
+        ),
     ]
     width = max(len(label) for label, _ in rows) + 2
     for label, value in rows:

@@ -152,6 +152,8 @@ class Agent:
         self.sampler = sampler_for(backend)
         self.node_sampler = NodeSampler(gpus, reuse=stat_interval / 2)
         self._last_samples: dict[str, Sample] = {}  # kernel id -> its latest periodic sample
+        # kernels whose final samples are being taken in the next round (see _final_sample)
+        self._final_round: list[tuple[Kernel, asyncio.Future[Sample | None]]] = []
         self._last_gpus: dict[str, dict[str, Any]] = {}  # device uuid -> its latest figures
         self._stats_task: asyncio.Task[None] | None = None
         self.apps = Apps(backend, app_start_timeout)
@@ -342,17 +344,33 @@ class Agent:
 
     async def _final_sample(self, kernel: Kernel) -> Sample | None:
         """A kernel's last statistics as it ends: sampled now when it can still be read, else its latest
-        periodic sample (None when it never had one)."""
+        periodic sample (None when it never had one). Kernels ending together (a session's kernels destroyed
+        at once) are sampled in one round."""
         kid = kernel.spec.kernel_id
         latest = self._last_samples.pop(kid, None)
+        loop = asyncio.get_running_loop()
+        waiting: asyncio.Future[Sample | None] = loop.create_future()
+        self._final_round.append((kernel, waiting))
+        if len(self._final_round) == 1:  # the first of a round: the others arriving with it join it
+            self.removals.spawn(self._sample_finals(), f"final-samples-{kid}")
         try:
-            sample = (await asyncio.wait_for(self._sample([kernel]), FINAL_SAMPLE_TIMEOUT)).get(kid)
-        except Exception as e:
-            log.debug("no final sample of kernel %s: %s", kid, e)
-            sample = None
+            sample = await waiting
         finally:
             self.sampler.forget(kid)
         return sample or latest
+
+    async def _sample_finals(self) -> None:
+        """One sampling round for the kernels whose final samples are asked for now."""
+        await asyncio.sleep(0)  # the calls that arrived with the first one join the round
+        round_, self._final_round = self._final_round, []
+        try:
+            samples = await asyncio.wait_for(self._sample([k for k, _ in round_]), FINAL_SAMPLE_TIMEOUT)
+        except Exception as e:
+            log.debug("no final samples of %d kernels: %s", len(round_), e)
+            samples = {}
+        for kernel, waiting in round_:
+            if not waiting.done():
+                waiting.set_result(samples.get(kernel.spec.kernel_id))
 
     def _output_sink(self, kernel_id: str):
         def sink(kind: str, text: str) -> None:

@@ -923,7 +923,8 @@ class DockerBackend(BackendBase):
         if not cid:
             return False
         pid = await self._host_pid(cid)
-        if pid and await asyncio.to_thread(_kill_if_in, pid, cid):
+        # (in the loop, not a thread: two reads under /proc and a signal; a session's kernels end together)
+        if pid and _kill_if_in(pid, cid):
             return True
         try:
             await self.docker.containers.container(cid).kill(signal="SIGKILL")
