@@ -231,10 +231,17 @@ class Node:
         """The DOCKER_HOST this node's kernels run on (None: the default daemon)."""
         return self.env.get("DOCKER_HOST") or None
 
-    def leftover_containers(self) -> list[str]:
+    def leftover_containers(self, settle: float = 0.0) -> list[str]:
+        """This node's containers (those still there after up to `settle` seconds: a destroyed kernel is
+        killed at once and its container removed in the background, a moment later)."""
         if self.backend != "docker":
             return []
-        return containers(f"bai.agent-id={self.agent_id}", self.docker_host)
+        deadline = time.monotonic() + settle
+        while True:
+            left = containers(f"bai.agent-id={self.agent_id}", self.docker_host)
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.1)
 
 
 LINK_CONFIG = "[link]\nheartbeat_interval = 0.5\nmissed_heartbeats = 3\n[manager]\nlost_grace = 3.0\n"

@@ -27,7 +27,7 @@ def vnode(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Node]:
         pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
     node = Node(tmp_path_factory.mktemp(f"vf-{request.param}"), request.param).start()
     yield node
-    left = node.leftover_containers()
+    left = node.leftover_containers(settle=10)  # (removals finish in the background)
     node.stop()
     if left:
         subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
