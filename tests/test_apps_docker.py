@@ -117,6 +117,7 @@ def test_the_official_client_reaches_a_docker_app(docker_node: Node, tmp_path: P
         docker_node.cli("session", "destroy", name, check=True)
 
 
+@pytest.mark.xdist_group("apps-bridge")  # one worker, one bridge_node: its 2 host ports are fixed
 def test_a_kernel_on_bridge_publishes_its_apps_on_loopback_from_the_pool(bridge_node: Node) -> None:
     name = f"web-bridge-{uuid.uuid4().hex[:6]}"
     bridge_node.cli("session", "create", "--name", name, "--network", "bridge", *SMALL, "python", check=True)
@@ -135,6 +136,7 @@ def test_a_kernel_on_bridge_publishes_its_apps_on_loopback_from_the_pool(bridge_
         bridge_node.cli("session", "destroy", name, check=True)
 
 
+@pytest.mark.xdist_group("apps-bridge")  # one worker, one bridge_node: its 2 host ports are fixed
 def test_an_exhausted_port_pool_is_a_clear_error(bridge_node: Node) -> None:
     names = [f"pool-{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
     try:
