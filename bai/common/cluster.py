@@ -22,7 +22,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 SINGLE_NODE = "single-node"
 MULTI_NODE = "multi-node"
@@ -52,6 +54,16 @@ def parse_hostname(name: str) -> tuple[str, int] | None:
     return None
 
 
+def kernel_name(role: str, idx: int) -> str:
+    """main1, sub1 …: a kernel's name (and hostname) from its role and one-based index within the role."""
+    return f"{role}{idx}"
+
+
+def kernel_name_of(kernel: Mapping[str, Any]) -> str:
+    """The name of a kernel row (its `cluster_role` and `cluster_idx`)."""
+    return kernel_name(kernel["cluster_role"], kernel["cluster_idx"])
+
+
 @dataclass(frozen=True)
 class Member:
     """One kernel of a cluster session: its role, one-based index within the role, and global rank."""
@@ -62,7 +74,7 @@ class Member:
 
     @property
     def hostname(self) -> str:
-        return f"{self.role}{self.idx}"
+        return kernel_name(self.role, self.idx)
 
 
 def members(size: int) -> list[Member]:

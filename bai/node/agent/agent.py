@@ -18,7 +18,7 @@ from typing import Any
 from bai import __version__
 from bai.common import slots as slotlib
 from bai.common.background import Background
-from bai.common.cluster import CLUSTER_PORTS
+from bai.common.cluster import CLUSTER_PORTS, kernel_name
 from bai.common.images import registry_of
 from bai.node.agent import batch
 from bai.node.agent.apps import AppError, Apps, relay
@@ -491,7 +491,8 @@ class Agent:
         sid = kernel.spec.session_id
         for other in list(self.kernels.values()):
             spec = other.spec
-            if other is not kernel and spec.session_id == sid and f"{spec.cluster_role}{spec.cluster_idx}" == host:
+            same_session = other is not kernel and spec.session_id == sid
+            if same_session and kernel_name(spec.cluster_role, spec.cluster_idx) == host:
                 await self.apps.splice_peer(kernel, other, port, reader, writer)
                 return
         dial_id = secrets.token_hex(16)

@@ -70,12 +70,10 @@ class Apps:
 
     async def serve(self, kernel: Kernel, name: str, stream: LinkStream) -> None:
         """Connect to the app and relay until the tunnel ends. A failure closes the stream with the reason."""
-        kid = kernel.spec.kernel_id
-        if self.tunnels.get(kid, 0) >= MAX_TUNNELS:
-            await stream.close(f"a kernel has at most {MAX_TUNNELS} app connections open at once")
-            return
-        self.tunnels[kid] = self.tunnels.get(kid, 0) + 1
-        try:
+        async with _slot(self.tunnels, kernel, MAX_TUNNELS) as ok:
+            if not ok:
+                await stream.close(f"a kernel has at most {MAX_TUNNELS} app connections open at once")
+                return
             try:
                 app = find_app(kernel, name)
                 reader, writer = await self._connect(kernel, app)
@@ -83,10 +81,6 @@ class Apps:
                 await stream.close(str(e) or type(e).__name__)
                 return
             await relay(reader, writer, stream, kernel.exited)
-        finally:
-            self.tunnels[kid] -= 1
-            if not self.tunnels[kid]:
-                del self.tunnels[kid]
 
     async def serve_peer(self, kernel: Kernel, port: int, stream: LinkStream) -> None:
         """A `peer-tunnel` stream: relay it to TCP `port` in the kernel (one of CLUSTER_PORTS) until it ends.
@@ -94,7 +88,7 @@ class Apps:
         if port not in CLUSTER_PORTS:
             await stream.close(f"port {port} is not one a cluster's kernels reach each other on")
             return
-        async with self._peer_slot(kernel) as ok:
+        async with _slot(self.peer_tunnels, kernel, MAX_PEER_TUNNELS) as ok:
             if not ok:
                 await stream.close(f"a kernel has at most {MAX_PEER_TUNNELS} connections of other kernels open")
                 return
@@ -110,7 +104,7 @@ class Apps:
     ) -> None:
         """A connection of kernel `source` to `port` in `target`, a kernel of its session on this agent:
         connected through the target's runner and spliced until both ways end (the caller closes `writer`)."""
-        async with self._peer_slot(target) as ok:
+        async with _slot(self.peer_tunnels, target, MAX_PEER_TUNNELS) as ok:
             if not ok:
                 log.warning("kernel %s has too many peer connections: one is refused", target.spec.kernel_id)
                 return
@@ -127,21 +121,6 @@ class Apps:
                 return
             await splice((reader, writer), (far_reader, far_writer), [source.exited, target.exited])
 
-    @contextlib.asynccontextmanager
-    async def _peer_slot(self, kernel: Kernel) -> AsyncIterator[bool]:
-        """One of the kernel's MAX_PEER_TUNNELS places while the body runs (False: none is free)."""
-        kid = kernel.spec.kernel_id
-        if self.peer_tunnels.get(kid, 0) >= MAX_PEER_TUNNELS:
-            yield False
-            return
-        self.peer_tunnels[kid] = self.peer_tunnels.get(kid, 0) + 1
-        try:
-            yield True
-        finally:
-            self.peer_tunnels[kid] -= 1
-            if not self.peer_tunnels[kid]:
-                del self.peer_tunnels[kid]
-
     async def _connect(self, kernel: Kernel, app: ServicePort) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to the app; one that is not listening (it went away since it was started) is
         started again first."""
@@ -153,6 +132,23 @@ class Apps:
                 output = f"\n{reply['output'].rstrip()}" if reply["output"].strip() else ""
                 raise AppError(f"{app.name} did not start: {reply['error']}{output}") from first
             return await self.backend.connect_app(kernel, app)
+
+
+@contextlib.asynccontextmanager
+async def _slot(counts: dict[str, int], kernel: Kernel, limit: int) -> AsyncIterator[bool]:
+    """One of the kernel's `limit` places in `counts` (kernel id -> connections open) while the body runs
+    (False: none is free)."""
+    kid = kernel.spec.kernel_id
+    if counts.get(kid, 0) >= limit:
+        yield False
+        return
+    counts[kid] = counts.get(kid, 0) + 1
+    try:
+        yield True
+    finally:
+        counts[kid] -= 1
+        if not counts[kid]:
+            del counts[kid]
 
 
 async def relay(

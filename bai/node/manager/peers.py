@@ -29,7 +29,7 @@ import logging
 from typing import Any
 
 from bai.common.background import Background
-from bai.common.cluster import CLUSTER_PORTS, parse_hostname
+from bai.common.cluster import CLUSTER_PORTS, kernel_name_of
 from bai.common.status import SessionStatus as S
 from bai.node.link.base import ManagerLink
 from bai.node.link.messages import OpenPeerTunnel, PeerDial, PeerDialed
@@ -116,13 +116,8 @@ class PeerRelay:
             raise Refused(f"no session {kernel['session_id']}")
         if session.get("status") not in RUNNING:
             raise Refused(f"session {session.get('name') or session['id']} is {session.get('status')}")
-        name = parse_hostname(event.host) if isinstance(event.host, str) else None
-        target = None
-        if name is not None:
-            for other in await self.store.kernels_of(session["id"]):
-                if (other.get("cluster_role"), other.get("cluster_idx")) == name:
-                    target = other
-                    break
+        kernels = await self.store.kernels_of(session["id"]) if isinstance(event.host, str) else []
+        target = next((other for other in kernels if kernel_name_of(other) == event.host), None)
         if target is None or target["id"] == kernel["id"]:
             raise Refused(f"session {session.get('name') or session['id']} has no other kernel named {event.host!r}")
         if not target.get("agent_id"):

@@ -10,7 +10,7 @@ from typing import Any
 
 from bai.common import service_ports as apps
 from bai.common import slots as slotlib
-from bai.common.cluster import SINGLE_NODE
+from bai.common.cluster import SINGLE_NODE, kernel_name_of
 from bai.common.present import reason
 from bai.common.stats import usage_of
 from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
@@ -21,11 +21,6 @@ from bai.node.manager.stats import StatsBook, last_stat, live_stat, stored_stat
 
 def _age_ms(created: str) -> int:
     return int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds() * 1000)
-
-
-def hostname_of(kernel: dict[str, Any]) -> str:
-    """A kernel's name within its session, also its hostname: main1, sub1 …"""
-    return f"{kernel['cluster_role']}{kernel['cluster_idx']}"
 
 
 def _json(value: Any) -> str:
@@ -220,10 +215,10 @@ class SessionView:
             "kernels": [
                 {
                     "id": k["id"],
-                    "name": hostname_of(k),  # main1, sub1 …: also its hostname
+                    "name": kernel_name_of(k),  # main1, sub1 …: also its hostname
                     "clusterRole": k["cluster_role"],
                     "clusterIdx": k["cluster_idx"],
-                    "clusterHostname": hostname_of(k),
+                    "clusterHostname": kernel_name_of(k),
                     "agent": k["agent_id"],
                     "containerId": k["container_id"],
                     "status": k["status"],
@@ -294,7 +289,7 @@ class SessionView:
             "id": k["id"],
             "cluster_role": k["cluster_role"],
             "cluster_idx": k["cluster_idx"],
-            "cluster_hostname": hostname_of(k),
+            "cluster_hostname": kernel_name_of(k),
             "session_id": self.row["id"],
             "image": k["image"],
             "registry": "local",

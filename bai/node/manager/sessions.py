@@ -19,7 +19,7 @@ from typing import Any
 from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.clock import Clock
-from bai.common.cluster import SINGLE_NODE, cluster_environ, members, network_name
+from bai.common.cluster import SINGLE_NODE, cluster_environ, kernel_name_of, members, network_name
 from bai.common.images import registry_of
 from bai.common.names import name_problem
 from bai.common.problems import Problem, invalid, no_session
@@ -140,11 +140,6 @@ def new_session_rows(
 
 def _times(slots: dict[str, Any], count: int) -> dict[str, Any]:
     return {name: amount * count for name, amount in slots.items()}
-
-
-def kernel_name(kernel: dict[str, Any]) -> str:
-    """main1, sub1 …: how users know a kernel of a session."""
-    return f"{kernel['cluster_role']}{kernel['cluster_idx']}"
 
 
 def cluster_mode_of(session: dict[str, Any]) -> str:
@@ -321,17 +316,17 @@ class Sessions:
         if not ref:
             return await self.main_kernel(session)
         kernels = await self.store.kernels_of(session["id"])
-        named = [k for k in kernels if f"{k['cluster_role']}{k['cluster_idx']}" == ref or k["id"] == ref]
+        names = [kernel_name_of(k) for k in kernels]
+        named = [k for k, name in zip(kernels, names, strict=True) if ref in (name, k["id"])]
         if not named and len(ref) >= 4:
             named = [k for k in kernels if k["id"].startswith(ref)]
         if len(named) == 1:
             return named[0]
-        names = ", ".join(f"{k['cluster_role']}{k['cluster_idx']}" for k in kernels)
         raise Problem(
             "object-not-found",
             "No such kernel.",
-            f"session {session['name']} has no kernel {ref!r}; its kernels: {names}",
-            {"kernel": ref, "kernels": [f"{k['cluster_role']}{k['cluster_idx']}" for k in kernels]},
+            f"session {session['name']} has no kernel {ref!r}; its kernels: {', '.join(names)}",
+            {"kernel": ref, "kernels": names},
             404,
         )
 
@@ -480,7 +475,7 @@ class Sessions:
         sid = session["id"]
         size = len(kernels)
         mode = cluster_mode_of(session)
-        hosts = [kernel_name(k) for k in kernels]
+        hosts = [kernel_name_of(k) for k in kernels]
         placed_on = [k["agent_id"] or "" for k in kernels]
         common = [DotfileSpec(d["path"], d["data"], d["permission"]) for d in dotfiles]
         if size > 1:
@@ -601,7 +596,7 @@ class Sessions:
             exc = TimeoutError(f"the kernel did not start within {self.start_timeout:g} s")
         error = _error_data(kernel["agent_id"], exc)
         if len(kernels) > 1:
-            name = kernel_name(kernel)
+            name = kernel_name_of(kernel)
             error["error"]["repr"] = f"kernel {name} on agent {kernel['agent_id']}: {error['error']['repr']}"
             error["error"]["kernel"] = name
         refused = {k["id"] for k, e in failed if isinstance(e, RemoteError)}
@@ -872,7 +867,7 @@ class Sessions:
             if isinstance(answer, RemoteError | AgentUnavailable | TimeoutError):
                 why = answer.message if isinstance(answer, RemoteError) else str(answer) or "no answer in time"
                 if len(kernels) > 1:
-                    why = f"kernel {kernel_name(kernel)}: {why}"
+                    why = f"kernel {kernel_name_of(kernel)}: {why}"
                 await self.transition(
                     sid, S.RUNNING, "", {"msg": f"the restart failed: {why}"}, allowed_from=[S.RESTARTING]
                 )
@@ -993,7 +988,7 @@ class Sessions:
             elif status == S.TERMINATING:
                 await self.transition(kernel["session_id"], S.TERMINATED, kernel["status_info"] or "user-requested")
             else:
-                name = f"kernel {kernel_name(kernel)}" if await self._in_cluster(kernel) else "the kernel"
+                name = f"kernel {kernel_name_of(kernel)}" if await self._in_cluster(kernel) else "the kernel"
                 await self.transition(
                     kernel["session_id"],
                     S.TERMINATED,
@@ -1082,7 +1077,7 @@ class Sessions:
         siblings = []
         session = await self.store.get_session(kernel["session_id"])
         if session is not None and session["cluster_size"] > 1:
-            name = kernel_name(kernel)
+            name = kernel_name_of(kernel)
             why = event.msg or f"it exited with code {event.exit_code}"
             data = {**data, "kernel": name, "msg": f"kernel {name} on agent {kernel['agent_id']} ended: {why}"}
             siblings = [k for k in await self.store.kernels_of(kernel["session_id"]) if k["id"] != kernel["id"]]

@@ -29,7 +29,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from bai.common.cluster import MULTI_NODE, SINGLE_NODE  # the cluster modes, defined once
+from bai.common.cluster import MULTI_NODE, SINGLE_NODE, kernel_name  # the cluster modes, defined once
 from bai.common.slots import Slots
 from bai.common.status import StatusInfo
 
@@ -107,7 +107,7 @@ class KernelRequest:
     @property
     def name(self) -> str:
         """main1, sub1 …: how users know the kernel."""
-        return f"{self.cluster_role}{self.cluster_idx}"
+        return kernel_name(self.cluster_role, self.cluster_idx)
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ from bai.common.cluster import (
     MULTI_NODE,
     NETWORK_PREFIX,
     SINGLE_NODE,
+    kernel_name,
     network_name,
     parse_hostname,
 )
@@ -571,7 +572,7 @@ class DockerBackend(BackendBase):
         name = self.session_network(spec)
         if name is None or (spec.network or self.network) == "none":
             return  # (none: the session's network is its only one, in its configuration)
-        hostname = f"{spec.cluster_role}{spec.cluster_idx}"
+        hostname = kernel_name(spec.cluster_role, spec.cluster_idx)
         network = DockerNetwork(self.docker, name)
         await network.connect({"Container": container.id, "EndpointConfig": {"Aliases": [hostname]}})
 
@@ -617,7 +618,7 @@ class DockerBackend(BackendBase):
         if pooled:  # no session yet: its variables come at hand-over (the runner's env op, exec_env)
             env = {k: v for k, v in env.items() if k not in SESSION_ENV}
         layout = layout or Layout()
-        hostname = f"{spec.cluster_role}{spec.cluster_idx}"
+        hostname = kernel_name(spec.cluster_role, spec.cluster_idx)
         network = self.check_cluster(spec)
         session_net = self.session_network(spec)
         networking: dict[str, Any] | None = None
