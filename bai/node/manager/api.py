@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import uuid
@@ -12,7 +11,7 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote
 
-from aiohttp import MultipartWriter, WSMsgType, web
+from aiohttp import MultipartWriter, WSCloseCode, WSMsgType, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from bai import API_VERSION, __version__
@@ -31,6 +30,7 @@ from bai.node.manager.http import (
     SETTINGS,
     STREAMS,
     caller_of,
+    decode_json,
     problem_response,
     read_json,
     services_of,
@@ -431,33 +431,96 @@ async def task_logs(request: web.Request) -> web.StreamResponse:
     return response
 
 
+# The execute WebSocket's bounds: the first frame carries a cell's code (Backend.AI sets no limit; 4 MiB is
+# far more than any cell), later text frames are input lines for a running code's input().
+EXECUTE_MAX_FRAME = 4 * 1024 * 1024  # bytes of one frame; aiohttp closes with 1009 beyond it
+EXECUTE_MAX_INPUT = 64 * 1024  # bytes of one input frame
+EXECUTE_MAX_QUEUED_INPUTS = 64  # input frames waiting for the code to read them
+EXECUTE_MAX_QUEUED_BYTES = 1024 * 1024  # and their bytes together
+
+
+class InputRefused(Exception):
+    """More input than the execute WebSocket keeps (str: the error frame's message)."""
+
+
+class InputQueue:
+    """Input frames that arrived while the code ran, bounded by count and bytes: nothing accepted is
+    dropped; what does not fit is refused (the client is told and the connection ends)."""
+
+    def __init__(self) -> None:
+        self._items: list[str | None] = []  # None: an empty binary frame, the end of the input
+        self._bytes = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def put(self, msg) -> None:
+        if msg.type == WSMsgType.BINARY and msg.data:
+            raise InputRefused("input frames are text (an empty binary frame ends the input)")
+        text = msg.data if msg.type == WSMsgType.TEXT else None
+        size = len(text.encode(errors="surrogatepass")) if text is not None else 0
+        if size > EXECUTE_MAX_INPUT:
+            raise InputRefused(f"an input frame is too large ({size} bytes; at most {EXECUTE_MAX_INPUT})")
+        if len(self._items) >= EXECUTE_MAX_QUEUED_INPUTS or self._bytes + size > EXECUTE_MAX_QUEUED_BYTES:
+            raise InputRefused(
+                f"too much input waiting for the code to read it (at most {EXECUTE_MAX_QUEUED_INPUTS} frames, "
+                f"{EXECUTE_MAX_QUEUED_BYTES} bytes)"
+            )
+        self._items.append(text)
+        self._bytes += size
+
+    def pop(self) -> str | None:
+        text = self._items.pop(0)
+        if text is not None:
+            self._bytes -= len(text.encode(errors="surrogatepass"))
+        return text
+
+
+def _error_frame(msg: str) -> dict[str, Any]:
+    return {"status": "error", "msg": msg, "console": [], "exitCode": None}
+
+
+def _first_frame(first, request: web.Request) -> tuple[str, str, dict[str, Any], Any, Any]:
+    """(mode, code, options, run id, kernel ref) of the execute WebSocket's first frame, or a Problem."""
+    if first.type != WSMsgType.TEXT:
+        raise invalid("the first frame must be a text frame holding a JSON object")
+    body = decode_json(first.data, "the first frame", EXECUTE_MAX_FRAME)
+    if not isinstance(body, dict):
+        raise invalid("the first frame must be a JSON object")
+    mode, code, options = parse_execute(body, default_mode="query")
+    run_id = parse_run_id(body.get("runId"))  # bai's clients name their run (to interrupt it)
+    kernel = parse_kernel_ref(body.get("kernel") or request.query.get("kernel"))  # main1 when absent
+    return mode, code, options, run_id, kernel
+
+
+def _gone(msg) -> bool:
+    """The client went away (or broke the protocol: aiohttp has closed with a code saying why)."""
+    return msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY)
+
+
 async def execute_ws(request: web.Request) -> web.StreamResponse:
     """Streaming execute over a WebSocket (reference spec §2.3)."""
     sessions = sessions_of(request)
     row = await session_of(request)
-    ws = web.WebSocketResponse(autoping=True, heartbeat=None, max_msg_size=64 * 1024 * 1024)
+    ws = web.WebSocketResponse(autoping=True, heartbeat=None, max_msg_size=EXECUTE_MAX_FRAME)
     await ws.prepare(request)
     receiving = asyncio.ensure_future(ws.receive())
     finished = False
+    run_id = None
+    call: asyncio.Future | None = None
     try:
         first = await receiving
-        if first.type != WSMsgType.TEXT:
+        if _gone(first):
             return ws
         try:
-            body = json.loads(first.data)
-            mode, code, options = parse_execute(body, default_mode="query")
-            run_id = parse_run_id(body.get("runId"))  # bai's clients name their run (to interrupt it)
-            kernel = parse_kernel_ref(body.get("kernel") or request.query.get("kernel"))  # main1 when absent
-        except ValueError:
-            await ws.send_json({"status": "error", "msg": "the first frame must be a JSON object"})
-            return ws
+            mode, code, options, run_id, kernel = _first_frame(first, request)
         except Problem as p:
-            await ws.send_json({"status": "error", "msg": p.msg or p.title, "console": [], "exitCode": None})
+            await ws.send_json(_error_frame(p.msg or p.title))
             return ws
         receiving = asyncio.ensure_future(ws.receive())
         # text frames that arrived while the code ran: fed as input; an empty binary frame (a bai
         # extension) says the input ended (None here): the code's input() raises EOFError
-        inputs: list[str | None] = []
+        inputs = InputQueue()
         last_queue = None
         while True:
             call = asyncio.ensure_future(sessions.execute(row, run_id, mode, code, options, 5.0, kernel_ref=kernel))
@@ -465,16 +528,16 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
                 await asyncio.wait({call, receiving}, return_when=asyncio.FIRST_COMPLETED)
                 if receiving.done():
                     msg = receiving.result()
-                    if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):  # the client went away mid-run
+                    if _gone(msg):  # the client went away mid-run
                         call.cancel()
                         await sessions.interrupt(row, run_id)
                         return ws
-                    inputs.append(msg.data if msg.type == WSMsgType.TEXT else None)
+                    inputs.put(msg)
                     receiving = asyncio.ensure_future(ws.receive())
             try:
                 result = call.result()
             except Problem as p:
-                await ws.send_json({"status": "error", "msg": p.msg or p.title, "console": [], "exitCode": None})
+                await ws.send_json(_error_frame(p.msg or p.title))
                 return ws
             queue = result.get("queue")  # the run waits behind another: say so when where it stands changes
             if result["status"] != "continued" or result["console"] or queue != last_queue:
@@ -495,16 +558,27 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
                 return ws
             if result["status"] == "waiting-input" and not inputs:
                 msg = await receiving
-                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+                if _gone(msg):
                     await sessions.interrupt(row, run_id)
                     return ws
-                inputs.append(msg.data if msg.type == WSMsgType.TEXT else None)
+                inputs.put(msg)
                 receiving = asyncio.ensure_future(ws.receive())
             if inputs and queue is None:  # input is for the run once it has the kernel
-                text = inputs.pop(0)
+                text = inputs.pop()
                 mode, code = ("input", text) if text is not None else ("input-eof", "")
             else:
                 mode, code = "continue", ""
+    except InputRefused as e:  # the client is told, its run interrupted, the connection closed (1009)
+        log.info("execute WebSocket of session %s: %s; closing it", row["name"], e)
+        if call is not None:
+            call.cancel()
+        with contextlib.suppress(Exception):
+            await ws.send_json(_error_frame(str(e)))
+        with contextlib.suppress(Exception):
+            await sessions.interrupt(row, run_id)
+        with contextlib.suppress(Exception):
+            await ws.close(code=WSCloseCode.MESSAGE_TOO_BIG, message=b"too much input")
+        return ws
     finally:
         receiving.cancel()
         if not finished and not ws.closed:

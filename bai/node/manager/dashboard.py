@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from bisect import bisect_right
 from typing import Any
 
@@ -267,6 +268,8 @@ async def dashboard_events(request: web.Request) -> web.StreamResponse:
         interval = float(request.query.get("interval", "0.25"))
     except ValueError:
         raise invalid("interval must be a number of seconds") from None
+    if not math.isfinite(interval):  # nan would pass min/max and reach asyncio.sleep
+        raise invalid("interval must be a number of seconds")
     interval = min(max(interval, 0.01), 5.0)
     coros = []
     if "logs" in topics:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from bai.common import safejson
 from bai.common.problems import Problem, invalid
 from bai.node.manager.services import Services
 from bai.node.manager.sessions import Sessions
@@ -17,6 +17,7 @@ from bai.node.manager.streams import OpenStreams
 SERVICES = web.AppKey("services", Services)
 SETTINGS = web.AppKey("settings", dict)
 STREAMS = web.AppKey("streams", OpenStreams)
+MAX_JSON_BODY = 16 * 1024 * 1024  # bytes of a JSON request body (an execute's code is the largest)
 
 
 @dataclass(frozen=True)
@@ -70,16 +71,25 @@ async def read_json(request: web.Request) -> Any:
         return {}
     try:
         text = await request.text()
-        body = json.loads(text)
-    except (ValueError, UnicodeDecodeError):  # also bytes that are not UTF-8
+    except UnicodeDecodeError:  # bytes that are not UTF-8
         raise invalid("the request body is not valid JSON") from None
-    except RecursionError:
-        raise invalid("the request body is nested too deeply") from None
+    body = decode_json(text, "the request body", MAX_JSON_BODY)
     # a JSON "\ud800": no UTF-8 text (a file, a database, a kernel) can hold it. Looked for value by value only
     # when the text could give one: it holds a surrogate itself, or an escape of one
     if (not _plain_text(text) or _SURROGATE_ESCAPE.search(text)) and not _encodable(body):
         raise invalid("the request body holds a lone surrogate (\\ud800-\\udfff), which is not text")
     return body
+
+
+def decode_json(text: str | bytes | bytearray, what: str, max_bytes: int = safejson.MAX_BYTES) -> Any:
+    """A client's JSON (a body, a query value, a WebSocket frame), bounded in size and depth; a 400 Problem
+    that says what is wrong otherwise (never RecursionError or any other exception)."""
+    try:
+        return safejson.loads(text, max_bytes=max_bytes, what=what)
+    except safejson.UnsafeJson as e:
+        if "not valid JSON" in str(e) and what == "the request body":
+            raise invalid("the request body is not valid JSON") from None  # the wording clients already see
+        raise invalid(str(e)) from None
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")

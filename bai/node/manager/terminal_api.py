@@ -15,18 +15,21 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import json
 import logging
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
+from bai.common import safejson
 from bai.common.problems import invalid
+from bai.node.link.streams import MAX_FRAME as LINK_FRAME
 from bai.node.link.streams import LinkStream, StreamClosed
 from bai.node.manager.http import session_of, sessions_of
 from bai.node.manager.requests import parse_kernel_ref
 
 log = logging.getLogger("bai.api.terminal")
-MAX_FRAME = 1024 * 1024
+MAX_FRAME = 1024 * 1024  # bytes of one client frame (a paste of 768 KiB, base64-encoded)
+MAX_SIZE = 1000  # rows and columns of a terminal, at most
+MAX_BAD_FRAMES = 32  # frames answered with an error, at most, before the terminal is closed (1008)
 
 
 def terminal_query(request: web.Request) -> tuple[list[str] | None, int, int]:
@@ -35,8 +38,8 @@ def terminal_query(request: web.Request) -> tuple[list[str] | None, int, int]:
     raw = request.query.get("command")
     if raw:
         try:
-            command = json.loads(raw)
-        except ValueError:
+            command = safejson.loads(raw, max_bytes=1024 * 1024, max_depth=2, what="command")
+        except safejson.UnsafeJson:
             raise invalid('command must be a JSON list of strings, e.g. ["ls", "-l"]') from None
         if (
             not isinstance(command, list)
@@ -51,8 +54,8 @@ def terminal_query(request: web.Request) -> tuple[list[str] | None, int, int]:
             value = int(request.query.get(name, default))
         except ValueError:
             raise invalid(f"{name} must be a whole number") from None
-        if not 1 <= value <= 1000:
-            raise invalid(f"{name} must be between 1 and 1000")
+        if not 1 <= value <= MAX_SIZE:
+            raise invalid(f"{name} must be between 1 and {MAX_SIZE}")
         sizes.append(value)
     return command, sizes[0], sizes[1]
 
@@ -93,32 +96,27 @@ async def relay(ws: web.WebSocketResponse, stream: LinkStream, touch, why_ended)
     ended under the terminal, the client is told so."""
 
     async def keys() -> None:
+        bad = 0
         async for msg in ws:
             if msg.type != WSMsgType.TEXT:
                 continue
-            try:
-                frame = json.loads(msg.data)
-            except ValueError:
-                await ws.send_json({"type": "error", "data": "frames are JSON objects"})
-                continue
-            if not isinstance(frame, dict):
-                continue
-            kind = frame.get("type")
             touch()
-            if kind == "stdin":
-                try:
-                    data = base64.b64decode(str(frame.get("chars", "")), validate=True)
-                except (binascii.Error, ValueError):
-                    await ws.send_json({"type": "error", "data": "stdin chars must be base64"})
-                    continue
-                await stream.send({"t": "in", "d": data})
-            elif kind == "resize":
-                try:
-                    size = int(frame["rows"]), int(frame["cols"])
-                except (KeyError, TypeError, ValueError):
-                    await ws.send_json({"type": "error", "data": "resize needs whole rows and cols"})
-                    continue
-                await stream.send({"t": "resize", "rows": size[0], "cols": size[1]})
+            try:
+                frame = decode_frame(msg.data)
+            except FrameError as e:
+                bad += 1
+                if bad > MAX_BAD_FRAMES:
+                    await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"too many bad frames")
+                    return
+                await ws.send_json({"type": "error", "data": str(e)})
+                continue
+            if frame is None:
+                continue
+            if frame["t"] == "in":  # a link stream frame carries at most LINK_FRAME bytes
+                for i in range(0, len(frame["d"]), LINK_FRAME):
+                    await stream.send({"t": "in", "d": frame["d"][i : i + LINK_FRAME]})
+            else:
+                await stream.send(frame)
 
     async def screen() -> None:
         while (frame := await stream.receive()) is not None:
@@ -150,6 +148,51 @@ async def relay(ws: web.WebSocketResponse, stream: LinkStream, touch, why_ended)
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, StreamClosed, ConnectionError):
                 await task
+
+
+class FrameError(ValueError):
+    """A client frame the terminal cannot take (str: the error frame's text); the terminal goes on."""
+
+
+def _whole(value: object) -> int | None:
+    """A whole number as a client may write it (24, 24.0, "24"), or None; never a huge one (no OverflowError)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if abs(value) < 1 << 31 else MAX_SIZE + 1
+    if isinstance(value, float) and value.is_integer():
+        return int(value) if abs(value) < 1 << 31 else MAX_SIZE + 1
+    if isinstance(value, str) and value.isdigit() and value.isascii() and len(value) <= 6:
+        return int(value)
+    return None
+
+
+def decode_frame(text: str) -> dict | None:
+    """A client's text frame → the link stream's frame (None: nothing to send, e.g. a ping), or FrameError."""
+    try:
+        frame = safejson.loads(text, max_bytes=MAX_FRAME, max_depth=4, what="a frame")
+    except safejson.UnsafeJson as e:
+        raise FrameError(f"frames are JSON objects: {e}") from None
+    if not isinstance(frame, dict):
+        raise FrameError("frames are JSON objects")
+    kind = frame.get("type")
+    if kind == "stdin":
+        chars = frame.get("chars", "")
+        if not isinstance(chars, str):
+            raise FrameError("stdin chars must be base64")
+        try:
+            return {"t": "in", "d": base64.b64decode(chars, validate=True)}
+        except (binascii.Error, ValueError):
+            raise FrameError("stdin chars must be base64") from None
+    if kind == "resize":
+        rows, cols = frame.get("rows"), frame.get("cols")
+        size = _whole(rows), _whole(cols)
+        if None in size:
+            raise FrameError("resize needs whole rows and cols")
+        if not all(1 <= n <= MAX_SIZE for n in size):
+            raise FrameError(f"resize rows and cols must be between 1 and {MAX_SIZE}")
+        return {"t": "resize", "rows": size[0], "cols": size[1]}
+    return None  # ping, restart (a terminal is restarted by opening a new one), and kinds bai does not know
 
 
 def add_terminal_routes(app: web.Application) -> None:
