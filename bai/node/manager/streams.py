@@ -1,5 +1,7 @@
-"""Long-lived requests (event streams, log follows, WebSockets) by keypair, so that deactivating a
-keypair closes them at once instead of when the client next reconnects."""
+"""Long-lived requests (event streams, log follows, WebSockets) by keypair: deactivating a keypair closes
+them at once instead of when the client next reconnects, and no keypair holds more than its cap open (each
+one holds a connection, a file descriptor and buffers on the node: without a cap one keypair could hold
+them all)."""
 
 from __future__ import annotations
 
@@ -7,21 +9,41 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
+from bai.common.problems import Problem
+
+# A browser on a forwarded app opens a tunnel per connection (6 or so per page, plus its WebSockets), a
+# dashboard 3, each terminal 1: 256 is room for a busy user and a wall for a flood.
+MAX_STREAMS_PER_KEYPAIR = 256
+
+
+def too_many_streams(limit: int) -> Problem:
+    return Problem(
+        "too-many-requests",
+        "Too many open streams.",
+        f"this keypair already has {limit} streams open (event streams, log follows, WebSockets, app "
+        "tunnels); close some and try again",
+        status=429,
+    )
+
 
 class OpenStreams:
-    """The open execution and event streams per keypair, so a deactivated keypair's can be closed."""
+    """The open execution and event streams per keypair, at most `limit` each."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_STREAMS_PER_KEYPAIR) -> None:
+        self.limit = limit
         self._tasks: dict[str, set[asyncio.Task]] = {}
 
     @contextlib.contextmanager
     def track(self, access_key: str) -> Iterator[None]:
-        """Count the current task (a request handler) as one of the keypair's open streams."""
+        """Count the current task (a request handler) as one of the keypair's open streams; a 429 Problem
+        when the keypair has `limit` open already."""
         task = asyncio.current_task()
         if task is None:
             yield
             return
         tasks = self._tasks.setdefault(access_key, set())
+        if len(tasks) >= self.limit:
+            raise too_many_streams(self.limit)
         tasks.add(task)
         try:
             yield
