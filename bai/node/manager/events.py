@@ -10,20 +10,50 @@ from typing import Any
 
 Event = tuple[str, dict[str, Any]]
 
+# Events a subscriber may have waiting: one that reads slower than the node publishes (an event stream
+# whose client stopped reading) is dropped past this instead of holding a copy of every later event.
+MAX_BACKLOG = 10_000
+
+
+class Lagged(Exception):
+    """The subscriber fell MAX_BACKLOG events behind and was dropped: what it would read next is
+    incomplete, so it should say so to its client and end (or subscribe again and re-read)."""
+
+
+class Subscription(asyncio.Queue[Event]):
+    """A subscriber's events, at most `maxsize` waiting; `get` raises Lagged once one was dropped."""
+
+    lagged = False
+
+    async def get(self) -> Event:
+        if not self.lagged:
+            event = await super().get()
+            if not self.lagged:
+                return event
+        raise Lagged(f"fell {self.maxsize} events behind")
+
 
 class EventHub:
     """Fan-out of (event name, session row) to subscribers; only committed changes are published."""
 
-    def __init__(self) -> None:
-        self._subscribers: set[asyncio.Queue[Event]] = set()
+    def __init__(self, backlog: int = MAX_BACKLOG) -> None:
+        self.backlog = backlog
+        self._subscribers: set[Subscription] = set()
 
     def publish(self, name: str, session: dict[str, Any]) -> None:
-        for q in self._subscribers:
-            q.put_nowait((name, session))
+        for q in list(self._subscribers):
+            try:
+                q.put_nowait((name, session))
+            except asyncio.QueueFull:
+                q.lagged = True  # its waiting events go with it; a waiting get() is woken to raise
+                self._subscribers.discard(q)
+                while not q.empty():
+                    q.get_nowait()
+                q.put_nowait(("lagged", {}))
 
     @contextlib.contextmanager
     def subscribe(self):
-        q: asyncio.Queue[Event] = asyncio.Queue()
+        q = Subscription(self.backlog)
         self._subscribers.add(q)
         try:
             yield q
@@ -37,19 +67,22 @@ class EventHub:
         done: Callable[[dict[str, Any]], bool],
         timeout: float | None,
     ) -> dict[str, Any] | None:
-        """Wait until the session satisfies `done`; `current()` reads it once subscribed (no race)."""
-        with self.subscribe() as q:
-            row = await current()
-            if row is None or done(row):
-                return row
-            try:
-                async with asyncio.timeout(timeout):
-                    while True:
-                        _, session = await q.get()
-                        if session["id"] == session_id and done(session):
-                            return session
-            except TimeoutError:
-                return None
+        """Wait until the session satisfies `done`; `current()` reads it once subscribed (no race), and
+        again whenever this waiter fell behind the events."""
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    with self.subscribe() as q:
+                        row = await current()
+                        if row is None or done(row):
+                            return row
+                        with contextlib.suppress(Lagged):
+                            while True:
+                                _, session = await q.get()
+                                if session["id"] == session_id and done(session):
+                                    return session
+        except TimeoutError:
+            return None
 
 
 class LogHub:
