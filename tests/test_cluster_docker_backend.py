@@ -12,7 +12,9 @@ import secrets
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import aiodocker
 import pytest
@@ -24,19 +26,21 @@ from bai.common.cluster import (
     MASTER_PORT,
     MULTI_NODE,
     SINGLE_NODE,
+    agent_tag,
     cluster_environ,
     members,
     network_name,
 )
-from bai.node.agent import assignment, warm_pool
+from bai.node.agent import assignment, leftovers, warm_pool
 from bai.node.agent.backends.base import KernelSpec, KernelStartError, kernel_env
-from bai.node.agent.backends.docker import DockerBackend, cluster_from_labels, peer_container_name
+from bai.node.agent.backends.docker import NO_ADDRESS_POOL, DockerBackend, cluster_from_labels, peer_container_name
 from bai.node.agent.backends.local import LocalBackend
 from bai.node.agent.backends.sim import SimBackend
 from bai.node.agent.channel import RunnerChannel
 from bai.node.agent.pool import WarmPool
 from bai.node.agent.scratch import Scratch
 from bai.node.link.messages import ClusterSpec
+from bai.node.manager.admission import NETWORK_NAME
 from tests.nodeproc import BUSYBOX_IMAGE, PYTHON_IMAGE, ensure_image, require_docker
 
 RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"
@@ -61,7 +65,7 @@ def cluster_spec(
         mode=mode,
         rank=rank,
         local_rank=rank if mode == SINGLE_NODE else 0,
-        network=network_name(session_id),
+        network=network_name(session_id, (list(agents or []) + ["agent-c"] * size)[rank]),
         hosts=hosts,
         agents=list(agents or []),
     )
@@ -96,8 +100,8 @@ def test_single_node_config_puts_the_kernel_on_its_sessions_network_under_its_na
     spec = cluster_spec("s1", 3, 2)
     config = backend._container_config(spec, tmp_path / "run")
     assert config["Hostname"] == "sub2"
-    assert config["HostConfig"]["NetworkMode"] == "bai-cluster-s1"
-    assert config["NetworkingConfig"] == {"EndpointsConfig": {"bai-cluster-s1": {"Aliases": ["sub2"]}}}
+    assert config["HostConfig"]["NetworkMode"] == network_name("s1", "agent-c")
+    assert config["NetworkingConfig"] == {"EndpointsConfig": {network_name("s1", "agent-c"): {"Aliases": ["sub2"]}}}
     assert "ExtraHosts" not in config["HostConfig"]
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["BACKENDAI_CLUSTER_SIZE"] == "3" and env["BACKENDAI_CLUSTER_HOST"] == "sub2"
@@ -119,29 +123,29 @@ def test_multi_node_config_puts_the_kernel_on_its_sessions_network_and_proxies_t
     spec = cluster_spec("s2", 3, 1, mode=MULTI_NODE, agents=["agent-c", "agent-c", "agent-d"])
     config = backend._container_config(spec, tmp_path / "run")
     host = config["HostConfig"]
-    assert host["NetworkMode"] == "bai-cluster-s2"  # as a single-node kernel: its session's network
-    assert config["NetworkingConfig"] == {"EndpointsConfig": {"bai-cluster-s2": {"Aliases": ["sub1"]}}}
+    assert host["NetworkMode"] == network_name("s2", "agent-c")  # as a single-node kernel: its session's network
+    assert config["NetworkingConfig"] == {"EndpointsConfig": {network_name("s2", "agent-c"): {"Aliases": ["sub1"]}}}
     assert "ExtraHosts" not in host
     env = dict(e.split("=", 1) for e in config["Env"])
     assert not [k for k in env if k.startswith("BAI_CLUSTER_")]  # its runner relays nothing
     assert env["BACKENDAI_CLUSTER_MODE"] == MULTI_NODE
-    assert backend.session_network(spec) == "bai-cluster-s2"
+    assert backend.session_network(spec) == network_name("s2", "agent-c")
     assert backend.remote_peers(spec) == ["sub2"]  # main1 is on this agent too: reached directly
     # the proxy for sub2: the runner in relay mode, through the socket of a kernel of the session here
-    proxy = backend._peer_config(spec, "bai-cluster-s2", "sub2", tmp_path / "k1" / "run")
+    proxy = backend._peer_config(spec, network_name("s2", "agent-c"), "sub2", tmp_path / "k1" / "run")
     assert proxy["Image"] == spec.image and proxy["User"] == "1000:1000" and proxy["Hostname"] == "sub2"
     entry = proxy["Entrypoint"]
     assert entry[:2] == ["/bin/sh", "-c"] and "--relay" in entry[2] and "/opt/bai/run/agent.sock" in entry[2]
     assert entry[3:] == ["sh", "sub2", ",".join(map(str, CLUSTER_PORTS))]
     assert proxy["Labels"] == {"bai.test": "t", "bai.session": "s2", "bai.agent": "agent-c", "bai.peer": "sub2"}
-    assert proxy["NetworkingConfig"] == {"EndpointsConfig": {"bai-cluster-s2": {"Aliases": ["sub2"]}}}
+    assert proxy["NetworkingConfig"] == {"EndpointsConfig": {network_name("s2", "agent-c"): {"Aliases": ["sub2"]}}}
     phost = proxy["HostConfig"]
     assert phost["Binds"] == [f"{RUNNER}:/opt/bai/runner.py:ro", f"{tmp_path / 'k1' / 'run'}:/opt/bai/run:ro"]
-    assert phost["NetworkMode"] == "bai-cluster-s2" and phost["ReadonlyRootfs"] is True
+    assert phost["NetworkMode"] == network_name("s2", "agent-c") and phost["ReadonlyRootfs"] is True
     assert phost["CapDrop"] == ["ALL"] and phost["SecurityOpt"] == ["no-new-privileges"]
     assert phost["Memory"] == phost["MemorySwap"] == 64 * MiB and 0 < phost["NanoCpus"] <= 10**9
     assert 0 < phost["PidsLimit"] <= 1024
-    assert peer_container_name("s2", "sub2") == "bai-peer-s2-sub2"
+    assert peer_container_name("s2", "sub2", "agent-c") == "bai-peer-s2-sub2-" + agent_tag("agent-c")
     # no proxies: a single-node session, every kernel here, or agents unknown
     assert backend.remote_peers(cluster_spec("s2", 3, 1, agents=["x", "y", "z"])) == []
     assert backend.remote_peers(cluster_spec("s2", 2, 0, mode=MULTI_NODE, agents=["agent-c"] * 2)) == []
@@ -324,7 +328,7 @@ async def test_single_node_session_kernels_find_each_other_by_name_on_their_own_
     backend = docker_backend
     assert backend.docker is not None
     session = new_session()
-    net = network_name(session)
+    net = network_name(session, backend.agent_id)
     made = 0
     create = backend.docker.networks.create
 
@@ -430,7 +434,7 @@ async def test_a_multi_node_kernel_reaches_a_kernel_on_another_agent_through_its
     backend = docker_backend
     assert backend.docker is not None
     session = new_session()
-    net = network_name(session)
+    net = network_name(session, backend.agent_id)
     dials: list[tuple[str, int]] = []
 
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -451,7 +455,7 @@ async def test_a_multi_node_kernel_reaches_a_kernel_on_another_agent_through_its
         kernel = await backend.create(spec, sink)
         assert isinstance(kernel.channel, RunnerChannel)
         kernel.channel.on_dial = on_dial  # what the agent sets (agent.py _watch_exit)
-        proxy = await backend.docker.containers.container(peer_container_name(session, "sub1")).show()
+        proxy = await backend.docker.containers.container(peer_container_name(session, "sub1", backend.agent_id)).show()
         assert proxy["State"]["Running"] is True
         assert proxy["Config"]["Labels"]["bai.peer"] == "sub1"
         assert proxy["Config"]["Labels"]["bai.session"] == session
@@ -470,7 +474,7 @@ async def test_a_multi_node_kernel_reaches_a_kernel_on_another_agent_through_its
 
         await backend.destroy(kernel)  # the session's last kernel here: its proxy and network go
         with pytest.raises(DockerError) as gone:
-            await backend.docker.containers.container(peer_container_name(session, "sub1")).show()
+            await backend.docker.containers.container(peer_container_name(session, "sub1", backend.agent_id)).show()
         assert gone.value.status == 404
         assert await network_of(backend, net) is None
         assert session not in backend._peers and session not in backend._net_members
@@ -488,8 +492,10 @@ async def test_a_multi_node_kernel_of_an_image_without_python_fails_saying_so(do
         await docker_backend.create(spec, sink)
     assert docker_backend.docker is not None
     with pytest.raises(DockerError):
-        await docker_backend.docker.containers.container(peer_container_name(session, "main1")).show()
-    assert await network_of(docker_backend, network_name(session)) is None
+        await docker_backend.docker.containers.container(
+            peer_container_name(session, "main1", docker_backend.agent_id)
+        ).show()
+    assert await network_of(docker_backend, network_name(session, docker_backend.agent_id)) is None
 
 
 @pytest.mark.docker
@@ -498,7 +504,7 @@ async def test_a_failed_start_removes_the_network_it_made(docker_backend: Docker
     spec = cluster_spec(session, 2, 0, image="bai-no-such-image:0")
     with pytest.raises(KernelStartError, match="not found"):
         await docker_backend.create(spec, sink)
-    assert await network_of(docker_backend, network_name(session)) is None
+    assert await network_of(docker_backend, network_name(session, docker_backend.agent_id)) is None
     assert session not in docker_backend._net_members
     # a start cancelled (the manager gave up) while its network is being made: nothing is left either
     backend = docker_backend
@@ -518,7 +524,7 @@ async def test_a_failed_start_removes_the_network_it_made(docker_backend: Docker
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await network_of(backend, network_name(session)) is None
+    assert await network_of(backend, network_name(session, backend.agent_id)) is None
     assert session not in backend._net_members and session not in backend._net_locks
     assert not (backend.kernels_dir / f"{session}-sub1").exists()
 
@@ -543,7 +549,7 @@ async def test_a_restarted_agent_adopts_cluster_kernels_and_removes_leftover_net
     await proxies
     await first.docker.networks.create(
         {
-            "Name": network_name(others),
+            "Name": network_name(others, "another-agent"),
             "Internal": True,
             "CheckDuplicate": True,
             "Labels": {**labels, "bai.agent": "another-agent", "bai.session": others},
@@ -560,18 +566,135 @@ async def test_a_restarted_agent_adopts_cluster_kernels_and_removes_leftover_net
         again = adopted[0]
         assert again.spec.cluster == spec.cluster
         assert (again.spec.cluster_role, again.spec.cluster_idx) == ("sub", 1)
-        assert await network_of(second, network_name(session)) is not None  # in use: kept
-        kept = await second.docker.containers.container(peer_container_name(session, "main1")).show()
+        assert await network_of(second, network_name(session, second.agent_id)) is not None  # in use: kept
+        kept = await second.docker.containers.container(peer_container_name(session, "main1", second.agent_id)).show()
         assert kept["State"]["Running"] is True  # its session's proxy: kept
-        assert await network_of(second, network_name(crashed)) is None  # a leftover: removed
+        assert await network_of(second, network_name(crashed, second.agent_id)) is None  # a leftover: removed
         with pytest.raises(DockerError):  # with its proxy
-            await second.docker.containers.container(peer_container_name(crashed, "main1")).show()
-        assert await network_of(second, network_name(others)) is not None  # another agent's
+            await second.docker.containers.container(peer_container_name(crashed, "main1", second.agent_id)).show()
+        assert await network_of(second, network_name(others, "another-agent")) is not None  # another agent's
         assert again.settled is not None
         await asyncio.wait_for(again.settled, 20)  # its runner came back
         await second.destroy(again)
-        assert await network_of(second, network_name(session)) is None  # it was the session's last kernel here
+        assert (
+            await network_of(second, network_name(session, second.agent_id)) is None
+        )  # it was the session's last kernel here
         with pytest.raises(DockerError):
-            await second.docker.containers.container(peer_container_name(session, "main1")).show()
+            await second.docker.containers.container(peer_container_name(session, "main1", second.agent_id)).show()
     finally:
         await second.close([])
+
+
+# -- agents sharing one daemon; a daemon without address pools ----------------------------------------------
+
+POOLS_TAKEN = (
+    "could not find an available, non-overlapping IPv4 address pool among the defaults to assign to the network"
+)
+
+
+def test_network_and_peer_names_are_each_agents_own_and_docker_safe() -> None:
+    names = {network_name("s1", a) for a in ("agent-a", "agent-b", "Agent-A", "agent/a", "x" * 200, "")}
+    assert len(names) == 6  # two agents never share a name, however alike their ids
+    for name in names:
+        assert NETWORK_NAME.match(name) and name.startswith("bai-cluster-s1-") and len(name) < 60
+    assert peer_container_name("s1", "sub1", "agent-a") != peer_container_name("s1", "sub1", "agent-b")
+    assert agent_tag("Agent_One.example.com:6001").startswith("agent_one.exampl-")
+
+
+async def test_leftover_removal_never_touches_another_agents_network_even_if_listed() -> None:
+    """The daemon is asked for this agent's networks by label; were its answer wider (another agent's network
+    named alike, or a filter it ignores), nothing of the other agent's is removed."""
+    deleted: list[str] = []
+
+    class FakeNetwork:
+        def __init__(self, docker: Any, net_id: str) -> None:
+            self.id = net_id
+
+        async def show(self) -> dict[str, Any]:
+            return {"Containers": {}}
+
+        async def delete(self) -> None:
+            deleted.append(self.id)
+
+    class FakeContainers:
+        async def list(self, **kw: Any) -> list[Any]:
+            theirs = SimpleNamespace(id="their-proxy", _container={"Labels": {"bai.agent": "agent-b", "bai.peer": "x"}})
+            return [theirs]
+
+    class FakeNetworks:
+        async def list(self, **kw: Any) -> list[dict[str, Any]]:
+            return [
+                {"Name": network_name("s1", "agent-a"), "Id": "mine", "Labels": {"bai.agent": "agent-a"}},
+                {"Name": network_name("s1", "agent-b"), "Id": "theirs", "Labels": {"bai.agent": "agent-b"}},
+                {"Name": "bai-cluster-s1", "Id": "unlabelled", "Labels": {}},
+            ]
+
+    docker = SimpleNamespace(containers=FakeContainers(), networks=FakeNetworks())
+    with mock.patch("aiodocker.networks.DockerNetwork", FakeNetwork):
+        removed = await leftovers.remove_networks(docker, "agent-a")
+    assert removed == [network_name("s1", "agent-a")] and deleted == ["mine"]
+
+
+@pytest.mark.docker
+async def test_a_daemon_without_a_free_address_pool_fails_the_start_saying_so(docker_backend: DockerBackend) -> None:
+    backend = docker_backend
+    assert backend.docker is not None
+
+    async def no_pool(config: dict[str, Any]) -> Any:
+        raise DockerError(400, POOLS_TAKEN)  # what Docker answers when every default-address-pool is taken
+
+    backend.docker.networks.create = no_pool  # type: ignore[method-assign]
+    session = new_session()
+    with pytest.raises(KernelStartError) as err:
+        await backend.create(cluster_spec(session, 2, 1), sink)
+    assert str(err.value) == NO_ADDRESS_POOL
+    assert "no free address pool for the session's network" in str(err.value)
+    assert session not in backend._net_members and session not in backend._net_locks
+    assert not await backend.docker.containers.list(all=True, filters={"label": [f"ai.backend.session-id={session}"]})
+
+
+@pytest.mark.docker
+async def test_two_agents_on_one_daemon_each_make_and_remove_only_their_own_network(
+    docker_backend: DockerBackend, tmp_path: Path
+) -> None:
+    """A multi-node session whose two kernels land on two agents of the same daemon: two networks, one per agent
+    (no "network is ambiguous"); one agent's end or restart leaves the other's network alone."""
+    one = docker_backend
+    assert one.docker is not None
+    two = DockerBackend(
+        f"agent-{secrets.token_hex(4)}", tmp_path / "two", RUNNER, labels=dict(one.labels), scratch=one.scratch,
+        start_timeout=20,
+    )  # fmt: skip
+    await two.start()
+    session = new_session()
+    agents = [one.agent_id, two.agent_id]
+    try:
+        main1, sub1 = await asyncio.gather(
+            one.create(cluster_spec(session, 2, 0, mode=MULTI_NODE, agents=agents), sink),
+            two.create(cluster_spec(session, 2, 1, mode=MULTI_NODE, agents=agents), sink),
+        )
+        mine, theirs = network_name(session, one.agent_id), network_name(session, two.agent_id)
+        net_one, net_two = await network_of(one, mine), await network_of(two, theirs)
+        assert net_one is not None and net_two is not None and net_one["Id"] != net_two["Id"]
+        assert net_one["Labels"]["bai.agent"] == one.agent_id and net_two["Labels"]["bai.agent"] == two.agent_id
+        # each agent's proxy stands in for the other's kernel, under a name of its own
+        for backend, peer in ((one, "sub1"), (two, "main1")):
+            shown = await backend.docker.containers.container(  # type: ignore[union-attr]
+                peer_container_name(session, peer, backend.agent_id)
+            ).show()
+            assert shown["State"]["Running"] is True
+        # agent two restarts and adopts: agent one's network (in use or not) is not its to remove
+        await two.close([sub1])
+        again = DockerBackend(two.agent_id, two.kernels_dir, RUNNER, labels=dict(two.labels), scratch=two.scratch)
+        await again.start()
+        two = again
+        adopted = await two.adopt(sink)
+        assert [k.spec.kernel_id for k in adopted] == [sub1.spec.kernel_id]
+        assert await network_of(one, mine) is not None and await network_of(two, theirs) is not None
+        await one.destroy(main1)
+        assert await network_of(one, mine) is None  # one's last kernel: its network goes
+        assert await network_of(two, theirs) is not None  # two's stays with its kernel
+        await two.destroy(adopted[0])
+        assert await network_of(two, theirs) is None
+    finally:
+        await two.close([])

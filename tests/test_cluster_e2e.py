@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bai.common.cluster import MULTI_NODE, SINGLE_NODE, cluster_environ, network_name
+from bai.common.cluster import MULTI_NODE, NETWORK_PREFIX, SINGLE_NODE, cluster_environ, network_name
 from tests.dockerd2 import copy_images
 from tests.nodeproc import Cluster, Node, ensure_image, stop_removing_containers
 
@@ -86,7 +86,7 @@ def kernel_containers(host: str | None, session_id: str) -> list[str]:
 
 
 def session_networks(host: str | None, session_id: str) -> list[str]:
-    out = docker(host, "network", "ls", "--format", "{{.Name}}", "--filter", f"name={network_name(session_id)}")
+    out = docker(host, "network", "ls", "--format", "{{.Name}}", "--filter", f"name={NETWORK_PREFIX}{session_id}")
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -198,7 +198,7 @@ def test_single_node_kernels_know_their_place_and_share_the_sessions_network(sin
     ids = kernel_containers(None, sid)
     assert len(ids) == 3
     assert sorted(inspect(None, c, "{{.Config.Hostname}}") for c in ids) == ["main1", "sub1", "sub2"]
-    net = network_name(sid)
+    net = network_name(sid, single.agent_id)
     assert session_networks(None, sid) == [net]
     for c in ids:
         assert net in json.loads(inspect(None, c, "{{json .NetworkSettings.Networks}}"))
@@ -278,6 +278,34 @@ def test_a_kernel_that_cannot_start_cancels_the_session_and_leaves_no_container(
         ),
         "the second session's kernels are removed",
     )
+
+
+# -- two agents on one Docker daemon -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(python_image: str, tmp_path_factory) -> Iterator[Cluster]:
+    """A manager and two agents on the SAME Docker daemon, each with cpu for one kernel."""
+    cluster = Cluster(tmp_path_factory.mktemp("cluster-shared"), "docker", agents=2, agent_config='cpu = "1"\n').start()
+    yield cluster
+    stop_removing_containers(cluster)
+
+
+def test_two_agents_on_one_daemon_each_give_a_multi_node_session_a_network_of_its_own(shared_daemon: Cluster) -> None:
+    """No "network … is ambiguous": each agent names the session's network for itself, makes and removes only it."""
+    created = create(shared_daemon, "python", "shared", 2, MULTI_NODE, "--cpu", "1")
+    assert created["status"] == "RUNNING", created
+    sid = created["sessionId"]
+    try:
+        ids = [a.agent_id for a in shared_daemon.agents]
+        assert sorted(session_networks(None, sid)) == sorted(network_name(sid, a) for a in ids)
+        for agent_id in ids:
+            assert inspect_network(None, network_name(sid, agent_id), '{{index .Labels "bai.agent"}}') == agent_id
+        assert pass_message(shared_daemon, "shared", "sub1", "0.0.0.0", 12345) == "reply from sub1 to hello from main1"
+    finally:
+        shared_daemon.cli("session", "destroy", "shared")
+    eventually(lambda: not session_containers(None, sid), "the session's kernels and proxies are removed")
+    eventually(lambda: not session_networks(None, sid), "both agents' networks are removed")
 
 
 # -- ssh ----------------------------------------------------------------------------------------------------

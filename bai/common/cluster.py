@@ -21,7 +21,9 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +42,28 @@ SSH_DIR = ".ssh"  # in the kernel's home: id_cluster, id_cluster.pub, authorized
 NETWORK_PREFIX = "bai-cluster-"
 
 
-def network_name(session_id: str) -> str:
-    """The Docker network of a session's kernels on an agent (each agent of a multi-node session has its own)."""
-    return f"{NETWORK_PREFIX}{session_id}"
+_UNSAFE = re.compile(r"[^a-z0-9_.-]+")
+AGENT_TAG_CHARS = 16  # of the agent's id kept readable in Docker names (then a digest of all of it)
+
+
+def agent_tag(agent_id: str) -> str:
+    """A short, Docker-safe form of an agent's id: up to 16 of its characters (lower case, [a-z0-9_.-]) and
+    8 hex digits of a digest of the whole id, so that two agents never get the same tag: `node-a-1f0c9e2b`."""
+    digest = hashlib.sha256(agent_id.encode()).hexdigest()[:8]
+    safe = _UNSAFE.sub("-", agent_id.lower()).strip("-_.")[:AGENT_TAG_CHARS].rstrip("-_.")
+    return f"{safe}-{digest}" if safe else digest
+
+
+def network_name(session_id: str, agent_id: str) -> str:
+    """The Docker network of a session's kernels on one agent: bai-cluster-<session id>-<agent tag>. Each
+    agent of a multi-node session has its own, named for it, so two agents on one Docker daemon never make
+    (or remove, or adopt) the same network."""
+    return f"{NETWORK_PREFIX}{session_id}-{agent_tag(agent_id)}"
+
+
+def is_agents_network(name: str, agent_id: str) -> bool:
+    """Whether a network name is one of `agent_id`'s session networks (bai-cluster-…-<its tag>)."""
+    return name.startswith(NETWORK_PREFIX) and name.endswith(f"-{agent_tag(agent_id)}")
 
 
 def parse_hostname(name: str) -> tuple[str, int] | None:

@@ -10,7 +10,8 @@ them (`gone=`) precisely, never `Exception`.
 
 `remove_networks`: at a Docker agent's start, the networks of its multi-container sessions that no
 kernel uses any more (its sessions' kernels died with it, or were removed while it was down), with their
-peer proxies.
+peer proxies. Only the agent's own: labelled with its id (and named for it, bai/common/cluster.network_name),
+so an agent never removes what another agent on the same Docker daemon holds.
 """
 
 from __future__ import annotations
@@ -112,6 +113,15 @@ def remove_tree(path: Path, what: str = "folder", *, logger: logging.Logger | No
     return False
 
 
+def _labels(info: dict) -> dict:
+    """A container's or network's labels, from what Docker lists (`Labels`, for containers also under
+    `Config`)."""
+    labels = info.get("Labels")
+    if labels is None:
+        labels = (info.get("Config") or {}).get("Labels")
+    return labels if isinstance(labels, dict) else {}
+
+
 async def remove_networks(
     docker,
     agent_id: str,
@@ -139,6 +149,8 @@ async def remove_networks(
         proxies = []
     for proxy in proxies:
         info = getattr(proxy, "_container", {}) or {}
+        if _labels(info).get(agent_label) != agent_id:
+            continue  # another agent's (on the same daemon): never ours to remove
         network = str((info.get("HostConfig") or {}).get("NetworkMode") or "")
         if network in keep:
             continue  # a session whose kernels the agent adopted: its proxies stay
@@ -159,8 +171,8 @@ async def remove_networks(
     removed = []
     for net in found:
         name = str(net.get("Name") or "")
-        if not name.startswith(prefix) or name in keep:
-            continue
+        if not name.startswith(prefix) or name in keep or _labels(net).get(agent_label) != agent_id:
+            continue  # not a session network, one in use, or another agent's (on the same daemon)
         network = DockerNetwork(docker, net["Id"])
         with step(f"network {name}", remedy=f"remove it with `docker network rm {name}`", logger=logger):
             try:

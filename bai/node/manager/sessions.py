@@ -494,7 +494,9 @@ class Sessions:
             cluster = None
             if size > 1:
                 environ.update(cluster_environ(size, mode, rank, local_rank))
-                cluster = ClusterSpec(size, mode, rank, local_rank, network_name(sid), hosts, placed_on)
+                cluster = ClusterSpec(
+                    size, mode, rank, local_rank, network_name(sid, placed_on[rank]), hosts, placed_on
+                )
             calls.append(
                 CreateKernel(
                     kernel_id=kernel["id"],

@@ -28,7 +28,7 @@ that `destroy`, which removes the container and scratch, can run off the session
 Multi-container sessions (`KernelSpec.cluster`, more than one kernel; see bai/common/cluster.py):
 
 - in both modes the session's kernels on this agent share a Docker network of the session
-  (`cluster.network`, bai-cluster-<session id>: bridge driver, labelled bai.session / bai.agent). Each
+  (bai-cluster-<session id>-<agent tag>, named for the agent: bridge driver, labelled bai.session / bai.agent). Each
   kernel joins it under its name (main1, sub1 …, a DNS alias) so the kernels find each other by name and
   reach every port of each other. The network is INTERNAL and the host has no address on it
   (inhibit_ipv4): it gives no route out of the node and no way to the node's own services, so a cluster
@@ -42,7 +42,7 @@ Multi-container sessions (`KernelSpec.cluster`, more than one kernel; see bai/co
   exists" counts as found), the last one destroyed on this agent (or whose start fails) removes it; at
   start the agent removes its bai-cluster-* networks that no kernel uses (leftovers.remove_networks).
 - multi-node: for each kernel of the session on ANOTHER agent (`cluster.agents[rank]`), a "peer proxy"
-  stands in on the network under that kernel's name: a small container (bai-peer-<session id>-<name>,
+  stands in on the network under that kernel's name: a small container (bai-peer-<session id>-<name>-<agent tag>,
   labelled bai.session / bai.agent / bai.peer=<name>, of the session's image, confined as kernels are and
   smaller) that runs the runner in relay mode: it listens on 0.0.0.0 for CLUSTER_PORTS and dials each
   connection through the agent's socket of a kernel of the session here (the first one's run folder,
@@ -82,6 +82,7 @@ from bai.common.cluster import (
     MULTI_NODE,
     NETWORK_PREFIX,
     SINGLE_NODE,
+    agent_tag,
     kernel_name,
     network_name,
     parse_hostname,
@@ -181,9 +182,24 @@ def gpus_from_labels(labels: dict[str, str]) -> list[tuple[str, Decimal]]:
     return [(u, Decimal(a)) for u, a in json.loads(labels.get("bai.gpus") or "[]")]
 
 
-def peer_container_name(session_id: str, name: str) -> str:
-    """The container of the peer proxy that stands in for kernel `name` of the session on this agent."""
-    return f"{PEER_PREFIX}{session_id}-{name}"
+NO_ADDRESS_POOL = (
+    "the Docker daemon has no free address pool for the session's network (every pool of its "
+    "default-address-pools is taken by other networks: end other multi-container sessions, or give the "
+    "daemon more or smaller pools in daemon.json)"
+)
+
+
+def no_address_pool(error: DockerError) -> bool:
+    """Whether Docker refused a network because its address pools are all taken ("could not find an available,
+    non-overlapping IPv4 address pool among the defaults to assign to the network")."""
+    text = str(error.message).lower()
+    return "address pool" in text or "non-overlapping" in text
+
+
+def peer_container_name(session_id: str, name: str, agent_id: str) -> str:
+    """The container of the peer proxy that stands in for kernel `name` of the session on agent `agent_id`
+    (named for the agent too: two agents of a session on one Docker daemon may each stand in for it)."""
+    return f"{PEER_PREFIX}{session_id}-{name}-{agent_tag(agent_id)}"
 
 
 def cluster_from_labels(labels: dict[str, str]) -> ClusterSpec | None:
@@ -373,10 +389,12 @@ class DockerBackend(BackendBase):
         return network
 
     def session_network(self, spec: KernelSpec) -> str | None:
-        """The Docker network of a cluster kernel's session here (None for a one-kernel session's)."""
+        """The Docker network of a cluster kernel's session here (None for a one-kernel session's): always
+        named for this agent (whatever the spec says), so that agents sharing a Docker daemon never make,
+        remove or adopt each other's."""
         if not spec.clustered() or spec.cluster is None:
             return None
-        return spec.cluster.network or network_name(spec.session_id)
+        return network_name(spec.session_id, self.agent_id)
 
     def remote_peers(self, spec: KernelSpec) -> list[str]:
         """multi-node: the names of the session's kernels on other agents (each gets a peer proxy here)."""
@@ -454,6 +472,8 @@ class DockerBackend(BackendBase):
         except DockerError as e:
             if e.status != 409 and "already exists" not in str(e.message):
                 del self._net_members[spec.session_id]
+                if no_address_pool(e):
+                    raise KernelStartError(NO_ADDRESS_POOL) from None
                 raise KernelStartError(f"cannot create the session's network {name}: {e.message}") from None
 
     # -- peer proxies (multi-node) ------------------------------------------------------------------
@@ -505,7 +525,7 @@ class DockerBackend(BackendBase):
 
     async def _start_peer(self, spec: KernelSpec, network: str, name: str, run_dir: Path) -> None:
         assert self.docker is not None
-        cname = peer_container_name(spec.session_id, name)
+        cname = peer_container_name(spec.session_id, name, self.agent_id)
         what = f"the peer proxy for {name} (a kernel of the session on another agent)"
         try:
             container = await self.docker.containers.create(self._peer_config(spec, network, name, run_dir), name=cname)
@@ -526,7 +546,9 @@ class DockerBackend(BackendBase):
         the image has no Python, or its Python cannot run the runner)."""
         assert self.docker is not None
         names = self.remote_peers(spec)
-        containers = [self.docker.containers.container(peer_container_name(spec.session_id, n)) for n in names]
+        containers = [
+            self.docker.containers.container(peer_container_name(spec.session_id, n, self.agent_id)) for n in names
+        ]
         shown = await asyncio.gather(*(c.show() for c in containers), return_exceptions=True)
         for name, container, info in zip(names, containers, shown, strict=True):
             if isinstance(info, DockerError):
@@ -554,7 +576,9 @@ class DockerBackend(BackendBase):
         """Remove the session's peer proxies here (those not there are fine)."""
         assert self.docker is not None
         names = self.remote_peers(spec)
-        await asyncio.gather(*(self._remove_peer(peer_container_name(spec.session_id, n)) for n in names))
+        await asyncio.gather(
+            *(self._remove_peer(peer_container_name(spec.session_id, n, self.agent_id)) for n in names)
+        )
 
     async def _remove_peer(self, cname: str) -> None:
         assert self.docker is not None
