@@ -369,9 +369,12 @@ EOF
 # Apps (label ai.backend.service-ports, /etc/backend.ai/service-defs/*.json):
 #   jupyterlab:http:8090  JupyterLab (url /lab)
 #   jupyter:http:8080     the Notebook 7 UI (classic-notebook look: file browser at /tree)
-# Both run without token/password (bai's app tunnel is the access control), rooted at
-# /home/work, with the Jupyter runtime dir in /tmp; config, data and workspaces stay in the
-# defaults under HOME=/home/work (the root filesystem is read-only).
+# Both start with a secret: `--IdentityProvider.token={token}` (Jupyter Server 2's option; the
+# kernel's runner puts the app's token there, and bai shows it only to the session's owner, in
+# the app's URL), no password, and Jupyter's own same-origin checks (no allow_origin=*): users of
+# a node share its loopback, so whoever reaches the port without the token gets 403 / the login
+# page.  Rooted at /home/work, with the Jupyter runtime dir in /tmp; config, data and workspaces
+# stay in the defaults under HOME=/home/work (the root filesystem is read-only).
 JUPYTER_PACKAGES="${BAI_JUPYTER_PACKAGES:-jupyterlab>=4,<5 notebook>=7,<8 ipykernel>=6}"
 JUPYTER_BASE="${BAI_JUPYTER_BASE_IMAGE:-bai-python:3.11}"
 
@@ -472,7 +475,7 @@ EOF
   "command": [
     "{runtime_path}", "-m", "jupyterlab",
     "--no-browser", "--ip=0.0.0.0", "--port={ports[0]}",
-    "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.allow_origin=*",
+    "--IdentityProvider.token={token}",
     "--ServerApp.root_dir=/home/work"
   ],
   "env": {"JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime"},
@@ -484,7 +487,7 @@ EOF
   "command": [
     "{runtime_path}", "-m", "notebook",
     "--no-browser", "--ip=0.0.0.0", "--port={ports[0]}",
-    "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.allow_origin=*",
+    "--IdentityProvider.token={token}",
     "--ServerApp.root_dir=/home/work"
   ],
   "env": {"JUPYTER_RUNTIME_DIR": "/tmp/jupyter-runtime"},
@@ -515,27 +518,41 @@ EOF
         --tmpfs /home/work:uid=1000,gid=1000,mode=755 --user 1000:1000 "$NAME" python3 -c '
 import json, os, subprocess, sys, time, urllib.request
 
+import secrets, urllib.error
+
 def get(url):
     with urllib.request.urlopen(url, timeout=10) as r:
         return r.read().decode()
 
+def status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
 procs = []
 for name, port, path, marker in (("jupyterlab", 8090, "/lab", "JupyterLab"), ("jupyter", 8080, "/tree", "Jupyter Notebook")):
     sdef = json.load(open(f"/etc/backend.ai/service-defs/{name}.json"))
-    cmd = [a.replace("{runtime_path}", "/usr/bin/python3").replace("{ports[0]}", str(port)) for a in sdef["command"]]
+    token = secrets.token_urlsafe(24)
+    assert any("{token}" in a for a in sdef["command"]), (name, "starts without a secret")
+    assert not any("allow_origin" in a for a in sdef["command"]), (name, "allows any origin")
+    cmd = [a.replace("{runtime_path}", "/usr/bin/python3").replace("{ports[0]}", str(port)).replace("{token}", token) for a in sdef["command"]]
     procs.append(subprocess.Popen(cmd, env={**os.environ, **sdef.get("env", {})}, stdout=subprocess.DEVNULL, stderr=open(f"/tmp/{name}.log", "w")))
     t0 = time.monotonic()
     deadline = t0 + 60
     while True:
         try:
-            page = get(f"http://127.0.0.1:{port}{path}")
+            page = get(f"http://127.0.0.1:{port}{path}?token={token}")
             break
         except OSError:
             if time.monotonic() > deadline or procs[-1].poll() is not None:
                 sys.exit(f"{name} did not answer:\n" + open(f"/tmp/{name}.log").read()[-3000:])
             time.sleep(0.3)
     assert marker in page, (name, page[:500])
-    print(f"{name}: {path} answered after {time.monotonic() - t0:.1f} s")
+    refused = status(f"http://127.0.0.1:{port}/api/contents")
+    assert refused == 403, (name, "without its token /api/contents answered", refused)
+    print(f"{name}: {path} answered after {time.monotonic() - t0:.1f} s; without the token /api/contents is {refused}")
 # a Python kernel (what notebooks run on) executes code
 from jupyter_client.manager import start_new_kernel
 km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60)

@@ -100,7 +100,7 @@ async def kernel(tmp_path: Path) -> AsyncIterator[Kernel]:
     await channel.listen()
     proc = await asyncio.create_subprocess_exec(
         *[PYTHON, "-u", str(RUNNER), "--connect", str(tmp_path / "agent.sock"), "--workdir", str(workdir)],
-        env={**os.environ, "BAI_SERVICE_DEFS": str(defs)},
+        env={**os.environ, "BAI_SERVICE_DEFS": str(defs), "HOME": str(tmp_path / "home")},
     )
     try:
         await channel.wait_connected(asyncio.get_running_loop().time() + 10)
@@ -376,3 +376,72 @@ def test_socket_mode_has_no_tunnels(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+# an app that writes the argument and variable it got, then listens (what Jupyter does with its token)
+TOKEN_APP = [
+    "{runtime_path}",
+    "-c",
+    "import os, socket, sys, time; open('got.txt', 'w').write(sys.argv[1] + ' ' + os.environ['APP_SECRET']); "
+    "open('pid', 'w').write(str(os.getpid())); "
+    "s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)",
+    "--token={token}",
+]
+
+
+async def test_an_app_naming_token_gets_a_secret_that_outlives_its_runner(kernel: Kernel, tmp_path: Path) -> None:
+    """{token} becomes a secret of the app's own, answered with every start (while it listens too) and kept
+    in a file only the kernel's user reads, so a new runner (the agent's next one) answers the same one."""
+    port, name = free_port(), unique("secret")
+    (kernel.defs / f"{name}.json").write_text(json.dumps({"command": TOKEN_APP, "env": {"APP_SECRET": "{token}"}}))
+    reply = await kernel.channel.start_service(name, port, None, {}, 10)
+    token = reply.get("token", "")
+    assert reply["ok"] and reply["started"] and len(token) == 32 and token.isascii(), reply
+    assert await wait_for_file(kernel.workdir / "got.txt") == f"--token={token} {token}"
+    kept = tmp_path / "home" / ".bai-runner" / f"app-{name}.token"
+    assert kept.read_text().strip() == token and kept.stat().st_mode & 0o777 == 0o600
+    assert (kept.parent.stat().st_mode & 0o777) == 0o700
+    pid = int((kernel.workdir / "pid").read_text())
+    again = await kernel.channel.start_service(name, port, None, {}, 10)
+    assert (again["ok"], again["started"], again.get("token")) == (True, False, token)
+
+    # the runner dies (SIGKILL: its app lives on, as when the agent's kernel is re-adopted); a new one is asked
+    kernel.proc.kill()
+    await kernel.proc.wait()
+    await kernel.channel.close()
+    channel = RunnerChannel(tmp_path / "agent2.sock", lambda kind, text: None)
+    await channel.listen()
+    proc = await asyncio.create_subprocess_exec(
+        *[PYTHON, "-u", str(RUNNER), "--connect", str(tmp_path / "agent2.sock"), "--workdir", str(kernel.workdir)],
+        env={**os.environ, "BAI_SERVICE_DEFS": str(kernel.defs), "HOME": str(tmp_path / "home")},
+    )
+    try:
+        await channel.wait_connected(asyncio.get_running_loop().time() + 10)
+        later = await channel.start_service(name, port, None, {}, 10)
+        assert (later["ok"], later["started"], later.get("token")) == (True, False, token)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 10)
+        await channel.close()
+    kernel.proc = proc  # the fixture's teardown waits for this one (ended already)
+
+
+async def test_apps_without_token_get_none_and_each_app_its_own(kernel: Kernel) -> None:
+    plain = await kernel.channel.start_service(unique("plain"), free_port(), HTTP_SERVER, {}, 10)
+    assert plain["ok"] and "token" not in plain, plain
+    ports = free_port(), free_port()
+    names = unique("a"), unique("b")
+    start = kernel.channel.start_service
+    replies = [await start(n, p, TOKEN_APP, {"APP_SECRET": "x"}, 10) for n, p in zip(names, ports, strict=True)]
+    tokens = [r.get("token") for r in replies]
+    assert all(r["ok"] for r in replies) and all(tokens) and tokens[0] != tokens[1], replies
+
+
+async def test_a_kept_secret_that_is_not_one_is_replaced(kernel: Kernel, tmp_path: Path) -> None:
+    name = unique("tampered")
+    folder = tmp_path / "home" / ".bai-runner"
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / f"app-{name}.token").write_text("short\n")
+    reply = await kernel.channel.start_service(name, free_port(), TOKEN_APP, {"APP_SECRET": "x"}, 10)
+    assert reply["ok"] and len(reply["token"]) == 32 and reply["token"] != "short", reply

@@ -1,20 +1,37 @@
 """`bai session app NAME APP`: a local listener whose every connection is tunnelled to an app in the
 session (a WebSocket through the manager: `GET /stream/session/{id}/tcpproxy?app=APP`), as Backend.AI's
 `backend.ai app` does. It serves until Ctrl-C, or until the session ends (then it says why and exits 1).
+
+Users of a host share its loopback, so the listener lets in only who has the URL it printed: for an HTTP
+app the first request of each connection must carry the app's token (`?token=`, an `Authorization: token`
+header, or the cookie the listener then sets) before a tunnel is opened; anything else gets a 403 page
+saying so (`Gate`). The token is the app's own secret when it has one (Jupyter is started with it, so its
+own login accepts the same URL), else one made for this listener. TCP apps cannot be gated this way: their
+own authentication (sshd's keys) is what protects them, and the CLI says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import ipaddress
 import json
+import secrets
 import socket
 import sys
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from bai.common.service_ports import with_token
 
 READ_SIZE = 256 * 1024
+HEAD_LIMIT = 64 * 1024  # bytes of a connection's first request head the gate reads (more: 431, closed)
+HEAD_TIMEOUT = 30.0  # seconds a new connection has to send its first request head (then: 408, closed)
+MAX_WAITING = 64  # connections sending their first head at once; more are closed at once (a flood of idle
+# connections costs a few file descriptors, never a tunnel)
+STATUS_LINE_LIMIT = 8 * 1024  # bytes of the app's first response buffered to add the gate's cookie
 
 
 def parse_bind(text: str | None, default_port: int) -> tuple[str, int]:
@@ -55,14 +72,129 @@ def app_url(app: dict[str, Any], host: str, port: int) -> str:
     return template.replace("{protocol}", protocol).replace("{host}", shown).replace("{port}", str(port))
 
 
-class AppProxy:
-    """Listens on (host, port); each connection gets its own tunnel to the app."""
+def new_token() -> str:
+    """A secret for a listener whose app has none of its own (32 URL-safe characters)."""
+    return secrets.token_urlsafe(24)
 
-    def __init__(self, client: Any, session: dict[str, Any], app: str, out=None) -> None:
+
+def _response(status: str, body: str, extra: str = "") -> bytes:
+    data = body.encode()
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
+        f"Cache-Control: no-store\r\nConnection: close\r\n{extra}\r\n"
+    )
+    return head.encode() + data
+
+
+class Gate:
+    """Who may use an HTTP app's local listener: a connection whose first request carries the token (query
+    `token=`, header `Authorization: token T`, or the cookie `bai-app-PORT`, set on the first answer to a
+    request that had it some other way). Refused connections never open a tunnel."""
+
+    def __init__(self, token: str, app: str) -> None:
+        self.token = token
+        self.app = app
+        self.port = 0  # the listener's, once it listens (the cookie's name: cookies do not tell ports apart)
+        self.waiting = 0  # connections sending their first head now
+        self.refused = 0  # connections refused so far
+
+    @property
+    def cookie(self) -> str:
+        return f"bai-app-{self.port}"
+
+    def set_cookie(self) -> str:
+        return f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Lax"
+
+    def _matches(self, value: str) -> bool:
+        return hmac.compare_digest(value.strip().encode(), self.token.encode())
+
+    def how(self, head: bytes) -> str | None:
+        """How the request head carries the token ("cookie", "query", "header"), "" when it does not; None
+        when it is no HTTP request."""
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return None
+        found = ""
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "cookie":
+                for item in value.split(";"):
+                    key, _, got = item.strip().partition("=")
+                    if key == self.cookie and self._matches(got):
+                        return "cookie"
+            elif name == "authorization":
+                scheme, _, got = value.strip().partition(" ")
+                if scheme.lower() in ("token", "bearer") and self._matches(got):
+                    found = "header"
+        if not found:
+            query = urlsplit(parts[1]).query
+            if any(self._matches(t) for t in parse_qs(query).get("token", [])):
+                found = "query"
+        return found
+
+    async def admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[bytes, str] | None:
+        """Read the connection's first request head (bounded in size and time) and judge it: (the bytes read,
+        a Set-Cookie value to add to the app's first answer or ""), or None when it was refused (answered
+        with why, or simply closed when it sent nothing)."""
+        if self.waiting >= MAX_WAITING:
+            self.refused += 1
+            return None
+        self.waiting += 1
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        except TimeoutError:
+            await self._refuse(writer, "408 Request Timeout", "No request came in time.")
+            return None
+        except (asyncio.LimitOverrunError, ValueError):
+            await self._refuse(writer, "431 Request Header Fields Too Large", "The request head is too large.")
+            return None
+        finally:
+            self.waiting -= 1
+        how = self.how(head)
+        if how is None:
+            await self._refuse(writer, "400 Bad Request", f"{self.app} is an HTTP app: this was no HTTP request.")
+            return None
+        if not how:
+            await self._refuse(
+                writer,
+                "403 Forbidden",
+                f"This port forwards the app {self.app} of a bai session to its owner only. Open the URL that "
+                f"<code>bai session app</code> printed when it started (it ends in <code>?token=...</code>).",
+            )
+            return None
+        return head, "" if how == "cookie" else self.set_cookie()
+
+    async def _refuse(self, writer: asyncio.StreamWriter, status: str, text: str) -> None:
+        self.refused += 1
+        page = f"<!doctype html><title>{status}</title><h1>{status}</h1><p>{text}</p>\n"
+        with contextlib.suppress(Exception):
+            writer.write(_response(status, page))
+            await asyncio.wait_for(writer.drain(), 5)
+
+
+def add_cookie(head: bytes, set_cookie: str) -> bytes:
+    """The app's first answer with the gate's Set-Cookie header after its status line (unchanged when it
+    does not start like an HTTP/1 response)."""
+    cut = head.find(b"\r\n")
+    if cut < 0 or not head.startswith(b"HTTP/1."):
+        return head
+    return head[: cut + 2] + f"Set-Cookie: {set_cookie}\r\n".encode() + head[cut + 2 :]
+
+
+class AppProxy:
+    """Listens on (host, port); each connection gets its own tunnel to the app (once `gate`, when there
+    is one, admits it)."""
+
+    def __init__(self, client: Any, session: dict[str, Any], app: str, out=None, gate: Gate | None = None) -> None:
         self.client = client
         self.session = session
         self.app = app
         self.out = out or sys.stderr
+        self.gate = gate
         self.ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()  # why the session ended
         self.connections = 0
         self.tunnels: set[Any] = set()  # the WebSockets of the connections open now
@@ -78,6 +210,15 @@ class AppProxy:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         import aiohttp
 
+        first, cookie = b"", ""
+        if self.gate is not None:
+            admitted = await self.gate.admit(reader, writer)
+            if admitted is None:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+                return
+            first, cookie = admitted
         self.connections += 1
         try:
             ws = await self.client.app_tunnel(self.session["id"], self.app)
@@ -88,20 +229,31 @@ class AppProxy:
         self.tunnels.add(ws)
 
         async def upstream() -> None:
+            if first:
+                await ws.send_bytes(first)
             while data := await reader.read(READ_SIZE):
                 await ws.send_bytes(data)
 
         async def downstream() -> None:
             why = ""
+            held, pending = b"", cookie  # the app's first bytes, until its status line is whole
             async for msg in ws:
                 if msg.type == aiohttp.WSMsgType.BINARY:
-                    writer.write(msg.data)
+                    data = msg.data
+                    if pending:
+                        held += data
+                        if b"\r\n" not in held and len(held) < STATUS_LINE_LIMIT:
+                            continue
+                        data, held, pending = add_cookie(held, pending), b"", ""
+                    writer.write(data)
                     await writer.drain()
                 elif msg.type == aiohttp.WSMsgType.TEXT:
                     with contextlib.suppress(ValueError, AttributeError):
                         frame = json.loads(msg.data)
                         if frame.get("type") == "error":
                             why = str(frame.get("data") or "")
+            if held:
+                writer.write(held)
             if why:  # the server said why the tunnel ended, then closed with 1001 when the session ended
                 self._said(why, ws.close_code == aiohttp.WSCloseCode.GOING_AWAY)
 
@@ -155,8 +307,9 @@ class Forward:
 
     server: asyncio.Server
     proxy: AppProxy
-    url: str
+    url: str  # with the token that opens it, for an HTTP app
     started: bool  # the app was started for this forward (else it ran already)
+    token: str = ""  # what the listener asks for (HTTP apps; the app's own secret when it has one)
 
     @property
     def ended(self) -> asyncio.Future[str]:
@@ -174,10 +327,18 @@ async def open_forward(
     one; an OSError when it cannot), tunnelling every connection to the app; what goes wrong with a
     connection later is written to `out` (stderr by default). Used by `bai session app` and `bai tui`."""
     started = await client.start_app(session["id"], app["name"])
-    proxy = AppProxy(client, session, app["name"], out)
-    server = await asyncio.start_server(proxy.handle, host, port)
+    http = app.get("protocol") in ("http", "preopen")
+    token = str(started.get("token") or "")
+    gate = Gate(token or new_token(), app["name"]) if http else None
+    proxy = AppProxy(client, session, app["name"], out, gate)
+    server = await asyncio.start_server(proxy.handle, host, port, limit=HEAD_LIMIT)
     port = server.sockets[0].getsockname()[1]
-    return Forward(server, proxy, app_url(app, host, port), bool(started.get("started")))
+    template = str(started.get("url_template") or app.get("url_template") or "")
+    url = app_url({**app, "url_template": template}, host, port)
+    if gate is not None:
+        gate.port = port
+        url = with_token(url, gate.token)
+    return Forward(server, proxy, url, bool(started.get("started")), gate.token if gate else token)
 
 
 async def serve_app(client: Any, session: dict[str, Any], app_name: str, bind: str | None) -> int:
@@ -210,6 +371,12 @@ async def serve_app(client: Any, session: dict[str, Any], app_name: str, bind: s
     if not is_loopback(host):
         print(
             f"warning: listening on {host}, not 127.0.0.1: anyone who reaches this address uses {app_name} as you",
+            file=sys.stderr,
+        )
+    if forward.proxy.gate is None:
+        print(
+            f"note: {app_name} is a TCP app: bai cannot tell who connects to {forward.url.rpartition('/')[2]}; "
+            "other users of this host reach it as you unless it asks them to log in itself",
             file=sys.stderr,
         )
     state = "started" if forward.started else "running"

@@ -5,6 +5,11 @@ An image lists its apps in the label `ai.backend.service-ports`: a comma list of
 its own endpoint). How an app starts is up to the kernel: the image's `/etc/backend.ai/service-defs/NAME.json`
 (read by the runner inside the kernel), else the command bai knows for well-known apps (`KNOWN_COMMANDS`).
 
+An app whose command or env names `{token}` is started with a secret of its own (the runner makes it, keeps
+it for the kernel's life and answers it when asked to start the app): the manager shows it only to the
+session's owner and admins, in the app's URL (`with_token`), so whoever else reaches the app's port gets
+the app's own login refusal (Jupyter: 403 / its token page).
+
 Pure: parsing, the shapes the API answers with, and the host-port pool's arithmetic.
 """
 
@@ -14,17 +19,25 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 LABEL = "ai.backend.service-ports"
 PROTOCOLS = ("http", "tcp", "preopen")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MIN_PORT, MAX_PORT = 1025, 65534  # Backend.AI's bounds for ports inside a kernel
+TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")  # an app's secret as the runner makes them (URL- and cookie-safe)
 
 # How bai starts well-known apps when the image has no service definition for them ({ports[0]}: the port,
 # {runtime_path}: the kernel's python)
 KNOWN_COMMANDS: dict[str, list[str]] = {
-    "jupyter": ["{runtime_path}", "-m", "notebook", "--no-browser", "--ip=0.0.0.0", "--port={ports[0]}"],
-    "jupyterlab": ["{runtime_path}", "-m", "jupyterlab", "--no-browser", "--ip=0.0.0.0", "--port={ports[0]}"],
+    "jupyter": [
+        *("{runtime_path}", "-m", "notebook", "--no-browser", "--ip=0.0.0.0", "--port={ports[0]}"),
+        "--IdentityProvider.token={token}",
+    ],
+    "jupyterlab": [
+        *("{runtime_path}", "-m", "jupyterlab", "--no-browser", "--ip=0.0.0.0", "--port={ports[0]}"),
+        "--IdentityProvider.token={token}",
+    ],
     "tensorboard": ["{runtime_path}", "-m", "tensorboard.main", "--bind_all", "--port={ports[0]}"],
     "ttyd": ["ttyd", "-p", "{ports[0]}", "/bin/sh"],
 }
@@ -153,16 +166,33 @@ def url_template(sp: ServicePort) -> str:
     return "{protocol}://{host}:{port}/" if sp.protocol in ("http", "preopen") else "{protocol}://{host}:{port}"
 
 
-def to_api(sp: ServicePort) -> dict[str, Any]:
-    """Backend.AI's `servicePorts` item (create reply, session info, `/stream/session/{ref}/apps`)."""
-    return {
+def with_token(url: str, token: str) -> str:
+    """`url` (or a url_template) with `token=TOKEN` in its query (any token there before replaced); `url`
+    unchanged when there is no token."""
+    if not token:
+        return url
+    base, _, fragment = url.partition("#")
+    path, _, query = base.partition("?")
+    params = [p for p in query.split("&") if p and not p.startswith("token=")]
+    out = f"{path}?{'&'.join([*params, 'token=' + quote(token, safe='')])}"
+    return f"{out}#{fragment}" if fragment else out
+
+
+def to_api(sp: ServicePort, token: str = "") -> dict[str, Any]:
+    """Backend.AI's `servicePorts` item (create reply, session info, `/stream/session/{ref}/apps`). With
+    the app's `token` (only for its session's owner and admins) the url_template carries it, and so does
+    the URL the official client prints."""
+    item = {
         "name": sp.name,
         "protocol": sp.protocol,
         "ports": list(sp.container_ports),
-        "url_template": url_template(sp),
+        "url_template": with_token(url_template(sp), token),
         "allowed_arguments": {},
         "allowed_envs": {},
     }
+    if token:
+        item["token"] = token
+    return item
 
 
 def scheme(sp: ServicePort) -> str:

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bai.common.cluster import CLUSTER_PORTS
-from bai.common.service_ports import ServicePort
+from bai.common.service_ports import TOKEN, ServicePort
 from bai.node.agent.backends.base import Backend, Kernel, KernelStartError
 from bai.node.agent.channel import ChannelError
 from bai.node.link.streams import MAX_FRAME, LinkStream, StreamClosed
@@ -61,11 +61,14 @@ class Apps:
             reply = await self.backend.start_app(kernel, app, self.start_timeout)
         except ChannelError as e:
             return {"ok": False, "started": False, "error": str(e), "output": ""}
+        token = reply.get("token")
         return {
             "ok": bool(reply.get("ok")),
             "started": bool(reply.get("started")),
             "error": str(reply.get("error") or ""),
             "output": str(reply.get("output") or "")[-4096:],
+            # the app's secret, for the manager to show its session's owner (never logged)
+            "token": token if isinstance(token, str) and TOKEN.fullmatch(token) else "",
         }
 
     async def serve(self, kernel: Kernel, name: str, stream: LinkStream) -> None:

@@ -63,9 +63,16 @@ Agent -> runner (``op``):
               the environment variable BAI_SERVICE_DEFS names another folder),
               an object with "command": [STR, ...] and optional "env": {STR: STR},
               wins over the op's command; with neither the start fails.  In the
-              command and env values "{ports[0]}" and "{port}" become the port
-              and "{runtime_path}" this Python (sys.executable); other braces
-              stay.  The command runs in the workdir in its own session with
+              command and env values "{ports[0]}" and "{port}" become the port,
+              "{runtime_path}" this Python (sys.executable) and "{token}" the
+              app's secret (below); other braces stay.  An app whose command or
+              env names "{token}" gets a secret of its own: made once
+              (secrets.token_urlsafe, 32 characters) and kept in the runner's
+              own folder (PRIVATE/app-NAME.token, mode 0600; PRIVATE is
+              ~/.bai-runner, else /tmp/.bai-runner-UID) so that a restarted
+              runner, and a start of an app that listens already, answer the
+              same one; the service record carries it as "token" (only then).
+              The command runs in the workdir in its own session with
               the runner's environment + the definition's env + the op's env,
               stdin /dev/null, stdout and stderr appended to
               /tmp/bai-service-NAME.log (the workdir when /tmp is not
@@ -106,7 +113,7 @@ Runner -> agent (``t``):
   pong           {"t": "pong"}
   env            {"t": "env", "ok": BOOL, "error": STR?}  the outcome of an env op.
   service        {"t": "service", "id": ID, "ok": BOOL, "started": BOOL,
-                 "error": STR?, "output": STR?}  the outcome of start-service:
+                 "token": STR?, "error": STR?, "output": STR?}  the outcome of start-service:
                  ok with started false when the app listened already (or
                  another start-service started it); "output" is the last 4 KiB
                  of the app's log when it failed to start.
@@ -166,6 +173,7 @@ import json
 import os
 import queue
 import re
+import secrets
 import selectors
 import shutil
 import signal
@@ -187,6 +195,9 @@ SERVICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 SERVICE_LOG_TAIL = 4096  # bytes of an app's log sent back when it fails to start
 SERVICE_POLL = 0.1  # seconds between checks of a starting app
 DEFAULT_SERVICE_TIMEOUT = 60.0
+SERVICE_DEF_MAX = 1 << 20  # bytes of a service definition read (a bigger one is not JSON: refused)
+APP_TOKEN_BYTES = 24  # an app's secret: 24 random bytes, 32 URL-safe characters
+APP_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}\Z")
 TUNNEL_CONNECT_TIMEOUT = 5.0
 TUNNEL_CHUNK = 256 * 1024
 # cluster sessions (the values of bai/common/cluster.py: the runner imports nothing of bai)
@@ -274,6 +285,7 @@ class Runner:
         self.services: dict = {}  # app name -> the Popen of the process start-service started for it
         self.service_logs: dict = {}  # app name -> (its log's path, the log's size when it started)
         self.service_starts: dict = {}  # app name -> (Event, outcome dict) while a start of it runs
+        self.app_tokens: dict = {}  # app name -> its secret ({token} in its command), once made or read
         self.cluster_lock = threading.Lock()
         self.sshd_tried = False
         # The persistent user namespace is a real module installed as __main__,
@@ -617,33 +629,42 @@ class Runner:
 
     def _start_service(self, name: str, port: int, command: list | None, env: dict, timeout: float) -> dict:
         """Start app *name* unless it listens already (no other start of it runs meanwhile)."""
+        defs_path = os.path.join(SERVICE_DEFS_DIR, name + ".json")
+        def_env: dict = {}
+        error = ""
+        if os.path.isfile(defs_path):
+            try:
+                with open(defs_path, "rb") as f:
+                    sdef = json.loads(f.read(SERVICE_DEF_MAX + 1)[:SERVICE_DEF_MAX].decode("utf-8"))
+                if not isinstance(sdef, dict):
+                    raise ValueError("not a JSON object")
+                command = _str_list(sdef.get("command"), "command")
+                if sdef.get("env") is not None:
+                    def_env = _str_dict(sdef["env"], "env")
+            except (OSError, ValueError, RecursionError) as e:
+                command = None
+                error = _short("bad service definition %s: %s" % (defs_path, e))
+        elif command is None:
+            error = "no command is known to start %s" % name
+        if command is None:  # what listens there already (the image started it itself) is the app
+            return {"ok": True, "started": False} if _listening(port) else {"ok": False, "error": error}
+        token = ""
+        if any("{token}" in text for text in (*command, *def_env.values(), *env.values())):
+            token = self._app_token(name)
+        done = {"ok": True, "started": False}
+        if token:
+            done["token"] = token
         if _listening(port):
-            return {"ok": True, "started": False}
+            return done
         with self.state_lock:
             proc = self.services.get(name)
             log_path, log_start = self.service_logs.get(name, ("", 0))
-        started = False
         if proc is None or proc.poll() is not None:
-            defs_path = os.path.join(SERVICE_DEFS_DIR, name + ".json")
-            def_env: dict = {}
-            if os.path.isfile(defs_path):
-                try:
-                    with open(defs_path, "rb") as f:
-                        sdef = json.loads(f.read().decode("utf-8"))
-                    if not isinstance(sdef, dict):
-                        raise ValueError("not a JSON object")
-                    command = _str_list(sdef.get("command"), "command")
-                    if sdef.get("env") is not None:
-                        def_env = _str_dict(sdef["env"], "env")
-                except (OSError, ValueError, RecursionError) as e:
-                    return {"ok": False, "error": _short("bad service definition %s: %s" % (defs_path, e))}
-            elif command is None:
-                return {"ok": False, "error": "no command is known to start %s" % name}
-            argv = [_substitute(arg, port) for arg in command]
+            argv = [_substitute(arg, port, token) for arg in command]
             full_env = dict(os.environ)
             for extra in (def_env, env):
                 for key, value in extra.items():
-                    full_env[key] = _substitute(value, port)
+                    full_env[key] = _substitute(value, port, token)
             log_fd, log_path = self._open_service_log(name)
             try:
                 log_start = os.fstat(log_fd).st_size
@@ -660,14 +681,14 @@ class Runner:
                 return {"ok": False, "error": _short("cannot start %s: %s" % (name, e))}
             finally:
                 os.close(log_fd)
-            started = True
+            done["started"] = True
             with self.state_lock:
                 self.services[name] = proc
                 self.service_logs[name] = (log_path, log_start)
         deadline = time.monotonic() + timeout
         while True:
             if _listening(port):
-                return {"ok": True, "started": started}
+                return done
             rc = proc.poll()
             if rc is not None:
                 if rc < 0:
@@ -684,6 +705,21 @@ class Runner:
                 error = "%s did not listen on port %d within %g s" % (name, port, timeout)
                 return {"ok": False, "error": error, "output": _log_tail(log_path, log_start)}
             time.sleep(SERVICE_POLL)
+
+    def _app_token(self, name: str) -> str:
+        """App *name*'s secret: the one kept in the runner's folder, else a new one kept there (in memory
+        only when no folder can be had: it then lasts as long as this runner)."""
+        with self.state_lock:
+            token = self.app_tokens.get(name)
+            if token:
+                return token
+            try:
+                token = _kept_token(os.path.join(_private_folder(), "app-%s.token" % name))
+            except OSError as e:
+                _note("the secret of %s is kept in memory only: %s" % (name, e))
+                token = secrets.token_urlsafe(APP_TOKEN_BYTES)
+            self.app_tokens[name] = token
+            return token
 
     def _open_service_log(self, name: str) -> tuple:
         """(fd, path) of app *name*'s log, opened for appending: in /tmp, else in the workdir."""
@@ -1141,9 +1177,32 @@ def _str_dict(value: object, what: str) -> dict:
     return value
 
 
-def _substitute(text: str, port: int) -> str:
+def _kept_token(path: str) -> str:
+    """The secret in *path* (a file only this user may read), made and written there first when there is
+    none or it is not one (OSError when it can be neither read nor written)."""
+    try:
+        with open(path, "rb") as f:
+            token = f.read(256).decode("ascii", "replace").strip()
+        if APP_TOKEN.match(token):
+            return token
+    except FileNotFoundError:
+        pass
+    token = secrets.token_urlsafe(APP_TOKEN_BYTES)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, token.encode("ascii") + b"\n")
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return token
+
+
+def _substitute(text: str, port: int, token: str = "") -> str:
     """Backend.AI's placeholders in a service command (str.replace: other braces stay as they are)."""
     text = text.replace("{ports[0]}", str(port)).replace("{port}", str(port))
+    if token:
+        text = text.replace("{token}", token)
     return text.replace("{runtime_path}", sys.executable or "python3")
 
 

@@ -400,7 +400,8 @@ class OpenTerminal(Message):
 
 @dataclass
 class StartApp(Call[dict[str, Any]]):
-    """Start an app in a kernel unless it runs; the answer: {"ok", "started", "error"?, "output"?}."""
+    """Start an app in a kernel unless it runs; the answer: {"ok", "started", "error"?, "output"?,
+    "token"?} ("token": the app's secret when it has one, see bai/common/service_ports.py)."""
 
     method: ClassVar[str] = "start_app"
 

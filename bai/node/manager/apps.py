@@ -42,6 +42,10 @@ class Apps:
         # (kernel id, app) started (or found running) before: later connections skip asking the agent
         # first (an app that went away since is started again by the agent when its tunnel cannot connect)
         self.started: set[tuple[str, str]] = set()
+        # (kernel id, app) -> the app's secret, as its kernel's runner answered it when asked to start it
+        # (apps with a {token} in their command: Jupyter). Shown only to the session's owner and admins
+        # (the handlers resolve the session as the caller may see it); never logged.
+        self.tokens: dict[tuple[str, str], str] = {}
 
     async def offered(self, session: dict[str, Any]) -> list[ServicePort]:
         """The apps the session's main kernel offers (none before it started)."""
@@ -80,9 +84,29 @@ class Apps:
             raise app_failed(name, str(reply.get("error") or "unknown error"), str(reply.get("output") or ""))
         if len(self.started) > 10_000:  # kernels come and go: forget old ones wholesale, rarely
             self.started.clear()
+            self.tokens.clear()
         self.started.add((kernel["id"], name))
+        token = reply.get("token")
+        if isinstance(token, str) and apps.TOKEN.fullmatch(token):
+            self.tokens[(kernel["id"], name)] = token
+        else:
+            self.tokens.pop((kernel["id"], name), None)
         self.sessions.touch(session["id"])
         return kernel, sp, bool(reply.get("started"))
+
+    def token(self, kernel: dict[str, Any], name: str) -> str:
+        """The secret of app `name` in the kernel ("" when it has none, or was not started since the manager
+        started: the next start asks the kernel again, which answers the same one)."""
+        return self.tokens.get((kernel["id"], name), "")
+
+    async def listed(self, session: dict[str, Any]) -> list[dict[str, Any]]:
+        """The session's apps as `/stream/session/{ref}/apps` answers them: with the secrets known of those
+        started (their url_template then opens them; the caller is the session's owner or an admin)."""
+        kernel = await self.sessions.main_kernel(session)
+        return [
+            {**apps.to_api(sp, self.token(kernel, sp.name)), "host_ports": list(sp.host_ports)}
+            for sp in apps.loads(kernel.get("service_ports") or [])
+        ]
 
     async def ensure_started(self, session: dict[str, Any], name: str) -> dict[str, Any]:
         """The kernel to tunnel to: the app is started first unless it was before (a 4xx when it fails)."""

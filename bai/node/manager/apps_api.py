@@ -2,16 +2,21 @@
 
 - `GET /stream/session/{ref}/apps`: the session's apps, a JSON list of
   `{name, protocol, ports, url_template, allowed_arguments, allowed_envs}` (plus bai's `host_ports`: where
-  the agent published them on its 127.0.0.1, when the kernel's network can publish).
+  the agent published them on its 127.0.0.1, when the kernel's network can publish). An app started with a
+  secret of its own (Jupyter; see bai/common/service_ports.py) has it as `token` and in its url_template
+  (`...?token=SECRET`, so the URL the official client prints opens it), once it was started.
 - `POST /stream/session/{ref}/apps/{app}/start` (bai's): start the app unless it runs, and say so
-  (`{"app", "started"}`: started now or already running); a 409 problem with its output when it fails.
+  (`{"app", "started", "token", "url_template"}`: started now or already running; its secret, "" when it
+  has none; its URL with the secret); a 409 problem with its output when it fails.
+  Only the session's owner and admins reach these (others get 404, as for the session itself).
   Backend.AI starts apps only inside the proxy request; this lets a client report a failure in full
   before it listens for connections (a WebSocket handshake that fails carries no body to most clients).
 - `GET /stream/session/{ref}/tcpproxy?app=NAME` (and `httpproxy`, the same here): a WebSocket carrying one
   TCP connection to the app, as binary frames both ways. The app is started first if it does not run (a
   409 with its output when it fails to start, before the upgrade). When the tunnel ends for a reason (the
   session ended, the app went away) the server sends a text frame `{"type": "error", "data": REASON}` and
-  closes with code 1001 (session over) or 1011 (anything else); a normal end closes with 1000.
+  closes with code 1001 (session over) or 1011 (anything else); a normal end closes with 1000. A client
+  frame over MAX_MESSAGE bytes closes the WebSocket with 1009 (message too big).
 """
 
 from __future__ import annotations
@@ -30,13 +35,16 @@ from bai.node.manager.http import services_of, session_of, sessions_of
 from bai.node.manager.terminal_api import ended
 
 log = logging.getLogger("bai.api.apps")
-MAX_MESSAGE = 4 * 1024 * 1024
+# The largest client frame taken (bigger: closed with 1009). bai's CLI sends what one read of its local
+# connection gives (at most bai.cli.apps.READ_SIZE, 256 KiB); the official client reads up to 16 MiB a time
+# but an asyncio stream hands over at most what it buffered (its 64 KiB limit x 2 plus one socket read of
+# 256 KiB): 1 MiB takes both with room and bounds what one frame makes the manager buffer.
+MAX_MESSAGE = 1024 * 1024
 
 
 async def list_apps(request: web.Request) -> web.Response:
     row = await session_of(request)
-    offered = await services_of(request).apps.offered(row)
-    return web.json_response([{**apps.to_api(sp), "host_ports": list(sp.host_ports)} for sp in offered])
+    return web.json_response(await services_of(request).apps.listed(row))
 
 
 async def start_app(request: web.Request) -> web.Response:
@@ -44,8 +52,11 @@ async def start_app(request: web.Request) -> web.Response:
     name = request.match_info["app"]
     if not apps.NAME.fullmatch(name):
         raise invalid(f"{name[:80]!r} is not an app name")
-    _, sp, started = await services_of(request).apps.start(row, name)
-    return web.json_response({"app": sp.name, "started": started})
+    service = services_of(request).apps
+    kernel, sp, started = await service.start(row, name)
+    token = service.token(kernel, sp.name)
+    reply = {"app": sp.name, "started": started, "token": token, "url_template": apps.to_api(sp, token)["url_template"]}
+    return web.json_response(reply)
 
 
 def app_query(request: web.Request) -> str:
