@@ -258,11 +258,18 @@ class Agent:
         await self._reconcile(answer)
 
     async def _reconcile(self, answer: dict[str, Any]) -> None:
+        """Remove the kernels the manager's join answer names (it does not know them, or their sessions have
+        ended): each one's failure is logged, and the others are removed all the same."""
         for kid in JoinAnswer.from_wire(answer).destroy:
             kernel = self.kernels.pop(kid, None)
-            if kernel is not None:
-                log.info("removing kernel %s: the manager does not know it", kid)
+            if kernel is None:
+                continue
+            log.info("removing kernel %s: the manager does not know it, or its session has ended", kid)
+            try:
                 await self.backend.destroy(kernel)
+            except Exception as e:
+                log.warning("could not remove kernel %s: %s; the agent's next start removes it", kid, e)
+            finally:
                 self.gpu_alloc.release(kid)
 
     async def start(self) -> None:

@@ -94,6 +94,8 @@ class AgentEvents:
         match event:
             case Heartbeat():
                 await self.agents.heartbeat(agent_id, event)
+                # kernels it still runs of sessions that have ended (a removal that failed): removed
+                await self.sessions.remove_strays(agent_id, event.kernels if isinstance(event.kernels, list) else [])
             case KernelLogs():
                 await self.sessions.kernel_logs(event.chunks)
             case KernelPulling():

@@ -57,7 +57,7 @@ from bai.node.link.streams import LinkStream
 from bai.node.manager.admission import Admission, admit
 from bai.node.manager.agents import PULL_TIMEOUT, Agents
 from bai.node.manager.cluster_keys import NoKeygen, cluster_dotfiles, new_keypair
-from bai.node.manager.diskfull import FullDiskWarnings
+from bai.node.manager.diskfull import FullDiskWarnings, is_disk_full, where_full
 from bai.node.manager.events import Hubs
 from bai.node.manager.hooks import Hooks
 from bai.node.manager.images import Images
@@ -79,6 +79,42 @@ HOOK_POINTS = {S.RUNNING: "after_start", S.TERMINATED: "after_termination", S.CA
 # a session moving to one of these has its kernels' last statistics stored (last_stat), and forgotten
 FINAL_STATS = DEAD_STATUSES | {S.ERROR}
 STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {S.ERROR, S.TERMINATING}
+# statuses a destroy ends only when forced (Backend.AI's; a 403 saying so otherwise)
+FORCED_ONLY = frozenset({S.SCHEDULED, S.PREPARING, S.PULLING, S.TERMINATING, S.ERROR})
+DESTROY_ATTEMPTS = 5  # a destroy follows a session that changes status meanwhile this many times
+# kernels an agent still runs of sessions in these statuses are removed (see Sessions.remove_strays)
+ENDED_KERNEL_VALUES = frozenset(s.value for s in DEAD_STATUSES | {S.ERROR})
+MAX_STRAY_LOOKS = 10_000  # agents whose last heartbeat's kernels are remembered (then: forgotten, looked up again)
+STARTING_OR_SCHEDULED = frozenset({S.SCHEDULED, *STARTING})
+DISK_RETRY, DISK_RETRY_MAX = 0.5, 5.0  # seconds between tries of a write that must happen, on a full disk
+FORCED_REMOVE_TIMEOUT = 15.0  # seconds a forced destroy waits for an agent to remove a kernel (then: when it is back)
+
+
+def _some(ids: list[str], most: int = 8) -> str:
+    """The first few of a list of ids, for a log line."""
+    return ", ".join(ids[:most]) + (f" and {len(ids) - most} more" if len(ids) > most else "")
+
+
+def _what_to_do(session: dict[str, Any]) -> str:
+    """What the owner of a session can do while it is in its status (for a request it cannot serve now)."""
+    status = S(session["status"])
+    if status in (S.PENDING, S.SCHEDULED, S.PREPARING, S.PULLING, S.RESTARTING):
+        return "wait until it is RUNNING (`bai session info` shows its status)"
+    if status == S.ERROR:
+        why = f" ({session['status_info']})" if session.get("status_info") else ""
+        return f"it failed{why}: destroy it with forced=true (`bai session rm --force`) and start a new one"
+    return "it has ended: start a new session"
+
+
+def not_now(session: dict[str, Any], what: str) -> Problem:
+    """A 409: the session's status does not allow the request now; says the status and what to do."""
+    return Problem(
+        "invalid-session-state",
+        "The session is not in a status for this request.",
+        f"session {session['name']} is {session['status']}: {what}; {_what_to_do(session)}",
+        {"status": session["status"]},
+        409,
+    )
 
 
 def _error_data(agent_id: str | None, exc: BaseException) -> dict[str, Any]:
@@ -195,6 +231,10 @@ class Sessions:
         self._placeable: set[tuple[Any, ...]] = set()
         self._placeable_version = -1
         self._said_no_keygen = False
+        self._ended_version = 0  # counts sessions that ended (ERROR, TERMINATED, CANCELLED): strays may be new
+        self._stray_looks: dict[str, tuple[frozenset[str], int]] = {}  # agent -> (its kernels, _ended_version)
+        self._removing: set[str] = set()  # kernels an agent is being told to remove (remove_strays)
+        self.starting: set[str] = set()  # sessions whose start (or failed start's end) is under way
 
     async def close(self) -> None:
         await self.background.close()
@@ -227,6 +267,8 @@ class Sessions:
     def _moved(self, session_id: str, target: SessionStatus, row: dict[str, Any]) -> None:
         """A committed transition: its event, the dispatcher woken when slots are freed, hooks told."""
         self.events.publish(SESSION_EVENTS.get(target, f"session_{target.lower()}"), row)
+        if target in FINAL_STATS:
+            self._ended_version += 1
         if target in DEAD_STATUSES or target == S.TERMINATING:
             self.wake()
             self.activity.pop(session_id, None)
@@ -528,6 +570,76 @@ class Sessions:
             return None
 
     async def _start_session(self, session: dict[str, Any], placed: dict[str, str]) -> None:
+        """Start a scheduled session (`_start_kernels`). A start that cannot record its progress (the node's
+        database on a full disk) fails cleanly: its kernels are removed (that needs no write) and the session
+        is CANCELLED saying the disk is full, as soon as that can be written (see `_end_start`)."""
+        sid = session["id"]
+        self.starting.add(sid)
+        try:
+            await self._start_kernels(session, placed)
+        except Exception as e:
+            if not is_disk_full(e):
+                raise
+            log.warning(
+                "session %s: its start could not be recorded (%s is on a full disk: %s); its kernels are removed "
+                "and it is cancelled once that can be written",
+                sid,
+                where_full(e),
+                e,
+            )
+            why = f"its start could not be recorded: {where_full(e)} is on a full disk; its kernels were removed"
+            await self._end_start(session, placed, "DiskFull", why)
+        finally:
+            self.starting.discard(sid)
+
+    async def end_stuck_start(self, session: dict[str, Any], limit: float) -> None:
+        """A session that stayed SCHEDULED, PREPARING or PULLING past `limit` seconds with no start under way
+        (what started it is gone: an error, a write that failed): its kernels are removed, it is CANCELLED."""
+        sid = session["id"]
+        if sid in self.starting:
+            return
+        self.starting.add(sid)
+        try:
+            why = f"it stayed {session['status']} for more than {limit:g} s and no start of it was under way"
+            log.warning("session %s: %s: its kernels are removed, it is cancelled", sid, why)
+            await self._end_start(session, {}, "StartTimeout", why)
+        finally:
+            self.starting.discard(sid)
+
+    async def _end_start(self, session: dict[str, Any], placed: dict[str, str], name: str, why: str) -> None:
+        """End a start that failed outside the agents: the kernels are removed, then CANCELLED
+        (`failed-to-start`, the error named `name`), written as soon as the disk lets it (`_write_end`)."""
+        sid = session["id"]
+        current = await self.store.get_session(sid)
+        if current is None or S(current["status"]) not in STARTING_OR_SCHEDULED:
+            return  # it ended (or started) otherwise meanwhile
+        kernels = await self.store.kernels_of(sid)
+        for k in kernels:
+            k["agent_id"] = k.get("agent_id") or placed.get(k["id"])
+        await self._remove_kernels(kernels, StatusInfo.FAILED_TO_START, timeout=FORCED_REMOVE_TIMEOUT)
+        agent_id = kernels[0]["agent_id"] if kernels else None
+        error = {"error": {"src": "manager", "agent_id": agent_id, "name": name, "repr": why}}
+        await self._write_end(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, STARTING_OR_SCHEDULED)
+
+    async def _write_end(
+        self, sid: str, target: SessionStatus, info: str, data: dict[str, Any], allowed: Iterable[SessionStatus]
+    ) -> None:
+        """A transition that must happen: on a full disk it is tried again (every DISK_RETRY s, up to
+        DISK_RETRY_MAX) until space is freed; warned about once."""
+        delay = DISK_RETRY
+        while True:
+            try:
+                await self.transition(sid, target, info, data, allowed_from=allowed)
+            except Exception as e:
+                if not self.full_disk.failed("ending sessions whose start failed", e):
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, DISK_RETRY_MAX)
+                continue
+            self.full_disk.ok("ending sessions whose start failed")
+            return
+
+    async def _start_kernels(self, session: dict[str, Any], placed: dict[str, str]) -> None:
         """Create every kernel of a scheduled session on its agent, all at once; RUNNING when all started. When
         one does not start, the session ends with that kernel's reason and the kernels that did are removed."""
         sid = session["id"]
@@ -605,8 +717,10 @@ class Sessions:
         leftovers = [k for k in kernels if k["id"] not in refused]
         if any(isinstance(e, TimeoutError) for _, e in failed):
             # PREPARING took too long: an ERROR with the reason, then clean up and free the slots
-            if await self.transition(sid, S.ERROR, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING):
-                await self._remove_kernels(leftovers, StatusInfo.FAILED_TO_START)
+            # (a session destroyed meanwhile has its kernels removed all the same: what came up late goes too)
+            errored = await self.transition(sid, S.ERROR, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
+            await self._remove_kernels(leftovers, StatusInfo.FAILED_TO_START)
+            if errored:
                 await self.transition(sid, S.TERMINATED, StatusInfo.FAILED_TO_START, error, allowed_from=[S.ERROR])
             return
         if leftovers:
@@ -651,47 +765,86 @@ class Sessions:
     async def destroy(
         self, session: dict[str, Any], forced: bool, wait: bool = True, reason: str | None = None
     ) -> dict[str, Any]:
-        """End a session. With wait=False a running one is TERMINATING on return and ends in the background."""
-        status = S(session["status"])
+        """End a session (Backend.AI's semantics, below). With wait=False a running one is TERMINATING on return
+        and ends in the background.
+
+        Not forced: PENDING → CANCELLED; RUNNING, RESTARTING, RUNNING_DEGRADED → TERMINATING → TERMINATED; any
+        other live status is a 403 saying to use forced. Forced, every live status ends: SCHEDULED and PULLING
+        → CANCELLED (what is being started is removed when it answers), PREPARING and the running ones →
+        TERMINATING → TERMINATED, TERMINATING → TERMINATED, ERROR → TERMINATED; the kernels are removed from
+        their agents first (an agent away removes them when it comes back: see `reconcile`). An ended session
+        is a 403. A session that changes status meanwhile is destroyed from its new status."""
         info = reason or (StatusInfo.FORCE_TERMINATED if forced else StatusInfo.USER_REQUESTED)
+        for _ in range(DESTROY_ATTEMPTS):
+            stats = await self._destroy_from(session, forced, wait, info)
+            if stats is not None:
+                return stats
+            fresh = await self.store.get_session(session["id"])  # it moved meanwhile: again, from where it is
+            if fresh is None:
+                raise no_session(session["id"])
+            session = fresh
+        raise Problem(
+            "generic-bad-request",
+            "The session keeps changing status.",
+            f"session {session['name']} changed status {DESTROY_ATTEMPTS} times while it was being destroyed "
+            f"(it is {session['status']} now): try again",
+            status=409,
+        )
+
+    async def _destroy_from(
+        self, session: dict[str, Any], forced: bool, wait: bool, info: str
+    ) -> dict[str, Any] | None:
+        """`destroy` from the session's status as read; None when it was no longer in it (nothing done)."""
+        sid = session["id"]
+        status = S(session["status"])
         if status in DEAD_STATUSES:
             raise Problem("generic-forbidden", "Forbidden.", f"the session is already {status}")
         if status == S.PENDING:
-            await self.transition(session["id"], S.CANCELLED, info, {}, allowed_from=[S.PENDING])
-            return {}
-        if status in (S.SCHEDULED, S.PREPARING, S.PULLING, S.TERMINATING, S.ERROR) and not forced:
+            moved = await self.transition(sid, S.CANCELLED, info, {}, allowed_from=[S.PENDING])
+            return None if moved is None else {}
+        if status in FORCED_ONLY and not forced:
+            why = f" ({session['status_info']})" if session.get("status_info") else ""
             raise Problem(
                 "generic-forbidden",
                 "Forbidden.",
-                f"the session is {status}; wait, or destroy it with forced=true",
+                f"the session is {status}{why}; wait, or destroy it with forced=true "
+                "(`bai session rm --force`, `backend.ai session rm -f`)",
             )
-        kernels = await self.store.kernels_of(session["id"])
+        kernels = await self.store.kernels_of(sid)
         if not kernels:
-            raise no_session(session["id"])
+            raise no_session(sid)
         main = kernels[0]
-        target = S.CANCELLED if status in (S.SCHEDULED, S.PULLING) else S.TERMINATING
-        row = await self.transition(session["id"], target, info, {})
-        if row is None:
-            row = await self.store.get_session(session["id"])
-        final = None
-        if target == S.TERMINATING and row is not None:
-            finishing = self._finish_destroy(row, info, kernels)
-            if wait:
-                final = await finishing
-            else:
-                self.spawn(finishing, f"destroy-{session['id']}")
-                final = self._finals(session["id"]).get(main["id"])  # the latest: the end comes later
+        if status in (S.SCHEDULED, S.PULLING):
+            # being started: the start removes what it made when it finds the session ended
+            moved = await self.transition(sid, S.CANCELLED, info, {}, allowed_from=[status])
+            return None if moved is None else {}
+        if status in (S.TERMINATING, S.ERROR):  # forced: no move before the kernels are removed
+            row: dict[str, Any] | None = session
+        else:
+            row = await self.transition(sid, S.TERMINATING, info, {}, allowed_from=[status])
+            if row is None:
+                return None
+        if status == S.ERROR:
+            log.info(
+                "session %s (ERROR, %s) is destroyed by force: its kernels are removed", sid, session["status_info"]
+            )
+        finishing = self._finish_destroy(row, info, kernels, timeout=FORCED_REMOVE_TIMEOUT if forced else 60)
+        if wait:
+            final = await finishing
+        else:
+            self.spawn(finishing, f"destroy-{sid}")
+            final = self._finals(sid).get(main["id"])  # the latest: the end comes later
         # Backend.AI's answer: the main kernel's final statistics ({} when there are none)
         return last_stat(final, main["occupied_slots"]) or {}
 
     async def _finish_destroy(
-        self, session: dict[str, Any], info: str, kernels: list[dict[str, Any]] | None = None
+        self, session: dict[str, Any], info: str, kernels: list[dict[str, Any]] | None = None, timeout: float = 60
     ) -> dict[str, Any] | None:
         """Remove the session's kernels from their agents (all at once), then TERMINATED; the main kernel's final
         statistics (the agent's last sample of it, else the latest the manager has, else the one stored before)."""
         if kernels is None:
             kernels = await self.store.kernels_of(session["id"])
-        await self._remove_kernels(kernels, info, timeout=60)
+        await self._remove_kernels(kernels, info, timeout=timeout)
         main = kernels[0] if kernels else None
         final = (self._finals(session["id"]).get(main["id"]) or stored_stat(main)) if main else None
         await self.transition(
@@ -714,8 +867,8 @@ class Sessions:
             return await call(self.link, agent_id, DestroyKernel(kernel_id, reason), timeout=timeout)
         except (RemoteError, AgentUnavailable, TimeoutError) as e:
             log.warning(
-                "could not remove kernel %s on agent %s (%s): it may be left behind until the agent restarts "
-                "(it removes kernels the manager does not know)",
+                "could not remove kernel %s on agent %s (%s): it is removed when the agent is back or at its next "
+                "heartbeat (the manager has it remove kernels of sessions that have ended)",
                 kernel_id,
                 agent_id,
                 e,
@@ -735,8 +888,7 @@ class Sessions:
         kernel_ref: str | None = None,
     ) -> dict[str, Any]:
         """Run code in the session's kernel `kernel_ref` (main1 when None; see kernel_for)."""
-        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
-            raise Problem("generic-bad-request", "Bad request.", f"the session is {session['status']}, not RUNNING")
+        self._running_kernel_of(session, "running code")
         kernel = await self.kernel_for(session, kernel_ref)
         sid = session["id"]
         self.activity[sid] = self.clock.now()
@@ -750,10 +902,10 @@ class Sessions:
             self.busy.discard(sid, run_id)
             self.runs.end(sid, run_id, None, self.clock.now().isoformat())
             raise invalid(e.message) from None
-        except AgentUnavailable as e:
+        except (AgentUnavailable, TimeoutError) as e:
             self.busy.discard(sid, run_id)
             self.runs.end(sid, run_id, None, self.clock.now().isoformat())
-            raise Problem("instance-not-available", "Instance not available.", str(e)) from None
+            raise Problem("instance-not-available", "Instance not available.", str(e) or "no answer") from None
         self.activity[sid] = self.clock.now()
         if result.status == "finished":
             self.busy.discard(sid, run_id)
@@ -785,7 +937,7 @@ class Sessions:
             return False
         try:
             return bool(await call(self.link, kernel["agent_id"], Interrupt(kernel["id"], run_id), timeout=10))
-        except (RemoteError, AgentUnavailable):
+        except (RemoteError, AgentUnavailable, TimeoutError):
             return False
 
     def touch(self, session_id: str) -> None:
@@ -809,27 +961,29 @@ class Sessions:
         return stream
 
     async def upload(self, session: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
+        self._running_kernel_of(session, "uploading files")
         kernel = await self.main_kernel(session)
         try:
             upload = UploadFiles(kernel["id"], [[path, data] for path, data in files])
             await call(self.link, kernel["agent_id"], upload, timeout=120)
         except RemoteError as e:
             raise invalid(e.message) from None
+        except (AgentUnavailable, TimeoutError) as e:
+            raise Problem("instance-not-available", "Instance not available.", str(e) or "no answer") from None
 
     async def list_files(self, session: dict[str, Any], path: str) -> dict[str, Any]:
+        self._running_kernel_of(session, "listing files")
         kernel = await self.main_kernel(session)
-        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
-            raise invalid(
-                f"session {session['name']} is {session['status']}: only a running kernel's files can be listed"
-            )
         try:
             return await call(self.link, kernel["agent_id"], ListFiles(kernel["id"], path), timeout=60)
         except (RemoteError, AgentUnavailable) as e:
             raise invalid(str(e)) from None
+        except TimeoutError:
+            raise Problem("instance-not-available", "Instance not available.", "the agent did not answer") from None
 
     def _running_kernel_of(self, session: dict[str, Any], what: str) -> None:
         if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
-            raise invalid(f"session {session['name']} is {session['status']}: {what} needs a running kernel")
+            raise not_now(session, f"{what} needs a running kernel")
 
     async def download(self, session: dict[str, Any], paths: list[str]) -> list[bytes]:
         """Files of the session's main kernel: one tar archive per path (see agent/download.py)."""
@@ -956,14 +1110,18 @@ class Sessions:
     async def reconcile(self, agent_id: str, kernels: list[KernelInfo]) -> list[str]:
         """An agent (re-)registered with `kernels` (kernel_id, container_id): sessions whose kernel it has
         run on (or start running), those whose kernel it lost end. Returns the kernels it has that we do
-        not know (to destroy)."""
+        not know or whose session has ended (ERROR, TERMINATED, CANCELLED), to destroy: a session in ERROR
+        whose kernel comes back ends (TERMINATED, its reason kept) and its slots are free."""
         theirs = {k.kernel_id for k in kernels}
         ours = await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id)
         containers = {k.kernel_id: k.container_id for k in kernels}
+        errored: list[dict[str, Any]] = []
         for kernel in ours:
             status = S(kernel["status"])
             if kernel["id"] in theirs:
-                if status in (S.SCHEDULED, S.PREPARING, S.PULLING):
+                if status == S.ERROR:
+                    errored.append(kernel)
+                elif status in (S.SCHEDULED, S.PREPARING, S.PULLING):
                     # it came up while the manager was away: the session runs
                     if status == S.SCHEDULED:
                         await self.transition(kernel["session_id"], S.PREPARING)
@@ -998,8 +1156,73 @@ class Sessions:
                     {"msg": f"{name} was gone when agent {agent_id} restarted"},
                 )
             self._remove_siblings(kernel, agent_id, StatusInfo.AGENT_TERMINATION)
-        known = {k["id"] for k in ours}
-        return sorted(theirs - known)
+        for kernel in errored:
+            await self._end_errored(kernel, agent_id)
+        live = {k["id"] for k in ours} - {k["id"] for k in errored}
+        destroy = sorted(theirs - live)
+        if destroy:
+            await self._say_removing(agent_id, destroy, "came back with")
+        return destroy
+
+    async def _end_errored(self, kernel: dict[str, Any], agent_id: str) -> None:
+        """An agent came back with the kernel of a session in ERROR (e.g. agent-lost): the session ends (its
+        reason kept), its kernels elsewhere are removed; the agent removes this one (its join answer)."""
+        session = await self.store.get_session(kernel["session_id"])
+        if session is None:
+            return
+        data = dict(session["status_data"] or {})
+        data["msg"] = (f"{data['msg']}; " if data.get("msg") else "") + (
+            f"its kernel was removed when agent {agent_id} came back"
+        )
+        await self.transition(session["id"], S.TERMINATED, session["status_info"], data, allowed_from=[S.ERROR])
+        self._remove_siblings(kernel, agent_id, session["status_info"] or StatusInfo.AGENT_LOST)
+
+    async def _say_removing(self, agent_id: str, kernel_ids: list[str], has: str) -> None:
+        """One log line for the kernels an agent is told to remove: whose sessions ended, which are unknown."""
+        owners = await self.store.kernel_owners(kernel_ids)
+        ended = [k for k in kernel_ids if k in owners]
+        unknown = [k for k in kernel_ids if k not in owners]
+        parts = []
+        if ended:
+            parts.append(f"{len(ended)} kernel(s) of sessions that have ended ({_some(ended)})")
+        if unknown:
+            parts.append(f"{len(unknown)} kernel(s) the manager does not know ({_some(unknown)})")
+        log.warning("agent %s %s %s: they are removed, their slots freed", agent_id, has, " and ".join(parts))
+
+    async def remove_strays(self, agent_id: str, kernel_ids: Iterable[Any]) -> list[str]:
+        """Kernels an agent reports running (its heartbeat) whose sessions have ended (ERROR, TERMINATED,
+        CANCELLED: e.g. a removal that failed, a start that finished after its session was destroyed) are
+        removed, said once in the log; a session in ERROR then ends (TERMINATED). Looked up only when the
+        agent's kernels or the set of ended sessions changed since the last look. The kernels being removed."""
+        ids = frozenset(k for k in kernel_ids if isinstance(k, str)) - self._removing
+        if not ids:
+            self._stray_looks.pop(agent_id, None)
+            return []
+        look = (ids, self._ended_version)
+        if self._stray_looks.get(agent_id) == look:
+            return []
+        if len(self._stray_looks) >= MAX_STRAY_LOOKS:
+            self._stray_looks.clear()
+        self._stray_looks[agent_id] = look
+        owners = await self.store.kernel_owners(sorted(ids))
+        strays = sorted(k for k in ids if k in owners and owners[k][2] in ENDED_KERNEL_VALUES)
+        if not strays:
+            return []
+        await self._say_removing(agent_id, strays, "still runs")
+        self._removing.update(strays)
+        self.spawn(self._remove_strays(agent_id, strays), f"strays-{agent_id}")
+        return strays
+
+    async def _remove_strays(self, agent_id: str, strays: list[str]) -> None:
+        try:
+            await asyncio.gather(*(self._remove_kernel(agent_id, k, StatusInfo.NOT_FOUND_IN_MANAGER) for k in strays))
+            for kernel_id in strays:
+                kernel = await self.store.get_kernel(kernel_id)
+                if kernel is not None and kernel["status"] == S.ERROR:
+                    await self._end_errored(kernel, agent_id)
+        finally:
+            self._removing.difference_update(strays)
+            self._stray_looks.pop(agent_id, None)  # look again: what failed to go is found at the next heartbeat
 
     async def agent_lost(self, agent_id: str, grace: float) -> None:
         """An agent stayed away past its grace period: its sessions end in ERROR (`agent-lost`)."""

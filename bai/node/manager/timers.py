@@ -25,7 +25,9 @@ from typing import Any
 from bai.common.background import Background
 from bai.common.clock import Clock
 from bai.common.config import duration_seconds
+from bai.common.images import registry_of
 from bai.common.status import SessionStatus, StatusInfo
+from bai.node.manager.agents import PULL_TIMEOUT
 from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.sessions import Sessions
 from bai.node.manager.stats import StatsBook, Trail
@@ -42,6 +44,17 @@ GAP_INTERVALS = 5
 MIN_GAP = 60.0
 MIN_LOG_BYTES = 64 * 1024
 RECLAIM_FREE_PAGES = 256  # give free pages back to the file system once there are more than this many
+
+
+STARTING_STATUSES = (SessionStatus.SCHEDULED, SessionStatus.PREPARING, SessionStatus.PULLING)
+STUCK_GRACE = 30.0  # seconds past its start's own limits before a session stuck starting is ended
+
+
+def start_limit(sessions: Sessions, session: Mapping[str, Any]) -> float:
+    """How long a session may stay starting: the preparing timeout, a pull's when its image comes from a
+    registry, and STUCK_GRACE."""
+    pull = PULL_TIMEOUT if registry_of(session["image"]) else 0.0
+    return sessions.start_timeout + pull + STUCK_GRACE
 
 
 def log_settings(cfg: Mapping[str, Any]) -> tuple[int, float]:
@@ -222,6 +235,26 @@ class Timers:
         return purged
 
     async def sweep(self, now: datetime) -> None:
+        await self.sweep_starts(now)
+        await self.sweep_limits(now)
+
+    async def sweep_starts(self, now: datetime) -> list[str]:
+        """Sessions SCHEDULED, PREPARING or PULLING longer than their start may take (the preparing timeout, a
+        pull's too, and STUCK_GRACE) with no start of theirs under way are ended (kernels removed, CANCELLED):
+        this timer needs no write to have worked (a start whose writes failed on a full disk ends here too,
+        once the disk lets it). The ids of those it ends."""
+        starting = await self.store.list_sessions(None, STARTING_STATUSES)
+        ended = []
+        for row in starting:
+            if row["id"] in self.sessions.starting:
+                continue  # under way: its own timeout ends it
+            limit = start_limit(self.sessions, row)
+            if (now - datetime.fromisoformat(row["status_changed"])).total_seconds() > limit:
+                ended.append(row["id"])
+                self.sessions.spawn(self.sessions.end_stuck_start(row, limit), f"stuck-{row['id']}")
+        return ended
+
+    async def sweep_limits(self, now: datetime) -> None:
         store = self.store
         running = await store.list_sessions(None, [SessionStatus.RUNNING])
         if not running:

@@ -1,0 +1,155 @@
+"""A session in ERROR (or any live status) can always be forced to an end by its owner or an admin, and its
+kernels go from every agent that has one, now or when the agent comes back; an agent that comes back with (or
+still runs) the kernel of a session the manager has ended has it removed and its slots freed, said once in the
+log. On the in-process harness (tests/harness.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from bai.common.problems import Problem
+from tests.harness import Harness
+
+
+async def _errored(h: Harness, name: str, owner: str, agent: str = "a1") -> dict:
+    """A running session of `owner` whose agent is lost: ERROR (agent-lost), its kernel still on the agent."""
+    await h.run(name, owner=owner, cpu=1)
+    return await h.row(name)
+
+
+async def test_a_session_lost_with_its_agent_is_forced_to_an_end_by_its_owner_and_by_an_admin(tmp_path) -> None:
+    async with Harness(tmp_path, lost_grace=0.01) as h:
+        await h.add_agent("a1", cpu=2, keeps_kernels=True)  # its kernels outlive it, as containers do
+        user = await h.keypair("user-1")
+        await _errored(h, "mine-1", user)
+        await _errored(h, "mine-2", user)
+        kernels = h.kernels_on("a1")
+        assert len(kernels) == 2
+        await h.lose_agent("a1")
+        for name in ("mine-1", "mine-2"):
+            assert (await h.wait(name, "ERROR"))["status_info"] == "agent-lost"
+        # not forced: a clear 403 that says to use forced (Backend.AI's), and nothing changes
+        with pytest.raises(Problem) as refused:
+            await h.destroy("mine-1", owner=user)
+        assert refused.value.status == 403 and "forced=true" in (refused.value.msg or "")
+        assert await h.status("mine-1") == "ERROR"
+        # forced, by the owner (by name) and by an admin (by id): ended, never an IllegalTransition
+        await h.destroy("mine-1", forced=True, owner=user)
+        other = await h.row("mine-2")
+        await h.sessions.destroy(await h.sessions.resolve(other["id"], h.admin, ids_of=None), forced=True)
+        for name in ("mine-1", "mine-2"):
+            ended = await h.wait(name, "TERMINATED")
+            assert ended["status_info"] == "force-terminated"
+            assert "stopped heartbeating" in ended["status_data"]["msg"]  # why it failed is kept
+        assert h.kernels_on("a1") == kernels  # the agent is away: it could not be told yet
+        # the agent comes back with both kernels: the manager has ended their sessions, so they go
+        await h.start_agent("a1", keep_kernels=True)
+        assert h.kernels_on("a1") == set()
+        await h.run("takes-all", cpu=2)  # and their slots are free
+
+
+async def test_an_agent_back_with_the_kernel_of_a_session_in_error_has_it_removed_said_once(tmp_path, caplog) -> None:
+    async with Harness(tmp_path, lost_grace=0.01) as h:
+        await h.add_agent("a1", cpu=2, keeps_kernels=True)
+        await h.run("holds-slots", cpu=2)
+        await h.lose_agent("a1")
+        await h.wait("holds-slots", "ERROR")
+        with caplog.at_level(logging.WARNING, logger="bai.manager"):
+            await h.start_agent("a1", keep_kernels=True)
+        ended = await h.wait("holds-slots", "TERMINATED")
+        assert ended["status_info"] == "agent-lost"  # the reason stays
+        assert "its kernel was removed when agent a1 came back" in ended["status_data"]["msg"]
+        assert h.kernels_on("a1") == set()
+        said = [r.getMessage() for r in caplog.records if "of sessions that have ended" in r.getMessage()]
+        assert len(said) == 1 and "agent a1 came back with 1 kernel(s)" in said[0], said
+        await h.run("after-it", cpu=2)  # its slots are free, on the manager and on the agent
+
+
+async def test_a_kernel_an_agent_still_runs_of_an_ended_session_goes_at_its_next_heartbeat(tmp_path, caplog) -> None:
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=2)
+        await h.run("left-behind", cpu=2)
+        kernels = h.kernels_on("a1")
+        real = h.sessions._remove_kernel
+
+        async def fails(*args, **kw):  # the agent did not answer the removal (a timeout): the kernel stays
+            return None
+
+        h.sessions._remove_kernel = fails  # type: ignore[method-assign]
+        await h.destroy("left-behind", forced=True)
+        h.sessions._remove_kernel = real  # type: ignore[method-assign]
+        assert await h.status("left-behind") == "TERMINATED"
+        assert h.kernels_on("a1") == kernels  # still running, its slots taken on the agent
+        with caplog.at_level(logging.WARNING, logger="bai.manager"):
+            await h.heartbeat("a1")
+            await h.until(lambda: not h.kernels_on("a1"), what="the stray kernel is removed")
+            await h.heartbeat("a1")
+            await h.heartbeat("a1")
+        said = [r.getMessage() for r in caplog.records if "still runs" in r.getMessage()]
+        assert len(said) == 1, said
+        await h.run("next-one", cpu=2)
+
+
+async def test_forced_destroy_from_every_live_status_ends_the_session_and_removes_its_kernels(tmp_path) -> None:
+    """PENDING, SCHEDULED, PREPARING, PULLING, RUNNING, RESTARTING, RUNNING_DEGRADED, TERMINATING, ERROR: each
+    forced destroy ends the session (CANCELLED or TERMINATED) and leaves no kernel on the agent."""
+    from bai.common.status import SessionStatus as S
+    from bai.node.link.messages import KernelPulling
+
+    async with Harness(tmp_path, lost_grace=0.01) as h:
+        await h.add_agent("slow", cpu=16, mem="64g", start_delay=60)
+        ended = {}
+        # PENDING: never scheduled; SCHEDULED: placed by a round whose start has not begun
+        await h.create("st-pending")
+        await h.destroy("st-pending", forced=True)
+        ended["st-pending"] = await h.status("st-pending")
+        scheduled = await h.create("st-scheduled")
+        [kernel] = await h.sessions.kernels_of(scheduled["id"])
+        await h.store.apply_round([(scheduled["id"], {kernel["id"]: "slow"})], [], [], [])
+        # PREPARING and PULLING: being created on the slow agent
+        preparing = await h.create("st-preparing")
+        pulling = await h.create("st-pulling")
+        await h.dispatcher.round()
+        await h.wait("st-preparing", "PREPARING")
+        [pk] = await h.sessions.kernels_of(pulling["id"])
+        await h.wait("st-pulling", "PREPARING")
+        await h.sessions.kernel_pulling(KernelPulling(pk["id"], pulling["id"], "python", 1, 2))
+        assert await h.status("st-pulling") == "PULLING"
+        for row in (scheduled, preparing, pulling):
+            await h.destroy(row["name"], forced=True)
+            ended[row["name"]] = await h.status(row["name"])
+        # the running ones, on an agent that starts at once
+        await h.add_agent("fast", cpu=16, mem="64g", keeps_kernels=True)
+        await h.drain("slow")
+        for name, status in (
+            ("st-running", None),
+            ("st-restarting", S.RESTARTING),
+            ("st-degraded", S.RUNNING_DEGRADED),
+            ("st-terminating", S.TERMINATING),
+        ):
+            row = await h.run(name)
+            if status is not None:
+                await h.sessions.transition(row["id"], status, "", {}, allowed_from=[S.RUNNING])
+            await h.destroy(name, forced=True)
+            ended[name] = await h.status(name)
+        await h.run("st-error")
+        await h.lose_agent("fast")
+        await h.wait("st-error", "ERROR")
+        await h.destroy("st-error", forced=True)
+        ended["st-error"] = await h.status("st-error")
+        assert ended == {
+            "st-pending": "CANCELLED",
+            "st-scheduled": "CANCELLED",
+            "st-preparing": "TERMINATED",
+            "st-pulling": "CANCELLED",
+            "st-running": "TERMINATED",
+            "st-restarting": "TERMINATED",
+            "st-degraded": "TERMINATED",
+            "st-terminating": "TERMINATED",
+            "st-error": "TERMINATED",
+        }
+        await h.start_agent("fast", keep_kernels=True)  # the ERROR one's kernel goes when its agent is back
+        assert h.kernels_on("fast") == set()
+        assert h.kernels_on("slow") == set()
