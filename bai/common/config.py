@@ -27,6 +27,14 @@ DEFAULTS: dict[str, Any] = {
         # private CA)
         "tls_cert": "",
         "tls_key": "",
+        # the HTTP API's connections (see bai/node/manager/http_limits.py): seconds to send a complete
+        # request head, seconds a kept-alive connection may wait for its next request, open connections
+        # per client address and in all (0: derived from the open-file limit, which the node raises to
+        # its hard limit at start)
+        "http_header_timeout": 10.0,
+        "http_idle_timeout": 60.0,
+        "http_max_connections_per_peer": 512,
+        "http_max_connections": 0,
     },
     "link": {
         "heartbeat_interval": 3.0,  # seconds between an agent's heartbeats
@@ -179,7 +187,11 @@ GROUPS = "scaling_groups"
 # durations: a number of seconds or a string such as "90s", "12h", "7d"
 DURATIONS = {"manager.log_retention"}
 # numbers that must lie in (low, high]: seconds
-RANGES: dict[str, tuple[float, float]] = {"agent.stat_interval": (0.0, 3600.0)}
+RANGES: dict[str, tuple[float, float]] = {
+    "agent.stat_interval": (0.0, 3600.0),
+    "node.http_header_timeout": (0.0, 3600.0),
+    "node.http_idle_timeout": (0.0, 86400.0),
+}
 # [images.registries.NAME]: url HOST[:PORT] or https://HOST[:PORT] (http:// = insecure); credentials
 # (password or password_file) stay with the manager, which hands an agent what one pull needs
 REGISTRIES = "images.registries"

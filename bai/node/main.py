@@ -166,6 +166,7 @@ async def start_manager(
     from bai.node.manager.api import make_app
     from bai.node.manager.build import build_manager
     from bai.node.manager.hooks import Hooks
+    from bai.node.manager.http_limits import HttpLimits, LimitedTCPSite, raise_nofile
     from bai.node.manager.store import SchemaTooNew, Store
     from bai.node.manager.timers import log_settings
     from bai.node.manager.vfolders.service import VFolders
@@ -210,12 +211,29 @@ async def start_manager(
         "default_resources": {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])},
         "cluster": cluster,
     }
+    try:
+        limits = HttpLimits.from_config(cfg["node"])
+    except ValueError as e:
+        raise NodeError(str(e)) from None
+    nofile, _ = raise_nofile()  # every connection, kernel stream and store handle is a file descriptor
+    limits.resolve(nofile)
+    log.info(
+        "HTTP limits: %d connections (%d per address), header timeout %g s, idle timeout %g s (open files %d)",
+        limits.max_connections,
+        limits.max_connections_per_peer,
+        limits.header_timeout,
+        limits.idle_timeout,
+        nofile,
+    )
     # a short shutdown timeout: open execution streams and waiting creates end with the node
     runner = web.AppRunner(make_app(services, settings), access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     stops["http"] = runner.cleanup
     try:
-        await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls_context(cfg)).start()
+        site = LimitedTCPSite(
+            runner, host, port, limits=limits, reuse_address=True, ssl_context=tls_context(cfg), backlog=1024
+        )
+        await site.start()
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             raise NodeError(

@@ -1,0 +1,281 @@
+"""What a client can do to the manager over HTTP and WebSockets, as an attacker would, against a real node
+(the simulated backend): floods of frames and input, idle and slow connections, malformed requests.
+The node's RSS and open file descriptors are measured with psutil before and after."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import resource
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+import yarl
+
+from bai import API_VERSION
+from bai.common import auth
+from tests.nodeproc import Node, admin_keys
+
+HEADER_TIMEOUT = 1.0
+IDLE_TIMEOUT = 2.0
+PER_PEER = 300
+LIMITS = (
+    "[node]\n"
+    f"http_header_timeout = {HEADER_TIMEOUT}\n"
+    f"http_idle_timeout = {IDLE_TIMEOUT}\n"
+    f"http_max_connections_per_peer = {PER_PEER}\n"
+)
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory) -> Iterator[Node]:
+    node = Node(tmp_path_factory.mktemp("attack"), "sim", extra_config=LIMITS).start()
+    node.cli("session", "create", "--name", "target", "python", check=True)
+    yield node
+    node.stop()
+
+
+def signed_headers(node: Node, path: str) -> dict[str, str]:
+    """Headers of a signed GET of `path` (with its query), as the CLI signs its WebSocket upgrades."""
+    access_key, secret_key = admin_keys(node)
+    host = yarl.URL(node.endpoint).raw_authority
+    date = auth.now_header()
+    sig = auth.sign(secret_key, "GET", path, date, host, "application/octet-stream", API_VERSION)
+    return {
+        "Date": date,
+        "X-BackendAI-Version": API_VERSION,
+        "Authorization": auth.authorization_header(access_key, sig),
+    }
+
+
+@contextlib.asynccontextmanager
+async def websocket(node: Node, path: str, **kw):
+    """A signed WebSocket to the node (the client side accepts any size: the server's bounds are tested)."""
+    async with aiohttp.ClientSession() as http:
+        url = yarl.URL(node.endpoint + path, encoded=True)
+        async with http.ws_connect(url, headers=signed_headers(node, path), max_msg_size=0, **kw) as ws:
+            yield ws
+
+
+async def frames_until_closed(ws, timeout: float = 10.0) -> list:
+    """Every frame the server sends until it closes (the close code is then ws.close_code)."""
+    out = []
+    with contextlib.suppress(asyncio.TimeoutError):
+        async with asyncio.timeout(timeout):
+            async for msg in ws:
+                out.append(json.loads(msg.data) if msg.type == aiohttp.WSMsgType.TEXT else msg)
+    return out
+
+
+def usage(node: Node) -> tuple[int, int]:
+    """(RSS in bytes, open file descriptors) of the node process."""
+    proc = psutil.Process(node.proc.pid)
+    return proc.memory_info().rss, proc.num_fds()
+
+
+def answers(node: Node, source: str = "127.0.0.2") -> bool:
+    """Whether a signed request (from another loopback address than the flood's) gets its answer."""
+    import http.client
+
+    access_key, secret_key = admin_keys(node)
+    host = yarl.URL(node.endpoint).raw_authority
+    date = auth.now_header()
+    sig = auth.sign(secret_key, "GET", "/", date, host, "application/json", API_VERSION)
+    headers = {
+        "Date": date,
+        "X-BackendAI-Version": API_VERSION,
+        "Authorization": f"BackendAI signMethod=HMAC-SHA256, credential={access_key}:{sig}",
+        "Content-Type": "application/json",
+    }
+    conn = http.client.HTTPConnection(host, timeout=10, source_address=(source, 0))
+    try:
+        conn.request("GET", "/", headers=headers)
+        return conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+def node_log(node: Node) -> str:
+    return node.log_path.read_text(errors="replace")
+
+
+async def test_a_flood_of_huge_frames_while_code_runs_is_refused_and_costs_no_memory(node: Node) -> None:
+    rss0, fds0 = usage(node)
+    async with websocket(node, "/stream/session/target/execute") as ws:
+        await ws.send_json({"mode": "batch", "code": "sleep 25", "runId": "flood-1"})
+        big = "x" * (20 * MiB)
+        with contextlib.suppress(ConnectionError, aiohttp.ClientError):
+            for _ in range(20):
+                await ws.send_str(big)
+        await frames_until_closed(ws)
+        # 1009 (message too big); 1006 when the close frame was lost in the reset of a socket still being written
+        assert ws.close_code in (1009, 1006)
+    await asyncio.sleep(0.5)
+    rss1, fds1 = usage(node)
+    print(f"execute flood: RSS {rss0 / MiB:.0f} -> {rss1 / MiB:.0f} MiB, fds {fds0} -> {fds1}")
+    assert rss1 - rss0 < 50 * MiB, (rss0, rss1)
+    assert fds1 <= fds0 + 5
+    assert answers(node)
+
+
+async def test_a_huge_first_frame_is_refused_and_one_under_the_limit_runs(node: Node) -> None:
+    async with websocket(node, "/stream/session/target/execute") as ws:
+        with contextlib.suppress(ConnectionError, aiohttp.ClientError):
+            await ws.send_str(json.dumps({"code": "#" * (5 * MiB)}))
+        await frames_until_closed(ws)
+        assert ws.close_code in (1009, 1006)  # (1006: the close frame lost in the reset of the unread rest)
+    async with websocket(node, "/stream/session/target/execute") as ws:
+        await ws.send_str(json.dumps({"code": "#" * (3 * MiB), "runId": "big-ok"}))
+        frames = await frames_until_closed(ws)
+        assert frames and frames[-1]["status"] == "finished", frames
+
+
+async def test_queued_input_is_bounded_with_an_error_frame(node: Node) -> None:
+    """Input lines sent while the code runs are kept for it, up to a bound; the one over the bound is answered
+    with an error frame (not dropped silently), the run is interrupted and the socket closed (1009)."""
+    from bai.node.manager.api import EXECUTE_MAX_QUEUED_INPUTS
+
+    async with websocket(node, "/stream/session/target/execute") as ws:
+        await ws.send_json({"mode": "batch", "code": "sleep 25", "runId": "flood-2"})
+        with contextlib.suppress(ConnectionError, aiohttp.ClientError):
+            for i in range(EXECUTE_MAX_QUEUED_INPUTS + 10):
+                await ws.send_str(f"line {i}")
+        frames = await frames_until_closed(ws)
+        errors = [f for f in frames if isinstance(f, dict) and f.get("status") == "error"]
+        assert errors and "too much input" in errors[0]["msg"], frames
+        assert ws.close_code == 1009
+    async with websocket(node, "/stream/session/target/execute") as ws:  # one input frame over its own bound
+        await ws.send_json({"mode": "batch", "code": "sleep 25", "runId": "flood-3"})
+        await ws.send_str("y" * (1 * MiB))
+        frames = await frames_until_closed(ws)
+        assert any(isinstance(f, dict) and "input frame is too large" in f.get("msg", "") for f in frames), frames
+    assert answers(node)
+
+
+async def test_deep_json_frames_get_an_error_frame(node: Node) -> None:
+    async with websocket(node, "/stream/session/target/execute") as ws:
+        await ws.send_str("[" * 100_000)
+        frames = await frames_until_closed(ws)
+        assert frames and frames[0]["status"] == "error" and "nested too deeply" in frames[0]["msg"], frames
+    async with websocket(node, "/stream/session/target/pty") as ws:
+        await ws.send_str("[" * 100_000)
+        await ws.send_json({"type": "resize", "rows": 10**30, "cols": 80})
+        await ws.send_json({"type": "resize", "rows": 0, "cols": 80})
+        await ws.send_json({"type": "stdin", "chars": base64.b64encode(b"echo alive\r").decode()})
+        seen, errors = b"", []
+        async with asyncio.timeout(10):
+            while b"alive" not in seen:
+                msg = json.loads((await ws.receive()).data)
+                if msg["type"] == "error":
+                    errors.append(msg["data"])
+                elif msg["type"] == "out":
+                    seen += base64.b64decode(msg["data"])
+        assert len(errors) == 3 and "nested too deeply" in errors[0] and "between 1 and 1000" in errors[1], errors
+    assert "Traceback" not in node_log(node)
+
+
+async def test_long_streams_outlive_the_header_and_idle_timeouts(node: Node) -> None:
+    """The timers only act while a connection waits for a request head: a run of 3 s (longer than both) over
+    the execute WebSocket ends normally."""
+    started = time.monotonic()
+    async with websocket(node, "/stream/session/target/execute") as ws:
+        await ws.send_json({"mode": "batch", "code": "sleep 3", "runId": "long-1"})
+        frames = await frames_until_closed(ws, timeout=20)
+    assert time.monotonic() - started > HEADER_TIMEOUT + IDLE_TIMEOUT
+    assert frames and frames[-1]["status"] == "finished", frames
+
+
+def test_idle_connections_are_capped_per_peer_and_closed_at_the_header_timeout(node: Node) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    count = PER_PEER + 200
+    _, fds0 = usage(node)
+    socks = []
+    try:
+        started = time.monotonic()
+        for _ in range(count):
+            socks.append(socket.create_connection(("127.0.0.1", node.port), timeout=5))
+        _, fds_held = usage(node)
+        # the excess is answered 503 at once, without waiting for the header timeout
+        time.sleep(0.1)
+        refused = 0
+        for s in socks[PER_PEER:]:
+            s.settimeout(0.05)
+            with contextlib.suppress(TimeoutError):
+                if s.recv(64).startswith(b"HTTP/1.1 503"):
+                    refused += 1
+        assert refused == count - PER_PEER, refused
+        assert time.monotonic() - started < HEADER_TIMEOUT * 2
+        assert answers(node)  # a signed request from another address is served meanwhile
+        # the idle ones are answered 408 and closed at the header timeout
+        time.sleep(HEADER_TIMEOUT + 0.5)
+        closed = 0
+        for s in socks[:PER_PEER]:
+            s.settimeout(2)
+            with contextlib.suppress(OSError):
+                data = s.recv(4096)
+                if data.startswith(b"HTTP/1.1 408") or not data:
+                    closed += 1
+        assert closed == PER_PEER, closed
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(0.3)
+    _, fds1 = usage(node)
+    print(f"{count} idle connections: node fds {fds0} -> {fds_held} (held) -> {fds1}")
+    assert fds_held >= fds0 + PER_PEER // 2, (fds0, fds_held)  # they were held, until the timeout
+    assert fds1 <= fds0 + 5, (fds0, fds1)
+    assert answers(node, "127.0.0.1")  # the flooding address is served again
+
+
+def test_a_slowloris_is_closed_at_the_header_timeout(node: Node) -> None:
+    s = socket.create_connection(("127.0.0.1", node.port), source_address=("127.0.0.3", 0))
+    head = b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 100
+    started = time.monotonic()
+    closed_after = None
+    try:
+        s.settimeout(0.2)
+        for byte in head:
+            try:
+                s.sendall(bytes([byte]))
+                data = s.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                data = b""
+            if data == b"" or data.startswith(b"HTTP/1.1 408"):
+                closed_after = time.monotonic() - started
+                break
+    finally:
+        s.close()
+    assert closed_after is not None and closed_after < HEADER_TIMEOUT + 1.0, closed_after
+
+
+def test_malformed_requests_get_400_and_no_traceback(node: Node) -> None:
+    before = node_log(node)
+    for _ in range(50):
+        s = socket.create_connection(("127.0.0.1", node.port), source_address=("127.0.0.4", 0))
+        try:
+            s.sendall(b"GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n")
+            s.settimeout(5)
+            assert b" 400 Bad Request" in s.recv(64)
+        finally:
+            s.close()
+    time.sleep(0.2)
+    new = node_log(node)[len(before) :]
+    assert "Traceback" not in new and "ERROR" not in new, new[-2000:]
+    assert new.count("bad request from") <= 2, new
+
+
+def test_the_limits_are_checked_at_start(tmp_path: Path) -> None:
+    node = Node(tmp_path, "sim", extra_config="[node]\nhttp_max_connections_per_peer = 0\n")
+    with pytest.raises(AssertionError, match="per-peer cap"):
+        node.start()
