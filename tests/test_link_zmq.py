@@ -699,3 +699,35 @@ async def test_frames_that_cannot_travel_fail_the_send_only(links: Links) -> Non
     with pytest.raises(TypeError):
         await manager.open_stream("agent-1", "wait", {"x": object()})
     assert len(manager._streams) == 1
+
+
+async def test_an_over_size_message_drops_only_its_connection(
+    links: Links, manager_secrets: ManagerSecrets, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A peer that sends more than MAX_MESSAGE_TO_MANAGER bytes in one message is disconnected by libzmq before
+    the message is buffered (logged as a dropped connection); the manager and its agents go on."""
+    import bai.node.link.zmq as link_zmq
+
+    monkeypatch.setattr(link_zmq, "MAX_MESSAGE_TO_MANAGER", 1024 * 1024)
+    caplog.set_level(logging.INFO, logger="bai.link")
+    fm, manager, _, _ = await joined_pair(links)
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    public, secret = zmq.curve_keypair()
+    sock.curve_publickey, sock.curve_secretkey = public, secret
+    sock.curve_serverkey = manager_secrets.public_key.encode()
+    try:
+        sock.connect(manager.endpoint)
+        await sock.send_multipart([msgpack.packb(["register", {"blob": b"x" * (2 * 1024 * 1024)}], use_bin_type=True)])
+        for _ in range(50):
+            if "dropped" in caplog.text:
+                break
+            await asyncio.sleep(0.05)
+        assert not await sock.poll(200)  # no answer: the message never reached the manager's code
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+    assert "agent link connection(s) dropped" in caplog.text and "over 1 MiB" in caplog.text
+    assert manager.connected() == {"agent-1"}
+    assert await manager.call("agent-1", "echo", {"small": True}, timeout=2)  # the real agent is unaffected

@@ -73,6 +73,13 @@ ACK_EVERY = 100  # the manager acknowledges at least every this many events of a
 NUDGE_INTERVAL = 0.5  # register-please to one unknown peer at most this often
 SEND_BATCH = 256  # events the agent sends before letting other tasks run
 RECV_BATCH = 512  # messages the manager takes in one turn of the event loop before letting others run
+# The largest message each side takes (ZMQ_MAXMSGSIZE): libzmq drops the connection of a peer that sends a
+# larger one before buffering it (the DEALER reconnects). To the manager the largest is a download's reply:
+# at most DownloadFiles.max_bytes (64 MiB) of archives, plus 1 MiB of tar headers per path (5 paths);
+# to an agent an upload call (the API takes 16 MiB of files). Streams carry frames of 256 KiB.
+MAX_MESSAGE_TO_MANAGER = 128 * 1024 * 1024
+MAX_MESSAGE_TO_AGENT = 64 * 1024 * 1024
+DROP_LOG_EVERY = 10.0  # seconds between two log lines about dropped link connections
 
 # the manager's socket is a plain (blocking-API) socket driven by the event loop: sends never wait (NOBLOCK:
 # queued at once, or refused), and one reader callback takes every message that is in. pyzmq's asyncio
@@ -323,6 +330,9 @@ class ZmqManagerLink:
         self._tasks: list[asyncio.Task[Any]] = []
         self._streams: dict[str, _ManagerStream] = {}  # open streams, by id
         self._closed = False
+        self._monitor: zmq.Socket | None = None  # libzmq's events of the ROUTER (dropped connections)
+        self._dropped = 0  # connections dropped since the last log line
+        self._drop_logged_at = -1e9
 
     async def start(self, handler: ManagerHandler) -> None:
         self.handler = handler
@@ -331,6 +341,7 @@ class ZmqManagerLink:
         _keepalive(sock)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to an unknown peer fails instead of vanishing
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting agent takes its routing id over at once
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_TO_MANAGER)  # a larger message drops its connection
         ivl = max(1000, int(self.heartbeat_timeout * 1000 / 3))
         sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)  # ZMTP pings: drop dead connections
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * ivl)
@@ -349,6 +360,7 @@ class ZmqManagerLink:
         self._loop = asyncio.get_running_loop()
         self._fd = sock.getsockopt(zmq.FD)
         self._loop.add_reader(self._fd, self._readable)
+        self._watch_disconnects(sock)
         self._tasks = [asyncio.create_task(self._watch_liveness(), name="zmq-manager-liveness")]
         log.info("agent link listening on %s", self.endpoint)
 
@@ -705,7 +717,54 @@ class ZmqManagerLink:
         if self._fd is not None and self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._fd)
         self._fd = None
+        self._close_monitor()
         self._sock, self._ctx = _close_zmq(self._sock, self._ctx)
+
+    # -- dropped connections ----------------------------------------------------------------------------
+
+    def _watch_disconnects(self, sock: zmq.Socket) -> None:
+        """Log (at most every DROP_LOG_EVERY seconds) when libzmq drops a connection: an agent that closed or
+        was cut off, or a peer that sent a message over MAX_MESSAGE_TO_MANAGER bytes (libzmq gives no reason)."""
+        try:
+            self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        except zmq.ZMQError as e:  # a libzmq without monitoring: the drops go unlogged, nothing else changes
+            log.debug("cannot monitor the agent link: %s", e)
+            return
+        assert self._loop is not None
+        self._loop.add_reader(self._monitor.getsockopt(zmq.FD), self._monitor_readable)
+        self._loop.call_soon(self._monitor_readable)  # ZMQ_FD is edge-triggered: take what came before
+
+    def _monitor_readable(self) -> None:
+        mon = self._monitor
+        while mon is not None:
+            try:
+                mon.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            except zmq.ZMQError:
+                return
+            self._dropped += 1
+        now = time.monotonic()
+        if self._dropped and now - self._drop_logged_at >= DROP_LOG_EVERY:
+            log.info(
+                "%d agent link connection(s) dropped (an agent closed or was cut off, or a peer sent a message "
+                "over %d MiB)",
+                self._dropped,
+                MAX_MESSAGE_TO_MANAGER >> 20,
+            )
+            self._dropped, self._drop_logged_at = 0, now
+
+    def _close_monitor(self) -> None:
+        mon, self._monitor = self._monitor, None
+        if mon is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(mon.getsockopt(zmq.FD))
+        if self._sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
+        mon.close(linger=0)
 
 
 class _ManagerStream(_ZmqStream):
@@ -799,6 +858,7 @@ class ZmqAgentLink:
         sock = self._ctx.socket(zmq.DEALER)
         _keepalive(sock)
         sock.setsockopt(zmq.ROUTING_ID, self.routing_id)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_TO_AGENT)  # a larger message drops the connection
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         ivl = max(1000, int(self.heartbeat_interval * 1000))
