@@ -276,3 +276,42 @@ def test_full_disk_is_507_reads_work_nothing_is_corrupted(full_node: Node, tmp_p
         db.close()
     keep = next(p for p in folders_dir.iterdir() if (p / "notes.txt").exists())
     assert (keep / "notes.txt").read_text() == "kept\n" and (keep / "big.bin").stat().st_size == 256 * 1024
+
+
+# -- a start on a full disk (the in-process harness, its database on a small tmpfs) -----------------------
+
+
+async def test_a_start_on_a_full_disk_removes_its_kernel_and_ends_once_space_is_freed(tmp_path: Path) -> None:
+    """The kernel does not come up within the preparing timeout and the disk is full: the timeout still fires
+    (it is no write), the kernel is removed from its agent even while nothing can be recorded (also one whose
+    creation finishes late), the session is CANCELLED saying the disk is full once space is freed, and the node
+    then starts sessions again without a restart."""
+    from tests.harness import Harness
+
+    state = tmp_path / "state"
+    mount_tmpfs(state, "8m")
+    try:
+        async with Harness(state, start_timeout=0.3) as h:
+            await h.add_agent("a1", cpu=2, start_delay=1.0)  # comes up after the preparing timeout
+            await h.create("on-full-disk", cpu=2)
+            await h.schedule()
+            row = await h.wait("on-full-disk", "PREPARING")
+            await h.until(lambda: h.kernels_starting("a1"), what="the agent creates the kernel")
+            filler = fill(state)
+            try:
+                # its creation ends (late), and the kernel is removed all the same, the disk still full
+                await h.until(lambda: not h.kernels_starting("a1"), timeout=5, what="the creation ends")
+                await h.until(lambda: not h.kernels_on("a1"), timeout=10, what="the kernel is removed")
+                assert await h.status("on-full-disk") == "PREPARING"  # (nothing can be written yet)
+                assert row["id"] in h.sessions.starting  # its end is under way, waiting for space
+            finally:
+                filler.unlink()
+            ended = await h.wait("on-full-disk", "CANCELLED", timeout=10)
+            assert ended["status_info"] == "failed-to-start"
+            error = ended["status_data"]["error"]
+            assert error["name"] == "DiskFull" and "full disk" in error["repr"], error
+            assert h.kernels_on("a1") == set()
+            h.nodes["a1"].backend.start_delay = 0.0
+            await h.run("after-space-freed", cpu=2)  # its slots are free; no restart needed
+    finally:
+        unmount(state)

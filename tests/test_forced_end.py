@@ -153,3 +153,15 @@ async def test_forced_destroy_from_every_live_status_ends_the_session_and_remove
         await h.start_agent("fast", keep_kernels=True)  # the ERROR one's kernel goes when its agent is back
         assert h.kernels_on("fast") == set()
         assert h.kernels_on("slow") == set()
+
+
+def test_every_live_status_has_a_forced_destroy_and_it_is_a_legal_move() -> None:
+    """The table a forced destroy follows (bai/common/status.py): ERROR→TERMINATING was the 500."""
+    from bai.common.status import ACTIVE_STATUSES, FORCED_DESTROY, SESSION_TRANSITIONS
+    from bai.common.status import SessionStatus as S
+
+    assert set(FORCED_DESTROY) == set(ACTIVE_STATUSES)
+    for status, target in FORCED_DESTROY.items():
+        assert target in SESSION_TRANSITIONS[status], (status, target)
+        if target == S.TERMINATING:
+            assert S.TERMINATED in SESSION_TRANSITIONS[S.TERMINATING]

@@ -124,6 +124,39 @@ async def test_a_kernel_that_does_not_start_in_time_is_an_error_and_frees_its_sl
         await h.wait("next-one", "RUNNING")
 
 
+async def test_a_session_stuck_starting_with_no_start_under_way_is_ended_by_the_timers(tmp_path) -> None:
+    """What started it is gone (an error, a write that failed): past the preparing timeout and a grace the
+    timers end it (CANCELLED, its kernels removed), with no write needed to have worked before."""
+    from bai.node.manager.timers import STUCK_GRACE
+
+    async with Harness(tmp_path, start_timeout=2.0) as h:
+        await h.add_agent("a1", cpu=1)
+        row = await h.create("orphaned")
+        [kernel] = await h.sessions.kernels_of(row["id"])
+        await h.store.apply_round([(row["id"], {kernel["id"]: "a1"})], [], [], [])  # placed, its start lost
+        assert await h.store.start_preparing(row["id"])
+        h.advance(2.0 + STUCK_GRACE - 1)
+        await h.sweep()
+        assert await h.status("orphaned") == "PREPARING"  # not yet past its limit
+        h.advance(2)
+        await h.sweep()
+        ended = await h.wait("orphaned", "CANCELLED")
+        assert ended["status_info"] == "failed-to-start"
+        assert ended["status_data"]["error"]["name"] == "StartTimeout"
+        assert "stayed PREPARING for more than 32 s" in ended["status_data"]["error"]["repr"]
+        await h.run("takes-its-cpu", cpu=1)
+        # a start under way is left to its own timeout
+        h.nodes["a1"].backend.start_delay = 60
+        await h.create("slow-one", cpu=1)
+        h.advance(1)
+        await h.destroy("takes-its-cpu")
+        await h.schedule()
+        await h.wait("slow-one", "PREPARING")
+        h.advance(100)
+        await h.sweep()
+        assert await h.status("slow-one") == "PREPARING"
+
+
 async def test_create_is_get_or_create_by_name(tmp_path) -> None:
     async with Harness(tmp_path) as h:
         first = await h.create("same-name")

@@ -42,6 +42,21 @@ SESSION_TRANSITIONS: dict[SessionStatus, frozenset[SessionStatus]] = {
     S.CANCELLED: frozenset(),
 }
 
+# What a forced destroy moves a live session to (Backend.AI's `forced=true` always ends a session): every
+# live status has one, and each is a legal move above (tests/test_forced_end.py checks both). TERMINATING
+# ends TERMINATED once the kernels are removed; TERMINATING and ERROR go there directly after that.
+FORCED_DESTROY: dict[SessionStatus, SessionStatus] = {
+    S.PENDING: S.CANCELLED,
+    S.SCHEDULED: S.CANCELLED,
+    S.PULLING: S.CANCELLED,
+    S.PREPARING: S.TERMINATING,
+    S.RUNNING: S.TERMINATING,
+    S.RESTARTING: S.TERMINATING,
+    S.RUNNING_DEGRADED: S.TERMINATING,
+    S.TERMINATING: S.TERMINATED,
+    S.ERROR: S.TERMINATED,
+}
+
 DEAD_STATUSES = frozenset({S.TERMINATED, S.CANCELLED})
 # Statuses in which a session holds resources on an agent.
 OCCUPYING_STATUSES = frozenset(set(SessionStatus) - {S.PENDING, S.TERMINATED, S.CANCELLED})

@@ -12,7 +12,7 @@ import logging
 import os
 import secrets
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import (
     ACTIVE_STATUSES,
     DEAD_STATUSES,
+    FORCED_DESTROY,
     OCCUPYING_STATUSES,
     SESSION_EVENTS,
     SessionStatus,
@@ -616,18 +617,29 @@ class Sessions:
         kernels = await self.store.kernels_of(sid)
         for k in kernels:
             k["agent_id"] = k.get("agent_id") or placed.get(k["id"])
-        await self._remove_kernels(kernels, StatusInfo.FAILED_TO_START, timeout=FORCED_REMOVE_TIMEOUT)
         agent_id = kernels[0]["agent_id"] if kernels else None
         error = {"error": {"src": "manager", "agent_id": agent_id, "name": name, "repr": why}}
-        await self._write_end(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, STARTING_OR_SCHEDULED)
+
+        async def remove() -> None:  # (again at each try: a kernel whose creation finished late goes too)
+            await self._remove_kernels(kernels, StatusInfo.FAILED_TO_START, timeout=FORCED_REMOVE_TIMEOUT)
+
+        await self._write_end(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, STARTING_OR_SCHEDULED, remove)
+        await remove()
 
     async def _write_end(
-        self, sid: str, target: SessionStatus, info: str, data: dict[str, Any], allowed: Iterable[SessionStatus]
+        self,
+        sid: str,
+        target: SessionStatus,
+        info: str,
+        data: dict[str, Any],
+        allowed: Iterable[SessionStatus],
+        before_each: Callable[[], Awaitable[None]],
     ) -> None:
-        """A transition that must happen: on a full disk it is tried again (every DISK_RETRY s, up to
-        DISK_RETRY_MAX) until space is freed; warned about once."""
+        """A transition that must happen, after `before_each()`: on a full disk both are tried again (every
+        DISK_RETRY s, doubling up to DISK_RETRY_MAX) until space is freed; warned about once."""
         delay = DISK_RETRY
         while True:
+            await before_each()
             try:
                 await self.transition(sid, target, info, data, allowed_from=allowed)
             except Exception as e:
@@ -814,11 +826,12 @@ class Sessions:
         if not kernels:
             raise no_session(sid)
         main = kernels[0]
-        if status in (S.SCHEDULED, S.PULLING):
+        target = FORCED_DESTROY[status]
+        if target == S.CANCELLED:
             # being started: the start removes what it made when it finds the session ended
             moved = await self.transition(sid, S.CANCELLED, info, {}, allowed_from=[status])
             return None if moved is None else {}
-        if status in (S.TERMINATING, S.ERROR):  # forced: no move before the kernels are removed
+        if target == S.TERMINATED:  # TERMINATING, ERROR: no move before the kernels are removed
             row: dict[str, Any] | None = session
         else:
             row = await self.transition(sid, S.TERMINATING, info, {}, allowed_from=[status])
@@ -949,8 +962,7 @@ class Sessions:
     ) -> LinkStream:
         """A terminal in the session's kernel `kernel_ref` (main1 when None): a link stream to its agent
         (frames: agent/terminal.py)."""
-        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
-            raise invalid(f"session {session['name']} is {session['status']}: a terminal needs a running kernel")
+        self._running_kernel_of(session, "a terminal")
         kernel = await self.kernel_for(session, kernel_ref)
         opening = OpenTerminal(kernel["id"], command, rows, cols)
         try:
@@ -1000,19 +1012,18 @@ class Sessions:
         """Restart the session's kernel (Backend.AI's PATCH /session/{ref}): its code starts afresh (a new
         Python namespace), the session, its container, home and apps' ports stay; runs going on end.
         RUNNING → RESTARTING → RUNNING."""
-        self._running_kernel_of(session, "a restart")
+        if S(session["status"]) != S.RUNNING:  # (not RUNNING_DEGRADED either: its kernels are not all there)
+            raise not_now(session, "a restart needs a RUNNING session")
         if session["type"] == "batch":
             raise invalid("a batch session runs its command once: it cannot be restarted")
         kernels = await self.store.kernels_of(session["id"])
         sid = session["id"]
-        row = await self.transition(sid, S.RESTARTING, "restarting", {}, allowed_from=[S.RUNNING, S.RUNNING_DEGRADED])
+        row = await self.transition(sid, S.RESTARTING, "restarting", {}, allowed_from=[S.RUNNING])
         if row is None:
             current = await self.store.get_session(sid)
-            raise Problem(
-                "generic-bad-request",
-                "Bad request.",
-                f"session {session['name']} is {current['status'] if current else 'gone'}: it cannot be restarted now",
-            )
+            if current is None:
+                raise no_session(sid)
+            raise not_now(current, "it cannot be restarted now")
         self.busy.clear(sid)
         # every kernel of the session restarts (at once)
         answers = await asyncio.gather(
