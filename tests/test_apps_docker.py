@@ -88,11 +88,15 @@ def test_the_web_app_is_served_through_the_tunnel_from_a_kernel_without_network(
         node.cli("session", "exec", name, "-c", "open('hello.txt','w').write('hello from the kernel')", check=True)
         proc, port, url = open_app(node, name, "web")
         try:
-            assert url == f"http://127.0.0.1:{port}/"
-            status, body = http_get(port, "/hello.txt")
+            # http.server has no login of its own: the URL carries the listener's token
+            token = url.removeprefix(f"http://127.0.0.1:{port}/?token=")
+            assert len(token) == 32 and url == f"http://127.0.0.1:{port}/?token={token}", url
+            status, body = http_get(port, f"/hello.txt?token={token}")
             assert (status, body) == (200, b"hello from the kernel")
-            status, listing = http_get(port, "/")
+            status, listing = http_get(port, f"/?token={token}")
             assert status == 200 and b"hello.txt" in listing
+            status, refused = http_get(port, "/hello.txt")  # another local process, without the token
+            assert status == 403 and b"kernel" not in refused
         finally:
             node.cli("session", "destroy", name, check=True)
             code = proc.wait(30)
@@ -126,7 +130,8 @@ def test_a_kernel_on_bridge_publishes_its_apps_on_loopback_from_the_pool(bridge_
         assert web["hostPorts"] and 30700 <= web["hostPorts"][0] <= 30701
         out = bridge_node.cli("session", "apps", name, check=True).stdout
         assert f"127.0.0.1:{web['hostPorts'][0]}" in out
-        assert asyncio.run(start(bridge_node, name, "web")) == {"app": "web", "started": True}
+        started = asyncio.run(start(bridge_node, name, "web"))
+        assert (started["app"], started["started"], started["token"]) == ("web", True, "")  # no secret of its own
         status, _ = http_get(web["hostPorts"][0], "/")
         assert status == 200
         kernel = bridge_node.json("session", "info", name)["kernels"][0]["id"]

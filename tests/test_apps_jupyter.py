@@ -1,11 +1,13 @@
 """JupyterLab in a bai session, opened through the tunnel as a user would: `bai session app NB jupyterlab`
-prints a URL, headless Chromium loads it, creates a notebook, types `print(6*7)`, runs it with
+prints a URL (with the app's token: without it the listener and Jupyter answer 403, see
+tests/test_apps_auth.py), headless Chromium loads it, creates a notebook, types `print(6*7)`, runs it with
 Shift+Enter and reads 42. The kernel has no network: every byte (the page, its WebSockets, the Jupyter
 kernel's messages) goes through the manager and the agent's link. Screenshot:
 build/snapshots/jupyterlab-through-bai.png."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -30,10 +32,13 @@ async def test_jupyterlab_through_the_tunnel_runs_a_cell(
     proc = docker_node.popen("session", "app", name, "jupyterlab", "--bind", f"127.0.0.1:{port}")
     try:
         url = proc.stdout.readline().strip()
-        assert url == f"http://127.0.0.1:{port}/lab", (url, proc.stderr.readline())
+        base = f"http://127.0.0.1:{port}"
+        assert re.fullmatch(rf"{re.escape(base)}/lab\?token=[A-Za-z0-9_-]{{32}}", url), (url, proc.stderr.readline())
         async with Browser(chromium) as browser:
             try:
-                output = await run_jupyterlab_cell(browser, url.removesuffix("/lab"), "print(6*7)")
+                # the URL bai printed (its token lets the browser in: the listener's cookie and Jupyter's)
+                await browser.navigate(url, timeout=60)
+                output = await run_jupyterlab_cell(browser, base, "print(6*7)")
             except BaseException:
                 await browser.screenshot(SNAPSHOT.with_name("jupyterlab-through-bai-failed.png"))
                 raise

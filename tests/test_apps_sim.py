@@ -106,7 +106,7 @@ def test_an_http_app_prints_an_http_url_on_the_apps_port_by_default(sim_node: No
     proc = sim_node.popen("session", "app", "apps-web", "web")
     try:
         url = proc.stdout.readline().strip()
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url), url
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[A-Za-z0-9_-]{32}", url), url
     finally:
         proc.terminate()
         proc.wait(10)
