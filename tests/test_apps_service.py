@@ -220,3 +220,35 @@ async def test_session_info_graphql_and_the_dashboard_show_the_apps(tmp_path):
         assert [a["name"] for a in json.loads(gql["containers"][0]["service_ports"])] == ["echo", "web", "broken"]
         dash = (await session_view(h.sessions, row)).to_dashboard()
         assert dash["servicePorts"][0] == {"name": "echo", "protocol": "tcp", "ports": [7000]}
+
+
+async def test_an_apps_secret_reaches_the_owners_listing_once_started_and_only_a_real_one(tmp_path):
+    """What the kernel's runner answers as an app's token (bai/node/agent/runner.py start-service) is kept
+    by the manager for the listing and start reply of the session's owner; anything that is not a token
+    (a runner of a compromised kernel answering garbage) is dropped on the agent's side."""
+    secret = "s3cret-" + "a" * 25
+    async with Harness(tmp_path) as h:
+        row = await started(h)
+        backend = h.nodes["a1"].backend
+        answers = {"echo": secret, "web": "not a token!\r\nSet-Cookie: x"}
+        plain_start = backend.start_app
+
+        async def start_app(kernel, app, timeout):
+            reply = await plain_start(kernel, app, timeout)
+            return {**reply, "token": answers.get(app.name, "")}
+
+        backend.start_app = start_app
+        before = {a["name"]: a for a in await h.services.apps.listed(row)}
+        assert "token" not in before["echo"] and "?" not in before["echo"]["url_template"]
+        kernel, _, _ = await h.services.apps.start(row, "echo")
+        await h.services.apps.start(row, "web")
+        after = {a["name"]: a for a in await h.services.apps.listed(row)}
+        assert after["echo"]["token"] == secret and after["echo"]["url_template"].endswith(f"?token={secret}")
+        assert "token" not in after["web"] and after["web"]["url_template"] == "{protocol}://{host}:{port}/"
+        assert h.services.apps.token(kernel, "web") == ""
+
+
+def test_a_token_goes_into_a_url_once_and_urlencoded():
+    assert apps.with_token("{protocol}://{host}:{port}/lab", "") == "{protocol}://{host}:{port}/lab"
+    assert apps.with_token("http://h:1/lab?x=1&token=old#f", "new-tok_1") == "http://h:1/lab?x=1&token=new-tok_1#f"
+    assert apps.with_token("http://h:1/", "a/b c") == "http://h:1/?token=a%2Fb%20c"

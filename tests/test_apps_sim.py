@@ -13,8 +13,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from bai.node.manager.apps_api import MAX_MESSAGE
 from tests.nodeproc import Cluster, Node, free_port
 from tests.test_official_client import Official, official_client
 from tests.tui_support import node_client
@@ -187,3 +191,64 @@ def test_tunnels_ride_the_zmq_link_of_a_split_cluster(split: Cluster) -> None:
         proc.terminate()
         proc.wait(10)
         split.cli("session", "destroy", "apps-split", check=True)
+
+
+async def echoed(client, sid: str, frames: list[bytes | str]) -> tuple[bytes, int | None]:
+    """Send `frames` down a tunnel to the echo app; what comes back (all of it), and the close code when the
+    server closed the tunnel instead."""
+    ws = await client.app_tunnel(sid, "echo")
+    want = sum(len(f.encode() if isinstance(f, str) else f) for f in frames)
+    got = b""
+    try:
+        for frame in frames:
+            await (ws.send_str(frame) if isinstance(frame, str) else ws.send_bytes(frame))
+        while len(got) < want:
+            msg = await asyncio.wait_for(ws.receive(), 20)
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                got += msg.data
+            elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
+                return got, ws.close_code
+        return got, None
+    finally:
+        await ws.close()
+
+
+@pytest.fixture(scope="module")
+def frames_session(sim_node: Node) -> Iterator[str]:
+    info = session(sim_node, "apps-frames")
+    yield info["id"]
+    sim_node.cli("session", "destroy", "apps-frames", check=True)
+
+
+frame = st.one_of(st.binary(min_size=1, max_size=70_000), st.text(min_size=1, max_size=2_000))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(frame, min_size=1, max_size=8))
+def test_any_frames_within_the_limit_come_back_intact(sim_node: Node, frames_session: str, frames) -> None:
+    async def go() -> tuple[bytes, int | None]:
+        client = node_client(sim_node)
+        try:
+            return await echoed(client, frames_session, frames)
+        finally:
+            await client.close()
+
+    got, closed = asyncio.run(go())
+    assert closed is None and got == b"".join(f.encode() if isinstance(f, str) else f for f in frames)
+
+
+def test_a_frame_over_the_limit_closes_the_tunnel_with_1009_and_the_next_one_works(
+    sim_node: Node, frames_session: str
+) -> None:
+    async def go() -> tuple[tuple[bytes, int | None], tuple[bytes, int | None]]:
+        client = node_client(sim_node)
+        try:
+            over = await echoed(client, frames_session, [b"x" * (MAX_MESSAGE + 1)])
+            at = await echoed(client, frames_session, [b"y" * MAX_MESSAGE])
+            return over, at
+        finally:
+            await client.close()
+
+    (got, code), (back, closed) = asyncio.run(go())
+    assert got == b"" and code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+    assert closed is None and back == b"y" * MAX_MESSAGE

@@ -85,7 +85,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     services = services_of(request)
     row = await session_of(request)
     name = app_query(request)
-    ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_MESSAGE)
+    ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_MESSAGE + 1)  # aiohttp refuses sizes >= it
     if not ws.can_prepare(request).ok:
         raise invalid("the app proxy is a WebSocket: connect with an Upgrade: websocket request")
     kernel = await services.apps.ensure_started(row, name)  # 4xx before the upgrade
