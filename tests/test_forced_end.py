@@ -165,3 +165,97 @@ def test_every_live_status_has_a_forced_destroy_and_it_is_a_legal_move() -> None
         assert target in SESSION_TRANSITIONS[status], (status, target)
         if target == S.TERMINATING:
             assert S.TERMINATED in SESSION_TRANSITIONS[S.TERMINATING]
+
+
+async def test_many_sessions_forced_to_an_end_from_error_leave_no_task_fd_or_kernel_behind(tmp_path) -> None:
+    """200 sessions that end in ERROR and are forced to an end: afterwards the agent holds no kernel, and the
+    manager no more tasks, file descriptors or bookkeeping than before (RSS measured too)."""
+    import asyncio
+
+    import psutil
+
+    from bai.common.status import SessionStatus as S
+
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=64, mem="256g")
+
+        async def cycle(name: str) -> None:
+            row = await h.run(name, cpu=1, mem="1g")
+            await h.sessions.transition(row["id"], S.ERROR, "agent-lost", {"msg": "gone"}, allowed_from=[S.RUNNING])
+            await h.destroy(name, forced=True)
+
+        for i in range(10):  # warm up (lazily made statements, caches)
+            await cycle(f"warm-{i}")
+        me = psutil.Process()
+        fds, tasks, rss = me.num_fds(), len(asyncio.all_tasks()), me.memory_info().rss
+        for i in range(200):
+            await cycle(f"err-{i}")
+        await h.heartbeat("a1")
+        await asyncio.sleep(0.05)
+        after_fds, after_tasks, after_rss = me.num_fds(), len(asyncio.all_tasks()), me.memory_info().rss
+        print(f"fds {fds} -> {after_fds}, tasks {tasks} -> {after_tasks}, rss {rss >> 20} -> {after_rss >> 20} MiB")
+        assert h.kernels_on("a1") == set()
+        assert after_fds <= fds + 2 and after_tasks <= tasks + 2, (fds, after_fds, tasks, after_tasks)
+        assert after_rss - rss < 32 << 20, (rss, after_rss)
+        assert not h.sessions.starting and not h.sessions._removing and len(h.sessions._stray_looks) <= 1
+        statuses = {r["status"] for r in await h.store.list_sessions(None, None)}
+        assert statuses == {"TERMINATED"}
+
+
+async def _cli(env: dict[str, str], *argv: str) -> tuple[int, str]:
+    """A client program run without blocking the loop the node's API is served from."""
+    import asyncio
+
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
+async def test_the_cli_and_the_official_client_force_a_session_in_error_to_an_end(tmp_path) -> None:
+    """`bai session destroy NAME` is refused saying to use --force; `bai session destroy --force NAME` and
+    `backend.ai session rm -f NAME` (the official client, when installed) end it."""
+    import os
+    import sys
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from bai.node.manager.api import make_app
+    from tests.test_official_client import official_client
+
+    async with Harness(tmp_path, lost_grace=0.01) as h:
+        await h.add_agent("a1", cpu=4, keeps_kernels=True)
+        user = await h.keypair("cli-user")
+        for name in ("by-bai", "by-official"):
+            await h.run(name, owner=user)
+        await h.lose_agent("a1")
+        keypairs = await h.store.keypairs()
+        settings = {"keypairs": keypairs, "default_resources": h.defaults, "cluster": None}
+        client = TestClient(TestServer(make_app(h.manager.services, settings)))
+        await client.start_server()
+        try:
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": str(tmp_path),
+                "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                "LANG": "C.UTF-8",
+                "BACKEND_ENDPOINT": f"http://{client.host}:{client.port}",
+                "BACKEND_ACCESS_KEY": user,
+                "BACKEND_SECRET_KEY": keypairs[user]["secret_key"],
+            }
+            bai = [sys.executable, "-m", "bai", "session", "destroy"]
+            code, out = await _cli(env, *bai, "by-bai")
+            assert code != 0 and "forced" in out and "ERROR" in out, out
+            assert await h.status("by-bai") == "ERROR"
+            code, out = await _cli(env, *bai, "--force", "by-bai")
+            assert code == 0, out
+            assert (await h.row("by-bai"))["status"] == "TERMINATED"
+            program = official_client()
+            code, out = await _cli(env, program, "session", "rm", "-f", "by-official")
+            assert "Traceback" not in out and "error" not in out.lower(), out
+            assert (await h.row("by-official"))["status"] == "TERMINATED"
+        finally:
+            await client.close()
+        await h.start_agent("a1", keep_kernels=True)
+        assert h.kernels_on("a1") == set()

@@ -103,7 +103,7 @@ def _what_to_do(session: dict[str, Any]) -> str:
         return "wait until it is RUNNING (`bai session info` shows its status)"
     if status == S.ERROR:
         why = f" ({session['status_info']})" if session.get("status_info") else ""
-        return f"it failed{why}: destroy it with forced=true (`bai session rm --force`) and start a new one"
+        return f"it failed{why}: destroy it with forced=true (`bai session destroy --force`) and start a new one"
     return "it has ended: start a new session"
 
 
@@ -820,7 +820,7 @@ class Sessions:
                 "generic-forbidden",
                 "Forbidden.",
                 f"the session is {status}{why}; wait, or destroy it with forced=true "
-                "(`bai session rm --force`, `backend.ai session rm -f`)",
+                "(`bai session destroy --force`, `backend.ai session rm -f`)",
             )
         kernels = await self.store.kernels_of(sid)
         if not kernels:
