@@ -455,9 +455,7 @@ class InputQueue:
         return bool(self._items)
 
     def put(self, msg) -> None:
-        if msg.type == WSMsgType.BINARY and msg.data:
-            raise InputRefused("input frames are text (an empty binary frame ends the input)")
-        text = msg.data if msg.type == WSMsgType.TEXT else None
+        text = msg.data if msg.type == WSMsgType.TEXT else None  # a binary frame: the end of the input
         size = len(text.encode(errors="surrogatepass")) if text is not None else 0
         if size > EXECUTE_MAX_INPUT:
             raise InputRefused(f"an input frame is too large ({size} bytes; at most {EXECUTE_MAX_INPUT})")
