@@ -86,10 +86,15 @@ def _policy_fields(
     idle_cpu: str | None = None,
     idle_gpu: str | None = None,
     idle_window: str | None = None,
+    max_networks: int | None = None,
 ) -> dict[str, Any]:
     from bai.common.durations import parse_duration
 
     fields: dict[str, Any] = {}
+    if max_networks is not None:
+        if max_networks < 0:
+            raise typer.BadParameter("--max-networks must be >= 0 (0 = unlimited)")
+        fields["max_session_networks"] = max_networks
     if max_sessions is not None:
         if max_sessions < 0:
             raise typer.BadParameter("--max-sessions must be >= 0 (0 = unlimited)")
@@ -181,6 +186,14 @@ IdleGpu = Annotated[
     str | None,
     typer.Option("--idle-gpu", help="The same for their GPUs' mean utilisation, percent (off = not checked)."),
 ]
+MaxNetworks = Annotated[
+    int | None,
+    typer.Option(
+        "--max-networks",
+        help="Sessions of several kernels per keypair at once: each holds a Docker network (one of the daemon's "
+        "address pools) on every agent it runs on (0 = any; default 2).",
+    ),
+]
 IdleWindow = Annotated[
     str | None, typer.Option("--idle-window", help="The window of --idle-cpu / --idle-gpu (e.g. 10m; default 10m).")
 ]
@@ -199,12 +212,13 @@ def policy_create(
     idle_cpu: IdleCpu = None,
     idle_gpu: IdleGpu = None,
     idle_window: IdleWindow = None,
+    max_networks: MaxNetworks = None,
     as_json: AsJson = False,
 ) -> None:
     """Create a resource policy."""
     fields = _policy_fields(
         max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size,
-        idle_cpu, idle_gpu, idle_window,
+        idle_cpu, idle_gpu, idle_window, max_networks,
     )  # fmt: skip
     _show_policy(call(lambda c: c.create_policy(name, **fields)), as_json)
 
@@ -222,12 +236,13 @@ def policy_update(
     idle_cpu: IdleCpu = None,
     idle_gpu: IdleGpu = None,
     idle_window: IdleWindow = None,
+    max_networks: MaxNetworks = None,
     as_json: AsJson = False,
 ) -> None:
     """Change a resource policy (only the options given)."""
     fields = _policy_fields(
         max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size,
-        idle_cpu, idle_gpu, idle_window,
+        idle_cpu, idle_gpu, idle_window, max_networks,
     )  # fmt: skip
     if not fields:
         raise typer.BadParameter("give at least one option to change")

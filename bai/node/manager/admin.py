@@ -43,6 +43,7 @@ def keypair_json(row: dict[str, Any], *, with_secret: bool = False) -> dict[str,
     return out
 
 
+MAX_SESSION_NETWORKS = 10_000  # a bound on the number itself (a daemon has about 31 address pools by default)
 MAX_IDLE_WINDOW = 7 * 86400  # seconds: the longest window of idle detection by utilisation
 
 
@@ -59,6 +60,14 @@ def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise invalid("max_concurrent_sessions must be a whole number >= 0 (0 = unlimited)")
         out["max_concurrent_sessions"] = value
+    if "max_session_networks" in body:
+        value = body["max_session_networks"]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SESSION_NETWORKS:
+            raise invalid(
+                f"max_session_networks must be a whole number from 0 to {MAX_SESSION_NETWORKS} (sessions of several "
+                "kernels a keypair may hold at once, each with a Docker network; 0 = unlimited)"
+            )
+        out["max_session_networks"] = value
     if "total_resource_slots" in body:
         raw = body["total_resource_slots"]
         if not isinstance(raw, dict):

@@ -9,6 +9,10 @@ stored and before any connection is made:
   allowed; anything else (`bridge`, `host`, a user-defined Docker network) only when listed.
 - Registries. An image naming a registry (`HOST[:PORT]/repo:tag`) is pulled only from a registry of
   `[images.registries.NAME]`; the manager holds its credentials and hands the agent what one pull needs.
+- Kernel size. Each kernel asks for at least MIN_KERNEL_CPU cores and MIN_KERNEL_MEM of memory
+  (`[session] min_kernel_cpu` / `min_kernel_mem`): below that Docker refuses the container (memory under
+  6 MiB) or the kernel's runner cannot even start, and a flood of tiny kernels would hold the node's
+  processes, networks and containers for almost no quota. A request below the floor is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -16,15 +20,21 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bai.common import slots as slotlib
 from bai.common.images import registry_of
 from bai.common.problems import Problem, invalid
 
 ALWAYS_ALLOWED_NETWORKS = ("none",)  # no network at all is never a risk
 # a Docker network name; `container:ID` (sharing another container's namespace) is not one
 NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# the smallest kernel: a tenth of a core (the runner and an interpreter answer in well under a second at
+# that share) and 32 MiB (Docker's floor is 6 MiB; the runner with Python 3.11 takes about 15 MiB resident)
+MIN_KERNEL_CPU = Decimal("0.1")
+MIN_KERNEL_MEM = Decimal(32 * 2**20)
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,7 @@ class Admission:
     groups: dict[str, GroupPolicy] = field(default_factory=lambda: {"default": GroupPolicy()})
     registries: dict[str, ImageRegistry] = field(default_factory=dict)  # by host
     default_network: str = "none"  # [agent.docker] network: what a session that names none gets
+    min_kernel: dict[str, Decimal] = field(default_factory=lambda: {"cpu": MIN_KERNEL_CPU, "mem": MIN_KERNEL_MEM})
 
     def registry_for(self, image: str) -> ImageRegistry | None:
         host = registry_of(image)
@@ -136,7 +147,46 @@ def from_config(cfg: dict[str, Any]) -> Admission:
             insecure or bool(plain),
         )
     default_network = str(((cfg.get("agent") or {}).get("docker") or {}).get("network") or "none")
-    return Admission(groups, registries, default_network)
+    return Admission(groups, registries, default_network, min_kernel_of(cfg.get("session") or {}))
+
+
+def min_kernel_of(session: dict[str, Any]) -> dict[str, Decimal]:
+    """`[session] min_kernel_cpu` / `min_kernel_mem` (the constants when unset); ValueError when unreadable.
+    The memory floor never goes below Docker's own (6 MiB)."""
+    out = {}
+    for slot, key, default in (("cpu", "min_kernel_cpu", MIN_KERNEL_CPU), ("mem", "min_kernel_mem", MIN_KERNEL_MEM)):
+        value = session.get(key)
+        if value is None or value == "":
+            out[slot] = default
+            continue
+        try:
+            amount = slotlib.parse_amount(slot, value)
+        except (slotlib.SlotError, ValueError, ArithmeticError) as e:
+            raise ValueError(f"[session] {key}: {e}") from None
+        if not amount.is_finite() or amount < 0:
+            raise ValueError(f"[session] {key}: {value!r} is not an amount")
+        out[slot] = max(amount, DOCKER_MIN_MEM) if slot == "mem" else amount
+    return out
+
+
+DOCKER_MIN_MEM = Decimal(6 * 2**20)  # Docker refuses a memory limit below this
+
+
+def check_kernel_size(admission: Admission, resources: dict[str, Decimal]) -> Problem | None:
+    """Each kernel asks for at least the floor of cpu and mem (a slot it does not name is not checked)."""
+    for slot, least in admission.min_kernel.items():
+        asked = resources.get(slot)
+        if asked is not None and asked < least:
+            floor = ", ".join(f"{n} {slotlib.format_amount(n, v)}" for n, v in admission.min_kernel.items())
+            return Problem(
+                "invalid-api-params",
+                "Kernel too small.",
+                f"config.resources.{slot}: {slotlib.format_amount(slot, asked)} is below the smallest kernel, "
+                f"{slot} {slotlib.format_amount(slot, least)} (each kernel needs at least {floor}; "
+                f"[session] min_kernel_{slot})",
+                {"slot": slot, "requested": str(asked), "minimum": str(least)},
+            )
+    return None
 
 
 def check_image(admission: Admission, image: str) -> Problem | None:
@@ -181,7 +231,8 @@ def check_group(admission: Admission, group: str, agent_groups: set[str]) -> Pro
 def admit(admission: Admission, req: Any, is_admin: bool, agent_groups: Iterable[str] = ()) -> Problem | None:
     """None when the request (a CreateRequest) may be created, else the Problem that says why not."""
     return (
-        check_group(admission, req.scaling_group, set(agent_groups))
+        check_kernel_size(admission, req.resources)
+        or check_group(admission, req.scaling_group, set(agent_groups))
         or check_network(admission, req.network, req.scaling_group, is_admin)
         or check_image(admission, req.image)
     )

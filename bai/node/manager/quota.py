@@ -5,7 +5,12 @@ extension; read-only). The dashboard's header shows it.
      "maxConcurrentSessions": N (0: unlimited), "concurrentSessions": N,
      "totalResourceSlots": {slot: amount} (the policy's; a slot not named is `defaultForUnspecified`:
                            "UNLIMITED" or "LIMITED", i.e. 0),
-     "defaultForUnspecified", "occupiedSlots": {slot: amount}}
+     "defaultForUnspecified", "occupiedSlots": {slot: amount},
+     "maxSessionNetworks": N (0: unlimited), "sessionNetworks": N}
+
+`sessionNetworks` counts the keypair's sessions of several kernels from SCHEDULED to TERMINATING (each holds
+a Docker network on every agent it runs on, until its last kernel there is removed): the scheduler keeps a
+new one PENDING while it has `maxSessionNetworks` of them.
 
 Amounts are in wire form (decimal strings, bytes in bytes). What counts is what the scheduler counts
 against a keypair (sessions from SCHEDULED to RUNNING, not TERMINATING). No parameters: everyone sees
@@ -20,6 +25,7 @@ from aiohttp import web
 
 from bai.common import slots as slotlib
 from bai.common.problems import invalid
+from bai.common.status import OCCUPYING_STATUSES
 from bai.node.manager.dispatcher import QUOTA_STATUSES
 from bai.node.manager.http import services_of
 
@@ -32,7 +38,8 @@ async def my_quota(request: web.Request) -> web.Response:
     keypair = (await services.accounts.keypairs(active_only=False)).get(access_key) or {}
     name = keypair.get("resource_policy") or "default"
     policy = (await services.accounts.policies()).get(name) or {}
-    held = await services.sessions.list(access_key, QUOTA_STATUSES)
+    holding = await services.sessions.list(access_key, OCCUPYING_STATUSES)
+    held = [s for s in holding if s["status"] in QUOTA_STATUSES]
     occupied: dict[str, Decimal] = {}
     for session in held:
         occupied = slotlib.add(occupied, slotlib.from_wire(session.get("requested_slots")))
@@ -45,5 +52,7 @@ async def my_quota(request: web.Request) -> web.Response:
             "totalResourceSlots": slotlib.to_wire(slotlib.from_wire(policy.get("total_resource_slots"))),
             "defaultForUnspecified": policy.get("default_for_unspecified") or "UNLIMITED",
             "occupiedSlots": slotlib.to_wire({k: v for k, v in occupied.items() if v}),
+            "maxSessionNetworks": int(policy.get("max_session_networks") or 0),
+            "sessionNetworks": sum(1 for s in holding if (s.get("cluster_size") or 1) > 1),
         }
     )

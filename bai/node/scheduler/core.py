@@ -61,6 +61,7 @@ from .snapshot import (
     MULTI_NODE,
     PREDICATES,
     RESERVED_TIME,
+    SESSION_NETWORKS,
     AgentState,
     Cancel,
     Decisions,
@@ -204,6 +205,7 @@ class _Round:
             or session.starts_at is not None
             or session.session_type not in self.allowed_types
             or quota.checked
+            or (per_kernel is not None and quota.max_networks > 0)  # several kernels: a network held
             or (
                 session.image_min  # remembered per request (see `_meets_image_min`); looked up here for one kernel
                 and not (per_kernel is None and prepared.meets.get(id(session.image_min)))
@@ -237,6 +239,8 @@ class _Round:
             if mapping is None:
                 return None
         quota.concurrent += 1
+        if per_kernel is not None:
+            quota.networks += 1
         quota.placed.append(total)  # summed into quota.occupied when that is next read
         placement = _new_object(Placement)  # Placement(session.id, mapping), see `_set_session_id`
         _set_session_id(placement, session.id)
@@ -285,6 +289,9 @@ class _Round:
         if quota.limited and (msg := preds.keypair_resource_limit(quota, prepared.slots, self.table)):
             failed = failed or {}
             failed[KEYPAIR_RESOURCE_LIMIT] = msg
+        if quota.max_networks > 0 and (msg := preds.session_networks(quota, session)):
+            failed = failed or {}
+            failed[SESSION_NETWORKS] = msg
         return failed
 
     def place_kernels(

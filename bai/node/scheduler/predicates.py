@@ -4,7 +4,7 @@ Each returns None when the session passes, else the sentence users see. They are
 order of `snapshot.PREDICATES` and all of them are evaluated, so every reason is reported.
 `dependencies` is the odd one: it can also say that the session must be cancelled.
 
-The two quota predicates work on a `KeypairQuota`: the keypair's state from the snapshot plus
+The quota predicates work on a `KeypairQuota`: the keypair's state from the snapshot plus
 what was placed for it earlier in the same round, in the ints of a `SlotTable`.
 """
 
@@ -135,6 +135,8 @@ class KeypairQuota:
         "policy_name",
         "concurrent",
         "max_concurrent",
+        "networks",
+        "max_networks",
         "_occupied",
         "placed",
         "limits",
@@ -149,6 +151,7 @@ class KeypairQuota:
             self.policy_name = "(none)"
             self.concurrent = 0
             self.max_concurrent = 0
+            self.networks = self.max_networks = 0
             self._occupied: dict[int, int] = {}
             self.placed: list[Mapping[int, int]] = []  # requests placed this round, not summed yet
             self.limits: dict[int, int | None] = {}
@@ -159,6 +162,8 @@ class KeypairQuota:
         self.policy_name = policy.name
         self.concurrent = state.concurrent_sessions
         self.max_concurrent = policy.max_concurrent_sessions
+        self.networks = state.session_networks
+        self.max_networks = policy.max_session_networks
         self._occupied = table.convert(state.occupied)
         self.placed = []
         limits = table.convert(policy.total_resource_slots)
@@ -190,6 +195,17 @@ def concurrency(quota: KeypairQuota) -> str | None:
     if quota.max_concurrent <= 0 or quota.concurrent < quota.max_concurrent:
         return None
     return f"keypair {quota.access_key} has {quota.concurrent}/{quota.max_concurrent} concurrent sessions"
+
+
+def session_networks(quota: KeypairQuota, session: PendingSession) -> str | None:
+    """A session of several kernels holds a Docker network (on each agent it runs on): the keypair's such
+    sessions (held plus placed this round) < max_session_networks. A one-kernel session holds none."""
+    if len(session.kernels) < 2 or quota.max_networks <= 0 or quota.networks < quota.max_networks:
+        return None
+    return (
+        f"keypair {quota.access_key} holds {quota.networks}/{quota.max_networks} session networks "
+        f"(sessions of several kernels; policy {quota.policy_name} max_session_networks)"
+    )
 
 
 def keypair_resource_limit(quota: KeypairQuota, request: Mapping[int, int], table: SlotTable) -> str | None:

@@ -74,6 +74,7 @@ ALLOWED_SESSION_TYPES = "allowed_session_types"
 IMAGE_MIN_RESOURCES = "image_min_resources"
 CONCURRENCY = "concurrency"
 KEYPAIR_RESOURCE_LIMIT = "keypair_resource_limit"
+SESSION_NETWORKS = "session_networks"  # a bai predicate: the networks of sessions of several kernels
 PREDICATES: tuple[str, ...] = (
     RESERVED_TIME,
     DEPENDENCIES,
@@ -81,6 +82,7 @@ PREDICATES: tuple[str, ...] = (
     IMAGE_MIN_RESOURCES,
     CONCURRENCY,
     KEYPAIR_RESOURCE_LIMIT,
+    SESSION_NETWORKS,
 )
 
 # A session cancelled because something it depends on ended without success. Not a Backend.AI
@@ -146,10 +148,13 @@ class AgentState:
 
 @dataclass(frozen=True, slots=True)
 class ResourcePolicy:
-    """A keypair's limits: concurrent sessions and total slots."""
+    """A keypair's limits: concurrent sessions, total slots, and the session networks it may hold."""
 
     name: str = "default"
     max_concurrent_sessions: int = 0  # 0 = unlimited
+    # sessions of several kernels at once (each holds a Docker network, one of its daemon's address pools, on
+    # every agent it runs on); 0 = unlimited
+    max_session_networks: int = 0
     total_resource_slots: Mapping[str, Decimal] = field(default_factory=dict)  # per keypair
     default_for_unspecified: str = "UNLIMITED"  # slots missing above: "UNLIMITED" or "LIMITED" (= 0)
 
@@ -162,6 +167,7 @@ class KeypairState:
     policy: ResourcePolicy
     concurrent_sessions: int = 0
     occupied: Mapping[str, Decimal] = field(default_factory=dict)  # over sessions occupying quota
+    session_networks: int = 0  # its sessions of several kernels that hold (or are about to hold) networks
 
 
 @dataclass(frozen=True, slots=True)

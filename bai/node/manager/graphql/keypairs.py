@@ -103,6 +103,8 @@ KeyPairResourcePolicy = obj(
         "idle_cpu_pct": F,
         "idle_gpu_pct": F,
         "idle_window": F,
+        # bai: sessions of several kernels a keypair may hold at once (each holds a Docker network); 0 = unlimited
+        "max_session_networks": I,
     },
 )
 
@@ -156,6 +158,7 @@ def policy_item(row: dict[str, Any]) -> dict[str, Any]:
         "idle_cpu_pct": row.get("idle_cpu_pct"),
         "idle_gpu_pct": row.get("idle_gpu_pct"),
         "idle_window": row.get("idle_window"),
+        "max_session_networks": row.get("max_session_networks"),
     }
 
 
@@ -362,6 +365,7 @@ _POLICY_INPUT = {
     "idle_cpu_pct": F,
     "idle_gpu_pct": F,
     "idle_window": F,
+    "max_session_networks": I,
 }
 CreatePolicyInput = _input("CreateKeyPairResourcePolicyInput", _POLICY_INPUT)
 ModifyPolicyInput = _input("ModifyKeyPairResourcePolicyInput", _POLICY_INPUT)

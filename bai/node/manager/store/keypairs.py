@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from typing import Any
 
 from bai.node.manager.store.db import Queries, decode_row, utcnow
@@ -19,7 +20,9 @@ POLICY_FIELDS = (
     "idle_cpu_pct",
     "idle_gpu_pct",
     "idle_window",
+    "max_session_networks",
 )
+DEFAULT_SESSION_NETWORKS = 2  # resource_policies.max_session_networks of a policy that does not say
 
 
 class Keypairs(Queries):
@@ -119,6 +122,21 @@ class Keypairs(Queries):
         def fn(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
             rows = conn.execute("SELECT * FROM resource_policies ORDER BY name").fetchall()
             return {r["name"]: decode_row(r) for r in rows}
+
+        return await self.db.run(fn)
+
+    async def session_networks_by_keypair(self, statuses: Iterable[Any]) -> dict[str, int]:
+        """Per keypair, its sessions of several kernels in these statuses (each holds a session network on
+        every agent it runs on): what `max_session_networks` counts. One indexed read."""
+        values = [getattr(s, "value", s) for s in statuses]
+
+        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+            rows = conn.execute(
+                f"SELECT access_key, COUNT(*) FROM sessions WHERE status IN ({','.join('?' * len(values))}) "
+                "AND cluster_size > 1 GROUP BY access_key",
+                values,
+            ).fetchall()
+            return {r[0]: r[1] for r in rows}
 
         return await self.db.run(fn)
 

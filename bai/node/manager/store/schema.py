@@ -41,7 +41,10 @@ CREATE TABLE IF NOT EXISTS resource_policies (
     -- utilisation over idle_window seconds stayed under these (NULL: not checked)
     idle_cpu_pct REAL,
     idle_gpu_pct REAL,
-    idle_window REAL NOT NULL DEFAULT 600
+    idle_window REAL NOT NULL DEFAULT 600,
+    -- sessions of several kernels a keypair may hold at once (each holds a Docker network, one of its daemon's
+    -- address pools, on every agent it runs on); 0 = unlimited
+    max_session_networks INTEGER NOT NULL DEFAULT 2
 );
 INSERT OR IGNORE INTO resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
 CREATE TABLE IF NOT EXISTS agents (
@@ -439,6 +442,12 @@ def v10(conn: sqlite3.Connection) -> None:
     add_column(conn, "resource_policies", "idle_window", "REAL NOT NULL DEFAULT 600")
 
 
+def v11(conn: sqlite3.Connection) -> None:
+    # every policy, the existing ones too, gets the default: an unbounded one would let one keypair take
+    # every address pool of a Docker daemon (an operator sets 0 for unlimited)
+    add_column(conn, "resource_policies", "max_session_networks", "INTEGER NOT NULL DEFAULT 2")
+
+
 STEPS = [
     Step(1, "keypairs, agents, sessions and their transitions, kernels, kernel logs", script(V1)),
     Step(2, "resource policies, scheduling history", script(V2)),
@@ -450,6 +459,7 @@ STEPS = [
     Step(8, "kernels' apps (service ports)", v8),
     Step(9, "virtual folders' innate permission and cloneable; invitations", v9),
     Step(10, "kernels' final statistics (last_stat); policies' idle detection by utilisation", v10),
+    Step(11, "policies' session networks (max_session_networks)", v11),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))
