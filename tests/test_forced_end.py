@@ -5,6 +5,7 @@ log. On the in-process harness (tests/harness.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -259,3 +260,114 @@ async def test_the_cli_and_the_official_client_force_a_session_in_error_to_an_en
             await client.close()
         await h.start_agent("a1", keep_kernels=True)
         assert h.kernels_on("a1") == set()
+
+
+# -- any sequence of what users, admins and agents do: a forced end always works, nothing is left behind ------
+
+OPS = [
+    "create",
+    "schedule",
+    "destroy",
+    "force",
+    "admin-force",
+    "restart",
+    "execute",
+    "lose",
+    "back",
+    "heartbeat",
+    "removal-fails",
+]
+
+
+async def _scenario(base, ops: list[tuple[str, int]]) -> None:
+    from bai.common.status import DEAD_STATUSES
+    from bai.common.status import SessionStatus as S
+
+    async with Harness(base, lost_grace=0.01) as h:
+        await h.add_agent("a1", cpu=4, keeps_kernels=True)
+        user = await h.keypair("fuzz-user")
+        up = True
+        names = ["fz-0", "fz-1"]
+        real_remove = h.sessions._remove_kernel
+        failing = {"left": 0}
+
+        async def remove(agent_id, kernel_id, reason, timeout=30):
+            if failing["left"] > 0:  # the agent did not answer this removal (a timeout)
+                failing["left"] -= 1
+                return None
+            return await real_remove(agent_id, kernel_id, reason, timeout)
+
+        h.sessions._remove_kernel = remove  # type: ignore[method-assign]
+        await h.run(names[0], owner=user, cpu=1)  # one running, one waiting: interesting states come sooner
+        await h.create(names[1], owner=user, cpu=1)
+
+        async def live(name: str):
+            rows = await h.sessions.store.find_sessions(name, user, active_only=True)
+            return rows[0] if rows else None
+
+        async def settle() -> None:
+            await h.until(lambda: not h.sessions.starting, what="starts are done")
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        for op, i in ops:
+            name = names[i % len(names)]
+            row = await live(name)
+            try:
+                if op == "create" and row is None:
+                    await h.create(name, owner=user, cpu=1)
+                elif op == "schedule":
+                    await h.schedule()
+                elif op in ("destroy", "force") and row is not None:
+                    await h.sessions.destroy(row, forced=op == "force")
+                elif op == "admin-force" and row is not None:
+                    await h.sessions.destroy(await h.sessions.resolve(row["id"], h.admin, ids_of=None), forced=True)
+                elif op == "restart" and row is not None:
+                    await h.sessions.restart(row)
+                elif op == "execute" and row is not None:
+                    await h.sessions.execute(row, "r" + str(len(ops)), "query", "print(1)", {}, 1.0)
+                elif op == "lose" and up:
+                    await h.lose_agent("a1")
+                    up = False
+                elif op == "back" and not up:
+                    await h.start_agent("a1", keep_kernels=True)
+                    up = True
+                elif op == "heartbeat" and up:
+                    await h.heartbeat("a1")
+                elif op == "removal-fails":
+                    failing["left"] += 1
+            except Problem as p:
+                # a refusal, never a failure of the node (503: the agent is away, as Backend.AI says it)
+                assert p.status < 500 or p.slug == "instance-not-available", (op, p.status, p.msg)
+            await settle()
+        # the end: every live session is forced to an end by its owner (its agent there or not), the agent is
+        # back, and nothing is left
+        failing["left"] = 0
+        for name in names:
+            row = await live(name)
+            if row is not None:
+                await h.sessions.destroy(row, forced=True)
+        if not up:
+            await h.start_agent("a1", keep_kernels=True)
+        await settle()
+        await h.heartbeat("a1")
+        await h.until(lambda: not h.kernels_on("a1"), what="every kernel of an ended session is removed")
+        for row in await h.store.list_sessions(None, None):
+            assert S(row["status"]) in DEAD_STATUSES, row
+        assert not h.sessions._removing
+
+
+def test_any_sequence_of_user_admin_and_agent_actions_ends_with_a_forced_end_and_nothing_left(tmp_path) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 1)), max_size=14))
+    def run(ops: list[tuple[str, int]]) -> None:
+        with tempfile.TemporaryDirectory(dir=tmp_path) as base:
+            asyncio.run(_scenario(Path(base), ops))
+
+    run()
