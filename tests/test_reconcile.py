@@ -4,6 +4,7 @@ the manager makes of their kernels when they register again, and of their sessio
 from __future__ import annotations
 
 from tests.harness import Harness
+from tests.nodeproc import containers_after_destroy
 
 
 async def test_an_agent_that_restarts_with_its_kernels_keeps_its_sessions_running(tmp_path) -> None:
@@ -115,3 +116,44 @@ async def test_a_session_starting_on_an_agent_that_restarts_is_cancelled(tmp_pat
         cancelled = await h.wait("interrupted", "CANCELLED")
         assert cancelled["status_info"] == "failed-to-start"
         assert cancelled["status_data"]["error"]["name"] == "AgentRestarted"
+
+
+# -- for real: a docker agent killed, its containers running on (finding 7 of the review) ---------------------
+
+
+def test_a_session_lost_with_a_killed_docker_agent_is_forced_to_an_end_and_its_container_goes(
+    tmp_path, python_image: str
+) -> None:
+    """The agent is killed (its containers run on) and its sessions end in ERROR (agent-lost): `destroy` is a 403
+    that says to use --force, `destroy --force` ends one (TERMINATED) at once; when the agent comes back, that
+    one's container and the container of the other ERROR session are removed (the other one TERMINATED), and
+    the slots are free."""
+    import time
+
+    from tests.test_cluster import docker_cluster, wait_until
+
+    with docker_cluster(tmp_path) as cluster:
+        for name in ("forced-end", "ends-on-return"):
+            cluster.cli("session", "create", "python", "--name", name, check=True)
+        agent = cluster.agents[0]
+        assert len(agent.leftover_containers()) == 2
+        agent.kill()  # kill -9: the containers run on
+
+        def status(name: str) -> str:
+            return cluster.json("session", "info", name)["status"]
+
+        assert wait_until(lambda: status("forced-end") == status("ends-on-return") == "ERROR", timeout=20)
+        refused = cluster.cli("session", "destroy", "forced-end")
+        assert refused.returncode != 0 and "forced" in refused.stderr and "ERROR" in refused.stderr, refused
+        started = time.monotonic()
+        cluster.cli("session", "destroy", "--force", "forced-end", check=True)  # the agent is away: at once
+        assert time.monotonic() - started < 10
+        ended = cluster.json("session", "info", "forced-end")
+        assert (ended["status"], ended["statusInfo"]) == ("TERMINATED", "force-terminated"), ended
+        assert len(agent.leftover_containers()) == 2  # nobody could tell the agent yet
+        cluster.agents[0] = agent.start()
+        assert wait_until(lambda: status("ends-on-return") == "TERMINATED", timeout=20)
+        assert cluster.json("session", "info", "ends-on-return")["statusInfo"] == "agent-lost"
+        assert containers_after_destroy(cluster) == []
+        cluster.cli("session", "create", "python", "--name", "after-them", check=True)
+        cluster.cli("session", "destroy", "after-them", check=True)
