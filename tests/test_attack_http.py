@@ -279,3 +279,15 @@ def test_the_limits_are_checked_at_start(tmp_path: Path) -> None:
     node = Node(tmp_path, "sim", extra_config="[node]\nhttp_max_connections_per_peer = 0\n")
     with pytest.raises(AssertionError, match="per-peer cap"):
         node.start()
+
+
+async def test_an_event_stream_outlives_the_idle_timeout(node: Node) -> None:
+    """An SSE stream (the dashboard's) is a request being served: it stays open past both timers."""
+    path = "/bai/events?topics=sessions"
+    async with aiohttp.ClientSession() as http:
+        url = yarl.URL(node.endpoint + path, encoded=True)
+        async with http.get(url, headers=signed_headers(node, path)) as resp:
+            assert resp.status == 200
+            await resp.content.readany()
+            await asyncio.sleep(HEADER_TIMEOUT + IDLE_TIMEOUT + 0.5)
+            assert not resp.content.at_eof() and not resp.connection.transport.is_closing()
