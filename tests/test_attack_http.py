@@ -291,3 +291,44 @@ async def test_an_event_stream_outlives_the_idle_timeout(node: Node) -> None:
             await resp.content.readany()
             await asyncio.sleep(HEADER_TIMEOUT + IDLE_TIMEOUT + 0.5)
             assert not resp.content.at_eof() and not resp.connection.transport.is_closing()
+
+
+async def test_the_total_cap_refuses_the_excess_and_frees_places_when_connections_close() -> None:
+    """In process: a LimitedTCPSite with a total cap of 5 (per address: more), and its count after closes."""
+    from aiohttp import web
+
+    from bai.node.manager.http_limits import HttpLimits, LimitedTCPSite, connections_for
+
+    assert connections_for(1024) == 64 and connections_for(20000) == 9488 and connections_for(1 << 30) == 65536
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    limits = HttpLimits(header_timeout=5.0, max_connections=5, max_connections_per_peer=100)
+    site = LimitedTCPSite(runner, "127.0.0.1", 0, limits=limits)
+    await site.start()
+    try:
+        conns = [await asyncio.open_connection("127.0.0.1", site.port) for _ in range(7)]
+        refused = []
+        for reader, _ in conns[5:]:
+            refused.append(await asyncio.wait_for(reader.read(4096), 2))
+        assert all(r.startswith(b"HTTP/1.1 503") and b"connections open, its limit" in r for r in refused), refused
+        assert limits.total == 5 and limits.refused == 2
+        for _, writer in conns:
+            writer.close()
+        for _ in range(100):
+            if limits.total == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert limits.total == 0 and not limits.by_peer
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)  # a place is free again
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 2)
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok")
+        writer.close()
+    finally:
+        await runner.cleanup()
