@@ -22,6 +22,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -53,6 +54,118 @@ MAX_WAITING = 32  # runs waiting behind the running one, per kernel
 QUEUE_NOTICE = 1.0  # seconds a waiting run's poll is held at most before it is answered with its place
 KEEP_FINISHED = MAX_WAITING + 16  # finished runs whose end is not read yet (older ones are forgotten)
 MAX_BUFFERED = 8 * 1024 * 1024  # output characters kept for a run whose client is not reading
+RECORD_COST = 64  # what each queued record counts against MAX_BUFFERED besides its output characters
+MAX_EXIT = 2**31 - 1  # an exit code the kernel reports is clamped to a signed 32-bit int
+
+# What a kernel's connections to its agent socket may make the agent hold (the kernel may replace the
+# runner: every byte is hostile). The first line of a connection says what it is; until then it holds
+# at most HELLO_LIMIT bytes for HELLO_TIMEOUT seconds, and at most MAX_UNGREETED connections per kernel
+# are in that state. After it, a connection's reads are flow-controlled at STREAM_LIMIT (the socket is not
+# read while that much waits), and the runner's record lines may be MAX_RUNNER_LINE bytes long (output is
+# sent as the code writes it: one print() of a long string is one line); a longer line is read through in
+# chunks and dropped with a notice, never buffered. At most MAX_CONNECTIONS connections (runner, tunnels,
+# dials) per kernel are open at once; more are closed unread.
+HELLO_LIMIT = 4 * 1024
+HELLO_TIMEOUT = 5.0
+MAX_UNGREETED = 16
+STREAM_LIMIT = 64 * 1024
+MAX_RUNNER_LINE = 4 * 1024 * 1024
+READ_CHUNK = 64 * 1024
+MAX_CONNECTIONS = 512  # apps.py: MAX_TUNNELS + MAX_PEER_TUNNELS are 256 each
+LOG_EVERY = 10.0  # seconds: a refusal a kernel can repeat at will is logged once, then counted this often
+
+
+class LogThrottle:
+    """A log line a kernel can cause at will: the first of a burst is logged at once, the ones after it are
+    counted and said as one line (how many, in how long) at most every `every` seconds."""
+
+    def __init__(self, logger: logging.Logger, every: float = LOG_EVERY) -> None:
+        self.logger = logger
+        self.every = every
+        self.suppressed = 0
+        self._last = -float("inf")
+        self._last_message = ""
+        self._flush: asyncio.TimerHandle | None = None
+
+    def __call__(self, level: int, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.every:
+            self._say_count(level)
+            self._last = now
+            self.logger.log(level, message, *args)
+            return
+        self.suppressed += 1
+        self._last_message = message % args if args else message
+        if self._flush is None:
+            with contextlib.suppress(RuntimeError):  # no loop (a test): said with the next one
+                loop = asyncio.get_running_loop()
+                self._flush = loop.call_later(self._last + self.every - now, self._say_count, level)
+
+    def _say_count(self, level: int) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        if self.suppressed:
+            count, self.suppressed = self.suppressed, 0
+            self._last = time.monotonic()
+            self.logger.log(
+                level, "%d more like this in the last %g s; the last: %s", count, self.every, self._last_message
+            )
+
+    def close(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+
+
+def exit_code_of(value: object) -> int:
+    """An exit code a kernel reported: an int (a bool, a float or anything else is 1), clamped to 32 bits."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 1
+    return max(-MAX_EXIT - 1, min(value, MAX_EXIT))
+
+
+class LineReader:
+    """Newline-ended lines of a stream, each at most `limit` bytes buffered: a longer one is read through
+    and discarded in chunks, and given back as its length (an int) instead of its bytes."""
+
+    def __init__(self, reader: asyncio.StreamReader, limit: int, chunk: int = READ_CHUNK) -> None:
+        self.reader = reader
+        self.limit = limit
+        self.chunk = chunk
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf known to hold no newline
+
+    async def next(self) -> bytes | int | None:
+        """The next line (with its newline), the length of an over-long one (dropped), or None at the end
+        (a last line without a newline is dropped)."""
+        while True:
+            end = self._buf.find(b"\n", self._scanned)
+            if end >= 0:
+                line = bytes(self._buf[: end + 1])
+                del self._buf[: end + 1]
+                self._scanned = 0
+                return line
+            self._scanned = len(self._buf)
+            if len(self._buf) > self.limit:
+                return await self._discard()
+            data = await self.reader.read(self.chunk)
+            if not data:
+                self._buf.clear()
+                return None
+            self._buf += data
+
+    async def _discard(self) -> int:
+        dropped = len(self._buf)
+        self._buf.clear()
+        self._scanned = 0
+        while data := await self.reader.read(self.chunk):
+            end = data.find(b"\n")
+            if end >= 0:
+                self._buf += data[end + 1 :]
+                return dropped + end + 1
+            dropped += len(data)
+        return dropped
 
 
 @dataclass(eq=False)
@@ -138,15 +251,31 @@ class Channel:
 
     # -- shared --
     def feed(self, record: dict[str, Any]) -> None:
-        """Take one record from the kernel: tee output into the log, queue it for the running run."""
+        """Take one record from the kernel: tee output into the log, queue it for the running run. Records
+        are the kernel's to make up: output that is not text, and kinds nobody reads, are dropped; what
+        queues for a run whose client is not reading is bounded (MAX_BUFFERED, RECORD_COST a record)."""
         kind = record.get("t")
+        if not isinstance(kind, str):
+            return
         if kind in OUTPUT_RECORDS:
+            if not isinstance(record.get("d", ""), str):
+                return
             self.on_output(kind, record.get("d", ""))
+        elif kind not in CONTROL_RECORDS:
+            return
         run = self.current
         if run is None:
             return  # output with nobody running (reconnect): kept in the log only
-        if kind in OUTPUT_RECORDS:
-            size = len(record.get("d", ""))
+        if kind == "finished":
+            record = {"t": "finished", "exit": exit_code_of(record.get("exit", 0))}
+        elif kind == "waiting-input":
+            opts = record.get("opts")
+            secret = isinstance(opts, dict) and opts.get("is_password") is True
+            record = {"t": "waiting-input", "opts": {"is_password": secret}}
+        elif kind in STEP_RECORDS:
+            return  # said by the agent itself (_step_ended), never by the kernel
+        if kind != "finished":  # (a run always gets its end)
+            size = len(record.get("d", "")) + RECORD_COST
             if run.buffered + size > MAX_BUFFERED:
                 if not run.dropped:  # its client is not reading: keep the kernel's log, drop the rest
                     run.dropped = True
@@ -154,7 +283,7 @@ class Channel:
                 return
             run.buffered += size
         if kind == "finished" and (run.steps or run.step != "exec"):
-            self._step_ended(run, int(record.get("exit", 0)))
+            self._step_ended(run, record["exit"])
             return
         run.records.put_nowait(record)
         if kind == "finished":
@@ -330,9 +459,9 @@ class Channel:
             record = None
         while record is not None:
             kind = record.get("t")
+            run.buffered = max(0, run.buffered - len(record.get("d", "")) - RECORD_COST)
             if kind in OUTPUT_RECORDS:
                 text = record.get("d", "")
-                run.buffered = max(0, run.buffered - len(text))
                 if console and console[-1][0] == kind:
                     console[-1][1] += text
                 else:
@@ -376,6 +505,20 @@ def bind_unix(path: Path) -> socket.socket:
     return sock
 
 
+def widen(reader: asyncio.StreamReader, limit: int) -> None:
+    """Raise a reader's flow-control limit (it stops reading its socket while 2 x limit bytes wait): the
+    greeting is read under a small one, the stream after it under a larger one. asyncio has no public
+    setter; without the attribute the small limit stays (slower, never unbounded)."""
+    if isinstance(getattr(reader, "_limit", None), int):
+        reader._limit = limit  # type: ignore[attr-defined]
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """Until the connection `writer` writes to is closed (by whoever was handed it)."""
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+
+
 class RunnerChannel(Channel):
     """Talks to runner.py: the agent listens on a Unix socket in the kernel's run folder and the runner
     connects to it (and connects again after the agent restarts). Connecting needs no write access to the
@@ -400,6 +543,10 @@ class RunnerChannel(Channel):
         self.hello: dict[str, Any] = {}
         self.connected = asyncio.Event()
         self.on_dial: DialHandler | None = None  # set by the agent
+        self.open_connections = 0  # to the socket now, greeted or not (MAX_CONNECTIONS)
+        self.ungreeted = 0  # of those, the ones that have not said what they are yet (MAX_UNGREETED)
+        self._refused = LogThrottle(log)  # one line per burst of refused connections, not one per connection
+        self._odd = LogThrottle(log)  # connections and lines that are not what the protocol says
 
     async def listen(self, owner: tuple[int, int] | None = None) -> None:
         """Listen at socket_path: owned by `owner` (uid, gid) with mode 0600 when given (and the agent may
@@ -412,7 +559,7 @@ class RunnerChannel(Channel):
                     os.chown(self.socket_path, *owner)
                     mode = 0o600
             os.chmod(self.socket_path, mode)
-            self._server = await asyncio.start_unix_server(self._accept, sock=sock, limit=16 * 1024 * 1024)
+            self._server = await asyncio.start_unix_server(self._accept, sock=sock, limit=HELLO_LIMIT)
         except BaseException:
             sock.close()
             raise
@@ -430,24 +577,61 @@ class RunnerChannel(Channel):
                 await asyncio.wait_for(self.connected.wait(), min(left, 0.05))
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.open_connections >= MAX_CONNECTIONS or self.ungreeted >= MAX_UNGREETED:
+            writer.close()  # unread: what it sent is the kernel's socket buffer's, not ours
+            self._refused(
+                logging.WARNING,
+                "a connection to %s refused: %d open (at most %d), %d not greeted yet (at most %d)",
+                self.socket_path,
+                self.open_connections,
+                MAX_CONNECTIONS,
+                self.ungreeted,
+                MAX_UNGREETED,
+            )
+            return
+        self.open_connections += 1
         try:
-            line = await asyncio.wait_for(reader.readline(), 10)
-            hello = json.loads(line)
+            await self._serve_connection(reader, writer)
+        finally:
+            self.open_connections -= 1
+            writer.close()
+
+    async def _greeting(self, reader: asyncio.StreamReader) -> object:
+        """The connection's first line, parsed: at most HELLO_LIMIT bytes within HELLO_TIMEOUT seconds."""
+        self.ungreeted += 1
+        try:
+            line = await asyncio.wait_for(reader.readuntil(b"\n"), HELLO_TIMEOUT)
+        except asyncio.LimitOverrunError:
+            raise ValueError(f"its first line is longer than {HELLO_LIMIT} bytes") from None
+        except asyncio.IncompleteReadError as e:
+            raise ValueError(f"it closed after {len(e.partial)} bytes without a first line") from None
+        except TimeoutError:
+            raise TimeoutError(f"no first line within {HELLO_TIMEOUT:g} s") from None
+        finally:
+            self.ungreeted -= 1
+        widen(reader, STREAM_LIMIT)
+        return json.loads(line)
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            hello = await self._greeting(reader)
             if isinstance(hello, dict) and "tunnel" in hello:
                 self._tunnel_arrived(hello["tunnel"], reader, writer)
+                if not writer.is_closing():
+                    await _closed(writer)  # counted until it ends
                 return
             if isinstance(hello, dict) and "dial" in hello:
                 await self._dial_arrived(hello["dial"], reader, writer)
                 return
             if not isinstance(hello, dict) or hello.get("t") != "hello":
-                raise ValueError(f"expected hello, got {line[:100]!r}")
-        except (ValueError, TimeoutError, ConnectionError, RecursionError, asyncio.LimitOverrunError) as e:
-            log.warning("a connection to %s did not greet as a runner: %s", self.socket_path, e)
-            writer.close()
+                raise ValueError(f"expected a hello, got {json.dumps(hello)[:100]}")
+        except (ValueError, TimeoutError, ConnectionError, RecursionError) as e:
+            self._odd(logging.WARNING, "a connection to %s did not greet as a runner: %s", self.socket_path, e)
             return
+        except asyncio.CancelledError:
+            return  # the channel closed
         if self.writer is not None and not self.writer.is_closing():
-            writer.close()  # the runner is connected: nobody else may talk for it
-            return
+            return  # the runner is connected: nobody else may talk for it
         self.writer = writer
         self.hello = hello
         self._reader_task = asyncio.current_task()
@@ -466,7 +650,12 @@ class RunnerChannel(Channel):
         """A connection that said {"tunnel": ID}: the kernel end of the tunnel `open_tunnel` waits for."""
         fut = self._tunnel_waiters.pop(tunnel_id, None) if isinstance(tunnel_id, str) else None
         if fut is None or fut.done():
-            log.warning("a tunnel connection to %s nobody waits for (%.40r): closed", self.socket_path, tunnel_id)
+            self._odd(
+                logging.WARNING,
+                "a tunnel connection to %s nobody waits for (%.40r): closed",
+                self.socket_path,
+                tunnel_id,
+            )
             writer.close()
             return
         self._tunnels.add(writer)
@@ -486,7 +675,12 @@ class RunnerChannel(Channel):
             or not isinstance(port, int)
             or not 0 < port < 65536
         ):
-            log.warning("a dial connection to %s that cannot be relayed (%.80r): closed", self.socket_path, dial)
+            self._odd(
+                logging.WARNING,
+                "a dial connection to %s that cannot be relayed (%.80r): closed",
+                self.socket_path,
+                dial,
+            )
             writer.close()
             return
         self._tunnels.add(writer)
@@ -514,37 +708,24 @@ class RunnerChannel(Channel):
                 fut.set_exception(ChannelError(reason))
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
+        lines = LineReader(reader, MAX_RUNNER_LINE)
         try:
-            while line := await reader.readline():
+            while (line := await lines.next()) is not None:
+                if isinstance(line, int):
+                    self._too_long(line)
+                    continue
                 try:
                     record = json.loads(line)
-                except ValueError:
-                    log.warning("bad line from runner: %r", line[:200])
+                except (ValueError, RecursionError):
+                    self._odd(logging.WARNING, "bad line from the runner of %s: %.200r", self.socket_path, line)
                     continue
                 if not isinstance(record, dict):
-                    log.warning("bad line from runner: %r", line[:200])
+                    self._odd(logging.WARNING, "bad line from the runner of %s: %.200r", self.socket_path, line)
                     continue
-                kind = record.get("t")
-                if kind == "env":
-                    if self._env_waiters and not self._env_waiters[0].done():
-                        self._env_waiters.pop(0).set_result(record)
-                    continue
-                if kind == "put-file":
-                    fut = self._put_waiters.pop(record.get("path", ""), None)
-                    if fut and not fut.done():
-                        fut.set_result(record)
-                    continue
-                if kind == "service":
-                    fut = self._service_waiters.pop(str(record.get("id")), None)
-                    if fut and not fut.done():
-                        fut.set_result(record)
-                    continue
-                if kind == "tunnel":  # a tunnel that could not be opened (an open one is a connection)
-                    tunnel = self._tunnel_waiters.pop(str(record.get("id")), None)
-                    if tunnel and not tunnel.done():
-                        tunnel.set_exception(ChannelError(str(record.get("error") or "the tunnel failed")))
-                    continue
-                self.feed(record)
+                try:
+                    self._take(record)
+                except Exception as e:  # noqa: BLE001 - one odd record must not hang the runner up
+                    self._odd(logging.WARNING, "a record from the runner of %s was dropped: %r", self.socket_path, e)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         if self.run_id is not None:
@@ -553,6 +734,49 @@ class RunnerChannel(Channel):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.exit_code), 10.0)
             self.lost("\n[the kernel process ended]\n")
+
+    def _take(self, record: dict[str, Any]) -> None:
+        """One record of the runner: an answer to what the agent asked (env, put-file, service, tunnel), else
+        the running run's."""
+        kind = record.get("t")
+        if kind == "env":
+            if self._env_waiters and not self._env_waiters[0].done():
+                self._env_waiters.pop(0).set_result(record)
+            return
+        if kind == "put-file":
+            fut = self._put_waiters.pop(str(record.get("path", ""))[:4096], None)
+            if fut and not fut.done():
+                fut.set_result(record)
+            return
+        if kind == "service":
+            fut = self._service_waiters.pop(str(record.get("id"))[:64], None)
+            if fut and not fut.done():
+                fut.set_result(record)
+            return
+        if kind == "tunnel":  # a tunnel that could not be opened (an open one is a connection)
+            tunnel = self._tunnel_waiters.pop(str(record.get("id"))[:64], None)
+            if tunnel and not tunnel.done():
+                tunnel.set_exception(ChannelError(str(record.get("error") or "the tunnel failed")[:1000]))
+            return
+        self.feed(record)
+
+    def _too_long(self, size: int) -> None:
+        """The runner sent a line longer than MAX_RUNNER_LINE (read through, not kept): said in the log and to
+        the running run (it was most likely output written in one piece)."""
+        self._odd(
+            logging.WARNING,
+            "a line of %d bytes from the runner of %s (at most %d): dropped",
+            size,
+            self.socket_path,
+            MAX_RUNNER_LINE,
+        )
+        self.feed(
+            {
+                "t": "stderr",
+                "d": f"\n[the kernel sent a message of {size} bytes, more than the {MAX_RUNNER_LINE} an agent takes: "
+                "dropped (output written in one piece that long is not shown)]\n",
+            }
+        )
 
     async def _send(self, message: dict[str, Any]) -> None:
         if self.writer is None or self.writer.is_closing():
@@ -670,6 +894,8 @@ class RunnerChannel(Channel):
         self._fail_waiters("the kernel's channel was closed")
         for tunnel in list(self._tunnels):
             tunnel.close()
+        self._refused.close()
+        self._odd.close()
         task = self._reader_task
         if task is not None and task is not asyncio.current_task():
             task.cancel()
