@@ -8,6 +8,7 @@ tmpfs, filled up to the last block by a filler file. Mounting needs root (CI run
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import http.client
 import json
@@ -313,5 +314,38 @@ async def test_a_start_on_a_full_disk_removes_its_kernel_and_ends_once_space_is_
             assert h.kernels_on("a1") == set()
             h.nodes["a1"].backend.start_delay = 0.0
             await h.run("after-space-freed", cpu=2)  # its slots are free; no restart needed
+    finally:
+        unmount(state)
+
+
+async def test_scheduling_rounds_on_a_full_disk_warn_once_and_place_the_session_once_space_is_freed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from tests.harness import Harness
+
+    state = tmp_path / "state"
+    mount_tmpfs(state, "8m")
+    try:
+        async with Harness(state) as h:
+            await h.add_agent("a1")
+            await h.create("waits-for-space")
+            filler = fill(state)
+            try:
+                with caplog.at_level(logging.WARNING):
+                    h.start_dispatcher()
+                    for _ in range(5):  # rounds, each refused by the full disk
+                        rounds = h.wakes
+                        h.wake()
+                        await h.until(lambda r=rounds: h.wakes > r)
+                        await asyncio.sleep(0.1)
+                assert await h.status("waits-for-space") == "PENDING"
+                said = [r for r in caplog.records if "scheduling round" in r.getMessage()]
+                assert len(said) == 1 and "full disk" in said[0].getMessage() and not said[0].exc_info, said
+            finally:
+                filler.unlink()
+            h.wake()
+            await h.wait("waits-for-space", "RUNNING")
     finally:
         unmount(state)

@@ -16,6 +16,7 @@ from bai.common.clock import Clock
 from bai.common.cluster import SINGLE_NODE
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
 from bai.node.manager.agents import Agents
+from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.sessions import Sessions
 from bai.node.manager.store import Store
 from bai.node.manager.store.sessions import cluster_order
@@ -97,6 +98,7 @@ class Dispatcher:
         self.tick = tick
         self._wake = asyncio.Event()
         self.background = Background(log)
+        self.full_disk = FullDiskWarnings(log)  # rounds on a full disk: warned about once, tried again at the tick
         self._due: datetime | None = None  # the next time a pending session's situation changes by itself
         self._next_round = 0.0  # (loop time) not before: the pace under a stream of wake-ups
         wake.bind(self.wake)
@@ -124,8 +126,13 @@ class Dispatcher:
             try:
                 await self.round()
             except Exception as e:  # the dispatcher keeps running
-                log.exception("scheduling round failed")
-                await self._record_error(e)
+                if self.full_disk.failed("scheduling rounds", e):
+                    pass  # said once; nothing was changed, and the next round (at the tick) tries again
+                else:
+                    log.exception("scheduling round failed")
+                    await self._record_error(e)
+            else:
+                self.full_disk.ok("scheduling rounds")
             ended = loop.time()
             self._next_round = ended + min(MAX_PACE, PACE * (ended - started))
 
