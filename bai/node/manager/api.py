@@ -330,6 +330,7 @@ async def _uploaded_files(request: web.Request) -> list[tuple[str, bytes]]:
 async def upload(request: web.Request) -> web.Response:
     sessions = sessions_of(request)
     row = await session_of(request)
+    sessions.require_running(row, "uploading files")  # (before the body is read: a 409 costs no upload)
     if not request.content_type.startswith("multipart/"):
         raise invalid("upload wants multipart/form-data with one 'src' part per file")
     files = await _uploaded_files(request)

@@ -901,7 +901,7 @@ class Sessions:
         kernel_ref: str | None = None,
     ) -> dict[str, Any]:
         """Run code in the session's kernel `kernel_ref` (main1 when None; see kernel_for)."""
-        self._running_kernel_of(session, "running code")
+        self.require_running(session, "running code")
         kernel = await self.kernel_for(session, kernel_ref)
         sid = session["id"]
         self.activity[sid] = self.clock.now()
@@ -962,7 +962,7 @@ class Sessions:
     ) -> LinkStream:
         """A terminal in the session's kernel `kernel_ref` (main1 when None): a link stream to its agent
         (frames: agent/terminal.py)."""
-        self._running_kernel_of(session, "a terminal")
+        self.require_running(session, "a terminal")
         kernel = await self.kernel_for(session, kernel_ref)
         opening = OpenTerminal(kernel["id"], command, rows, cols)
         try:
@@ -973,7 +973,7 @@ class Sessions:
         return stream
 
     async def upload(self, session: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
-        self._running_kernel_of(session, "uploading files")
+        self.require_running(session, "uploading files")
         kernel = await self.main_kernel(session)
         try:
             upload = UploadFiles(kernel["id"], [[path, data] for path, data in files])
@@ -984,7 +984,7 @@ class Sessions:
             raise Problem("instance-not-available", "Instance not available.", str(e) or "no answer") from None
 
     async def list_files(self, session: dict[str, Any], path: str) -> dict[str, Any]:
-        self._running_kernel_of(session, "listing files")
+        self.require_running(session, "listing files")
         kernel = await self.main_kernel(session)
         try:
             return await call(self.link, kernel["agent_id"], ListFiles(kernel["id"], path), timeout=60)
@@ -993,13 +993,14 @@ class Sessions:
         except TimeoutError:
             raise Problem("instance-not-available", "Instance not available.", "the agent did not answer") from None
 
-    def _running_kernel_of(self, session: dict[str, Any], what: str) -> None:
+    def require_running(self, session: dict[str, Any], what: str) -> None:
+        """A 409 naming the session's status and what to do, unless its kernels run (RUNNING, RUNNING_DEGRADED)."""
         if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
             raise not_now(session, f"{what} needs a running kernel")
 
     async def download(self, session: dict[str, Any], paths: list[str]) -> list[bytes]:
         """Files of the session's main kernel: one tar archive per path (see agent/download.py)."""
-        self._running_kernel_of(session, "downloading files")
+        self.require_running(session, "downloading files")
         kernel = await self.main_kernel(session)
         try:
             return await call(self.link, kernel["agent_id"], DownloadFiles(kernel["id"], paths), timeout=300)
@@ -1092,7 +1093,7 @@ class Sessions:
     async def commit(self, session: dict[str, Any], image: str | None = None) -> dict[str, Any]:
         """Save the session's main kernel as an image on its agent (Docker agents only); the image, which
         new sessions can use at once and `bai image ls` lists."""
-        self._running_kernel_of(session, "a commit")
+        self.require_running(session, "a commit")
         kernel = await self.main_kernel(session)
         if image is None:
             repo = "".join(c if c.isalnum() or c in "._-" else "-" for c in session["name"].lower()).strip("._-")
