@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import time
 import urllib.error
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.docker
 JUPYTER_IMAGE = os.environ.get("BAI_TEST_JUPYTER_IMAGE", "bai-jupyter:latest")
 SNAPSHOT = ROOT / "build" / "snapshots" / "jupyterlab.png"
 APP_PORT = 8090  # jupyterlab:http:8090 in the image's ai.backend.service-ports
+TOKEN = secrets.token_urlsafe(24)  # what the runner puts for {token}: the app's secret
 
 
 @pytest.fixture
@@ -76,7 +78,10 @@ def service_command(image: str, name: str, port: int) -> tuple[list[str], dict[s
         ).stdout
     )
     runtime = labels["ai.backend.runtime-path"]
-    cmd = [a.replace("{runtime_path}", runtime).replace("{ports[0]}", str(port)) for a in sdef["command"]]
+    cmd = [
+        a.replace("{runtime_path}", runtime).replace("{ports[0]}", str(port)).replace("{token}", TOKEN)
+        for a in sdef["command"]
+    ]
     return cmd, sdef.get("env", {})
 
 
@@ -116,7 +121,7 @@ def jupyterlab_url(jupyter_image: str) -> Iterator[str]:
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{url}/lab", timeout=5) as r:
+                with urllib.request.urlopen(f"{url}/lab?token={TOKEN}", timeout=5) as r:
                     if r.status == 200:
                         break
             except (OSError, urllib.error.URLError):
@@ -134,6 +139,7 @@ def jupyterlab_url(jupyter_image: str) -> Iterator[str]:
 async def test_jupyterlab_runs_a_cell_typed_in_chromium(chromium: str, jupyterlab_url: str) -> None:
     async with Browser(chromium) as browser:
         try:
+            await browser.navigate(f"{jupyterlab_url}/lab?token={TOKEN}", timeout=60)  # Jupyter's login cookie
             output = await run_jupyterlab_cell(browser, jupyterlab_url, "print(6*7)")
         except BaseException:
             await browser.screenshot(SNAPSHOT.with_name("jupyterlab-failed.png"))

@@ -462,9 +462,11 @@ async def test_a_forward_closes_when_its_session_ends(sim_node: Node) -> None:
         await choose(pilot, "web")
         await until(pilot, lambda: any(n.startswith("web: http://127.0.0.1:") for n in notes(app)), what="the URL")
         note = next(n for n in notes(app) if n.startswith("web: "))
-        assert note.endswith("/"), note  # an http app: its URL template
+        token = note.rpartition("/?token=")[2]
+        assert len(token) == 32, note  # an http app: its URL template, with the listener's token
         port = url_port(note)
-        assert await echoed(port, b"GET / HTTP/1.0\r\n\r\n") == b"GET / HTTP/1.0\r\n\r\n"
+        request = f"GET /?token={token} HTTP/1.0\r\n\r\n".encode()
+        assert await echoed(port, request) == request
         await pilot.press("f")
         await choose(pilot, "web")
         await until(pilot, lambda: notes(app).count(note) == 2, what="the URL again")
