@@ -193,6 +193,27 @@ async def test_long_streams_outlive_the_header_and_idle_timeouts(node: Node) -> 
     assert frames and frames[-1]["status"] == "finished", frames
 
 
+def first_answers(socks: list[socket.socket], started: float, timeout: float) -> list[tuple[bytes, float]]:
+    """For each socket, the first bytes the server sent (b"" for a close) and when (seconds after `started`)."""
+    import selectors
+
+    answers_of: dict[socket.socket, tuple[bytes, float]] = {}
+    with selectors.DefaultSelector() as sel:
+        for s in socks:
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while len(answers_of) < len(socks) and time.monotonic() < deadline:
+            for key, _ in sel.select(0.1):
+                try:
+                    data = key.fileobj.recv(64)
+                except OSError:
+                    data = b""
+                answers_of[key.fileobj] = (data, time.monotonic() - started)
+                sel.unregister(key.fileobj)
+    return [answers_of.get(s, (b"(nothing)", timeout)) for s in socks]
+
+
 def test_idle_connections_are_capped_per_peer_and_closed_at_the_header_timeout(node: Node) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
@@ -204,30 +225,20 @@ def test_idle_connections_are_capped_per_peer_and_closed_at_the_header_timeout(n
         for _ in range(count):
             socks.append(socket.create_connection(("127.0.0.1", node.port), timeout=5))
         _, fds_held = usage(node)
-        # the excess is answered 503 at once, without waiting for the header timeout
-        time.sleep(0.1)
-        refused = 0
-        for s in socks[PER_PEER:]:
-            s.settimeout(0.05)
-            with contextlib.suppress(TimeoutError):
-                if s.recv(64).startswith(b"HTTP/1.1 503"):
-                    refused += 1
-        assert refused == count - PER_PEER, refused
-        assert time.monotonic() - started < HEADER_TIMEOUT * 2
         assert answers(node)  # a signed request from another address is served meanwhile
-        # the idle ones are answered 408 and closed at the header timeout
-        time.sleep(HEADER_TIMEOUT + 0.5)
-        closed = 0
-        for s in socks[:PER_PEER]:
-            s.settimeout(2)
-            with contextlib.suppress(OSError):
-                data = s.recv(4096)
-                if data.startswith(b"HTTP/1.1 408") or not data:
-                    closed += 1
-        assert closed == PER_PEER, closed
+        reading = time.monotonic() - started
+        got = first_answers(socks, started, HEADER_TIMEOUT + 5)
     finally:
         for s in socks:
             s.close()
+    refused = [t for data, t in got if data.startswith(b"HTTP/1.1 503")]
+    timed_out = [t for data, t in got if data.startswith(b"HTTP/1.1 408") or data == b""]
+    # every connection was answered: over the cap at once (503), the others at the header timeout (408)
+    assert len(refused) + len(timed_out) == count, [d for d, _ in got if not d.startswith(b"HTTP/1.1 503")][:5]
+    # (places freed by a 408 while a loaded machine was still connecting may admit a few more)
+    assert len(refused) >= count - PER_PEER - 20, len(refused)
+    assert max(refused) < reading + HEADER_TIMEOUT / 2, (reading, max(refused))  # waiting when read: no timeout
+    assert min(timed_out) >= HEADER_TIMEOUT * 0.9, min(timed_out)
     time.sleep(0.3)
     _, fds1 = usage(node)
     print(f"{count} idle connections: node fds {fds0} -> {fds_held} (held) -> {fds1}")
