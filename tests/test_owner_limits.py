@@ -324,3 +324,77 @@ def _until(check, timeout: float = 10.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+# -- on a real Docker daemon ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def docker_node(python_image: str, tmp_path_factory) -> Iterator[Node]:
+    from tests.nodeproc import stop_removing_containers
+
+    node = Node(tmp_path_factory.mktemp("owner-limits-docker"), "docker", agent_config='cpu = "8"\n').start()
+    yield node
+    stop_removing_containers(node)
+
+
+def _networks_of(sessions: list[str]) -> list[str]:
+    import subprocess
+
+    out = subprocess.run(
+        ["docker", "network", "ls", "--format", "{{.Name}}", "--filter", "name=bai-cluster-"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.split()  # fmt: skip
+    return [n for n in out if any(n.startswith(f"bai-cluster-{sid}-") for sid in sessions)]
+
+
+def _flood(node: Node, mallory: dict, alice: dict, rnd: int) -> None:
+    """Five sessions of two kernels by mallory, one by alice: two of mallory's run, alice's too; all end."""
+    ids = []
+    for i in range(5):
+        made = node.json(
+            "session", "create", "python", "--name", f"grab-{rnd}-{i}", "--cluster-size", "2", "--cpu", "0.1",
+            "--mem", "64m", "--no-wait", as_keypair=mallory,
+        )  # fmt: skip
+        ids.append(made["sessionId"])
+    theirs = node.json(
+        "session", "create", "python", "--name", f"alices-{rnd}", "--cluster-size", "2", "--cpu", "0.1", "--mem",
+        "64m", as_keypair=alice,
+    )  # fmt: skip
+    ids.append(theirs["sessionId"])
+
+    def statuses() -> list[str]:
+        return [node.json("session", "info", f"grab-{rnd}-{i}", as_keypair=mallory)["status"] for i in range(5)]
+
+    try:
+        assert theirs["status"] == "RUNNING", theirs
+        settled = lambda s: s.count("RUNNING") >= 2 and set(s) <= {"RUNNING", "PENDING"}  # noqa: E731
+        _until(lambda: settled(statuses()), timeout=60)
+        assert sorted(statuses()) == ["PENDING"] * 3 + ["RUNNING"] * 2
+        assert len(_networks_of(ids)) == 1 + 2  # alice's and two of mallory's
+    finally:
+        for i in range(5):
+            node.cli("session", "destroy", f"grab-{rnd}-{i}", "--force", as_keypair=mallory)
+        node.cli("session", "destroy", f"alices-{rnd}", as_keypair=alice)
+    _until(lambda: not _networks_of(ids), timeout=60)
+
+
+@pytest.mark.docker
+@NEEDS_DISPATCHER
+def test_a_flood_of_cluster_sessions_holds_at_most_the_policys_networks_on_the_daemon(docker_node: Node) -> None:
+    """Finding 5 as the reviewer ran it, on a real daemon: one user asks for many small sessions of two kernels;
+    Docker holds no more than two networks (address pools) for them, another user's cluster session starts, and
+    once they end the daemon and the node hold nothing more than after the first such rounds."""
+    node = docker_node
+    proc = psutil.Process(node.proc.pid)  # type: ignore[union-attr]
+    mallory = node.json("keypair", "create", "--user", "mallory-nets")
+    alice = node.json("keypair", "create", "--user", "alice-nets")
+    for rnd in (0, 1):  # the first rounds open what the node keeps (its connections to Docker, caches)
+        _flood(node, mallory, alice, rnd)
+    fds, rss = proc.num_fds(), proc.memory_info().rss
+    for rnd in (2, 3):
+        _flood(node, mallory, alice, rnd)
+    fds_after, rss_after = proc.num_fds(), proc.memory_info().rss
+    print(f"node fds {fds} -> {fds_after}, RSS {rss / MiB:.1f} -> {rss_after / MiB:.1f} MiB over two more rounds")
+    assert fds_after <= fds + 2, f"the node holds {fds_after - fds} more fds"
+    assert rss_after - rss < 16 * MiB
