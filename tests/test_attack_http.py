@@ -343,3 +343,62 @@ async def test_the_total_cap_refuses_the_excess_and_frees_places_when_connection
         writer.close()
     finally:
         await runner.cleanup()
+
+
+def test_an_over_size_json_body_is_refused_before_it_is_read(node: Node) -> None:
+    """A JSON body over MAX_JSON_BODY is a 413 from its Content-Length (nothing of it is read), and a chunked
+    one is cut off at the limit."""
+    from bai.node.manager.http import MAX_JSON_BODY
+
+    access_key, secret_key = admin_keys(node)
+    host = yarl.URL(node.endpoint).raw_authority
+    date = auth.now_header()
+    sig = auth.sign(secret_key, "POST", "/session", date, host, "application/json", API_VERSION)
+    head = (
+        f"POST /session HTTP/1.1\r\nHost: {host}\r\nDate: {date}\r\nX-BackendAI-Version: {API_VERSION}\r\n"
+        f"Authorization: BackendAI signMethod=HMAC-SHA256, credential={access_key}:{sig}\r\n"
+        "Content-Type: application/json\r\n"
+    )
+    rss0, _ = usage(node)
+    with socket.create_connection(("127.0.0.1", node.port), source_address=("127.0.0.5", 0)) as s:
+        s.sendall(f"{head}Content-Length: {MAX_JSON_BODY + 1}\r\n\r\n".encode())
+        s.settimeout(5)
+        answer = s.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413") and b"at most" in answer, answer
+    with socket.create_connection(("127.0.0.1", node.port), source_address=("127.0.0.5", 0)) as s:
+        s.sendall(f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
+        chunk = b"[" + b" " * (MiB - 1)
+        with contextlib.suppress(OSError):
+            for _ in range(40):
+                s.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        s.settimeout(5)
+        answer = s.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    rss1, _ = usage(node)
+    assert rss1 - rss0 < 50 * MiB, (rss0, rss1)
+
+
+async def test_json_bodies_being_read_share_one_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process: bodies read at once beyond the budget are refused (503), and the budget is given back."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from bai.common.problems import Problem
+    from bai.node.manager import http as http_mod
+
+    monkeypatch.setattr(http_mod.BODIES, "limit", 100_000)
+
+    async def echo(request: web.Request) -> web.Response:
+        try:
+            return web.json_response({"n": len(await http_mod.read_json(request))})
+        except Problem as p:
+            return http_mod.problem_response(p)
+
+    app = web.Application()
+    app.router.add_post("/", echo)
+    async with TestClient(TestServer(app)) as client:
+        ok = await client.post("/", data=json.dumps(["x" * 50_000]).encode())
+        assert ok.status == 200
+        over = await client.post("/", data=json.dumps(["x" * 200_000]).encode())
+        assert over.status == 503 and "try again" in (await over.json())["msg"]
+    assert http_mod.BODIES.used == 0

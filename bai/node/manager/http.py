@@ -18,6 +18,7 @@ SERVICES = web.AppKey("services", Services)
 SETTINGS = web.AppKey("settings", dict)
 STREAMS = web.AppKey("streams", OpenStreams)
 MAX_JSON_BODY = 16 * 1024 * 1024  # bytes of a JSON request body (an execute's code is the largest)
+MAX_JSON_BODIES_IN_FLIGHT = 256 * 1024 * 1024  # bytes of JSON bodies being read by all requests together
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,64 @@ def problem_response(p: Problem) -> web.Response:
     return web.json_response(p.body(), status=p.status, content_type="application/problem+json")
 
 
+class _BodyBudget:
+    """The bytes of JSON bodies being read by all requests together: beyond MAX_JSON_BODIES_IN_FLIGHT, a
+    request is refused (503, try again) instead of being buffered."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, n: int) -> None:
+        if self.used + n > self.limit:
+            raise Problem(
+                "instance-not-available",
+                "Server busy.",
+                f"the server is reading {self.used} bytes of request bodies, its limit; try again",
+                status=503,
+            )
+        self.used += n
+
+
+BODIES = _BodyBudget(MAX_JSON_BODIES_IN_FLIGHT)
+
+
+def _too_large(size: int) -> Problem:
+    return Problem(
+        "generic-bad-request",
+        "Request body too large.",
+        f"a JSON request body holds at most {MAX_JSON_BODY} bytes (this one {size} or more)",
+        status=413,
+    )
+
+
+async def _read_body(request: web.Request) -> bytes:
+    """The body, read chunk by chunk within MAX_JSON_BODY and the budget of all requests (a 413 / 503 Problem
+    otherwise: nothing beyond the limits is buffered)."""
+    declared = request.content_length
+    if declared is not None and declared > MAX_JSON_BODY:
+        raise _too_large(declared)
+    data = bytearray()
+    taken = 0
+    try:
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            if len(data) + len(chunk) > MAX_JSON_BODY:
+                raise _too_large(len(data) + len(chunk))
+            BODIES.take(len(chunk))
+            taken += len(chunk)
+            data += chunk
+        return bytes(data)
+    finally:
+        BODIES.used -= taken
+
+
 async def read_json(request: web.Request) -> Any:
     if not request.body_exists:
         return {}
+    raw = await _read_body(request)
     try:
-        text = await request.text()
-    except UnicodeDecodeError:  # bytes that are not UTF-8
+        text = raw.decode(request.charset or "utf-8")
+    except (UnicodeDecodeError, LookupError):  # bytes that are not UTF-8 (or an unknown charset)
         raise invalid("the request body is not valid JSON") from None
     body = decode_json(text, "the request body", MAX_JSON_BODY)
     # a JSON "\ud800": no UTF-8 text (a file, a database, a kernel) can hold it. Looked for value by value only
