@@ -25,6 +25,8 @@ import psutil
 import pytest
 
 from bai.common.problems import Problem
+from bai.node.agent.backends.base import KernelStartError
+from bai.node.agent.backends.docker import NO_ADDRESS_POOL
 from bai.node.manager.admin import parse_policy
 from bai.node.manager.admission import MIN_KERNEL_CPU, MIN_KERNEL_MEM, from_config
 from bai.node.manager.graphql.keypairs import policy_item
@@ -236,6 +238,26 @@ def test_the_policy_field_is_validated_and_shown() -> None:
             parse_policy({"max_session_networks": bad}, partial=True)
         assert err.value.status == 400 and "max_session_networks" in (err.value.msg or "")
     assert policy_item({"name": "p", "max_session_networks": 2})["max_session_networks"] == 2
+
+
+async def test_a_daemon_out_of_address_pools_cancels_the_session_saying_so(tmp_path: Path) -> None:
+    """The agent's refusal (DockerBackend: Docker found no free address pool) reaches the owner as the reason."""
+    async with Harness(tmp_path) as h:
+        agent = await h.add_agent("a1", cpu=4)
+
+        async def no_pool(spec, on_output):
+            raise KernelStartError(NO_ADDRESS_POOL)
+
+        h.nodes["a1"].backend.create = no_pool  # type: ignore[method-assign]
+        assert agent is not None
+        await h.create("pair", cpu="0.5", mem="64m", clusterSize=2)
+        await h.schedule()
+        row = await h.wait("pair", "CANCELLED")
+        assert row["status_info"] == "failed-to-start"
+        assert (
+            "the Docker daemon has no free address pool for the session's network"
+            in row["status_data"]["error"]["repr"]
+        )
 
 
 # -- from the API, the CLI and GraphQL ----------------------------------------------------------------------
