@@ -402,3 +402,37 @@ async def test_json_bodies_being_read_share_one_budget(monkeypatch: pytest.Monke
         over = await client.post("/", data=json.dumps(["x" * 200_000]).encode())
         assert over.status == 503 and "try again" in (await over.json())["msg"]
     assert http_mod.BODIES.used == 0
+
+
+async def test_a_stalled_json_body_is_answered_408(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process: a body that stops coming (a slowloris of the body) ends at BODY_IDLE_TIMEOUT."""
+    from aiohttp import web
+
+    from bai.common.problems import Problem
+    from bai.node.manager import http as http_mod
+
+    monkeypatch.setattr(http_mod, "BODY_IDLE_TIMEOUT", 0.3)
+
+    async def echo(request: web.Request) -> web.Response:
+        try:
+            return web.json_response(await http_mod.read_json(request))
+        except Problem as p:
+            return http_mod.problem_response(p)
+
+    app = web.Application()
+    app.router.add_post("/", echo)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n[1,")
+        started = time.monotonic()
+        answer = await asyncio.wait_for(reader.read(4096), 5)
+        assert answer.startswith(b"HTTP/1.1 408") and b"no byte of the request body" in answer, answer
+        assert time.monotonic() - started < 2
+        writer.close()
+    finally:
+        await runner.cleanup()
+    assert http_mod.BODIES.used == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ SETTINGS = web.AppKey("settings", dict)
 STREAMS = web.AppKey("streams", OpenStreams)
 MAX_JSON_BODY = 16 * 1024 * 1024  # bytes of a JSON request body (an execute's code is the largest)
 MAX_JSON_BODIES_IN_FLIGHT = 256 * 1024 * 1024  # bytes of JSON bodies being read by all requests together
+BODY_IDLE_TIMEOUT = 30.0  # seconds a JSON body may stall (no byte) before the request is answered 408
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,19 @@ async def _read_body(request: web.Request) -> bytes:
     data = bytearray()
     taken = 0
     try:
-        async for chunk in request.content.iter_chunked(64 * 1024):
+        while True:
+            try:
+                async with asyncio.timeout(BODY_IDLE_TIMEOUT):
+                    chunk = await request.content.readany()
+            except TimeoutError:
+                raise Problem(
+                    "generic-bad-request",
+                    "Request timeout.",
+                    f"no byte of the request body came for {BODY_IDLE_TIMEOUT:g} seconds",
+                    status=408,
+                ) from None
+            if not chunk:
+                break
             if len(data) + len(chunk) > MAX_JSON_BODY:
                 raise _too_large(len(data) + len(chunk))
             BODIES.take(len(chunk))
