@@ -67,7 +67,7 @@ MAX_EXIT = 2**31 - 1  # an exit code the kernel reports is clamped to a signed 3
 # dials) per kernel are open at once; more are closed unread.
 HELLO_LIMIT = 4 * 1024
 HELLO_TIMEOUT = 5.0
-MAX_UNGREETED = 16
+MAX_UNGREETED = 64
 STREAM_LIMIT = 64 * 1024
 MAX_RUNNER_LINE = 4 * 1024 * 1024
 READ_CHUNK = 64 * 1024
