@@ -18,6 +18,8 @@ import aiohttp
 import psutil
 import pytest
 import yarl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bai import API_VERSION
 from bai.common import auth
@@ -436,3 +438,21 @@ async def test_a_stalled_json_body_is_answered_408(monkeypatch: pytest.MonkeyPat
     finally:
         await runner.cleanup()
     assert http_mod.BODIES.used == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(max_size=200)
+    | st.integers(1, 50_000).map(lambda n: "[" * n)
+    | st.integers(1, 3000).map(lambda n: '{"a":' * n + "0" + "}" * n)
+    | st.binary(max_size=100)
+)
+def test_safejson_gives_a_value_or_unsafejson_and_nothing_else(text) -> None:
+    from bai.common import safejson
+
+    try:
+        value = safejson.loads(text, max_bytes=40_000)
+    except safejson.UnsafeJson as e:
+        assert str(e)
+    else:
+        assert not safejson.depth_over(value, safejson.MAX_DEPTH)

@@ -90,3 +90,34 @@ async def test_a_kernel_has_a_bounded_number_of_terminals(tmp_path) -> None:
         again = await h.sessions.open_terminal(row, None, 24, 80)  # a place came free
         await again.send({"t": "in", "d": b"y\r"})
         await shown(again, b"y")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[" * 100_000, "nested too deeply"),
+        ('{"type": "resize", "rows": 1000000000000000000000000000000, "cols": 80}', "between 1 and 1000"),
+        ('{"type": "resize", "rows": 0, "cols": 80}', "between 1 and 1000"),
+        ('{"type": "resize", "rows": 1e400, "cols": 80}', "whole rows and cols"),  # inf
+        ('{"type": "resize", "rows": true, "cols": 80}', "whole rows and cols"),
+        ('{"type": "resize", "rows": "99999999", "cols": 80}', "whole rows and cols"),
+        ('{"type": "stdin", "chars": 5}', "base64"),
+        ('{"type": "stdin", "chars": "!!"}', "base64"),
+        ("[1, 2]", "JSON objects"),
+        ("not json", "JSON objects"),
+    ],
+)
+def test_bad_terminal_frames_are_refused_with_a_reason(text: str, error: str) -> None:
+    from bai.node.manager.terminal_api import FrameError, decode_frame
+
+    with pytest.raises(FrameError, match=error):
+        decode_frame(text)
+
+
+def test_good_terminal_frames_become_link_frames() -> None:
+    from bai.node.manager.terminal_api import decode_frame
+
+    assert decode_frame('{"type": "resize", "rows": 40, "cols": "120"}') == {"t": "resize", "rows": 40, "cols": 120}
+    assert decode_frame('{"type": "resize", "rows": 40.0, "cols": 1000}') == {"t": "resize", "rows": 40, "cols": 1000}
+    assert decode_frame('{"type": "stdin", "chars": "aGk="}') == {"t": "in", "d": b"hi"}
+    assert decode_frame('{"type": "ping"}') is None
