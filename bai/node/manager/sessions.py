@@ -1176,7 +1176,7 @@ class Sessions:
             await self._say_removing(agent_id, destroy, "came back with")
         return destroy
 
-    async def _end_errored(self, kernel: dict[str, Any], agent_id: str) -> None:
+    async def _end_errored(self, kernel: dict[str, Any], agent_id: str, how: str = "came back") -> None:
         """An agent came back with the kernel of a session in ERROR (e.g. agent-lost): the session ends (its
         reason kept), its kernels elsewhere are removed; the agent removes this one (its join answer)."""
         session = await self.store.get_session(kernel["session_id"])
@@ -1184,7 +1184,7 @@ class Sessions:
             return
         data = dict(session["status_data"] or {})
         data["msg"] = (f"{data['msg']}; " if data.get("msg") else "") + (
-            f"its kernel was removed when agent {agent_id} came back"
+            f"its kernel was removed when agent {agent_id} {how}"
         )
         await self.transition(session["id"], S.TERMINATED, session["status_info"], data, allowed_from=[S.ERROR])
         self._remove_siblings(kernel, agent_id, session["status_info"] or StatusInfo.AGENT_LOST)
@@ -1231,7 +1231,7 @@ class Sessions:
             for kernel_id in strays:
                 kernel = await self.store.get_kernel(kernel_id)
                 if kernel is not None and kernel["status"] == S.ERROR:
-                    await self._end_errored(kernel, agent_id)
+                    await self._end_errored(kernel, agent_id, "still ran it")
         finally:
             self._removing.difference_update(strays)
             self._stray_looks.pop(agent_id, None)  # look again: what failed to go is found at the next heartbeat
