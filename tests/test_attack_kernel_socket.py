@@ -414,3 +414,76 @@ def test_exit_codes_a_kernel_reports_are_clamped() -> None:
         1,
         1,
     ]
+
+
+# -- a kernel's forks --------------------------------------------------------------------------------------
+
+FORK_ALL = r"""
+import os, time
+kids = []
+try:
+    while len(kids) < 1000:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        kids.append(pid)
+except OSError as e:
+    print("forked", len(kids), "then errno", e.errno, flush=True)
+time.sleep(30)
+"""
+
+FORK_SOME = r"""
+import os, time
+limits = [l for l in open("/proc/self/limits") if l.startswith("Max processes")]
+kids = []
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(1)
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+pids_max = "/sys/fs/cgroup/pids/pids.max" if os.path.exists("/sys/fs/cgroup/pids") else "/sys/fs/cgroup/pids.max"
+print("forked", len(kids), limits[0].split()[2], open(pids_max).read().strip())
+"""
+
+
+@pytest.fixture(scope="module")
+def low_pids_node(tmp_path_factory: pytest.TempPathFactory):
+    from tests.nodeproc import Node, require_docker
+
+    require_docker()
+    node = Node(tmp_path_factory.mktemp("forks"), "docker", agent_config="pids_limit = 96\nnproc = 64\n").start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+def test_one_kernels_forks_do_not_stop_anothers(low_pids_node) -> None:
+    """The review saw `nproc = 200` make one user's forks fail other users' kernels (a ulimit counts every
+    process of the uid on the node). Now no nproc ulimit is set; `[agent] nproc` (64 here, under pids_limit
+    96) becomes the kernel's cgroup pids limit: kernel A forks until that limit stops it, kernel B forks all the
+    same."""
+    node = low_pids_node
+    names = [f"fork-a-{secrets.token_hex(3)}", f"fork-b-{secrets.token_hex(3)}"]
+    for name in names:
+        node.cli("session", "create", "python", "--name", name, check=True)
+    try:
+        hog = node.popen("session", "exec", names[0], "-c", FORK_ALL)
+        assert hog.stdout is not None
+        line = hog.stdout.readline()  # once its forks fail (they hold their places while it sleeps)
+        words = line.split()
+        assert words[:1] == ["forked"] and words[3:] == ["errno", "11"], line  # EAGAIN
+        assert 10 < int(words[1]) < 64  # stopped by its own pids limit (the runner and its threads count too)
+        other = node.cli("session", "exec", names[1], "-c", FORK_SOME)
+        assert other.returncode == 0, other.stderr
+        forks, nproc, pids_max = other.stdout.split()[1:]
+        assert forks == "20" and pids_max == "64"
+        assert nproc == "unlimited" or int(nproc) > 1000  # no nproc ulimit of the agent's
+        hog.kill()
+    finally:
+        for name in names:
+            node.cli("session", "destroy", name)

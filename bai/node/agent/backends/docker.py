@@ -1,7 +1,7 @@
 """The Docker backend: one container per kernel, through aiodocker.
 
 Each container gets the kernel's labels, enforced limits (cpu → NanoCpus, mem → Memory with no
-swap, a pids limit, nofile / nproc ulimits), `--network none` unless configured otherwise, and is
+swap, a pids limit, a nofile ulimit), `--network none` unless configured otherwise, and is
 confined: every capability dropped (but those of `[agent.docker] cap_add`), no-new-privileges, a
 read-only root filesystem whose only writable places are the kernel's scratch (/home/work, /tmp,
 /var/tmp, bounded as `[agent] scratch_type` says: see scratch.py) and its virtual folders.
@@ -318,13 +318,16 @@ class DockerBackend(BackendBase):
         self.user = user
         self.owner = owner_of(user)  # who owns the kernel's home and its runner socket
         self.cap_add = check_capabilities(cap_add or [])
-        self.ulimits = [{"Name": n, "Soft": v, "Hard": v} for n, v in (("nofile", nofile), ("nproc", nproc)) if v > 0]
+        # no nproc ulimit: it counts every process of the kernel's uid on the node (all users' kernels run as
+        # the same uid), so one kernel's forks would make the others' fail. The cgroup pids limit is the
+        # per-kernel bound; a configured `[agent] nproc` lowers it (min of the two), it is never a ulimit.
+        self.ulimits = [{"Name": "nofile", "Soft": nofile, "Hard": nofile}] if nofile > 0 else []
         # None (only for building configurations in tests): no scratch mounts
         self.scratch = scratch
         self.kernels_dir = kernels_dir
         self.runner_path = runner_path
         self.network = network
-        self.pids_limit = pids_limit
+        self.pids_limit = pids_limit if nproc <= 0 else min(pids_limit, nproc) if pids_limit > 0 else nproc
         self.labels = dict(labels or {})
         self.start_timeout = start_timeout
         self.docker: aiodocker.Docker | None = None
@@ -812,7 +815,7 @@ class DockerBackend(BackendBase):
             await clean_up()
             reason = e.message if isinstance(e, DockerError) else str(e)
             if "rlimit" in reason:
-                reason += " ([agent] nofile / nproc above the Docker daemon's own limits?)"
+                reason += " ([agent] nofile above the Docker daemon's own limits?)"
             if exited.done():
                 reason = ending.get("msg") or f"the container exited with code {exited.result()} while starting"
             raise KernelStartError(f"{reason}{': ' + detail if detail else ''}") from None
