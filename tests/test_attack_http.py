@@ -456,3 +456,37 @@ def test_safejson_gives_a_value_or_unsafejson_and_nothing_else(text) -> None:
         assert str(e)
     else:
         assert not safejson.depth_over(value, safejson.MAX_DEPTH)
+
+
+async def test_an_execute_websocket_that_never_asks_is_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process (the harness and the real app): a WebSocket upgraded and then left silent is told and closed
+    after EXECUTE_FIRST_FRAME_TIMEOUT instead of holding its connection for ever."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from bai.node.manager import api
+    from tests.harness import Harness
+
+    monkeypatch.setattr(api, "EXECUTE_FIRST_FRAME_TIMEOUT", 0.3)
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1")
+        await h.create("silent-1")
+        await h.schedule()
+        await h.wait("silent-1", "RUNNING")
+        keypairs = await h.store.keypairs()
+        settings = {"keypairs": keypairs, "default_resources": h.defaults, "cluster": None}
+        async with TestClient(TestServer(api.make_app(h.manager.services, settings))) as client:
+            path = "/stream/session/silent-1/execute"
+            date = auth.now_header()
+            host = f"{client.host}:{client.port}"
+            secret = keypairs[h.admin]["secret_key"]
+            sig = auth.sign(secret, "GET", path, date, host, "application/octet-stream", API_VERSION)
+            headers = {
+                "Date": date,
+                "X-BackendAI-Version": API_VERSION,
+                "Authorization": auth.authorization_header(h.admin, sig),
+            }
+            started = time.monotonic()
+            async with client.ws_connect(path, headers=headers) as ws:
+                frames = await frames_until_closed(ws, timeout=5)
+            assert frames and frames[0]["status"] == "error" and "no first frame" in frames[0]["msg"], frames
+            assert time.monotonic() - started < 3

@@ -438,6 +438,7 @@ EXECUTE_MAX_FRAME = 4 * 1024 * 1024  # bytes of one frame; aiohttp closes with 1
 EXECUTE_MAX_INPUT = 64 * 1024  # bytes of one input frame
 EXECUTE_MAX_QUEUED_INPUTS = 64  # input frames waiting for the code to read them
 EXECUTE_MAX_QUEUED_BYTES = 1024 * 1024  # and their bytes together
+EXECUTE_FIRST_FRAME_TIMEOUT = 30.0  # seconds from the upgrade to the first frame (clients send it at once)
 
 
 class InputRefused(Exception):
@@ -508,7 +509,11 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
     run_id = None
     call: asyncio.Future | None = None
     try:
-        first = await receiving
+        try:
+            first = await asyncio.wait_for(asyncio.shield(receiving), EXECUTE_FIRST_FRAME_TIMEOUT)
+        except TimeoutError:  # a connection held open without asking for anything
+            await ws.send_json(_error_frame(f"no first frame within {EXECUTE_FIRST_FRAME_TIMEOUT:g} seconds"))
+            return ws
         if _gone(first):
             return ws
         try:
