@@ -487,3 +487,48 @@ def test_one_kernels_forks_do_not_stop_anothers(low_pids_node) -> None:
     finally:
         for name in names:
             node.cli("session", "destroy", name)
+
+
+# -- a kernel's dials ----------------------------------------------------------------------------------------
+
+
+async def test_refused_dials_are_logged_once_per_burst(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A kernel dialling a port it may not (through its socket, as a peer proxy would) 200 times: each is
+    closed, the agent's log says so once (with -v), not 200 times; the kernel's socket keeps working."""
+    from decimal import Decimal
+
+    from bai.node.agent.agent import Agent
+    from bai.node.agent.backends.base import Kernel as AgentKernel
+    from bai.node.agent.backends.base import KernelSpec
+    from bai.node.agent.backends.sim import SimBackend
+    from bai.node.link.inproc import InprocHub
+
+    caplog.set_level(logging.INFO)
+    hub = InprocHub()
+    agent = Agent("a1", SimBackend(), hub.agent_link("a1"), {})  # type: ignore[arg-type]
+    channel = RunnerChannel(tmp_path / "agent.sock", lambda kind, text: None)
+    await channel.listen()
+    spec = KernelSpec("k1", "s1", "s1", "AK", "img", {"cpu": Decimal(1)}, {})
+    kernel = AgentKernel(spec=spec, channel=channel, run_dir=tmp_path)
+    agent.kernels["k1"] = kernel
+    agent._watch_exit(kernel)
+    try:
+
+        async def one() -> bytes:
+            reader, writer = await asyncio.open_unix_connection(str(channel.socket_path))
+            writer.write(b'{"dial": {"host": "sub1", "port": 22}}\n')
+            try:
+                return await asyncio.wait_for(reader.read(), 5)
+            finally:
+                writer.close()
+
+        for _ in range(4):
+            assert await asyncio.gather(*(one() for _ in range(50))) == [b""] * 50
+        await settle(channel)
+        refusals = [r for r in caplog.records if "may not connect" in r.getMessage()]
+        assert len(refusals) == 1, [r.getMessage() for r in refusals]
+        assert channel.open_connections == 0
+    finally:
+        await channel.close()
+        for throttle in agent._dial_logs.values():
+            throttle.close()

@@ -23,7 +23,7 @@ from bai.common.images import registry_of
 from bai.node.agent import batch
 from bai.node.agent.apps import AppError, Apps, relay
 from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount, oom_ending
-from bai.node.agent.channel import ChannelError, RunnerChannel
+from bai.node.agent.channel import ChannelError, LogThrottle, RunnerChannel
 from bai.node.agent.download import DownloadError, kernel_path
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
@@ -179,6 +179,8 @@ class Agent:
         # dial id -> what the `peer-dialed` stream of a kernel's connection to another agent's kernel delivers:
         # (the stream, its error, an Event set once the connection is done with the stream)
         self._dials: dict[str, asyncio.Future[tuple[LinkStream, str, asyncio.Event]]] = {}
+        # kernel id -> the log of its dials: a kernel can dial at will, so refusals are logged once per burst
+        self._dial_logs: dict[str, LogThrottle] = {}
         # kernels started ahead of their sessions (Docker only; see pool.py and warm_pool.py)
         self.pool = WarmPool(backend, (warm_pool or {}) if getattr(backend, "warm_pool", False) else {})
         self.warm_pool_reserve = warm_pool_reserve
@@ -493,7 +495,7 @@ class Agent:
         Returns when the connection is done, or at once when it cannot be made (the caller closes it)."""
         kid = kernel.spec.kernel_id
         if port not in CLUSTER_PORTS or self.kernels.get(kid) is not kernel:
-            log.info("kernel %s may not connect to %s:%d: refused", kid, host, port)
+            self._dial_log(kid)(logging.INFO, "kernel %s may not connect to %s:%d: refused", kid, host, port)
             return
         sid = kernel.spec.session_id
         for other in list(self.kernels.values()):
@@ -519,18 +521,27 @@ class Agent:
             if not isinstance(e, Exception):
                 raise
             why = f"the manager did not connect it in {DIAL_TIMEOUT:g} s" if isinstance(e, TimeoutError) else str(e)
-            log.info("kernel %s could not reach %s:%d: %s", kid, host, port, why)
+            self._dial_log(kid)(logging.INFO, "kernel %s could not reach %s:%d: %s", kid, host, port, why)
             return
         finally:
             self._dials.pop(dial_id, None)
         try:
             if error:
-                log.info("kernel %s could not reach %s:%d: %s", kid, host, port, error)
+                self._dial_log(kid)(logging.INFO, "kernel %s could not reach %s:%d: %s", kid, host, port, error)
                 await stream.close(error)
                 return
             await relay(reader, writer, stream, kernel.exited)
         finally:
             done.set()
+
+    def _dial_log(self, kid: str) -> LogThrottle:
+        """The log of kernel `kid`'s dials (those of kernels that are gone are dropped here)."""
+        throttle = self._dial_logs.get(kid)
+        if throttle is None:
+            for gone in [k for k in self._dial_logs if k not in self.kernels]:
+                self._dial_logs.pop(gone).close()
+            throttle = self._dial_logs[kid] = LogThrottle(log)
+        return throttle
 
     async def _dialed(self, message: PeerDialed, stream: LinkStream) -> None:
         """The manager's `peer-dialed` stream: handed to the connection that waits for it (`dial`), and kept
