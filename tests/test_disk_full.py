@@ -349,3 +349,39 @@ async def test_scheduling_rounds_on_a_full_disk_warn_once_and_place_the_session_
             await h.wait("waits-for-space", "RUNNING")
     finally:
         unmount(state)
+
+
+async def test_an_idle_session_on_a_full_disk_is_ended_once_space_is_freed_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from tests.harness import Harness
+
+    state = tmp_path / "state"
+    mount_tmpfs(state, "8m")
+    try:
+        async with Harness(state) as h:
+            await h.policy("brief", idle_timeout=10)
+            user = await h.keypair("idler", "brief")
+            await h.add_agent("a1")
+            await h.run("idles", owner=user)
+            filler = fill(state)
+            try:
+                h.advance(11)
+                with caplog.at_level(logging.WARNING):
+                    for _ in range(4):  # a sweep a second: each end refused by the full disk
+                        await h.sweep()
+                        await asyncio.sleep(0.05)
+                        h.advance(1)
+                assert await h.status("idles") == "RUNNING"
+                said = [r for r in caplog.records if "past their limits" in r.getMessage()]
+                assert len(said) == 1 and not said[0].exc_info, [r.getMessage() for r in caplog.records]
+            finally:
+                filler.unlink()
+            await h.sweep()
+            ended = await h.wait("idles", "TERMINATED")
+            assert ended["status_info"] == "idle-timeout"
+            assert h.kernels_on("a1") == set()
+    finally:
+        unmount(state)

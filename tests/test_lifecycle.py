@@ -157,6 +157,27 @@ async def test_a_session_stuck_starting_with_no_start_under_way_is_ended_by_the_
         assert await h.status("slow-one") == "PREPARING"
 
 
+async def test_a_session_stuck_terminating_with_no_destroy_under_way_is_ended_by_the_timers(tmp_path) -> None:
+    from bai.common.status import SessionStatus
+    from bai.node.manager.timers import TERMINATING_LIMIT
+
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1)
+        row = await h.run("half-destroyed", cpu=1)
+        # its destroy went no further than TERMINATING (its task failed): the kernel runs, its slots are taken
+        await h.sessions.transition(row["id"], SessionStatus.TERMINATING, "user-requested", {})
+        assert h.kernels_on("a1")
+        h.advance(TERMINATING_LIMIT - 1)
+        await h.sweep()
+        assert await h.status("half-destroyed") == "TERMINATING"
+        h.advance(2)
+        await h.sweep()
+        ended = await h.wait("half-destroyed", "TERMINATED")
+        assert ended["status_info"] == "user-requested"
+        assert h.kernels_on("a1") == set()
+        await h.run("gets-its-cpu", cpu=1)
+
+
 async def test_create_is_get_or_create_by_name(tmp_path) -> None:
     async with Harness(tmp_path) as h:
         first = await h.create("same-name")

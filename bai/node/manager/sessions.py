@@ -236,6 +236,8 @@ class Sessions:
         self._stray_looks: dict[str, tuple[frozenset[str], int]] = {}  # agent -> (its kernels, _ended_version)
         self._removing: set[str] = set()  # kernels an agent is being told to remove (remove_strays)
         self.starting: set[str] = set()  # sessions whose start (or failed start's end) is under way
+        self.ending: set[str] = set()  # sessions whose kernels are being removed (a destroy under way)
+        self._said_stuck: set[str] = set()  # sessions stuck TERMINATING the log has named (end_stuck_destroy)
 
     async def close(self) -> None:
         await self.background.close()
@@ -855,15 +857,33 @@ class Sessions:
     ) -> dict[str, Any] | None:
         """Remove the session's kernels from their agents (all at once), then TERMINATED; the main kernel's final
         statistics (the agent's last sample of it, else the latest the manager has, else the one stored before)."""
-        if kernels is None:
-            kernels = await self.store.kernels_of(session["id"])
-        await self._remove_kernels(kernels, info, timeout=timeout)
-        main = kernels[0] if kernels else None
-        final = (self._finals(session["id"]).get(main["id"]) or stored_stat(main)) if main else None
-        await self.transition(
-            session["id"], S.TERMINATED, info, session["status_data"], allowed_from=[S.TERMINATING, S.ERROR]
-        )
-        return final
+        sid = session["id"]
+        self.ending.add(sid)
+        try:
+            if kernels is None:
+                kernels = await self.store.kernels_of(sid)
+            await self._remove_kernels(kernels, info, timeout=timeout)
+            main = kernels[0] if kernels else None
+            final = (self._finals(sid).get(main["id"]) or stored_stat(main)) if main else None
+            await self.transition(
+                sid, S.TERMINATED, info, session["status_data"], allowed_from=[S.TERMINATING, S.ERROR]
+            )
+            return final
+        finally:
+            self.ending.discard(sid)
+
+    async def end_stuck_destroy(self, session: dict[str, Any]) -> None:
+        """A session TERMINATING with no destroy under way (it failed: a write on a full disk, an error): its
+        kernels are removed again and it ends TERMINATED with the reason it was being destroyed for."""
+        if session["id"] in self.ending:
+            return
+        if session["id"] not in self._said_stuck:  # (once: on a full disk the timers try again every second)
+            if len(self._said_stuck) >= MAX_STRAY_LOOKS:
+                self._said_stuck.clear()
+            self._said_stuck.add(session["id"])
+            log.warning("session %s stayed TERMINATING with no destroy under way: it is ended now", session["id"])
+        await self._finish_destroy(session, session["status_info"] or StatusInfo.USER_REQUESTED)
+        self._said_stuck.discard(session["id"])
 
     async def _remove_kernels(self, kernels: list[dict[str, Any]], reason: str, timeout: float = 30) -> None:
         """Have each kernel's agent remove it, all at once; their final statistics are kept in the book."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from bai.common.background import Background
 from bai.common.clock import Clock
 from bai.common.config import duration_seconds
 from bai.common.images import registry_of
+from bai.common.problems import Problem
 from bai.common.status import SessionStatus, StatusInfo
 from bai.node.manager.agents import PULL_TIMEOUT
 from bai.node.manager.diskfull import FullDiskWarnings
@@ -48,6 +49,8 @@ RECLAIM_FREE_PAGES = 256  # give free pages back to the file system once there a
 
 STARTING_STATUSES = (SessionStatus.SCHEDULED, SessionStatus.PREPARING, SessionStatus.PULLING)
 STUCK_GRACE = 30.0  # seconds past its start's own limits before a session stuck starting is ended
+# seconds a session may stay TERMINATING with no destroy under way (a destroy's removals take at most 60 s)
+TERMINATING_LIMIT = 60.0 + STUCK_GRACE
 
 
 def start_limit(sessions: Sessions, session: Mapping[str, Any]) -> float:
@@ -236,7 +239,37 @@ class Timers:
 
     async def sweep(self, now: datetime) -> None:
         await self.sweep_starts(now)
+        await self.sweep_terminating(now)
         await self.sweep_limits(now)
+
+    async def sweep_terminating(self, now: datetime) -> list[str]:
+        """Sessions TERMINATING longer than a destroy may take (TERMINATING_LIMIT) with no destroy of theirs
+        under way (it failed, e.g. its last write on a full disk) are ended: kernels removed again, TERMINATED.
+        The ids of those it ends."""
+        ended = []
+        for row in await self.store.list_sessions(None, [SessionStatus.TERMINATING]):
+            if row["id"] in self.sessions.ending:
+                continue
+            if (now - datetime.fromisoformat(row["status_changed"])).total_seconds() > TERMINATING_LIMIT:
+                ended.append(row["id"])
+                self.sessions.spawn(
+                    self._quietly("ending sessions stuck TERMINATING", self.sessions.end_stuck_destroy(row)),
+                    f"stuck-{row['id']}",
+                )
+        return ended
+
+    async def _quietly(self, what: str, work: Awaitable[object]) -> None:
+        """Work of the timers: on a full disk, warned about once (the next sweep tries again); a refusal
+        (the session moved meanwhile) is no error."""
+        try:
+            await work
+        except Problem as p:
+            log.info("%s: %s", what, p.msg or p.title)
+        except Exception as e:
+            if not self.full_disk.failed(what, e):
+                raise
+        else:
+            self.full_disk.ok(what)
 
     async def sweep_starts(self, now: datetime) -> list[str]:
         """Sessions SCHEDULED, PREPARING or PULLING longer than their start may take (the preparing timeout, a
@@ -276,4 +309,5 @@ class Timers:
             row = await store.get_session(session_id)
             if row is not None and row["status"] == SessionStatus.RUNNING:
                 log.info("ending session %s: %s", session_id, reason)
-                self.sessions.spawn(self.sessions.destroy(row, forced=False, reason=reason), f"expire-{session_id}")
+                ending = self.sessions.destroy(row, forced=False, reason=reason)
+                self.sessions.spawn(self._quietly("ending sessions past their limits", ending), f"expire-{session_id}")
