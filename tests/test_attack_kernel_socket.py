@@ -532,3 +532,39 @@ async def test_refused_dials_are_logged_once_per_burst(tmp_path: Path, caplog: p
         await channel.close()
         for throttle in agent._dial_logs.values():
             throttle.close()
+
+
+# -- from inside a real Docker kernel -------------------------------------------------------------------------
+
+
+def test_a_docker_kernel_flooding_its_socket_leaves_the_node_as_it_was(docker_node) -> None:
+    """The review's attack as it ran: code in a session opens 100 connections to /opt/bai/run/agent.sock, each
+    sending 15 MiB without a newline. The node's RSS grows less than 50 MB, its open files come back, every
+    connection was closed by the agent, and the session still runs code."""
+    node = docker_node
+    name = f"flood-{secrets.token_hex(3)}"
+    node.cli("session", "create", "python", "--name", name, check=True)
+    try:
+        assert node.cli("session", "exec", name, "-c", "print(6 * 7)").stdout.strip() == "42"
+        proc = psutil.Process(node.proc.pid)
+        rss_before, fds_before = proc.memory_info().rss, proc.num_fds()
+        code = f"import sys\nsys.argv = ['x', '/opt/bai/run/agent.sock', '100', '{15 * MB}', '5', '0']\n" + FLOOD
+        start = time.monotonic()
+        flooded = node.cli("session", "exec", name, "-c", code, timeout=120)
+        took = time.monotonic() - start
+        assert flooded.returncode == 0, flooded.stderr
+        opened, closed, taken = map(int, flooded.stdout.split())
+        peak = proc.memory_info().rss
+        deadline = time.monotonic() + 10
+        while proc.num_fds() > fds_before + 2:
+            assert time.monotonic() < deadline, (fds_before, proc.num_fds())
+            time.sleep(0.1)
+        print(
+            f"node RSS {rss_before / MB:.0f} MB -> {peak / MB:.0f} MB, fds {fds_before} -> {proc.num_fds()}, "
+            f"{opened} connections, {closed} closed by the agent, {taken / MB:.1f} MB sent, {took:.1f} s"
+        )
+        assert peak - rss_before < 50 * MB
+        assert opened == 100 and closed == 100
+        assert node.cli("session", "exec", name, "-c", "print('still here')").stdout.strip() == "still here"
+    finally:
+        node.cli("session", "destroy", name)
