@@ -135,9 +135,10 @@ async def test_a_session_stuck_starting_with_no_start_under_way_is_ended_by_the_
         [kernel] = await h.sessions.kernels_of(row["id"])
         await h.store.apply_round([(row["id"], {kernel["id"]: "a1"})], [], [], [])  # placed, its start lost
         assert await h.store.start_preparing(row["id"])
+        h.timers.since = h.advance(5)  # as if the manager had started 5 s later: judged from then on
         h.advance(2.0 + STUCK_GRACE - 1)
         await h.sweep()
-        assert await h.status("orphaned") == "PREPARING"  # not yet past its limit
+        assert await h.status("orphaned") == "PREPARING"  # not yet past its limit (as this manager saw it)
         h.advance(2)
         await h.sweep()
         ended = await h.wait("orphaned", "CANCELLED")

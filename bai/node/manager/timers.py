@@ -196,7 +196,8 @@ class Timers:
         self.interval = interval
         self.log_retention = log_retention  # None: logs are kept (no purge loop)
         self.background = Background(log)
-        self.full_disk = FullDiskWarnings(log)  # purging logs on a full disk: warned about once
+        self.full_disk = FullDiskWarnings(log)  # purging logs (and ending sessions) on a full disk: said once
+        self.since = self.clock.now()  # stuck sessions are judged on what happened since
 
     def start(self) -> None:
         self.background.spawn(self._loop(), "timers")
@@ -250,13 +251,19 @@ class Timers:
         for row in await self.store.list_sessions(None, [SessionStatus.TERMINATING]):
             if row["id"] in self.sessions.ending:
                 continue
-            if (now - datetime.fromisoformat(row["status_changed"])).total_seconds() > TERMINATING_LIMIT:
+            if self._age(row, now) > TERMINATING_LIMIT:
                 ended.append(row["id"])
                 self.sessions.spawn(
                     self._quietly("ending sessions stuck TERMINATING", self.sessions.end_stuck_destroy(row)),
                     f"stuck-{row['id']}",
                 )
         return ended
+
+    def _age(self, session: Mapping[str, Any], now: datetime) -> float:
+        """Seconds a session has been in its status, as far as this manager saw: not before it started (a
+        manager that was down does not judge what it did not watch; agents re-register first)."""
+        since = max(datetime.fromisoformat(session["status_changed"]), self.since)
+        return (now - since).total_seconds()
 
     async def _quietly(self, what: str, work: Awaitable[object]) -> None:
         """Work of the timers: on a full disk, warned about once (the next sweep tries again); a refusal
@@ -282,7 +289,7 @@ class Timers:
             if row["id"] in self.sessions.starting:
                 continue  # under way: its own timeout ends it
             limit = start_limit(self.sessions, row)
-            if (now - datetime.fromisoformat(row["status_changed"])).total_seconds() > limit:
+            if self._age(row, now) > limit:
                 ended.append(row["id"])
                 self.sessions.spawn(self.sessions.end_stuck_start(row, limit), f"stuck-{row['id']}")
         return ended
