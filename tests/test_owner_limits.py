@@ -420,3 +420,23 @@ def test_a_flood_of_cluster_sessions_holds_at_most_the_policys_networks_on_the_d
     print(f"node fds {fds} -> {fds_after}, RSS {rss / MiB:.1f} -> {rss_after / MiB:.1f} MiB over two more rounds")
     assert fds_after <= fds + 2, f"the node holds {fds_after - fds} more fds"
     assert rss_after - rss < 16 * MiB
+
+
+def test_the_dashboard_header_and_policy_table_show_session_networks() -> None:
+    from rich.console import Console
+
+    from bai.cli.output import policies_table
+    from bai.tui.header import quota_parts
+
+    held = [text for text, _ in quota_parts({"concurrentSessions": 1, "sessionNetworks": 2, "maxSessionNetworks": 2})]
+    assert "networks 2/2" in held
+    idle = [text for text, _ in quota_parts({"concurrentSessions": 0, "sessionNetworks": 0, "maxSessionNetworks": 2})]
+    assert not any(t.startswith("networks") for t in idle)  # only while a session holds one
+    policy = {
+        "name": "default", "max_concurrent_sessions": 0, "total_resource_slots": {}, "default_for_unspecified":
+        "UNLIMITED", "idle_timeout": 0, "max_session_lifetime": 0, "max_session_networks": 3,
+    }  # fmt: skip
+    console = Console(width=200, record=True)
+    console.print(policies_table([policy]))
+    lines = console.export_text().splitlines()
+    assert "NETWORKS" in lines[0] and lines[1].rstrip().endswith("3")

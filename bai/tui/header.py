@@ -54,6 +54,12 @@ def quota_parts(quota: dict[str, Any]) -> list[tuple[str, str]]:
     most = int(quota.get("maxConcurrentSessions") or 0)
     count = int(quota.get("concurrentSessions") or 0)
     parts.append((f"sessions {count}/{most or UNLIMITED}", _colour(Decimal(count), Decimal(most) if most else None)))
+    networks = int(quota.get("sessionNetworks") or 0)  # sessions of several kernels: shown while any is held
+    if networks:
+        cap = int(quota.get("maxSessionNetworks") or 0)
+        parts.append(
+            (f"networks {networks}/{cap or UNLIMITED}", _colour(Decimal(networks), Decimal(cap) if cap else None))
+        )
     limits = from_wire(quota.get("totalResourceSlots"))
     used = from_wire(quota.get("occupiedSlots"))
     limited = quota.get("defaultForUnspecified") == "LIMITED"
