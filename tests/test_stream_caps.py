@@ -36,7 +36,7 @@ async def test_a_keypair_past_its_cap_gets_429_and_others_do_not() -> None:
         refused = await client.get("/stream", params={"ak": "A"})
         assert refused.status == 429
         body = await refused.json()
-        assert body["type"].endswith("/too-many-requests")
+        assert body["type"].endswith("/rate-limit-exceeded")
         assert "3 streams open" in body["msg"]
         other = await client.get("/stream", params={"ak": "B"})  # another keypair still gets one
         assert other.status == 200 and await other.content.readline() == b"open\n"

@@ -18,7 +18,7 @@ MAX_STREAMS_PER_KEYPAIR = 256
 
 def too_many_streams(limit: int) -> Problem:
     return Problem(
-        "too-many-requests",
+        "rate-limit-exceeded",
         "Too many open streams.",
         f"this keypair already has {limit} streams open (event streams, log follows, WebSockets, app "
         "tunnels); close some and try again",
