@@ -31,6 +31,7 @@ from bai.node.agent import channel as channel_mod
 from bai.node.agent.channel import (
     HELLO_LIMIT,
     MAX_BUFFERED,
+    MAX_KERNEL_BUFFERED,
     MAX_RUNNER_LINE,
     MAX_UNGREETED,
     RECORD_COST,
@@ -301,6 +302,30 @@ async def test_records_queued_for_a_run_nobody_reads_are_bounded(fake: tuple[Ker
         await asyncio.sleep(0.05)
     assert run.records.qsize() <= MAX_BUFFERED // RECORD_COST + 2
     assert run.dropped
+
+
+async def test_unread_output_of_all_a_kernels_runs_is_bounded(fake: tuple[Kernel, Any, Any]) -> None:
+    """Runs whose output nobody reads each keep at most MAX_BUFFERED, and all the kernel's together at most
+    MAX_KERNEL_BUFFERED (finished runs wait to be read, KEEP_FINISHED of them); reading one frees its part."""
+    kernel, _, writer = fake
+    channel = kernel.channel
+    chunk = json.dumps({"t": "stdout", "d": "o" * (512 * 1024)}).encode() + b"\n"
+    for i in range(4):
+        await channel.start_run(f"r{i}", "query", "x")
+        for _ in range(14):  # 7 MiB each
+            writer.write(chunk)
+        writer.write(b'{"t": "finished", "exit": 0}\n')
+        await writer.drain()
+        deadline = time.monotonic() + 10
+        while channel.runs[f"r{i}"].state != "finished":
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+    held = [channel.runs[f"r{i}"].buffered for i in range(4)]
+    assert sum(held) == channel.buffered <= MAX_KERNEL_BUFFERED
+    assert held[0] > 7 * MB and held[3] < MB and channel.runs["r3"].dropped
+    first = await channel.next_result("r0", 1)
+    assert sum(len(t) for _, t in first.console) == 7 * MB and first.status == "finished"
+    assert channel.buffered == sum(held[1:])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

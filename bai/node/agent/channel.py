@@ -54,6 +54,7 @@ MAX_WAITING = 32  # runs waiting behind the running one, per kernel
 QUEUE_NOTICE = 1.0  # seconds a waiting run's poll is held at most before it is answered with its place
 KEEP_FINISHED = MAX_WAITING + 16  # finished runs whose end is not read yet (older ones are forgotten)
 MAX_BUFFERED = 8 * 1024 * 1024  # output characters kept for a run whose client is not reading
+MAX_KERNEL_BUFFERED = 2 * MAX_BUFFERED  # ... and for all the runs of a kernel (KEEP_FINISHED may be unread)
 RECORD_COST = 64  # what each queued record counts against MAX_BUFFERED besides its output characters
 MAX_EXIT = 2**31 - 1  # an exit code the kernel reports is clamped to a signed 32-bit int
 
@@ -200,6 +201,7 @@ class Channel:
         self.waiting: deque[Run] = deque()
         self.runs: dict[str, Run] = {}  # waiting, running and finished-but-unread runs by id
         self._ending = False  # the kernel went away: waiting runs end instead of starting
+        self.buffered = 0  # what all its runs hold unread (the sum of their `buffered`)
         self.exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
     @property
@@ -276,12 +278,13 @@ class Channel:
             return  # said by the agent itself (_step_ended), never by the kernel
         if kind != "finished":  # (a run always gets its end)
             size = len(record.get("d", "")) + RECORD_COST
-            if run.buffered + size > MAX_BUFFERED:
+            if run.buffered + size > MAX_BUFFERED or self.buffered + size > MAX_KERNEL_BUFFERED:
                 if not run.dropped:  # its client is not reading: keep the kernel's log, drop the rest
                     run.dropped = True
                     run.records.put_nowait({"t": "stderr", "d": "\n[output dropped: nobody was reading it]\n"})
                 return
             run.buffered += size
+            self.buffered += size
         if kind == "finished" and (run.steps or run.step != "exec"):
             self._step_ended(run, record["exit"])
             return
@@ -327,6 +330,7 @@ class Channel:
         unread = [r for r in self.runs.values() if r.state == "finished"]
         for old in unread[: max(0, len(unread) - KEEP_FINISHED)]:
             self.runs.pop(old.id, None)
+            self.buffered -= old.buffered  # forgotten with what it held
 
     def _next(self) -> None:
         """Give the kernel to the first waiting run (its code starts in the background)."""
@@ -389,6 +393,8 @@ class Channel:
             await self._start(mode, run.code)
         except BaseException:
             self.runs.pop(run_id, None)
+            self.buffered -= run.buffered
+            run.buffered = 0
             if self.current is run:
                 self.current = None
             self._next()
@@ -459,7 +465,9 @@ class Channel:
             record = None
         while record is not None:
             kind = record.get("t")
-            run.buffered = max(0, run.buffered - len(record.get("d", "")) - RECORD_COST)
+            taken = min(run.buffered, len(record.get("d", "")) + RECORD_COST)
+            run.buffered -= taken
+            self.buffered -= taken
             if kind in OUTPUT_RECORDS:
                 text = record.get("d", "")
                 if console and console[-1][0] == kind:
@@ -469,6 +477,8 @@ class Channel:
             elif kind == "finished":
                 status, exit_code = "finished", int(record.get("exit", 0))
                 self.runs.pop(run_id, None)
+                self.buffered -= run.buffered
+                run.buffered = 0
                 break
             elif kind == "waiting-input":
                 status, options = "waiting-input", record.get("opts") or {"is_password": False}
