@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bai.node.manager.apps_api import MAX_MESSAGE
-from tests.nodeproc import Cluster, Node, free_port
+from tests.nodeproc import Cluster, Node, admin_keys, free_port, signed_request
 from tests.test_official_client import Official, official_client
 from tests.tui_support import node_client
 
@@ -252,3 +253,18 @@ def test_a_frame_over_the_limit_closes_the_tunnel_with_1009_and_the_next_one_wor
     (got, code), (back, closed) = asyncio.run(go())
     assert got == b"" and code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
     assert closed is None and back == b"y" * MAX_MESSAGE
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["[" * 2000, '{"a":' * 100 + "1" + "}" * 100, "x" * 5000, "[1]", '{"a": 1}'],
+    ids=["deep-array", "deep-object", "not-json", "array", "custom"],
+)
+def test_a_tunnels_arguments_that_are_not_an_empty_object_are_a_400(
+    sim_node: Node, frames_session: str, raw: str
+) -> None:
+    """Deep, huge, non-object or custom `arguments` on the tunnel: a 400 problem, never a 5xx."""
+    path = f"/stream/session/{frames_session}/tcpproxy?app=echo&arguments={quote(raw)}"
+    status, body = signed_request(sim_node, "GET", path, *admin_keys(sim_node))
+    assert status == 400, body
+    assert isinstance(body, dict) and "arguments" in body.get("msg", ""), body

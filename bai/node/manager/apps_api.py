@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from bai.common import safejson
 from bai.common import service_ports as apps
 from bai.common.problems import invalid
 from bai.node.link.streams import MAX_FRAME, LinkStream, StreamClosed
@@ -71,7 +71,7 @@ def app_query(request: web.Request) -> str:
         if raw is None:
             continue
         try:
-            value = json.loads(raw)
+            value = safejson.loads(raw, max_bytes=64 * 1024, what=key)
         except ValueError:
             raise invalid(f"{key} must be a JSON object") from None
         if not isinstance(value, dict):

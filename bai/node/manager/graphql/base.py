@@ -28,6 +28,7 @@ from graphql import (
 )
 from graphql.language import StringValueNode, ValueNode
 
+from bai.common import safejson
 from bai.node.manager.graphql import minilang
 from bai.node.manager.http import SETTINGS, services_of
 from bai.node.manager.services import Services
@@ -55,9 +56,9 @@ def _string_literal(node: ValueNode, _variables: Any = None) -> str:
 def _parse_json(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
-        except ValueError:
-            raise GraphQLError(f"not a JSON string: {value[:40]!r}") from None
+            return safejson.loads(value, what="a JSONString")
+        except ValueError as e:
+            raise GraphQLError(f"not a JSON string: {value[:40]!r} ({e})") from None
     return value
 
 

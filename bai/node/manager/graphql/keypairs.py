@@ -10,6 +10,7 @@ from typing import Any
 from graphql import GraphQLArgument, GraphQLError, GraphQLField, GraphQLInputField, GraphQLInputObjectType
 from graphql import GraphQLResolveInfo as Info
 
+from bai.common import safejson
 from bai.common.auth import Keypair
 from bai.common.cluster import MAX_CLUSTER_SIZE
 from bai.common.problems import Problem
@@ -300,7 +301,7 @@ def _policy_fields(props: dict[str, Any], *, partial: bool) -> dict[str, Any]:
     body = {k: v for k, v in props.items() if k in POLICY_FIELDS and (v is not None or k in NULLABLE)}
     if isinstance(body.get("total_resource_slots"), str):
         try:
-            body["total_resource_slots"] = json.loads(body["total_resource_slots"])
+            body["total_resource_slots"] = safejson.loads(body["total_resource_slots"], what="total_resource_slots")
         except ValueError:
             raise Problem("invalid-api-params", "Invalid.", "total_resource_slots must be a JSON object") from None
     return parse_policy({"name": "-", **body}, partial=partial)
