@@ -196,3 +196,13 @@ def test_bad_literals_are_refused_or_graphql_errors_never_500(node: Node) -> Non
         assert status in (200, 400), answer
     status, answer = gql(node, "{ keypair { is_admin { x } } }")
     assert status == 200 and answer["data"] is None and answer["errors"], answer
+
+
+def test_a_deep_json_string_is_a_graphql_error_not_a_recursion_error() -> None:
+    from graphql import GraphQLError
+
+    from bai.node.manager.graphql.base import _parse_json
+
+    with pytest.raises(GraphQLError, match="nested too deeply"):
+        _parse_json("[" * 5000 + "]" * 5000)
+    assert _parse_json('{"cpu": "1"}') == {"cpu": "1"}
