@@ -190,6 +190,26 @@ async def test_a_huge_resize_on_the_harness_is_ignored(tmp_path: Path) -> None:
         await stream.close("done")
 
 
+async def test_opening_and_closing_terminals_never_uses_up_the_cap(tmp_path: Path) -> None:
+    """Through the manager and the agent (pretend shell): 3 x MAX_TERMINALS terminals opened and closed one
+    after another all open (only live ones count), and each closed one was ended (hung up)."""
+    from bai.node.agent.agent import MAX_TERMINALS
+
+    async with Harness(tmp_path) as h:
+        node = await h.add_agent("a1")
+        await h.create("term-churn")
+        await h.schedule()
+        row = await h.wait("term-churn", "RUNNING")
+        for i in range(3 * MAX_TERMINALS):
+            stream = await h.sessions.open_terminal(row, None, 24, 80)
+            await stream.send({"t": "in", "d": f"n{i}\r".encode()})
+            await shown(stream, f"n{i}".encode())
+            await stream.close("the client went away")
+        await until(lambda: all(t.code == 129 for t in node.backend.terminals), 5, "a closed terminal still runs")
+        assert len(node.backend.terminals) == 3 * MAX_TERMINALS
+        await until(lambda: h.agent("a1")._terminals == {}, 5, "closed terminals still counted")
+
+
 def kill_cli(term: Pty) -> None:
     with pytest.raises(ProcessLookupError):
         for _ in range(50):
