@@ -139,6 +139,9 @@ DEFAULTS: dict[str, Any] = {
         # what a session gets when it asks for nothing
         "default_cpu": "1",
         "default_mem": "1g",
+        # the smallest kernel a session may ask for (each kernel); below it a create is a 400
+        "min_kernel_cpu": "0.1",
+        "min_kernel_mem": "32m",
     },
 }
 
