@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bai.node.agent.terminal import PtyProcess, PtySession, serve, window_of
+from bai.node.agent.terminal import PtyProcess, PtySession, serve, window_of, window_part
 from bai.node.link.streams import InprocStream
 from tests.harness import Harness
 from tests.nodeproc import Node
@@ -125,6 +125,13 @@ async def test_the_session_of_a_terminal_is_only_its_own(tmp_path: Path) -> None
 )
 def test_window_of_a_resize_frame(frame: dict[str, Any], expected: tuple[int, int] | None) -> None:
     assert window_of(frame) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(40, 40), (10**30, 1000), (0, 1), (-(10**30), 1), ("40", 24), (40.5, 24), (True, 24)]
+)
+def test_a_terminals_first_size_is_clamped_or_the_default(value: object, expected: int) -> None:
+    assert window_part(value, 24) == expected
 
 
 def frame_values():

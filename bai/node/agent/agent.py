@@ -29,7 +29,7 @@ from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
 from bai.node.agent.pool import WarmPool
 from bai.node.agent.stats import NodeSampler, Sample, kernel_gpus, sampler_for
-from bai.node.agent.terminal import DEFAULT_COMMAND
+from bai.node.agent.terminal import DEFAULT_COMMAND, window_part
 from bai.node.agent.terminal import serve as serve_terminal
 from bai.node.agent.warm_pool import reserved
 from bai.node.link.base import AgentLink
@@ -469,7 +469,7 @@ class Agent:
             return
         assert isinstance(message, OpenTerminal)
         kernel = await self._settled(message.kernel_id)
-        rows, cols = max(1, min(int(message.rows), 1000)), max(1, min(int(message.cols), 1000))
+        rows, cols = window_part(message.rows, 24), window_part(message.cols, 80)
         command = list(message.command) if message.command else list(DEFAULT_COMMAND)
         kid = message.kernel_id
         if self._terminals.get(kid, 0) >= MAX_TERMINALS:

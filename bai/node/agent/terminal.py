@@ -73,6 +73,13 @@ def window_of(frame: Mapping[str, Any]) -> tuple[int, int] | None:
     return rows, cols
 
 
+def window_part(value: object, default: int) -> int:
+    """A terminal's first rows or cols as the manager asked: an int clamped to 1..MAX_WINDOW, else `default`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return max(1, min(value, MAX_WINDOW))
+
+
 @dataclass(frozen=True)
 class PtySession:
     """The processes a terminal started, as this host sees them: those of session `sid` (the terminal's command
