@@ -45,13 +45,6 @@ from tests.harness import Harness
 from tests.nodeproc import Node, signed_request
 
 MiB = 2**20
-# the enforcement end to end needs two lines of bai/node/manager/dispatcher.py (another helper's file): the
-# snapshot passes the policy's max_session_networks and the keypair's held session networks to the scheduler
-NEEDS_DISPATCHER = pytest.mark.xfail(
-    strict=True,
-    reason="needs the dispatcher.py lines of helper 5's report (the snapshot passes max_session_networks and the "
-    "keypair's session networks to the scheduler): remove this marker when they are merged",
-)
 
 
 def _scheduler(info: dict) -> dict:
@@ -152,7 +145,6 @@ def test_the_scheduler_keeps_a_cluster_session_over_the_limit_pending_and_counts
     assert len(decisions.placements) == 3
 
 
-@NEEDS_DISPATCHER
 async def test_a_keypair_holds_at_most_its_policys_session_networks_and_others_still_get_theirs(
     tmp_path: Path,
 ) -> None:
@@ -191,7 +183,6 @@ async def test_a_keypair_holds_at_most_its_policys_session_networks_and_others_s
         assert (await h.status("grab-3")) == "PENDING"
 
 
-@NEEDS_DISPATCHER
 async def test_zero_is_unlimited_and_one_counts_the_sessions_placed_in_the_same_round(tmp_path: Path) -> None:
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=32, mem="64g")
@@ -305,7 +296,6 @@ def test_the_limit_is_set_and_shown_by_the_cli_rest_graphql_and_quota(sim_node: 
         sim_node.cli("session", "destroy", name, as_keypair=user)
 
 
-@NEEDS_DISPATCHER
 def test_a_session_over_the_limit_waits_pending_over_the_api_until_one_ends(sim_node: Node) -> None:
     sim_node.cli("policy", "create", "nets-one", "--max-networks", "1", check=True)
     user = sim_node.json("keypair", "create", "--user", "nets-user", "--policy", "nets-one")
@@ -402,7 +392,6 @@ def _flood(node: Node, mallory: dict, alice: dict, rnd: int) -> None:
 
 
 @pytest.mark.docker
-@NEEDS_DISPATCHER
 def test_a_flood_of_cluster_sessions_holds_at_most_the_policys_networks_on_the_daemon(docker_node: Node) -> None:
     """Finding 5 as the reviewer ran it, on a real daemon: one user asks for many small sessions of two kernels;
     Docker holds no more than two networks (address pools) for them, another user's cluster session starts, and

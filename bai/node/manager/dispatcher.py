@@ -19,6 +19,7 @@ from bai.node.manager.agents import Agents
 from bai.node.manager.diskfull import FullDiskWarnings
 from bai.node.manager.sessions import Sessions
 from bai.node.manager.store import Store
+from bai.node.manager.store.keypairs import DEFAULT_SESSION_NETWORKS
 from bai.node.manager.store.sessions import cluster_order
 from bai.node.manager.wakeup import Wakeup
 from bai.node.scheduler.core import schedule
@@ -166,6 +167,9 @@ class Dispatcher:
             held, slots = usage.get(access_key, (0, {}))
             usage[access_key] = (held + count, slotlib.add(slots, _times(slotlib.from_wire(requested), count)))
         policies = await store.policies()
+        networks: dict[str, int] = {}  # (only a session of several kernels is checked against them)
+        if any(r["cluster_size"] > 1 for r in pending_rows):
+            networks = await store.session_networks_by_keypair(OCCUPYING_STATUSES)
         keypair_rows = await store.keypairs(active_only=False)
         keypairs = {}
         for ak in {r["access_key"] for r in pending_rows}:
@@ -176,11 +180,13 @@ class Dispatcher:
                 policy=ResourcePolicy(
                     name=p.get("name", "default"),
                     max_concurrent_sessions=p.get("max_concurrent_sessions", 0),
+                    max_session_networks=p.get("max_session_networks", DEFAULT_SESSION_NETWORKS),
                     total_resource_slots=slotlib.from_wire(p.get("total_resource_slots")),
                     default_for_unspecified=p.get("default_for_unspecified", "UNLIMITED"),
                 ),
                 concurrent_sessions=count,
                 occupied=slots,
+                session_networks=networks.get(ak, 0),
             )
         dependencies = {}
         for dep_id in {d for r in pending_rows for d in r["config"].get("depends_on", [])}:
