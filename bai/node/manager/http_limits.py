@@ -8,8 +8,13 @@
   seconds (aiohttp's keepalive_timeout). A request being served (an SSE stream, a WebSocket, a download)
   is never cut by either timer: both only act while the connection waits for a request head.
 - caps: at most `max_connections_per_peer` connections from one address and `max_connections` in all
-  (0: derived from RLIMIT_NOFILE, leaving room for the agent, the store and kernels). A connection over a
-  cap is answered 503 (a problem body with Retry-After) and closed at once, without a request being read.
+  (0: derived from RLIMIT_NOFILE, leaving room for the agent, the store and kernels). A new connection over
+  a cap first makes room by closing the oldest connection of that address (or, for the total cap, of any)
+  that is only waiting (for its first request head or, kept alive, for its next one): so idle connections,
+  which cost a client nothing to open, can never lock out a client that sends its request at once, even
+  from the same address (on a shared node every local user is 127.0.0.1). Only when every connection over
+  the cap is serving a request is the new one answered 503 (a problem body with Retry-After) and closed at
+  once, without a request being read.
 - bad requests (a malformed request line or header) are answered 400 by aiohttp; instead of its ERROR
   line with a traceback each, they are logged as a one-line warning at most once per LOG_EVERY seconds
   (with the count of those not logged), so that an unauthenticated client cannot fill the log.
@@ -94,6 +99,10 @@ class HttpLimits:
     by_peer: Counter[str] = field(default_factory=Counter)
     total: int = 0
     refused: int = 0  # connections refused over a cap, since the start (for tests and metrics)
+    evicted: int = 0  # waiting connections closed to make room for a new one
+    # the open connections, oldest first: all of them, and per peer address (eviction looks for a waiting one)
+    open: dict[Any, None] = field(default_factory=dict)
+    open_by_peer: dict[str, dict[Any, None]] = field(default_factory=dict)
     timed_out: int = 0  # connections closed at the header timeout
     rate_log: _RateLog = field(default_factory=_RateLog)
 
@@ -118,21 +127,41 @@ class HttpLimits:
         if self.max_connections == 0:
             self.max_connections = connections_for(nofile)
 
-    def admit(self, peer: str) -> str | None:
-        """Count a new connection from `peer`, or say why it is refused (then nothing is counted)."""
-        if self.max_connections and self.total >= self.max_connections:
-            return f"the server has {self.total} connections open, its limit"
-        if self.by_peer[peer] >= self.max_connections_per_peer:
-            return f"{peer} has {self.by_peer[peer]} connections open, the limit per address"
+    def admit(self, peer: str, handler: Any = None) -> str | None:
+        """Count a new connection from `peer` (its `handler`), making room over a cap by closing the oldest
+        waiting connection there; or say why it is refused (then nothing is counted)."""
+        if self.max_connections and self.total >= self.max_connections and not self._evict(self.open):
+            return f"the server has {self.total} connections open, its limit, all of them serving requests"
+        if self.by_peer[peer] >= self.max_connections_per_peer and not self._evict(self.open_by_peer.get(peer, {})):
+            return f"{peer} has {self.by_peer[peer]} connections open, the limit per address, all serving requests"
         self.by_peer[peer] += 1
         self.total += 1
+        if handler is not None:
+            self.open[handler] = None
+            self.open_by_peer.setdefault(peer, {})[handler] = None
         return None
 
-    def release(self, peer: str) -> None:
+    def release(self, peer: str, handler: Any = None) -> None:
         self.total -= 1
         self.by_peer[peer] -= 1
         if self.by_peer[peer] <= 0:
             del self.by_peer[peer]
+        if handler is not None:
+            self.open.pop(handler, None)
+            mine = self.open_by_peer.get(peer)
+            if mine is not None:
+                mine.pop(handler, None)
+                if not mine:
+                    del self.open_by_peer[peer]
+
+    def _evict(self, pool: dict[Any, None]) -> bool:
+        """Close the oldest connection of `pool` that is only waiting; whether there was one."""
+        for handler in pool:
+            if handler.waiting():
+                handler.evict()
+                self.evicted += 1
+                return True
+        return False
 
 
 def _refusal(status: int, reason: str, title: str, msg: str) -> bytes:
@@ -159,7 +188,7 @@ class LimitedRequestHandler(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peername = transport.get_extra_info("peername")
         peer = str(peername[0]) if isinstance(peername, tuple) and peername else str(peername or "unix")
-        why = self._limits.admit(peer)
+        why = self._limits.admit(peer, self)
         if why is not None:  # refused before aiohttp sees it: nothing is read, nothing is registered
             self._refused = True
             self._limits.refused += 1
@@ -176,10 +205,29 @@ class LimitedRequestHandler(RequestHandler):
         if self._refused:
             return
         if self._peer is not None:
-            self._limits.release(self._peer)
+            self._limits.release(self._peer, self)
             self._peer = None
         self._stop_head_timer()
         super().connection_lost(exc)
+
+    def waiting(self) -> bool:
+        """Whether the connection only waits: for its first request head, or (kept alive) for the next."""
+        if self._messages or self.transport is None:
+            return False
+        return self._request_count == 0 or (self._waiter is not None and not self._waiter.done())
+
+    def evict(self) -> None:
+        """Closed to make room for a new connection (it was only waiting): its place is free at once."""
+        if self._peer is not None:
+            self._limits.release(self._peer, self)
+            self._limits.rate_log.warning(
+                "evicted", "closed a waiting connection from %s to make room for a new one", self._peer
+            )
+            self._peer = None
+        self._stop_head_timer()
+        self.force_close()
+        if self.transport is not None:
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
