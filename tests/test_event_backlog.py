@@ -53,3 +53,26 @@ async def test_wait_for_rereads_the_session_after_falling_behind() -> None:
         hub.publish("x", {"id": f"other-{i}", "status": "RUNNING"})
     hub.publish("session_started", dict(state))
     assert (await asyncio.wait_for(waiter, 2))["status"] == "RUNNING"
+
+
+async def test_an_event_stream_that_fell_behind_ends_saying_so() -> None:
+    from bai.node.manager.sse import EventStream
+
+    written: list[bytes] = []
+
+    class Response:
+        async def write(self, data: bytes) -> None:
+            written.append(data)
+
+    stream = EventStream(Response(), keepalive=60)  # type: ignore[arg-type]
+    hub = EventHub(backlog=1)
+    with hub.subscribe() as q:
+        hub.publish("a", {"id": "1"})
+        hub.publish("b", {"id": "2"})  # over the backlog: dropped
+
+        async def producer() -> None:
+            while True:
+                await q.get()
+
+        assert await stream.serve(producer()) is True
+    assert written and b"fell 1 events behind" in written[-1] and b"reconnect" in written[-1]

@@ -5,12 +5,15 @@ stream frees its place at once."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import aiohttp
+import yarl
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from bai.node.manager.api import errors
-from bai.node.manager.streams import OpenStreams
+from bai.node.manager.streams import MAX_STREAMS_PER_KEYPAIR, OpenStreams
 
 
 def stream_app(streams: OpenStreams, release: asyncio.Event) -> web.Application:
@@ -52,3 +55,70 @@ async def test_a_keypair_past_its_cap_gets_429_and_others_do_not() -> None:
         assert again.status == 200
         for r in (*held[1:], other, again):
             r.close()
+
+
+def request_app(streams: OpenStreams, release: asyncio.Event) -> web.Application:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        with streams.serving(request.query["ak"]):
+            await release.wait()
+            return web.Response(text="done")
+
+    app = web.Application(middlewares=[errors])
+    app.router.add_get("/slow", handler)
+    return app
+
+
+async def test_a_keypair_past_its_requests_in_flight_gets_429() -> None:
+    """A client that sends its bodies a byte at a time holds a connection per request: a keypair may have
+    only so many being served at once, and others are not affected."""
+    streams, release = OpenStreams(requests=4), asyncio.Event()
+    async with TestClient(TestServer(request_app(streams, release))) as client:
+        held = [asyncio.ensure_future(client.get("/slow", params={"ak": "A"})) for _ in range(4)]
+        for _ in range(100):
+            if streams.in_flight("A") == 4:
+                break
+            await asyncio.sleep(0.01)
+        refused = await client.get("/slow", params={"ak": "A"})
+        assert refused.status == 429 and "4 requests being served" in (await refused.json())["msg"]
+        other = asyncio.ensure_future(client.get("/slow", params={"ak": "B"}))
+        for _ in range(100):
+            if streams.in_flight("B") == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert streams.in_flight("B") == 1
+        release.set()
+        for r in [*await asyncio.gather(*held), await other]:
+            assert r.status == 200
+        assert streams.in_flight("A") == 0 and streams.in_flight("B") == 0
+
+
+async def test_a_node_answers_429_to_a_keypairs_stream_past_its_cap(tmp_path: Path) -> None:
+    """On a real node: MAX_STREAMS_PER_KEYPAIR event streams of one keypair are served, the next is a 429,
+    and once one closes a new one is served."""
+    from tests.nodeproc import Node
+    from tests.test_attack_http import signed_headers
+
+    node = Node(tmp_path, "sim").start()
+    path = "/events/session"
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            url = yarl.URL(node.endpoint + path, encoded=True)
+            held = []
+            for _ in range(MAX_STREAMS_PER_KEYPAIR):
+                resp = await http.get(url, headers=signed_headers(node, path))
+                assert resp.status == 200
+                held.append(resp)
+            over = await http.get(url, headers=signed_headers(node, path))
+            assert over.status == 429, over.status
+            assert "streams open" in (await over.json())["msg"]
+            held.pop().close()
+            for _ in range(50):
+                again = await http.get(url, headers=signed_headers(node, path))
+                if again.status == 200:
+                    break
+                await asyncio.sleep(0.1)
+            assert again.status == 200
+            for r in [*held, again]:
+                r.close()
+    finally:
+        node.stop()

@@ -122,10 +122,12 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
     )
     request["access_key"] = access_key
     request["is_admin"] = bool(keypairs[access_key]["is_admin"])
-    if not is_stream(request):
-        return await handler(request)
-    with request.app[STREAMS].track(access_key):  # closed at once if the keypair is deactivated
-        return await handler(request)
+    streams = request.app[STREAMS]
+    with streams.serving(access_key):  # at most MAX_REQUESTS_PER_KEYPAIR at once (a 429 beyond)
+        if not is_stream(request):
+            return await handler(request)
+        with streams.track(access_key):  # closed at once if the keypair is deactivated
+            return await handler(request)
 
 
 def is_stream(request: web.Request) -> bool:

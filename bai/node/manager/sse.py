@@ -20,7 +20,10 @@ from typing import Any
 
 from aiohttp import web
 
+from bai.node.manager.events import Lagged
+
 KEEPALIVE = 15.0  # seconds without a write before a keep-alive comment
+GONE_CHECK = 1.0  # seconds between looks at whether the client's connection closed (its stream's place frees)
 HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 COMPACT = (",", ":")
 SPACED = (", ", ": ")  # json.dumps's own separators
@@ -30,9 +33,15 @@ class EventStream:
     """One client's event stream. `separators`: how the JSON of `data` is written (compact by default)."""
 
     def __init__(
-        self, response: web.StreamResponse, *, separators: tuple[str, str] = COMPACT, keepalive: float = KEEPALIVE
+        self,
+        response: web.StreamResponse,
+        *,
+        separators: tuple[str, str] = COMPACT,
+        keepalive: float = KEEPALIVE,
+        transport: asyncio.BaseTransport | None = None,
     ) -> None:
         self.response = response
+        self.transport = transport
         self.separators = separators
         self.keepalive = keepalive
         self._lock = asyncio.Lock()
@@ -45,7 +54,7 @@ class EventStream:
         """Send the response's head (status 200, `text/event-stream`, not to be cached)."""
         response = web.StreamResponse(headers=HEADERS)
         await response.prepare(request)
-        return cls(response, separators=separators, keepalive=keepalive)
+        return cls(response, separators=separators, keepalive=keepalive, transport=request.transport)
 
     async def send(self, event: str, data: Any) -> None:
         """One event; a ConnectionError when the client went away."""
@@ -69,13 +78,26 @@ class EventStream:
                 idle = 0.0
             await asyncio.sleep(self.keepalive - idle)
 
+    async def gone(self) -> None:
+        """Raises ConnectionError once the client's connection closed: a quiet stream whose client left
+        ends within GONE_CHECK seconds (not at its next write), and so gives its keypair's place back."""
+        if self.transport is None:  # not known (a stream not opened from a request): nothing to watch
+            await asyncio.get_running_loop().create_future()
+        while not self.transport.is_closing():  # noqa: ASYNC110 (aiohttp offers no event for a closed peer)
+            await asyncio.sleep(GONE_CHECK)
+        raise ConnectionError("the client went away")
+
     async def serve(self, *producers: Awaitable[Any]) -> bool:
         """Run the producers, with keep-alives, until one of them ends (or fails: re-raised); False if
-        the client went away meanwhile (normal: nothing more can be sent), True otherwise."""
+        the client went away meanwhile (normal: nothing more can be sent), True otherwise. A producer that
+        fell behind the events (Lagged) ends the stream with a comment saying so (the client reconnects)."""
         try:
-            await first_of(self.keep_alive(), *producers)
+            await first_of(self.keep_alive(), self.gone(), *producers)
         except ConnectionError:
             return False
+        except Lagged as e:
+            with contextlib.suppress(ConnectionError):
+                await self.comment(f"this stream {e}: reconnect to go on")
         return True
 
     async def end(self) -> None:

@@ -14,6 +14,10 @@ from bai.common.problems import Problem
 # A browser on a forwarded app opens a tunnel per connection (6 or so per page, plus its WebSockets), a
 # dashboard 3, each terminal 1: 256 is room for a busy user and a wall for a flood.
 MAX_STREAMS_PER_KEYPAIR = 256
+# Requests of one keypair being served at once, streams included: a client that sends its bodies a byte at a
+# time holds a connection per request, so without a cap one keypair could hold every connection the server
+# has. bench/cluster.py keeps 64 in flight; the official client's pools hold 100.
+MAX_REQUESTS_PER_KEYPAIR = 1024
 
 
 def too_many_streams(limit: int) -> Problem:
@@ -26,12 +30,42 @@ def too_many_streams(limit: int) -> Problem:
     )
 
 
+def too_many_requests(limit: int) -> Problem:
+    return Problem(
+        "rate-limit-exceeded",
+        "Too many requests in flight.",
+        f"this keypair already has {limit} requests being served; wait for some to finish and try again",
+        status=429,
+    )
+
+
 class OpenStreams:
     """The open execution and event streams per keypair, at most `limit` each."""
 
-    def __init__(self, limit: int = MAX_STREAMS_PER_KEYPAIR) -> None:
+    def __init__(self, limit: int = MAX_STREAMS_PER_KEYPAIR, requests: int = MAX_REQUESTS_PER_KEYPAIR) -> None:
         self.limit = limit
+        self.requests_limit = requests
         self._tasks: dict[str, set[asyncio.Task]] = {}
+        self._requests: dict[str, int] = {}  # requests being served, per keypair
+
+    @contextlib.contextmanager
+    def serving(self, access_key: str) -> Iterator[None]:
+        """Count a request of the keypair while it is served; a 429 Problem when it has `requests_limit`."""
+        held = self._requests.get(access_key, 0)
+        if held >= self.requests_limit:
+            raise too_many_requests(self.requests_limit)
+        self._requests[access_key] = held + 1
+        try:
+            yield
+        finally:
+            left = self._requests[access_key] - 1
+            if left:
+                self._requests[access_key] = left
+            else:
+                del self._requests[access_key]
+
+    def in_flight(self, access_key: str) -> int:
+        return self._requests.get(access_key, 0)
 
     @contextlib.contextmanager
     def track(self, access_key: str) -> Iterator[None]:
