@@ -628,3 +628,23 @@ def test_uncaught_eoferror_and_stdin_at_eof(client: Client) -> None:
     assert exit_code == 1 and "EOFError" in err
     out, _, exit_code, _ = client.query("import sys\nprint(repr(sys.stdin.readline()), repr(sys.stdin.read()))")
     assert (out, exit_code) == ("'' ''\n", 0)
+
+
+def test_a_huge_print_goes_out_in_records_the_agent_takes(client: Client) -> None:
+    """One print() of 6 M characters (control characters among them, 6 bytes each in JSON) reaches the agent
+    whole, in records whose lines stay under the agent's 4 MiB line bound."""
+    from bai.node.agent.channel import MAX_RUNNER_LINE
+
+    client.send(op="query", code="import sys\nsys.stdout.write('\\x01' * 1_000_000 + 'y' * 5_000_000)")
+    out, records = [], []
+    while True:
+        rec = client.recv(timeout=30)
+        records.append(rec)
+        if rec["t"] == "stdout":
+            out.append(rec["d"])
+        if rec["t"] == "finished":
+            break
+    text = "".join(out)
+    assert text == "\x01" * 1_000_000 + "y" * 5_000_000
+    longest = max(len(json.dumps(r, ensure_ascii=False).encode()) for r in records if r["t"] == "stdout")
+    assert longest < MAX_RUNNER_LINE, longest

@@ -53,9 +53,9 @@ DEFAULTS: dict[str, Any] = {
         "cpu": "",  # capacity override; empty: from psutil
         "mem": "",
         "pids_limit": 4096,
-        # docker: per-kernel ulimits (0 = the Docker daemon's own). nofile may not exceed the daemon's
-        # hard limit; nproc counts every process of the kernel's user on the node (pids_limit is the
-        # per-kernel bound)
+        # docker: the per-kernel nofile ulimit (0 = the daemon's own; at most the daemon's hard limit).
+        # nproc is never a ulimit (that would count every process of the kernel's uid on the node, so one
+        # user's forks would fail another's); set below pids_limit it lowers each kernel's pids limit
         "nofile": 8192,
         "nproc": 32768,
         # docker: what a kernel can write (/home/work, /tmp, /var/tmp; the rest is read-only), per

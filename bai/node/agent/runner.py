@@ -187,6 +187,7 @@ import types
 
 PYTHON_VERSION = "%d.%d.%d" % tuple(sys.version_info[:3])
 READ_CHUNK = 64 * 1024
+OUTPUT_RECORD = 512 * 1024  # characters of output per record (the agent reads lines of at most 4 MiB)
 MAX_LINE = 256 * 1024 * 1024  # --max-line: longer lines are discarded with an error record
 _EOF = object()  # what an input-eof op puts in a query's input queue
 # Backend.AI's service definitions (NAME.json); BAI_SERVICE_DEFS names another folder (tests).
@@ -254,8 +255,10 @@ class _Stream(io.TextIOBase):
             raise ValueError("I/O operation on closed file.")
         if not isinstance(s, str):
             raise TypeError("write() argument must be str, not %s" % type(s).__name__)
-        if s:
-            self._runner.send({"t": self._kind, "d": s})
+        # in records the agent takes (it drops a line over 4 MiB): at most OUTPUT_RECORD characters each,
+        # which JSON writes in at most 6 bytes a character (a control character's \u escape)
+        for start in range(0, len(s), OUTPUT_RECORD):
+            self._runner.send({"t": self._kind, "d": s[start : start + OUTPUT_RECORD]})
         return len(s)
 
 
