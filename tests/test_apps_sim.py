@@ -268,3 +268,38 @@ def test_a_tunnels_arguments_that_are_not_an_empty_object_are_a_400(
     status, body = signed_request(sim_node, "GET", path, *admin_keys(sim_node))
     assert status == 400, body
     assert isinstance(body, dict) and "arguments" in body.get("msg", ""), body
+
+
+def test_an_idle_tunnel_is_closed_and_a_busy_one_is_not(tmp_path: Path) -> None:
+    """[manager] app_idle_timeout: a tunnel with no byte either way for that long is closed saying why; one
+    that carries a byte now and then stays open past it."""
+    node = Node(tmp_path, "sim", agent_config=APPS, extra_config="[manager]\napp_idle_timeout = 1.0\n").start()
+    try:
+        sid = session(node, "apps-idle")["id"]
+
+        async def go() -> tuple[list[str], bytes, bool]:
+            client = node_client(node)
+            try:
+                idle = await client.app_tunnel(sid, "echo")
+                said = []
+                msg = await asyncio.wait_for(idle.receive(), 5)  # nothing sent: the server ends it
+                while msg.type == aiohttp.WSMsgType.TEXT:
+                    said.append(msg.data)
+                    msg = await asyncio.wait_for(idle.receive(), 5)
+                busy = await client.app_tunnel(sid, "echo")
+                got = b""
+                for _ in range(8):  # 2 s in all, a byte every 0.25 s
+                    await busy.send_bytes(b"k")
+                    got += (await asyncio.wait_for(busy.receive(), 5)).data
+                    await asyncio.sleep(0.25)
+                open_still = not busy.closed
+                await busy.close()
+                return said, got, open_still
+            finally:
+                await client.close()
+
+        said, got, open_still = asyncio.run(go())
+        assert any("idle for 1 seconds" in s for s in said), said
+        assert got == b"k" * 8 and open_still
+    finally:
+        node.stop()

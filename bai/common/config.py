@@ -110,6 +110,8 @@ DEFAULTS: dict[str, Any] = {
         "log_retention": "7d",  # the output of ended sessions is purged this long after (seconds or 90s, 12h, 7d)
         # statistics samples kept per live kernel (1-100000; 150 = about 5 minutes at a stat_interval of 2 s)
         "stat_history": 150,
+        # an app tunnel (`bai session app`, `backend.ai app`) with no byte either way for this long is closed
+        "app_idle_timeout": 3600.0,
     },
     # per scaling group: policy fifo | lifo | drf, agent_selection dispersed | concentrated,
     # allowed_session_types, pending_timeout (seconds; 0 = wait forever), allowed_networks (what a
@@ -194,6 +196,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "agent.stat_interval": (0.0, 3600.0),
     "node.http_header_timeout": (0.0, 3600.0),
     "node.http_idle_timeout": (0.0, 86400.0),
+    "manager.app_idle_timeout": (0.0, 7 * 86400.0),
 }
 # [images.registries.NAME]: url HOST[:PORT] or https://HOST[:PORT] (http:// = insecure); credentials
 # (password or password_file) stay with the manager, which hands an agent what one pull needs

@@ -210,6 +210,7 @@ async def start_manager(
         "keypairs": await store.keypairs(),
         "default_resources": {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])},
         "cluster": cluster,
+        "app_idle_timeout": float(cfg["manager"]["app_idle_timeout"]),
     }
     try:
         limits = HttpLimits.from_config(cfg["node"])

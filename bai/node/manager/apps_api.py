@@ -31,7 +31,7 @@ from bai.common import safejson
 from bai.common import service_ports as apps
 from bai.common.problems import invalid
 from bai.node.link.streams import MAX_FRAME, LinkStream, StreamClosed
-from bai.node.manager.http import services_of, session_of, sessions_of
+from bai.node.manager.http import SETTINGS, services_of, session_of, sessions_of
 from bai.node.manager.terminal_api import ended
 
 log = logging.getLogger("bai.api.apps")
@@ -40,6 +40,7 @@ log = logging.getLogger("bai.api.apps")
 # but an asyncio stream hands over at most what it buffered (its 64 KiB limit x 2 plus one socket read of
 # 256 KiB): 1 MiB takes both with room and bounds what one frame makes the manager buffer.
 MAX_MESSAGE = 1024 * 1024
+APP_IDLE_TIMEOUT = 3600.0  # seconds without a byte either way: the tunnel is closed ([manager] app_idle_timeout)
 
 
 async def list_apps(request: web.Request) -> web.Response:
@@ -92,7 +93,8 @@ async def proxy(request: web.Request) -> web.StreamResponse:
     stream = await services.apps.open_tunnel(row, kernel, name)
     try:
         await ws.prepare(request)
-        why = await relay(ws, stream)
+        idle = float(request.app[SETTINGS].get("app_idle_timeout") or APP_IDLE_TIMEOUT)
+        why = await relay(ws, stream, idle)
         if why is not None:
             over = await ended(sessions_of(request), row["id"])
             await say_and_close(ws, over or why, WSCloseCode.GOING_AWAY if over else WSCloseCode.INTERNAL_ERROR)
@@ -110,12 +112,17 @@ async def say_and_close(ws: web.WebSocketResponse, reason: str, code: int) -> No
         await ws.close(code=code, message=reason.encode()[:120])
 
 
-async def relay(ws: web.WebSocketResponse, stream: LinkStream) -> str | None:
-    """Client frames to the stream, the app's bytes to the client, until either side ends. Returns why
-    the tunnel ended under the client (None: an ordinary end)."""
+async def relay(ws: web.WebSocketResponse, stream: LinkStream, idle_timeout: float = 0.0) -> str | None:
+    """Client frames to the stream, the app's bytes to the client, until either side ends or (with an
+    `idle_timeout`) no byte went either way for that long. Returns why the tunnel ended under the client
+    (None: an ordinary end)."""
+    loop = asyncio.get_running_loop()
+    last = loop.time()
 
     async def upstream() -> None:
+        nonlocal last
         async for msg in ws:
+            last = loop.time()
             if msg.type == WSMsgType.BINARY:
                 data = msg.data
                 for i in range(0, len(data), MAX_FRAME):
@@ -126,25 +133,38 @@ async def relay(ws: web.WebSocketResponse, stream: LinkStream) -> str | None:
             await stream.send({"t": "eof"})
 
     async def downstream() -> str | None:
+        nonlocal last
         while (frame := await stream.receive()) is not None:
+            last = loop.time()
             if frame.get("t") == "data":
                 await ws.send_bytes(frame.get("d") or b"")
             elif frame.get("t") == "eof":
                 return None  # the app closed the connection: so does the client's
         return stream.closed_reason or None
 
+    async def quiet() -> str:
+        while (left := last + idle_timeout - loop.time()) > 0:  # noqa: ASYNC110 (a deadline that moves)
+            await asyncio.sleep(left)
+        return f"the tunnel was idle for {idle_timeout:g} seconds (no byte either way): closed"
+
     up = asyncio.create_task(upstream(), name="app-up")
     down = asyncio.create_task(downstream(), name="app-down")
+    tasks = {up, down}
+    watch = asyncio.create_task(quiet(), name="app-idle") if idle_timeout > 0 else None
+    if watch is not None:
+        tasks.add(watch)
     try:
         # the client closed its WebSocket (a WebSocket cannot be half-closed), or the app's side ended
-        await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if watch is not None and watch.done():
+            return watch.result()
         if down.done() and not down.cancelled() and down.exception() is None:
             return down.result()
         return None
     finally:
-        for task in (up, down):
+        for task in tasks:
             task.cancel()
-        for task in (up, down):
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, StreamClosed, ConnectionError, Exception):
                 await task
 
