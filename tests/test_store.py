@@ -639,6 +639,38 @@ async def test_a_database_at_any_earlier_version_is_upgraded(tmp_path: Path, ver
         assert shape(path) == shape(tmp_path / "new.db")
 
 
+async def test_schema_12_bounds_every_existing_policys_queue_and_indexes_sessions_by_owner(tmp_path: Path) -> None:
+    """A database of schema 11 with policies and sessions: each policy, the default and the operator's own, gets
+    max_pending_session_count 1000 (0 stays the operator's way to say unlimited), and the count of a
+    keypair's PENDING sessions reads the new index."""
+    path = tmp_path / "v11.db"
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        for step in schema.STEPS[:11]:
+            if step.before:
+                step.before(conn)
+            step.apply(conn)
+        conn.execute("INSERT INTO resource_policies(name, created_at) VALUES ('gold', '2020-01-01T00:00:00+00:00')")
+        conn.execute("PRAGMA user_version=11")
+    store = await Store.open(path)
+    try:
+        sid, _ = await make_session(store)
+        policies = await store.policies()
+        assert {n: p["max_pending_session_count"] for n, p in policies.items()} == {"default": 1000, "gold": 1000}
+        owner = (await store.get_session(sid) or {})["access_key"]
+        assert await store.pending_queue(owner) == ("default", 1000, 1)
+        assert await store.count_sessions_of(owner, [SessionStatus.PENDING]) == 1
+        assert await store.save_policy("gold", {"max_pending_session_count": 0}, create=False)
+        assert (await store.policies())["gold"]["max_pending_session_count"] == 0
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.LATEST
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM sessions WHERE access_key = 'x' AND status = 'PENDING'"
+        ).fetchall()
+        assert "sessions_owner_status" in str(plan)
+
+
 async def test_a_database_from_just_before_versions_is_only_stamped(tmp_path: Path) -> None:
     """The last bai without versions made the whole schema as it is now: opening it changes no table."""
     path = tmp_path / "bai.db"

@@ -87,6 +87,7 @@ def _policy_fields(
     idle_gpu: str | None = None,
     idle_window: str | None = None,
     max_networks: int | None = None,
+    max_pending: int | None = None,
 ) -> dict[str, Any]:
     from bai.common.durations import parse_duration
 
@@ -95,6 +96,10 @@ def _policy_fields(
         if max_networks < 0:
             raise typer.BadParameter("--max-networks must be >= 0 (0 = unlimited)")
         fields["max_session_networks"] = max_networks
+    if max_pending is not None:
+        if not 0 <= max_pending <= MAX_PENDING:
+            raise typer.BadParameter(f"--max-pending must be from 0 (unlimited) to {MAX_PENDING:,}")
+        fields["max_pending_session_count"] = max_pending
     if max_sessions is not None:
         if max_sessions < 0:
             raise typer.BadParameter("--max-sessions must be >= 0 (0 = unlimited)")
@@ -194,6 +199,14 @@ MaxNetworks = Annotated[
         "address pools) on every agent it runs on (0 = any; default 2).",
     ),
 ]
+MAX_PENDING = 1_000_000  # as the manager's admin API bounds it (bai.node.manager.admin.MAX_PENDING_SESSION_COUNT)
+MaxPending = Annotated[
+    int | None,
+    typer.Option(
+        "--max-pending",
+        help="Sessions per keypair waiting (PENDING) at once: one more is refused at creation (0 = any; default 1000).",
+    ),
+]
 IdleWindow = Annotated[
     str | None, typer.Option("--idle-window", help="The window of --idle-cpu / --idle-gpu (e.g. 10m; default 10m).")
 ]
@@ -213,12 +226,13 @@ def policy_create(
     idle_gpu: IdleGpu = None,
     idle_window: IdleWindow = None,
     max_networks: MaxNetworks = None,
+    max_pending: MaxPending = None,
     as_json: AsJson = False,
 ) -> None:
     """Create a resource policy."""
     fields = _policy_fields(
         max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size,
-        idle_cpu, idle_gpu, idle_window, max_networks,
+        idle_cpu, idle_gpu, idle_window, max_networks, max_pending,
     )  # fmt: skip
     _show_policy(call(lambda c: c.create_policy(name, **fields)), as_json)
 
@@ -237,12 +251,13 @@ def policy_update(
     idle_gpu: IdleGpu = None,
     idle_window: IdleWindow = None,
     max_networks: MaxNetworks = None,
+    max_pending: MaxPending = None,
     as_json: AsJson = False,
 ) -> None:
     """Change a resource policy (only the options given)."""
     fields = _policy_fields(
         max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size,
-        idle_cpu, idle_gpu, idle_window, max_networks,
+        idle_cpu, idle_gpu, idle_window, max_networks, max_pending,
     )  # fmt: skip
     if not fields:
         raise typer.BadParameter("give at least one option to change")

@@ -273,7 +273,7 @@ def policies_table(items: list[dict[str, Any]]) -> Table:
 
     table = Table(box=None, header_style="bold")
     cols = ("NAME", "MAX SESSIONS", "TOTAL SLOTS", "OTHER SLOTS", "IDLE TIMEOUT", "MAX LIFETIME")
-    cols += ("VFOLDERS", "FOLDER SIZE", "NETWORKS")
+    cols += ("VFOLDERS", "FOLDER SIZE", "PENDING", "NETWORKS")
     for col in cols:
         table.add_column(col)
     for p in items:
@@ -287,6 +287,7 @@ def policies_table(items: list[dict[str, Any]]) -> Table:
             format_duration(p["max_session_lifetime"]) if p["max_session_lifetime"] else "none",
             str(p.get("max_vfolder_count") or "any"),
             size(p["max_vfolder_size"]) if p.get("max_vfolder_size") else "any",
+            str(p.get("max_pending_session_count") or "any"),
             str(p.get("max_session_networks") or "any"),
         )
     return table

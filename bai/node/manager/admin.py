@@ -44,7 +44,20 @@ def keypair_json(row: dict[str, Any], *, with_secret: bool = False) -> dict[str,
 
 
 MAX_SESSION_NETWORKS = 10_000  # a bound on the number itself (a daemon has about 31 address pools by default)
+MAX_PENDING_SESSION_COUNT = 1_000_000  # a bound on the number itself (each PENDING session is a row and an entry in
+# every scheduling round's snapshot: a million of them is already a slow round)
 MAX_IDLE_WINDOW = 7 * 86400  # seconds: the longest window of idle detection by utilisation
+
+
+def parse_pending_limit(value: Any) -> int:
+    """`max_pending_session_count` as the REST and GraphQL admin APIs take it: a whole number from 0 (unlimited)
+    to MAX_PENDING_SESSION_COUNT."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PENDING_SESSION_COUNT:
+        raise invalid(
+            f"max_pending_session_count must be a whole number from 0 to {MAX_PENDING_SESSION_COUNT:,} (sessions a "
+            "keypair may have waiting PENDING at once; 0 = unlimited)"
+        )
+    return value
 
 
 def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
@@ -68,6 +81,8 @@ def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
                 "kernels a keypair may hold at once, each with a Docker network; 0 = unlimited)"
             )
         out["max_session_networks"] = value
+    if "max_pending_session_count" in body:
+        out["max_pending_session_count"] = parse_pending_limit(body["max_pending_session_count"])
     if "total_resource_slots" in body:
         raw = body["total_resource_slots"]
         if not isinstance(raw, dict):

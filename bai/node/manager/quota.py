@@ -6,11 +6,15 @@ extension; read-only). The dashboard's header shows it.
      "totalResourceSlots": {slot: amount} (the policy's; a slot not named is `defaultForUnspecified`:
                            "UNLIMITED" or "LIMITED", i.e. 0),
      "defaultForUnspecified", "occupiedSlots": {slot: amount},
-     "maxSessionNetworks": N (0: unlimited), "sessionNetworks": N}
+     "maxSessionNetworks": N (0: unlimited), "sessionNetworks": N,
+     "maxPendingSessions": N (0: unlimited), "pendingSessions": N}
 
 `sessionNetworks` counts the keypair's sessions of several kernels from SCHEDULED to TERMINATING (each holds
 a Docker network on every agent it runs on, until its last kernel there is removed): the scheduler keeps a
 new one PENDING while it has `maxSessionNetworks` of them.
+
+`pendingSessions` counts the keypair's sessions waiting PENDING: while it has `maxPendingSessions` of them
+(the policy's max_pending_session_count) a new session is refused at creation (412, quota-exceeded).
 
 Amounts are in wire form (decimal strings, bytes in bytes). What counts is what the scheduler counts
 against a keypair (sessions from SCHEDULED to RUNNING, not TERMINATING). No parameters: everyone sees
@@ -25,7 +29,7 @@ from aiohttp import web
 
 from bai.common import slots as slotlib
 from bai.common.problems import invalid
-from bai.common.status import OCCUPYING_STATUSES
+from bai.common.status import OCCUPYING_STATUSES, SessionStatus
 from bai.node.manager.dispatcher import QUOTA_STATUSES
 from bai.node.manager.http import services_of
 
@@ -54,5 +58,7 @@ async def my_quota(request: web.Request) -> web.Response:
             "occupiedSlots": slotlib.to_wire({k: v for k, v in occupied.items() if v}),
             "maxSessionNetworks": int(policy.get("max_session_networks") or 0),
             "sessionNetworks": sum(1 for s in holding if (s.get("cluster_size") or 1) > 1),
+            "maxPendingSessions": int(policy.get("max_pending_session_count") or 0),
+            "pendingSessions": await services.sessions.store.count_sessions_of(access_key, [SessionStatus.PENDING]),
         }
     )

@@ -154,7 +154,8 @@ def policy_item(row: dict[str, Any]) -> dict[str, Any]:
         "max_vfolder_size": row.get("max_vfolder_size") or 0,
         "allowed_vfolder_hosts": None,
         "max_concurrent_sftp_sessions": None,
-        "max_pending_session_count": None,
+        # Backend.AI's null is no limit (bai stores 0)
+        "max_pending_session_count": row.get("max_pending_session_count") or None,
         "max_pending_session_resource_slots": None,
         "idle_cpu_pct": row.get("idle_cpu_pct"),
         "idle_gpu_pct": row.get("idle_gpu_pct"),
@@ -292,13 +293,16 @@ async def delete_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
     return {"ok": True, "msg": "success"}
 
 
-NULLABLE = frozenset({"idle_cpu_pct", "idle_gpu_pct"})
+NULLABLE = frozenset({"idle_cpu_pct", "idle_gpu_pct", "max_pending_session_count"})
+NULL_IS = {"max_pending_session_count": 0}  # Backend.AI's null (no limit) as bai stores it
 
 
 def _policy_fields(props: dict[str, Any], *, partial: bool) -> dict[str, Any]:
     """The props bai keeps, validated as the REST admin API validates them (a Problem otherwise)."""
-    # (null turns a utilisation threshold off; other fields given as null are left as they are)
+    # (null turns a utilisation threshold off and the pending-session bound to unlimited; other fields given
+    # as null are left as they are)
     body = {k: v for k, v in props.items() if k in POLICY_FIELDS and (v is not None or k in NULLABLE)}
+    body.update({k: NULL_IS[k] for k, v in body.items() if v is None and k in NULL_IS})
     if isinstance(body.get("total_resource_slots"), str):
         try:
             body["total_resource_slots"] = safejson.loads(body["total_resource_slots"], what="total_resource_slots")

@@ -21,8 +21,10 @@ POLICY_FIELDS = (
     "idle_gpu_pct",
     "idle_window",
     "max_session_networks",
+    "max_pending_session_count",
 )
 DEFAULT_SESSION_NETWORKS = 2  # resource_policies.max_session_networks of a policy that does not say
+DEFAULT_PENDING_SESSIONS = 1000  # resource_policies.max_pending_session_count of a policy that does not say
 
 
 class Keypairs(Queries):
@@ -137,6 +139,28 @@ class Keypairs(Queries):
                 values,
             ).fetchall()
             return {r[0]: r[1] for r in rows}
+
+        return await self.db.run(fn)
+
+    async def pending_queue(self, access_key: str) -> tuple[str, int, int]:
+        """(the keypair's policy, its max_pending_session_count (0: unlimited), how many of the keypair's
+        sessions are PENDING, counted only up to that limit), in one read: the policy by primary key, the
+        count one range of the sessions_owner_status index. An unknown keypair follows the default policy."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[str, int, int]:
+            row = conn.execute(
+                "SELECT p.name, p.max_pending_session_count FROM resource_policies p WHERE p.name = "
+                "COALESCE((SELECT resource_policy FROM keypairs WHERE access_key = ?), 'default')",
+                (access_key,),
+            ).fetchone()
+            name, limit = (row[0], row[1]) if row else ("default", DEFAULT_PENDING_SESSIONS)
+            if not limit:
+                return name, 0, 0
+            pending = conn.execute(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM sessions WHERE access_key = ? AND status = 'PENDING' LIMIT ?)",
+                (access_key, limit),
+            ).fetchone()[0]
+            return name, limit, pending
 
         return await self.db.run(fn)
 

@@ -44,7 +44,9 @@ CREATE TABLE IF NOT EXISTS resource_policies (
     idle_window REAL NOT NULL DEFAULT 600,
     -- sessions of several kernels a keypair may hold at once (each holds a Docker network, one of its daemon's
     -- address pools, on every agent it runs on); 0 = unlimited
-    max_session_networks INTEGER NOT NULL DEFAULT 2
+    max_session_networks INTEGER NOT NULL DEFAULT 2,
+    -- sessions a keypair may have waiting (PENDING) at once: one more is refused at creation; 0 = unlimited
+    max_pending_session_count INTEGER NOT NULL DEFAULT 1000
 );
 INSERT OR IGNORE INTO resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
 CREATE TABLE IF NOT EXISTS agents (
@@ -81,6 +83,7 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, seq);
 CREATE INDEX IF NOT EXISTS sessions_name ON sessions(access_key, name);
+CREATE INDEX IF NOT EXISTS sessions_owner_status ON sessions(access_key, status);
 CREATE TABLE IF NOT EXISTS session_transitions (
     session_id TEXT NOT NULL,
     status TEXT NOT NULL,
@@ -448,6 +451,14 @@ def v11(conn: sqlite3.Connection) -> None:
     add_column(conn, "resource_policies", "max_session_networks", "INTEGER NOT NULL DEFAULT 2")
 
 
+def v12(conn: sqlite3.Connection) -> None:
+    # every policy, the existing ones too, gets the default: an unbounded queue would let one keypair grow the
+    # store and every scheduling round's snapshot without limit (an operator sets 0 for unlimited); the index
+    # makes the count at each creation one range of it
+    add_column(conn, "resource_policies", "max_pending_session_count", "INTEGER NOT NULL DEFAULT 1000")
+    conn.execute("CREATE INDEX IF NOT EXISTS sessions_owner_status ON sessions(access_key, status)")
+
+
 STEPS = [
     Step(1, "keypairs, agents, sessions and their transitions, kernels, kernel logs", script(V1)),
     Step(2, "resource policies, scheduling history", script(V2)),
@@ -460,6 +471,7 @@ STEPS = [
     Step(9, "virtual folders' innate permission and cloneable; invitations", v9),
     Step(10, "kernels' final statistics (last_stat); policies' idle detection by utilisation", v10),
     Step(11, "policies' session networks (max_session_networks)", v11),
+    Step(12, "policies' queue bound (max_pending_session_count); sessions by owner and status", v12),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))

@@ -396,6 +396,17 @@ class Sessions(Queries):
             lambda conn: dict(conn.execute("SELECT status, COUNT(*) FROM sessions GROUP BY status").fetchall())
         )
 
+    async def count_sessions_of(self, access_key: str, statuses: Iterable[SessionStatus]) -> int:
+        """How many of the keypair's sessions are in these statuses: one range of the sessions_owner_status
+        index per status (GET /bai/quota's pendingSessions)."""
+        values = [s.value for s in statuses]
+
+        def fn(conn: sqlite3.Connection) -> int:
+            sql = f"SELECT COUNT(*) FROM sessions WHERE access_key = ? AND status IN ({','.join('?' * len(values))})"
+            return conn.execute(sql, (access_key, *values)).fetchone()[0]
+
+        return await self.db.run(fn)
+
     async def sessions_by_ids(self, session_ids: list[str]) -> list[dict[str, Any]]:
         """The sessions with these ids (those that exist), in one read."""
 

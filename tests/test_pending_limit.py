@@ -1,0 +1,352 @@
+"""A keypair cannot flood the queue (issue 27): its policy's `max_pending_session_count` bounds its PENDING sessions.
+
+Every session that cannot be placed yet waits PENDING: a row in the store and an entry in every scheduling
+round's snapshot. A keypair with `max_pending_session_count` (default 1000, 0 = unlimited) sessions waiting
+gets a 412 (quota-exceeded) naming the limit for the next one, and nothing is stored; another keypair is not
+affected; once one of its sessions starts or is cancelled, a new one is accepted. Settable from the REST admin
+API, GraphQL (null = unlimited, as Backend.AI) and `bai policy --max-pending`, shown by `GET /bai/quota`
+(maxPendingSessions, pendingSessions).
+
+The tests marked NEEDS_CREATE_CHECK need `Sessions.create` to call `check_pending_limit` before it stores the
+session (one line in bai/node/manager/sessions.py); until then they are strict xfails.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bai.common.problems import Problem
+from bai.node.manager.admin import MAX_PENDING_SESSION_COUNT, parse_policy
+from bai.node.manager.graphql.keypairs import _policy_fields as graphql_policy_fields
+from bai.node.manager.graphql.keypairs import policy_item
+from bai.node.manager.queue_limit import check_pending_limit, pending_queue
+from bai.node.manager.store import Store
+from bai.node.manager.store.keypairs import DEFAULT_PENDING_SESSIONS
+from tests.harness import Harness
+from tests.nodeproc import Node, admin_keys, signed_request
+
+MiB = 2**20
+NEEDS_CREATE_CHECK = pytest.mark.xfail(
+    strict=True,
+    reason="needs `await check_pending_limit(self.store, access_key)` in Sessions.create (manager/sessions.py)",
+)
+
+
+async def _queue(h: Harness, owner: str, count: int, prefix: str = "wait") -> None:
+    """`count` sessions of `owner` that stay PENDING (no round runs)."""
+    for i in range(count):
+        await h.create(f"{prefix}-{i}", owner=owner, cpu=1, mem="64m")
+
+
+async def _rows_of(h: Harness, owner: str) -> list[dict]:
+    return await h.store.list_sessions(owner, None)
+
+
+async def _plan(store: Store, sql: str) -> str:
+    rows = await store.db.run(lambda conn: conn.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall())
+    return " ".join(str(r[-1]) for r in rows)
+
+
+async def _refused(h: Harness, name: str, owner: str) -> Problem:
+    with pytest.raises(Problem) as err:
+        await h.create(name, owner=owner, cpu=1, mem="64m")
+    return err.value
+
+
+# -- the check and its one read (no line in Sessions.create needed) --------------------------------------------
+
+
+async def test_the_check_refuses_at_the_limit_naming_it_and_counts_only_that_keypairs_pending(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1, mem="4g")
+        mallory = await h.keypair("mallory", await h.policy("five", max_pending_session_count=5))
+        alice = await h.keypair("alice", "five")
+        await _queue(h, mallory, 4)
+        await check_pending_limit(h.store, mallory)  # 4 of 5: one more may come
+        await _queue(h, mallory, 1, prefix="last")
+        with pytest.raises(Problem) as err:
+            await check_pending_limit(h.store, mallory)
+        problem = err.value
+        assert problem.status == 412 and problem.slug == "quota-exceeded"
+        assert problem.msg is not None
+        for words in (mallory, "5 sessions waiting (PENDING)", "five allows 5", "max_pending_session_count"):
+            assert words in problem.msg
+        assert problem.data == {"policy": "five", "max_pending_session_count": 5, "pending": 5}
+        await check_pending_limit(h.store, alice)  # the same policy, another keypair: its own queue
+        # a session that starts no longer counts
+        await h.schedule()
+        await h.wait("wait-0", "RUNNING", owner=mallory)
+        assert (await pending_queue(h.store, mallory)).pending == 4
+        await check_pending_limit(h.store, mallory)
+
+
+async def test_an_unknown_keypair_follows_the_default_policy_and_zero_is_unlimited(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "bai.db")
+    try:
+        queue = await pending_queue(store, "AKIANOSUCHKEY")
+        assert (queue.policy, queue.limit, queue.pending, queue.full) == ("default", DEFAULT_PENDING_SESSIONS, 0, False)
+        assert await store.save_policy("default", {"max_pending_session_count": 0}, create=False)
+        queue = await pending_queue(store, "AKIANOSUCHKEY")
+        assert (queue.limit, queue.full) == (0, False)
+    finally:
+        await store.close()
+
+
+async def test_the_count_is_one_range_of_an_index_and_stops_at_the_limit(tmp_path: Path) -> None:
+    """What the check asks SQLite: the policy by key and a count over the (access_key, status) index that
+    reads at most `limit` entries, however many sessions the store holds."""
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1, mem="4g")
+        owner = await h.keypair("counted", await h.policy("three", max_pending_session_count=10))
+        await _queue(h, owner, 7)
+        assert await h.store.save_policy("three", {"max_pending_session_count": 3}, create=False)  # lowered
+        statements: list[str] = []
+        await h.store.db.run(lambda conn: conn.set_trace_callback(statements.append))
+        try:
+            queue = await pending_queue(h.store, owner)
+        finally:
+            await h.store.db.run(lambda conn: conn.set_trace_callback(None))
+        assert (queue.limit, queue.pending, queue.full) == (3, 3, True)  # counted up to the limit, no further
+        assert len(statements) == 2, statements
+        plans = [await _plan(h.store, s) for s in statements]
+        assert "SCAN" not in plans[0], plans[0]  # the policy (and the keypair) by primary key
+        assert "USING COVERING INDEX sessions_owner_status" in plans[1] and "SCAN sessions" not in plans[1], plans[1]
+
+
+async def test_the_check_stays_fast_with_many_ended_sessions_of_the_keypair(tmp_path: Path) -> None:
+    """An old keypair with many ended sessions: the count reads only its PENDING ones."""
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1, mem="4g")
+        owner = await h.keypair("veteran")
+
+        def fill(conn) -> None:  # 20,000 ended sessions of that keypair, as years of use leave them
+            rows = [
+                (f"old-{i}", f"old-{i}", owner, "python", "batch", "TERMINATED", "", "{}", "x", "{}", "x", i)
+                for i in range(20_000)
+            ]
+            conn.executemany(
+                "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
+                "status_changed, requested_slots, created_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+        await h.store.db.transaction(fill)
+        await _queue(h, owner, 3)
+        start = time.perf_counter()
+        for _ in range(50):
+            queue = await pending_queue(h.store, owner)
+        per_check = (time.perf_counter() - start) / 50
+        assert queue.pending == 3
+        assert per_check < 0.005, f"{per_check * 1000:.2f} ms per check"
+
+
+# -- through Sessions.create ---------------------------------------------------------------------------------
+
+
+@NEEDS_CREATE_CHECK
+async def test_the_next_session_past_the_limit_is_a_412_and_nothing_is_stored(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1, mem="4g")
+        mallory = await h.keypair("mallory", await h.policy("five", max_pending_session_count=5))
+        alice = await h.keypair("alice", "five")
+        await _queue(h, mallory, 5)
+        for i in range(20):  # a flood: each one refused, none stored
+            problem = await _refused(h, f"flood-{i}", mallory)
+            assert problem.status == 412 and "max_pending_session_count" in (problem.msg or "")
+            assert "allows 5" in (problem.msg or "")
+        rows = await _rows_of(h, mallory)
+        assert sorted(r["name"] for r in rows) == [f"wait-{i}" for i in range(5)]
+        assert (await h.store.count_sessions_by_status()) == {"PENDING": 5}
+        # another keypair of the same policy, and the admin, are not affected
+        await _queue(h, alice, 5, prefix="alices")
+        await h.create("admins-own", cpu=1, mem="64m")
+
+
+@NEEDS_CREATE_CHECK
+async def test_a_place_frees_when_one_starts_or_is_cancelled(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1, mem="4g")  # room for one session at a time
+        owner = await h.keypair("queued", await h.policy("three", max_pending_session_count=3))
+        await _queue(h, owner, 3)
+        await _refused(h, "fourth", owner)
+        await h.schedule()
+        await h.wait("wait-0", "RUNNING", owner=owner)  # started: no longer waiting
+        await h.create("fourth", owner=owner, cpu=1, mem="64m")
+        await _refused(h, "fifth", owner)
+        await h.destroy("wait-1", owner=owner)  # a PENDING one cancelled
+        assert await h.status("wait-1", owner=owner) == "CANCELLED"
+        await h.create("fifth", owner=owner, cpu=1, mem="64m")
+        await _refused(h, "sixth", owner)
+        assert sorted(r["status"] for r in await _rows_of(h, owner)) == ["CANCELLED"] + ["PENDING"] * 3 + ["RUNNING"]
+
+
+@NEEDS_CREATE_CHECK
+async def test_zero_is_unlimited_and_the_default_is_1000(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1, mem="4g")
+        unlimited = await h.keypair("bench", await h.policy("unbounded", max_pending_session_count=0))
+        await _queue(h, unlimited, 1005)
+        ordinary = await h.keypair("ordinary")  # the default policy
+        await _queue(h, ordinary, DEFAULT_PENDING_SESSIONS)
+        problem = await _refused(h, "one-too-many", ordinary)
+        assert "policy default allows 1000" in (problem.msg or "")
+        assert len(await _rows_of(h, ordinary)) == DEFAULT_PENDING_SESSIONS
+
+
+# -- the policy field: validation and how each API shows it --------------------------------------------------
+
+
+def test_the_rest_field_is_validated() -> None:
+    for good in (0, 1, 5, MAX_PENDING_SESSION_COUNT):
+        assert parse_policy({"max_pending_session_count": good}, partial=True) == {"max_pending_session_count": good}
+    for bad in (-1, True, 1.5, "5", None, MAX_PENDING_SESSION_COUNT + 1, 10**30):
+        with pytest.raises(Problem) as err:
+            parse_policy({"max_pending_session_count": bad}, partial=True)
+        assert err.value.status == 400 and "max_pending_session_count" in (err.value.msg or ""), bad
+
+
+def test_graphql_shows_null_for_unlimited_and_takes_null_as_unlimited() -> None:
+    assert policy_item({"name": "p", "max_pending_session_count": 1000})["max_pending_session_count"] == 1000
+    assert policy_item({"name": "p", "max_pending_session_count": 0})["max_pending_session_count"] is None
+    assert graphql_policy_fields({"max_pending_session_count": None}, partial=True) == {"max_pending_session_count": 0}
+    assert graphql_policy_fields({"max_pending_session_count": 7}, partial=True) == {"max_pending_session_count": 7}
+    with pytest.raises(Problem):
+        graphql_policy_fields({"max_pending_session_count": -3}, partial=True)
+
+
+def test_the_policy_table_has_a_pending_column() -> None:
+    from rich.console import Console
+
+    from bai.cli.output import policies_table
+
+    policy = {
+        "name": "default", "max_concurrent_sessions": 0, "total_resource_slots": {}, "default_for_unspecified":
+        "UNLIMITED", "idle_timeout": 0, "max_session_lifetime": 0, "max_session_networks": 2,
+        "max_pending_session_count": 1000,
+    }  # fmt: skip
+    console = Console(width=200, record=True)
+    console.print(policies_table([policy, {**policy, "name": "bench", "max_pending_session_count": 0}]))
+    header, default, bench = console.export_text().splitlines()
+    at = header.index("PENDING")
+    assert default[at:].split()[0] == "1000" and bench[at:].split()[0] == "any"
+
+
+# -- over HTTP: a node with the simulated backend --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim_node(tmp_path_factory) -> Iterator[Node]:
+    node = Node(tmp_path_factory.mktemp("pending-limit"), "sim", agent_config='cpu = "16"\nmem = "32g"\n').start()
+    yield node
+    node.stop()
+
+
+def _waiting(node: Node, keys: tuple[str, str], name: str) -> tuple[int, object]:
+    """Create a batch session that waits PENDING for a day (its start time), without waiting for it."""
+    body = {"name": name, "image": "python", "type": "batch", "startupCommand": "true", "starts_at": "1d",
+            "enqueueOnly": True, "config": {"resources": {"cpu": "0.1", "mem": "64m"}}}  # fmt: skip
+    return signed_request(node, "POST", "/session", *keys, body=body)
+
+
+def _gql(node: Node, query: str, variables: dict | None = None) -> dict:
+    status, body = signed_request(
+        node, "POST", "/admin/gql", *admin_keys(node), body={"query": query, "variables": variables or {}}
+    )
+    assert status == 200, body
+    return body  # type: ignore[return-value]
+
+
+def test_the_limit_is_set_and_shown_by_the_cli_rest_graphql_and_quota(sim_node: Node) -> None:
+    made = sim_node.json("policy", "create", "pend-show", "--max-pending", "4")
+    made = made[0] if isinstance(made, list) else made
+    assert made["maxPendingSessionCount"] == 4
+    listed = sim_node.cli("policy", "ls", check=True).stdout
+    assert "PENDING" in listed.splitlines()[0]
+    for bad in ("-1", str(MAX_PENDING_SESSION_COUNT + 1)):
+        refused = sim_node.cli("policy", "update", "pend-show", "--max-pending", bad)
+        assert refused.returncode != 0 and "--max-pending" in refused.stderr + refused.stdout
+    status, body = signed_request(
+        sim_node, "PATCH", "/bai/admin/policies/pend-show", *admin_keys(sim_node),
+        body={"max_pending_session_count": "lots"},
+    )  # fmt: skip
+    assert status == 400 and "max_pending_session_count" in str(body)
+    status, body = signed_request(sim_node, "GET", "/bai/admin/policies", *admin_keys(sim_node))
+    assert {p["name"]: p["max_pending_session_count"] for p in body["items"]}["default"] == 1000  # type: ignore[index]
+
+    mutation = (
+        "mutation($name: String!, $input: ModifyKeyPairResourcePolicyInput!) "
+        "{ modify_keypair_resource_policy(name: $name, props: $input) { ok msg } }"
+    )
+    query = 'query { keypair_resource_policy(name: "pend-show") { name max_pending_session_count } }'
+    done = _gql(sim_node, mutation, {"name": "pend-show", "input": {"max_pending_session_count": -5}})
+    assert done["data"]["modify_keypair_resource_policy"]["ok"] is False
+    assert "max_pending_session_count" in done["data"]["modify_keypair_resource_policy"]["msg"]
+    done = _gql(sim_node, mutation, {"name": "pend-show", "input": {"max_pending_session_count": None}})
+    assert done["data"]["modify_keypair_resource_policy"]["ok"] is True, done
+    assert _gql(sim_node, query)["data"]["keypair_resource_policy"]["max_pending_session_count"] is None  # unlimited
+    done = _gql(sim_node, mutation, {"name": "pend-show", "input": {"max_pending_session_count": 3}})
+    assert done["data"]["modify_keypair_resource_policy"]["ok"] is True, done
+    assert _gql(sim_node, query)["data"]["keypair_resource_policy"] == {
+        "name": "pend-show",
+        "max_pending_session_count": 3,
+    }
+
+    user = sim_node.json("keypair", "create", "--user", "pend-shown", "--policy", "pend-show")
+    keys = (user["accessKey"], user["secretKey"])
+    status, quota = signed_request(sim_node, "GET", "/bai/quota", *keys)
+    assert status == 200 and (quota["maxPendingSessions"], quota["pendingSessions"]) == (3, 0)  # type: ignore[index]
+    for i in range(2):
+        status, body = _waiting(sim_node, keys, f"pend-shown-{i}")
+        assert status == 201 and body["status"] == "PENDING", body  # type: ignore[index]
+    status, quota = signed_request(sim_node, "GET", "/bai/quota", *keys)
+    assert quota["pendingSessions"] == 2 and quota["concurrentSessions"] == 0  # type: ignore[index]
+    for i in range(2):
+        sim_node.cli("session", "destroy", f"pend-shown-{i}", as_keypair=user, check=True)
+    status, quota = signed_request(sim_node, "GET", "/bai/quota", *keys)
+    assert quota["pendingSessions"] == 0  # type: ignore[index]
+
+
+def _flood(node: Node, keys: tuple[str, str], rnd: int, count: int) -> list[tuple[int, object]]:
+    return [_waiting(node, keys, f"flood-{rnd}-{i}") for i in range(count)]
+
+
+@NEEDS_CREATE_CHECK
+def test_a_flood_of_creates_is_refused_and_the_node_does_not_grow(sim_node: Node) -> None:
+    """An attacker's keypair (limit 5) sends 4 rounds of 150 creations of sessions that would wait a day: each
+    past the fifth is a 412 naming the limit, nothing more is stored, and the node's RSS and open fds stay
+    flat between the rounds after the first two (which open what the node keeps)."""
+    sim_node.cli("policy", "create", "pend-five", "--max-pending", "5", check=True)
+    mallory = sim_node.json("keypair", "create", "--user", "mallory-queue", "--policy", "pend-five")
+    alice = sim_node.json("keypair", "create", "--user", "alice-queue", "--policy", "pend-five")
+    keys = (mallory["accessKey"], mallory["secretKey"])
+    first = _flood(sim_node, keys, 0, 5)
+    assert [s for s, _ in first] == [201] * 5, first
+    proc = psutil.Process(sim_node.proc.pid)  # type: ignore[union-attr]
+    refused: list[tuple[int, object]] = []
+    for rnd in (1, 2):
+        refused += _flood(sim_node, keys, rnd, 150)
+    gc.collect()
+    fds, rss = proc.num_fds(), proc.memory_info().rss
+    for rnd in (3, 4):
+        refused += _flood(sim_node, keys, rnd, 150)
+    fds_after, rss_after = proc.num_fds(), proc.memory_info().rss
+    print(f"node fds {fds} -> {fds_after}, RSS {rss / MiB:.1f} -> {rss_after / MiB:.1f} MiB over 300 refused creates")
+    assert {s for s, _ in refused} == {412}
+    assert all("max_pending_session_count" in str(b) and "allows 5" in str(b) for _, b in refused)
+    status, quota = signed_request(sim_node, "GET", "/bai/quota", *keys)
+    assert quota["pendingSessions"] == 5  # type: ignore[index]
+    status, listed = signed_request(sim_node, "GET", "/session?status=PENDING,CANCELLED", *keys)
+    assert sorted(s["sessionName"] for s in listed["items"]) == [f"flood-0-{i}" for i in range(5)]  # type: ignore[index]
+    assert fds_after <= fds + 2, f"the node holds {fds_after - fds} more fds"
+    assert rss_after - rss < 8 * MiB
+    # another keypair of the policy is unaffected; one cancelled frees a place
+    assert _waiting(sim_node, (alice["accessKey"], alice["secretKey"]), "alices-wait")[0] == 201
+    sim_node.cli("session", "destroy", "flood-0-0", as_keypair=mallory, check=True)
+    assert _waiting(sim_node, keys, "after-cancel")[0] == 201
+    assert _waiting(sim_node, keys, "after-cancel-2")[0] == 412
