@@ -11,6 +11,9 @@ The agent keeps `--warm N` kernels started ahead (`[agent.warm_pool] python = N`
 queued session, as a batch queue's node may well keep, where a workstation keeps 1), refilled two at a
 time in the background; with a smaller pool the rest of the queue waits for refills (container starts).
 
+With more than 1000 sessions (`--sessions`), the bench first sets the policy of its (admin) keypair to queue
+any number (max_pending_session_count 0, through the admin API): a policy's default lets 1000 wait PENDING.
+
     .venv/bin/python bench/batch_queue.py [--sessions 20] [--warm 20] [--backend docker|local] [--image bai-python:3.11]
 """
 
@@ -27,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.benchnode import start_node  # noqa: E402
 from bench.figures import Figure, record  # noqa: E402
+
+QUEUE_DEFAULT = 1000  # sessions a keypair may have PENDING by its policy's default (max_pending_session_count)
 
 
 def at(transitions: list[dict], status: str) -> datetime:
@@ -61,6 +66,10 @@ async def run(env: dict[str, str], count: int) -> tuple[float, list[float], dict
     creds = credentials.load()
     assert creds is not None
     async with Client(creds) as c:
+        if count > QUEUE_DEFAULT:
+            from bench.cluster import unbounded_queue
+
+            await unbounded_queue(c)
         start = datetime.now(UTC)
         ids = []
         for i in range(count):

@@ -27,6 +27,11 @@ to the last answer (SIGUSR1 / SIGUSR2): cProfile of the event loop's and of the 
 and a wall-clock sampler of every thread, written to DIR. (The profilers slow the manager: compare their
 shares, not the figures of a profiled run.)
 
+At its start the bench lifts the queue bound of the policy its (admin) keypair follows: it sets that policy's
+`max_pending_session_count` to 0 (unlimited) through the admin API (`PATCH /bai/admin/policies/NAME`), since
+it submits thousands of enqueue-only sessions, more than a policy's default 1000 may have waiting PENDING (its
+state folder is its own, made for the run).
+
 Progress goes to stderr, figures to stdout. Every process it starts is stopped at the end (agent hosts also
 end when this script dies: they watch their stdin). The end of the session phase is detected by reading the
 manager's SQLite database read-only (a COUNT of active sessions every 0.25 s), which costs the manager
@@ -186,6 +191,17 @@ def keepalive_client(creds: Any, connections: int) -> Any:
             await super().close()
 
     return KeepAliveClient()
+
+
+async def unbounded_queue(client: Any) -> str:
+    """Let the client's keypair queue any number of sessions: its policy's max_pending_session_count becomes 0
+    (unlimited), through the admin API. Returns the policy's name. (For benches that queue more than the
+    default 1000 PENDING sessions, on a node of their own.)"""
+    access_key = client.creds.access_key
+    mine = [k for k in await client.keypairs() if k["accessKey"] == access_key]
+    policy = mine[0]["resourcePolicy"] if mine else "default"
+    await client.update_policy(policy, max_pending_session_count=0)
+    return policy
 
 
 # -- link round trip, in this process -------------------------------------------------------------------------
@@ -600,6 +616,8 @@ class Bench:
         else:
             client_cm = keepalive_client(creds, args.concurrency)
         async with client_cm as client:
+            policy = await unbounded_queue(client)
+            progress(f"policy {policy}: max_pending_session_count 0 (unlimited) for the queued sessions")
             await self.wait_alive(client, args.agents)
             join_s = time.perf_counter() - t0
             progress(f"{args.agents} agents ALIVE in {join_s:.1f} s; letting heartbeats settle")
