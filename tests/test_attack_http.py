@@ -513,3 +513,40 @@ async def test_an_execute_websocket_that_never_asks_is_closed(tmp_path: Path, mo
                 frames = await frames_until_closed(ws, timeout=5)
             assert frames and frames[0]["status"] == "error" and "no first frame" in frames[0]["msg"], frames
             assert time.monotonic() - started < 3
+
+
+async def upload_status(node: Node, files: list[tuple[str, bytes]]) -> tuple[int, str]:
+    path = "/session/target/upload"
+    access_key, secret_key = admin_keys(node)
+    host = yarl.URL(node.endpoint).raw_authority
+    date = auth.now_header()
+    sig = auth.sign(secret_key, "POST", path, date, host, "multipart/form-data", API_VERSION)
+    headers = {
+        "Date": date,
+        "X-BackendAI-Version": API_VERSION,
+        "Authorization": auth.authorization_header(access_key, sig),
+    }
+    form = aiohttp.FormData()
+    for name, data in files:
+        form.add_field("src", data, filename=name, content_type="application/octet-stream")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(yarl.URL(node.endpoint + path, encoded=True), data=form, headers=headers) as resp:
+            return resp.status, await resp.text()
+
+
+async def test_uploads_are_bounded_per_file_and_in_all_as_they_arrive(node: Node) -> None:
+    """A file over 16 MiB, or files over 64 MiB together, are a 400 saying which; what the node held for
+    them is given back; a small upload still works."""
+    from bai.node.manager.api import MAX_UPLOAD_BYTES, MAX_UPLOAD_TOTAL
+
+    rss0, _ = usage(node)
+    status, text = await upload_status(node, [("big.bin", b"x" * (MAX_UPLOAD_BYTES + 1))])
+    assert status == 400 and "larger than 16 MiB" in text, text
+    many = [(f"f{i}.bin", b"y" * (MAX_UPLOAD_BYTES - 10)) for i in range(MAX_UPLOAD_TOTAL // MAX_UPLOAD_BYTES + 1)]
+    status, text = await upload_status(node, many)
+    assert status == 400 and "at most 64 MiB in all" in text, text
+    status, text = await upload_status(node, [("a.py", b"print(1)\n"), ("b.txt", b"hello\n")])
+    assert status == 204, text
+    rss1, _ = usage(node)
+    print(f"uploads refused: node RSS {rss0 >> 20} -> {rss1 >> 20} MiB")
+    assert rss1 - rss0 < 100 * 2**20, (rss0, rss1)

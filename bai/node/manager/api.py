@@ -7,6 +7,7 @@ import contextlib
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote
@@ -29,6 +30,8 @@ from bai.node.manager.http import (
     SERVICES,
     SETTINGS,
     STREAMS,
+    body_budget,
+    body_chunk,
     caller_of,
     decode_json,
     problem_response,
@@ -54,6 +57,8 @@ SESSION_EVENT_OF = {status.value: name for status, name in SESSION_EVENTS.items(
 PUBLIC = {("GET", "/"), ("GET", "/metrics")}
 MAX_UPLOAD_FILES = 64
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
+MAX_UPLOAD_TOTAL = 4 * MAX_UPLOAD_BYTES  # all files of one upload
+UPLOAD_CHUNK = 256 * 1024
 IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._/-]{0,127}:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
@@ -305,23 +310,33 @@ async def list_files(request: web.Request) -> web.Response:
     return web.json_response(await sessions.list_files(row, path))
 
 
-async def _uploaded_files(request: web.Request) -> list[tuple[str, bytes]]:
-    """The files of a multipart upload; a 400 for a malformed body or a bad name."""
+async def _uploaded_files(request: web.Request, take: Callable[[int], None]) -> list[tuple[str, bytes]]:
+    """The files of a multipart upload; a 400 for a malformed body or a bad name. Each part is read in
+    pieces: a file over MAX_UPLOAD_BYTES or an upload over MAX_UPLOAD_TOTAL is refused when it gets there,
+    every byte held is `take`n from the budget of bodies being read (503 beyond it), and a body that stalls
+    is a 408."""
     files: list[tuple[str, bytes]] = []
+    total = 0
     try:
         reader = await request.multipart()
-        while (part := await reader.next()) is not None:
+        while (part := await body_chunk(reader.next)) is not None:
             # aiohttp's clients (the official one, bai's) percent-encode the file name: dir/file is dir%2Ffile
             name = unquote(part.filename or "", errors="strict") if part.filename else ""
             path = PurePosixPath(name)
             if not name or "\0" in name or path.is_absolute() or ".." in path.parts:
                 raise invalid(f"bad file name {name[:100]!r}: use a relative path inside /home/work")
-            data = await part.read(decode=False)
-            if len(data) > MAX_UPLOAD_BYTES:
-                raise invalid(f"{name} is larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MiB")
-            files.append((name, bytes(data)))
-            if len(files) > MAX_UPLOAD_FILES:
+            if len(files) >= MAX_UPLOAD_FILES:
                 raise invalid(f"at most {MAX_UPLOAD_FILES} files per upload")
+            data = bytearray()
+            while chunk := await body_chunk(lambda: part.read_chunk(UPLOAD_CHUNK)):  # noqa: B023 (read at once)
+                if len(data) + len(chunk) > MAX_UPLOAD_BYTES:
+                    raise invalid(f"{name} is larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MiB")
+                total += len(chunk)
+                if total > MAX_UPLOAD_TOTAL:
+                    raise invalid(f"an upload holds at most {MAX_UPLOAD_TOTAL // (1024 * 1024)} MiB in all")
+                take(len(chunk))
+                data += chunk
+            files.append((name, bytes(data)))
     except UnicodeDecodeError:
         raise invalid("bad file name: its percent-encoding is not UTF-8") from None
     except (ValueError, AssertionError, HttpProcessingError) as e:  # aiohttp's multipart reader on bad input
@@ -335,8 +350,9 @@ async def upload(request: web.Request) -> web.Response:
     sessions.require_running(row, "uploading files")  # (before the body is read: a 409 costs no upload)
     if not request.content_type.startswith("multipart/"):
         raise invalid("upload wants multipart/form-data with one 'src' part per file")
-    files = await _uploaded_files(request)
-    await sessions.upload(row, files)
+    with body_budget() as take:  # held until the kernel has the files
+        files = await _uploaded_files(request, take)
+        await sessions.upload(row, files)
     return web.Response(status=204)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +102,37 @@ def _too_large(size: int) -> Problem:
     )
 
 
+@contextlib.contextmanager
+def body_budget() -> Iterator[Callable[[int], None]]:
+    """`take(n)` for bytes of a request body held in memory: counted against BODIES (a 503 Problem beyond
+    it), all given back when the block ends."""
+    taken = 0
+
+    def take(n: int) -> None:
+        nonlocal taken
+        BODIES.take(n)
+        taken += n
+
+    try:
+        yield take
+    finally:
+        BODIES.used -= taken
+
+
+async def body_chunk(read: Callable[[], Awaitable[bytes]]) -> bytes:
+    """The next piece of a body from `read()`; a 408 Problem when none comes for BODY_IDLE_TIMEOUT seconds."""
+    try:
+        async with asyncio.timeout(BODY_IDLE_TIMEOUT):
+            return await read()
+    except TimeoutError:
+        raise Problem(
+            "generic-bad-request",
+            "Request timeout.",
+            f"no byte of the request body came for {BODY_IDLE_TIMEOUT:g} seconds",
+            status=408,
+        ) from None
+
+
 async def _read_body(request: web.Request) -> bytes:
     """The body, read chunk by chunk within MAX_JSON_BODY and the budget of all requests (a 413 / 503 Problem
     otherwise: nothing beyond the limits is buffered)."""
@@ -107,29 +140,13 @@ async def _read_body(request: web.Request) -> bytes:
     if declared is not None and declared > MAX_JSON_BODY:
         raise _too_large(declared)
     data = bytearray()
-    taken = 0
-    try:
-        while True:
-            try:
-                async with asyncio.timeout(BODY_IDLE_TIMEOUT):
-                    chunk = await request.content.readany()
-            except TimeoutError:
-                raise Problem(
-                    "generic-bad-request",
-                    "Request timeout.",
-                    f"no byte of the request body came for {BODY_IDLE_TIMEOUT:g} seconds",
-                    status=408,
-                ) from None
-            if not chunk:
-                break
+    with body_budget() as take:
+        while chunk := await body_chunk(request.content.readany):
             if len(data) + len(chunk) > MAX_JSON_BODY:
                 raise _too_large(len(data) + len(chunk))
-            BODIES.take(len(chunk))
-            taken += len(chunk)
+            take(len(chunk))
             data += chunk
         return bytes(data)
-    finally:
-        BODIES.used -= taken
 
 
 async def read_json(request: web.Request) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from bai.common.problems import Problem, invalid
-from bai.node.manager.http import SETTINGS, read_json
+from bai.node.manager.http import SETTINGS, body_chunk, read_json
 from bai.node.manager.vfolders import fsops
 from bai.node.manager.vfolders.service import OWNER, WRITE, VFolders
 
@@ -398,7 +398,7 @@ async def tus_patch(request: web.Request) -> web.Response:
     size = offset
     parts: list[bytes] = []
     held = 0
-    async for data in request.content.iter_any():
+    while data := await body_chunk(request.content.readany):  # a body that stalls is a 408
         parts.append(data)
         held += len(data)
         if size - offset + held > MAX_CHUNK:
