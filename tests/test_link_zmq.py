@@ -731,3 +731,35 @@ async def test_an_over_size_message_drops_only_its_connection(
     assert "agent link connection(s) dropped" in caplog.text and "over 1 MiB" in caplog.text
     assert manager.connected() == {"agent-1"}
     assert await manager.call("agent-1", "echo", {"small": True}, timeout=2)  # the real agent is unaffected
+
+
+async def test_connections_that_never_shake_hands_are_dropped(links: Links, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TCP connections to the manager's link that send nothing (no ZMTP / CURVE handshake) are closed after
+    HANDSHAKE_MS: connecting and waiting holds no descriptor of the manager for long; agents go on."""
+    import socket
+
+    import bai.node.link.zmq as link_zmq
+
+    monkeypatch.setattr(link_zmq, "HANDSHAKE_MS", 500)
+    _, manager, _, _ = await joined_pair(links)
+    host, port = manager.endpoint.removeprefix("tcp://").rsplit(":", 1)
+    socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(50)]
+    try:
+        await asyncio.sleep(1.5)
+        closed = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                while data := s.recv(4096):  # libzmq's greeting, then the close
+                    assert len(data) < 4096
+                closed += 1  # b"": the manager closed it
+            except BlockingIOError:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert closed == len(socks), closed
+    finally:
+        for s in socks:
+            s.close()
+    assert manager.connected() == {"agent-1"}
+    assert await manager.call("agent-1", "echo", {"small": True}, timeout=2)

@@ -80,6 +80,9 @@ RECV_BATCH = 512  # messages the manager takes in one turn of the event loop bef
 MAX_MESSAGE_TO_MANAGER = 128 * 1024 * 1024
 MAX_MESSAGE_TO_AGENT = 64 * 1024 * 1024
 DROP_LOG_EVERY = 10.0  # seconds between two log lines about dropped link connections
+# A connection to the manager's link that has not finished its ZMTP / CURVE handshake within this many ms is
+# dropped by libzmq (a connect-and-wait client holds no file descriptor past it)
+HANDSHAKE_MS = 10_000
 
 # the manager's socket is a plain (blocking-API) socket driven by the event loop: sends never wait (NOBLOCK:
 # queued at once, or refused), and one reader callback takes every message that is in. pyzmq's asyncio
@@ -342,6 +345,7 @@ class ZmqManagerLink:
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to an unknown peer fails instead of vanishing
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting agent takes its routing id over at once
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_TO_MANAGER)  # a larger message drops its connection
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)  # no handshake in time: dropped (libzmq's 30 s by default)
         ivl = max(1000, int(self.heartbeat_timeout * 1000 / 3))
         sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)  # ZMTP pings: drop dead connections
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * ivl)
