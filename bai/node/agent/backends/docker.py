@@ -125,6 +125,28 @@ PEER_PREFIX = "bai-peer-"  # bai-peer-<session id>-<name>
 PEER_MEMORY = 64 * 2**20
 PEER_NANO_CPUS = 250_000_000
 PEER_PIDS_LIMIT = 256  # about two threads per open connection (the runner's relay mode)
+# Processes are host-wide (kernel.pid_max: 32768 on a 2-core host): kernels together may hold at most
+# PID_SHARE of them, each in proportion to its cpu share of the host, so one user's small sessions cannot
+# fork the node (its agent, its Docker daemon) out of processes. MIN_KERNEL_PIDS keeps a tiny kernel usable.
+PID_SHARE = 0.5
+MIN_KERNEL_PIDS = 128
+
+
+def host_pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 4_194_304  # the kernel's largest
+
+
+def kernel_pids_limit(configured: int, cpu: float, host_cpus: int, pid_max: int) -> int:
+    """A kernel's pids limit: its cpu share of PID_SHARE of the host's process ids (at least MIN_KERNEL_PIDS),
+    and never above `configured` ([agent] pids_limit, which an operator may set lower still; 0: no bound of
+    its own)."""
+    share = max(MIN_KERNEL_PIDS, int(pid_max * PID_SHARE * max(cpu, 0.0) / max(host_cpus, 1)))
+    return min(configured, share) if configured > 0 else share
+
 
 CONTAINER_LOG_MAX = "1m"  # the container's own log (Docker's json-file) on the node's disk
 NO_PYTHON = "bai: no python in this image"  # the first line of such a kernel's log
@@ -328,6 +350,8 @@ class DockerBackend(BackendBase):
         self.runner_path = runner_path
         self.network = network
         self.pids_limit = pids_limit if nproc <= 0 else min(pids_limit, nproc) if pids_limit > 0 else nproc
+        self.pid_max = host_pid_max()
+        self.host_cpus = os.cpu_count() or 1
         self.labels = dict(labels or {})
         self.start_timeout = start_timeout
         self.docker: aiodocker.Docker | None = None
@@ -390,6 +414,10 @@ class DockerBackend(BackendBase):
         if net and not net.startswith(NETWORK_PREFIX):
             raise KernelStartError(f"a session's network must be named {NETWORK_PREFIX}…, not {net!r}")
         return network
+
+    def pids_of(self, spec: KernelSpec) -> int:
+        """The kernel's pids limit (kernel_pids_limit: its cpu share of the host's process ids)."""
+        return kernel_pids_limit(self.pids_limit, float(spec.slots.get("cpu") or 0), self.host_cpus, self.pid_max)
 
     def session_network(self, spec: KernelSpec) -> str | None:
         """The Docker network of a cluster kernel's session here (None for a one-kernel session's): always
@@ -660,7 +688,7 @@ class DockerBackend(BackendBase):
                 *(f"{m.host_path}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts),
             ],
             "NetworkMode": network,
-            "PidsLimit": self.pids_limit,
+            "PidsLimit": self.pids_of(spec),
             "ReadonlyRootfs": True,  # the scratch and the virtual folders are all a kernel can write
             "CapDrop": ["ALL"],
             "CapAdd": list(self.cap_add),
@@ -891,7 +919,12 @@ class DockerBackend(BackendBase):
         try:
             assignment.write(kdir, spec, env, assignment.CLAIMED)
             cpu, mem = spec.slots["cpu"], int(spec.slots["mem"])
-            limits = {"NanoCpus": int(cpu * 1_000_000_000), "Memory": mem, "MemorySwap": mem}
+            limits = {
+                "NanoCpus": int(cpu * 1_000_000_000),
+                "Memory": mem,
+                "MemorySwap": mem,
+                "PidsLimit": self.pids_of(spec),
+            }
             update = self.docker._query_json(f"containers/{kernel.container_id}/update", method="POST", data=limits)
             pid = self._pids.get(kernel.container_id, 0)
             old_mem = int(kernel.spec.slots.get("mem") or 0) or None
