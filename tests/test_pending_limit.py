@@ -7,25 +7,33 @@ affected; once one of its sessions starts or is cancelled, a new one is accepted
 API, GraphQL (null = unlimited, as Backend.AI) and `bai policy --max-pending`, shown by `GET /bai/quota`
 (maxPendingSessions, pendingSessions).
 
-The tests marked NEEDS_CREATE_CHECK need `Sessions.create` to call `check_pending_limit` before it stores the
-session (one line in bai/node/manager/sessions.py); until then they are strict xfails.
+Concurrent creations do not overshoot: `QueueGate.insert` counts the keypair's creations in flight too.
+
+The tests marked NEEDS_CREATE_CHECK need `Sessions.create` to store new sessions through the gate
+(`self.queue = QueueGate(store)`, `await self.queue.insert(access_key, lambda: self.store.create_…(…))`, in
+bai/node/manager/sessions.py); until then they are strict xfails.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
 import pytest
 
 from bai.common.problems import Problem
+from bai.common.status import SessionStatus
 from bai.node.manager.admin import MAX_PENDING_SESSION_COUNT, parse_policy
 from bai.node.manager.graphql.keypairs import _policy_fields as graphql_policy_fields
 from bai.node.manager.graphql.keypairs import policy_item
-from bai.node.manager.queue_limit import check_pending_limit, pending_queue
+from bai.node.manager.queue_limit import PendingQueue, QueueGate, check_pending_limit, pending_queue
+from bai.node.manager.requests import parse_create
+from bai.node.manager.sessions import new_session_rows
 from bai.node.manager.store import Store
 from bai.node.manager.store.keypairs import DEFAULT_PENDING_SESSIONS
 from tests.harness import Harness
@@ -34,7 +42,7 @@ from tests.nodeproc import Node, admin_keys, signed_request
 MiB = 2**20
 NEEDS_CREATE_CHECK = pytest.mark.xfail(
     strict=True,
-    reason="needs `await check_pending_limit(self.store, access_key)` in Sessions.create (manager/sessions.py)",
+    reason="needs Sessions.create to store new sessions through queue_limit.QueueGate (manager/sessions.py)",
 )
 
 
@@ -98,25 +106,38 @@ async def test_an_unknown_keypair_follows_the_default_policy_and_zero_is_unlimit
         await store.close()
 
 
+async def _traced(store: Store, access_key: str) -> tuple[PendingQueue, list[str]]:
+    """The keypair's queue, and the statements SQLite ran for it."""
+    statements: list[str] = []
+    await store.db.run(lambda conn: conn.set_trace_callback(statements.append))
+    try:
+        queue = await pending_queue(store, access_key)
+    finally:
+        await store.db.run(lambda conn: conn.set_trace_callback(None))
+    return queue, statements
+
+
 async def test_the_count_is_one_range_of_an_index_and_stops_at_the_limit(tmp_path: Path) -> None:
-    """What the check asks SQLite: the policy by key and a count over the (access_key, status) index that
-    reads at most `limit` entries, however many sessions the store holds."""
+    """What the check asks SQLite: once the limits are in memory, only a count over the (access_key, status)
+    index that reads at most `limit` entries, however many sessions the store holds; an unlimited keypair,
+    nothing at all. A change of a policy or of a keypair's policy counts from the next check."""
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=1, mem="4g")
         owner = await h.keypair("counted", await h.policy("three", max_pending_session_count=10))
         await _queue(h, owner, 7)
+        assert (await pending_queue(h.store, owner)).pending == 7
         assert await h.store.save_policy("three", {"max_pending_session_count": 3}, create=False)  # lowered
-        statements: list[str] = []
-        await h.store.db.run(lambda conn: conn.set_trace_callback(statements.append))
-        try:
-            queue = await pending_queue(h.store, owner)
-        finally:
-            await h.store.db.run(lambda conn: conn.set_trace_callback(None))
+        queue, statements = await _traced(h.store, owner)
         assert (queue.limit, queue.pending, queue.full) == (3, 3, True)  # counted up to the limit, no further
-        assert len(statements) == 2, statements
-        plans = [await _plan(h.store, s) for s in statements]
-        assert "SCAN" not in plans[0], plans[0]  # the policy (and the keypair) by primary key
-        assert "USING COVERING INDEX sessions_owner_status" in plans[1] and "SCAN sessions" not in plans[1], plans[1]
+        queue, statements = await _traced(h.store, owner)
+        assert len(statements) == 1, statements
+        plan = await _plan(h.store, statements[0])
+        assert "USING COVERING INDEX sessions_owner_status" in plan and "SCAN sessions" not in plan, plan
+        await h.policy("any", max_pending_session_count=0)
+        assert await h.store.update_keypair(owner, resource_policy="any")
+        assert (await pending_queue(h.store, owner)).limit == 0
+        queue, statements = await _traced(h.store, owner)
+        assert (queue.policy, queue.limit, queue.full, statements) == ("any", 0, False, [])
 
 
 async def test_the_check_stays_fast_with_many_ended_sessions_of_the_keypair(tmp_path: Path) -> None:
@@ -144,6 +165,99 @@ async def test_the_check_stays_fast_with_many_ended_sessions_of_the_keypair(tmp_
         per_check = (time.perf_counter() - start) / 50
         assert queue.pending == 3
         assert per_check < 0.005, f"{per_check * 1000:.2f} ms per check"
+
+
+# -- the gate: exact under concurrency (no line in Sessions.create needed) -------------------------------------
+
+
+def _rows(owner: str, name: str) -> tuple[dict, list[dict]]:
+    req = parse_create({"image": "python", "name": name}, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {})
+    return new_session_rows(req, owner, datetime.now(UTC))
+
+
+async def _keypair(store: Store, access_key: str, policy: str) -> None:
+    keypair = {"access_key": access_key, "secret_key": "s", "user_id": access_key.lower(), "is_admin": False}
+    await store.create_keypair({**keypair, "resource_policy": policy})
+
+
+async def _pending_of(store: Store, owner: str) -> int:
+    return await store.count_sessions_of(owner, [SessionStatus.PENDING])
+
+
+async def test_the_gate_stores_exactly_up_to_the_limit_whatever_the_concurrency(tmp_path: Path) -> None:
+    """Bursts of concurrent inserts through the gate while other sessions of the keypair leave the queue
+    (cancelled) at the same time: the PENDING count never passes the limit, and each burst fills it."""
+    store = await Store.open(tmp_path / "bai.db")
+    try:
+        assert await store.save_policy("eight", {"max_pending_session_count": 8}, create=True)
+        await _keypair(store, "AKIABURST", "eight")
+        gate = QueueGate(store)
+        refused, seen = 0, []
+
+        async def one(name: str) -> None:
+            nonlocal refused
+            session, kernels = _rows("AKIABURST", name)
+            try:
+                assert await gate.insert("AKIABURST", lambda: store.create_session(session, kernels)) is None
+                seen.append(await _pending_of(store, "AKIABURST"))  # what the store holds at that moment
+            except Problem as e:
+                assert e.status == 412 and "allows 8" in (e.msg or "")
+                refused += 1
+
+        async def cancel_some(count: int) -> None:
+            rows = await store.list_sessions("AKIABURST", [SessionStatus.PENDING], limit=count)
+            for row in rows:
+                await store.transition(row["id"], SessionStatus.CANCELLED, "user-requested")
+
+        for rnd in range(6):
+            await asyncio.gather(*(one(f"b{rnd}-{i:02d}") for i in range(40)), cancel_some(3 if rnd else 0))
+            assert await _pending_of(store, "AKIABURST") <= 8, rnd
+            await asyncio.gather(*(one(f"f{rnd}-{i:02d}") for i in range(40)))  # fills what the cancels freed
+            assert await _pending_of(store, "AKIABURST") == 8, rnd
+            assert gate.in_flight() == 0
+        assert max(seen) == 8
+        stored = await store.list_sessions("AKIABURST", None)
+        assert len(stored) == 8 + 5 * 3 and refused == 12 * 40 - len(stored)  # each place taken once, no more
+    finally:
+        await store.close()
+
+
+async def test_the_gate_gives_the_place_back_when_the_insert_fails_or_is_cancelled(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "bai.db")
+    try:
+        assert await store.save_policy("one", {"max_pending_session_count": 1}, create=True)
+        await _keypair(store, "AKIAONE", "one")
+        gate = QueueGate(store)
+
+        async def broken() -> None:
+            raise RuntimeError("disk full")
+
+        with pytest.raises(RuntimeError):
+            await gate.insert("AKIAONE", broken)
+        stuck = asyncio.Event()
+
+        async def hangs() -> None:
+            await stuck.wait()
+
+        task = asyncio.ensure_future(gate.insert("AKIAONE", hangs))
+        await asyncio.sleep(0.05)
+        assert gate.in_flight() == 1  # holds the one place meanwhile
+        with pytest.raises(Problem):
+            session, kernels = _rows("AKIAONE", "while-held")
+            await gate.insert("AKIAONE", lambda: store.create_session(session, kernels))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert gate.in_flight() == 0
+        session, kernels = _rows("AKIAONE", "after")
+        assert await gate.insert("AKIAONE", lambda: store.create_session(session, kernels)) is None
+        assert await _pending_of(store, "AKIAONE") == 1
+        with pytest.raises(Problem):
+            session, kernels = _rows("AKIAONE", "full")
+            await gate.insert("AKIAONE", lambda: store.create_session(session, kernels))
+        assert gate.in_flight() == 0
+    finally:
+        await store.close()
 
 
 # -- through Sessions.create ---------------------------------------------------------------------------------
@@ -184,6 +298,26 @@ async def test_a_place_frees_when_one_starts_or_is_cancelled(tmp_path: Path) -> 
         await h.create("fifth", owner=owner, cpu=1, mem="64m")
         await _refused(h, "sixth", owner)
         assert sorted(r["status"] for r in await _rows_of(h, owner)) == ["CANCELLED"] + ["PENDING"] * 3 + ["RUNNING"]
+
+
+@NEEDS_CREATE_CHECK
+async def test_concurrent_bursts_do_not_overshoot_the_limit(tmp_path: Path) -> None:
+    """Thirty creations at the same moment, at 4 of 5: exactly one is stored, and the next bursts none."""
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1, mem="4g")
+        owner = await h.keypair("burst", await h.policy("five", max_pending_session_count=5))
+        await _queue(h, owner, 4)
+
+        async def burst(prefix: str) -> list:
+            made = (h.create(f"{prefix}-{i}", owner=owner, cpu=1, mem="64m") for i in range(30))
+            return await asyncio.gather(*made, return_exceptions=True)
+
+        for prefix in ("first", "second", "third"):
+            got = await burst(prefix)
+            refused = [g for g in got if isinstance(g, Problem)]
+            assert all(g.status == 412 for g in refused), refused
+            assert len(await _rows_of(h, owner)) == 5, prefix
+        assert h.sessions.queue.in_flight() == 0
 
 
 @NEEDS_CREATE_CHECK

@@ -10,18 +10,25 @@ Backend.AI's keypair resource policies have the same field (`max_pending_session
 for unlimited). The count is one read in the store's thread (the policy by key, then at most `limit` entries
 of the sessions_owner_status index), so a refused flood costs no more than the read.
 
-Two creations racing past the check at the same moment may both be stored (the check and the insert are two
-transactions): the queue can overshoot by the number of creations in flight, which the HTTP limits bound.
+`check_pending_limit` alone is a check before the insert, two transactions: creations of one keypair in flight
+at the same moment all pass a check that saw the queue below the limit, so a burst can overshoot it by its
+size (once). `QueueGate.insert` is exact: it counts, besides the stored PENDING sessions, the keypair's
+creations past the check whose insert has not returned, and reads again when one returned while it read (its
+read may predate that insert). The store answers calls in the order made and each answer wakes its caller in
+that order, so a creation whose insert a read saw has released its place before that read's caller looks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from bai.common.problems import Problem
 
+T = TypeVar("T")
 SLUG = "quota-exceeded"
+READS = 3  # reads of the count while other creations of the keypair return meanwhile; then it counts them too
 TITLE = "Too many sessions waiting."
 
 
@@ -62,3 +69,65 @@ async def check_pending_limit(store: PendingQueueStore, access_key: str) -> None
     queue = await pending_queue(store, access_key)
     if queue.full:
         raise queue.refusal()
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A keypair's creations between the gate's check and the end of their insert."""
+
+    reserved: int = 0  # past the check, insert not returned
+    returned: int = 0  # inserts returned since this record was made (a read under way may predate them)
+    reading: int = 0  # checks whose read is under way
+
+
+class QueueGate:
+    """`max_pending_session_count`, exact under concurrency: `insert` checks the keypair's queue and stores the
+    session (`store_it`, the store's insert) holding a place in it; a full queue is the 412 of
+    `check_pending_limit`, and `store_it` is not called. State: one small record per keypair with a creation
+    under way, dropped when none is."""
+
+    def __init__(self, store: PendingQueueStore) -> None:
+        self.store = store
+        self._in_flight: dict[str, _InFlight] = {}
+
+    async def insert(self, access_key: str, store_it: Callable[[], Awaitable[T]]) -> T:
+        flight = self._in_flight.setdefault(access_key, _InFlight())
+        flight.reading += 1
+        try:
+            queue = await self._count(access_key, flight)
+        except BaseException:  # (cancelled: the record goes with the last creation under way)
+            flight.reading -= 1
+            self._forget(access_key, flight)
+            raise
+        flight.reading -= 1
+        if queue.full:
+            self._forget(access_key, flight)
+            raise queue.refusal()
+        flight.reserved += 1
+        try:
+            return await store_it()
+        finally:
+            flight.reserved -= 1
+            flight.returned += 1
+            self._forget(access_key, flight)
+
+    async def _count(self, access_key: str, flight: _InFlight) -> PendingQueue:
+        """The queue with the creations in flight: exact when no insert returned during the read; after READS
+        reads that raced with some, those are counted too (more than there are, never fewer)."""
+        raced = 0
+        for _ in range(READS):
+            before = flight.returned
+            queue = await pending_queue(self.store, access_key)
+            raced = flight.returned - before
+            if not raced:
+                break
+        waiting = queue.pending + flight.reserved + raced
+        return PendingQueue(access_key, queue.policy, queue.limit, waiting if queue.limit else 0)
+
+    def _forget(self, access_key: str, flight: _InFlight) -> None:
+        if not flight.reserved and not flight.reading and self._in_flight.get(access_key) is flight:
+            del self._in_flight[access_key]
+
+    def in_flight(self) -> int:
+        """Keypairs with a creation under way (what the gate holds in memory)."""
+        return len(self._in_flight)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from bai.node.manager.store.db import Queries, decode_row, utcnow
@@ -27,8 +28,24 @@ DEFAULT_SESSION_NETWORKS = 2  # resource_policies.max_session_networks of a poli
 DEFAULT_PENDING_SESSIONS = 1000  # resource_policies.max_pending_session_count of a policy that does not say
 
 
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Every keypair's policy and its max_pending_session_count; `default`: the default policy's, for a keypair
+    the store does not have."""
+
+    by_key: dict[str, tuple[str, int]]
+    default: tuple[str, int]
+
+    def of(self, access_key: str) -> tuple[str, int]:
+        return self.by_key.get(access_key, self.default)
+
+
 class Keypairs(Queries):
     """Keypairs, the resource policies they follow, and their dotfiles."""
+
+    # access key -> (policy, max_pending_session_count), kept in memory; None: to be read (see pending_queue)
+    _queue_limits: QueueLimits | None = None
+    _queue_limits_version = 0
 
     async def ensure_admin_keypair(self, access_key: str, secret_key: str) -> tuple[str, str]:
         """Return the first admin keypair, creating one from the given keys if there is none."""
@@ -57,6 +74,8 @@ class Keypairs(Queries):
         return await self.db.run(fn)
 
     async def create_keypair(self, keypair: dict[str, Any]) -> None:
+        self._limits_changed()
+
         def fn(conn: sqlite3.Connection) -> None:
             if not conn.execute(
                 "SELECT 1 FROM resource_policies WHERE name=?", (keypair["resource_policy"],)
@@ -79,6 +98,7 @@ class Keypairs(Queries):
 
     async def update_keypair(self, access_key: str, **cols: Any) -> bool:
         """Change a keypair's resource_policy / is_active; False when there is no such keypair."""
+        self._limits_changed()
 
         def fn(conn: sqlite3.Connection) -> bool:
             if (
@@ -98,6 +118,7 @@ class Keypairs(Queries):
 
     async def delete_keypair(self, access_key: str) -> bool:
         """Remove a keypair and its dotfiles; False when there is no such keypair."""
+        self._limits_changed()
 
         def fn(conn: sqlite3.Connection) -> bool:
             self.db.dotfile_owners = None
@@ -108,6 +129,7 @@ class Keypairs(Queries):
 
     async def delete_policy(self, name: str) -> str | None:
         """Remove a resource policy no keypair follows; None when done, else why not."""
+        self._limits_changed()
 
         def fn(conn: sqlite3.Connection) -> str | None:
             if not conn.execute("SELECT 1 FROM resource_policies WHERE name=?", (name,)).fetchone():
@@ -144,28 +166,48 @@ class Keypairs(Queries):
 
     async def pending_queue(self, access_key: str) -> tuple[str, int, int]:
         """(the keypair's policy, its max_pending_session_count (0: unlimited), how many of the keypair's
-        sessions are PENDING, counted only up to that limit), in one read: the policy by primary key, the
-        count one range of the sessions_owner_status index. An unknown keypair follows the default policy."""
+        sessions are PENDING, counted only up to that limit). The limits are kept in memory (read again after
+        any change of keypairs or policies), so an unlimited keypair costs no read and another one read: a
+        count of at most `limit` entries of the sessions_owner_status index. An unknown keypair follows the
+        default policy."""
+        limits = self._queue_limits or await self._read_queue_limits()
+        name, limit = limits.of(access_key)
+        if not limit:
+            return name, 0, 0
 
-        def fn(conn: sqlite3.Connection) -> tuple[str, int, int]:
-            row = conn.execute(
-                "SELECT p.name, p.max_pending_session_count FROM resource_policies p WHERE p.name = "
-                "COALESCE((SELECT resource_policy FROM keypairs WHERE access_key = ?), 'default')",
-                (access_key,),
+        def count(conn: sqlite3.Connection) -> int:
+            sql = "SELECT COUNT(*) FROM (SELECT 1 FROM sessions WHERE access_key = ? AND status = 'PENDING' LIMIT ?)"
+            return conn.execute(sql, (access_key, limit)).fetchone()[0]
+
+        return name, limit, await self.db.run(count)
+
+    async def _read_queue_limits(self) -> QueueLimits:
+        version = self._queue_limits_version
+
+        def fn(conn: sqlite3.Connection) -> QueueLimits:
+            rows = conn.execute(
+                "SELECT k.access_key, p.name, p.max_pending_session_count FROM keypairs k "
+                "JOIN resource_policies p ON p.name = k.resource_policy"
+            ).fetchall()
+            default = conn.execute(
+                "SELECT max_pending_session_count FROM resource_policies WHERE name = 'default'"
             ).fetchone()
-            name, limit = (row[0], row[1]) if row else ("default", DEFAULT_PENDING_SESSIONS)
-            if not limit:
-                return name, 0, 0
-            pending = conn.execute(
-                "SELECT COUNT(*) FROM (SELECT 1 FROM sessions WHERE access_key = ? AND status = 'PENDING' LIMIT ?)",
-                (access_key, limit),
-            ).fetchone()[0]
-            return name, limit, pending
+            fallback = ("default", default[0] if default else DEFAULT_PENDING_SESSIONS)
+            return QueueLimits({r[0]: (r[1], r[2]) for r in rows}, fallback)
 
-        return await self.db.run(fn)
+        limits = await self.db.run(fn)
+        if version == self._queue_limits_version:  # no change meanwhile: what was read is still true
+            self._queue_limits = limits
+        return limits
+
+    def _limits_changed(self) -> None:
+        """Keypairs or policies change: the queue limits kept in memory are read again when next needed."""
+        self._queue_limits = None
+        self._queue_limits_version += 1
 
     async def save_policy(self, name: str, fields: dict[str, Any], *, create: bool) -> bool:
         """Create a policy (False if the name is taken) or update one (False if there is none)."""
+        self._limits_changed()
 
         def fn(conn: sqlite3.Connection) -> bool:
             values = {k: json.dumps(v) if k == "total_resource_slots" else v for k, v in fields.items()}
