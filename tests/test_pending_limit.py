@@ -337,6 +337,9 @@ async def test_zero_is_unlimited_and_the_default_is_1000(tmp_path: Path) -> None
 
 
 def test_the_rest_field_is_validated() -> None:
+    from bai.cli.admin import MAX_PENDING
+
+    assert MAX_PENDING == MAX_PENDING_SESSION_COUNT  # the CLI refuses what the manager would (without importing it)
     for good in (0, 1, 5, MAX_PENDING_SESSION_COUNT):
         assert parse_policy({"max_pending_session_count": good}, partial=True) == {"max_pending_session_count": good}
     for bad in (-1, True, 1.5, "5", None, MAX_PENDING_SESSION_COUNT + 1, 10**30):

@@ -7,8 +7,9 @@ the limit, while the keypair already has that many waiting; nothing is stored. A
 cancelled, or ends) frees its place. 0 means unlimited (what a bench submitting thousands sets).
 
 Backend.AI's keypair resource policies have the same field (`max_pending_session_count`; GraphQL shows null
-for unlimited). The count is one read in the store's thread (the policy by key, then at most `limit` entries
-of the sessions_owner_status index), so a refused flood costs no more than the read.
+for unlimited). The store keeps every keypair's limit in memory (read again after a change of keypairs or
+policies): an unlimited keypair's check reads nothing, another's is one read in the store's thread, a count
+of at most `limit` entries of the sessions_owner_status index, so a refused flood costs no more than that.
 
 `check_pending_limit` alone is a check before the insert, two transactions: creations of one keypair in flight
 at the same moment all pass a check that saw the queue below the limit, so a burst can overshoot it by its
@@ -28,8 +29,8 @@ from bai.common.problems import Problem
 
 T = TypeVar("T")
 SLUG = "quota-exceeded"
-READS = 3  # reads of the count while other creations of the keypair return meanwhile; then it counts them too
 TITLE = "Too many sessions waiting."
+READS = 3  # reads of the count while other creations of the keypair return meanwhile; then it counts them too
 
 
 class PendingQueueStore(Protocol):
