@@ -487,3 +487,23 @@ def test_a_flood_of_creates_is_refused_and_the_node_does_not_grow(sim_node: Node
     sim_node.cli("session", "destroy", "flood-0-0", as_keypair=mallory, check=True)
     assert _waiting(sim_node, keys, "after-cancel")[0] == 201
     assert _waiting(sim_node, keys, "after-cancel-2")[0] == 412
+
+
+@NEEDS_CREATE_CHECK
+def test_bais_cli_and_the_official_client_show_the_refusal(sim_node: Node, tmp_path: Path) -> None:
+    from tests.test_official_client import Official, official_client
+
+    sim_node.cli("policy", "create", "pend-one", "--max-pending", "1", check=True)
+    user = sim_node.json("keypair", "create", "--user", "pend-one-user", "--policy", "pend-one")
+    batch = ("--type", "batch", "--startup-command", "true", "--starts-at", "1d", "--no-wait")
+    sim_node.cli("session", "create", "python", "--name", "pend-first", *batch, as_keypair=user, check=True)
+    refused = sim_node.cli("session", "create", "python", "--name", "pend-second", *batch, as_keypair=user)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "max_pending_session_count" in said and "allows 1" in said, said
+    bac = Official(official_client(), sim_node, tmp_path)
+    bac.env.update({"BACKEND_ACCESS_KEY": user["accessKey"], "BACKEND_SECRET_KEY": user["secretKey"]})
+    out = bac("session", "create", "--type", "batch", "-c", "true", "--starts-at", "1d", "--enqueue-only", "python")
+    assert "412" in out and "max_pending_session_count" in out, out
+    status, quota = signed_request(sim_node, "GET", "/bai/quota", user["accessKey"], user["secretKey"])
+    assert quota["pendingSessions"] == 1  # type: ignore[index]
+    sim_node.cli("session", "destroy", "pend-first", as_keypair=user, check=True)
