@@ -8,10 +8,6 @@ API, GraphQL (null = unlimited, as Backend.AI) and `bai policy --max-pending`, s
 (maxPendingSessions, pendingSessions).
 
 Concurrent creations do not overshoot: `QueueGate.insert` counts the keypair's creations in flight too.
-
-The tests marked NEEDS_CREATE_CHECK need `Sessions.create` to store new sessions through the gate
-(`self.queue = QueueGate(store)`, `await self.queue.insert(access_key, lambda: self.store.create_…(…))`, in
-bai/node/manager/sessions.py); until then they are strict xfails.
 """
 
 from __future__ import annotations
@@ -40,10 +36,6 @@ from tests.harness import Harness
 from tests.nodeproc import Node, admin_keys, signed_request
 
 MiB = 2**20
-NEEDS_CREATE_CHECK = pytest.mark.xfail(
-    strict=True,
-    reason="needs Sessions.create to store new sessions through queue_limit.QueueGate (manager/sessions.py)",
-)
 
 
 async def _queue(h: Harness, owner: str, count: int, prefix: str = "wait") -> None:
@@ -263,7 +255,6 @@ async def test_the_gate_gives_the_place_back_when_the_insert_fails_or_is_cancell
 # -- through Sessions.create ---------------------------------------------------------------------------------
 
 
-@NEEDS_CREATE_CHECK
 async def test_the_next_session_past_the_limit_is_a_412_and_nothing_is_stored(tmp_path: Path) -> None:
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=1, mem="4g")
@@ -282,7 +273,6 @@ async def test_the_next_session_past_the_limit_is_a_412_and_nothing_is_stored(tm
         await h.create("admins-own", cpu=1, mem="64m")
 
 
-@NEEDS_CREATE_CHECK
 async def test_a_place_frees_when_one_starts_or_is_cancelled(tmp_path: Path) -> None:
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=1, mem="4g")  # room for one session at a time
@@ -300,7 +290,6 @@ async def test_a_place_frees_when_one_starts_or_is_cancelled(tmp_path: Path) -> 
         assert sorted(r["status"] for r in await _rows_of(h, owner)) == ["CANCELLED"] + ["PENDING"] * 3 + ["RUNNING"]
 
 
-@NEEDS_CREATE_CHECK
 async def test_concurrent_bursts_do_not_overshoot_the_limit(tmp_path: Path) -> None:
     """Thirty creations at the same moment, at 4 of 5: exactly one is stored, and the next bursts none."""
     async with Harness(tmp_path) as h:
@@ -320,7 +309,6 @@ async def test_concurrent_bursts_do_not_overshoot_the_limit(tmp_path: Path) -> N
         assert h.sessions.queue.in_flight() == 0
 
 
-@NEEDS_CREATE_CHECK
 async def test_zero_is_unlimited_and_the_default_is_1000(tmp_path: Path) -> None:
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=1, mem="4g")
@@ -453,7 +441,6 @@ def _flood(node: Node, keys: tuple[str, str], rnd: int, count: int) -> list[tupl
     return [_waiting(node, keys, f"flood-{rnd}-{i}") for i in range(count)]
 
 
-@NEEDS_CREATE_CHECK
 def test_a_flood_of_creates_is_refused_and_the_node_does_not_grow(sim_node: Node) -> None:
     """An attacker's keypair (limit 5) sends 4 rounds of 150 creations of sessions that would wait a day: each
     past the fifth is a 412 naming the limit, nothing more is stored, and the node's RSS and open fds stay
@@ -489,7 +476,6 @@ def test_a_flood_of_creates_is_refused_and_the_node_does_not_grow(sim_node: Node
     assert _waiting(sim_node, keys, "after-cancel-2")[0] == 412
 
 
-@NEEDS_CREATE_CHECK
 def test_bais_cli_and_the_official_client_show_the_refusal(sim_node: Node, tmp_path: Path) -> None:
     from tests.test_official_client import Official, official_client
 
@@ -507,3 +493,15 @@ def test_bais_cli_and_the_official_client_show_the_refusal(sim_node: Node, tmp_p
     status, quota = signed_request(sim_node, "GET", "/bai/quota", user["accessKey"], user["secretKey"])
     assert quota["pendingSessions"] == 1  # type: ignore[index]
     sim_node.cli("session", "destroy", "pend-first", as_keypair=user, check=True)
+
+
+async def test_a_full_queue_still_gets_its_live_session_by_name(tmp_path: Path) -> None:
+    """Get-or-create by name: with its queue full, asking for a session the keypair has gives that session;
+    only a new one is the 412."""
+    async with Harness(tmp_path) as h:
+        await h.add_agent("a1", cpu=1, mem="4g")
+        user = await h.keypair("queuer", await h.policy("two", max_pending_session_count=2))
+        await _queue(h, user, 2)
+        again = await h.create("wait-0", owner=user, cpu=1, mem="64m")
+        assert again["name"] == "wait-0" and len(await _rows_of(h, user)) == 2
+        assert (await _refused(h, "third", user)).status == 412

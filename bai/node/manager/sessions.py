@@ -65,6 +65,7 @@ from bai.node.manager.images import Images
 from bai.node.manager.kernel_logs import newest_seq
 from bai.node.manager.metrics import ManagerMetrics
 from bai.node.manager.placeable import unplaceable, unplaceable_spread
+from bai.node.manager.queue_limit import QueueGate, check_pending_limit
 from bai.node.manager.requests import CreateRequest
 from bai.node.manager.runs import BusySessions, RunHistory
 from bai.node.manager.stats import StatsBook, last_stat, stored_stat, with_peaks
@@ -219,6 +220,7 @@ class Sessions:
         self.vfolders = vfolders
         self.hooks = hooks or Hooks([])
         self.admission = admission or Admission()  # networks and image registries sessions may ask for
+        self.queue = QueueGate(store)  # each keypair's PENDING sessions, bounded by max_pending_session_count
         self.metrics = metrics or ManagerMetrics()
         self.wake = wake or Wakeup()
         self.background = background or Background(log)
@@ -433,15 +435,23 @@ class Sessions:
             # the common case in one transaction: the live session of that name (get-or-create) or the new one;
             # any check that fails takes the path below, where the live session of that name comes first
             session, kernels = new_session_rows(req, access_key, self.clock.now())
-            row, created = await self.store.create_or_get_session(session, kernels)
-            if not created:
-                return self._reuse(row, req)
-            self._enqueued(row)
-            return row, True
+            try:
+                row, created = await self.queue.insert(
+                    access_key, lambda: self.store.create_or_get_session(session, kernels)
+                )
+            except Problem as p:  # a full queue: the path below answers (a live session of the name first)
+                if p.slug != "quota-exceeded":
+                    raise
+            else:
+                if not created:
+                    return self._reuse(row, req)
+                self._enqueued(row)
+                return row, True
         existing = await self.store.find_sessions(req.name, access_key, active_only=True)
         existing = [r for r in existing if r["name"] == req.name]
         if existing:
             return self._reuse(existing[0], req)
+        await check_pending_limit(self.store, access_key)  # a full queue is refused before the checks below
         await self.images.check_available(req.image)
         if problem := await self._unplaceable(req):
             raise problem  # no agent of the group could ever hold it: not queued forever
@@ -463,7 +473,7 @@ class Sessions:
             if reason is not None:
                 raise Problem("generic-forbidden", "Rejected by a hook.", reason)
             session["config"]["hook_notes"] = notes
-        taken = await self.store.create_session(session, kernels)
+        taken = await self.queue.insert(access_key, lambda: self.store.create_session(session, kernels))
         if taken is not None:  # a concurrent request created it first
             same = await self.store.get_session(taken)
             assert same is not None
