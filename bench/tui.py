@@ -183,6 +183,10 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
 
         # -- 1: first paint with 1,000 sessions ------------------------------------------------------------
         pending = max(1, args.sessions // 20)
+        if args.sessions > 1000:  # more than the default queue bound (max_pending_session_count) may wait
+            from bench.cluster import unbounded_queue
+
+            await unbounded_queue(client)
         await submit(client, args.sessions - pending, "paint-run", resources={"cpu": "0.5"})
         # waiting for a running one (more than any agent has is refused as unplaceable)
         await submit(client, pending, "paint-wait", resources={"cpu": "0.5"}, depends=["paint-run-00000"])

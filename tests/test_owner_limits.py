@@ -421,6 +421,8 @@ def test_the_dashboard_header_and_policy_table_show_session_networks() -> None:
     assert "networks 2/2" in held
     idle = [text for text, _ in quota_parts({"concurrentSessions": 0, "sessionNetworks": 0, "maxSessionNetworks": 2})]
     assert not any(t.startswith("networks") for t in idle)  # only while a session holds one
+    waiting = [text for text, _ in quota_parts({"pendingSessions": 3, "maxPendingSessions": 1000})]
+    assert "queued 3/1000" in waiting
     policy = {
         "name": "default", "max_concurrent_sessions": 0, "total_resource_slots": {}, "default_for_unspecified":
         "UNLIMITED", "idle_timeout": 0, "max_session_lifetime": 0, "max_session_networks": 3,

@@ -60,6 +60,10 @@ def quota_parts(quota: dict[str, Any]) -> list[tuple[str, str]]:
         parts.append(
             (f"networks {networks}/{cap or UNLIMITED}", _colour(Decimal(networks), Decimal(cap) if cap else None))
         )
+    queued = int(quota.get("pendingSessions") or 0)  # sessions waiting: shown while any waits
+    if queued:
+        cap = int(quota.get("maxPendingSessions") or 0)
+        parts.append((f"queued {queued}/{cap or UNLIMITED}", _colour(Decimal(queued), Decimal(cap) if cap else None)))
     limits = from_wire(quota.get("totalResourceSlots"))
     used = from_wire(quota.get("occupiedSlots"))
     limited = quota.get("defaultForUnspecified") == "LIMITED"
