@@ -230,6 +230,14 @@ def test_idle_connections_from_one_address_never_lock_out_a_request_from_it(node
         for _ in range(count):
             socks.append(socket.create_connection(("127.0.0.1", node.port), timeout=5))
         _, fds_held = usage(node)
+        # connections closed to make room give their descriptors back on the node's next loop turns (it
+        # accepts a burst of connections in one turn): within a moment it holds at most the cap
+        settled = fds_held
+        for _ in range(12):
+            if settled <= fds0 + PER_PEER + 10:
+                break
+            time.sleep(0.05)
+            settled = usage(node)[1]
         assert answers(node, "127.0.0.1")  # the flooding address itself is served meanwhile
         assert answers(node)  # and another
         got = first_answers(socks, started, HEADER_TIMEOUT + 5)
@@ -248,7 +256,8 @@ def test_idle_connections_from_one_address_never_lock_out_a_request_from_it(node
     time.sleep(0.3)
     _, fds1 = usage(node)
     print(f"{count} idle connections: node fds {fds0} -> {fds_held} (held) -> {fds1}")
-    assert fds0 + PER_PEER // 2 <= fds_held <= fds0 + PER_PEER + 10, (fds0, fds_held)  # held, within the cap
+    assert fds_held >= fds0 + PER_PEER // 2, (fds0, fds_held)  # they were held, until the timeout
+    assert settled <= fds0 + PER_PEER + 10, (fds0, fds_held, settled)  # never more than the cap for long
     assert fds1 <= fds0 + 5, (fds0, fds1)
 
 
