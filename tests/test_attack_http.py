@@ -455,7 +455,7 @@ async def test_a_stalled_json_body_is_answered_408(monkeypatch: pytest.MonkeyPat
 
     app = web.Application()
     app.router.add_post("/", echo)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
