@@ -20,10 +20,11 @@ from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.cluster import CLUSTER_PORTS, kernel_name
 from bai.common.images import registry_of
+from bai.common.logs import LogThrottle
 from bai.node.agent import batch
 from bai.node.agent.apps import AppError, Apps, relay
 from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount, oom_ending
-from bai.node.agent.channel import ChannelError, LogThrottle, RunnerChannel
+from bai.node.agent.channel import ChannelError, RunnerChannel
 from bai.node.agent.download import DownloadError, kernel_path
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML

@@ -22,7 +22,6 @@ import logging
 import os
 import secrets
 import socket
-import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bai.common.logs import LogThrottle
 from bai.node.link.messages import RunResult
 
 log = logging.getLogger("bai.agent.channel")
@@ -73,50 +73,6 @@ STREAM_LIMIT = 64 * 1024
 MAX_RUNNER_LINE = 4 * 1024 * 1024
 READ_CHUNK = 64 * 1024
 MAX_CONNECTIONS = 512  # apps.py: MAX_TUNNELS + MAX_PEER_TUNNELS are 256 each
-LOG_EVERY = 10.0  # seconds: a refusal a kernel can repeat at will is logged once, then counted this often
-
-
-class LogThrottle:
-    """A log line a kernel can cause at will: the first of a burst is logged at once, the ones after it are
-    counted and said as one line (how many, in how long) at most every `every` seconds."""
-
-    def __init__(self, logger: logging.Logger, every: float = LOG_EVERY) -> None:
-        self.logger = logger
-        self.every = every
-        self.suppressed = 0
-        self._last = -float("inf")
-        self._last_message = ""
-        self._flush: asyncio.TimerHandle | None = None
-
-    def __call__(self, level: int, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._last >= self.every:
-            self._say_count(level)
-            self._last = now
-            self.logger.log(level, message, *args)
-            return
-        self.suppressed += 1
-        self._last_message = message % args if args else message
-        if self._flush is None:
-            with contextlib.suppress(RuntimeError):  # no loop (a test): said with the next one
-                loop = asyncio.get_running_loop()
-                self._flush = loop.call_later(self._last + self.every - now, self._say_count, level)
-
-    def _say_count(self, level: int) -> None:
-        if self._flush is not None:
-            self._flush.cancel()
-            self._flush = None
-        if self.suppressed:
-            count, self.suppressed = self.suppressed, 0
-            self._last = time.monotonic()
-            self.logger.log(
-                level, "%d more like this in the last %g s; the last: %s", count, self.every, self._last_message
-            )
-
-    def close(self) -> None:
-        if self._flush is not None:
-            self._flush.cancel()
-            self._flush = None
 
 
 def exit_code_of(value: object) -> int:

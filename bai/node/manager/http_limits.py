@@ -30,7 +30,6 @@ import asyncio
 import json
 import logging
 import resource
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
+
+from bai.common.logs import LOG_EVERY, LogThrottle
 
 log = logging.getLogger("bai.http")
 
@@ -48,7 +49,6 @@ NOFILE_RESERVE = 1024  # file descriptors kept for the store, the agent link, ke
 NOFILE_SHARE = 0.5  # of the rest, the share HTTP connections may hold
 MAX_CONNECTIONS_CEILING = 65536
 MIN_CONNECTIONS = 64
-LOG_EVERY = 10.0  # seconds between two log lines of the same kind (refusals, bad requests, timeouts)
 
 
 def raise_nofile() -> tuple[int, int]:
@@ -70,22 +70,17 @@ def connections_for(nofile: int) -> int:
 
 
 class _RateLog:
-    """One log line per kind at most every LOG_EVERY seconds, saying how many were not logged."""
+    """One LogThrottle per kind of line (refusals, bad requests, timeouts, evictions): each logged once per
+    burst, then counted at most every LOG_EVERY seconds."""
 
     def __init__(self) -> None:
-        self._last: dict[str, float] = {}
-        self._skipped: Counter[str] = Counter()
+        self._by_kind: dict[str, LogThrottle] = {}
 
     def warning(self, kind: str, msg: str, *args: Any) -> None:
-        now = time.monotonic()
-        if now - self._last.get(kind, -LOG_EVERY) < LOG_EVERY:
-            self._skipped[kind] += 1
-            return
-        self._last[kind] = now
-        skipped = self._skipped.pop(kind, 0)
-        if skipped:
-            msg += f" (and {skipped} more like it in the last {LOG_EVERY:.0f} s)"
-        log.warning(msg, *args)
+        throttle = self._by_kind.get(kind)
+        if throttle is None:
+            throttle = self._by_kind[kind] = LogThrottle(log, LOG_EVERY)
+        throttle(logging.WARNING, msg, *args)
 
 
 @dataclass
