@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -403,7 +404,12 @@ def test_a_flood_of_cluster_sessions_holds_at_most_the_policys_networks_on_the_d
     _flood(node, mallory, alice, 0)  # the first round opens what the node keeps (its connections to Docker, caches)
     fds, rss = proc.num_fds(), proc.memory_info().rss
     _flood(node, mallory, alice, 1)
-    fds_after, rss_after = proc.num_fds(), proc.memory_info().rss
+    # the last round's kernels close their channels and Docker connections a moment after they end: a leak
+    # does not settle, a straggler does
+    deadline = time.monotonic() + 15
+    while (fds_after := proc.num_fds()) > fds + 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    rss_after = proc.memory_info().rss
     print(f"node fds {fds} -> {fds_after}, RSS {rss / MiB:.1f} -> {rss_after / MiB:.1f} MiB over one more round")
     assert fds_after <= fds + 2, f"the node holds {fds_after - fds} more fds"
     assert rss_after - rss < 16 * MiB
