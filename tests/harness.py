@@ -44,11 +44,11 @@ from bai.node.agent.backends.sim import SimBackend
 from bai.node.agent.gpus import GPU
 from bai.node.link.inproc import InprocHub
 from bai.node.manager.build import build_manager
-from bai.node.manager.hooks import Hooks
-from bai.node.manager.represent import session_json
-from bai.node.manager.requests import parse_create
-from bai.node.manager.store import Store
-from bai.node.manager.vfolders.service import VFolders
+from bai.node.manager.http.represent import session_json
+from bai.node.manager.http.requests import parse_create
+from bai.node.manager.services.hooks import Hooks
+from bai.node.manager.services.vfolder_service import VFolders
+from bai.node.manager.state import Store
 
 S = SessionStatus
 CREATE_STEP = 0.001  # seconds the clock moves with each create

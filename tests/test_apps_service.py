@@ -200,7 +200,7 @@ def test_a_bad_port_range_is_refused(text):
 async def test_session_info_graphql_and_the_dashboard_show_the_apps(tmp_path):
     import json
 
-    from bai.node.manager.represent import session_graphql, session_json, session_view
+    from bai.node.manager.http.represent import session_graphql, session_json, session_view
 
     async with Harness(tmp_path) as h:
         row = await started(h)

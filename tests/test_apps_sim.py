@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bai.node.manager.apps_api import MAX_MESSAGE
+from bai.node.manager.http.app_routes import MAX_MESSAGE
 from tests.nodeproc import Cluster, Node, admin_keys, free_port, signed_request
 from tests.test_official_client import Official, official_client
 from tests.tui_support import node_client

@@ -143,7 +143,7 @@ async def test_a_huge_first_frame_is_refused_and_one_under_the_limit_runs(node: 
 async def test_queued_input_is_bounded_with_an_error_frame(node: Node) -> None:
     """Input lines sent while the code runs are kept for it, up to a bound; the one over the bound is answered
     with an error frame (not dropped silently), the run is interrupted and the socket closed (1009)."""
-    from bai.node.manager.api import EXECUTE_MAX_QUEUED_INPUTS
+    from bai.node.manager.http.app import EXECUTE_MAX_QUEUED_INPUTS
 
     async with websocket(node, "/stream/session/target/execute") as ws:
         await ws.send_json({"mode": "batch", "code": "sleep 25", "runId": "flood-2"})
@@ -330,7 +330,7 @@ async def test_the_total_cap_closes_waiting_connections_first_and_refuses_only_w
     free up when connections close."""
     from aiohttp import web
 
-    from bai.node.manager.http_limits import HttpLimits, LimitedTCPSite, connections_for
+    from bai.node.manager.http.server import HttpLimits, LimitedTCPSite, connections_for
 
     assert connections_for(1024) == 64 and connections_for(20000) == 9488 and connections_for(1 << 30) == 65536
     release = asyncio.Event()
@@ -388,7 +388,7 @@ async def test_the_total_cap_closes_waiting_connections_first_and_refuses_only_w
 def test_an_over_size_json_body_is_refused_before_it_is_read(node: Node) -> None:
     """A JSON body over MAX_JSON_BODY is a 413 from its Content-Length (nothing of it is read), and a chunked
     one is cut off at the limit."""
-    from bai.node.manager.http import MAX_JSON_BODY
+    from bai.node.manager.http.context import MAX_JSON_BODY
 
     access_key, secret_key = admin_keys(node)
     host = yarl.URL(node.endpoint).raw_authority
@@ -424,7 +424,7 @@ async def test_json_bodies_being_read_share_one_budget(monkeypatch: pytest.Monke
     from aiohttp.test_utils import TestClient, TestServer
 
     from bai.common.problems import Problem
-    from bai.node.manager import http as http_mod
+    from bai.node.manager.http import context as http_mod
 
     monkeypatch.setattr(http_mod.BODIES, "limit", 100_000)
 
@@ -449,7 +449,7 @@ async def test_a_stalled_json_body_is_answered_408(monkeypatch: pytest.MonkeyPat
     from aiohttp import web
 
     from bai.common.problems import Problem
-    from bai.node.manager import http as http_mod
+    from bai.node.manager.http import context as http_mod
 
     monkeypatch.setattr(http_mod, "BODY_IDLE_TIMEOUT", 0.3)
 
@@ -501,7 +501,7 @@ async def test_an_execute_websocket_that_never_asks_is_closed(tmp_path: Path, mo
     after EXECUTE_FIRST_FRAME_TIMEOUT instead of holding its connection for ever."""
     from aiohttp.test_utils import TestClient, TestServer
 
-    from bai.node.manager import api
+    from bai.node.manager.http import app as api
     from tests.harness import Harness
 
     monkeypatch.setattr(api, "EXECUTE_FIRST_FRAME_TIMEOUT", 0.3)
@@ -552,7 +552,7 @@ async def upload_status(node: Node, files: list[tuple[str, bytes]]) -> tuple[int
 async def test_uploads_are_bounded_per_file_and_in_all_as_they_arrive(node: Node) -> None:
     """A file over 16 MiB, or files over 64 MiB together, are a 400 saying which; what the node held for
     them is given back; a small upload still works."""
-    from bai.node.manager.api import MAX_UPLOAD_BYTES, MAX_UPLOAD_TOTAL
+    from bai.node.manager.http.app import MAX_UPLOAD_BYTES, MAX_UPLOAD_TOTAL
 
     rss0, _ = usage(node)
     status, text = await upload_status(node, [("big.bin", b"x" * (MAX_UPLOAD_BYTES + 1))])

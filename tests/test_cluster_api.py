@@ -20,7 +20,7 @@ import pytest
 
 from bai.common.cluster import MAX_CLUSTER_SIZE, MULTI_NODE, SINGLE_NODE
 from bai.common.problems import Problem
-from bai.node.manager.requests import parse_create, parse_kernel_ref
+from bai.node.manager.http.requests import parse_create, parse_kernel_ref
 from tests.nodeproc import Node, admin_keys, signed_request
 
 KNOWN = {"cpu", "mem"}

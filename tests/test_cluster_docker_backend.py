@@ -40,7 +40,7 @@ from bai.node.agent.channel import RunnerChannel
 from bai.node.agent.pool import WarmPool
 from bai.node.agent.scratch import Scratch
 from bai.node.link.messages import ClusterSpec
-from bai.node.manager.admission import NETWORK_NAME
+from bai.node.manager.rules.admission import NETWORK_NAME
 from tests.nodeproc import BUSYBOX_IMAGE, PYTHON_IMAGE, ensure_image, require_docker
 
 RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from bai.node.agent.backends.base import KernelStartError
-from bai.node.manager.cluster_keys import ssh_config
+from bai.node.manager.services.cluster_keys import ssh_config
 from tests.harness import Harness
 
 
@@ -180,7 +180,7 @@ async def test_a_batch_cluster_session_runs_its_command_on_main1_and_ends_every_
 
 
 async def test_without_ssh_keygen_a_cluster_session_starts_with_its_ssh_config_only(tmp_path, monkeypatch) -> None:
-    import bai.node.manager.cluster_keys as keys
+    import bai.node.manager.services.cluster_keys as keys
 
     monkeypatch.setattr(keys.shutil, "which", lambda name: None)
     async with Harness(tmp_path) as h:

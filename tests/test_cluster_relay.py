@@ -35,8 +35,8 @@ from bai.node.agent.channel import Channel, RunnerChannel
 from bai.node.link.inproc import InprocHub
 from bai.node.link.messages import PeerDial
 from bai.node.link.streams import LinkStream
-from bai.node.manager.agent_events import AgentEvents
-from bai.node.manager.peers import PeerRelay
+from bai.node.manager.services.agent_events import AgentEvents
+from bai.node.manager.services.peers import PeerRelay
 
 RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"
 PYTHON = os.environ.get("BAI_RUNNER_PYTHON", sys.executable)

@@ -16,7 +16,7 @@ import pytest
 
 from bai.common.problems import Problem
 from bai.common.status import OCCUPYING_STATUSES
-from bai.node.manager.store import Store
+from bai.node.manager.state import Store
 from tests.harness import Harness
 
 BURST = 64

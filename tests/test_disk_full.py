@@ -22,7 +22,7 @@ from urllib.parse import urlencode, urlsplit
 
 import pytest
 
-from bai.node.manager.diskfull import (
+from bai.node.manager.services.diskfull import (
     DATABASE,
     StorageFull,
     insufficient_storage,
@@ -78,7 +78,7 @@ def test_store_write_on_full_disk_changes_nothing(full_dir: Path) -> None:
     as before, and writes work once space is freed."""
     import asyncio
 
-    from bai.node.manager.store import Store
+    from bai.node.manager.state import Store
 
     async def go() -> None:
         store = await Store.open(full_dir / "bai.db")

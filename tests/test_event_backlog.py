@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from bai.node.manager.events import EventHub, Lagged
+from bai.node.manager.services.hubs import EventHub, Lagged
 
 
 async def test_a_slow_subscriber_is_dropped_at_its_backlog_and_others_keep_every_event() -> None:
@@ -56,7 +56,7 @@ async def test_wait_for_rereads_the_session_after_falling_behind() -> None:
 
 
 async def test_an_event_stream_that_fell_behind_ends_saying_so() -> None:
-    from bai.node.manager.sse import EventStream
+    from bai.node.manager.http.sse import EventStream
 
     written: list[bytes] = []
 

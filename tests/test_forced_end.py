@@ -222,7 +222,7 @@ async def test_the_cli_and_the_official_client_force_a_session_in_error_to_an_en
 
     from aiohttp.test_utils import TestClient, TestServer
 
-    from bai.node.manager.api import make_app
+    from bai.node.manager.http.app import make_app
     from tests.test_official_client import official_client
 
     async with Harness(tmp_path, lost_grace=0.01) as h:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from graphql import GraphQLError, validate
 
-from bai.node.manager.graphql import minilang
-from bai.node.manager.graphql.base import page
-from bai.node.manager.graphql.limits import QueryRefused, check_arguments, parse_bounded
-from bai.node.manager.graphql.schema import SCHEMA
-from bai.node.manager.graphql_api import RULES
+from bai.node.manager.http.graphql import minilang
+from bai.node.manager.http.graphql.base import page
+from bai.node.manager.http.graphql.limits import QueryRefused, check_arguments, parse_bounded
+from bai.node.manager.http.graphql.schema import SCHEMA
+from bai.node.manager.http.graphql_route import RULES
 
 PAGED = (
     "query($limit:Int!, $offset:Int!, {decls}) {{ {root}( limit:$limit, offset:$offset, {args}) "

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bai.node.manager.graphql.limits import MAX_DEPTH, MAX_FIELDS, MAX_PAGE_SIZE, MAX_QUERY_BYTES, MAX_ROOT_FIELDS
+from bai.node.manager.http.graphql.limits import MAX_DEPTH, MAX_FIELDS, MAX_PAGE_SIZE, MAX_QUERY_BYTES, MAX_ROOT_FIELDS
 from tests.nodeproc import Node, admin_keys, signed_request
 
 LIST = "compute_session_list(limit: $limit, offset: $offset) { items { id name status } total_count }"
@@ -201,7 +201,7 @@ def test_bad_literals_are_refused_or_graphql_errors_never_500(node: Node) -> Non
 def test_a_deep_json_string_is_a_graphql_error_not_a_recursion_error() -> None:
     from graphql import GraphQLError
 
-    from bai.node.manager.graphql.base import _parse_json
+    from bai.node.manager.http.graphql.base import _parse_json
 
     with pytest.raises(GraphQLError, match="nested too deeply"):
         _parse_json("[" * 5000 + "]" * 5000)

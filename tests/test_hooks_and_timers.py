@@ -6,8 +6,8 @@ import asyncio
 import types
 from datetime import UTC, datetime, timedelta
 
-from bai.node.manager.hooks import HookRejected, Hooks
-from bai.node.manager.timers import IDLE_TIMEOUT, LIFETIME, expired
+from bai.node.manager.services.hooks import HookRejected, Hooks
+from bai.node.manager.services.timers import IDLE_TIMEOUT, LIFETIME, expired
 
 SESSION = {"id": "s1", "name": "demo", "access_key": "AK"}
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from bai.common.problems import Problem
-from bai.node.manager.admin import parse_policy
-from bai.node.manager.graphql.keypairs import _policy_fields
-from bai.node.manager.stats import StatsBook
-from bai.node.manager.timers import IDLE_UTILIZATION, underused, utilization_window
+from bai.node.manager.http.admin_routes import parse_policy
+from bai.node.manager.http.graphql.keypair_fields import _policy_fields
+from bai.node.manager.services.stats_book import StatsBook
+from bai.node.manager.services.timers import IDLE_UTILIZATION, underused, utilization_window
 from tests.harness import Harness
 from tests.nodeproc import Node, admin_keys, signed_request
 

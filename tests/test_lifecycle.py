@@ -127,7 +127,7 @@ async def test_a_kernel_that_does_not_start_in_time_is_an_error_and_frees_its_sl
 async def test_a_session_stuck_starting_with_no_start_under_way_is_ended_by_the_timers(tmp_path) -> None:
     """What started it is gone (an error, a write that failed): past the preparing timeout and a grace the
     timers end it (CANCELLED, its kernels removed), with no write needed to have worked before."""
-    from bai.node.manager.timers import STUCK_GRACE
+    from bai.node.manager.services.timers import STUCK_GRACE
 
     async with Harness(tmp_path, start_timeout=2.0) as h:
         await h.add_agent("a1", cpu=1)
@@ -160,7 +160,7 @@ async def test_a_session_stuck_starting_with_no_start_under_way_is_ended_by_the_
 
 async def test_a_session_stuck_terminating_with_no_destroy_under_way_is_ended_by_the_timers(tmp_path) -> None:
     from bai.common.status import SessionStatus
-    from bai.node.manager.timers import TERMINATING_LIMIT
+    from bai.node.manager.services.timers import TERMINATING_LIMIT
 
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=1)

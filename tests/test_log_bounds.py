@@ -22,7 +22,7 @@ import pytest
 
 from bai.client.api import APIError
 from bai.common.status import SessionStatus
-from bai.node.manager.store import Store, drop_marker
+from bai.node.manager.state import Store, drop_marker
 from tests.nodeproc import Node
 from tests.tui_support import node_client
 

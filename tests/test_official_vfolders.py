@@ -425,7 +425,7 @@ def test_sdk_async_session(oc: Client, vnode: Node) -> None:
 
 
 def test_move_copy_and_zip_never_follow_links(tmp_path: Path) -> None:
-    from bai.node.manager.vfolders import fsops
+    from bai.node.manager.services import vfolder_fs as fsops
 
     outside = tmp_path / "outside"
     outside.mkdir()

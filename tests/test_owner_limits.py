@@ -28,11 +28,11 @@ import pytest
 from bai.common.problems import Problem
 from bai.node.agent.backends.base import KernelStartError
 from bai.node.agent.backends.docker import NO_ADDRESS_POOL
-from bai.node.manager.admin import parse_policy
-from bai.node.manager.admission import MIN_KERNEL_CPU, MIN_KERNEL_MEM, from_config
-from bai.node.manager.graphql.keypairs import policy_item
-from bai.node.manager.store import Store
-from bai.node.manager.store.keypairs import DEFAULT_SESSION_NETWORKS
+from bai.node.manager.http.admin_routes import parse_policy
+from bai.node.manager.http.graphql.keypair_fields import policy_item
+from bai.node.manager.rules.admission import MIN_KERNEL_CPU, MIN_KERNEL_MEM, from_config
+from bai.node.manager.state import Store
+from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_SESSION_NETWORKS
 from bai.node.scheduler.core import schedule
 from bai.node.scheduler.snapshot import (
     AgentState,
@@ -204,7 +204,7 @@ async def test_existing_policies_get_the_default_when_the_schema_moves_on(tmp_pa
     """A state folder of the previous schema (10) keeps working: its policies gain max_session_networks = 2."""
     import sqlite3
 
-    from bai.node.manager.store import schema
+    from bai.node.manager.state.sqlite import migrations as schema
 
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)

@@ -24,14 +24,14 @@ import pytest
 
 from bai.common.problems import Problem
 from bai.common.status import SessionStatus
-from bai.node.manager.admin import MAX_PENDING_SESSION_COUNT, parse_policy
-from bai.node.manager.graphql.keypairs import _policy_fields as graphql_policy_fields
-from bai.node.manager.graphql.keypairs import policy_item
-from bai.node.manager.queue_limit import PendingQueue, QueueGate, check_pending_limit, pending_queue
-from bai.node.manager.requests import parse_create
-from bai.node.manager.sessions import new_session_rows
-from bai.node.manager.store import Store
-from bai.node.manager.store.keypairs import DEFAULT_PENDING_SESSIONS
+from bai.node.manager.http.admin_routes import MAX_PENDING_SESSION_COUNT, parse_policy
+from bai.node.manager.http.graphql.keypair_fields import _policy_fields as graphql_policy_fields
+from bai.node.manager.http.graphql.keypair_fields import policy_item
+from bai.node.manager.http.requests import parse_create
+from bai.node.manager.services.lifecycle import new_session_rows
+from bai.node.manager.services.queue_limit import PendingQueue, QueueGate, check_pending_limit, pending_queue
+from bai.node.manager.state import Store
+from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_PENDING_SESSIONS
 from tests.harness import Harness
 from tests.nodeproc import Node, admin_keys, signed_request
 

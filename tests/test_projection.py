@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bai.node.manager.dashboard import dashboard_row
-from bai.node.manager.represent import session_graphql, session_json
+from bai.node.manager.http.dashboard import dashboard_row
+from bai.node.manager.http.represent import session_graphql, session_json
 from tests.harness import Harness
 
 GOLDEN = Path(__file__).with_suffix(".golden.json")

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from bai.common.problems import Problem
-from bai.node.manager.http import problem_response, read_json
+from bai.node.manager.http.context import problem_response, read_json
 
 
 async def echo(request: web.Request) -> web.Response:

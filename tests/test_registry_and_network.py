@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from bai.common.config import DEFAULTS, merge
-from bai.node.manager.admission import admit, check_image, from_config
-from bai.node.manager.requests import parse_create
+from bai.node.manager.http.requests import parse_create
+from bai.node.manager.rules.admission import admit, check_image, from_config
 from tests.nodeproc import (
     BUSYBOX_IMAGE,
     Node,

@@ -1,4 +1,4 @@
-"""Tests for bai/node/manager/requests.py: validation of the session-create body."""
+"""Tests for bai/node/manager/http/requests.py: validation of the session-create body."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bai.common.problems import Problem
-from bai.node.manager.requests import parse_create
+from bai.node.manager.http.requests import parse_create
 
 KNOWN = {"cpu", "mem"}
 DEFAULTS = {"cpu": "1", "mem": "1g"}
@@ -237,7 +237,7 @@ def test_huge_cpu_is_invalid_api_params() -> None:
 
 
 def test_backend_ai_image_references_go_through_the_aliases() -> None:
-    from bai.node.manager.requests import resolve_image
+    from bai.node.manager.http.requests import resolve_image
 
     aliases = {"python": "bai-python:3.11", "python:3.9-ubuntu20.04": "bai-python:3.9"}
     assert resolve_image("python", aliases) == "bai-python:3.11"

@@ -155,7 +155,7 @@ async def test_a_bad_first_frame_gets_an_error_frame(node: Node, kept: str) -> N
 def test_the_dashboard_row_and_views_show_the_outcome() -> None:
     from rich.console import Console
 
-    from bai.node.manager.dashboard import dashboard_row
+    from bai.node.manager.http.dashboard import dashboard_row
     from bai.tui.views import render_detail, run_outcome
 
     now = datetime.now(UTC).isoformat()

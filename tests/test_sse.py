@@ -1,4 +1,4 @@
-"""The one Server-Sent-Events writer (bai/node/manager/sse.py), against a real aiohttp server."""
+"""The one Server-Sent-Events writer (bai/node/manager/http/sse.py), against a real aiohttp server."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from bai.node.manager.sse import COMPACT, SPACED, EventStream
+from bai.node.manager.http.sse import COMPACT, SPACED, EventStream
 
 
 async def _client(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> TestClient:

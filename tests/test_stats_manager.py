@@ -1,4 +1,4 @@
-"""Live statistics on the manager (bai/node/manager/stats.py): the book of samples, the Backend.AI renderings
+"""Live statistics on the manager (bai/node/manager/services/stats_book.py): the book of samples, the renderings
 the official client prints, and what the API shows: `usage` on sessions, kernels and agents, `lastStat`,
 GraphQL `live_stat` / `last_stat`, the final statistics a destroy answers (kept across a manager restart),
 `GET /bai/session/{ref}/stats` and the dashboard's `usage` event.
@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bai.common.config import ConfigError, check
-from bai.node.manager.graphql.agents import agent_item
-from bai.node.manager.represent import agent_items, session_graphql, session_json
-from bai.node.manager.stats import StatsBook, agent_live_stat, last_stat, live_stat, stat_history_of
+from bai.node.manager.http.graphql.agent_fields import agent_item
+from bai.node.manager.http.represent import agent_items, session_graphql, session_json
+from bai.node.manager.services.stats_book import StatsBook, agent_live_stat, last_stat, live_stat, stat_history_of
 from tests.harness import Harness
 from tests.nodeproc import ROOT, Node, admin_keys, signed_request
 

@@ -3,7 +3,7 @@
 forced); another user's session is not found (404); a forced destroy by the owner or an admin always ends a
 live session and leaves no kernel on any agent (one that is away: once it is back).
 
-The real HTTP API (bai/node/manager/api.py make_app, signed requests) over the in-process harness
+The real HTTP API (bai/node/manager/http/app.py make_app, signed requests) over the in-process harness
 (tests/harness.py), in which each status is reached the way the node reaches it (or, for the short-lived
 RESTARTING, RUNNING_DEGRADED and TERMINATING, recorded as the node would on the way)."""
 
@@ -22,7 +22,7 @@ from bai import API_VERSION
 from bai.common import auth
 from bai.common.status import DEAD_STATUSES, SessionStatus
 from bai.node.link.messages import KernelPulling
-from bai.node.manager.api import make_app
+from bai.node.manager.http.app import make_app
 from tests.harness import Harness
 
 S = SessionStatus

@@ -1,4 +1,4 @@
-"""Tests for bai/node/manager/store/ against a real SQLite file."""
+"""Tests for bai/node/manager/state/ against a real SQLite file."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from bai.common.status import IllegalTransition, SessionStatus
-from bai.node.manager.requests import parse_create
-from bai.node.manager.sessions import new_session_rows
-from bai.node.manager.store import SchemaTooNew, Store, schema
+from bai.node.manager.http.requests import parse_create
+from bai.node.manager.services.lifecycle import new_session_rows
+from bai.node.manager.state import SchemaTooNew, Store
+from bai.node.manager.state.sqlite import migrations as schema
 
 S = SessionStatus
 SLOTS = {"cpu": "1", "mem": "1073741824"}

@@ -12,8 +12,8 @@ import yarl
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from bai.node.manager.api import errors
-from bai.node.manager.streams import MAX_STREAMS_PER_KEYPAIR, OpenStreams
+from bai.node.manager.http.app import errors
+from bai.node.manager.http.rate import MAX_STREAMS_PER_KEYPAIR, OpenStreams
 
 
 def stream_app(streams: OpenStreams, release: asyncio.Event) -> web.Application:

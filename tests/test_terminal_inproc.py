@@ -108,14 +108,14 @@ async def test_a_kernel_has_a_bounded_number_of_terminals(tmp_path) -> None:
     ],
 )
 def test_bad_terminal_frames_are_refused_with_a_reason(text: str, error: str) -> None:
-    from bai.node.manager.terminal_api import FrameError, decode_frame
+    from bai.node.manager.http.terminal_routes import FrameError, decode_frame
 
     with pytest.raises(FrameError, match=error):
         decode_frame(text)
 
 
 def test_good_terminal_frames_become_link_frames() -> None:
-    from bai.node.manager.terminal_api import decode_frame
+    from bai.node.manager.http.terminal_routes import decode_frame
 
     assert decode_frame('{"type": "resize", "rows": 40, "cols": "120"}') == {"t": "resize", "rows": 40, "cols": 120}
     assert decode_frame('{"type": "resize", "rows": 40.0, "cols": 1000}') == {"t": "resize", "rows": 40, "cols": 1000}

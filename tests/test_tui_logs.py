@@ -103,8 +103,8 @@ def test_separator_text() -> None:
 
 
 def test_run_events_come_between_the_chunks_around_them_and_once_when_resuming() -> None:
-    from bai.node.manager.dashboard import _RunMarks
-    from bai.node.manager.runs import RunHistory
+    from bai.node.manager.http.dashboard import _RunMarks
+    from bai.node.manager.services.runs import RunHistory
 
     woken: list[str] = []
     runs = RunHistory(woken.append)

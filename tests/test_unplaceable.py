@@ -1,5 +1,5 @@
 """A request no agent could ever hold is refused at creation, not queued forever; one that fits an agent
-that is busy still waits, with its reason (bai/node/manager/placeable.py, requests.parse_create)."""
+that is busy still waits, with its reason (bai/node/manager/rules/placeable.py, requests.parse_create)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from bai.client.api import APIError
 from bai.common.problems import Problem
-from bai.node.manager.placeable import fits_ever, unplaceable
-from bai.node.manager.requests import parse_create
+from bai.node.manager.http.requests import parse_create
+from bai.node.manager.rules.placeable import fits_ever, unplaceable
 from tests.nodeproc import Node, wait_status
 from tests.tui_support import node_client
 

@@ -1,4 +1,4 @@
-"""Tests for bai/node/manager/vfolders/fsops.py: file operations inside virtual folders.
+"""Tests for bai/node/manager/services/vfolder_fs.py: file operations inside virtual folders.
 
 Real files under tmp_path. The traversal tests plant symbolic links inside a folder pointing outside it
 (as an untrusted kernel could) and check that nothing outside is read, created or removed."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bai.node.manager.vfolders import fsops
-from bai.node.manager.vfolders.fsops import AlreadyExists, NotFound, PathRefused, Staging
+from bai.node.manager.services import vfolder_fs as fsops
+from bai.node.manager.services.vfolder_fs import AlreadyExists, NotFound, PathRefused, Staging
 
 TOKEN = "tok_0123456789abcdef"
 IS_ROOT = os.geteuid() == 0

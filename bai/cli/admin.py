@@ -199,7 +199,9 @@ MaxNetworks = Annotated[
         "address pools) on every agent it runs on (0 = any; default 2).",
     ),
 ]
-MAX_PENDING = 1_000_000  # as the manager's admin API bounds it (bai.node.manager.admin.MAX_PENDING_SESSION_COUNT)
+MAX_PENDING = (
+    1_000_000  # as the manager's admin API bounds it (bai.node.manager.http.admin_routes.MAX_PENDING_SESSION_COUNT)
+)
 MaxPending = Annotated[
     int | None,
     typer.Option(

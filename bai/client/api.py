@@ -337,7 +337,7 @@ class Client:
         after: int | None = None,
         finished: int | None = None,
     ) -> AsyncIterator[tuple[str, dict]]:
-        """The dashboard stream `GET /bai/events` (see bai/node/manager/dashboard.py) as (event name, data):
+        """The dashboard stream `GET /bai/events` (see bai/node/manager/http/dashboard.py) as (event name, data):
         a snapshot of sessions and agents, then what changes; or (topics="logs") a kernel's output."""
         params = {
             "topics": topics,

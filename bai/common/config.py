@@ -27,7 +27,7 @@ DEFAULTS: dict[str, Any] = {
         # private CA)
         "tls_cert": "",
         "tls_key": "",
-        # the HTTP API's connections (see bai/node/manager/http_limits.py): seconds to send a complete
+        # the HTTP API's connections (see bai/node/manager/http/server.py): seconds to send a complete
         # request head, seconds a kept-alive connection may wait for its next request, open connections
         # per client address and in all (0: derived from the open-file limit, which the node raises to
         # its hard limit at start)
@@ -101,7 +101,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "manager": {
         "tick": 10.0,  # seconds between scheduling rounds when no event wakes the dispatcher
-        "hooks": [],  # modules with hook functions (see bai/node/manager/hooks.py)
+        "hooks": [],  # modules with hook functions (see bai/node/manager/services/hooks.py)
         "hook_timeout": 2.0,
         "preparing_timeout": 60.0,  # a session still PREPARING after this long goes to ERROR
         "lost_grace": 30.0,  # after an agent is LOST, wait this long before its sessions get `agent-lost`

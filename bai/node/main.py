@@ -163,13 +163,13 @@ async def start_manager(
 ) -> list[str]:
     """The manager's parts: store, services (sessions, agents, images, …), dispatcher, timers, HTTP API.
     Returns banner lines."""
-    from bai.node.manager.api import make_app
     from bai.node.manager.build import build_manager
-    from bai.node.manager.hooks import Hooks
-    from bai.node.manager.http_limits import HttpLimits, LimitedTCPSite, raise_nofile
-    from bai.node.manager.store import SchemaTooNew, Store
-    from bai.node.manager.timers import log_settings
-    from bai.node.manager.vfolders.service import VFolders
+    from bai.node.manager.http.app import make_app
+    from bai.node.manager.http.server import HttpLimits, LimitedTCPSite, raise_nofile
+    from bai.node.manager.services.hooks import Hooks
+    from bai.node.manager.services.timers import log_settings
+    from bai.node.manager.services.vfolder_service import VFolders
+    from bai.node.manager.state import SchemaTooNew, Store
 
     host, port = hostport(cfg["node"]["listen"], "--listen")
     try:

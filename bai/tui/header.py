@@ -2,7 +2,7 @@
 
     AKIA…XYZ  sessions 2/3  cpu 3/4  mem 3.0/8 GiB                       ⚠ stale 12s — reconnecting
 
-The figures come from `GET /bai/quota` (bai/node/manager/quota.py: the keypair's resource policy and
+The figures come from `GET /bai/quota` (bai/node/manager/http/quota.py: the keypair's resource policy and
 what its sessions hold now), fetched when the dashboard connects, when its sessions change (at most
 every `REFRESH_MIN` seconds) and every `REFRESH_EVERY` seconds. While the dashboard's stream is
 disconnected (the app reconnects by itself: `Dashboard._follow_cluster`) the header says for how long

@@ -10,25 +10,25 @@ from typing import Any
 from bai.common.background import Background
 from bai.common.clock import Clock
 from bai.node.link.base import ManagerLink
-from bai.node.manager.accounts import Accounts
-from bai.node.manager.admission import from_config as admission_from_config
-from bai.node.manager.agent_events import AgentEvents
-from bai.node.manager.agents import Agents
-from bai.node.manager.apps import Apps
-from bai.node.manager.dispatcher import Dispatcher, scaling_groups
-from bai.node.manager.events import Hubs
-from bai.node.manager.hooks import Hooks
-from bai.node.manager.images import Images
-from bai.node.manager.kernel_logs import KernelLogs
-from bai.node.manager.metrics import ManagerMetrics
-from bai.node.manager.peers import PeerRelay
+from bai.node.manager.rules.admission import from_config as admission_from_config
 from bai.node.manager.services import Services
-from bai.node.manager.sessions import Sessions
-from bai.node.manager.stats import StatsBook, stat_history_of, stat_interval_of
-from bai.node.manager.store import Store
-from bai.node.manager.timers import Timers
-from bai.node.manager.vfolders.service import VFolders
-from bai.node.manager.wakeup import Wakeup
+from bai.node.manager.services.accounts import Accounts
+from bai.node.manager.services.agent_events import AgentEvents
+from bai.node.manager.services.agent_registry import Agents
+from bai.node.manager.services.app_forwarding import Apps
+from bai.node.manager.services.dispatcher import Dispatcher, scaling_groups
+from bai.node.manager.services.hooks import Hooks
+from bai.node.manager.services.hubs import Hubs
+from bai.node.manager.services.image_catalogue import Images
+from bai.node.manager.services.kernel_logs import KernelLogs
+from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.metrics import ManagerMetrics
+from bai.node.manager.services.peers import PeerRelay
+from bai.node.manager.services.stats_book import StatsBook, stat_history_of, stat_interval_of
+from bai.node.manager.services.timers import Timers
+from bai.node.manager.services.vfolder_service import VFolders
+from bai.node.manager.services.wakeup import Wakeup
+from bai.node.manager.state import Store
 
 
 @dataclass

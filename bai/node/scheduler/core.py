@@ -22,7 +22,7 @@ One round, per scaling group (groups in name order, keypair quotas shared betwee
    says so, naming the first slot too large (cpu, mem, then the others by name):
    "needs cpu 64; the largest agent has 2" ("the only agent" when there is one; per kernel for
    multi-node sessions, prefixed with the kernel). Creation refuses such requests already
-   (bai/node/manager/placeable.py); this happens when agents leave or shrink after it.
+   (bai/node/manager/rules/placeable.py); this happens when agents leave or shrink after it.
 4. A session that is not placed never stops the sessions after it (Backend.AI stops the group at
    the first `no-available-instances`; we do not).
 

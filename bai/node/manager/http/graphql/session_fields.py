@@ -1,0 +1,299 @@
+"""Compute sessions and their containers (kernels): `compute_session`, `compute_session_list`,
+`compute_container`, `compute_container_list` (and bai's older `session`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from graphql import GraphQLArgument, GraphQLField, GraphQLResolveInfo
+
+from bai.common.status import SessionStatus
+from bai.node.manager.http.graphql.base import (
+    DEFAULT_GROUP_ID,
+    UUID,
+    B,
+    BigInt,
+    DateTime,
+    I,
+    JSONString,
+    L,
+    S,
+    args_of,
+    ctx,
+    field_names,
+    list_of,
+    obj,
+    page,
+    page_args,
+)
+from bai.node.manager.http.graphql.limits import QueryRefused
+from bai.node.manager.http.represent import SessionView, session_graphql
+from bai.node.manager.services.accounts import email_of
+
+DEFAULT_LIST_STATUSES = "PENDING,SCHEDULED,PULLING,PREPARING,RUNNING,RUNNING_DEGRADED,TERMINATING,ERROR"
+
+ComputeContainer = obj(
+    "ComputeContainer",
+    lambda: {
+        "id": UUID,
+        "idx": I,
+        "role": S,
+        "hostname": S,
+        "kernel_id": UUID,
+        "cluster_idx": I,
+        "local_rank": I,
+        "cluster_role": S,
+        "cluster_hostname": S,
+        "session_id": UUID,
+        "image": S,
+        "architecture": S,
+        "registry": S,
+        "status": S,
+        "status_changed": DateTime,
+        "status_info": S,
+        "status_data": JSONString,
+        "created_at": DateTime,
+        "terminated_at": DateTime,
+        "starts_at": DateTime,
+        "scheduled_at": DateTime,
+        "abusing_report": JSONString,
+        "agent": S,
+        "agent_addr": S,
+        "container_id": S,
+        "resource_opts": JSONString,
+        "occupied_slots": JSONString,
+        "occupied_shares": JSONString,
+        "live_stat": JSONString,
+        "last_stat": JSONString,
+        "preopen_ports": L(I),
+        "service_ports": JSONString,
+        "exit_code": I,
+    },
+)
+
+ComputeSession = obj(
+    "ComputeSession",
+    lambda: {
+        "id": UUID,
+        "session_id": UUID,
+        "main_kernel_id": UUID,
+        "tag": S,
+        "name": S,
+        "type": S,
+        "session_type": S,
+        "main_kernel_role": S,
+        "image": S,
+        "architecture": S,
+        "registry": S,
+        "cluster_template": S,
+        "cluster_mode": S,
+        "cluster_size": I,
+        "domain_name": S,
+        "group_name": S,
+        "group_id": S,
+        "user_email": S,
+        "full_name": S,
+        "user_id": S,
+        "access_key": S,
+        "created_user_email": S,
+        "created_user_id": S,
+        "status": S,
+        "status_changed": DateTime,
+        "status_info": S,
+        "status_data": JSONString,
+        "status_history": JSONString,
+        "created_at": DateTime,
+        "terminated_at": DateTime,
+        "starts_at": DateTime,
+        "scheduled_at": DateTime,
+        "startup_command": S,
+        "result": S,
+        "commit_status": S,
+        "abusing_reports": L(JSONString),
+        "idle_checks": JSONString,
+        "agent_ids": L(S),
+        "resource_opts": JSONString,
+        "scaling_group": S,
+        "service_ports": JSONString,
+        "mounts": L(S),
+        "vfolder_mounts": L(S),
+        "occupying_slots": JSONString,
+        "occupied_slots": JSONString,
+        "requested_slots": JSONString,
+        "num_queries": BigInt,
+        "queue_position": I,
+        "inference_metrics": JSONString,
+        "containers": L(ComputeContainer),
+        "kernels": L(ComputeContainer),
+        "dependencies": L(ComputeSession),  # the sessions it depends on (id, name and status)
+    },
+)
+ComputeSessionList = list_of("ComputeSessionList", ComputeSession)
+ComputeContainerList = list_of("ComputeContainerList", ComputeContainer)
+SESSION_FIELDS = field_names(ComputeSession)
+CONTAINER_FIELDS = field_names(ComputeContainer)
+
+
+def _container_extras(kernel: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **kernel,
+        "idx": kernel["cluster_idx"],
+        "role": kernel["cluster_role"],
+        "hostname": kernel["cluster_hostname"],
+        "kernel_id": kernel["id"],
+        # its index in the whole session (main1 0, sub1 1 …), as BACKENDAI_CLUSTER_LOCAL_RANK
+        "local_rank": 0 if kernel["cluster_role"] == "main" else kernel["cluster_idx"],
+        "abusing_report": None,
+    }
+
+
+def _session_item(item: dict[str, Any], row: dict[str, Any], users: dict[str, str]) -> dict[str, Any]:
+    """bai's projection (`SessionView.to_graphql`) and what Backend.AI 23.09 adds to a ComputeSession."""
+    email = users.get(row["access_key"])
+    item.update(
+        {
+            "main_kernel_role": "MAIN",
+            "registry": item["containers"][0]["registry"] if item["containers"] else None,
+            "cluster_template": None,
+            "group_id": DEFAULT_GROUP_ID,
+            "user_email": email,
+            "created_user_email": email,
+            "created_user_id": item["user_id"],
+            "scheduled_at": None,
+            "resource_opts": json.dumps({}),
+            "mounts": [m["name"] for m in row["config"].get("mounts") or []],
+            "vfolder_mounts": [m["name"] for m in row["config"].get("mounts") or []],
+            "abusing_reports": [],
+            "commit_status": None,
+            "status_history": None,
+            "num_queries": 0,
+            "queue_position": None,
+            "inference_metrics": None,
+            "containers": [_container_extras(k) for k in item["containers"]],
+            "kernels": [_container_extras(k) for k in item["kernels"]],
+        }
+    )
+    return item
+
+
+async def _emails(info: GraphQLResolveInfo) -> dict[str, str]:
+    """Access key -> the email of its user (every keypair, read once per request)."""
+    c = ctx(info)
+
+    async def read() -> dict[str, str]:
+        rows = await c.services.accounts.keypairs(active_only=False)
+        return {ak: email_of(r["user_id"]) for ak, r in rows.items()}
+
+    return await c.cached("emails", read)
+
+
+async def _items(info: GraphQLResolveInfo, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    sessions = ctx(info).services.sessions
+    kernels = await sessions.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
+    users = await _emails(info)
+    return [_session_item(await session_graphql(sessions, r, kernels.get(r["id"], [])), r, users) for r in rows]
+
+
+def _statuses(text: str | None) -> list[SessionStatus]:
+    try:
+        return [SessionStatus(s.strip().upper()) for s in (text or DEFAULT_LIST_STATUSES).split(",") if s.strip()]
+    except ValueError as e:
+        raise QueryRefused(f"status: {e}") from None
+
+
+async def resolve_session_list(_root: Any, info: GraphQLResolveInfo, **args: Any) -> dict[str, Any]:
+    c = ctx(info)
+    statuses = _statuses(args.get("status"))
+    owner = args.get("access_key") if c.is_admin else c.access_key
+    rows = await c.services.sessions.list(owner, statuses)
+    rows.sort(key=lambda r: r["created_at"], reverse=True)  # newest first, as Backend.AI lists
+    if args.get("filter") or args.get("order"):
+        return page(await _items(info, rows), args, SESSION_FIELDS)
+    limit, offset = args.get("limit") or 20, args.get("offset") or 0
+    paged = rows[offset : offset + limit]
+    return {"items": await _items(info, paged), "total_count": len(rows)}
+
+
+async def resolve_session(_root: Any, info: GraphQLResolveInfo, **args: Any) -> dict[str, Any] | None:
+    c = ctx(info)
+    name = info.field_name
+    ref = args.get("id") or args.get("session_id")
+    if not ref:
+        raise QueryRefused(f"{name} needs an id (a string)")
+    rows = await c.services.sessions.find(ref, None if c.is_admin else c.access_key, active_only=False)
+    exact = [r for r in rows if r["id"] == ref]
+    return (await _items(info, exact[:1]))[0] if exact else None
+
+
+async def _kernel_items(info: GraphQLResolveInfo, row: dict[str, Any]) -> list[dict[str, Any]]:
+    sessions = ctx(info).services.sessions
+    kernels = await sessions.kernels_of(row["id"])
+    view = SessionView(row, kernels, sessions.stats)
+    return [_container_extras(view.graphql_kernel(k)) for k in kernels]
+
+
+async def resolve_container(_root: Any, info: GraphQLResolveInfo, **args: Any) -> dict[str, Any] | None:
+    c = ctx(info)
+    kernel_id = args.get("id")
+    if not kernel_id:
+        raise QueryRefused("compute_container needs an id (a string)")
+    kernel = await c.services.sessions.kernel(kernel_id)
+    if kernel is None:
+        return None
+    row = await c.services.sessions.get(kernel["session_id"])
+    if row is None or not c.is_admin and row["access_key"] != c.access_key:
+        return None
+    return next((k for k in await _kernel_items(info, row) if k["id"] == kernel_id), None)
+
+
+async def resolve_container_list(_root: Any, info: GraphQLResolveInfo, **args: Any) -> dict[str, Any]:
+    c = ctx(info)
+    session_id = args.get("session_id")
+    if not session_id:
+        raise QueryRefused("compute_container_list needs a session_id (a string)")
+    rows = await c.services.sessions.find(session_id, None if c.is_admin else c.access_key, active_only=False)
+    exact = [r for r in rows if r["id"] == session_id]
+    items = await _kernel_items(info, exact[0]) if exact else []
+    if args.get("role"):
+        items = [k for k in items if k["cluster_role"].lower() == args["role"].lower()]
+    return page(items, args, CONTAINER_FIELDS)
+
+
+async def containers_on_agent(info: GraphQLResolveInfo, agent_id: str, status: str | None) -> list[dict[str, Any]]:
+    """The kernels an agent runs (of active sessions), for `Agent.compute_containers`."""
+    sessions = ctx(info).services.sessions
+    rows = await ctx(info).cached("active-sessions", lambda: sessions.list(None, _statuses(None)))
+    kernels = await sessions.kernels_of_many([r["id"] for r in rows])
+    out = []
+    for row in rows:
+        view = SessionView(row, kernels.get(row["id"], []), sessions.stats)
+        for k in view.kernels:
+            if k["agent_id"] == agent_id and (status is None or k["status"] == status.upper()):
+                out.append(_container_extras(view.graphql_kernel(k)))
+    return out
+
+
+QUERIES = {
+    "compute_session_list": GraphQLField(
+        ComputeSessionList,
+        args=page_args(status=S, access_key=S, domain_name=S, group_id=UUID, include_ancestors=B, project_id=UUID),
+        resolve=resolve_session_list,
+    ),
+    "compute_session": GraphQLField(
+        ComputeSession,
+        args=args_of(id=UUID, domain_name=S, access_key=S, project_id=UUID),
+        resolve=resolve_session,
+    ),
+    "session": GraphQLField(
+        ComputeSession,
+        args=args_of(id=UUID, session_id=S, domain_name=S, access_key=S),
+        resolve=resolve_session,
+    ),
+    "compute_container": GraphQLField(ComputeContainer, args=args_of(id=UUID), resolve=resolve_container),
+    "compute_container_list": GraphQLField(
+        ComputeContainerList,
+        args=page_args(session_id=GraphQLArgument(S), role=S),
+        resolve=resolve_container_list,
+    ),
+}

@@ -1,0 +1,64 @@
+"""`GET /bai/quota`: the caller's own keypair, its resource policy's limits and what it holds now (a bai
+extension; read-only). The dashboard's header shows it.
+
+    {"accessKey", "resourcePolicy": NAME,
+     "maxConcurrentSessions": N (0: unlimited), "concurrentSessions": N,
+     "totalResourceSlots": {slot: amount} (the policy's; a slot not named is `defaultForUnspecified`:
+                           "UNLIMITED" or "LIMITED", i.e. 0),
+     "defaultForUnspecified", "occupiedSlots": {slot: amount},
+     "maxSessionNetworks": N (0: unlimited), "sessionNetworks": N,
+     "maxPendingSessions": N (0: unlimited), "pendingSessions": N}
+
+`sessionNetworks` counts the keypair's sessions of several kernels from SCHEDULED to TERMINATING (each holds
+a Docker network on every agent it runs on, until its last kernel there is removed): the scheduler keeps a
+new one PENDING while it has `maxSessionNetworks` of them.
+
+`pendingSessions` counts the keypair's sessions waiting PENDING: while it has `maxPendingSessions` of them
+(the policy's max_pending_session_count) a new session is refused at creation (412, quota-exceeded).
+
+Amounts are in wire form (decimal strings, bytes in bytes). What counts is what the scheduler counts
+against a keypair (sessions from SCHEDULED to RUNNING, not TERMINATING). No parameters: everyone sees
+only their own keypair (an administrator too; `/bai/admin/keypairs` lists the others).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from aiohttp import web
+
+from bai.common import slots as slotlib
+from bai.common.problems import invalid
+from bai.common.status import OCCUPYING_STATUSES, SessionStatus
+from bai.node.manager.http.context import services_of
+from bai.node.manager.services.dispatcher import QUOTA_STATUSES
+
+
+async def my_quota(request: web.Request) -> web.Response:
+    if request.query:
+        raise invalid(f"/bai/quota takes no parameters (got {', '.join(sorted(request.query))})")
+    services = services_of(request)
+    access_key = request["access_key"]
+    keypair = (await services.accounts.keypairs(active_only=False)).get(access_key) or {}
+    name = keypair.get("resource_policy") or "default"
+    policy = (await services.accounts.policies()).get(name) or {}
+    holding = await services.sessions.list(access_key, OCCUPYING_STATUSES)
+    held = [s for s in holding if s["status"] in QUOTA_STATUSES]
+    occupied: dict[str, Decimal] = {}
+    for session in held:
+        occupied = slotlib.add(occupied, slotlib.from_wire(session.get("requested_slots")))
+    return web.json_response(
+        {
+            "accessKey": access_key,
+            "resourcePolicy": name,
+            "maxConcurrentSessions": int(policy.get("max_concurrent_sessions") or 0),
+            "concurrentSessions": len(held),
+            "totalResourceSlots": slotlib.to_wire(slotlib.from_wire(policy.get("total_resource_slots"))),
+            "defaultForUnspecified": policy.get("default_for_unspecified") or "UNLIMITED",
+            "occupiedSlots": slotlib.to_wire({k: v for k, v in occupied.items() if v}),
+            "maxSessionNetworks": int(policy.get("max_session_networks") or 0),
+            "sessionNetworks": sum(1 for s in holding if (s.get("cluster_size") or 1) > 1),
+            "maxPendingSessions": int(policy.get("max_pending_session_count") or 0),
+            "pendingSessions": await services.sessions.store.count_sessions_of(access_key, [SessionStatus.PENDING]),
+        }
+    )

@@ -1,0 +1,33 @@
+"""The manager's services in one place: built once by the node (`bai/node/main.py`), handed to the HTTP
+application, and reached by handlers through `services_of(request)`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bai.node.manager.services.accounts import Accounts
+from bai.node.manager.services.agent_registry import Agents
+from bai.node.manager.services.app_forwarding import Apps
+from bai.node.manager.services.hubs import Hubs
+from bai.node.manager.services.image_catalogue import Images
+from bai.node.manager.services.kernel_logs import KernelLogs
+from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.metrics import ManagerMetrics
+from bai.node.manager.services.stats_book import StatsBook
+from bai.node.manager.services.vfolder_service import VFolders
+
+
+@dataclass
+class Services:
+    """What the API's handlers work with (never the store or the link directly)."""
+
+    sessions: Sessions
+    agents: Agents
+    images: Images
+    accounts: Accounts
+    hubs: Hubs
+    logs: KernelLogs
+    metrics: ManagerMetrics
+    apps: Apps
+    vfolders: VFolders | None = None
+    stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book Sessions keeps)

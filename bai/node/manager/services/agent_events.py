@@ -1,0 +1,111 @@
+"""What agents say over the link, handed to the services it concerns: registration (agents record it,
+sessions reconcile their kernels with it), departures (a lost agent's sessions wait out a grace period),
+heartbeats, kernel output, pulls and exits, and multi-node kernels' connections to each other (PeerDial,
+relayed by manager/peers.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from bai.common.background import Background
+from bai.node.link.messages import (
+    Heartbeat,
+    JoinAnswer,
+    KernelLogs,
+    KernelPulling,
+    KernelStats,
+    KernelTerminated,
+    MessageError,
+    PeerDial,
+    Registration,
+    decode_event,
+)
+from bai.node.manager.services.agent_registry import Agents
+from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.peers import PeerRelay
+from bai.node.manager.services.stats_book import StatsBook
+from bai.node.manager.services.vfolder_service import VFolders
+from bai.node.manager.services.wakeup import Wakeup
+
+log = logging.getLogger("bai.manager")
+
+
+class AgentEvents:
+    """The manager's end of the link (`ManagerHandler`): routes each agent message to its service."""
+
+    def __init__(
+        self,
+        agents: Agents,
+        sessions: Sessions,
+        vfolders: VFolders | None,
+        wake: Wakeup,
+        background: Background,
+        lost_grace: float = 30.0,
+        stats: StatsBook | None = None,
+        peers: PeerRelay | None = None,
+    ) -> None:
+        self.agents = agents
+        self.stats = stats or sessions.stats
+        self.sessions = sessions
+        self.vfolders = vfolders
+        self.wake = wake
+        self.background = background
+        self.lost_grace = lost_grace
+        self.peers = peers  # None: kernels' PeerDial events are refused (by the agent's timeout)
+        self._lost: dict[str, asyncio.Task[Any]] = {}  # agent id -> the grace period running out
+
+    async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
+        """Record the agent and reconcile its kernels with ours."""
+        lost = self._lost.pop(agent_id, None)
+        if lost is not None:  # back within the grace period: its sessions carry on
+            lost.cancel()
+        joined = Registration.from_wire({**registration, "id": agent_id})
+        await self.agents.joined(agent_id, joined, self.vfolders.hosts if self.vfolders is not None else {})
+        destroy = await self.sessions.reconcile(agent_id, joined.kernels)
+        self.wake()
+        return JoinAnswer(destroy).to_wire()
+
+    async def agent_left(self, agent_id: str, reason: str) -> None:
+        await self.agents.left(agent_id, reason)
+        self.stats.agent_left(agent_id)  # its host's figures are no longer news
+        if reason == "lost":
+            log.warning("agent %s is LOST (no heartbeat); its sessions wait %g s for it", agent_id, self.lost_grace)
+            self._lost[agent_id] = self.background.spawn(self._gone(agent_id), f"lost-{agent_id}")
+
+    def grace_of(self, agent_id: str) -> asyncio.Task[Any] | None:
+        """The grace period of a lost agent, while it runs out (None when the agent is not lost)."""
+        task = self._lost.get(agent_id)
+        return task if task is not None and not task.done() else None
+
+    async def _gone(self, agent_id: str) -> None:
+        """The grace period of a lost agent ran out: its sessions end in ERROR (`agent-lost`)."""
+        await asyncio.sleep(self.lost_grace)
+        self._lost.pop(agent_id, None)
+        await self.sessions.agent_lost(agent_id, self.lost_grace)
+
+    async def agent_event(self, agent_id: str, name: str, payload: dict[str, Any]) -> None:
+        try:
+            event = decode_event(name, payload)
+        except MessageError as e:
+            log.warning("agent %s sent an event bai cannot read (%s): skipped", agent_id, e)
+            return
+        match event:
+            case Heartbeat():
+                await self.agents.heartbeat(agent_id, event)
+                # kernels it still runs of sessions that have ended (a removal that failed): removed
+                await self.sessions.remove_strays(agent_id, event.kernels if isinstance(event.kernels, list) else [])
+            case KernelLogs():
+                await self.sessions.kernel_logs(event.chunks)
+            case KernelPulling():
+                await self.sessions.kernel_pulling(event)
+            case KernelTerminated():
+                await self.sessions.kernel_terminated(event)
+            case KernelStats():
+                await self.sessions.kernel_stats(agent_id, event)
+            case PeerDial():
+                if self.peers is not None:
+                    self.peers.dial(agent_id, event)  # in the background: the events after it go on
+                else:
+                    log.warning("agent %s asked to relay a kernel connection, and no relay is wired", agent_id)

@@ -1,0 +1,127 @@
+"""Apps of sessions (Jupyter, a web server, ...), manager side: which a session offers, starting one on
+first use, and opening a tunnel to it over the agent's link (agents open no inbound port for it).
+
+A session's apps are its main kernel's, as the agent reported them when the kernel started (the image's
+`ai.backend.service-ports` label). Only the session's owner and admins reach them: handlers resolve the
+session as the caller may see it before calling here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bai.common import service_ports as apps
+from bai.common.problems import Problem, invalid
+from bai.common.service_ports import ServicePort
+from bai.common.status import SessionStatus as S
+from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
+from bai.node.link.messages import OpenTunnel, StartApp, call
+from bai.node.link.streams import LinkStream
+from bai.node.manager.services.lifecycle import Sessions
+
+log = logging.getLogger("bai.manager.apps")
+START_TIMEOUT = 180.0  # seconds the manager waits for an agent to start an app (the agent bounds it first)
+
+
+def app_failed(name: str, error: str, output: str) -> Problem:
+    detail = f"{name} did not start: {error}"
+    if output.strip():
+        detail += f"\n--- its output ---\n{output.rstrip()}"
+    return Problem(
+        "app-start-failed", "The app did not start.", detail, {"app": name, "error": error, "output": output}, 409
+    )
+
+
+class Apps:
+    """Apps of sessions: list, start, tunnel."""
+
+    def __init__(self, link: ManagerLink, sessions: Sessions) -> None:
+        self.link = link
+        self.sessions = sessions
+        # (kernel id, app) started (or found running) before: later connections skip asking the agent
+        # first (an app that went away since is started again by the agent when its tunnel cannot connect)
+        self.started: set[tuple[str, str]] = set()
+        # (kernel id, app) -> the app's secret, as its kernel's runner answered it when asked to start it
+        # (apps with a {token} in their command: Jupyter). Shown only to the session's owner and admins
+        # (the handlers resolve the session as the caller may see it); never logged.
+        self.tokens: dict[tuple[str, str], str] = {}
+
+    async def offered(self, session: dict[str, Any]) -> list[ServicePort]:
+        """The apps the session's main kernel offers (none before it started)."""
+        kernel = await self.sessions.main_kernel(session)
+        return apps.loads(kernel.get("service_ports") or [])
+
+    async def find(self, session: dict[str, Any], name: str) -> tuple[dict[str, Any], ServicePort]:
+        """The running session's main kernel and its app `name`, or a 4xx saying what is wrong."""
+        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
+            raise invalid(f"session {session['name']} is {session['status']}: its apps need a running kernel")
+        kernel = await self.sessions.main_kernel(session)
+        offered = apps.loads(kernel.get("service_ports") or [])
+        for sp in offered:
+            if sp.name == name:
+                return kernel, sp
+        names = ", ".join(sp.name for sp in offered) or "none (its image declares no ai.backend.service-ports)"
+        raise Problem(
+            "object-not-found",
+            "No such app.",
+            f"session {session['name']} offers no app {name!r}; its apps: {names}",
+            {"app": name, "apps": [sp.name for sp in offered]},
+        )
+
+    async def start(self, session: dict[str, Any], name: str) -> tuple[dict[str, Any], ServicePort, bool]:
+        """Start the app unless it runs (409 with its output when it fails). Returns the kernel, the app and
+        whether it was started now."""
+        kernel, sp = await self.find(session, name)
+        try:
+            reply = await call(self.link, kernel["agent_id"], StartApp(kernel["id"], name), timeout=START_TIMEOUT)
+        except AgentUnavailable as e:
+            raise Problem("instance-not-available", "Instance not available.", str(e)) from None
+        except (RemoteError, TimeoutError) as e:
+            raise app_failed(name, str(e) or "the agent did not answer in time", "") from None
+        if not reply.get("ok"):
+            self.started.discard((kernel["id"], name))
+            raise app_failed(name, str(reply.get("error") or "unknown error"), str(reply.get("output") or ""))
+        if len(self.started) > 10_000:  # kernels come and go: forget old ones wholesale, rarely
+            self.started.clear()
+            self.tokens.clear()
+        self.started.add((kernel["id"], name))
+        token = reply.get("token")
+        if isinstance(token, str) and apps.TOKEN.fullmatch(token):
+            self.tokens[(kernel["id"], name)] = token
+        else:
+            self.tokens.pop((kernel["id"], name), None)
+        self.sessions.touch(session["id"])
+        return kernel, sp, bool(reply.get("started"))
+
+    def token(self, kernel: dict[str, Any], name: str) -> str:
+        """The secret of app `name` in the kernel ("" when it has none, or was not started since the manager
+        started: the next start asks the kernel again, which answers the same one)."""
+        return self.tokens.get((kernel["id"], name), "")
+
+    async def listed(self, session: dict[str, Any]) -> list[dict[str, Any]]:
+        """The session's apps as `/stream/session/{ref}/apps` answers them: with the secrets known of those
+        started (their url_template then opens them; the caller is the session's owner or an admin)."""
+        kernel = await self.sessions.main_kernel(session)
+        return [
+            {**apps.to_api(sp, self.token(kernel, sp.name)), "host_ports": list(sp.host_ports)}
+            for sp in apps.loads(kernel.get("service_ports") or [])
+        ]
+
+    async def ensure_started(self, session: dict[str, Any], name: str) -> dict[str, Any]:
+        """The kernel to tunnel to: the app is started first unless it was before (a 4xx when it fails)."""
+        kernel, _ = await self.find(session, name)
+        if (kernel["id"], name) not in self.started:
+            kernel, _, _ = await self.start(session, name)
+        return kernel
+
+    async def open_tunnel(self, session: dict[str, Any], kernel: dict[str, Any], name: str) -> LinkStream:
+        """A tunnel (one TCP connection) to the app: a link stream to the kernel's agent (frames:
+        bai/node/agent/apps.py)."""
+        opening = OpenTunnel(kernel["id"], name)
+        try:
+            stream = await self.link.open_stream(kernel["agent_id"], opening.kind, opening.to_wire())
+        except AgentUnavailable as e:
+            raise Problem("instance-not-available", "Instance not available.", str(e)) from None
+        self.sessions.touch(session["id"])
+        return stream

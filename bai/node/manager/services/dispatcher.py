@@ -1,0 +1,307 @@
+"""The dispatcher: wakes on events (coalesced) and on a slow tick, builds a snapshot, asks the pure
+scheduler for decisions, applies them in one transaction, then publishes events and starts kernels."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from bai.common import slots as slotlib
+from bai.common.background import Background
+from bai.common.clock import Clock
+from bai.common.cluster import SINGLE_NODE
+from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
+from bai.node.manager.services.agent_registry import Agents
+from bai.node.manager.services.diskfull import FullDiskWarnings
+from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.wakeup import Wakeup
+from bai.node.manager.state import Store
+from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_SESSION_NETWORKS
+from bai.node.manager.state.sqlite.session_queries import cluster_order
+from bai.node.scheduler.core import schedule
+from bai.node.scheduler.snapshot import (
+    AgentState,
+    DependencyState,
+    KernelRequest,
+    KeypairState,
+    PendingSession,
+    ResourcePolicy,
+    ScalingGroup,
+    Snapshot,
+)
+
+log = logging.getLogger("bai.dispatcher")
+COALESCE = 0.002  # seconds to gather a burst of events into one round
+# Under a stream of wake-ups (a burst of creates), a round waits after the last one PACE times as long as that
+# one took (at most MAX_PACE s): rounds then use at most about a third of the event loop, and each takes in
+# every arrival of its wait at once; an idle manager answers a wake-up after COALESCE only.
+PACE = 2.0
+MAX_PACE = 0.5
+QUOTA_STATUSES = OCCUPYING_STATUSES - {SessionStatus.TERMINATING}  # what counts against a keypair
+MIN_LABEL = "ai.backend.resource.min."
+
+
+def scaling_groups(cfg: dict[str, Any]) -> tuple[dict[str, ScalingGroup], dict[str, float]]:
+    """The scaling groups of the configuration, and their pending timeouts (0 = none)."""
+    groups, timeouts = {}, {}
+    for name, opts in cfg.get("scaling_groups", {}).items():
+        policy = opts.get("policy", "fifo")
+        selection = opts.get("agent_selection", "dispersed")
+        if policy not in ("fifo", "lifo", "drf"):
+            raise ValueError(f"scaling group {name}: policy must be fifo, lifo or drf, not {policy!r}")
+        if selection not in ("dispersed", "concentrated"):
+            raise ValueError(f"scaling group {name}: agent_selection must be dispersed or concentrated")
+        groups[name] = ScalingGroup(
+            name=name,
+            policy=policy,
+            agent_selection=selection,
+            allowed_session_types=frozenset(opts.get("allowed_session_types", ["interactive", "batch"])),
+        )
+        timeouts[name] = float(opts.get("pending_timeout", 0) or 0)
+    return groups, timeouts
+
+
+def image_minimum(labels: dict[str, str]) -> dict[str, Decimal]:
+    out = {}
+    for key, value in labels.items():
+        if key.startswith(MIN_LABEL):
+            slot = key[len(MIN_LABEL) :]
+            with contextlib.suppress(slotlib.SlotError):
+                out[slot] = slotlib.parse_amount(slot, value)
+    return out
+
+
+class Dispatcher:
+    """Runs scheduling rounds: a snapshot of pending sessions and agents, the pure scheduler's decisions,
+    and their results handed to the sessions service."""
+
+    def __init__(
+        self,
+        store: Store,
+        sessions: Sessions,
+        agents: Agents,
+        wake: Wakeup,
+        groups: dict[str, ScalingGroup] | None = None,
+        pending_timeouts: dict[str, float] | None = None,
+        tick: float = 10.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.clock = clock or Clock()
+        self.store = store
+        self.sessions = sessions
+        self.agents = agents
+        self.groups = groups or {"default": ScalingGroup("default")}
+        self.pending_timeouts = pending_timeouts or {}
+        self.tick = tick
+        self._wake = asyncio.Event()
+        self.background = Background(log)
+        self.full_disk = FullDiskWarnings(log)  # rounds on a full disk: warned about once, tried again at the tick
+        self._due: datetime | None = None  # the next time a pending session's situation changes by itself
+        self._next_round = 0.0  # (loop time) not before: the pace under a stream of wake-ups
+        wake.bind(self.wake)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self.background.spawn(self._loop(), "dispatcher")
+
+    async def stop(self) -> None:
+        await self.background.close()
+
+    async def _loop(self) -> None:
+        while True:
+            timeout = self.tick
+            if self._due is not None:  # a reserved start time or a pending timeout comes first
+                timeout = max(0.0, min(timeout, (self._due - self.clock.now()).total_seconds()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            loop = asyncio.get_running_loop()
+            await asyncio.sleep(max(COALESCE, self._next_round - loop.time()))
+            self._wake.clear()  # wakes arriving during the round trigger one more round
+            started = loop.time()
+            try:
+                await self.round()
+            except Exception as e:  # the dispatcher keeps running
+                if self.full_disk.failed("scheduling rounds", e):
+                    pass  # said once; nothing was changed, and the next round (at the tick) tries again
+                else:
+                    log.exception("scheduling round failed")
+                    await self._record_error(e)
+            else:
+                self.full_disk.ok("scheduling rounds")
+            ended = loop.time()
+            self._next_round = ended + min(MAX_PACE, PACE * (ended - started))
+
+    async def snapshot(self, now: datetime) -> tuple[Snapshot, list[dict[str, Any]]]:
+        store = self.store
+        pending_rows = await store.list_sessions(None, [SessionStatus.PENDING])
+        if not pending_rows:
+            return Snapshot(now, [], [], {}, {}, self.groups), []
+        kernels: dict[str, list[dict[str, Any]]] = {}
+        for k in await store.kernels_where([SessionStatus.PENDING.value]):
+            kernels.setdefault(k["session_id"], []).append(k)
+        occupied = await self.agents.occupied_by_agent()
+        gpu_free = await self.agents.gpu_free_by_agent()
+        connected = self.agents.connected()
+        agents = [
+            AgentState(
+                id=a["id"],
+                scaling_group=a["scaling_group"],
+                capacity=slotlib.from_wire(a["slots"]),
+                occupied=occupied.get(a["id"], {}),
+                vfolder_hosts=self.agents.record(a["id"]).vfolder_hosts,
+                schedulable=self.agents.record(a["id"]).schedulable,
+                gpu_free=gpu_free.get(a["id"], ()),
+            )
+            for a in (await store.agent_capacities())[1]
+            if a["status"] == "ALIVE" and a["id"] in connected
+        ]
+        # what each keypair holds now
+        usage: dict[str, tuple[int, dict[str, Decimal]]] = {}
+        for access_key, requested, count in await store.usage_by_keypair(QUOTA_STATUSES):
+            held, slots = usage.get(access_key, (0, {}))
+            usage[access_key] = (held + count, slotlib.add(slots, _times(slotlib.from_wire(requested), count)))
+        policies = await store.policies()
+        networks: dict[str, int] = {}  # (only a session of several kernels is checked against them)
+        if any(r["cluster_size"] > 1 for r in pending_rows):
+            networks = await store.session_networks_by_keypair(OCCUPYING_STATUSES)
+        keypair_rows = await store.keypairs(active_only=False)
+        keypairs = {}
+        for ak in {r["access_key"] for r in pending_rows}:
+            p = policies.get((keypair_rows.get(ak) or {}).get("resource_policy", "default"), {})
+            count, slots = usage.get(ak, (0, {}))
+            keypairs[ak] = KeypairState(
+                access_key=ak,
+                policy=ResourcePolicy(
+                    name=p.get("name", "default"),
+                    max_concurrent_sessions=p.get("max_concurrent_sessions", 0),
+                    max_session_networks=p.get("max_session_networks", DEFAULT_SESSION_NETWORKS),
+                    total_resource_slots=slotlib.from_wire(p.get("total_resource_slots")),
+                    default_for_unspecified=p.get("default_for_unspecified", "UNLIMITED"),
+                ),
+                concurrent_sessions=count,
+                occupied=slots,
+                session_networks=networks.get(ak, 0),
+            )
+        dependencies = {}
+        for dep_id in {d for r in pending_rows for d in r["config"].get("depends_on", [])}:
+            dep = await store.get_session(dep_id)
+            if dep is not None:
+                dependencies[dep_id] = DependencyState(dep_id, dep["name"], dep["status"], dep["result"])
+        pending = []
+        for row in pending_rows:
+            starts_at = row["config"].get("starts_at")
+            pending.append(
+                PendingSession(
+                    id=row["id"],
+                    name=row["name"],
+                    access_key=row["access_key"],
+                    session_type=row["type"],
+                    scaling_group=row["scaling_group"],
+                    kernels=tuple(
+                        KernelRequest(
+                            k["id"], slotlib.from_wire(k["occupied_slots"]), k["cluster_role"], k["cluster_idx"]
+                        )
+                        for k in sorted(kernels.get(row["id"], []), key=cluster_order)
+                    ),
+                    cluster_mode=row["config"].get("cluster_mode") or SINGLE_NODE,
+                    created_at=datetime.fromisoformat(row["created_at"]),
+                    starts_at=datetime.fromisoformat(starts_at) if starts_at else None,
+                    depends_on=tuple(row["config"].get("depends_on", [])),
+                    image=row["image"],
+                    vfolder_hosts=frozenset(m["host"] for m in row["config"].get("mounts") or []),
+                    image_min=image_minimum(self.agents.image_labels.get(row["image"], {})),
+                    retries=(row["status_data"].get("scheduler") or {}).get("retries", 0),
+                )
+            )
+        return Snapshot(now, pending, agents, keypairs, dependencies, self.groups), pending_rows
+
+    def _next_due(self, snapshot: Snapshot, now: datetime) -> datetime | None:
+        times = [p.starts_at for p in snapshot.pending if p.starts_at and p.starts_at > now]
+        for p in snapshot.pending:
+            limit = self.pending_timeouts.get(p.scaling_group, 0)
+            if limit:
+                times.append(p.created_at + timedelta(seconds=limit))
+        return min(times) if times else None
+
+    def _timed_out(self, rows: list[dict[str, Any]], now: datetime) -> list[tuple[str, str, dict[str, Any]]]:
+        out = []
+        for row in rows:
+            limit = self.pending_timeouts.get(row["scaling_group"], 0)
+            waited = (now - datetime.fromisoformat(row["created_at"])).total_seconds()
+            if limit and waited > limit:
+                out.append((row["id"], StatusInfo.PENDING_TIMEOUT, {"msg": f"pending for more than {limit:g} s"}))
+        return out
+
+    async def round(self) -> None:
+        now = self.clock.now()
+        snapshot, rows = await self.snapshot(now)
+        self._due = self._next_due(snapshot, now)
+        if not rows:
+            return
+        timed_out = self._timed_out(rows, now)
+        if timed_out:
+            gone = {sid for sid, _, _ in timed_out}
+            snapshot = Snapshot(
+                now,
+                [p for p in snapshot.pending if p.id not in gone],
+                snapshot.agents,
+                snapshot.keypairs,
+                snapshot.dependencies,
+                snapshot.scaling_groups,
+            )
+        decisions = schedule(snapshot)
+        last_try = now.isoformat()
+        retries = {p.id: p.retries + 1 for p in snapshot.pending}
+        pending = []
+        history = []
+        for item in decisions.pending:
+            failed = [{"name": r.name, "msg": r.msg} for r in item.predicates if not r.passed]
+            data = {
+                "scheduler": {
+                    "retries": retries[item.session_id],
+                    "last_try": last_try,
+                    "msg": item.msg,
+                    "position": item.position,
+                    "failed_predicates": failed,
+                    "passed_predicates": [{"name": r.name} for r in item.predicates if r.passed],
+                }
+            }
+            pending.append((item.session_id, item.status_info, data))
+            history.append(_history(item.session_id, "pending", item.status_info, item.msg, "", failed))
+        cancels = [(c.session_id, c.status_info, {"msg": c.msg}) for c in decisions.cancels] + timed_out
+        for sid, info, data in cancels:
+            history.append(_history(sid, "cancelled", info, data["msg"], "", []))
+        placements = [(p.session_id, dict(p.agents)) for p in decisions.placements]
+        for sid, agents in placements:
+            history.append(
+                _history(sid, "scheduled", StatusInfo.SCHEDULED, "", ",".join(sorted(set(agents.values()))), [])
+            )
+        await self.sessions.apply_round(placements, cancels, pending, history)
+
+    async def _record_error(self, exc: Exception) -> None:
+        with contextlib.suppress(Exception):
+            for row in await self.store.list_sessions(None, [SessionStatus.PENDING]):
+                await self.store.set_pending_info(
+                    row["id"], StatusInfo.SCHEDULER_ERROR, {"error": {"name": type(exc).__name__, "repr": str(exc)}}
+                )
+
+
+def _times(slots: dict[str, Decimal], count: int) -> dict[str, Decimal]:
+    return {name: amount * count for name, amount in slots.items()}
+
+
+def _history(session_id: str, outcome: str, info: str, msg: str, agents: str, failed: list) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "outcome": outcome,
+        "status_info": info,
+        "msg": msg,
+        "agents": agents,
+        "predicates": failed,
+    }

@@ -1,0 +1,608 @@
+"""Sessions, their kernels, transitions and scheduling history."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
+from bai.node.manager.state.sqlite.db import Queries, decode_row, utcnow
+
+# for each target, the statuses a session may move to it from (the lifecycle's legal moves; not the target itself)
+_LEGAL_FROM: dict[SessionStatus, frozenset[SessionStatus]] = {
+    target: frozenset(s for s, targets in SESSION_TRANSITIONS.items() if target in targets and s != target)
+    for target in SessionStatus
+}
+_DEAD_TARGETS = (SessionStatus.TERMINATED, SessionStatus.CANCELLED)
+_moves: dict[tuple[SessionStatus, frozenset[SessionStatus] | None], tuple[str, tuple[str, ...]]] = {}
+
+
+def _move_statement(target: SessionStatus, allowed: frozenset[SessionStatus] | None) -> tuple[str, tuple[str, ...]]:
+    """The UPDATE … RETURNING that moves a session to `target` only from a status it may move from (legal, and
+    in `allowed` when given), and those statuses (its last parameters); kept per (target, allowed)."""
+    key = (target, allowed)
+    known = _moves.get(key)
+    if known is None:
+        sources = _LEGAL_FROM[target] if allowed is None else _LEGAL_FROM[target] & allowed
+        values = tuple(sorted(s.value for s in sources))
+        marks = ",".join("?" * len(values)) or "NULL"
+        sql = (
+            "UPDATE sessions SET status=?, status_info=?, status_data=?, status_changed=?, "
+            "terminated_at=COALESCE(?, terminated_at), result=COALESCE(?, result) "
+            f"WHERE id=? AND status IN ({marks}) RETURNING *"
+        )
+        known = _moves[key] = (sql, values)
+    return known
+
+
+def _transition(
+    conn: sqlite3.Connection,
+    session_id: str,
+    target: SessionStatus,
+    status_info: str,
+    status_data: dict[str, Any] | None,
+    allowed_from: Iterable[SessionStatus] | None,
+    kernel_updates: dict[str, dict[str, Any]] | None,
+    result: str | None,
+    kernels_out: list[dict[str, Any]] | None = None,
+) -> dict[str, Any] | None:
+    """One session transition inside the caller's transaction (see Store.transition).
+
+    `kernels_out`: a list to receive the session's kernels as changed (in cluster order), read back by the
+    statement that changes them.
+
+    One statement moves the session when it may move (the usual case) and returns its row as changed; when it
+    did not move, its status says why: None (nothing changed) for a session that is not there, not in
+    `allowed_from` or already at `target`, IllegalTransition for a move the lifecycle forbids."""
+    allowed = None if allowed_from is None else frozenset(allowed_from)
+    sql, sources = _move_statement(target, allowed)
+    now = utcnow()
+    data = json.dumps(status_data) if status_data else "{}"
+    terminated = now if target in _DEAD_TARGETS else None
+    moved = conn.execute(
+        sql, (target.value, status_info, data, now, terminated, result, session_id, *sources)
+    ).fetchall()  # (to the end: the statement is done before the next one)
+    if not moved:
+        before = conn.execute("SELECT status FROM sessions WHERE id=?", (session_id,)).fetchone()
+        if before is None:
+            return None
+        current = SessionStatus(before[0])
+        if (allowed is not None and current not in allowed) or current == target:
+            return None
+        check_transition(current, target)  # raises: the lifecycle forbids that move
+        raise AssertionError(f"session {session_id} did not move from {current} to {target}")
+    conn.execute(
+        "INSERT INTO session_transitions VALUES (?, ?, ?, ?, ?)",
+        (session_id, target.value, status_info, data, now),
+    )
+    # every kernel of the session follows it; then each kernel's own updates (which may override that): one
+    # statement when one kernel has updates of its own that override none of the common columns (the usual case)
+    updates = [(kid, own) for kid, own in (kernel_updates or {}).items() if own]
+    own_cols: tuple[str, ...] = ()
+    params: list[Any] = [target.value, status_info, now]
+    if terminated:
+        params.append(terminated)
+    if len(updates) == 1 and _KERNEL_FOLLOWS.isdisjoint(updates[0][1]):
+        kid, own = updates[0]
+        own_cols = tuple(own)
+        for value in own.values():
+            params += (kid, value)
+        updates = []
+    params.append(session_id)
+    rows = conn.execute(_kernels_statement(bool(terminated), own_cols, kernels_out is not None), params).fetchall()
+    for kid, own in updates:
+        sets = ", ".join(f"{c}=?" for c in own)
+        conn.execute(f"UPDATE kernels SET {sets} WHERE id=? AND session_id=?", (*own.values(), kid, session_id))
+    if kernels_out is not None:
+        if updates:  # (changed again since: read them as they are now)
+            rows = conn.execute("SELECT * FROM kernels WHERE session_id=?", (session_id,)).fetchall()
+        kernels_out.extend(sorted((decode_row(r) for r in rows), key=cluster_order))
+    return decode_row(moved[0])
+
+
+def cluster_order(kernel: dict[str, Any]) -> tuple[bool, int]:
+    """main1 first, then sub1, sub2 … (a kernel's place in its session)."""
+    return kernel["cluster_role"] != "main", kernel["cluster_idx"]
+
+
+_KERNEL_FOLLOWS = frozenset({"status", "status_info", "status_changed", "terminated_at"})
+_kernel_statements: dict[tuple[bool, tuple[str, ...], bool], str] = {}
+
+
+def _kernels_statement(terminated: bool, own: tuple[str, ...], returning: bool) -> str:
+    """The UPDATE of a session's kernels following it (with terminated_at when it ends), with one kernel's own
+    columns (`own`: each set on that kernel only, its id and value as parameters), reading them back when
+    `returning`; kept per shape."""
+    key = (terminated, own, returning)
+    sql = _kernel_statements.get(key)
+    if sql is None:
+        sets = ["status=?", "status_info=?", "status_changed=?"]
+        if terminated:
+            sets.append("terminated_at=?")
+        sets += [f"{c}=CASE WHEN id=? THEN ? ELSE {c} END" for c in own]
+        sql = f"UPDATE kernels SET {', '.join(sets)} WHERE session_id=?" + (" RETURNING *" if returning else "")
+        if len(_kernel_statements) < 256:
+            _kernel_statements[key] = sql
+    return sql
+
+
+_LIVE = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
+
+
+def _live_named(conn: sqlite3.Connection, access_key: str, name: str) -> dict[str, Any] | None:
+    """The owner's active session of that name (names are unique among live ones), if any."""
+    return decode_row(
+        conn.execute(
+            f"SELECT * FROM sessions WHERE access_key=? AND name=? AND status IN ({_LIVE})", (access_key, name)
+        ).fetchone()
+    )
+
+
+def _insert_session(conn: sqlite3.Connection, session: dict[str, Any], kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Insert a PENDING session (last in the queue) and its kernels, inside the caller's transaction; return
+    the session's row as stored."""
+    now = session["created_at"]
+    row = conn.execute(
+        "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
+        "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
+        "created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, "
+        "(SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions)) RETURNING *",
+        (
+            session["id"],
+            session["name"],
+            session["access_key"],
+            session["image"],
+            session["type"],
+            now,
+            json.dumps(session["requested_slots"]),
+            json.dumps(session["environ"]),
+            json.dumps(session["config"]),
+            session["scaling_group"],
+            len(kernels),
+            session.get("tag"),
+            now,
+        ),
+    ).fetchall()[0]  # (to the end: the statement is done before the next one)
+    conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session["id"], now))
+    conn.executemany(
+        "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
+        "status_changed, occupied_slots, created_at) VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)",
+        [
+            (
+                k["id"],
+                session["id"],
+                k["cluster_role"],
+                k["cluster_idx"],
+                session["image"],
+                now,
+                json.dumps(k["slots"]),
+                now,
+            )
+            for k in kernels
+        ],
+    )
+    stored = decode_row(row)
+    assert stored is not None
+    return stored
+
+
+def _history_row(h: dict[str, Any], now: str) -> tuple[Any, ...]:
+    return (
+        h["session_id"],
+        now,
+        now,
+        h["outcome"],
+        h["status_info"],
+        h["msg"],
+        h["agents"],
+        json.dumps(h["predicates"]),
+    )
+
+
+_INSERT_HISTORY = (
+    "INSERT INTO scheduling_history(session_id, first_at, last_at, rounds, outcome, status_info, "
+    "msg, agents, predicates) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)"
+)
+_MERGE_HISTORY = "UPDATE scheduling_history SET last_at=?, rounds=rounds+1 WHERE rowid=?"
+
+
+def _record_history(conn: sqlite3.Connection, history: list[dict[str, Any]], now: str) -> None:
+    """A round's rows for `scheduling_history`, inside the caller's transaction: each merged with its session's
+    last row when nothing changed (outcome, info, message, agents), else added. The sessions' last rows are read
+    in one statement (their ids as one JSON parameter: one prepared statement whatever their number), the
+    merges and the additions written with one executemany each."""
+    if not history:
+        return
+    ids = [h["session_id"] for h in history]
+    if len(set(ids)) != len(ids):  # a session twice in one round: one after the other, each seeing the last
+        for h in history:
+            _record_history(conn, [h], now)
+        return
+    last = {
+        r[0]: r[1:]
+        for r in conn.execute(
+            "SELECT session_id, rowid, outcome, status_info, msg, agents FROM scheduling_history WHERE rowid IN "
+            "(SELECT MAX(rowid) FROM scheduling_history WHERE session_id IN (SELECT value FROM json_each(?)) "
+            "GROUP BY session_id)",
+            (json.dumps(ids),),
+        ).fetchall()
+    }
+    merges, additions = [], []
+    for h in history:
+        before = last.get(h["session_id"])
+        if before is not None and tuple(before[1:]) == (h["outcome"], h["status_info"], h["msg"], h["agents"]):
+            merges.append((now, before[0]))
+        else:
+            additions.append(_history_row(h, now))
+    if merges:
+        conn.executemany(_MERGE_HISTORY, merges)
+    if additions:
+        conn.executemany(_INSERT_HISTORY, additions)
+
+
+class Sessions(Queries):
+    """Sessions and their kernels: creation, transitions (one transaction each), scheduling rounds and
+    their history, look-ups."""
+
+    async def create_session(self, session: dict[str, Any], kernels: list[dict[str, Any]]) -> str | None:
+        """Insert a PENDING session and its kernels; if the owner already has an active session of
+        that name, insert nothing and return that session's id (names are unique among live ones)."""
+
+        def fn(conn: sqlite3.Connection) -> str | None:
+            taken = _live_named(conn, session["access_key"], session["name"])
+            if taken is not None:
+                return taken["id"]
+            _insert_session(conn, session, kernels)
+            return None
+
+        return await self.db.transaction(fn)
+
+    async def create_or_get_session(
+        self, session: dict[str, Any], kernels: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], bool]:
+        """As `create_session`, in the same one transaction: (the new session's row, True), or (the owner's
+        active session of that name, False) when there is one (and nothing is inserted)."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
+            taken = _live_named(conn, session["access_key"], session["name"])
+            if taken is not None:
+                return taken, False
+            return _insert_session(conn, session, kernels), True
+
+        return await self.db.transaction(fn)
+
+    async def transition(
+        self,
+        session_id: str,
+        target: SessionStatus,
+        status_info: str = "",
+        status_data: dict[str, Any] | None = None,
+        *,
+        allowed_from: Iterable[SessionStatus] | None = None,
+        kernel_updates: dict[str, dict[str, Any]] | None = None,
+        result: str | None = None,
+    ) -> dict[str, Any] | None:
+        """Move a session to `target` in one transaction; return the updated row.
+
+        Returns None (and changes nothing) when the session is not in `allowed_from`;
+        raises IllegalTransition for a move the lifecycle forbids. Kernels listed in
+        `kernel_updates` get their columns updated in the same transaction; the kernels'
+        status follows the session's unless given.
+        """
+        return await self.db.transaction(
+            lambda conn: _transition(
+                conn, session_id, target, status_info, status_data, allowed_from, kernel_updates, result
+            )
+        )
+
+    async def start_preparing(
+        self, session_id: str
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
+        """A SCHEDULED session goes PREPARING (as `transition`), and what starting its kernel needs is read in the
+        same transaction: (its row, its kernels in cluster order, its owner's dotfiles). None (and nothing
+        changed) when it is no longer SCHEDULED."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
+            S = SessionStatus
+            kernels: list[dict[str, Any]] = []
+            row = _transition(conn, session_id, S.PREPARING, "", {}, [S.SCHEDULED], None, None, kernels)
+            if row is None:
+                return None
+            owners = self.db.dotfile_owners  # (most keypairs have none: no read for theirs)
+            if owners is None:
+                owners = self.db.dotfile_owners = {
+                    r[0] for r in conn.execute("SELECT DISTINCT access_key FROM dotfiles")
+                }
+            dotfiles = []
+            if row["access_key"] in owners:
+                dotfiles = [
+                    dict(r)
+                    for r in conn.execute(
+                        "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path",
+                        (row["access_key"],),
+                    ).fetchall()
+                ]
+            return row, kernels, dotfiles
+
+        return await self.db.transaction(fn)
+
+    async def apply_round(
+        self,
+        placements: list[tuple[str, dict[str, str]]],
+        cancels: list[tuple[str, str, dict[str, Any]]],
+        pending: list[tuple[str, str, dict[str, Any]]],
+        history: list[dict[str, Any]],
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Apply one scheduling round in ONE transaction.
+
+        placements: (session id, {kernel id: agent id}) → SCHEDULED; cancels: (id, status_info, data)
+        → CANCELLED; pending: (id, status_info, data) recorded on sessions still PENDING; history:
+        rows for `scheduling_history` (merged with the session's last row when nothing changed).
+        Returns the rows that were scheduled and cancelled (sessions no longer PENDING are skipped).
+        """
+
+        def fn(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            scheduled, cancelled = [], []
+            for session_id, agents in placements:
+                updates = {kid: {"agent_id": agent} for kid, agent in agents.items()}
+                row = _transition(
+                    conn, session_id, SessionStatus.SCHEDULED, "scheduled", {}, [SessionStatus.PENDING], updates, None
+                )
+                if row is not None:
+                    scheduled.append(row)
+            for session_id, info, data in cancels:
+                row = _transition(
+                    conn, session_id, SessionStatus.CANCELLED, info, data, [SessionStatus.PENDING], None, None
+                )
+                if row is not None:
+                    cancelled.append(row)
+            conn.executemany(
+                "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status='PENDING'",
+                [(info, json.dumps(data), sid) for sid, info, data in pending],
+            )
+            _record_history(conn, history, utcnow())
+            return scheduled, cancelled
+
+        return await self.db.transaction(fn)
+
+    async def scheduling_history(self, session_id: str) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT first_at, last_at, rounds, outcome, status_info, msg, agents, predicates "
+                "FROM scheduling_history WHERE session_id=? ORDER BY rowid",
+                (session_id,),
+            ).fetchall()
+            return [{**dict(r), "predicates": json.loads(r["predicates"])} for r in rows]
+
+        return await self.db.run(fn)
+
+    async def update_kernel(self, kernel_id: str, **cols: Any) -> None:
+        if not cols:
+            return
+        sets = ", ".join(f"{c}=?" for c in cols)
+        await self.db.transaction(
+            lambda conn: conn.execute(f"UPDATE kernels SET {sets} WHERE id=?", (*cols.values(), kernel_id))
+        )
+
+    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return await self.db.run(
+            lambda conn: decode_row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+        )
+
+    async def count_sessions_by_status(self) -> dict[str, int]:
+        return await self.db.run(
+            lambda conn: dict(conn.execute("SELECT status, COUNT(*) FROM sessions GROUP BY status").fetchall())
+        )
+
+    async def count_sessions_of(self, access_key: str, statuses: Iterable[SessionStatus]) -> int:
+        """How many of the keypair's sessions are in these statuses: one range of the sessions_owner_status
+        index per status (GET /bai/quota's pendingSessions)."""
+        values = [s.value for s in statuses]
+
+        def fn(conn: sqlite3.Connection) -> int:
+            sql = f"SELECT COUNT(*) FROM sessions WHERE access_key = ? AND status IN ({','.join('?' * len(values))})"
+            return conn.execute(sql, (access_key, *values)).fetchone()[0]
+
+        return await self.db.run(fn)
+
+    async def sessions_by_ids(self, session_ids: list[str]) -> list[dict[str, Any]]:
+        """The sessions with these ids (those that exist), in one read."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            out = []
+            for start in range(0, len(session_ids), 500):  # stay under SQLite's parameter limit
+                chunk = session_ids[start : start + 500]
+                sql = f"SELECT * FROM sessions WHERE id IN ({','.join('?' * len(chunk))})"
+                out.extend(decode_row(r) for r in conn.execute(sql, chunk).fetchall())
+            return out
+
+        return await self.db.run(fn)
+
+    async def find_sessions(
+        self, ref: str, access_key: str | None, *, active_only: bool, ids_of: str | None | bool = True
+    ) -> list[dict[str, Any]]:
+        """Sessions whose id (or id prefix of 8+ chars) or name matches `ref`, newest first.
+
+        Names are looked up among `access_key`'s sessions (None: anyone's); ids among `ids_of`'s
+        (True, the default: the same keypair as names; None: anyone's)."""
+        id_owner = access_key if ids_of is True else ids_of
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            # indexed look-ups (id, owner+name, id range for a prefix) rather than one OR that scans
+            only_id_owner = " AND access_key = :ids" if id_owner is not None else ""
+            matches = "SELECT rowid FROM sessions WHERE id = :ref" + only_id_owner
+            if access_key is not None:
+                matches += " UNION SELECT rowid FROM sessions WHERE access_key = :names AND name = :ref"
+            else:
+                matches += " UNION SELECT rowid FROM sessions WHERE name = :ref"
+            if len(ref) >= 8:
+                matches += " UNION SELECT rowid FROM sessions WHERE id >= :ref AND id < :ref || '~'" + only_id_owner
+            sql = f"SELECT * FROM sessions WHERE rowid IN ({matches})"
+            if active_only:
+                sql += f" AND status IN ({','.join(repr(s.value) for s in ACTIVE_STATUSES)})"
+            params = {"ref": ref, "names": access_key, "ids": id_owner}
+            return [decode_row(r) for r in conn.execute(sql + " ORDER BY seq DESC", params).fetchall()]
+
+        return await self.db.run(fn)
+
+    async def list_sessions(
+        self, access_key: str | None, statuses: Iterable[SessionStatus] | None, limit: int = -1, newest: bool = False
+    ) -> list[dict[str, Any]]:
+        """Sessions in queue order (`newest`: the latest first); `limit` -1 means all of them."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            clauses, params = [], []
+            if access_key is not None:
+                clauses.append("access_key = ?")
+                params.append(access_key)
+            if statuses is not None:
+                values = [s.value for s in statuses]
+                clauses.append(f"status IN ({','.join('?' * len(values))})")
+                params.extend(values)
+            where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+            sql = f"SELECT * FROM sessions {where} ORDER BY seq {'DESC' if newest else ''} LIMIT ?"
+            return [decode_row(r) for r in conn.execute(sql, (*params, limit)).fetchall()]
+
+        return await self.db.run(fn)
+
+    async def usage_by_keypair(self, statuses: Iterable[SessionStatus]) -> list[tuple[str, dict[str, str], int]]:
+        """What the sessions in these statuses hold: (access key, requested slots (wire form), how many
+        sessions of that keypair request exactly those), in one read that decodes each kind of request once."""
+        values = [s.value for s in statuses]
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[str, dict[str, str], int]]:
+            rows = conn.execute(
+                f"SELECT access_key, requested_slots, COUNT(*) FROM sessions "
+                f"WHERE status IN ({','.join('?' * len(values))}) GROUP BY access_key, requested_slots",
+                values,
+            ).fetchall()
+            return [(r[0], json.loads(r[1]), r[2]) for r in rows]
+
+        return await self.db.run(fn)
+
+    async def kernels_of(self, session_id: str) -> list[dict[str, Any]]:
+        return (await self.kernels_of_many([session_id])).get(session_id, [])
+
+    async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The kernels of several sessions in one read, keyed by session id."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
+            out: dict[str, list[dict[str, Any]]] = {}
+            for start in range(0, len(session_ids), 500):  # stay under SQLite's parameter limit
+                chunk = session_ids[start : start + 500]
+                rows = conn.execute(
+                    f"SELECT * FROM kernels WHERE session_id IN ({','.join('?' * len(chunk))}) "
+                    "ORDER BY session_id, cluster_role, cluster_idx",  # main1, sub1, sub2 …
+                    chunk,
+                ).fetchall()
+                for r in rows:
+                    out.setdefault(r["session_id"], []).append(decode_row(r))
+            return out
+
+        return await self.db.run(fn)
+
+    async def kernels_where(self, statuses: Iterable[str], agent_id: str | None = None) -> list[dict[str, Any]]:
+        values = list(statuses)
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            sql = f"SELECT * FROM kernels WHERE status IN ({','.join('?' * len(values))})"
+            params: list[Any] = list(values)
+            if agent_id is not None:
+                sql += " AND agent_id = ?"
+                params.append(agent_id)
+            return [decode_row(r) for r in conn.execute(sql, params).fetchall()]
+
+        return await self.db.run(fn)
+
+    async def kernel_owners(self, kernel_ids: list[str]) -> dict[str, tuple[str, str, str]]:
+        """Kernel id -> (session id, its owner's access key, the kernel's status) for those that exist."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, tuple[str, str, str]]:
+            out: dict[str, tuple[str, str, str]] = {}
+            for i in range(0, len(kernel_ids), 500):
+                chunk = kernel_ids[i : i + 500]
+                sql = (
+                    "SELECT k.id, k.session_id, s.access_key, k.status FROM kernels k JOIN sessions s "
+                    f"ON s.id = k.session_id WHERE k.id IN ({','.join('?' * len(chunk))})"
+                )
+                for kid, sid, owner, status in conn.execute(sql, chunk).fetchall():
+                    out[kid] = (sid, owner, status)
+            return out
+
+        return await self.db.run(fn)
+
+    async def get_kernel(self, kernel_id: str) -> dict[str, Any] | None:
+        return await self.db.run(
+            lambda conn: decode_row(conn.execute("SELECT * FROM kernels WHERE id=?", (kernel_id,)).fetchone())
+        )
+
+    async def transitions_of(self, session_id: str) -> list[dict[str, Any]]:
+        return await self.db.run(
+            lambda conn: [
+                decode_row(r)
+                for r in conn.execute(
+                    "SELECT status, status_info, status_data, at FROM session_transitions "
+                    "WHERE session_id=? ORDER BY rowid",
+                    (session_id,),
+                ).fetchall()
+            ]
+        )
+
+    async def rename_session(self, session_id: str, access_key: str, name: str) -> bool:
+        """Give an active session a new name, in one transaction: False (and nothing changed) when its owner
+        has another active session of that name (names are unique among live ones)."""
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            live = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
+            taken = conn.execute(
+                f"SELECT id FROM sessions WHERE access_key=? AND name=? AND id<>? AND status IN ({live})",
+                (access_key, name, session_id),
+            ).fetchone()
+            if taken is not None:
+                return False
+            conn.execute("UPDATE sessions SET name=? WHERE id=?", (name, session_id))
+            return True
+
+        return await self.db.transaction(fn)
+
+    async def record_run(self, session_id: str, kernel_id: str, exit_code: int, result: str) -> None:
+        """Record the exit code (on the kernel) and result (on the session) of a run that finished;
+        no status change. A later destroy keeps both (its transition leaves them as they are)."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE kernels SET exit_code=? WHERE id=?", (exit_code, kernel_id))
+            conn.execute("UPDATE sessions SET result=? WHERE id=?", (result, session_id))
+
+        await self.db.transaction(fn)
+
+    async def set_pending_info(self, session_id: str, info: str, data: dict[str, Any]) -> None:
+        """Record why a PENDING session is still pending (no status change, no transition row)."""
+        await self.set_status_info(session_id, "PENDING", info, data)
+
+    async def set_status_info(self, session_id: str, status: str, info: str, data: dict[str, Any]) -> dict | None:
+        """Update the status info and data of a session still in `status` (no transition); its row, or None."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            changed = conn.execute(
+                "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status=?",
+                (info, json.dumps(data), session_id, status),
+            ).rowcount
+            if not changed:
+                return None
+            return decode_row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+
+        return await self.db.transaction(fn)
+
+    async def add_hook_notes(self, session_id: str, notes: list[str]) -> None:
+        """Remember what went wrong with hooks for a session (shown in its status_data["hooks"])."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT config FROM sessions WHERE id=?", (session_id,)).fetchone()
+            if row is not None:
+                config = json.loads(row[0])
+                config["hook_notes"] = [*config.get("hook_notes", []), *notes]
+                conn.execute("UPDATE sessions SET config=? WHERE id=?", (json.dumps(config), session_id))
+
+        await self.db.transaction(fn)
