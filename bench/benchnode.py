@@ -161,7 +161,7 @@ def _write_stats(profile: object, path: Path, title: str) -> None:
 
 
 def _databases() -> list[object]:
-    """The node's open `Database` objects (bai/node/manager/store/db.py), found among the live objects."""
+    """The node's open `Database` objects (bai/node/manager/state/sqlite/db.py), found among the live objects."""
     import gc
 
     return [o for o in gc.get_objects() if type(o).__name__ == "Database" and hasattr(o, "_calls")]
