@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -152,7 +153,7 @@ def verify(
     host: str,
     ctype: str,
     version: str,
-    lookup_secret,
+    lookup_secret: Callable[[str], str | None],
     now: datetime | None = None,
 ) -> str:
     """Check a request signature; return the access key or raise AuthError.

@@ -118,7 +118,9 @@ def parse(label: str | None) -> list[ServicePort]:
 
 def split_entries(label: str) -> list[str]:
     """Entries split on commas outside [brackets]."""
-    entries, depth, current = [], 0, []
+    entries: list[str] = []
+    depth = 0
+    current: list[str] = []
     for ch in label:
         if ch == "[":
             depth += 1

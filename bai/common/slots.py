@@ -42,7 +42,8 @@ def parse_bytes(value: str | int) -> Decimal:
         raise SlotError(f"cannot parse {value!r} as a size (examples: 512m, 1g, 1.5GiB, 1048576)")
     num = Decimal(m["num"].replace("_", ""))
     power = _POWERS[m["suffix"].lower()]
-    result = num * (1024**power)
+    scale: int = 1024**power  # int ** int is typed Any (a negative power gives a float); power is >= 0
+    result = num * scale
     if result != result.to_integral_value():
         raise SlotError(f"{value!r} is not a whole number of bytes")
     return result.to_integral_value()
@@ -69,7 +70,7 @@ def parse_amount(name: str, value: str | int | float) -> Decimal:
     if is_bytes_slot(name):
         if isinstance(value, float):
             value = str(value)
-        return parse_bytes(value)  # type: ignore[arg-type]
+        return parse_bytes(value)
     return parse_count(value)
 
 
