@@ -36,7 +36,7 @@ unknown policy or selection strategy, TypeError for a non-Decimal amount).
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 
 from bai.common.gpus import describe_shortage as gpu_shortage
@@ -85,8 +85,9 @@ _ZERO = Decimal(0)
 # Placements are built through their slots: the frozen dataclass's __init__ sets each field with
 # object.__setattr__, which takes about twice as long, and a round makes thousands of them.
 _new_object = object.__new__
-_set_session_id = Placement.session_id.__set__  # type: ignore[attr-defined]
-_set_agents = Placement.agents.__set__  # type: ignore[attr-defined]
+# (the slots' member descriptors, read from the class's __dict__: `Placement.session_id` reads the same object)
+_set_session_id: Callable[[Placement, str], None] = vars(Placement)["session_id"].__set__
+_set_agents: Callable[[Placement, Mapping[str, str]], None] = vars(Placement)["agents"].__set__
 
 
 def schedule(snapshot: Snapshot) -> Decisions:
@@ -235,9 +236,10 @@ class _Round:
                     return None
             mapping = {kernels[0].kernel_id: pool.ids[agent]}
         else:
-            mapping = self.place_kernels(session, prepared, per_kernel)
-            if mapping is None:
+            placed = self.place_kernels(session, prepared, per_kernel)
+            if placed is None:
                 return None
+            mapping = placed
         quota.concurrent += 1
         if per_kernel is not None:
             quota.networks += 1
@@ -360,9 +362,9 @@ class _Round:
         def sees(agent_id: str) -> bool:
             return session.vfolder_hosts <= self.hosts_of[agent_id]
 
-        chosen: int | None = agent
+        chosen = agent
         if not (sees(pool.ids[agent]) and fits_gpus(pool.ids[agent])):
-            chosen = None
+            found: int | None = None
             for i, agent_id in enumerate(pool.ids):
                 free = pool.free(i)
                 if (
@@ -370,18 +372,19 @@ class _Round:
                     and fits_gpus(agent_id)
                     and all(free.get(name, Decimal(0)) >= amount for name, amount in need.items() if amount)
                 ):
-                    chosen = i
+                    found = i
                     break
-            if chosen is None:
+            if found is None:
                 self.no_room(session, self._why_not(session, whole, fraction, sees))
                 return None
+            chosen = found
         if gpus and self.gpu_free.get(pool.ids[chosen]):
             agent_id = pool.ids[chosen]
             for i, amount in gpu_pack(self.gpu_free[agent_id], whole, fraction) or []:
                 self.gpu_free[agent_id][i] -= amount
         return chosen
 
-    def _why_not(self, session: PendingSession, whole: int, fraction: Decimal, sees) -> str:
+    def _why_not(self, session: PendingSession, whole: int, fraction: Decimal, sees: Callable[[str], bool]) -> str:
         pool = self.pool
         if session.vfolder_hosts:
             hosts = ", ".join(sorted(session.vfolder_hosts))
@@ -471,6 +474,7 @@ def _summed(session: PendingSession) -> dict[str, Decimal]:
 def decisions_by_session(decisions: Decisions) -> Mapping[str, Placement | Pending | Cancel]:
     """Every decision keyed by session id (handy for callers and tests)."""
     out: dict[str, Placement | Pending | Cancel] = {}
-    for item in (*decisions.placements, *decisions.pending, *decisions.cancels):
+    items: tuple[Placement | Pending | Cancel, ...] = (*decisions.placements, *decisions.pending, *decisions.cancels)
+    for item in items:
         out[item.session_id] = item
     return out

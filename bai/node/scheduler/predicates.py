@@ -35,7 +35,7 @@ def format_duration(seconds: float) -> str:
     days, left = divmod(left, 86400)
     hours, left = divmod(left, 3600)
     minutes, secs = divmod(left, 60)
-    parts = []
+    parts: list[str] = []
     for amount, unit in ((days, "d"), (hours, "h"), (minutes, "m")):
         if amount or parts:
             parts.append(f"{amount}{unit}")
@@ -119,8 +119,8 @@ def _image_min_message(session: PendingSession) -> str | None:
             f"requested {format_amount(name, asked)}"
         )
     needs = ", ".join(f"{n} {format_amount(n, short[n][0])}" for n in names)
-    asked = ", ".join(f"{n} {format_amount(n, short[n][1])}" for n in names)
-    return f"image {image} needs at least {needs} per kernel, requested {asked}"
+    requested = ", ".join(f"{n} {format_amount(n, short[n][1])}" for n in names)
+    return f"image {image} needs at least {needs} per kernel, requested {requested}"
 
 
 class KeypairQuota:
@@ -156,7 +156,8 @@ class KeypairQuota:
             self.placed: list[Mapping[int, int]] = []  # requests placed this round, not summed yet
             self.limits: dict[int, int | None] = {}
             self.default_limit: int | None = None
-            self.limited = self.checked = False
+            self.limited: bool = False
+            self.checked: bool = False
             return
         policy = state.policy
         self.policy_name = policy.name
@@ -170,8 +171,8 @@ class KeypairQuota:
         self.limits = {i: (None if n >= INF else n) for i, n in limits.items()}
         self.default_limit = 0 if policy.default_for_unspecified.upper() == "LIMITED" else None
         # fixed for the round: whether a resource limit applies, whether either quota predicate does
-        self.limited: bool = bool(self.limits) or self.default_limit is not None
-        self.checked: bool = self.limited or self.max_concurrent > 0
+        self.limited = bool(self.limits) or self.default_limit is not None
+        self.checked = self.limited or self.max_concurrent > 0
 
     def add(self, request: Mapping[int, int]) -> None:
         """Count a session placed in this round (its slots are summed when `occupied` is read)."""

@@ -30,13 +30,19 @@ offering the requested slots when none is left in the lists, and each slot it is
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from operator import le
 
 from bai.common.slots import format_amount, is_bytes_slot
 
 from .snapshot import CONCENTRATED, DEFAULT_RESOURCE_PRIORITY, DISPERSED, AgentState
+
+# (room, agent) -> the agent's key in a `_ShapeIndex`; room -> whether the agent is alive there
+_Encode = Callable[[list[int], int], int]
+_Alive = Callable[[list[int]], bool]
+# what `_ShapeIndex.plan` works out for a request: (index, bound, rest)
+_Plan = tuple["_ShapeIndex", int, tuple[tuple[int, int, int], ...]]
 
 
 class Prepared:
@@ -56,7 +62,7 @@ class Prepared:
         self.slots = slots
         self.shape = shape
         self.amounts = amounts
-        self.plan: tuple | None = None
+        self.plan: _Plan | None = None
         self.failed_at = -1
         self.deltas: dict[_ShapeIndex, int] = {}
         self.meets: dict[int, bool] = {}
@@ -177,7 +183,7 @@ class SlotTable:
         return text
 
 
-def priority_key(priority: Sequence[str]):
+def priority_key(priority: Sequence[str]) -> Callable[[str], tuple[int, str]]:
     """Sort key for slot names: by device (the part before the first dot) in priority order."""
     rank = {device: n for n, device in enumerate(priority)}
     last = len(priority)
@@ -188,7 +194,7 @@ def priority_key(priority: Sequence[str]):
     return key
 
 
-def _encoder(fields: tuple[tuple[int, int, int], ...]):
+def _encoder(fields: tuple[tuple[int, int, int], ...]) -> _Encode:
     """(room, agent) -> the agent's key: its room in each (slot, lo, shift) field, then the agent.
 
     `lo` is the lowest value the slot's room can take, so every field is >= 0; the agent number
@@ -214,7 +220,7 @@ def _encoder(fields: tuple[tuple[int, int, int], ...]):
     return encode
 
 
-def _alive_maker(shape: tuple[int, ...], floor: tuple[int, ...], dispersed: bool):
+def _alive_maker(shape: tuple[int, ...], floor: tuple[int, ...], dispersed: bool) -> _Alive:
     """room -> whether the agent still has at least `floor` of every slot of `shape`."""
     if dispersed:  # room holds -remaining: alive when -remaining_j <= -floor_j
         limits = tuple(zip(shape, (-f for f in floor), strict=True))
@@ -329,6 +335,7 @@ class _ShapeIndex:
             agent = key & mask
             if alive(rooms[agent]):
                 level = self.level_of[agent]
+                assert level is not None  # every agent in `dead` is a member
                 insort(level, key)
                 self.where[agent] = level
             else:
@@ -338,9 +345,11 @@ class _ShapeIndex:
     def move(self, agent: int, key: int, room: list[int]) -> None:
         """The agent's key is now `key` (its room is `room`): move it, to its level or to `dead`."""
         held = self.where[agent]
+        assert held is not None  # only members move
         del held[bisect_left(held, self.keys[agent])]
         self.keys[agent] = key
         held = self.level_of[agent] if self.alive(room) else self.dead
+        assert held is not None
         insort(held, key)
         self.where[agent] = held
 
@@ -420,7 +429,9 @@ class AgentPool:
         self._member_of: list[list[_ShapeIndex]] = [[] for _ in ordered]  # per agent: its indexes
         self.releases = 0  # bumped on every release: requests that found no agent may fit again
         self.shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self.prepared: dict[tuple, Prepared] = {}  # by the request's (name, Decimal) items: see `prepare`
+        self.prepared: dict[
+            tuple[tuple[str, Decimal], ...], Prepared
+        ] = {}  # by the request's (name, Decimal) items: see `prepare`
         self._summed: dict[tuple[tuple[int, int], ...], Prepared] = {}  # by (slot, int) items
         self.floors: dict[tuple[int, ...], tuple[int, ...]] = {}  # per shape, see `_expect`
 
@@ -499,7 +510,7 @@ class AgentPool:
             self._indexes[shape] = index
         return index
 
-    def _plan(self, prepared: Prepared) -> tuple:
+    def _plan(self, prepared: Prepared) -> _Plan:
         prepared.plan = plan = self._index(prepared.shape).plan(prepared.amounts, self.dispersed)
         return plan
 
@@ -574,8 +585,10 @@ class AgentPool:
                 old = index.keys[agent]
                 index.keys[agent] = key = old + delta
                 held = index.where[agent]
+                assert held is not None  # the agent is a member of each of its indexes
                 del held[bisect_left(held, old)]
                 held = index.level_of[agent] if index.alive(room) else index.dead
+                assert held is not None
                 insort(held, key)
                 index.where[agent] = held
         return agent
