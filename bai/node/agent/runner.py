@@ -185,11 +185,25 @@ import time
 import traceback
 import types
 
+TYPE_CHECKING = False  # typing is not imported at run time (it costs start-up time); the checker reads True
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
 PYTHON_VERSION = "%d.%d.%d" % tuple(sys.version_info[:3])
 READ_CHUNK = 64 * 1024
 OUTPUT_RECORD = 512 * 1024  # characters of output per record (the agent reads lines of at most 4 MiB)
 MAX_LINE = 256 * 1024 * 1024  # --max-line: longer lines are discarded with an error record
-_EOF = object()  # what an input-eof op puts in a query's input queue
+
+
+class _EndOfInput:
+    """The type of `_EOF`."""
+
+
+_EOF = _EndOfInput()  # what an input-eof op puts in a query's input queue
+if TYPE_CHECKING:
+    # a job's input queue: a query's input (str, or _EOF once input has ended), a batch command's stdin
+    # (str, or None: close it); the early inputs of a queued job (str, or None for an input-eof)
+    _Input = str | _EndOfInput | None
 # Backend.AI's service definitions (NAME.json); BAI_SERVICE_DEFS names another folder (tests).
 SERVICE_DEFS_DIR = os.environ.get("BAI_SERVICE_DEFS") or "/etc/backend.ai/service-defs"
 SERVICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
@@ -212,7 +226,7 @@ _RUNNER_GLOBALS = globals()
 RUNNER_FILE = os.path.abspath(__file__)  # before main() changes directory: what `restart` executes again
 
 
-def _sigint_group(proc: subprocess.Popen) -> None:
+def _sigint_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGINT to a batch command's process group, unless it has ended."""
     if proc.poll() is None:
         try:
@@ -221,7 +235,7 @@ def _sigint_group(proc: subprocess.Popen) -> None:
             pass
 
 
-def _ignore_signal(signum, frame):
+def _ignore_signal(signum: int, frame: types.FrameType | None) -> None:
     # A Python-level no-op handler (unlike SIG_IGN it is not inherited by
     # children across exec), used for SIGINT while no query is executing.
     pass
@@ -235,12 +249,14 @@ class _Stream(io.TextIOBase):
         self._runner = runner
         self._kind = kind
 
+    # io.TextIOBase's encoding and errors are read-only properties at run time, as here; typeshed
+    # declares them plain attributes, which a property may not override
     @property
-    def encoding(self) -> str:
+    def encoding(self) -> str:  # type: ignore[override]
         return "utf-8"
 
     @property
-    def errors(self) -> str:
+    def errors(self) -> str:  # type: ignore[override]
         return "strict"
 
     @property
@@ -276,19 +292,22 @@ class Runner:
         self.state_lock = threading.Lock()
         self.conn: socket.socket | None = None
         # All fields below are guarded by state_lock.
-        self.jobs: queue.Queue = queue.Queue()
+        self.jobs: queue.Queue[tuple[str, str]] = queue.Queue()  # (kind, code or command)
         self.queued = 0  # jobs accepted but not yet started
-        self.early: list = []  # input/input-eof received while a job was queued
-        self.inputs: queue.Queue = queue.Queue()
+        self.early: list[str | None] = []  # input/input-eof received while a job was queued
+        self.inputs: queue.Queue[_Input] = queue.Queue()
         self.current: str | None = None  # "query" / "batch" while executing
         self.interruptible = False  # main thread is inside a query's exec()
-        self.proc: subprocess.Popen | None = None
-        self.stdin_q: queue.Queue | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stdin_q: queue.Queue[_Input] | None = None
         self.out: _Stream | None = None
-        self.services: dict = {}  # app name -> the Popen of the process start-service started for it
-        self.service_logs: dict = {}  # app name -> (its log's path, the log's size when it started)
-        self.service_starts: dict = {}  # app name -> (Event, outcome dict) while a start of it runs
-        self.app_tokens: dict = {}  # app name -> its secret ({token} in its command), once made or read
+        # app name -> the Popen of the process start-service started for it
+        self.services: dict[str, subprocess.Popen[bytes]] = {}
+        # app name -> (its log's path, the log's size when it started)
+        self.service_logs: dict[str, tuple[str, int]] = {}
+        # app name -> (Event, outcome dict) while a start of it runs
+        self.service_starts: dict[str, tuple[threading.Event, dict[str, Any]]] = {}
+        self.app_tokens: dict[str, str] = {}  # app name -> its secret ({token} in its command), once made or read
         self.cluster_lock = threading.Lock()
         self.sshd_tried = False
         # The persistent user namespace is a real module installed as __main__,
@@ -306,7 +325,7 @@ class Runner:
 
     # -- sending ---------------------------------------------------------
 
-    def send(self, obj: dict) -> None:
+    def send(self, obj: dict[str, Any]) -> None:
         try:
             data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates: escape them instead
@@ -495,9 +514,9 @@ class Runner:
                     data += "\n"
                 self.stdin_q.put(data)
 
-    def _start_job(self, kind: str) -> queue.Queue:
+    def _start_job(self, kind: str) -> queue.Queue[_Input]:
         """Mark a dequeued job as current and hand it the early input."""
-        q: queue.Queue = queue.Queue()
+        q: queue.Queue[_Input] = queue.Queue()
         with self.state_lock:
             self.queued -= 1
             self.current = kind
@@ -517,7 +536,7 @@ class Runner:
             self.current = None
             self.proc = self.stdin_q = None
 
-    def set_env(self, msg: dict) -> dict:
+    def set_env(self, msg: dict[str, Any]) -> dict[str, Any]:
         global SERVICE_DEFS_DIR
         try:
             env = _str_dict(msg.get("env"), "env")
@@ -533,9 +552,9 @@ class Runner:
             self.start_cluster()
         return {"t": "env", "ok": True}
 
-    def put_file(self, msg: dict) -> dict:
+    def put_file(self, msg: dict[str, Any]) -> dict[str, Any]:
         path = msg.get("path")
-        reply = {"t": "put-file", "path": path, "ok": False}
+        reply: dict[str, Any] = {"t": "put-file", "path": path, "ok": False}
         try:
             if not isinstance(path, str) or not path:
                 raise ValueError("path must be a non-empty string")
@@ -565,7 +584,9 @@ class Runner:
 
     # -- apps and tunnels (each op in a thread of its own) ----------------
 
-    def _in_thread(self, kind: str, handler, msg: dict) -> None:
+    def _in_thread(
+        self, kind: str, handler: Callable[[str, dict[str, Any]], dict[str, Any] | None], msg: dict[str, Any]
+    ) -> None:
         """Run handler(op_id, msg) in a new thread; what it returns (a record, or None) is sent, and
         an exception becomes a *kind* record with ok false."""
         op_id = msg.get("id")
@@ -585,9 +606,9 @@ class Runner:
 
         threading.Thread(target=run, name="%s-%s" % (kind, _short(op_id, 40)), daemon=True).start()
 
-    def start_service(self, op_id: str, msg: dict) -> dict:
+    def start_service(self, op_id: str, msg: dict[str, Any]) -> dict[str, Any]:
         """start-service: the service record to answer with."""
-        reply = {"t": "service", "id": op_id, "ok": False, "started": False}
+        reply: dict[str, Any] = {"t": "service", "id": op_id, "ok": False, "started": False}
         try:
             name = msg.get("name")
             if not isinstance(name, str) or not SERVICE_NAME.match(name):
@@ -610,7 +631,8 @@ class Runner:
             with self.state_lock:
                 pending = self.service_starts.get(name)
                 if pending is None:
-                    done, outcome = threading.Event(), {}
+                    done = threading.Event()
+                    outcome: dict[str, Any] = {}
                     self.service_starts[name] = (done, outcome)
                     break
             pending[0].wait()
@@ -630,10 +652,12 @@ class Runner:
         reply.update(outcome)
         return reply
 
-    def _start_service(self, name: str, port: int, command: list | None, env: dict, timeout: float) -> dict:
+    def _start_service(
+        self, name: str, port: int, command: list[str] | None, env: dict[str, str], timeout: float
+    ) -> dict[str, Any]:
         """Start app *name* unless it listens already (no other start of it runs meanwhile)."""
         defs_path = os.path.join(SERVICE_DEFS_DIR, name + ".json")
-        def_env: dict = {}
+        def_env: dict[str, str] = {}
         error = ""
         if os.path.isfile(defs_path):
             try:
@@ -654,7 +678,7 @@ class Runner:
         token = ""
         if any("{token}" in text for text in (*command, *def_env.values(), *env.values())):
             token = self._app_token(name)
-        done = {"ok": True, "started": False}
+        done: dict[str, Any] = {"ok": True, "started": False}
         if token:
             done["token"] = token
         if _listening(port):
@@ -724,7 +748,7 @@ class Runner:
             self.app_tokens[name] = token
             return token
 
-    def _open_service_log(self, name: str) -> tuple:
+    def _open_service_log(self, name: str) -> tuple[int, str]:
         """(fd, path) of app *name*'s log, opened for appending: in /tmp, else in the workdir."""
         filename = "bai-service-%s.log" % name
         error: OSError | None = None
@@ -734,9 +758,9 @@ class Runner:
                 return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), path
             except OSError as e:
                 error = e
-        raise error  # type: ignore[misc]
+        raise error  # type: ignore[misc]  # set: the loop ran, and each folder failed
 
-    def open_tunnel(self, op_id: str, msg: dict) -> dict | None:
+    def open_tunnel(self, op_id: str, msg: dict[str, Any]) -> dict[str, Any] | None:
         """tunnel: None once the tunnel is up, else the tunnel record saying why not."""
         reply = {"t": "tunnel", "id": op_id, "ok": False}
         try:
@@ -947,12 +971,13 @@ class Runner:
                 break
             except queue.Empty:
                 continue
-        if data is _EOF:
+        if isinstance(data, _EndOfInput):  # _EOF
             self.input_eof = True  # as on a pipe: every later input() of this job ends too
             raise EOFError
+        assert data is not None  # a query's input-eof is _EOF in its queue
         return data[:-1] if data.endswith("\n") else data
 
-    def run_batch(self, cmd: str, stdin_q: queue.Queue) -> int:
+    def run_batch(self, cmd: str, stdin_q: queue.Queue[_Input]) -> int:
         try:
             proc = subprocess.Popen(
                 cmd,
@@ -986,11 +1011,12 @@ class Runner:
         return rc if rc >= 0 else 128 - rc
 
     @staticmethod
-    def _feed_stdin(proc: subprocess.Popen, stdin_q: queue.Queue) -> None:
+    def _feed_stdin(proc: subprocess.Popen[bytes], stdin_q: queue.Queue[_Input]) -> None:
         stdin = proc.stdin
+        assert stdin is not None  # Popen(stdin=PIPE)
         while True:
             data = stdin_q.get()
-            if data is None:
+            if not isinstance(data, str):  # None: the command ended (a batch's queue never holds _EOF)
                 break
             try:
                 stdin.write(data.encode("utf-8", errors="replace"))
@@ -1121,9 +1147,9 @@ def _note(text: str) -> None:
         pass
 
 
-def _parse_ports(text: str) -> list:
+def _parse_ports(text: str) -> list[int]:
     """--ports ("2200,12345-12364") as a sorted list of ports; malformed items are skipped with a note."""
-    ports = set()
+    ports: set[int] = set()
     for item in text.split(","):
         item = item.strip()
         if not item:
@@ -1168,13 +1194,13 @@ def _port(value: object) -> int:
     return value
 
 
-def _str_list(value: object, what: str) -> list:
+def _str_list(value: object, what: str) -> list[str]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
         raise ValueError("%s must be a non-empty list of strings" % what)
     return value
 
 
-def _str_dict(value: object, what: str) -> dict:
+def _str_dict(value: object, what: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ValueError("%s must be an object of strings" % what)
     return value
@@ -1277,7 +1303,7 @@ def connect_socket(path: str) -> socket.socket:
 # -- relay mode: a peer proxy ----------------------------------------------
 
 
-def relay_forever(name: str, connect_path: str, ports: list) -> None:
+def relay_forever(name: str, connect_path: str, ports: list[int]) -> None:
     """Relay mode (see the module's docstring): listen on 0.0.0.0 for each port, and hand each connection to
     the agent as a dial of `name`:PORT.  Never returns; exit 1 when no port can be listened on."""
     selector = selectors.DefaultSelector()
@@ -1306,8 +1332,10 @@ def relay_forever(name: str, connect_path: str, ports: list) -> None:
             time.sleep(0.1)
             continue
         for key, _ in events:
+            listener = key.fileobj
+            assert isinstance(listener, socket.socket)  # only listening sockets are registered
             try:
-                conn, _ = key.fileobj.accept()
+                conn, _ = listener.accept()
             except OSError:  # BlockingIOError (another wakeup took it), or a connection already reset
                 continue
             args = (conn, connect_path, name, key.data)
@@ -1333,7 +1361,7 @@ def _dial(conn: socket.socket, connect_path: str, name: str, port: int) -> None:
                 sock.close()
 
 
-def main(argv: list | None = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="bai kernel runner")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--connect", help="the agent's Unix socket to connect to (and reconnect to)")
