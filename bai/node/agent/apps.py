@@ -231,7 +231,8 @@ async def splice(
             if any(f in done for f in exits) or any(w in done and w.exception() is not None for w in ways):
                 break
     finally:
-        for task in (*ways, *exits):
+        started: tuple[asyncio.Future[Any], ...] = (*ways, *exits)
+        for task in started:
             task.cancel()
         for task in ways:
             with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):

@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import inspect
 import posixpath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import IO
 
 HOME = "/home/work"
+# tar_path's signature is annotated in quotes: its source runs without this module's
+# `from __future__ import annotations`, on the kernel's Python, where IO is not imported.
 
 
 class DownloadError(Exception):
@@ -29,7 +35,7 @@ def kernel_path(path: str) -> str:
     return full
 
 
-def tar_path(path: str, out, limit: int) -> None:
+def tar_path(path: str, out: "IO[bytes]", limit: int) -> None:  # noqa: UP037 (quoted: see above)
     """Write a tar archive of `path` (a file or a folder, under its base name) to the binary stream `out`;
     stop with OSError once it would hold more than `limit` bytes of file data."""
     import os
@@ -39,7 +45,7 @@ def tar_path(path: str, out, limit: int) -> None:
         raise FileNotFoundError(f"{path}: no such file or folder")
     total = 0
 
-    def count(info):
+    def count(info: tarfile.TarInfo) -> tarfile.TarInfo:
         nonlocal total
         total += info.size
         if total > limit:

@@ -21,8 +21,13 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import aiodocker
 
 log = logging.getLogger("bai.agent.leftovers")
 
@@ -95,7 +100,11 @@ def remove_tree(path: Path, what: str = "folder", *, logger: logging.Logger | No
         return True
     failures: list[tuple[str, BaseException]] = []
 
-    def failed(_func, name: str, error) -> None:
+    def failed(
+        _func: Callable[..., object],
+        name: str,
+        error: BaseException | tuple[type[BaseException], BaseException, TracebackType],
+    ) -> None:
         error = error if isinstance(error, BaseException) else error[1]  # onexc: the error; onerror: exc_info
         if not isinstance(error, FileNotFoundError):
             failures.append((name, error))
@@ -113,7 +122,7 @@ def remove_tree(path: Path, what: str = "folder", *, logger: logging.Logger | No
     return False
 
 
-def _labels(info: dict) -> dict:
+def _labels(info: dict[str, Any]) -> dict[str, Any]:
     """A container's or network's labels, from what Docker lists (`Labels`, for containers also under
     `Config`)."""
     labels = info.get("Labels")
@@ -123,7 +132,7 @@ def _labels(info: dict) -> dict:
 
 
 async def remove_networks(
-    docker,
+    docker: aiodocker.Docker,
     agent_id: str,
     keep: Collection[str] = (),
     *,
@@ -151,8 +160,8 @@ async def remove_networks(
         info = getattr(proxy, "_container", {}) or {}
         if _labels(info).get(agent_label) != agent_id:
             continue  # another agent's (on the same daemon): never ours to remove
-        network = str((info.get("HostConfig") or {}).get("NetworkMode") or "")
-        if network in keep:
+        network_mode = str((info.get("HostConfig") or {}).get("NetworkMode") or "")
+        if network_mode in keep:
             continue  # a session whose kernels the agent adopted: its proxies stay
         short = str(proxy.id)[:12]
         with step(f"container {short} (a peer proxy)", remedy=f"remove it with `docker rm -f {short}`", logger=logger):
@@ -173,7 +182,7 @@ async def remove_networks(
         name = str(net.get("Name") or "")
         if not name.startswith(prefix) or name in keep or _labels(net).get(agent_label) != agent_id:
             continue  # not a session network, one in use, or another agent's (on the same daemon)
-        network = DockerNetwork(docker, net["Id"])
+        network = DockerNetwork(docker, net["Id"])  # type: ignore[no-untyped-call]  # aiodocker: __init__ unannotated
         with step(f"network {name}", remedy=f"remove it with `docker network rm {name}`", logger=logger):
             try:
                 if (await network.show()).get("Containers"):

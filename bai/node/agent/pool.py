@@ -87,8 +87,8 @@ class WarmPool:
         except (TimeoutError, asyncio.CancelledError):
             if fut in waiting:
                 waiting.remove(fut)
-            if fut.done() and not fut.cancelled() and fut.result() is not None:
-                self._add(fut.result())  # it came just as we gave up: the pool's again
+            if fut.done() and not fut.cancelled() and (late := fut.result()) is not None:
+                self._add(late)  # it came just as we gave up: the pool's again
             if not fut.done():
                 fut.cancel()
             return None

@@ -31,6 +31,7 @@ from bai.node.agent import cgroups
 
 if TYPE_CHECKING:
     from bai.node.agent.backends.base import Kernel
+    from bai.node.agent.backends.docker import DockerBackend
 
 log = logging.getLogger("bai.agent.stats")
 MIN_UTIL_INTERVAL = 0.05  # seconds: over a shorter interval the last utilisation is repeated
@@ -109,7 +110,7 @@ class DockerSampler(Sampler):
     The backend's `host_pids(container ids)` gives each running container's first process as the host
     sees it (cached: Docker is asked once per container, never once per round)."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: DockerBackend) -> None:
         super().__init__()
         self.backend = backend
         self._files: dict[str, cgroups.UsageFiles] = {}  # kernel id -> its container's usage files
@@ -117,7 +118,9 @@ class DockerSampler(Sampler):
     async def targets(self, kernels: Sequence[Kernel]) -> list[tuple[str, str, int]]:
         """(kernel id, container id, host pid) of the kernels whose container runs."""
         pids = await self.backend.host_pids([k.container_id for k in kernels if k.container_id])
-        return [(k.spec.kernel_id, k.container_id, pids[k.container_id]) for k in kernels if k.container_id in pids]
+        return [
+            (k.spec.kernel_id, cid, pids[cid]) for k in kernels if (cid := k.container_id) is not None and cid in pids
+        ]
 
     async def sample(self, kernels: Sequence[Kernel]) -> dict[str, Sample]:
         jobs = await self.targets(kernels)
@@ -325,11 +328,11 @@ def kernel_gpus(held: list[tuple[str, Any]], devices: dict[str, dict[str, Any]])
 
 def _total(t: Any) -> float:
     """All of a core's time (guest time is already in user and nice)."""
-    return sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    return float(sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0))  # (psutil is untyped)
 
 
 def _idle(t: Any) -> float:
-    return t.idle + getattr(t, "iowait", 0.0)
+    return float(t.idle + getattr(t, "iowait", 0.0))
 
 
 class HostSampler:

@@ -122,7 +122,8 @@ def retry_delay(failures: int) -> float:
     """Seconds to wait before trying an image again after `failures` failed creations in a row."""
     if failures <= 0:
         return 0.0
-    return min(RETRY_MAX, RETRY_FIRST * 2 ** (failures - 1))
+    doublings: int = 2 ** (failures - 1)  # (int ** int is typed Any: a negative power gives a float)
+    return min(RETRY_MAX, RETRY_FIRST * doublings)
 
 
 def reserved(targets: Mapping[str, int]) -> Slots:

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from bai.node.agent.scratch import Scratch
+    from bai.node.agent.stats import Sampler
     from bai.node.agent.terminal import Terminal
 
 from bai.common.service_ports import KNOWN_COMMANDS, ServicePort
 from bai.common.status import StatusInfo
-from bai.node.agent.channel import AGENT_SOCKET, Channel, RunnerChannel
+from bai.node.agent.channel import AGENT_SOCKET, Channel, OutputSink, RunnerChannel
 from bai.node.link.messages import ClusterSpec
+
+# `progress(done_bytes, total_bytes)` as an image pull goes
+PullProgress = Callable[[int, int], Awaitable[None]]
 
 
 class KernelStartError(Exception):
@@ -105,15 +111,15 @@ class Backend(Protocol):
 
     name: str
     manages_images: bool  # kernels run from images the backend pulls and removes (Docker)
-    scratch: Any  # the kernels' writable scratch space (agent/scratch.py), or None
+    scratch: Scratch | None  # the kernels' writable scratch space (agent/scratch.py), or None
 
     async def start(self) -> None: ...
 
-    async def create(self, spec: KernelSpec, on_output) -> Kernel: ...
+    async def create(self, spec: KernelSpec, on_output: OutputSink) -> Kernel: ...
 
     async def destroy(self, kernel: Kernel) -> None: ...
 
-    async def adopt(self, on_output) -> list[Kernel]:
+    async def adopt(self, on_output: OutputSink) -> list[Kernel]:
         """Kernels of this agent still alive from an earlier run."""
         ...
 
@@ -121,7 +127,9 @@ class Backend(Protocol):
 
     async def has_image(self, image: str) -> bool: ...
 
-    async def pull(self, image: str, progress=None, auth: dict[str, str] | None = None) -> dict[str, Any]:
+    async def pull(
+        self, image: str, progress: PullProgress | None = None, auth: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """Pull an image (`progress(done, total)` as it goes); its labels."""
         ...
 
@@ -166,7 +174,7 @@ class Backend(Protocol):
 
     warm_pool: bool  # whether this backend can start kernels ahead of their session
 
-    async def create_pooled(self, image: str, pool_id: str, on_output) -> Kernel:
+    async def create_pooled(self, image: str, pool_id: str, on_output: OutputSink) -> Kernel:
         """A kernel of `image` started ahead of any session (`pool_image` set), with small limits."""
         ...
 
@@ -185,7 +193,7 @@ class Backend(Protocol):
         background); False when this backend does not (then `destroy` does all)."""
         ...
 
-    def sampler(self) -> Any:
+    def sampler(self) -> Sampler:
         """What samples this backend's kernels' resource usage (an agent.stats.Sampler)."""
         ...
 
@@ -196,10 +204,10 @@ class BackendBase:
 
     name = "?"
     manages_images = False
-    scratch: Any = None
+    scratch: Scratch | None = None
     warm_pool = False
 
-    async def create_pooled(self, image: str, pool_id: str, on_output) -> Kernel:
+    async def create_pooled(self, image: str, pool_id: str, on_output: OutputSink) -> Kernel:
         raise KernelStartError(f"the {self.name} backend has no warm pool")
 
     async def hand_over(self, kernel: Kernel, spec: KernelSpec) -> None:
@@ -208,7 +216,7 @@ class BackendBase:
     async def kill(self, kernel: Kernel) -> bool:
         return False
 
-    def sampler(self) -> Any:
+    def sampler(self) -> Sampler:
         from bai.node.agent.stats import Sampler
 
         return Sampler()  # measures nothing: its kernels' samples are absent
@@ -219,7 +227,9 @@ class BackendBase:
     async def has_image(self, image: str) -> bool:
         return True  # any image name will do (it is not pulled)
 
-    async def pull(self, image: str, progress=None, auth: dict[str, str] | None = None) -> dict[str, Any]:
+    async def pull(
+        self, image: str, progress: PullProgress | None = None, auth: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         raise KernelStartError(f"the {self.name} backend has no images to pull")
 
     async def remove_image(self, image: str) -> None:
@@ -305,7 +315,9 @@ def oom_ending(limit: int) -> dict[str, str]:
     return {"reason": StatusInfo.OUT_OF_MEMORY, "msg": f"the kernel ran out of memory{where} and was killed"}
 
 
-async def listen_for_runner(run_dir: Path, on_output, owner: tuple[int, int] | None = None) -> RunnerChannel:
+async def listen_for_runner(
+    run_dir: Path, on_output: OutputSink, owner: tuple[int, int] | None = None
+) -> RunnerChannel:
     """A channel listening in the kernel's run folder for its runner to connect (see RunnerChannel)."""
     channel = RunnerChannel(run_dir / AGENT_SOCKET, on_output)
     await channel.listen(owner)

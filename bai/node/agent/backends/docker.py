@@ -68,9 +68,10 @@ import logging
 import os
 import re
 import signal
+from collections.abc import AsyncIterator, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
@@ -97,17 +98,21 @@ from bai.node.agent.backends.base import (
     Kernel,
     KernelSpec,
     KernelStartError,
+    PullProgress,
     kernel_env,
     listen_for_runner,
     oom_ending,
 )
-from bai.node.agent.channel import AGENT_SOCKET, Channel, ChannelError, RunnerChannel
+from bai.node.agent.channel import AGENT_SOCKET, Channel, ChannelError, OutputSink, RunnerChannel
 from bai.node.agent.download import tar_script
 from bai.node.agent.files import list_script
 from bai.node.agent.scratch import Layout, Scratch, ScratchError
 from bai.node.agent.terminal import DockerExecTerminal, Terminal
 from bai.node.agent.warm_pool import POOL_SLOTS, SESSION_ENV
 from bai.node.link.messages import ClusterSpec
+
+if TYPE_CHECKING:
+    from bai.node.agent.stats import Sampler
 
 log = logging.getLogger("bai.agent.docker")
 LABEL_KERNEL = "ai.backend.kernel-id"
@@ -271,7 +276,9 @@ async def exec_write(
     err = b""
     try:
         await stream.write_in(data)
-        transport = stream._resp.connection.transport  # end of stdin, then read what it says
+        resp = stream._resp  # end of stdin, then read what it says
+        assert resp is not None and resp.connection is not None  # the stream is started: write_in went through it
+        transport = resp.connection.transport
         if transport is not None and transport.can_write_eof():
             transport.write_eof()
         while (msg := await stream.read_out()) is not None:
@@ -374,7 +381,7 @@ class DockerBackend(BackendBase):
             await self.docker.close()
             raise DockerUnavailable(f"the Docker daemon does not answer: {e}") from None
 
-    def sampler(self) -> Any:
+    def sampler(self) -> Sampler:
         """The containers' cgroup files, read directly (agent.stats.DockerSampler)."""
         from bai.node.agent.stats import DockerSampler
 
@@ -439,7 +446,7 @@ class DockerBackend(BackendBase):
         ]
 
     @contextlib.asynccontextmanager
-    async def _session_lock(self, session_id: str):
+    async def _session_lock(self, session_id: str) -> AsyncIterator[None]:
         """One holder at a time per session (its network's creation and removal); the lock goes with its last user."""
         entry = self._net_locks.get(session_id)
         if entry is None:
@@ -628,7 +635,7 @@ class DockerBackend(BackendBase):
         if name is None or (spec.network or self.network) == "none":
             return  # (none: the session's network is its only one, in its configuration)
         hostname = kernel_name(spec.cluster_role, spec.cluster_idx)
-        network = DockerNetwork(self.docker, name)
+        network = DockerNetwork(self.docker, name)  # type: ignore[no-untyped-call]  # aiodocker: __init__ unannotated
         await network.connect({"Container": container.id, "EndpointConfig": {"Aliases": [hostname]}})
 
     async def _leave_network(self, spec: KernelSpec) -> None:
@@ -655,7 +662,7 @@ class DockerBackend(BackendBase):
     async def _remove_network(self, name: str) -> None:
         assert self.docker is not None
         try:
-            await DockerNetwork(self.docker, name).delete()
+            await DockerNetwork(self.docker, name).delete()  # type: ignore[no-untyped-call]  # __init__ unannotated
             log.debug("removed network %s", name)
         except DockerError as e:
             if e.status != 404:
@@ -666,7 +673,7 @@ class DockerBackend(BackendBase):
         spec: KernelSpec,
         run_dir: Path,
         layout: Layout | None = None,
-        service_ports: list[ServicePort] = (),
+        service_ports: Sequence[ServicePort] = (),
         pooled: bool = False,
     ) -> dict[str, Any]:
         env = kernel_env(spec)
@@ -756,7 +763,7 @@ class DockerBackend(BackendBase):
             config["ExposedPorts"] = {port: {} for port in host["PortBindings"]}
         return config
 
-    async def create(self, spec: KernelSpec, on_output, pooled: bool = False) -> Kernel:
+    async def create(self, spec: KernelSpec, on_output: OutputSink, pooled: bool = False) -> Kernel:
         assert self.docker is not None
         self.check_cluster(spec)  # (before anything is made)
         loop = asyncio.get_running_loop()
@@ -858,7 +865,7 @@ class DockerBackend(BackendBase):
 
     warm_pool = True
 
-    async def create_pooled(self, image: str, pool_id: str, on_output) -> Kernel:
+    async def create_pooled(self, image: str, pool_id: str, on_output: OutputSink) -> Kernel:
         """A kernel of `image` for the warm pool: what `create` makes for a session, minus the session
         (its variables, dotfiles) and with POOL_SLOTS as limits; labelled LABEL_POOL."""
         spec = KernelSpec(pool_id, "", "", "", image, dict(POOL_SLOTS), {})
@@ -1135,6 +1142,8 @@ class DockerBackend(BackendBase):
         if kernel.spec.slots.get("mem"):
             return int(kernel.spec.slots["mem"])
         assert self.docker is not None
+        if kernel.container_id is None:
+            return 0  # (no container to ask)
         with contextlib.suppress(DockerError):
             info = await self.docker.containers.container(kernel.container_id).show()
             return int((info.get("HostConfig") or {}).get("Memory") or 0)
@@ -1164,7 +1173,7 @@ class DockerBackend(BackendBase):
         self.ports.release(kernel.spec.kernel_id)
         await asyncio.to_thread(scratchlib.remove_kernel_dir, kernel.run_dir.parent)
 
-    async def adopt(self, on_output) -> list[Kernel]:
+    async def adopt(self, on_output: OutputSink) -> list[Kernel]:
         """Re-attach to this agent's running containers; remove its dead ones, and the folders and scratch
         mounts of kernels that are gone. Returns at once: a kernel whose runner has not connected again yet
         (one still starting when the agent died, or slow) settles in the background (see _settle)."""
@@ -1191,7 +1200,7 @@ class DockerBackend(BackendBase):
             log.info("removed the folders of %d kernels that are gone", len(gone))
         return kernels
 
-    async def _adopt_one(self, c: Any, on_output) -> Kernel | None:
+    async def _adopt_one(self, c: Any, on_output: OutputSink) -> Kernel | None:
         assert self.docker is not None
         loop = asyncio.get_running_loop()
         info = c._container
@@ -1296,7 +1305,9 @@ class DockerBackend(BackendBase):
             raise
         return True
 
-    async def pull(self, image: str, progress=None, auth: dict[str, str] | None = None) -> dict[str, Any]:
+    async def pull(
+        self, image: str, progress: PullProgress | None = None, auth: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """`docker pull` with progress: `progress(done_bytes, total_bytes)` as layers download; `auth`
         ({username, password, serveraddress}, from the manager) goes only into X-Registry-Auth."""
         assert self.docker is not None
@@ -1342,7 +1353,7 @@ class DockerBackend(BackendBase):
 
     async def list_files(self, kernel: Kernel, path: str) -> dict[str, Any]:
         """Run the listing with the container's Python, so it sees the kernel's files and mounts."""
-        assert self.docker is not None
+        assert self.docker is not None and kernel.container_id is not None
         container = self.docker.containers.container(kernel.container_id)
         try:
             run = await container.exec(
@@ -1359,7 +1370,8 @@ class DockerBackend(BackendBase):
         except DockerError as e:
             return {"files": "[]", "errors": f"cannot list files: {e.message}", "abspath": path}
         try:
-            return json.loads(out)
+            listing: dict[str, Any] = json.loads(out)  # list_script prints one JSON object
+            return listing
         except ValueError:
             detail = err.decode(errors="replace").strip()[-300:] or "no Python in this image?"
             return {"files": "[]", "errors": f"cannot list files: {detail}", "abspath": path}
@@ -1367,7 +1379,7 @@ class DockerBackend(BackendBase):
     async def download(self, kernel: Kernel, path: str, limit: int) -> bytes:
         """A tar archive of `path` in the kernel, made inside it as its user (with its Python, else `tar`),
         so it sees exactly the kernel's files and mounts and reaches nothing else."""
-        assert self.docker is not None
+        assert self.docker is not None and kernel.container_id is not None
         container = self.docker.containers.container(kernel.container_id)
         script = (
             'if command -v python3 >/dev/null 2>&1; then exec python3 -c "$0" "$1" "$2"; fi; '
@@ -1448,7 +1460,7 @@ class ExecChannel(Channel):
 
     supports_query = False
 
-    def __init__(self, docker: aiodocker.Docker, container_id: str, on_output) -> None:
+    def __init__(self, docker: aiodocker.Docker, container_id: str, on_output: OutputSink) -> None:
         super().__init__(on_output)
         self.docker = docker
         self.container_id = container_id

@@ -31,7 +31,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bai.node.agent import leftovers
 from bai.node.agent.backends.base import (
@@ -44,10 +44,13 @@ from bai.node.agent.backends.base import (
     kernel_env,
     listen_for_runner,
 )
-from bai.node.agent.channel import AGENT_SOCKET, ChannelError
+from bai.node.agent.channel import AGENT_SOCKET, ChannelError, OutputSink
 from bai.node.agent.download import tar_path
 from bai.node.agent.files import list_dir
 from bai.node.agent.terminal import PtyProcess, Terminal
+
+if TYPE_CHECKING:
+    from bai.node.agent.stats import Sampler
 
 log = logging.getLogger("bai.agent.local")
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -96,7 +99,7 @@ class LocalBackend(BackendBase):
     async def start(self) -> None:
         self.kernels_dir.mkdir(parents=True, exist_ok=True)
 
-    def sampler(self) -> Any:
+    def sampler(self) -> Sampler:
         """psutil over each kernel's process group (agent.stats.LocalSampler)."""
         from bai.node.agent.stats import LocalSampler
 
@@ -105,7 +108,7 @@ class LocalBackend(BackendBase):
     async def images(self) -> list[dict[str, Any]]:
         return [{"name": "python", "id": "local", "size": 0, "python": sys.version.split()[0]}]
 
-    async def create(self, spec: KernelSpec, on_output) -> Kernel:
+    async def create(self, spec: KernelSpec, on_output: OutputSink) -> Kernel:
         if spec.clustered():  # its kernels would share the host's network and names: nothing to tell them apart
             raise KernelStartError(
                 "the local backend runs one kernel per session: multi-container sessions need a Docker agent"
@@ -274,7 +277,7 @@ class LocalBackend(BackendBase):
             await self._kill(proc, kernel.spec.kernel_id)
         leftovers.remove_tree(kernel.run_dir.parent, "kernel folder", logger=log)
 
-    async def adopt(self, on_output) -> list[Kernel]:
+    async def adopt(self, on_output: OutputSink) -> list[Kernel]:
         # Local kernels die with the node; leftovers are only folders.
         if self.kernels_dir.exists():
             for child in self.kernels_dir.iterdir():

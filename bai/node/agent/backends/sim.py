@@ -31,7 +31,7 @@ import asyncio
 import shlex
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bai.common import service_ports as apps
 from bai.common import slots as slotlib
@@ -39,6 +39,9 @@ from bai.common.service_ports import ServicePort
 from bai.node.agent import leftovers
 from bai.node.agent.backends.base import BackendBase, Kernel, KernelSpec, kernel_env
 from bai.node.agent.channel import Channel, ChannelError, OutputSink
+
+if TYPE_CHECKING:
+    from bai.node.agent.stats import Sampler
 
 SIM_IMAGE = "sim"
 SIM_RUN_DIR = Path("/nonexistent/bai-sim")  # kernels have no folder; nothing is ever written here
@@ -186,7 +189,7 @@ class SimChannel(Channel):
         if self._stop_sleeper() and self.run_id is not None:
             self._finish("", "", INTERRUPTED)
 
-    async def put_file(self, path: str, data: bytes) -> None:
+    async def put_file(self, path: str, data: bytes, mode: int | None = None) -> None:
         if self.closed:
             raise ChannelError("the kernel was destroyed")
         self.files.append(path)
@@ -248,7 +251,7 @@ class SimBackend(BackendBase):
         self.start_delay = start_delay
         self.image = image
         self.apps_label = apps
-        self.app_servers: dict[tuple[str, str], asyncio.AbstractServer] = {}  # (kernel id, app) -> echo server
+        self.app_servers: dict[tuple[str, str], asyncio.Server] = {}  # (kernel id, app) -> echo server
         self.kernels: dict[str, Kernel] = {}
         self.terminals: list[SimTerminal] = []  # every terminal opened (for tests)
         self.created = 0  # kernels created since start, for tests and benchmarks
@@ -256,7 +259,7 @@ class SimBackend(BackendBase):
     async def start(self) -> None:
         pass
 
-    def sampler(self) -> Any:
+    def sampler(self) -> Sampler:
         """Synthetic figures from each session's BAI_SIM_* variables (agent.stats.SimSampler)."""
         from bai.node.agent.stats import SimSampler
 
@@ -324,7 +327,7 @@ class SimBackend(BackendBase):
             tar.addfile(tarfile.TarInfo(name.rsplit("/", 1)[-1]), io.BytesIO(b""))
         return buffer.getvalue()
 
-    async def create(self, spec: KernelSpec, on_output) -> Kernel:
+    async def create(self, spec: KernelSpec, on_output: OutputSink) -> Kernel:
         if self.start_delay > 0:
             await asyncio.sleep(self.start_delay)
         kernel = Kernel(spec=spec, channel=SimChannel(on_output), run_dir=SIM_RUN_DIR / spec.kernel_id)
@@ -344,7 +347,7 @@ class SimBackend(BackendBase):
             await kernel.channel.close()
         kernel.set_exit(137)
 
-    async def adopt(self, on_output) -> list[Kernel]:
+    async def adopt(self, on_output: OutputSink) -> list[Kernel]:
         return []  # simulated kernels do not outlive their process
 
     async def close(self, kernels: list[Kernel]) -> None:
