@@ -10,9 +10,10 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -22,6 +23,14 @@ from bai.common.auth import Keypair
 from bai.common.config import ConfigError, data_dir, parse_hostport
 from bai.common.service_ports import parse_range
 from bai.common.slots import format_slots
+
+if TYPE_CHECKING:
+    import ssl
+
+    from bai.node.agent.backends.base import Backend
+    from bai.node.link.base import AgentLink, ManagerLink
+    from bai.node.link.zmq import ZmqAgentLink
+    from bai.node.manager.services.vfolder_service import VFolders
 
 log = logging.getLogger("bai.node")
 
@@ -47,7 +56,7 @@ def install_runner(state_dir: Path) -> Path:
     return target
 
 
-async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, runner: Path):
+async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, runner: Path) -> tuple[Backend, str]:
     from bai.node.agent.backends.docker import DockerBackend, DockerUnavailable, docker_available
     from bai.node.agent.backends.local import LocalBackend
 
@@ -70,7 +79,7 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
             kernel_scratch = await asyncio.to_thread(
                 scratch.choose, str(agent_cfg["scratch_type"]), str(agent_cfg["scratch_size"]), kernels_dir
             )
-            backend = DockerBackend(
+            docker = DockerBackend(
                 agent_id,
                 kernels_dir,
                 runner,
@@ -88,16 +97,16 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
         except (scratch.ScratchError, ValueError) as e:
             raise NodeError(str(e)) from None
         try:
-            await backend.start()
+            await docker.start()
         except DockerUnavailable as e:
             raise NodeError(f"{e} (use --backend local to run kernels as local processes)") from None
-        return backend, "docker (kernels are containers)"
-    backend = LocalBackend(kernels_dir, runner, float(agent_cfg["start_timeout"]))
-    await backend.start()
+        return docker, "docker (kernels are containers)"
+    local = LocalBackend(kernels_dir, runner, float(agent_cfg["start_timeout"]))
+    await local.start()
     import getpass
 
     return (
-        backend,
+        local,
         f"local (no Docker: kernels run UNSANDBOXED as local processes of user {getpass.getuser()})",
     )
 
@@ -116,13 +125,13 @@ def state_dir_of(cfg: dict[str, Any]) -> Path:
     return state_dir
 
 
-async def _sweep_uploads(vfolders) -> None:
+async def _sweep_uploads(vfolders: VFolders) -> None:
     while True:
         await vfolders.sweep()
         await asyncio.sleep(600)
 
 
-def tls_context(cfg: dict[str, Any]):
+def tls_context(cfg: dict[str, Any]) -> ssl.SSLContext | None:
     """The server's TLS context from [node] tls_cert / tls_key, or None for plain HTTP."""
     cert, key = str(cfg["node"]["tls_cert"]), str(cfg["node"]["tls_key"])
     if not cert and not key:
@@ -159,7 +168,11 @@ def hostport(value: str, flag: str) -> tuple[str, int]:
 
 
 async def start_manager(
-    cfg: dict[str, Any], state_dir: Path, link, stops: dict[str, Any], cluster: dict[str, str] | None = None
+    cfg: dict[str, Any],
+    state_dir: Path,
+    link: ManagerLink,
+    stops: dict[str, Any],
+    cluster: dict[str, str] | None = None,
 ) -> list[str]:
     """The manager's parts: store, services (sessions, agents, images, …), dispatcher, timers, HTTP API.
     Returns banner lines."""
@@ -206,7 +219,7 @@ async def start_manager(
     stops["background"] = manager.background.close
     manager.background.spawn(_sweep_uploads(vfolders), "vfolder-sweeper")
     services = manager.services
-    settings = {
+    settings: dict[str, Any] = {  # the HTTP app's settings (make_app)
         "keypairs": await store.keypairs(),
         "default_resources": {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])},
         "cluster": cluster,
@@ -271,7 +284,9 @@ async def start_manager(
     return lines
 
 
-async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: dict[str, Any]) -> list[str]:
+async def start_agent(
+    cfg: dict[str, Any], state_dir: Path, make_link: Callable[[str], AgentLink], stops: dict[str, Any]
+) -> list[str]:
     """The agent's parts: backend, slots, link to the manager. Returns banner lines."""
     from bai.node.agent.agent import Agent
     from bai.node.agent.resources import discover_slots
@@ -326,7 +341,7 @@ async def start_agent(cfg: dict[str, Any], state_dir: Path, make_link, stops: di
     return lines
 
 
-def zmq_agent_link_factory(cfg: dict[str, Any]):
+def zmq_agent_link_factory(cfg: dict[str, Any]) -> Callable[[str], ZmqAgentLink]:
     from bai.node.link.zmq import ZmqAgentLink
 
     manager = cfg["node"]["manager"]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from bai.common.config import parse_hostport
 
@@ -98,7 +99,7 @@ def _alive(pid: int) -> bool:
 
 
 @web.middleware
-async def bearer(request: web.Request, handler) -> web.StreamResponse:
+async def bearer(request: web.Request, handler: Handler) -> web.StreamResponse:
     expected = request.app[STATE]["token"]
     given = request.headers.get("Authorization", "")
     if not secrets.compare_digest(given.encode(), f"Bearer {expected}".encode()):

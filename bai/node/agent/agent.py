@@ -24,7 +24,7 @@ from bai.common.logs import LogThrottle
 from bai.node.agent import batch
 from bai.node.agent.apps import AppError, Apps, relay
 from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount, oom_ending
-from bai.node.agent.channel import ChannelError, RunnerChannel
+from bai.node.agent.channel import ChannelError, OutputSink, RunnerChannel
 from bai.node.agent.download import DownloadError, kernel_path
 from bai.node.agent.gpu_alloc import GpuAllocator
 from bai.node.agent.gpus import NVML
@@ -382,7 +382,7 @@ class Agent:
             if not waiting.done():
                 waiting.set_result(samples.get(kernel.spec.kernel_id))
 
-    def _output_sink(self, kernel_id: str):
+    def _output_sink(self, kernel_id: str) -> OutputSink:
         def sink(kind: str, text: str) -> None:
             if self.logs is not None:
                 self.logs.add(kernel_id, text)
