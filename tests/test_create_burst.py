@@ -16,6 +16,8 @@ import pytest
 
 from bai.common.problems import Problem
 from bai.common.status import OCCUPYING_STATUSES
+from bai.node.manager.errors import Conflict
+from bai.node.manager.http.problems import problem_of
 from bai.node.manager.state import Store
 from tests.harness import Harness
 
@@ -61,7 +63,7 @@ async def test_transactions_queued_together_each_get_their_own_answer(store: Sto
             assert isinstance(result, RuntimeError), (i, result)
         else:
             assert result == f"a{i}"
-    assert set(await store.image_aliases()) == {f"a{i}" for i in range(50) if i % 7 != 3}
+    assert {a.alias for a in await store.image_aliases()} == {f"a{i}" for i in range(50) if i % 7 != 3}
 
 
 async def test_failures_first_last_and_in_a_row_each_fail_alone(store: Store) -> None:
@@ -75,7 +77,7 @@ async def test_failures_first_last_and_in_a_row_each_fail_alone(store: Store) ->
             assert isinstance(result, RuntimeError), (i, result)
         else:
             assert result == f"b{i}"
-    assert set(await store.image_aliases()) == {f"b{i}" for i in range(12) if i not in failing}
+    assert {a.alias for a in await store.image_aliases()} == {f"b{i}" for i in range(12) if i not in failing}
     assert await store.set_image_alias("after", "img")  # the connection is not left in a transaction
 
 
@@ -97,7 +99,7 @@ async def test_a_transaction_that_raises_sees_what_those_before_it_wrote(store: 
         store, [count_then("c0", False), count_then("c1", False), count_then("c2", True), count_then("c3", False)]
     )
     assert results[:2] == [1, 2] and isinstance(results[2], RuntimeError) and results[3] == 3
-    assert set(await store.image_aliases()) == {"c0", "c1", "c3"}
+    assert {a.alias for a in await store.image_aliases()} == {"c0", "c1", "c3"}
 
 
 async def test_a_group_that_fails_as_a_whole_runs_each_transaction_alone(store: Store) -> None:
@@ -112,7 +114,7 @@ async def test_a_group_that_fails_as_a_whole_runs_each_transaction_alone(store: 
     )
     assert results[0] == "first" and results[2] == "last"
     assert isinstance(results[1], sqlite3.OperationalError)
-    assert set(await store.image_aliases()) == {"first", "last"}
+    assert {a.alias for a in await store.image_aliases()} == {"first", "last"}
     assert await store.set_image_alias("after", "img")  # the connection is not left in a transaction
 
 
@@ -154,7 +156,7 @@ async def test_a_burst_that_may_not_reuse_a_name_is_refused_but_once(tmp_path: P
             *(h.create("only-once", reuseIfExists=False) for _ in range(10)), return_exceptions=True
         )
         made = [r for r in results if isinstance(r, dict)]
-        refused = [r for r in results if isinstance(r, Problem)]
+        refused = [problem_of(r) for r in results if isinstance(r, Conflict)]
         assert len(made) == 1 and len(refused) == 9, results
         assert {p.slug for p in refused} == {"session-already-exists"}
 
@@ -207,7 +209,7 @@ async def test_a_transition_returns_the_row_as_stored(tmp_path: Path) -> None:
         await h.add_agent("a1", cpu=4)
         await h.create("row-check", type="batch", command="exit 3")
         events: list[dict[str, Any]] = []
-        with h.sessions.events.subscribe() as queue:
+        with h.hubs.events.subscribe() as queue:
             await h.schedule()
             done = await h.wait("row-check", "TERMINATED")
             while not queue.empty():

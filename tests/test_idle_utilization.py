@@ -18,8 +18,11 @@ from bai.node.manager.http.admin_routes import parse_policy
 from bai.node.manager.http.graphql.keypair_fields import _policy_fields
 from bai.node.manager.services.stats_book import StatsBook
 from bai.node.manager.services.timers import IDLE_UTILIZATION, underused, utilization_window
+from bai.node.manager.state.records import PolicyFields
 from tests.harness import Harness
 from tests.nodeproc import Node, admin_keys, signed_request
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)  # when these tests' writes are stamped
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 WINDOW = 60.0
@@ -153,8 +156,8 @@ async def test_the_timers_end_an_underused_session(tmp_path: Path) -> None:
         await h.wait("idle-batch", "RUNNING")
         await h.run("other-policy", cpu=1)  # the default policy: no threshold
         names = ("idle-one", "busy-one", "idle-batch")
-        kernels = {r: (await h.sessions.kernels_of((await h.row(r))["id"]))[0]["id"] for r in names}
-        other = (await h.sessions.kernels_of((await h.row("other-policy"))["id"]))[0]["id"]
+        kernels = {r: (await h.store.kernels_of((await h.row(r))["id"]))[0]["id"] for r in names}
+        other = (await h.store.kernels_of((await h.row("other-policy"))["id"]))[0]["id"]
         await h.sweep()  # the timers tell the book to keep utilisation (the longest window: 60 s)
         assert h.services.stats.trail_seconds == 60.0
         for step in range(40):  # 80 s of samples, every 2 s
@@ -179,10 +182,10 @@ async def test_policy_fields_are_stored(tmp_path: Path) -> None:
         await h.policy("plain")
         await h.policy("watched", idle_cpu_pct=5.0, idle_gpu_pct=1.5, idle_window=120.0)
         policies = await h.store.policies()
-        assert (policies["plain"]["idle_cpu_pct"], policies["plain"]["idle_window"]) == (None, 600.0)
-        assert policies["watched"]["idle_gpu_pct"] == 1.5
-        await h.store.save_policy("watched", {"idle_cpu_pct": None}, create=False)
-        assert (await h.store.policies())["watched"]["idle_cpu_pct"] is None
+        assert (policies["plain"].idle_cpu_pct, policies["plain"].idle_window) == (None, 600.0)
+        assert policies["watched"].idle_gpu_pct == 1.5
+        await h.store.save_policy("watched", PolicyFields(idle_cpu_pct=None), create=False, now=NOW)
+        assert (await h.store.policies())["watched"].idle_cpu_pct is None
 
 
 # -- validation ---------------------------------------------------------------------------------------------

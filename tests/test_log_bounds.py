@@ -26,6 +26,8 @@ from bai.node.manager.state import Store, drop_marker
 from tests.nodeproc import Node
 from tests.tui_support import node_client
 
+NOW = datetime(2026, 1, 1, tzinfo=UTC)  # when these tests' writes are stamped
+
 MiB = 2**20
 MARGIN = 1 * MiB  # what the database files may hold beyond the log bound
 MARKER = re.compile(r"^\[bai: ([0-9.]+) (bytes|KiB|MiB|GiB) of older output dropped\]\n")
@@ -71,7 +73,7 @@ async def test_a_log_keeps_its_newest_bytes_after_one_marker_line(tmp_path: Path
     try:
         lines = 3 * bound // 128
         for start in range(0, lines, 32):  # 4 KiB appends
-            await store.append_logs([("k1", numbered(start, start + 32)), ("k2", "other kernel\n")])
+            await store.append_logs([("k1", numbered(start, start + 32)), ("k2", "other kernel\n")], NOW)
         text = await all_text(store, "k1")
         marker = MARKER.match(text)
         assert marker is not None
@@ -83,7 +85,7 @@ async def test_a_log_keeps_its_newest_bytes_after_one_marker_line(tmp_path: Path
         assert kept in numbered(0, lines)  # a contiguous tail of what was printed
         assert dropped_of(text) == pytest.approx(lines * 128 - len(kept), rel=0.01)
         state = await store.log_state("k1")
-        assert state is not None and state["bytes"] == len(kept) and state["dropped"] == lines * 128 - len(kept)
+        assert state is not None and state.bytes == len(kept) and state.dropped == lines * 128 - len(kept)
         # the other kernel's log is bounded on its own and lost nothing
         assert await all_text(store, "k2") == "other kernel\n" * (lines // 32)
     finally:
@@ -94,9 +96,9 @@ async def test_one_chunk_larger_than_the_bound_keeps_its_tail(tmp_path: Path) ->
     bound = 64 * 1024
     store = await Store.open(tmp_path / "bai.db", log_max_bytes=bound)
     try:
-        await store.append_logs([("k", "early\n")])
+        await store.append_logs([("k", "early\n")], NOW)
         big = "é" * (bound * 2)  # two bytes a character: the cut must not split one
-        await store.append_logs([("k", big + "last line\n")])
+        await store.append_logs([("k", big + "last line\n")], NOW)
         text = await all_text(store, "k")
         kept = MARKER.sub("", text)
         assert len(kept.encode()) <= bound and kept.endswith("é" * 100 + "last line\n")
@@ -112,7 +114,7 @@ async def test_a_batch_beyond_the_bound_keeps_its_last_bytes_and_its_chunks(tmp_
     bound = 64 * 1024
     store = await Store.open(tmp_path / "bai.db", log_max_bytes=bound)
     try:
-        await store.append_logs([("k", "a" * 40_000), ("j", "other\n"), ("k", "b" * 40_000), ("k", "end\n")])
+        await store.append_logs([("k", "a" * 40_000), ("j", "other\n"), ("k", "b" * 40_000), ("k", "end\n")], NOW)
         text = await all_text(store, "k")
         assert text == drop_marker(80_004 - bound) + "a" * (bound - 40_004) + "b" * 40_000 + "end\n"
         assert [c[1] for c in await store.read_log_chunks("j")] == ["other\n"]
@@ -124,11 +126,11 @@ async def test_concurrent_appends_keep_the_running_total_right(tmp_path: Path) -
     bound = 64 * 1024
     store = await Store.open(tmp_path / "bai.db", log_max_bytes=bound)
     try:
-        await asyncio.gather(*(store.append_logs([("k", numbered(i * 10, i * 10 + 10))]) for i in range(300)))
+        await asyncio.gather(*(store.append_logs([("k", numbered(i * 10, i * 10 + 10))], NOW) for i in range(300)))
         kept = MARKER.sub("", await all_text(store, "k"))
         state = await store.log_state("k")
-        assert state is not None and state["bytes"] == len(kept) <= bound
-        assert state["dropped"] + state["bytes"] == 300 * 10 * 128
+        assert state is not None and state.bytes == len(kept) <= bound
+        assert state.dropped + state.bytes == 300 * 10 * 128
     finally:
         await store.close()
 
@@ -137,17 +139,17 @@ async def test_readers_see_the_marker_before_what_was_kept(tmp_path: Path) -> No
     bound = 64 * 1024
     store = await Store.open(tmp_path / "bai.db", log_max_bytes=bound)
     try:
-        await store.append_logs([("k", numbered(0, 32))])
+        await store.append_logs([("k", numbered(0, 32))], NOW)
         [(first_seq, _, _)] = await store.read_log_chunks("k")
         for start in range(32, 3 * bound // 128, 32):
-            await store.append_logs([("k", numbered(start, start + 32))])
+            await store.append_logs([("k", numbered(start, start + 32))], NOW)
         # a follower whose cursor points at dropped output reads the marker next, then what was kept
         chunks = await store.read_log_chunks("k", first_seq)
         assert MARKER.match(chunks[0][1]) and not any(MARKER.match(c[1]) for c in chunks[1:])
         assert [c[0] for c in chunks] == sorted(c[0] for c in chunks)
         # a follower past the marker never sees it again
         marker_seq = chunks[0][0]
-        await store.append_logs([("k", numbered(10_000, 10_100))])
+        await store.append_logs([("k", numbered(10_000, 10_100))], NOW)
         later = await store.read_log_chunks("k", chunks[-1][0])
         assert "".join(c[1] for c in later) == numbered(10_000, 10_100)
         assert (await store.read_log_chunks("k"))[0][0] > marker_seq  # the marker moved up with the drops
@@ -159,8 +161,8 @@ async def test_tail_and_pages(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "bai.db", log_max_bytes=1 * MiB)
     try:
         for start in range(0, 1000, 100):
-            await store.append_logs([("k", numbered(start, start + 100))])
-        await store.append_logs([("k", "no newline at the end")])
+            await store.append_logs([("k", numbered(start, start + 100))], NOW)
+        await store.append_logs([("k", "no newline at the end")], NOW)
         chunks, newest = await store.read_log_tail("k", 3)
         assert "".join(c[1] for c in chunks) == numbered(998, 1000) + "no newline at the end"
         assert newest == (await store.read_log_chunks("k"))[-1][0]
@@ -186,7 +188,7 @@ async def test_the_database_file_stays_within_the_bound(tmp_path: Path) -> None:
     try:
         peak = 0
         for start in range(0, 3 * bound // 128, 256):  # 32 KiB appends, 3x the bound
-            await store.append_logs([("k", numbered(start, start + 256))])
+            await store.append_logs([("k", numbered(start, start + 256))], NOW)
             peak = max(peak, db_bytes(tmp_path))
         await store.reclaim_space()
         after = db_bytes(tmp_path)
@@ -218,14 +220,14 @@ async def test_purge_deletes_ended_sessions_logs_and_gives_the_space_back(tmp_pa
                 session, [{"id": f"k-{sid}", "cluster_role": "main", "cluster_idx": 1, "slots": {}}]
             )
             for start in range(0, 8192, 256):
-                await store.append_logs([(f"k-{sid}", numbered(start, start + 256))])
-        await store.transition(ended, SessionStatus.CANCELLED, "user-requested")
+                await store.append_logs([(f"k-{sid}", numbered(start, start + 256))], NOW)
+        await store.transition(ended, SessionStatus.CANCELLED, "user-requested", now=datetime.now(UTC))
         await store.reclaim_space()
         full = db_bytes(tmp_path)
-        assert await store.purge_logs((datetime.now(UTC) - timedelta(hours=1)).isoformat()) == []
-        assert await store.purge_logs((datetime.now(UTC) + timedelta(seconds=1)).isoformat()) == [f"k-{ended}"]
+        assert await store.purge_logs(datetime.now(UTC) - timedelta(hours=1), NOW) == []
+        assert await store.purge_logs(datetime.now(UTC) + timedelta(seconds=1), NOW) == [f"k-{ended}"]
         state = await store.log_state(f"k-{ended}")
-        assert state is not None and state["purged_at"] and state["bytes"] == 0
+        assert state is not None and state.purged_at and state.bytes == 0
         assert await store.read_log_chunks(f"k-{ended}") == []
         assert len(MARKER.sub("", await all_text(store, f"k-{running}"))) > MiB // 2  # untouched
         await store.reclaim_space()
@@ -253,7 +255,7 @@ async def test_a_database_of_an_older_version_opens_and_is_cut_to_the_bound(tmp_
         kept = MARKER.sub("", text)
         assert MiB * 7 // 8 <= len(kept) <= MiB and kept.endswith(numbered(3 * MiB // 128 - 1, 3 * MiB // 128))
         assert dropped_of(text) == pytest.approx(3 * MiB - len(kept), abs=0.05 * MiB)
-        await store.append_logs([("old", "more\n")])
+        await store.append_logs([("old", "more\n")], NOW)
         assert (await all_text(store, "old")).endswith("more\n")
         await store.reclaim_space()
         assert db_bytes(tmp_path) < 1.5 * MiB

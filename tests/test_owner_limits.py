@@ -32,6 +32,7 @@ from bai.node.manager.http.admin_routes import parse_policy
 from bai.node.manager.http.graphql.keypair_fields import policy_item
 from bai.node.manager.rules.admission import MIN_KERNEL_CPU, MIN_KERNEL_MEM, from_config
 from bai.node.manager.state import Store
+from bai.node.manager.state.records import new_policy
 from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_SESSION_NETWORKS
 from bai.node.scheduler.core import schedule
 from bai.node.scheduler.snapshot import (
@@ -76,7 +77,7 @@ async def test_a_kernel_below_the_floor_is_a_400_naming_it_and_nothing_is_stored
             assert err.value.status == 400 and err.value.slug == "invalid-api-params"
             for word in words:
                 assert word in (err.value.msg or ""), err.value.msg
-        assert await h.sessions.list(None) == []
+        assert await h.store.list_sessions(None, None) == []
         at_floor = await h.create("at-floor", cpu="0.1", mem="32m")  # the floor itself is a kernel
         assert at_floor["status"] == "PENDING"
 
@@ -111,7 +112,7 @@ async def test_a_flood_of_tiny_kernels_leaves_no_row_no_memory_and_no_fd_behind(
             f"2000 tiny creates refused: RSS {rss / MiB:.1f} -> {(rss + grown) / MiB:.1f} MiB, fds {fds} -> {fds_after}"
         )
         assert refused == 2000
-        assert await h.sessions.list(user) == []
+        assert await h.store.list_sessions(user, None) == []
         assert grown < 8 * MiB, f"RSS grew {grown / MiB:.1f} MiB over 2000 refused creates"
         assert fds_after <= fds
 
@@ -217,7 +218,7 @@ async def test_existing_policies_get_the_default_when_the_schema_moves_on(tmp_pa
     store = await Store.open(path)
     try:
         policies = await store.policies()
-        assert {n: p["max_session_networks"] for n, p in policies.items()} == {"default": 2, "gold": 2}
+        assert {n: p.max_session_networks for n, p in policies.items()} == {"default": 2, "gold": 2}
     finally:
         await store.close()
 
@@ -229,7 +230,7 @@ def test_the_policy_field_is_validated_and_shown() -> None:
         with pytest.raises(Problem) as err:
             parse_policy({"max_session_networks": bad}, partial=True)
         assert err.value.status == 400 and "max_session_networks" in (err.value.msg or "")
-    assert policy_item({"name": "p", "max_session_networks": 2})["max_session_networks"] == 2
+    assert policy_item(new_policy("p", max_session_networks=2))["max_session_networks"] == 2
 
 
 async def test_a_daemon_out_of_address_pools_cancels_the_session_saying_so(tmp_path: Path) -> None:

@@ -31,9 +31,12 @@ from bai.node.manager.http.requests import parse_create
 from bai.node.manager.services.lifecycle import new_session_rows
 from bai.node.manager.services.queue_limit import PendingQueue, QueueGate, check_pending_limit, pending_queue
 from bai.node.manager.state import Store
+from bai.node.manager.state.records import NewKeypair, PolicyFields, new_policy
 from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_PENDING_SESSIONS
 from tests.harness import Harness
 from tests.nodeproc import Node, admin_keys, signed_request
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)  # when these tests' writes are stamped
 
 MiB = 2**20
 
@@ -91,7 +94,7 @@ async def test_an_unknown_keypair_follows_the_default_policy_and_zero_is_unlimit
     try:
         queue = await pending_queue(store, "AKIANOSUCHKEY")
         assert (queue.policy, queue.limit, queue.pending, queue.full) == ("default", DEFAULT_PENDING_SESSIONS, 0, False)
-        assert await store.save_policy("default", {"max_pending_session_count": 0}, create=False)
+        assert await store.save_policy("default", PolicyFields(max_pending_session_count=0), create=False, now=NOW)
         queue = await pending_queue(store, "AKIANOSUCHKEY")
         assert (queue.limit, queue.full) == (0, False)
     finally:
@@ -118,7 +121,8 @@ async def test_the_count_is_one_range_of_an_index_and_stops_at_the_limit(tmp_pat
         owner = await h.keypair("counted", await h.policy("three", max_pending_session_count=10))
         await _queue(h, owner, 7)
         assert (await pending_queue(h.store, owner)).pending == 7
-        assert await h.store.save_policy("three", {"max_pending_session_count": 3}, create=False)  # lowered
+        lowered = PolicyFields(max_pending_session_count=3)
+        assert await h.store.save_policy("three", lowered, create=False, now=NOW)
         queue, statements = await _traced(h.store, owner)
         assert (queue.limit, queue.pending, queue.full) == (3, 3, True)  # counted up to the limit, no further
         queue, statements = await _traced(h.store, owner)
@@ -163,13 +167,14 @@ async def test_the_check_stays_fast_with_many_ended_sessions_of_the_keypair(tmp_
 
 
 def _rows(owner: str, name: str) -> tuple[dict, list[dict]]:
-    req = parse_create({"image": "python", "name": name}, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {})
+    req = parse_create(
+        {"image": "python", "name": name}, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {}, datetime.now(UTC)
+    )
     return new_session_rows(req, owner, datetime.now(UTC))
 
 
 async def _keypair(store: Store, access_key: str, policy: str) -> None:
-    keypair = {"access_key": access_key, "secret_key": "s", "user_id": access_key.lower(), "is_admin": False}
-    await store.create_keypair({**keypair, "resource_policy": policy})
+    await store.create_keypair(NewKeypair(access_key, "s", access_key.lower(), False, policy), NOW)
 
 
 async def _pending_of(store: Store, owner: str) -> int:
@@ -181,7 +186,7 @@ async def test_the_gate_stores_exactly_up_to_the_limit_whatever_the_concurrency(
     (cancelled) at the same time: the PENDING count never passes the limit, and each burst fills it."""
     store = await Store.open(tmp_path / "bai.db")
     try:
-        assert await store.save_policy("eight", {"max_pending_session_count": 8}, create=True)
+        assert await store.save_policy("eight", PolicyFields(max_pending_session_count=8), create=True, now=NOW)
         await _keypair(store, "AKIABURST", "eight")
         gate = QueueGate(store)
         refused, seen = 0, []
@@ -199,7 +204,7 @@ async def test_the_gate_stores_exactly_up_to_the_limit_whatever_the_concurrency(
         async def cancel_some(count: int) -> None:
             rows = await store.list_sessions("AKIABURST", [SessionStatus.PENDING], limit=count)
             for row in rows:
-                await store.transition(row["id"], SessionStatus.CANCELLED, "user-requested")
+                await store.transition(row["id"], SessionStatus.CANCELLED, "user-requested", now=datetime.now(UTC))
 
         for rnd in range(6):
             await asyncio.gather(*(one(f"b{rnd}-{i:02d}") for i in range(40)), cancel_some(3 if rnd else 0))
@@ -217,7 +222,7 @@ async def test_the_gate_stores_exactly_up_to_the_limit_whatever_the_concurrency(
 async def test_the_gate_gives_the_place_back_when_the_insert_fails_or_is_cancelled(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "bai.db")
     try:
-        assert await store.save_policy("one", {"max_pending_session_count": 1}, create=True)
+        assert await store.save_policy("one", PolicyFields(max_pending_session_count=1), create=True, now=NOW)
         await _keypair(store, "AKIAONE", "one")
         gate = QueueGate(store)
 
@@ -306,7 +311,7 @@ async def test_concurrent_bursts_do_not_overshoot_the_limit(tmp_path: Path) -> N
             refused = [g for g in got if isinstance(g, Problem)]
             assert all(g.status == 412 for g in refused), refused
             assert len(await _rows_of(h, owner)) == 5, prefix
-        assert h.sessions.queue.in_flight() == 0
+        assert h.lifecycle.queue.in_flight() == 0
 
 
 async def test_zero_is_unlimited_and_the_default_is_1000(tmp_path: Path) -> None:
@@ -337,8 +342,8 @@ def test_the_rest_field_is_validated() -> None:
 
 
 def test_graphql_shows_null_for_unlimited_and_takes_null_as_unlimited() -> None:
-    assert policy_item({"name": "p", "max_pending_session_count": 1000})["max_pending_session_count"] == 1000
-    assert policy_item({"name": "p", "max_pending_session_count": 0})["max_pending_session_count"] is None
+    assert policy_item(new_policy("p", max_pending_session_count=1000))["max_pending_session_count"] == 1000
+    assert policy_item(new_policy("p", max_pending_session_count=0))["max_pending_session_count"] is None
     assert graphql_policy_fields({"max_pending_session_count": None}, partial=True) == {"max_pending_session_count": 0}
     assert graphql_policy_fields({"max_pending_session_count": 7}, partial=True) == {"max_pending_session_count": 7}
     with pytest.raises(Problem):

@@ -6,13 +6,15 @@ from typing import Any
 
 from aiohttp import web
 
+from bai.common import auth
 from bai.common import slots as slotlib
-from bai.common.auth import Keypair
 from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES
+from bai.node.manager.errors import DomainError
 from bai.node.manager.http.context import SETTINGS, STREAMS, read_json, services_of
 from bai.node.manager.services.accounts import Accounts
-from bai.node.manager.state import POLICY_FIELDS
+from bai.node.manager.state import POLICY_FIELDS, UnknownPolicy
+from bai.node.manager.state.records import Keypair, NewKeypair, Policy, PolicyFields
 
 
 def require_admin(request: web.Request) -> None:
@@ -24,22 +26,17 @@ def accounts_of(request: web.Request) -> Accounts:
     return services_of(request).accounts
 
 
-async def refresh_keypairs(request: web.Request) -> None:
-    """The authentication middleware reads this cache; refresh it after every keypair change."""
-    request.app[SETTINGS]["keypairs"] = await accounts_of(request).keypairs()
-
-
-def keypair_json(row: dict[str, Any], *, with_secret: bool = False) -> dict[str, Any]:
-    out = {
-        "accessKey": row["access_key"],
-        "userId": row["user_id"],
-        "isAdmin": bool(row["is_admin"]),
-        "isActive": bool(row["is_active"]),
-        "resourcePolicy": row["resource_policy"],
-        "createdAt": row["created_at"],
+def keypair_json(row: Keypair, *, with_secret: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "accessKey": row.access_key,
+        "userId": row.user_id,
+        "isAdmin": row.is_admin,
+        "isActive": row.is_active,
+        "resourcePolicy": row.resource_policy,
+        "createdAt": row.created_at,
     }
     if with_secret:
-        out["secretKey"] = row["secret_key"]
+        out["secretKey"] = row.secret_key
     return out
 
 
@@ -60,8 +57,13 @@ def parse_pending_limit(value: Any) -> int:
     return value
 
 
+def policy_fields(body: Any, *, partial: bool) -> PolicyFields:
+    """The resource-policy fields of a request body, validated (`parse_policy`), as a write takes them."""
+    return PolicyFields(**parse_policy(body, partial=partial))
+
+
 def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
-    """Validate resource-policy fields; with `partial`, only the fields given."""
+    """Validate resource-policy fields, by name; with `partial`, only the fields given."""
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
     unknown = set(body) - set(POLICY_FIELDS) - {"name"}
@@ -130,8 +132,8 @@ def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
     return out
 
 
-def policy_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {"name": row["name"], **{k: row[k] for k in POLICY_FIELDS}}
+def policy_json(row: Policy) -> dict[str, Any]:
+    return {"name": row.name, **{k: getattr(row, k) for k in POLICY_FIELDS}}
 
 
 async def list_keypairs(request: web.Request) -> web.Response:
@@ -153,22 +155,14 @@ async def create_keypair(request: web.Request) -> web.Response:
         raise invalid("resource_policy must be the name of a resource policy")
     if not isinstance(body.get("is_admin", False), bool):
         raise invalid("is_admin must be true or false")
-    fresh = Keypair.generate()
-    row = {
-        "access_key": fresh.access_key,
-        "secret_key": fresh.secret_key,
-        "user_id": user_id.strip(),
-        "is_admin": body.get("is_admin", False),
-        "resource_policy": policy,
-        "is_active": 1,
-        "created_at": "",
-    }
+    fresh = auth.Keypair.generate()
+    row = NewKeypair(fresh.access_key, fresh.secret_key, user_id.strip(), body.get("is_admin", False), policy)
     try:
         await accounts_of(request).create_keypair(row)
-    except KeyError as e:
-        raise invalid(e.args[0]) from None
-    await refresh_keypairs(request)
-    created = (await accounts_of(request).keypairs())[fresh.access_key]
+    except UnknownPolicy as e:
+        raise invalid(str(e)) from None
+    created = accounts_of(request).active_keypair(fresh.access_key)
+    assert created is not None
     return web.json_response(keypair_json(created, with_secret=True), status=201)
 
 
@@ -181,33 +175,36 @@ async def update_keypair(request: web.Request) -> web.Response:
     unknown = set(body) - {"resource_policy", "is_active", "terminate_sessions"}
     if unknown:
         raise invalid(f"unknown keypair fields: {', '.join(sorted(unknown))}")
-    cols: dict[str, Any] = {}
+    resource_policy: str | None = None
+    is_active: bool | None = None
     if "resource_policy" in body:
         if not isinstance(body["resource_policy"], str) or not body["resource_policy"]:
             raise invalid("resource_policy must be the name of a resource policy")
-        cols["resource_policy"] = body["resource_policy"]
+        resource_policy = body["resource_policy"]
     if "is_active" in body:
         if not isinstance(body["is_active"], bool):
             raise invalid("is_active must be true or false")
         if access_key == request["access_key"] and not body["is_active"]:
             raise invalid("you cannot deactivate the keypair you are using")
-        cols["is_active"] = int(body["is_active"])
+        is_active = body["is_active"]
     terminate = body.get("terminate_sessions", False)
     if not isinstance(terminate, bool):
         raise invalid("terminate_sessions must be true or false")
     if terminate and body.get("is_active") is not False:
         raise invalid("terminate_sessions goes with is_active = false (deactivate --terminate)")
-    if not cols:
+    if resource_policy is None and is_active is None:
         raise invalid("give resource_policy and/or is_active")
     try:
-        found = await accounts_of(request).update_keypair(access_key, **cols)
-    except KeyError as e:
-        raise invalid(e.args[0]) from None
-    if not found:
+        found = await accounts_of(request).update_keypair(
+            access_key, resource_policy=resource_policy, is_active=is_active
+        )
+    except UnknownPolicy as e:
+        raise invalid(str(e)) from None
+    updated = await accounts_of(request).keypair(access_key) if found else None
+    if updated is None:
         raise Problem("object-not-found", "No such keypair.", f"keypair {access_key} does not exist")
-    await refresh_keypairs(request)
-    out = keypair_json((await accounts_of(request).keypairs(active_only=False))[access_key])
-    if cols.get("is_active") == 0:
+    out = keypair_json(updated)
+    if is_active is False:
         # a deactivated keypair signs nothing more: its open streams end now, not at their next request;
         # its sessions keep running (as in Backend.AI) unless the admin asks to terminate them
         out["closedStreams"] = request.app[STREAMS].close_all(access_key)
@@ -218,12 +215,12 @@ async def update_keypair(request: web.Request) -> web.Response:
 
 async def terminate_sessions_of(request: web.Request, access_key: str) -> list[str]:
     """End every active session of a keypair (pending ones are cancelled); their names."""
-    sessions = services_of(request).sessions
+    services = services_of(request)
     ended = []
-    for row in await sessions.list(access_key, ACTIVE_STATUSES):
+    for row in await services.state.list_sessions(access_key, ACTIVE_STATUSES):
         try:
-            await sessions.destroy(row, forced=True, wait=False)
-        except Problem:  # ended meanwhile
+            await services.lifecycle.destroy(row, forced=True, wait=False)
+        except (Problem, DomainError):  # ended meanwhile
             continue
         ended.append(row["name"])
     return ended
@@ -241,20 +238,27 @@ async def create_policy(request: web.Request) -> web.Response:
     name = body.get("name") if isinstance(body, dict) else None
     if not isinstance(name, str) or not name.strip():
         raise invalid("a policy needs a name")
-    fields = parse_policy(body, partial=False)
+    fields = policy_fields(body, partial=False)
     if not await accounts_of(request).save_policy(name, fields, create=True):
         raise Problem("generic-bad-request", "Bad request.", f"policy {name!r} already exists")
-    return web.json_response(policy_json((await accounts_of(request).policies())[name]), status=201)
+    return web.json_response(policy_json(await _saved_policy(request, name)), status=201)
 
 
 async def update_policy(request: web.Request) -> web.Response:
     require_admin(request)
     name = request.match_info["name"]
     body = await read_json(request)
-    fields = parse_policy(body, partial=True)
+    fields = policy_fields(body, partial=True)
     if not await accounts_of(request).save_policy(name, fields, create=False):
         raise Problem("object-not-found", "No such resource policy.", f"policy {name!r} does not exist")
-    return web.json_response(policy_json((await accounts_of(request).policies())[name]))
+    return web.json_response(policy_json(await _saved_policy(request, name)))
+
+
+async def _saved_policy(request: web.Request, name: str) -> Policy:
+    policy = await accounts_of(request).policy(name)
+    if policy is None:  # (removed meanwhile)
+        raise Problem("object-not-found", "No such resource policy.", f"policy {name!r} does not exist")
+    return policy
 
 
 async def cluster_info(request: web.Request) -> web.Response:

@@ -39,10 +39,10 @@ async def my_quota(request: web.Request) -> web.Response:
         raise invalid(f"/bai/quota takes no parameters (got {', '.join(sorted(request.query))})")
     services = services_of(request)
     access_key = request["access_key"]
-    keypair = (await services.accounts.keypairs(active_only=False)).get(access_key) or {}
-    name = keypair.get("resource_policy") or "default"
-    policy = (await services.accounts.policies()).get(name) or {}
-    holding = await services.sessions.list(access_key, OCCUPYING_STATUSES)
+    keypair = await services.accounts.keypair(access_key)
+    name = (keypair.resource_policy if keypair else "") or "default"
+    policy = await services.accounts.policy(name)
+    holding = await services.state.list_sessions(access_key, OCCUPYING_STATUSES)
     held = [s for s in holding if s["status"] in QUOTA_STATUSES]
     occupied: dict[str, Decimal] = {}
     for session in held:
@@ -51,14 +51,14 @@ async def my_quota(request: web.Request) -> web.Response:
         {
             "accessKey": access_key,
             "resourcePolicy": name,
-            "maxConcurrentSessions": int(policy.get("max_concurrent_sessions") or 0),
+            "maxConcurrentSessions": int(policy.max_concurrent_sessions or 0) if policy else 0,
             "concurrentSessions": len(held),
-            "totalResourceSlots": slotlib.to_wire(slotlib.from_wire(policy.get("total_resource_slots"))),
-            "defaultForUnspecified": policy.get("default_for_unspecified") or "UNLIMITED",
+            "totalResourceSlots": slotlib.to_wire(slotlib.from_wire(policy.total_resource_slots if policy else None)),
+            "defaultForUnspecified": (policy.default_for_unspecified if policy else "") or "UNLIMITED",
             "occupiedSlots": slotlib.to_wire({k: v for k, v in occupied.items() if v}),
-            "maxSessionNetworks": int(policy.get("max_session_networks") or 0),
+            "maxSessionNetworks": int(policy.max_session_networks or 0) if policy else 0,
             "sessionNetworks": sum(1 for s in holding if (s.get("cluster_size") or 1) > 1),
-            "maxPendingSessions": int(policy.get("max_pending_session_count") or 0),
-            "pendingSessions": await services.sessions.store.count_sessions_of(access_key, [SessionStatus.PENDING]),
+            "maxPendingSessions": int(policy.max_pending_session_count or 0) if policy else 0,
+            "pendingSessions": await services.state.count_sessions_of(access_key, [SessionStatus.PENDING]),
         }
     )

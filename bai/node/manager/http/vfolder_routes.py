@@ -19,9 +19,11 @@ from typing import Any
 from aiohttp import web
 
 from bai.common.problems import Problem, invalid
-from bai.node.manager.http.context import SETTINGS, body_chunk, read_json
+from bai.node.manager.http.context import SETTINGS, body_chunk, read_json, services_of
 from bai.node.manager.services import vfolder_fs as fsops
+from bai.node.manager.services.accounts import Accounts
 from bai.node.manager.services.vfolder_service import OWNER, WRITE, VFolders
+from bai.node.manager.state.records import Dotfile, SeenVFolder
 
 log = logging.getLogger("bai.vfolders")
 VFOLDERS = web.AppKey("vfolders", VFolders)
@@ -45,7 +47,11 @@ def _bool(value: Any) -> bool:
     return value is True or str(value).lower() in ("1", "true", "yes")
 
 
-async def folder_of(request: web.Request, need: str = "read", status: str = "ready") -> dict[str, Any]:
+def accounts(request: web.Request) -> Accounts:
+    return services_of(request).accounts
+
+
+async def folder_of(request: web.Request, need: str = "read", status: str = "ready") -> SeenVFolder:
     return await service(request).resolve(
         request.match_info["name"], request["access_key"], request["is_admin"], need, status
     )
@@ -142,9 +148,9 @@ async def list_folders(request: web.Request) -> web.Response:
     svc = service(request)
     status = "trashed" if _bool(p.get("trash")) else "ready"
     everyone = request["is_admin"] and _bool(p.get("all"))
-    rows = await svc.store.vfolders_of(None if everyone else request["access_key"], status)
+    rows = await svc.visible(request["access_key"], everyone, status)
     if _bool(p.get("shared")):
-        rows = [r for r in rows if not r["is_owner"]]
+        rows = [r for r in rows if not r.is_owner]
     return web.json_response([await svc.describe(r, with_usage=False) for r in rows])
 
 
@@ -256,16 +262,16 @@ async def list_shared(request: web.Request) -> web.Response:
     folder_id = p.get("vfolder_id") or p.get("vfolderId")
     if folder_id is not None and not isinstance(folder_id, str):
         raise invalid("vfolder_id must be a folder's id")
-    rows = await svc.store.all_shares(folder_id.replace("-", "") if folder_id else None)
+    rows = await svc.all_shares(folder_id.replace("-", "") if folder_id else None)
     shared = [
         {
-            "vfolder_id": r["vfolder_id"],
-            "vfolder_name": r["name"],
-            "status": r["status"],
-            "owner": r["owner"],
+            "vfolder_id": r.vfolder_id,
+            "vfolder_name": r.name,
+            "status": r.status,
+            "owner": r.owner,
             "type": "user",
-            "shared_to": {"uuid": r["access_key"], "email": await svc.email_of_keypair(r["access_key"])},
-            "perm": r["permission"],
+            "shared_to": {"uuid": r.access_key, "email": await svc.email_of_keypair(r.access_key)},
+            "perm": r.permission,
         }
         for r in rows
     ]
@@ -280,10 +286,10 @@ async def update_shared(request: web.Request) -> web.Response:
         raise invalid("vfolder must be a folder's id")
     folder = await svc.resolve(p["vfolder"].replace("-", ""), request["access_key"], True, OWNER)
     perm = p.get("perm", p.get("permission"))
-    targets = await svc.keypairs_named(p.get("user"), but=folder["owner"])
-    shared = await svc.store.shares_of(folder["id"])
+    targets = await svc.keypairs_named(p.get("user"), but=folder.owner)
+    shared = await svc.shares_of(folder)
     if perm is not None and (missing := [ak for ak in targets if ak not in shared]):
-        raise invalid(f"folder {folder['name']!r} is not shared with {', '.join(missing)}: share it first")
+        raise invalid(f"folder {folder.name!r} is not shared with {', '.join(missing)}: share it first")
     await svc.share(folder, targets, perm)
     return web.json_response({"msg": "shared vfolder permission updated"})
 
@@ -472,7 +478,7 @@ async def dotfile_owner(request: web.Request, p: dict[str, Any]) -> str:
         raise invalid("owner_access_key must be an access key")
     if not request["is_admin"]:
         raise Problem("generic-forbidden", "Forbidden.", "only admins may act on another keypair's dotfiles")
-    if owner not in await service(request).store.keypairs(active_only=False):
+    if await accounts(request).keypair(owner) is None:
         raise invalid(f"owner_access_key: no keypair {owner}")
     return owner
 
@@ -500,16 +506,20 @@ async def list_dotfiles(request: web.Request) -> web.Response:
     """All of a keypair's dotfiles; with `path`, that one (Backend.AI's `dotfile get`)."""
     p = await params(request)
     owner = await dotfile_owner(request, p)
-    rows = await service(request).store.dotfiles(owner)
+    rows = await accounts(request).dotfiles(owner)
     path = p.get("path")
     if path in (None, ""):
-        return web.json_response(rows)
+        return web.json_response([dotfile_json(row) for row in rows])
     if not isinstance(path, str):
         raise invalid("path must be a dotfile's path")
     for row in rows:
-        if row["path"] == path.strip("/"):
-            return web.json_response({**row, "perm": row["permission"]})
+        if row.path == path.strip("/"):
+            return web.json_response({**dotfile_json(row), "perm": row.permission})
     raise no_dotfile(path)
+
+
+def dotfile_json(row: Dotfile) -> dict[str, Any]:
+    return {"path": row.path, "data": row.data, "permission": row.permission}
 
 
 async def put_dotfile(request: web.Request) -> web.Response:
@@ -517,7 +527,7 @@ async def put_dotfile(request: web.Request) -> web.Response:
     p = await params(request)
     owner = await dotfile_owner(request, p)
     path, data, permission = _dotfile_fields(p)
-    await service(request).store.put_dotfile(owner, path, data, permission)
+    await accounts(request).put_dotfile(owner, path, data, permission)
     return web.json_response({})
 
 
@@ -525,10 +535,9 @@ async def update_dotfile(request: web.Request) -> web.Response:
     p = await params(request)
     owner = await dotfile_owner(request, p)
     path, data, permission = _dotfile_fields(p)
-    svc = service(request)
-    if not any(row["path"] == path for row in await svc.store.dotfiles(owner)):
+    if not any(row.path == path for row in await accounts(request).dotfiles(owner)):
         raise no_dotfile(path)
-    await svc.store.put_dotfile(owner, path, data, permission)
+    await accounts(request).put_dotfile(owner, path, data, permission)
     return web.json_response({})
 
 
@@ -536,7 +545,7 @@ async def delete_dotfile(request: web.Request) -> web.Response:
     p = await params(request)
     owner = await dotfile_owner(request, p)
     path = p.get("path")
-    if not isinstance(path, str) or not await service(request).store.delete_dotfile(owner, path.strip("/")):
+    if not isinstance(path, str) or not await accounts(request).delete_dotfile(owner, path.strip("/")):
         raise no_dotfile(path)
     return web.json_response({"success": True})
 

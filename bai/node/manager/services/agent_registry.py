@@ -2,7 +2,7 @@
 images, schedulability, the vfolder hosts it shares with us), their capacity, and the calls that go to
 one agent about images.
 
-The database keeps who registered and when they were last heard (`Store.upsert_agent`, `touch_agent`);
+The state keeps who registered and when they were last heard (`AgentState.upsert_agent`, `touch_agent`);
 this service keeps what lives only while an agent is connected, and answers the capacity questions of
 the dispatcher, the API and the dashboard.
 """
@@ -17,15 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from bai.common import slots as slotlib
+from bai.common.clock import Clock
 from bai.common.gpus import pack as gpu_pack
 from bai.common.gpus import request_of as gpu_request
 from bai.common.status import OCCUPYING_STATUSES
 from bai.node.link.base import ManagerLink
-from bai.node.link.messages import Heartbeat, ListImages, PullImage, Registration, RemoveImage, call
+from bai.node.link.messages import Heartbeat, ImageInfo, ListImages, PullImage, Registration, RemoveImage, call
 from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.hubs import EventHub
 from bai.node.manager.services.wakeup import Wakeup
 from bai.node.manager.state import Store
+from bai.node.manager.state.protocols import AgentState
+from bai.node.manager.state.records import Agent, NewAgent
 
 log = logging.getLogger("bai.manager.agents")
 PULL_TIMEOUT = 900.0  # seconds an image pull may take
@@ -49,8 +52,12 @@ class AgentRecord:
 class Agents:
     """The manager's view of its agents (records, capacity, images) and their image calls."""
 
-    def __init__(self, store: Store, link: ManagerLink, changes: EventHub, wake: Wakeup) -> None:
-        self.store = store
+    def __init__(
+        self, store: Store, link: ManagerLink, changes: EventHub, wake: Wakeup, clock: Clock | None = None
+    ) -> None:
+        self.store = store  # (the kernels' rows: what they occupy)
+        self.state: AgentState = store
+        self.clock = clock or Clock()
         self.link = link
         self.changes = changes
         self.wake = wake
@@ -63,7 +70,15 @@ class Agents:
 
     async def joined(self, agent_id: str, registration: Registration, our_hosts: Mapping[str, Path]) -> AgentRecord:
         """Record a (re-)registering agent; `our_hosts`: the manager's vfolder hosts and their paths."""
-        await self.store.upsert_agent({**registration.to_wire(), "id": agent_id})
+        agent = NewAgent(
+            agent_id,
+            registration.hostname,
+            registration.backend,
+            registration.version,
+            registration.scaling_group,
+            dict(registration.slots),
+        )
+        await self.state.upsert_agent(agent, self.clock.now())
         seen = registration.vfolder_hosts
         images = registration.images
         record = AgentRecord(
@@ -85,12 +100,12 @@ class Agents:
 
     async def left(self, agent_id: str, reason: str) -> None:
         """The agent went away: `lost` (no heartbeat) or said goodbye."""
-        await self.store.set_agent_status(agent_id, "LOST" if reason == "lost" else "TERMINATED")
+        await self.state.set_agent_status(agent_id, "LOST" if reason == "lost" else "TERMINATED", self.clock.now())
         self.changes.publish("agent_lost" if reason == "lost" else "agent_terminated", {"id": agent_id})
         self.wake()
 
     async def heartbeat(self, agent_id: str, beat: Heartbeat) -> None:
-        await self.full_disk.attempt("heartbeats", self.store.touch_agent(agent_id))
+        await self.full_disk.attempt("heartbeats", self.state.touch_agent(agent_id, self.clock.now()))
         record = self.records.get(agent_id)
         if record is not None:
             if record.gpus and beat.gpus is not None:
@@ -114,9 +129,9 @@ class Agents:
         """The agent's record (an empty one for an agent not heard from since the manager started)."""
         return self.records.get(agent_id) or AgentRecord(agent_id)
 
-    async def rows(self) -> list[dict[str, Any]]:
-        """Every agent in the database (id, hostname, backend, version, scaling_group, status, slots, …)."""
-        return await self.store.agents()
+    async def rows(self) -> list[Agent]:
+        """Every agent that registered (id, hostname, backend, version, scaling_group, status, slots, …)."""
+        return await self.state.agents()
 
     def docker_agents(self) -> list[str]:
         """Connected agents that run Docker kernels (those that hold images), sorted."""
@@ -166,15 +181,15 @@ class Agents:
 
     # -- images ----------------------------------------------------------------------------------------
 
-    async def pull_image(self, agent_id: str, image: str, auth: dict[str, Any] | None) -> dict[str, Any]:
+    async def pull_image(self, agent_id: str, image: str, auth: dict[str, Any] | None) -> ImageInfo:
         """Have one agent pull `image` (`auth`: the registry's credentials, for this pull only)."""
         return await call(self.link, agent_id, PullImage(image, auth), timeout=PULL_TIMEOUT)
 
     async def remove_image(self, agent_id: str, image: str) -> None:
         await call(self.link, agent_id, RemoveImage(image), timeout=120)
 
-    async def images_of(self, agent_id: str) -> list[dict[str, Any]]:
-        """The images one agent has now (name, labels, …)."""
+    async def images_of(self, agent_id: str) -> list[ImageInfo]:
+        """The images one agent has now."""
         return await call(self.link, agent_id, ListImages(), timeout=30)
 
     def forget_image(self, image: str) -> None:

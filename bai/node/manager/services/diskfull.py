@@ -1,7 +1,8 @@
 """A full disk on the node: `507 Insufficient Storage`, saying which storage is full; nothing is changed.
 
-Disk-full shows up as SQLite's SQLITE_FULL ("database or disk is full") on a write to the node's
-database, and as an OSError with ENOSPC (no space left) or EDQUOT (over the quota) on a write to a file.
+Disk-full shows up as the state layer's `StorageFull` (`bai.node.manager.state.errors`: it says so, whatever
+stores the state) on a write to the node's state, and as an OSError with ENOSPC (no space left) or EDQUOT (over
+the quota) on a write to a file.
 Code that writes to a folder host wraps its file writes in `storage_of(...)`, which names the storage;
 the API's error middleware turns every such error into one problem (`insufficient_storage`); background
 writers (heartbeats, kernel logs) use `FullDiskWarnings` to warn once and carry on.
@@ -14,12 +15,12 @@ from __future__ import annotations
 
 import errno
 import logging
-import sqlite3
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 
 from bai.common.diskspace import DISK_FULL_ERRNOS, disk_full
 from bai.common.problems import Problem
+from bai.node.manager.state import errors as state_errors
 
 DATABASE = "the node's database"
 STATUS = 507
@@ -43,15 +44,15 @@ class StorageFull(Exception):
 
 
 def is_disk_full(e: BaseException) -> bool:
-    """Whether an error is a full disk (or quota): SQLITE_FULL, ENOSPC, EDQUOT, or a StorageFull."""
-    return isinstance(e, StorageFull) or disk_full(e)
+    """Whether an error is a full disk (or quota): the state's StorageFull, ENOSPC, EDQUOT, or a StorageFull."""
+    return isinstance(e, StorageFull | state_errors.StorageFull) or disk_full(e)
 
 
 def where_full(e: BaseException) -> str:
     """The storage a disk-full error is about."""
     if isinstance(e, StorageFull):
         return e.where
-    if isinstance(e, sqlite3.Error):
+    if isinstance(e, state_errors.StorageFull):
         return DATABASE
     return "a disk of the node"
 

@@ -11,13 +11,13 @@ from bai.common.problems import Problem, invalid
 from bai.node.link.base import AgentUnavailable, RemoteError
 from bai.node.manager.rules.admission import Admission, check_image
 from bai.node.manager.services.agent_registry import Agents
-from bai.node.manager.state import Store
+from bai.node.manager.state.protocols import ImageState
 
 
 class Images:
     """The image catalogue of the cluster: agents' images, aliases, pulls and removals."""
 
-    def __init__(self, store: Store, agents: Agents, admission: Admission, config_aliases: dict[str, str]) -> None:
+    def __init__(self, store: ImageState, agents: Agents, admission: Admission, config_aliases: dict[str, str]) -> None:
         self.store = store
         self.agents = agents
         self.admission = admission
@@ -26,7 +26,7 @@ class Images:
 
     async def load(self) -> None:
         """Add the aliases set with `bai image alias` (kept in the database)."""
-        self.aliases.update(await self.store.image_aliases())
+        self.aliases.update({a.alias: a.image for a in await self.store.image_aliases()})
 
     @property
     def labels(self) -> dict[str, dict[str, str]]:
@@ -38,9 +38,9 @@ class Images:
         items = []
         for agent_id in sorted(self.agents.connected()):
             for image in await self.agents.images_of(agent_id):
-                self.agents.image_labels[image["name"]] = image.get("labels") or {}
-                aliases = sorted(a for a, t in self.aliases.items() if t == image["name"])
-                items.append({**image, "agent": agent_id, "aliases": aliases})
+                self.agents.image_labels[image.name] = image.labels or {}
+                aliases = sorted(a for a, t in self.aliases.items() if t == image.name)
+                items.append({**image.to_api(), "agent": agent_id, "aliases": aliases})
         return items
 
     def pull_grant(self, image: str) -> dict[str, Any] | None:
@@ -92,8 +92,8 @@ class Images:
                 result = await self.agents.pull_image(agent_id, source, grant["auth"] if grant else None)
             except (RemoteError, AgentUnavailable) as e:
                 raise Problem("generic-bad-request", "Pull failed.", f"agent {agent_id}: {e}") from None
-            self.agents.image_labels[image] = result.get("labels") or {}
-            done.append({"agent": agent_id, **result})
+            self.agents.image_labels[image] = result.labels or {}
+            done.append({"agent": agent_id, **result.to_api()})
         return done
 
     async def remove(self, image: str, agent: str | None = None) -> list[str]:

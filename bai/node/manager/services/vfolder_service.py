@@ -19,17 +19,31 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from bai.common.clock import Clock
 from bai.common.mounts import MountRequest
 from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES
 from bai.node.manager.services import vfolder_fs as fsops
 from bai.node.manager.services.accounts import email_of
 from bai.node.manager.services.diskfull import DATABASE, StorageFull, is_disk_full, storage_of, vfolder_host
-from bai.node.manager.state import Store, utcnow
+from bai.node.manager.state import Store
+from bai.node.manager.state.protocols import AccountState, FolderState
+from bai.node.manager.state.records import (
+    FolderChanges,
+    FolderShare,
+    NewVFolder,
+    Policy,
+    SeenVFolder,
+    VFolder,
+    stamp,
+)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MOUNT_PERMISSIONS = ("ro", "rw", "wd")
@@ -47,13 +61,13 @@ def not_found(ref: str) -> Problem:
     return Problem("object-not-found", "No such virtual folder.", f"virtual folder {ref!r} does not exist")
 
 
-def shown_permission(folder: dict[str, Any]) -> str:
+def shown_permission(folder: SeenVFolder) -> str:
     """The permission the API shows, as Backend.AI does: the folder's innate one to its owner (ro, rw or wd),
     the share's to others (read-only when the folder itself is)."""
-    innate = folder.get("mount_permission") or "rw"
-    if folder["is_owner"]:
+    innate = folder.mount_permission or "rw"
+    if folder.is_owner:
         return innate
-    return "ro" if innate == "ro" else folder["permission"]
+    return "ro" if innate == "ro" else folder.permission
 
 
 @dataclass
@@ -78,10 +92,14 @@ class VFolders:
         default_host: str,
         uid: int | None = None,
         gid: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if default_host not in hosts:
             raise ValueError(f"the default vfolder host {default_host!r} is not one of the hosts ({', '.join(hosts)})")
-        self.store = store
+        self.store = store  # (the sessions that mount a folder)
+        self.folders: FolderState = store
+        self.accounts: AccountState = store
+        self.clock = clock or Clock()
         self.hosts = hosts
         self.default_host = default_host
         self.uid, self.gid = uid, gid
@@ -93,21 +111,28 @@ class VFolders:
 
     # -- finding folders ------------------------------------------------------------------------------
 
-    def path_of(self, folder: dict[str, Any]) -> Path:
+    def use_clock(self, clock: Clock) -> None:
+        """Stamp with the manager's clock (the folders are made before the manager is built)."""
+        self.clock = clock
+
+    def path_of(self, folder: VFolder | Mapping[str, Any]) -> Path:
+        """The directory of a folder (or of a session's mount of one: {"host", "id", …})."""
+        if isinstance(folder, VFolder):
+            return self.hosts[folder.host] / folder.id
         return self.hosts[folder["host"]] / folder["id"]
 
-    async def visible(self, access_key: str, is_admin: bool, status: str = "ready") -> list[dict[str, Any]]:
+    async def visible(self, access_key: str, is_admin: bool, status: str = "ready") -> list[SeenVFolder]:
         """The folders a keypair owns or that are shared with it (admins: every folder with all=True)."""
-        return await self.store.vfolders_of(None if is_admin else access_key, status)
+        return await self.folders.vfolders_of(None if is_admin else access_key, status)
 
     async def resolve(
         self, ref: str, access_key: str, is_admin: bool, need: str = READ, status: str = "ready"
-    ) -> dict[str, Any]:
+    ) -> SeenVFolder:
         """A folder by name or id as this keypair sees it (with `permission` and `is_owner`)."""
-        rows = [r for r in await self.store.vfolders_of(access_key, status) if ref in (r["name"], r["id"])]
+        rows = [r for r in await self.folders.vfolders_of(access_key, status) if ref in (r.name, r.id)]
         if not rows and is_admin:
-            rows = [r for r in await self.store.vfolders_of(None, status) if ref in (r["id"], r["name"])]
-        owned = [r for r in rows if r["is_owner"]]
+            rows = [r for r in await self.folders.vfolders_of(None, status) if ref in (r.id, r.name)]
+        owned = [r for r in rows if r.is_owner]
         rows = owned or rows
         if not rows:
             raise not_found(ref)
@@ -115,19 +140,21 @@ class VFolders:
             raise invalid(f"several folders called {ref!r} are shared with you: use the folder's id")
         folder = rows[0]
         if is_admin:
-            folder = {**folder, "permission": "wd", "is_owner": folder["is_owner"] or folder["owner"] == access_key}
-        if need == WRITE and folder["permission"] not in ("rw", "wd"):
+            folder = msgspec.structs.replace(
+                folder, permission="wd", is_owner=folder.is_owner or folder.owner == access_key
+            )
+        if need == WRITE and folder.permission not in ("rw", "wd"):
             raise Problem("generic-forbidden", "Read-only folder.", f"folder {ref!r} is shared with you read-only")
-        if need == OWNER and folder["permission"] != "wd":
+        if need == OWNER and folder.permission != "wd":
             raise Problem(
                 "generic-forbidden", "Not the owner.", f"only the owner of folder {ref!r} may do that (you may use it)"
             )
         return folder
 
-    async def _policy(self, access_key: str) -> dict[str, Any]:
-        keypair = (await self.store.keypairs(active_only=False)).get(access_key) or {}
-        policies = await self.store.policies()
-        return policies.get(keypair.get("resource_policy", "default")) or policies["default"]
+    async def _policy(self, access_key: str) -> Policy:
+        keypair = await self.accounts.keypair(access_key)
+        policies = await self.accounts.policies()
+        return policies.get(keypair.resource_policy if keypair else "default") or policies["default"]
 
     # -- folders --------------------------------------------------------------------------------------
 
@@ -140,7 +167,7 @@ class VFolders:
         permission: Any = "rw",
         cloneable: Any = False,
         fill: Any = None,
-    ) -> dict:
+    ) -> SeenVFolder:
         """A new folder; `permission` is Backend.AI's innate permission (ro: every mount is read-only),
         `fill(path)` (in a thread) puts files in it before it appears (a clone)."""
         check_name(name)
@@ -154,51 +181,48 @@ class VFolders:
             raise invalid("permission must be ro, rw or wd")
         if not isinstance(cloneable, bool):
             raise invalid("cloneable must be true or false")
-        limit = (await self._policy(access_key))["max_vfolder_count"]
-        if limit and await self.store.count_vfolders(access_key) >= limit:
+        limit = (await self._policy(access_key)).max_vfolder_count
+        if limit and await self.folders.count_vfolders(access_key) >= limit:
             raise Problem(
                 "quota-exceeded",
                 "Too many folders.",
                 f"your resource policy allows {limit} folders (folders in the trash count until purged)",
             )
-        if any(r["name"] == name and r["is_owner"] for r in await self.store.vfolders_of(access_key)):
+        if any(r.name == name and r.is_owner for r in await self.folders.vfolders_of(access_key)):
             raise Problem("generic-bad-request", "Folder exists.", f"you already have a folder called {name!r}")
-        folder = {
-            "id": uuid.uuid4().hex, "name": name, "host": host, "owner": access_key, "usage_mode": usage_mode,
-            "mount_permission": permission, "cloneable": cloneable,
-        }  # fmt: skip
-        path = self.path_of(folder)
+        folder = NewVFolder(uuid.uuid4().hex, name, host, access_key, usage_mode, permission, cloneable)
+        path = self.hosts[host] / folder.id
         with storage_of(vfolder_host(host)):
             await asyncio.to_thread(fsops.make_folder, path, self.uid, self.gid)
         try:
             if fill is not None:
                 with storage_of(vfolder_host(host)):
                     await asyncio.to_thread(fill, path)
-            created = await self.store.create_vfolder(folder)
+            created = await self.folders.create_vfolder(folder, self.clock.now())
         except BaseException:  # (a full disk, say): no folder without its row, nor a half copy
             await asyncio.to_thread(shutil.rmtree, path, True)
             raise
         if not created:
             await asyncio.to_thread(shutil.rmtree, path, True)
             raise Problem("generic-bad-request", "Folder exists.", f"you already have a folder called {name!r}")
-        return await self.resolve(folder["id"], access_key, False)
+        return await self.resolve(folder.id, access_key, False)
 
-    async def clone(self, source: dict[str, Any], access_key: str, p: dict[str, Any]) -> dict[str, Any]:
+    async def clone(self, source: SeenVFolder, access_key: str, p: dict[str, Any]) -> SeenVFolder:
         """A new folder of the caller's with a copy of the source's files (Backend.AI's clone: the source
         must be cloneable; links are copied as links, fifos and devices left out)."""
-        if not source.get("cloneable"):
+        if not source.cloneable:
             raise Problem(
-                "generic-forbidden", "Not cloneable.", f"folder {source['name']!r} does not allow cloning "
+                "generic-forbidden", "Not cloneable.", f"folder {source.name!r} does not allow cloning "
                 "(its owner may allow it: update-options --set-cloneable true)",
             )  # fmt: skip
-        limit = (await self._policy(access_key))["max_vfolder_size"]
+        limit = (await self._policy(access_key)).max_vfolder_size
         if limit:
             used, _ = await asyncio.to_thread(fsops.usage, self.path_of(source))
             if used > limit:
                 raise Problem(
                     "quota-exceeded",
                     "Folder quota exceeded.",
-                    f"folder {source['name']!r} holds {used} bytes; your folders may hold {limit}",
+                    f"folder {source.name!r} holds {used} bytes; your folders may hold {limit}",
                 )
         src_path = self.path_of(source)
         return await self.create(
@@ -211,77 +235,85 @@ class VFolders:
             fill=lambda dst: fsops.copy_tree(src_path, dst, self.uid, self.gid),
         )
 
-    async def update_options(self, folder: dict[str, Any], permission: Any, cloneable: Any) -> None:
+    async def update_options(self, folder: VFolder, permission: Any, cloneable: Any) -> None:
         if permission is not None and permission not in MOUNT_PERMISSIONS:
             raise invalid("permission must be ro, rw or wd")
         if cloneable is not None and not isinstance(cloneable, bool):
             raise invalid("cloneable must be true or false")
-        changes: dict[str, Any] = {}
-        if permission is not None:
-            changes["mount_permission"] = permission
-        if cloneable is not None:
-            changes["cloneable"] = int(cloneable)
-        if changes:
-            await self.store.update_vfolder(folder["id"], **changes)
+        if permission is not None or cloneable is not None:
+            changes = FolderChanges(
+                mount_permission=msgspec.UNSET if permission is None else permission,
+                cloneable=msgspec.UNSET if cloneable is None else cloneable,
+            )
+            await self.folders.update_vfolder(folder.id, changes)
 
-    async def describe(self, folder: dict[str, Any], with_usage: bool = True) -> dict[str, Any]:
+    async def describe(self, folder: SeenVFolder, with_usage: bool = True) -> dict[str, Any]:
         """The folder as the API shows it (Backend.AI's field names where the client reads them)."""
-        out = {
-            "id": folder["id"],
-            "name": folder["name"],
-            "host": folder["host"],
-            "usage_mode": folder["usage_mode"],
+        out: dict[str, Any] = {
+            "id": folder.id,
+            "name": folder.name,
+            "host": folder.host,
+            "usage_mode": folder.usage_mode,
             "permission": shown_permission(folder),
-            "is_owner": bool(folder["is_owner"]),
-            "owner": folder["owner"],
-            "user": folder["owner"],
-            "creator": folder["owner"],
+            "is_owner": folder.is_owner,
+            "owner": folder.owner,
+            "user": folder.owner,
+            "creator": folder.owner,
             "group": None,
             "type": "user",
             "ownership_type": "user",
-            "cloneable": bool(folder.get("cloneable")),
-            "mount_permission": folder.get("mount_permission") or "rw",
-            "status": folder["status"],
-            "created_at": folder["created_at"],
-            "trashed_at": folder.get("trashed_at"),
+            "cloneable": folder.cloneable,
+            "mount_permission": folder.mount_permission or "rw",
+            "status": folder.status,
+            "created_at": folder.created_at,
+            "trashed_at": folder.trashed_at,
         }
         if with_usage:
             used, files = await asyncio.to_thread(fsops.usage, self.path_of(folder))
             out.update(used_bytes=used, numFiles=files, num_files=files)
-            if folder["is_owner"]:
-                out["shares"] = await self.store.shares_of(folder["id"])
+            if folder.is_owner:
+                out["shares"] = await self.folders.shares_of(folder.id)
         return out
 
-    async def rename(self, folder: dict[str, Any], new_name: Any) -> None:
+    async def shares_of(self, folder: VFolder) -> dict[str, str]:
+        """Access key -> permission (ro / rw) of the folder's shares."""
+        return await self.folders.shares_of(folder.id)
+
+    async def all_shares(self, folder_id: str | None = None) -> list[FolderShare]:
+        """Every share (of one folder, or of all), with its folder's name, owner and status."""
+        return await self.folders.all_shares(folder_id)
+
+    async def rename(self, folder: VFolder, new_name: Any) -> None:
         check_name(new_name)
-        if not await self.store.update_vfolder(folder["id"], name=new_name):
+        if not await self.folders.update_vfolder(folder.id, FolderChanges(name=new_name)):
             raise Problem("generic-bad-request", "Folder exists.", f"a folder called {new_name!r} exists already")
 
     async def _mounted_by(self, folder_id: str) -> list[str]:
         rows = await self.store.list_sessions(None, ACTIVE_STATUSES)
         return [r["name"] for r in rows if any(m["id"] == folder_id for m in r["config"].get("mounts") or [])]
 
-    async def trash(self, folder: dict[str, Any]) -> None:
-        if users := await self._mounted_by(folder["id"]):
-            raise Problem("generic-bad-request", "Folder in use.", f"folder {folder['name']!r} is mounted by {users}")
-        await self.store.update_vfolder(folder["id"], status="trashed", trashed_at=utcnow())
+    async def trash(self, folder: VFolder) -> None:
+        if users := await self._mounted_by(folder.id):
+            raise Problem("generic-bad-request", "Folder in use.", f"folder {folder.name!r} is mounted by {users}")
+        trashed = FolderChanges(status="trashed", trashed_at=stamp(self.clock.now()))
+        await self.folders.update_vfolder(folder.id, trashed)
 
-    async def restore(self, folder: dict[str, Any]) -> None:
-        if not await self.store.update_vfolder(folder["id"], status="ready", trashed_at=None):
-            raise Problem("generic-bad-request", "Folder exists.", f"you have another folder called {folder['name']!r}")
+    async def restore(self, folder: VFolder) -> None:
+        if not await self.folders.update_vfolder(folder.id, FolderChanges(status="ready", trashed_at=None)):
+            raise Problem("generic-bad-request", "Folder exists.", f"you have another folder called {folder.name!r}")
 
-    async def purge(self, folder: dict[str, Any]) -> None:
+    async def purge(self, folder: VFolder) -> None:
         """Delete a trashed folder and everything in it (no way back)."""
-        if folder["status"] != "trashed":
-            raise invalid(f"folder {folder['name']!r} is not in the trash: remove it first")
+        if folder.status != "trashed":
+            raise invalid(f"folder {folder.name!r} is not in the trash: remove it first")
         # the files first: on a full disk, that is what frees space (for the row's deletion too)
         await asyncio.to_thread(shutil.rmtree, self.path_of(folder), True)  # rmtree does not follow links
         try:
-            await self.store.delete_vfolder(folder["id"])
+            await self.folders.delete_vfolder(folder.id)
         except Exception as e:
             if not is_disk_full(e):
                 raise
-            changed = f"the files of folder {folder['name']!r} were deleted, but it stays in the trash: purge it again"
+            changed = f"the files of folder {folder.name!r} were deleted, but it stays in the trash: purge it again"
             raise StorageFull(DATABASE, e, changed) from e
 
     async def keypairs_named(self, who: Any, but: str | None = None) -> list[str]:
@@ -292,55 +324,62 @@ class VFolders:
             who = [who]
         if not isinstance(who, list) or not who or not all(isinstance(w, str) and w for w in who):
             raise invalid("say with whom: a list of access keys or user ids (emails)")
-        keypairs = await self.store.keypairs(active_only=False)
+        keypairs = await self.accounts.keypairs(active_only=False)
         targets: list[str] = []
         for w in who:
-            found = [ak for ak, kp in keypairs.items() if w in (ak, kp["user_id"], email_of(kp["user_id"]))]
+            found = [ak for ak, kp in keypairs.items() if w in (ak, kp.user_id, email_of(kp.user_id))]
             if not found:
                 raise invalid(f"no keypair or user {w!r}")
             targets += [ak for ak in found if ak != but and ak not in targets]
         return targets
 
     async def email_of_keypair(self, access_key: str) -> str:
-        kp = (await self.store.keypairs(active_only=False)).get(access_key)
-        return email_of(kp["user_id"]) if kp else access_key
+        kp = await self.accounts.keypair(access_key)
+        return email_of(kp.user_id) if kp else access_key
 
-    async def share(self, folder: dict[str, Any], who: Any, permission: str | None) -> list[str]:
+    async def keypair_exists(self, access_key: str) -> bool:
+        """Whether there is such a keypair (active or not)."""
+        return await self.accounts.keypair(access_key) is not None
+
+    async def share(self, folder: VFolder, who: Any, permission: str | None) -> list[str]:
         """Share with keypairs (access keys or user ids) as ro / rw, or stop sharing (permission None)."""
         if permission is not None and permission not in SHARE_PERMISSIONS:
             raise invalid(f"permission must be ro or rw (bai shares read-only or read-write), not {permission!r}")
-        targets = await self.keypairs_named(who, but=folder["owner"])
+        targets = await self.keypairs_named(who, but=folder.owner)
         for ak in targets:
-            await self.store.share_vfolder(folder["id"], ak, permission)
+            await self.folders.share_vfolder(folder.id, ak, permission)
         return targets
 
-    async def invite(self, folder: dict[str, Any], inviter: str, who: Any, permission: Any) -> list[str]:
+    async def invite(self, folder: VFolder, inviter: str, who: Any, permission: Any) -> list[str]:
         """Invitations (Backend.AI's way to share a user's folder): the share appears when the invitee
         accepts. Returns the emails (`email_of`) of those invited now."""
         if permission not in SHARE_PERMISSIONS:
             raise invalid(f"permission must be ro or rw (bai shares read-only or read-write), not {permission!r}")
-        targets = await self.keypairs_named(who, but=folder["owner"])
-        shared = await self.store.shares_of(folder["id"])
+        targets = await self.keypairs_named(who, but=folder.owner)
+        shared = await self.folders.shares_of(folder.id)
         if already := [ak for ak in targets if ak in shared]:
-            msg = f"folder {folder['name']!r} is shared with {', '.join(already)}"
+            msg = f"folder {folder.name!r} is shared with {', '.join(already)}"
             raise Problem("generic-bad-request", "Already shared.", msg)
-        invited = await self.store.invite(folder["id"], inviter, targets, permission)
+        invited = await self.folders.invite(folder.id, inviter, targets, permission, self.clock.now())
         return list(dict.fromkeys([await self.email_of_keypair(ak) for ak in invited]))
 
     async def invitations(self, access_key: str, sent: bool = False) -> list[dict[str, Any]]:
         """Pending invitations to a keypair (or sent by it), as Backend.AI lists them."""
-        rows = await self.store.invitations(**({"inviter": access_key} if sent else {"invitee": access_key}))
+        if sent:
+            rows = await self.folders.invitations(inviter=access_key)
+        else:
+            rows = await self.folders.invitations(invitee=access_key)
         return [
             {
-                "id": r["id"],
-                "inviter": await self.email_of_keypair(r["inviter"]),
-                "invitee": await self.email_of_keypair(r["invitee"]),
-                "perm": r["permission"],
-                "state": r["state"],
-                "created_at": r["created_at"],
-                "modified_at": r["modified_at"],
-                "vfolder_id": r["vfolder_id"],
-                "vfolder_name": r["vfolder_name"],
+                "id": r.id,
+                "inviter": await self.email_of_keypair(r.inviter),
+                "invitee": await self.email_of_keypair(r.invitee),
+                "perm": r.permission,
+                "state": r.state,
+                "created_at": r.created_at,
+                "modified_at": r.modified_at,
+                "vfolder_id": r.vfolder_id,
+                "vfolder_name": r.vfolder_name,
             }
             for r in rows
         ]
@@ -349,54 +388,54 @@ class VFolders:
         """The invitee accepts or rejects; the inviter (or the folder's owner) cancels."""
         if not isinstance(invitation_id, str) or not invitation_id:
             raise invalid("inv_id must be an invitation's id")
-        rows = await self.store.invitations(invitation_id=invitation_id)
+        rows = await self.folders.invitations(invitation_id=invitation_id)
         missing = Problem("object-not-found", "No such invitation.", f"no pending invitation {invitation_id!r}")
         if not rows:
             raise missing
         inv = rows[0]
-        if access_key == inv["invitee"]:
+        if access_key == inv.invitee:
             state = "accepted" if accept else "rejected"
             if accept:
-                names = {r["name"] for r in await self.store.vfolders_of(access_key)}
-                if inv["vfolder_name"] in names:
+                names = {r.name for r in await self.folders.vfolders_of(access_key)}
+                if inv.vfolder_name in names:
                     raise Problem(
                         "generic-bad-request",
                         "Folder exists.",
-                        f"you already have a folder called {inv['vfolder_name']!r}: rename it first",
+                        f"you already have a folder called {inv.vfolder_name!r}: rename it first",
                     )
-        elif not accept and access_key == inv["inviter"]:
+        elif not accept and access_key == inv.inviter:
             state = "canceled"
         else:
             raise missing  # (someone else's invitation: as if there were none)
-        if await self.store.close_invitation(invitation_id, state) is None:
+        if await self.folders.close_invitation(invitation_id, state, self.clock.now()) is None:
             raise missing
 
-    async def change_owner(self, folder: dict[str, Any], who: Any) -> None:
+    async def change_owner(self, folder: VFolder, who: Any) -> None:
         """Give a folder to another keypair (named by the same rule as shares: one keypair only)."""
         targets = await self.keypairs_named(who)
         if len(targets) != 1:
             raise invalid(f"{who!r} has {len(targets)} keypairs: name the new owner by access key")
         new_owner = targets[0]
-        if new_owner == folder["owner"]:
+        if new_owner == folder.owner:
             return
-        if not await self.store.update_vfolder(folder["id"], owner=new_owner):
-            msg = f"{new_owner} has a folder called {folder['name']!r}"
+        if not await self.folders.update_vfolder(folder.id, FolderChanges(owner=new_owner)):
+            msg = f"{new_owner} has a folder called {folder.name!r}"
             raise Problem("generic-bad-request", "Folder exists.", msg)
-        await self.store.share_vfolder(folder["id"], new_owner, None)
+        await self.folders.share_vfolder(folder.id, new_owner, None)
 
-    async def leave(self, folder: dict[str, Any], access_key: str) -> None:
-        if folder["owner"] == access_key:
-            raise invalid(f"you own folder {folder['name']!r}: you cannot leave it (remove it instead)")
-        if access_key not in await self.store.shares_of(folder["id"]):
-            raise invalid(f"folder {folder['name']!r} is not shared with {access_key}")
-        await self.store.share_vfolder(folder["id"], access_key, None)
+    async def leave(self, folder: VFolder, access_key: str) -> None:
+        if folder.owner == access_key:
+            raise invalid(f"you own folder {folder.name!r}: you cannot leave it (remove it instead)")
+        if access_key not in await self.folders.shares_of(folder.id):
+            raise invalid(f"folder {folder.name!r} is not shared with {access_key}")
+        await self.folders.share_vfolder(folder.id, access_key, None)
 
     # -- files ----------------------------------------------------------------------------------------
 
-    async def fs(self, fn, folder: dict[str, Any], *args: Any, **kw: Any) -> Any:
+    async def fs(self, fn: Any, folder: VFolder, *args: Any, **kw: Any) -> Any:
         """Run an fsops function on the folder in a thread, turning its refusals into API problems."""
         try:
-            with storage_of(vfolder_host(folder["host"])):
+            with storage_of(vfolder_host(folder.host)):
                 return await asyncio.to_thread(fn, self.path_of(folder), *args, **kw)
         except fsops.PathRefused as e:
             raise invalid(str(e)) from None
@@ -405,7 +444,7 @@ class VFolders:
         except fsops.AlreadyExists as e:
             raise Problem("generic-bad-request", "File exists.", str(e) or "it exists already") from None
 
-    async def request_upload(self, folder: dict[str, Any], path: Any, size: Any) -> str:
+    async def request_upload(self, folder: VFolder, path: Any, size: Any) -> str:
         if not isinstance(path, str):
             raise invalid("path must be the file's path in the folder")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
@@ -416,16 +455,16 @@ class VFolders:
             raise invalid(str(e)) from None
         await self.check_quota(folder, size)
         token = secrets.token_urlsafe(24)
-        staging = self.staging[folder["host"]]
-        with storage_of(vfolder_host(folder["host"])):
+        staging = self.staging[folder.host]
+        with storage_of(vfolder_host(folder.host)):
             await asyncio.to_thread(staging.create, token)
-        self.grants[token] = Grant("upload", folder["id"], path, size, time.monotonic() + TOKEN_TTL)
+        self.grants[token] = Grant("upload", folder.id, path, size, time.monotonic() + TOKEN_TTL)
         if size == 0:  # nothing will be sent: the file appears now
             await self._commit(token)
         return token
 
-    async def check_quota(self, folder: dict[str, Any], incoming: int) -> None:
-        limit = (await self._policy(folder["owner"]))["max_vfolder_size"]
+    async def check_quota(self, folder: VFolder, incoming: int) -> None:
+        limit = (await self._policy(folder.owner)).max_vfolder_size
         if not limit:
             return
         used, _ = await asyncio.to_thread(fsops.usage, self.path_of(folder))
@@ -433,7 +472,7 @@ class VFolders:
             raise Problem(
                 "quota-exceeded",
                 "Folder quota exceeded.",
-                f"folder {folder['name']!r} holds {used} bytes of its {limit}; {incoming} more do not fit",
+                f"folder {folder.name!r} holds {used} bytes of its {limit}; {incoming} more do not fit",
             )
 
     def grant(self, token: str, op: str) -> Grant:
@@ -445,14 +484,14 @@ class VFolders:
     async def append(self, token: str, data: bytes, offset: int) -> int:
         """Add a chunk to an upload; when the upload is complete the file appears in the folder."""
         g = self.grant(token, "upload")
-        folder = await self.store.get_vfolder(g.folder_id)
+        folder = await self.folders.get_vfolder(g.folder_id)
         if folder is None:
             raise not_found(g.folder_id)
         if offset + len(data) > g.size:
             raise invalid(f"the upload is {g.size} bytes; this chunk goes past its end")
-        staging = self.staging[folder["host"]]
+        staging = self.staging[folder.host]
         try:  # (on a full disk the upload stays at `offset`, to be resumed once there is space)
-            with storage_of(vfolder_host(folder["host"])):
+            with storage_of(vfolder_host(folder.host)):
                 size = await asyncio.to_thread(staging.append, token, data, offset)
         except ValueError as e:
             raise invalid(str(e)) from None
@@ -462,23 +501,23 @@ class VFolders:
 
     async def upload_offset(self, token: str) -> tuple[int, int]:
         g = self.grant(token, "upload")
-        folder = await self.store.get_vfolder(g.folder_id)
+        folder = await self.folders.get_vfolder(g.folder_id)
         if folder is None:
             raise not_found(g.folder_id)
         try:
-            return await asyncio.to_thread(self.staging[folder["host"]].size, token), g.size
+            return await asyncio.to_thread(self.staging[folder.host].size, token), g.size
         except fsops.NotFound:
             return g.size, g.size  # committed already
 
     async def _commit(self, token: str) -> None:
         g = self.grants.pop(token)
-        folder = await self.store.get_vfolder(g.folder_id)
-        staging = self.staging[folder["host"]] if folder else None
+        folder = await self.folders.get_vfolder(g.folder_id)
+        staging = self.staging[folder.host] if folder else None
         try:
             if folder is None or staging is None:
                 raise not_found(g.folder_id)
-            await self.check_quota({**folder, "permission": "wd", "is_owner": 1}, 0)
-            with storage_of(vfolder_host(folder["host"])):
+            await self.check_quota(folder, 0)
+            with storage_of(vfolder_host(folder.host)):
                 await asyncio.to_thread(staging.commit, token, self.path_of(folder), g.path, uid=self.uid, gid=self.gid)
         except fsops.PathRefused as e:
             raise invalid(str(e)) from None
@@ -486,7 +525,7 @@ class VFolders:
             if staging is not None:
                 await asyncio.to_thread(staging.discard, token)
 
-    async def request_download(self, folder: dict[str, Any], path: Any) -> str:
+    async def request_download(self, folder: VFolder, path: Any) -> str:
         """A download token: a file as it is, a directory (or "" / ".", the whole folder) as a zip, as
         Backend.AI's storage proxy serves a directory (there only when asked with `archive`)."""
         if not isinstance(path, str):
@@ -499,20 +538,20 @@ class VFolders:
         else:
             size = -1
         token = secrets.token_urlsafe(24)
-        self.grants[token] = Grant("download", folder["id"], path, size, time.monotonic() + TOKEN_TTL, archive)
+        self.grants[token] = Grant("download", folder.id, path, size, time.monotonic() + TOKEN_TTL, archive)
         return token
 
     async def open_download(self, token: str) -> tuple[int, int, str, str]:
         """(fd, size, file name, content type) of what a download token gives."""
         g = self.grant(token, "download")
-        folder = await self.store.get_vfolder(g.folder_id)
+        folder = await self.folders.get_vfolder(g.folder_id)
         if folder is None:
             raise not_found(g.folder_id)
         if g.archive:
-            name = (g.path.strip("/").rsplit("/", 1)[-1] if g.path.strip("/.") else folder["name"]) + ".zip"
-            fd = await self.fs(self._zip, folder, g.path, self.staging[folder["host"]].dir)
+            name = (g.path.strip("/").rsplit("/", 1)[-1] if g.path.strip("/.") else folder.name) + ".zip"
+            fd = await self.fs(self._zip, folder, g.path, self.staging[folder.host].dir)
             return fd, os.fstat(fd).st_size, name, "application/zip"
-        fd, size = await self.fs(fsops.open_read, {**folder}, g.path)
+        fd, size = await self.fs(fsops.open_read, folder, g.path)
         return fd, size, g.path.rsplit("/", 1)[-1], "application/octet-stream"
 
     @staticmethod
@@ -541,11 +580,11 @@ class VFolders:
             folder = await self.resolve(req.name, access_key, is_admin)
             out.append(
                 {
-                    "id": folder["id"],
-                    "name": folder["name"],
-                    "host": folder["host"],
+                    "id": folder.id,
+                    "name": folder.name,
+                    "host": folder.host,
                     "target": req.target,
-                    "read_only": req.read_only or "ro" in (folder["permission"], folder.get("mount_permission")),
+                    "read_only": req.read_only or "ro" in (folder.permission, folder.mount_permission),
                 }
             )
         return out

@@ -32,6 +32,7 @@ from bai.common import safejson
 from bai.node.manager.http.context import SETTINGS, services_of
 from bai.node.manager.http.graphql import minilang
 from bai.node.manager.services import Services
+from bai.node.manager.state.records import Keypair
 
 DEFAULT_DOMAIN = "default"
 DEFAULT_GROUP = "default"
@@ -142,8 +143,12 @@ class Context:
     def settings(self) -> dict[str, Any]:
         return self.request.app[SETTINGS]
 
-    def keypair(self) -> dict[str, Any]:
-        return self.settings["keypairs"][self.access_key]
+    def keypair(self) -> Keypair:
+        """The caller's keypair (it signed the request: it is active)."""
+        keypair = self.services.accounts.active_keypair(self.access_key)
+        if keypair is None:  # (deactivated or removed since the request was authenticated)
+            raise GraphQLError(f"keypair {self.access_key} does not exist or is inactive")
+        return keypair
 
     async def cached(self, key: str, make: Callable[[], Any]) -> Any:
         if key not in self.cache:

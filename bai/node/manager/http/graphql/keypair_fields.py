@@ -10,8 +10,7 @@ from typing import Any
 from graphql import GraphQLArgument, GraphQLError, GraphQLField, GraphQLInputField, GraphQLInputObjectType
 from graphql import GraphQLResolveInfo as Info
 
-from bai.common import safejson
-from bai.common.auth import Keypair
+from bai.common import auth, safejson
 from bai.common.cluster import MAX_CLUSTER_SIZE
 from bai.common.problems import Problem
 from bai.common.status import ACTIVE_STATUSES
@@ -42,11 +41,12 @@ from bai.node.manager.http.graphql.base import (
     user_uuid,
 )
 from bai.node.manager.services.accounts import email_of
-from bai.node.manager.state import POLICY_FIELDS
+from bai.node.manager.state import POLICY_FIELDS, UnknownPolicy
+from bai.node.manager.state.records import Keypair, NewKeypair, Policy, PolicyFields
 
 
 async def resolve_concurrency_used(keypair: dict[str, Any], info: Info) -> int:
-    sessions = await ctx(info).services.sessions.list(keypair["access_key"], ACTIVE_STATUSES)
+    sessions = await ctx(info).services.state.list_sessions(keypair["access_key"], ACTIVE_STATUSES)
     return len(sessions)
 
 
@@ -110,26 +110,26 @@ KeyPairResourcePolicy = obj(
 )
 
 
-def keypair_item(row: dict[str, Any]) -> dict[str, Any]:
-    """A keypair row as Backend.AI's `KeyPair` (its user id is the user; bai has no more of them)."""
+def keypair_item(row: Keypair) -> dict[str, Any]:
+    """A keypair as Backend.AI's `KeyPair` (its user id is the user; bai has no more of them)."""
     return {
-        "id": row["access_key"],
-        "user_id": row["user_id"],
+        "id": row.access_key,
+        "user_id": row.user_id,
         "full_name": None,
-        "email": email_of(row["user_id"]),
-        "user_info": {"email": email_of(row["user_id"]), "full_name": None},
+        "email": email_of(row.user_id),
+        "user_info": {"email": email_of(row.user_id), "full_name": None},
         "projects": [DEFAULT_GROUP],
-        "access_key": row["access_key"],
-        "secret_key": row["secret_key"],
-        "is_active": bool(row["is_active"]),
-        "is_admin": bool(row["is_admin"]),
-        "resource_policy": row["resource_policy"],
-        "created_at": row["created_at"],
+        "access_key": row.access_key,
+        "secret_key": row.secret_key,
+        "is_active": row.is_active,
+        "is_admin": row.is_admin,
+        "resource_policy": row.resource_policy,
+        "created_at": row.created_at,
         "modified_at": None,
         "last_used": None,
         "rate_limit": None,
         "num_queries": 0,
-        "user": user_uuid(row["user_id"]),
+        "user": user_uuid(row.user_id),
         "domain_name": DEFAULT_DOMAIN,
         "ssh_public_key": None,
         "ssh_private_key": None,
@@ -139,28 +139,27 @@ def keypair_item(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def policy_item(row: dict[str, Any]) -> dict[str, Any]:
-    slots = row.get("total_resource_slots") or {}
+def policy_item(row: Policy) -> dict[str, Any]:
     return {
-        "name": row["name"],
-        "created_at": row.get("created_at"),
-        "default_for_unspecified": row.get("default_for_unspecified"),
-        "total_resource_slots": slots if isinstance(slots, str) else json.dumps(slots),
-        "max_session_lifetime": int(row.get("max_session_lifetime") or 0),
-        "max_concurrent_sessions": row.get("max_concurrent_sessions"),
+        "name": row.name,
+        "created_at": row.created_at,
+        "default_for_unspecified": row.default_for_unspecified,
+        "total_resource_slots": json.dumps(row.total_resource_slots or {}),
+        "max_session_lifetime": int(row.max_session_lifetime or 0),
+        "max_concurrent_sessions": row.max_concurrent_sessions,
         "max_containers_per_session": MAX_CLUSTER_SIZE,  # no per-policy limit in bai: the largest session
-        "idle_timeout": int(row.get("idle_timeout") or 0),
-        "max_vfolder_count": row.get("max_vfolder_count") or 0,
-        "max_vfolder_size": row.get("max_vfolder_size") or 0,
+        "idle_timeout": int(row.idle_timeout or 0),
+        "max_vfolder_count": row.max_vfolder_count or 0,
+        "max_vfolder_size": row.max_vfolder_size or 0,
         "allowed_vfolder_hosts": None,
         "max_concurrent_sftp_sessions": None,
         # Backend.AI's null is no limit (bai stores 0)
-        "max_pending_session_count": row.get("max_pending_session_count") or None,
+        "max_pending_session_count": row.max_pending_session_count or None,
         "max_pending_session_resource_slots": None,
-        "idle_cpu_pct": row.get("idle_cpu_pct"),
-        "idle_gpu_pct": row.get("idle_gpu_pct"),
-        "idle_window": row.get("idle_window"),
-        "max_session_networks": row.get("max_session_networks"),
+        "idle_cpu_pct": row.idle_cpu_pct,
+        "idle_gpu_pct": row.idle_gpu_pct,
+        "idle_window": row.idle_window,
+        "max_session_networks": row.max_session_networks,
     }
 
 
@@ -168,11 +167,11 @@ async def _keypairs(c: Context, args: dict[str, Any]) -> list[dict[str, Any]]:
     """Every keypair an admin may see (only one's own for a user), filtered by `email` / `is_active`."""
     rows = list((await c.services.accounts.keypairs(active_only=False)).values())
     if not c.is_admin:
-        rows = [r for r in rows if r["access_key"] == c.access_key]
+        rows = [r for r in rows if r.access_key == c.access_key]
     if args.get("email") is not None:
-        rows = [r for r in rows if args["email"] in (r["user_id"], email_of(r["user_id"]))]
+        rows = [r for r in rows if args["email"] in (r.user_id, email_of(r.user_id))]
     if args.get("is_active") is not None:
-        rows = [r for r in rows if bool(r["is_active"]) == args["is_active"]]
+        rows = [r for r in rows if r.is_active == args["is_active"]]
     return [keypair_item(r) for r in rows]
 
 
@@ -182,7 +181,7 @@ async def resolve_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any]
     if access_key == c.access_key:
         return keypair_item(c.keypair())
     require_admin(info)
-    row = (await c.services.accounts.keypairs(active_only=False)).get(access_key)
+    row = await c.services.accounts.keypair(access_key)
     return keypair_item(row) if row else None
 
 
@@ -196,29 +195,24 @@ async def resolve_keypair_list(_root: Any, info: Info, **args: Any) -> dict[str,
 
 async def resolve_policy(_root: Any, info: Info, **args: Any) -> dict[str, Any] | None:
     c = ctx(info)
-    own = c.keypair()["resource_policy"]
+    own = c.keypair().resource_policy
     name = args.get("name") or own
     if name != own:
         require_admin(info)
-    row = (await c.services.accounts.policies()).get(name)
+    row = await c.services.accounts.policy(name)
     return policy_item(row) if row else None
 
 
 async def resolve_policies(_root: Any, info: Info, **args: Any) -> list[dict[str, Any]]:
     c = ctx(info)
-    rows = (await c.services.accounts.policies()).values()
+    rows = list((await c.services.accounts.policies()).values())
     if not c.is_admin:
-        own = c.keypair()["resource_policy"]
-        rows = [r for r in rows if r["name"] == own]
+        own = c.keypair().resource_policy
+        rows = [r for r in rows if r.name == own]
     return [policy_item(r) for r in rows]
 
 
 # -- mutations -----------------------------------------------------------------------------------------
-
-
-async def _refresh(c: Context) -> None:
-    """The authentication middleware reads a cache of the keypairs: refresh it after every change."""
-    c.settings["keypairs"] = await c.services.accounts.keypairs()
 
 
 def _failed(msg: str) -> dict[str, Any]:
@@ -230,50 +224,51 @@ async def create_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
     user_id, props = args["user_id"].strip(), args.get("props") or {}
     if not user_id or "\0" in user_id:
         return _failed("user_id must be a non-empty string")
-    fresh = Keypair.generate()
-    row = {
-        "access_key": fresh.access_key,
-        "secret_key": fresh.secret_key,
-        "user_id": user_id,
-        "is_admin": bool(props.get("is_admin") or False),
-        "resource_policy": props.get("resource_policy") or "default",
-        "is_active": 1,
-    }
+    fresh = auth.Keypair.generate()
+    row = NewKeypair(
+        fresh.access_key,
+        fresh.secret_key,
+        user_id,
+        bool(props.get("is_admin") or False),
+        props.get("resource_policy") or "default",
+    )
     try:
         await c.services.accounts.create_keypair(row)
-    except KeyError as e:
-        return _failed(e.args[0])
+    except UnknownPolicy as e:
+        return _failed(str(e))
     if props.get("is_active") is False:
-        await c.services.accounts.update_keypair(fresh.access_key, is_active=0)
-    await _refresh(c)
-    created = (await c.services.accounts.keypairs(active_only=False))[fresh.access_key]
+        await c.services.accounts.update_keypair(fresh.access_key, is_active=False)
+    created = await c.services.accounts.keypair(fresh.access_key)
+    if created is None:  # (removed meanwhile)
+        return _failed(f"no keypair {fresh.access_key}")
     return {"ok": True, "msg": "success", "keypair": keypair_item(created)}
 
 
 async def modify_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
     c = require_admin(info)
     access_key, props = args["access_key"], args.get("props") or {}
-    cols: dict[str, Any] = {}
-    if props.get("resource_policy") is not None:
-        cols["resource_policy"] = props["resource_policy"]
+    policy: str | None = props.get("resource_policy")
+    is_admin: bool | None = None
+    is_active: bool | None = None
     if props.get("is_admin") is not None:
         if access_key == c.access_key and not props["is_admin"]:
             return _failed("you cannot take admin rights from the keypair you are using")
-        cols["is_admin"] = int(props["is_admin"])
+        is_admin = bool(props["is_admin"])
     if props.get("is_active") is not None:
         if access_key == c.access_key and not props["is_active"]:
             return _failed("you cannot deactivate the keypair you are using")
-        cols["is_active"] = int(props["is_active"])
-    if not cols:
+        is_active = bool(props["is_active"])
+    if policy is None and is_admin is None and is_active is None:
         return {"ok": True, "msg": "nothing to change (bai keeps no rate limit or concurrency limit per keypair)"}
     try:
-        found = await c.services.accounts.update_keypair(access_key, **cols)
-    except KeyError as e:
-        return _failed(e.args[0])
+        found = await c.services.accounts.update_keypair(
+            access_key, resource_policy=policy, is_active=is_active, is_admin=is_admin
+        )
+    except UnknownPolicy as e:
+        return _failed(str(e))
     if not found:
         return _failed(f"no keypair {access_key}")
-    await _refresh(c)
-    if cols.get("is_active") == 0:  # a deactivated keypair signs nothing more: its open streams end now
+    if is_active is False:  # a deactivated keypair signs nothing more: its open streams end now
         c.request.app[STREAMS].close_all(access_key)
     return {"ok": True, "msg": "success"}
 
@@ -283,12 +278,11 @@ async def delete_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
     access_key = args["access_key"]
     if access_key == c.access_key:
         return _failed("you cannot delete the keypair you are using")
-    active = await c.services.sessions.list(access_key, ACTIVE_STATUSES)
+    active = await c.services.state.list_sessions(access_key, ACTIVE_STATUSES)
     if active:
         return _failed(f"keypair {access_key} has {len(active)} active session(s): terminate them first")
     if not await c.services.accounts.delete_keypair(access_key):
         return _failed(f"no keypair {access_key}")
-    await _refresh(c)
     c.request.app[STREAMS].close_all(access_key)
     return {"ok": True, "msg": "success"}
 
@@ -317,19 +311,21 @@ async def create_policy(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
     if not name:
         return _failed("a policy needs a name")
     try:
-        fields = _policy_fields(args.get("props") or {}, partial=True)
+        fields = PolicyFields(**_policy_fields(args.get("props") or {}, partial=True))
     except Problem as e:
         return _failed(e.msg or e.title)
     if not await c.services.accounts.save_policy(name, fields, create=True):
         return _failed(f"resource policy {name!r} already exists")
-    row = (await c.services.accounts.policies())[name]
+    row = await c.services.accounts.policy(name)
+    if row is None:  # (removed meanwhile)
+        return _failed(f"no resource policy {name!r}")
     return {"ok": True, "msg": "success", "resource_policy": policy_item(row)}
 
 
 async def modify_policy(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
     c = require_admin(info)
     try:
-        fields = _policy_fields(args.get("props") or {}, partial=True)
+        fields = PolicyFields(**_policy_fields(args.get("props") or {}, partial=True))
     except Problem as e:
         return _failed(e.msg or e.title)
     if not await c.services.accounts.save_policy(args["name"], fields, create=False):

@@ -30,6 +30,7 @@ from bai.node.manager.http.graphql.base import (
     require_admin,
 )
 from bai.node.manager.services.vfolder_service import shown_permission
+from bai.node.manager.state.records import SeenVFolder
 
 StorageVolume = obj(
     "StorageVolume",
@@ -115,16 +116,16 @@ async def resolve_volume_list(_root: Any, info: Info, **args: Any) -> dict[str, 
     return page(_volumes(c), args, VOLUME_FIELDS)
 
 
-def vfolder_item(row: dict[str, Any]) -> dict[str, Any]:
+def vfolder_item(row: SeenVFolder) -> dict[str, Any]:
     """A folder with the field names of Backend.AI's `VirtualFolder` GraphQL type."""
     return {
-        "id": row["id"],
-        "host": row["host"],
+        "id": row.id,
+        "host": row.host,
         "quota_scope_id": None,
-        "name": row["name"],
-        "created_at": row["created_at"],
-        "creator": row["owner"],
-        "user": row["owner"],
+        "name": row.name,
+        "created_at": row.created_at,
+        "creator": row.owner,
+        "user": row.owner,
         "user_email": None,
         "group": None,
         "group_name": None,
@@ -132,10 +133,10 @@ def vfolder_item(row: dict[str, Any]) -> dict[str, Any]:
         "unmanaged_path": None,
         "permission": shown_permission(row),
         "ownership_type": "user",
-        "usage_mode": row["usage_mode"],
-        "status": row["status"],
-        "is_owner": bool(row["is_owner"]),
-        "cloneable": bool(row.get("cloneable")),
+        "usage_mode": row.usage_mode,
+        "status": row.status,
+        "is_owner": row.is_owner,
+        "cloneable": row.cloneable,
         "max_files": 0,
         "max_size": 0,
         "last_used": None,
@@ -154,7 +155,7 @@ def folder_list(which: str):
             return {"items": [], "total_count": 0}
         rows = await c.services.vfolders.visible(c.access_key, False)
         if which != "all":
-            rows = [r for r in rows if bool(r["is_owner"]) == (which == "own")]
+            rows = [r for r in rows if r.is_owner == (which == "own")]
         return page([vfolder_item(r) for r in rows], args, VFOLDER_FIELDS)
 
     return resolve

@@ -126,7 +126,7 @@ async def _users(c: Context) -> list[dict[str, Any]]:
     rows = (await c.services.accounts.keypairs(active_only=False)).values()
     users: dict[str, dict[str, Any]] = {}
     for r in rows:
-        uid = r["user_id"]
+        uid = r.user_id
         if uid not in users:
             users[uid] = {
                 "id": user_uuid(uid),
@@ -139,7 +139,7 @@ async def _users(c: Context) -> list[dict[str, Any]]:
                 "is_active": False,
                 "status": "inactive",
                 "status_info": None,
-                "created_at": r["created_at"],
+                "created_at": r.created_at,
                 "modified_at": None,
                 "domain_name": DEFAULT_DOMAIN,
                 "role": "user",
@@ -148,15 +148,15 @@ async def _users(c: Context) -> list[dict[str, Any]]:
                 "totp_activated": False,
                 "totp_activated_at": None,
                 "sudo_session_enabled": False,
-                "main_access_key": r["access_key"],
+                "main_access_key": r.access_key,
                 "groups": [{"id": DEFAULT_GROUP_ID, "name": DEFAULT_GROUP}],
                 "_access_keys": [],
             }
         user = users[uid]
-        user["_access_keys"].append(r["access_key"])
-        if r["is_active"]:
+        user["_access_keys"].append(r.access_key)
+        if r.is_active:
             user["is_active"], user["status"] = True, "active"
-        if r["is_admin"]:
+        if r.is_admin:
             user["role"] = "superadmin"
     return list(users.values())
 

@@ -1,8 +1,9 @@
 """The manager's state in SQLite (WAL). The only package that speaks SQL.
 
 - `db`: one small Database object (its own thread, pragmas, transactions, the migrations runner);
-- `schema`: the schema and its numbered steps (PRAGMA user_version);
-- `keypairs`, `agents`, `sessions`, `vfolders`, `images`, `logs`: the queries of each domain, a class each.
+- `migrations`: the schema and its numbered steps (PRAGMA user_version);
+- `keypair_queries`, `agent_queries`, `session_queries`, `vfolder_queries`, `image_queries`, `log_queries`: the
+  queries of each domain, a class each, returning the records of `state.records`.
 
 `Store` is all of them over one Database. Each of its public methods is one transaction in one thread hop.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bai.common.clock import Clock
 from bai.node.manager.state.sqlite.agent_queries import Agents
 from bai.node.manager.state.sqlite.db import WAL_PAGES, Database, SchemaTooNew, utcnow
 from bai.node.manager.state.sqlite.image_queries import Images
@@ -40,14 +42,16 @@ class Store(Keypairs, Agents, Sessions, Vfolders, Images, Logs):
         Logs.__init__(self, db, log_max_bytes)
 
     @classmethod
-    async def open(cls, path: Path, log_max_bytes: int = LOG_MAX_BYTES) -> Store:
+    async def open(cls, path: Path, log_max_bytes: int = LOG_MAX_BYTES, *, clock: Clock | None = None) -> Store:
         """Open (or create) the database, its schema brought to the latest version (SchemaTooNew: the
-        database is of a newer bai), and every log cut to `log_max_bytes`."""
+        database is of a newer bai), every log cut to `log_max_bytes` (the cut stamped with `clock`'s time),
+        and the active keypairs read into memory."""
         # the -wal file is disk too: checkpoint it at about a quarter of the log bound
         db = await Database.open(path, max_wal_bytes=log_max_bytes // 4)
         store = cls(db, log_max_bytes)
         try:
-            await store.cut_logs_to_bound()
+            await store.cut_logs_to_bound((clock or Clock()).now())
+            await store.load_keypairs()
         except BaseException:
             await db.close()
             raise

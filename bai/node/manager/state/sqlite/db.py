@@ -24,6 +24,8 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any, TypeVar
 
+from bai.common.diskspace import disk_full
+from bai.node.manager.state.errors import StorageFull
 from bai.node.manager.state.sqlite import migrations as schema
 
 T = TypeVar("T")
@@ -136,13 +138,22 @@ Call = tuple["asyncio.Future | None", Any, tuple[Any, ...]]
 Answer = tuple["asyncio.Future", bool, Any]  # (future, failed, result or exception)
 
 
+def storage_error(e: BaseException) -> BaseException:
+    """The error a caller gets: the state layer's StorageFull (raised from SQLite's) for a full disk, else e."""
+    if isinstance(e, sqlite3.Error) and disk_full(e):
+        full = StorageFull(f"{StorageFull.where} is on a full disk: {e}")
+        full.__cause__ = e
+        return full
+    return e
+
+
 def _answer(answers: list[Answer]) -> None:
-    """In the event loop: hand each caller its result or exception."""
+    """In the event loop: hand each caller its result or exception (a full disk as StorageFull)."""
     for future, failed, value in answers:
         if future.done():  # (the caller may have been cancelled meanwhile)
             continue
         if failed:
-            future.set_exception(value)
+            future.set_exception(storage_error(value))
         else:
             future.set_result(value)
 

@@ -6,9 +6,12 @@ import json
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from bai.node.manager.state.sqlite.db import Queries, decode_row, utcnow
+from bai.node.manager.state.errors import UnknownPolicy
+from bai.node.manager.state.records import Dotfile, Keypair, NewKeypair, Policy, PolicyFields, changed_fields, stamp
+from bai.node.manager.state.sqlite.db import Queries, load_json
 
 POLICY_FIELDS = (
     "max_concurrent_sessions",
@@ -26,6 +29,26 @@ POLICY_FIELDS = (
 )
 DEFAULT_SESSION_NETWORKS = 2  # resource_policies.max_session_networks of a policy that does not say
 DEFAULT_PENDING_SESSIONS = 1000  # resource_policies.max_pending_session_count of a policy that does not say
+KEYPAIR_COLUMNS = "access_key, secret_key, user_id, is_admin, is_active, resource_policy, created_at"
+POLICY_COLUMNS = "name, " + ", ".join(POLICY_FIELDS) + ", created_at"
+
+
+def _keypair(r: sqlite3.Row) -> Keypair:
+    return Keypair(r[0], r[1], r[2], bool(r[3]), bool(r[4]), r[5], r[6])
+
+
+def _policy(r: sqlite3.Row) -> Policy:
+    return Policy(r[0], r[1], load_json(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13])
+
+
+def _read_keypairs(conn: sqlite3.Connection, active_only: bool) -> dict[str, Keypair]:
+    sql = f"SELECT {KEYPAIR_COLUMNS} FROM keypairs" + (" WHERE is_active=1" if active_only else "")
+    return {r[0]: _keypair(r) for r in conn.execute(sql + " ORDER BY created_at").fetchall()}
+
+
+def _check_policy(conn: sqlite3.Connection, name: str) -> None:
+    if not conn.execute("SELECT 1 FROM resource_policies WHERE name=?", (name,)).fetchone():
+        raise UnknownPolicy(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,86 +69,114 @@ class Keypairs(Queries):
     # access key -> (policy, max_pending_session_count), kept in memory; None: to be read (see pending_queue)
     _queue_limits: QueueLimits | None = None
     _queue_limits_version = 0
+    _active: dict[str, Keypair] = {}  # the active keypairs, by access key (see load_keypairs); replaced, not changed
 
-    async def ensure_admin_keypair(self, access_key: str, secret_key: str) -> tuple[str, str]:
-        """Return the first admin keypair, creating one from the given keys if there is none."""
+    async def ensure_admin_keypair(self, access_key: str, secret_key: str, now: datetime) -> tuple[str, str]:
+        """Return the first admin keypair, creating one from the given keys (created `now`) if there is none."""
+        at = stamp(now)
 
-        def fn(conn: sqlite3.Connection) -> tuple[str, str]:
+        def fn(conn: sqlite3.Connection) -> tuple[tuple[str, str], dict[str, Keypair]]:
             row = conn.execute(
                 "SELECT access_key, secret_key FROM keypairs WHERE is_admin=1 AND is_active=1 "
                 "ORDER BY created_at LIMIT 1"
             ).fetchone()
             if row:
-                return row[0], row[1]
+                return (row[0], row[1]), _read_keypairs(conn, True)
             conn.execute(
                 "INSERT INTO keypairs(access_key, secret_key, user_id, is_admin, created_at) "
                 "VALUES (?, ?, 'admin', 1, ?)",
-                (access_key, secret_key, utcnow()),
+                (access_key, secret_key, at),
             )
-            return access_key, secret_key
+            return (access_key, secret_key), _read_keypairs(conn, True)
 
-        return await self.db.transaction(fn)
+        found: tuple[str, str] = await self._write_keypairs(fn)
+        return found
 
-    async def keypairs(self, active_only: bool = True) -> dict[str, dict[str, Any]]:
-        def fn(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-            sql = "SELECT * FROM keypairs" + (" WHERE is_active=1" if active_only else "") + " ORDER BY created_at"
-            return {r["access_key"]: dict(r) for r in conn.execute(sql).fetchall()}
-
-        return await self.db.run(fn)
-
-    async def create_keypair(self, keypair: dict[str, Any]) -> None:
+    async def _write_keypairs(self, fn: Any) -> Any:
+        """A transaction that changes keypairs (or what they follow) and returns (its answer, the active
+        keypairs as it leaves them): the copy kept in memory follows, in the order the writes committed."""
         self._limits_changed()
+        answer, active = await self.db.transaction(fn)
+        self._active = active
+        return answer
 
-        def fn(conn: sqlite3.Connection) -> None:
-            if not conn.execute(
-                "SELECT 1 FROM resource_policies WHERE name=?", (keypair["resource_policy"],)
-            ).fetchone():
-                raise KeyError(f"no resource policy {keypair['resource_policy']!r}")
+    async def load_keypairs(self) -> None:
+        """Read the active keypairs into memory (once, at the start): `active_keypair` answers from there."""
+        self._active = await self.db.run(lambda conn: _read_keypairs(conn, True))
+
+    def active_keypair(self, access_key: str) -> Keypair | None:
+        """The active keypair of this access key (None: none, or inactive), from memory: what authentication
+        asks on every request. Kept current by this class's own writes."""
+        return self._active.get(access_key)
+
+    async def keypairs(self, active_only: bool = True) -> dict[str, Keypair]:
+        """Access key -> keypair (active ones only, unless told), oldest first."""
+        if active_only:
+            return dict(self._active)
+        return await self.db.run(lambda conn: _read_keypairs(conn, False))
+
+    async def keypair(self, access_key: str) -> Keypair | None:
+        """One keypair, active or not; None: no such keypair."""
+        sql = f"SELECT {KEYPAIR_COLUMNS} FROM keypairs WHERE access_key=?"
+        row = await self.db.run(lambda conn: conn.execute(sql, (access_key,)).fetchone())
+        return _keypair(row) if row is not None else None
+
+    async def create_keypair(self, keypair: NewKeypair, now: datetime) -> None:
+        """Store a new keypair (active, created `now`); UnknownPolicy when its policy does not exist."""
+        at = stamp(now)
+
+        def fn(conn: sqlite3.Connection) -> tuple[None, dict[str, Keypair]]:
+            _check_policy(conn, keypair.resource_policy)
             conn.execute(
                 "INSERT INTO keypairs(access_key, secret_key, user_id, is_admin, resource_policy, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    keypair["access_key"],
-                    keypair["secret_key"],
-                    keypair["user_id"],
-                    int(keypair["is_admin"]),
-                    keypair["resource_policy"],
-                    utcnow(),
-                ),
-            )
+                (keypair.access_key, keypair.secret_key, keypair.user_id, int(keypair.is_admin),
+                 keypair.resource_policy, at),
+            )  # fmt: skip
+            return None, _read_keypairs(conn, True)
 
-        await self.db.transaction(fn)
+        await self._write_keypairs(fn)
 
-    async def update_keypair(self, access_key: str, **cols: Any) -> bool:
-        """Change a keypair's resource_policy / is_active; False when there is no such keypair."""
-        self._limits_changed()
+    async def update_keypair(
+        self,
+        access_key: str,
+        *,
+        resource_policy: str | None = None,
+        is_active: bool | None = None,
+        is_admin: bool | None = None,
+    ) -> bool:
+        """Change a keypair's resource_policy / is_active / is_admin (None: left as it is); False when there is
+        no such keypair; UnknownPolicy when the policy does not exist."""
+        cols: dict[str, Any] = {}
+        if resource_policy is not None:
+            cols["resource_policy"] = resource_policy
+        if is_active is not None:
+            cols["is_active"] = int(is_active)
+        if is_admin is not None:
+            cols["is_admin"] = int(is_admin)
 
-        def fn(conn: sqlite3.Connection) -> bool:
-            if (
-                "resource_policy" in cols
-                and not conn.execute(
-                    "SELECT 1 FROM resource_policies WHERE name=?", (cols["resource_policy"],)
-                ).fetchone()
-            ):
-                raise KeyError(f"no resource policy {cols['resource_policy']!r}")
+        def fn(conn: sqlite3.Connection) -> tuple[bool, dict[str, Keypair]]:
+            if resource_policy is not None:
+                _check_policy(conn, resource_policy)
+            if not cols:
+                found = conn.execute("SELECT 1 FROM keypairs WHERE access_key=?", (access_key,)).fetchone()
+                return found is not None, _read_keypairs(conn, True)
             sets = ", ".join(f"{c}=?" for c in cols)
-            return (
-                conn.execute(f"UPDATE keypairs SET {sets} WHERE access_key=?", (*cols.values(), access_key)).rowcount
-                > 0
-            )
+            found = conn.execute(f"UPDATE keypairs SET {sets} WHERE access_key=?", (*cols.values(), access_key))
+            return found.rowcount > 0, _read_keypairs(conn, True)
 
-        return await self.db.transaction(fn)
+        return bool(await self._write_keypairs(fn))
 
     async def delete_keypair(self, access_key: str) -> bool:
         """Remove a keypair and its dotfiles; False when there is no such keypair."""
-        self._limits_changed()
 
-        def fn(conn: sqlite3.Connection) -> bool:
+        def fn(conn: sqlite3.Connection) -> tuple[bool, dict[str, Keypair]]:
             self.db.dotfile_owners = None
             conn.execute("DELETE FROM dotfiles WHERE access_key=?", (access_key,))
-            return conn.execute("DELETE FROM keypairs WHERE access_key=?", (access_key,)).rowcount > 0
+            gone = conn.execute("DELETE FROM keypairs WHERE access_key=?", (access_key,)).rowcount > 0
+            return gone, _read_keypairs(conn, True)
 
-        return await self.db.transaction(fn)
+        return bool(await self._write_keypairs(fn))
 
     async def delete_policy(self, name: str) -> str | None:
         """Remove a resource policy no keypair follows; None when done, else why not."""
@@ -142,12 +193,19 @@ class Keypairs(Queries):
 
         return await self.db.transaction(fn)
 
-    async def policies(self) -> dict[str, dict[str, Any]]:
-        def fn(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-            rows = conn.execute("SELECT * FROM resource_policies ORDER BY name").fetchall()
-            return {r["name"]: decode_row(r) for r in rows}
+    async def policies(self) -> dict[str, Policy]:
+        """Name -> resource policy, by name."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Policy]:
+            rows = conn.execute(f"SELECT {POLICY_COLUMNS} FROM resource_policies ORDER BY name").fetchall()
+            return {r[0]: _policy(r) for r in rows}
 
         return await self.db.run(fn)
+
+    async def policy(self, name: str) -> Policy | None:
+        sql = f"SELECT {POLICY_COLUMNS} FROM resource_policies WHERE name=?"
+        row = await self.db.run(lambda conn: conn.execute(sql, (name,)).fetchone())
+        return _policy(row) if row is not None else None
 
     async def session_networks_by_keypair(self, statuses: Iterable[Any]) -> dict[str, int]:
         """Per keypair, its sessions of several kernels in these statuses (each holds a session network on
@@ -177,7 +235,7 @@ class Keypairs(Queries):
 
         def count(conn: sqlite3.Connection) -> int:
             sql = "SELECT COUNT(*) FROM (SELECT 1 FROM sessions WHERE access_key = ? AND status = 'PENDING' LIMIT ?)"
-            return conn.execute(sql, (access_key, limit)).fetchone()[0]
+            return int(conn.execute(sql, (access_key, limit)).fetchone()[0])
 
         return name, limit, await self.db.run(count)
 
@@ -205,12 +263,13 @@ class Keypairs(Queries):
         self._queue_limits = None
         self._queue_limits_version += 1
 
-    async def save_policy(self, name: str, fields: dict[str, Any], *, create: bool) -> bool:
-        """Create a policy (False if the name is taken) or update one (False if there is none)."""
+    async def save_policy(self, name: str, fields: PolicyFields, *, create: bool, now: datetime) -> bool:
+        """Create a policy (created `now`; False if the name is taken) or update one (False if there is none)."""
         self._limits_changed()
+        at = stamp(now)
 
         def fn(conn: sqlite3.Connection) -> bool:
-            values = {k: json.dumps(v) if k == "total_resource_slots" else v for k, v in fields.items()}
+            values = {k: json.dumps(v) if k == "total_resource_slots" else v for k, v in changed_fields(fields).items()}
             exists = conn.execute("SELECT 1 FROM resource_policies WHERE name=?", (name,)).fetchone() is not None
             if create:
                 if exists:
@@ -218,7 +277,7 @@ class Keypairs(Queries):
                 cols = ["name", "created_at", *values]
                 conn.execute(
                     f"INSERT INTO resource_policies({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                    (name, utcnow(), *values.values()),
+                    (name, at, *values.values()),
                 )
                 return True
             if not exists:
@@ -230,10 +289,12 @@ class Keypairs(Queries):
 
         return await self.db.transaction(fn)
 
-    async def dotfiles(self, access_key: str) -> list[dict[str, Any]]:
-        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    async def dotfiles(self, access_key: str) -> list[Dotfile]:
+        """A keypair's dotfiles, by path."""
+
+        def fn(conn: sqlite3.Connection) -> list[Dotfile]:
             sql = "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path"
-            return [dict(r) for r in conn.execute(sql, (access_key,)).fetchall()]
+            return [Dotfile(r[0], r[1], r[2]) for r in conn.execute(sql, (access_key,)).fetchall()]
 
         return await self.db.run(fn)
 

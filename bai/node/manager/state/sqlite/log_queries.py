@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from datetime import datetime
 
-from bai.node.manager.state.sqlite.db import Database, Queries, in_transaction, utcnow
+from bai.node.manager.state.records import LogChunk, LogKept, LogPage, LogTail, stamp
+from bai.node.manager.state.sqlite.db import Database, Queries, in_transaction
 
 LOG_MAX_BYTES = 16 * 2**20  # [manager] log_max_bytes
 LOG_PAGE_BYTES = 2**20  # what one read of a log holds at most (whole chunks, at least one)
@@ -14,11 +15,12 @@ LOG_PAGE_BYTES = 2**20  # what one read of a log holds at most (whole chunks, at
 def human_bytes(n: int) -> str:
     if n < 1024:
         return f"{n} bytes"
+    size = float(n)
     for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if n < 1024 or unit == "GiB":
+        size /= 1024
+        if size < 1024 or unit == "GiB":
             break
-    return f"{n:.1f} {unit}"
+    return f"{size:.1f} {unit}"
 
 
 def drop_marker(dropped: int) -> str:
@@ -46,7 +48,8 @@ def _log_rows(texts: list[str], max_bytes: int) -> tuple[list[tuple[int, str]], 
         keep = max(budget, 0)
         cut = _char_start(raw, len(raw) - keep) if len(raw) > keep else 0
         dropped += cut
-        pieces, pos = [], cut
+        pieces: list[tuple[int, str]] = []
+        pos = cut
         while pos < len(raw):
             end = _char_start(raw, min(pos + row, len(raw)))
             pieces.append(
@@ -138,9 +141,7 @@ def _append_log(
     return new_state
 
 
-def _log_page(
-    conn: sqlite3.Connection, kernel_id: str, after_seq: int, limit: int, max_bytes: int | None
-) -> tuple[list[tuple[int, str, str | None]], bool]:
+def _log_page(conn: sqlite3.Connection, kernel_id: str, after_seq: int, limit: int, max_bytes: int | None) -> LogPage:
     """Up to `limit` chunks and about `max_bytes` (whole chunks, at least one) after `after_seq`, and
     whether more follow."""
     cursor = conn.execute(
@@ -148,16 +149,16 @@ def _log_page(
         "WHERE kernel_id=? AND seq>? ORDER BY seq LIMIT ?",
         (kernel_id, after_seq, limit + 1),
     )
-    out: list[tuple[int, str, str | None]] = []
+    out: list[LogChunk] = []
     used, more = 0, False
     for seq, data, ts, size in cursor:
         if len(out) >= limit or (out and max_bytes is not None and used + size > max_bytes):
             more = True
             break
-        out.append((seq, data, ts))
+        out.append(LogChunk(seq, data, ts))
         used += size
     cursor.close()
-    return out, more
+    return LogPage(out, more)
 
 
 class Logs(Queries):
@@ -168,31 +169,31 @@ class Logs(Queries):
         self.log_max_bytes = log_max_bytes  # per kernel (a session has one): older output is dropped
         self._log_sizes: dict[str, LogSize] = {}  # kernel_log_sizes rows as committed (this is the only writer)
 
-    async def cut_logs_to_bound(self) -> list[str]:
-        """Cut every log over `log_max_bytes` (kept by an older bai, or before log_max_bytes was lowered);
-        the kernels whose logs were cut."""
+    async def cut_logs_to_bound(self, now: datetime) -> list[str]:
+        """Cut every log over `log_max_bytes` (kept by an older bai, or before log_max_bytes was lowered), the
+        marker line stamped `now`; the kernels whose logs were cut."""
+        at = stamp(now)
 
         def fn(conn: sqlite3.Connection) -> list[str]:
             sql = "SELECT kernel_id FROM kernel_log_sizes WHERE bytes > ?"
             over = [r[0] for r in conn.execute(sql, (self.log_max_bytes,))]
             if over:
-                now = utcnow()
-                in_transaction(conn, lambda conn: [_append_log(conn, kid, [], self.log_max_bytes, now) for kid in over])
+                in_transaction(conn, lambda conn: [_append_log(conn, kid, [], self.log_max_bytes, at) for kid in over])
             return over
 
         return await self.db.run(fn)
 
-    async def append_logs(self, chunks: list[tuple[str, str]]) -> None:
-        """Append (kernel_id, text) chunks in one transaction, each kernel's log kept within
+    async def append_logs(self, chunks: list[tuple[str, str]], now: datetime) -> None:
+        """Append (kernel_id, text) chunks in one transaction, stored `now`, each kernel's log kept within
         `log_max_bytes` (its oldest output dropped, one marker line first saying how much)."""
-        now = utcnow()
+        at = stamp(now)
         by_kernel: dict[str, list[str]] = {}
         for kid, text in chunks:
             by_kernel.setdefault(kid, []).append(text)
 
         def append(conn: sqlite3.Connection) -> dict[str, LogSize]:
             return {
-                kid: _append_log(conn, kid, texts, self.log_max_bytes, now, self._log_sizes.get(kid))
+                kid: _append_log(conn, kid, texts, self.log_max_bytes, at, self._log_sizes.get(kid))
                 for kid, texts in by_kernel.items()
             }
 
@@ -213,26 +214,24 @@ class Logs(Queries):
 
     async def read_log_chunks(
         self, kernel_id: str, after_seq: int = 0, limit: int = 1000, max_bytes: int | None = LOG_PAGE_BYTES
-    ) -> list[tuple[int, str, str | None]]:
+    ) -> list[LogChunk]:
         """(seq, text, stored-at) chunks of a kernel's log after `after_seq`, oldest first: at most `limit`
         of them and about `max_bytes` (whole chunks, at least one)."""
         return (await self.read_log_page(kernel_id, after_seq, max_bytes, limit))[0]
 
     async def read_log_page(
         self, kernel_id: str, after_seq: int = 0, max_bytes: int | None = LOG_PAGE_BYTES, limit: int = 100_000
-    ) -> tuple[list[tuple[int, str, str | None]], bool]:
+    ) -> LogPage:
         """Chunks as `read_log_chunks` gives them, and whether more chunks follow."""
         return await self.db.run(lambda conn: _log_page(conn, kernel_id, after_seq, limit, max_bytes))
 
-    async def read_log_tail(
-        self, kernel_id: str, lines: int, after_seq: int = 0
-    ) -> tuple[list[tuple[int, str, str | None]], int]:
+    async def read_log_tail(self, kernel_id: str, lines: int, after_seq: int = 0) -> LogTail:
         """The chunks holding a kernel's last `lines` lines (the first one cut to where they start), and the
         seq of its newest chunk (`after_seq` when none is newer), from which to follow it. `after_seq`: only
         chunks after it count (`since` / `sinceTime` with `tail`)."""
 
-        def fn(conn: sqlite3.Connection) -> tuple[list[tuple[int, str, str | None]], int]:
-            out: list[tuple[int, str, str | None]] = []
+        def fn(conn: sqlite3.Connection) -> LogTail:
+            out: list[LogChunk] = []
             newest, need = 0, lines
             cursor = conn.execute(
                 "SELECT seq, data, ts FROM kernel_logs WHERE kernel_id=? AND seq>? ORDER BY seq DESC",
@@ -249,12 +248,12 @@ class Logs(Queries):
                     pos = len(data)
                     for _ in range(need):
                         pos = data.rindex("\n", 0, pos)
-                    out.append((seq, data[pos + 1 :], ts))
+                    out.append(LogChunk(seq, data[pos + 1 :], ts))
                     break
                 need -= count
-                out.append((seq, data, ts))
+                out.append(LogChunk(seq, data, ts))
             cursor.close()
-            return [c for c in reversed(out) if c[1]], newest or after_seq
+            return LogTail([c for c in reversed(out) if c.data], newest or after_seq)
 
         return await self.db.run(fn)
 
@@ -268,19 +267,27 @@ class Logs(Queries):
         )
         return int(row[0] or 0)
 
-    async def log_state(self, kernel_id: str) -> dict[str, Any] | None:
-        """{"bytes": kept, "dropped": bytes dropped, "purged_at": when purged or None}; None: no output yet."""
+    async def newest_log_seq(self, kernel_id: str) -> int:
+        """The seq of a kernel's newest stored chunk; 0: none."""
+        row = await self.db.run(
+            lambda conn: conn.execute("SELECT MAX(seq) FROM kernel_logs WHERE kernel_id=?", (kernel_id,)).fetchone()
+        )
+        return int(row[0] or 0)
+
+    async def log_state(self, kernel_id: str) -> LogKept | None:
+        """What is kept of a kernel's log (bytes kept, bytes dropped, when purged); None: no output yet."""
         row = await self.db.run(
             lambda conn: conn.execute(
                 "SELECT bytes, dropped, purged_at FROM kernel_log_sizes WHERE kernel_id=?", (kernel_id,)
             ).fetchone()
         )
-        return dict(row) if row is not None else None
+        return LogKept(row[0], row[1], row[2]) if row is not None else None
 
-    async def purge_logs(self, ended_before: str, batch: int = 50) -> list[str]:
-        """Delete the logs of kernels whose session ended before `ended_before` (ISO 8601, UTC), `batch`
-        kernels per transaction; the kernels purged. Their kernel_log_sizes rows stay, to say so."""
+    async def purge_logs(self, ended_before: datetime, now: datetime, batch: int = 50) -> list[str]:
+        """Delete the logs of kernels whose session ended before `ended_before`, `batch` kernels per
+        transaction, marked purged `now`; the kernels purged. Their kernel_log_sizes rows stay, to say so."""
         purged: list[str] = []
+        before, at = stamp(ended_before), stamp(now)
 
         def fn(conn: sqlite3.Connection) -> list[str]:
             kernels = [
@@ -289,16 +296,15 @@ class Logs(Queries):
                     "SELECT z.kernel_id FROM kernel_log_sizes z JOIN kernels k ON k.id = z.kernel_id "
                     "JOIN sessions s ON s.id = k.session_id "
                     "WHERE z.purged_at IS NULL AND s.terminated_at IS NOT NULL AND s.terminated_at < ? LIMIT ?",
-                    (ended_before, batch),
+                    (before, batch),
                 )
             ]
-            now = utcnow()
             for kid in kernels:
                 self._log_sizes.pop(kid, None)  # read again should it log once more
                 conn.execute("DELETE FROM kernel_logs WHERE kernel_id=?", (kid,))
                 conn.execute(
                     "UPDATE kernel_log_sizes SET bytes=0, dropped=0, marker_seq=NULL, purged_at=? WHERE kernel_id=?",
-                    (now, kid),
+                    (at, kid),
                 )
             return kernels
 
@@ -317,7 +323,7 @@ class Logs(Queries):
             for seq, data in cursor:
                 seen += data.count("\n")
                 if seen > lines:
-                    return seq
+                    return int(seq)
             return 0
 
         return await self.db.run(fn)

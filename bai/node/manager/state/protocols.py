@@ -1,0 +1,169 @@
+"""What the services ask of the state, one Protocol per domain, whatever implementation is behind it (SQLite
+today, `state.sqlite.Store`; PostgreSQL next). Reads return the frozen records of `state.records`; writes take
+typed arguments and the time they stamp (`now`, from the caller's clock). A full disk is `errors.StorageFull`.
+
+`tests/test_state_contract.py` runs the same tests over every implementation, through these protocols only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, Protocol
+
+from bai.node.manager.state.records import (
+    Agent,
+    AgentCapacity,
+    Dotfile,
+    FolderChanges,
+    FolderShare,
+    ImageAlias,
+    Invitation,
+    Keypair,
+    LogChunk,
+    LogKept,
+    LogPage,
+    LogTail,
+    NewAgent,
+    NewKeypair,
+    NewVFolder,
+    Policy,
+    PolicyFields,
+    SeenVFolder,
+    VFolder,
+)
+
+# SessionState (sessions and kernels) is the sessions part's: it goes here beside the others.
+
+
+class AgentState(Protocol):
+    """The agents that registered: their rows, and the capacities placement reads (kept in memory)."""
+
+    async def upsert_agent(self, agent: NewAgent, now: datetime) -> None: ...
+
+    async def set_agent_status(self, agent_id: str, status: str, now: datetime) -> None: ...
+
+    async def touch_agent(self, agent_id: str, now: datetime) -> None: ...
+
+    async def agents(self) -> list[Agent]: ...
+
+    async def agent_capacities(self) -> tuple[int, list[AgentCapacity]]:
+        """(version, capacities by id): equal versions, equal capacities; the state keeps them in memory and
+        changes the version on its own writes."""
+        ...
+
+    def capacities_version(self) -> int: ...
+
+
+class AccountState(Protocol):
+    """Keypairs, the resource policies they follow, and their dotfiles. The active keypairs are kept in
+    memory by the state (changed on its own writes): `active_keypair` is what authentication asks."""
+
+    async def ensure_admin_keypair(self, access_key: str, secret_key: str, now: datetime) -> tuple[str, str]: ...
+
+    def active_keypair(self, access_key: str) -> Keypair | None: ...
+
+    async def keypairs(self, active_only: bool = True) -> dict[str, Keypair]: ...
+
+    async def keypair(self, access_key: str) -> Keypair | None: ...
+
+    async def create_keypair(self, keypair: NewKeypair, now: datetime) -> None: ...
+
+    async def update_keypair(
+        self,
+        access_key: str,
+        *,
+        resource_policy: str | None = None,
+        is_active: bool | None = None,
+        is_admin: bool | None = None,
+    ) -> bool: ...
+
+    async def delete_keypair(self, access_key: str) -> bool: ...
+
+    async def policies(self) -> dict[str, Policy]: ...
+
+    async def policy(self, name: str) -> Policy | None: ...
+
+    async def save_policy(self, name: str, fields: PolicyFields, *, create: bool, now: datetime) -> bool: ...
+
+    async def delete_policy(self, name: str) -> str | None: ...
+
+    async def session_networks_by_keypair(self, statuses: Iterable[Any]) -> dict[str, int]: ...
+
+    async def pending_queue(self, access_key: str) -> tuple[str, int, int]: ...
+
+    async def dotfiles(self, access_key: str) -> list[Dotfile]: ...
+
+    async def put_dotfile(self, access_key: str, path: str, data: str, permission: str) -> None: ...
+
+    async def delete_dotfile(self, access_key: str, path: str) -> bool: ...
+
+
+class FolderState(Protocol):
+    """Virtual folders' rows, their shares and invitations (their files are the folder hosts')."""
+
+    async def create_vfolder(self, folder: NewVFolder, now: datetime) -> bool: ...
+
+    async def vfolders_of(self, access_key: str | None, status: str = "ready") -> list[SeenVFolder]: ...
+
+    async def get_vfolder(self, folder_id: str) -> VFolder | None: ...
+
+    async def update_vfolder(self, folder_id: str, changes: FolderChanges) -> bool: ...
+
+    async def delete_vfolder(self, folder_id: str) -> None: ...
+
+    async def count_vfolders(self, owner: str) -> int: ...
+
+    async def share_vfolder(self, folder_id: str, access_key: str, permission: str | None) -> None: ...
+
+    async def shares_of(self, folder_id: str) -> dict[str, str]: ...
+
+    async def all_shares(self, folder_id: str | None = None) -> list[FolderShare]: ...
+
+    async def invite(
+        self, folder_id: str, inviter: str, invitees: list[str], permission: str, now: datetime
+    ) -> list[str]: ...
+
+    async def invitations(
+        self, *, invitee: str | None = None, inviter: str | None = None, invitation_id: str | None = None
+    ) -> list[Invitation]: ...
+
+    async def close_invitation(self, invitation_id: str, state: str, now: datetime) -> Invitation | None: ...
+
+
+class ImageState(Protocol):
+    """Image aliases set with `bai image alias`."""
+
+    async def image_aliases(self) -> list[ImageAlias]: ...
+
+    async def set_image_alias(self, alias: str, image: str | None) -> bool: ...
+
+
+class LogState(Protocol):
+    """Kernels' output, each kernel's kept within a bound: appended, paged, tailed, purged."""
+
+    async def append_logs(self, chunks: list[tuple[str, str]], now: datetime) -> None: ...
+
+    async def cut_logs_to_bound(self, now: datetime) -> list[str]: ...
+
+    async def read_logs(self, kernel_id: str, after_seq: int = 0, limit: int = 1000) -> list[tuple[int, str]]: ...
+
+    async def read_log_chunks(
+        self, kernel_id: str, after_seq: int = 0, limit: int = 1000, max_bytes: int | None = ...
+    ) -> list[LogChunk]: ...
+
+    async def read_log_page(
+        self, kernel_id: str, after_seq: int = 0, max_bytes: int | None = ..., limit: int = 100_000
+    ) -> LogPage: ...
+
+    async def read_log_tail(self, kernel_id: str, lines: int, after_seq: int = 0) -> LogTail: ...
+
+    async def log_seq_before(self, kernel_id: str, when: str) -> int: ...
+
+    async def newest_log_seq(self, kernel_id: str) -> int: ...
+
+    async def log_tail_start(self, kernel_id: str, lines: int) -> int: ...
+
+    async def log_state(self, kernel_id: str) -> LogKept | None: ...
+
+    async def purge_logs(self, ended_before: datetime, now: datetime, batch: int = 50) -> list[str]: ...
