@@ -18,10 +18,13 @@ from bai.common.status import IllegalTransition, SessionStatus
 from bai.node.manager.http.requests import parse_create
 from bai.node.manager.services.lifecycle import new_session_rows
 from bai.node.manager.state import SchemaTooNew, Store
+from bai.node.manager.state.records import LogKept, NewAgent, NewVFolder, PolicyFields
 from bai.node.manager.state.sqlite import migrations as schema
 
 S = SessionStatus
 SLOTS = {"cpu": "1", "mem": "1073741824"}
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)  # when the writes of these tests are stamped
 
 
 @pytest.fixture
@@ -47,7 +50,7 @@ async def make_session(
     """Store a session as Sessions.create does (a parsed request, its rows); (session id, kernel ids).
     `kernels` > 1 adds sub kernels (as a cluster session would have)."""
     body = {"image": "bai-python:3.11", "name": name, "tag": "t1", "config": {"environ": {"A": "1"}}}
-    req = parse_create(body, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {})
+    req = parse_create(body, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {}, datetime.now(UTC))
     session, kernel_rows = new_session_rows(req, access_key, datetime.now(UTC))
     if session_id is not None:
         session["id"] = session_id
@@ -60,18 +63,18 @@ async def make_session(
 async def test_ensure_admin_keypair_creates_once(db_path: Path) -> None:
     store = await Store.open(db_path)
     try:
-        first = await store.ensure_admin_keypair("AKIAFIRST", "secret-1")
+        first = await store.ensure_admin_keypair("AKIAFIRST", "secret-1", NOW)
         assert first == ("AKIAFIRST", "secret-1")
-        assert await store.ensure_admin_keypair("AKIASECOND", "secret-2") == first
+        assert await store.ensure_admin_keypair("AKIASECOND", "secret-2", NOW) == first
         keypairs = await store.keypairs()
         assert list(keypairs) == ["AKIAFIRST"]
-        assert keypairs["AKIAFIRST"]["is_admin"] == 1
+        assert keypairs["AKIAFIRST"].is_admin
     finally:
         await store.close()
 
     reopened = await Store.open(db_path)
     try:
-        assert await reopened.ensure_admin_keypair("AKIATHIRD", "secret-3") == first
+        assert await reopened.ensure_admin_keypair("AKIATHIRD", "secret-3", NOW) == first
         assert list(await reopened.keypairs()) == ["AKIAFIRST"]
     finally:
         await reopened.close()
@@ -120,7 +123,7 @@ async def test_full_lifecycle_records_every_step(store: Store) -> None:
     ]
     for target, info, data in steps:
         updates = {kid: {"agent_id": "a1"}} if target == S.SCHEDULED else None
-        row = await store.transition(sid, target, info, data, kernel_updates=updates)
+        row = await store.transition(sid, target, info, data, kernel_updates=updates, now=datetime.now(UTC))
         assert row is not None
         assert row["status"] == target
         assert row["status_info"] == info
@@ -148,13 +151,13 @@ async def test_full_lifecycle_records_every_step(store: Store) -> None:
 
 async def test_terminated_at_only_set_at_the_end(store: Store) -> None:
     sid, _ = await make_session(store)
-    row = await store.transition(sid, S.SCHEDULED, "scheduled")
+    row = await store.transition(sid, S.SCHEDULED, "scheduled", now=datetime.now(UTC))
     assert row is not None and row["terminated_at"] is None
 
 
 async def test_transition_result_column(store: Store) -> None:
     sid, _ = await make_session(store)
-    row = await store.transition(sid, S.CANCELLED, "user-requested", result="FAILURE")
+    row = await store.transition(sid, S.CANCELLED, "user-requested", result="FAILURE", now=datetime.now(UTC))
     assert row is not None
     assert row["result"] == "FAILURE"
     assert row["terminated_at"] is not None
@@ -164,7 +167,7 @@ async def test_illegal_transition_raises_and_changes_nothing(store: Store) -> No
     sid, _ = await make_session(store)
     before = await store.get_session(sid)
     with pytest.raises(IllegalTransition):
-        await store.transition(sid, S.RUNNING, "nope")
+        await store.transition(sid, S.RUNNING, "nope", now=datetime.now(UTC))
     assert await store.get_session(sid) == before
     assert [t["status"] for t in await store.transitions_of(sid)] == ["PENDING"]
     [kernel] = await store.kernels_of(sid)
@@ -173,9 +176,9 @@ async def test_illegal_transition_raises_and_changes_nothing(store: Store) -> No
 
 async def test_illegal_transition_from_dead_status(store: Store) -> None:
     sid, _ = await make_session(store)
-    await store.transition(sid, S.CANCELLED, "user-requested")
+    await store.transition(sid, S.CANCELLED, "user-requested", now=datetime.now(UTC))
     with pytest.raises(IllegalTransition):
-        await store.transition(sid, S.SCHEDULED)
+        await store.transition(sid, S.SCHEDULED, now=datetime.now(UTC))
     row = await store.get_session(sid)
     assert row is not None and row["status"] == "CANCELLED"
 
@@ -183,16 +186,18 @@ async def test_illegal_transition_from_dead_status(store: Store) -> None:
 async def test_allowed_from_mismatch_returns_none(store: Store) -> None:
     sid, _ = await make_session(store)
     before = await store.get_session(sid)
-    assert await store.transition(sid, S.TERMINATED, "x", allowed_from=[S.RUNNING, S.ERROR]) is None
+    assert (
+        await store.transition(sid, S.TERMINATED, "x", allowed_from=[S.RUNNING, S.ERROR], now=datetime.now(UTC)) is None
+    )
     assert await store.get_session(sid) == before
     assert len(await store.transitions_of(sid)) == 1
     # a matching allowed_from goes through
-    row = await store.transition(sid, S.SCHEDULED, "scheduled", allowed_from=[S.PENDING])
+    row = await store.transition(sid, S.SCHEDULED, "scheduled", allowed_from=[S.PENDING], now=datetime.now(UTC))
     assert row is not None and row["status"] == "SCHEDULED"
 
 
 async def test_transition_of_unknown_session_is_none(store: Store) -> None:
-    assert await store.transition(str(uuid.uuid4()), S.SCHEDULED) is None
+    assert await store.transition(str(uuid.uuid4()), S.SCHEDULED, now=datetime.now(UTC)) is None
 
 
 async def test_a_transition_returns_the_row_as_stored(store: Store) -> None:
@@ -204,7 +209,9 @@ async def test_a_transition_returns_the_row_as_stored(store: Store) -> None:
         (S.TERMINATING, {"result": "SUCCESS", "allowed_from": (s for s in [S.RUNNING])}),  # any iterable
         (S.TERMINATED, {}),
     ]:
-        row = await store.transition(sid, target, "info", {"exitCode": 0, "nested": {"a": [1]}}, **kw)
+        row = await store.transition(
+            sid, target, "info", {"exitCode": 0, "nested": {"a": [1]}}, **kw, now=datetime.now(UTC)
+        )
         assert row == await store.get_session(sid)
         assert row is not None and row["status"] == target.value and row["status_data"]["nested"] == {"a": [1]}
     assert row["result"] == "SUCCESS" and row["terminated_at"] == row["status_changed"]
@@ -223,9 +230,9 @@ async def test_a_transition_returns_the_row_as_stored(store: Store) -> None:
 
 async def test_a_transition_to_the_current_status_changes_nothing(store: Store) -> None:
     sid, _ = await make_session(store)
-    await store.transition(sid, S.SCHEDULED, "scheduled")
+    await store.transition(sid, S.SCHEDULED, "scheduled", now=datetime.now(UTC))
     before = await store.get_session(sid)
-    assert await store.transition(sid, S.SCHEDULED, "again") is None
+    assert await store.transition(sid, S.SCHEDULED, "again", now=datetime.now(UTC)) is None
     assert await store.get_session(sid) == before
     assert len(await store.transitions_of(sid)) == 2
 
@@ -234,7 +241,7 @@ async def test_an_allowed_but_illegal_move_raises(store: Store) -> None:
     sid, _ = await make_session(store)
     before = await store.get_session(sid)
     with pytest.raises(IllegalTransition):  # PENDING is allowed by the caller, but PENDING -> RUNNING is not
-        await store.transition(sid, S.RUNNING, "nope", allowed_from=[S.PENDING])
+        await store.transition(sid, S.RUNNING, "nope", allowed_from=[S.PENDING], now=datetime.now(UTC))
     assert await store.get_session(sid) == before
 
 
@@ -242,7 +249,7 @@ async def test_create_or_get_returns_the_stored_row_last_in_the_queue(store: Sto
     seqs = []
     for name in ("first-1", "second-1"):
         body = {"image": "bai-python:3.11", "name": name, "config": {"environ": {"A": "1"}}}
-        req = parse_create(body, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {})
+        req = parse_create(body, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {}, datetime.now(UTC))
         session, kernels = new_session_rows(req, "AKIAEXAMPLE", datetime.now(UTC))
         row, created = await store.create_or_get_session(session, kernels)
         assert created and row == await store.get_session(session["id"])
@@ -265,9 +272,9 @@ async def test_a_round_merges_or_adds_each_sessions_scheduling_history(store: St
     def row(sid: str, outcome: str, msg: str = "") -> dict[str, Any]:
         return {"session_id": sid, "outcome": outcome, "status_info": "", "msg": msg, "agents": "", "predicates": []}
 
-    await store.apply_round([], [], [], [row(a, "wait"), row(b, "wait")])
-    await store.apply_round([], [], [], [row(a, "wait"), row(b, "wait", "other"), row(c, "wait")])
-    await store.apply_round([], [], [], [row(a, "wait"), row(c, "x"), row(c, "x")])
+    await store.apply_round([], [], [], [row(a, "wait"), row(b, "wait")], datetime.now(UTC))
+    await store.apply_round([], [], [], [row(a, "wait"), row(b, "wait", "other"), row(c, "wait")], datetime.now(UTC))
+    await store.apply_round([], [], [], [row(a, "wait"), row(c, "x"), row(c, "x")], datetime.now(UTC))
     history = {sid: await store.scheduling_history(sid) for sid in (a, b, c)}
     assert [(h["outcome"], h["rounds"]) for h in history[a]] == [("wait", 3)]
     assert [(h["msg"], h["rounds"]) for h in history[b]] == [("", 1), ("other", 1)]
@@ -280,8 +287,8 @@ async def test_starting_a_session_reads_its_owners_dotfiles_as_they_are_now(stor
 
     async def start(name: str) -> list[str]:
         sid, [kid] = await make_session(store, name)
-        await store.apply_round([(sid, {kid: "a1"})], [], [], [])
-        started = await store.start_preparing(sid)
+        await store.apply_round([(sid, {kid: "a1"})], [], [], [], datetime.now(UTC))
+        started = await store.start_preparing(sid, datetime.now(UTC))
         assert started is not None
         row, kernels, dotfiles = started
         assert row["status"] == "PREPARING" and [k["id"] for k in kernels] == [kid]
@@ -323,7 +330,7 @@ async def test_find_sessions_by_access_key(store: Store) -> None:
 
 async def test_find_sessions_active_only_excludes_terminated(store: Store) -> None:
     old, _ = await make_session(store, "reused")
-    await store.transition(old, S.TERMINATED, "user-requested")
+    await store.transition(old, S.TERMINATED, "user-requested", now=datetime.now(UTC))
     new, _ = await make_session(store, "reused")
     assert [r["id"] for r in await store.find_sessions("reused", None, active_only=True)] == [new]
     assert [r["id"] for r in await store.find_sessions("reused", None, active_only=False)] == [new, old]
@@ -339,7 +346,7 @@ async def test_list_sessions_by_status(store: Store) -> None:
     a, _ = await make_session(store, "sess-a")
     b, _ = await make_session(store, "sess-b")
     c, _ = await make_session(store, "sess-c", access_key="AKIAOTHER")
-    await store.transition(b, S.SCHEDULED, "scheduled")
+    await store.transition(b, S.SCHEDULED, "scheduled", now=datetime.now(UTC))
 
     assert [r["id"] for r in await store.list_sessions(None, [S.PENDING])] == [a, c]
     assert [r["id"] for r in await store.list_sessions(None, [S.SCHEDULED])] == [b]
@@ -351,8 +358,8 @@ async def test_list_sessions_by_status(store: Store) -> None:
 
 
 async def test_logs_ordering_and_paging(store: Store) -> None:
-    await store.append_logs([("k1", "one\n"), ("k2", "other\n"), ("k1", "two\n")])
-    await store.append_logs([("k1", "three\n")])
+    await store.append_logs([("k1", "one\n"), ("k2", "other\n"), ("k1", "two\n")], NOW)
+    await store.append_logs([("k1", "three\n")], NOW)
     logs = await store.read_logs("k1")
     assert [text for _, text in logs] == ["one\n", "two\n", "three\n"]
     seqs = [seq for seq, _ in logs]
@@ -369,7 +376,7 @@ async def test_logs_ordering_and_paging(store: Store) -> None:
 async def test_set_pending_info_only_touches_pending(store: Store) -> None:
     pending, _ = await make_session(store, "pending")
     running, _ = await make_session(store, "running")
-    await store.transition(running, S.SCHEDULED, "scheduled")
+    await store.transition(running, S.SCHEDULED, "scheduled", now=datetime.now(UTC))
 
     await store.set_pending_info(pending, "no-available-instances", {"msg": "cpu 8 requested, 4 free"})
     await store.set_pending_info(running, "no-available-instances", {"msg": "x"})
@@ -392,18 +399,9 @@ async def test_data_survives_close_and_reopen(db_path: Path) -> None:
     store = await Store.open(db_path)
     try:
         sid, [kid] = await make_session(store)
-        await store.transition(sid, S.SCHEDULED, "scheduled")
-        await store.append_logs([(kid, "hello\n")])
-        await store.upsert_agent(
-            {
-                "id": "a1",
-                "hostname": "h",
-                "backend": "local",
-                "version": "0.1",
-                "scaling_group": "default",
-                "slots": SLOTS,
-            }
-        )
+        await store.transition(sid, S.SCHEDULED, "scheduled", now=datetime.now(UTC))
+        await store.append_logs([(kid, "hello\n")], NOW)
+        await store.upsert_agent(NewAgent("a1", "h", "local", "0.1", "default", SLOTS), NOW)
         assert (db_path.parent / (db_path.name + "-wal")).exists()  # WAL mode while open
     finally:
         await store.close()
@@ -419,7 +417,7 @@ async def test_data_survives_close_and_reopen(db_path: Path) -> None:
         assert [k["id"] for k in await reopened.kernels_of(sid)] == [kid]
         assert [text for _, text in await reopened.read_logs(kid)] == ["hello\n"]
         [agent] = await reopened.agents()
-        assert agent["id"] == "a1" and agent["slots"] == SLOTS and agent["status"] == "ALIVE"
+        assert agent.id == "a1" and agent.slots == SLOTS and agent.status == "ALIVE"
     finally:
         await reopened.close()
 
@@ -579,7 +577,7 @@ async def test_a_database_of_the_first_bai_is_upgraded_and_keeps_its_rows(tmp_pa
     write_first_bai_database(path)
     store = await Store.open(path)
     try:
-        assert await store.ensure_admin_keypair("AKIANEW", "new") == ("AKIAOLD", "old-secret")
+        assert await store.ensure_admin_keypair("AKIANEW", "new", NOW) == ("AKIAOLD", "old-secret")
         row = await store.get_session(OLD_SESSION)
         assert row is not None and row["name"] == "old-sess" and row["status"] == "RUNNING"
         assert row["requested_slots"] == SLOTS and row["status_data"] == {}
@@ -592,23 +590,25 @@ async def test_a_database_of_the_first_bai_is_upgraded_and_keeps_its_rows(tmp_pa
         [kernel] = await store.kernels_of(OLD_SESSION)
         assert kernel["id"] == OLD_KERNEL and kernel["agent_id"] == "a-old" and kernel["devices"] == []
         [agent] = await store.agents()
-        assert agent["id"] == "a-old" and agent["slots"] == SLOTS
+        assert agent.id == "a-old" and agent.slots == SLOTS
         # the log, and its running total counted from what was stored
         assert [c[1:] for c in await store.read_log_chunks(OLD_KERNEL)] == [("héllo\n", None), ("bye\n", None)]
-        assert await store.log_state(OLD_KERNEL) == {"bytes": 11, "dropped": 0, "purged_at": None}
-        await store.append_logs([(OLD_KERNEL, "more\n")])
+        assert await store.log_state(OLD_KERNEL) == LogKept(bytes=11, dropped=0, purged_at=None)
+        await store.append_logs([(OLD_KERNEL, "more\n")], NOW)
         assert [text for _, text in await store.read_logs(OLD_KERNEL)] == ["héllo\n", "bye\n", "more\n"]
         # what later versions added works on it
         policies = await store.policies()
-        assert policies["default"]["max_vfolder_count"] == 0
+        assert policies["default"].max_vfolder_count == 0
         await store.update_kernel(OLD_KERNEL, devices=json.dumps([["GPU-1", 1]]))
         assert (await store.get_kernel(OLD_KERNEL) or {})["devices"] == [["GPU-1", 1]]
-        folder = {"id": "f1", "name": "data", "host": "local", "owner": "AKIAOLD", "usage_mode": "general"}
-        assert await store.create_vfolder(folder)
+        folder = NewVFolder("f1", "data", "local", "AKIAOLD", "general")
+        assert await store.create_vfolder(folder, NOW)
         assert await store.set_image_alias("py", "bai-python:3.11")
         await store.put_dotfile("AKIAOLD", ".bashrc", "x", "644")
-        await store.apply_round([], [], [], [{"session_id": OLD_SESSION, "outcome": "x", "status_info": "",
-                                              "msg": "", "agents": "", "predicates": []}])  # fmt: skip
+        history = [
+            {"session_id": OLD_SESSION, "outcome": "x", "status_info": "", "msg": "", "agents": "", "predicates": []}
+        ]
+        await store.apply_round([], [], [], history, datetime.now(UTC))
         assert len(await store.scheduling_history(OLD_SESSION)) == 1
     finally:
         await store.close()
@@ -632,7 +632,7 @@ async def test_a_database_at_any_earlier_version_is_upgraded(tmp_path: Path, ver
         store = await Store.open(path)
         try:
             sid, [kid] = await make_session(store)
-            await store.append_logs([(kid, "hi\n")])
+            await store.append_logs([(kid, "hi\n")], NOW)
             assert await store.read_logs(kid) != []
         finally:
             await store.close()
@@ -656,12 +656,12 @@ async def test_schema_12_bounds_every_existing_policys_queue_and_indexes_session
     try:
         sid, _ = await make_session(store)
         policies = await store.policies()
-        assert {n: p["max_pending_session_count"] for n, p in policies.items()} == {"default": 1000, "gold": 1000}
+        assert {n: p.max_pending_session_count for n, p in policies.items()} == {"default": 1000, "gold": 1000}
         owner = (await store.get_session(sid) or {})["access_key"]
         assert await store.pending_queue(owner) == ("default", 1000, 1)
         assert await store.count_sessions_of(owner, [SessionStatus.PENDING]) == 1
-        assert await store.save_policy("gold", {"max_pending_session_count": 0}, create=False)
-        assert (await store.policies())["gold"]["max_pending_session_count"] == 0
+        assert await store.save_policy("gold", PolicyFields(max_pending_session_count=0), create=False, now=NOW)
+        assert (await store.policies())["gold"].max_pending_session_count == 0
     finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
@@ -692,7 +692,7 @@ async def test_opening_again_changes_nothing(db_path: Path, tmp_path: Path) -> N
             write_first_bai_database(path)
         for _ in range(3):
             store = await Store.open(path)
-            await store.ensure_admin_keypair("AKIAFIRST", "secret")
+            await store.ensure_admin_keypair("AKIAFIRST", "secret", NOW)
             await store.close()
             if _ == 0:
                 first = (schema_sql(path), shape(path))
@@ -704,7 +704,7 @@ async def test_opening_again_changes_nothing(db_path: Path, tmp_path: Path) -> N
 
 async def test_a_database_of_a_newer_bai_is_refused(db_path: Path) -> None:
     store = await Store.open(db_path)
-    await store.ensure_admin_keypair("AKIAFIRST", "secret")
+    await store.ensure_admin_keypair("AKIAFIRST", "secret", NOW)
     await store.close()
     newer = schema.LATEST + 1
     with closing(sqlite3.connect(db_path)) as conn:
@@ -751,5 +751,5 @@ async def test_a_failed_transaction_changes_nothing(store: Store) -> None:
 
     with pytest.raises(RuntimeError, match="boom"):
         await store.db.transaction(fn)
-    assert await store.image_aliases() == {}
+    assert await store.image_aliases() == []
     assert await store.set_image_alias("b", "img")  # the connection is not left in a transaction
