@@ -259,3 +259,11 @@ async def test_an_agent_runs_sim_kernels():
     finally:
         await agent.stop()
         await hub.manager.close()
+
+
+async def test_a_sim_channel_takes_a_files_mode_as_every_channel_does():
+    """Channel.put_file(path, data, mode): the simulated channel refused the mode (TypeError; found by mypy)."""
+    channel = SimChannel(lambda kind, text: None)
+    await channel.put_file("/home/work/.bashrc", b"", 0o600)
+    await channel.put_file("/home/work/notes.txt", b"x")
+    assert channel.files == ["/home/work/.bashrc", "/home/work/notes.txt"]
