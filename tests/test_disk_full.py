@@ -29,6 +29,7 @@ from bai.node.manager.services.diskfull import (
     is_disk_full,
     storage_of,
 )
+from bai.node.manager.state.errors import StorageFull as StateStorageFull
 from tests.nodeproc import Node, admin_keys, signed_request, wait_status
 
 PROBLEM = "https://api.backend.ai/probs/insufficient-storage"
@@ -39,6 +40,7 @@ PROBLEM = "https://api.backend.ai/probs/insufficient-storage"
 
 def test_disk_full_errors_are_recognised() -> None:
     assert is_disk_full(sqlite3.OperationalError("database or disk is full"))
+    assert is_disk_full(StateStorageFull("the node's database is on a full disk"))
     assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
     assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
     assert is_disk_full(StorageFull("virtual folder host 'local'"))
@@ -48,7 +50,7 @@ def test_disk_full_errors_are_recognised() -> None:
 
 
 def test_problem_says_which_storage_and_that_nothing_changed() -> None:
-    p = insufficient_storage(sqlite3.OperationalError("database or disk is full"))
+    p = insufficient_storage(StateStorageFull("database or disk is full"))
     assert (p.status, p.slug, p.title) == (507, "insufficient-storage", "Insufficient storage.")
     assert DATABASE in p.msg and "nothing was changed" in p.msg
     with pytest.raises(StorageFull) as caught, storage_of("virtual folder host 'local'"):
@@ -86,13 +88,13 @@ def test_store_write_on_full_disk_changes_nothing(full_dir: Path) -> None:
             await store.put_dotfile("AK", ".before", "kept", "644")
             filler = fill(full_dir)
             for data in ("small", "x" * (8 << 20)):  # at COMMIT; mid-statement (more than the page cache)
-                with pytest.raises(sqlite3.OperationalError) as caught:
+                with pytest.raises(StateStorageFull) as caught:  # (the state layer's, raised from SQLite's)
                     await store.put_dotfile("AK", ".during", data, "644")
-                assert is_disk_full(caught.value), caught.value
-                assert [d["path"] for d in await store.dotfiles("AK")] == [".before"]
+                assert is_disk_full(caught.value) and isinstance(caught.value.__cause__, sqlite3.Error), caught.value
+                assert [d.path for d in await store.dotfiles("AK")] == [".before"]
             filler.unlink()
             await store.put_dotfile("AK", ".after", "ok", "644")
-            assert [d["path"] for d in await store.dotfiles("AK")] == [".after", ".before"]
+            assert [d.path for d in await store.dotfiles("AK")] == [".after", ".before"]
             assert await store.db.run(lambda c: c.execute("PRAGMA integrity_check").fetchone()[0]) == "ok"
         finally:
             await store.close()
@@ -304,7 +306,7 @@ async def test_a_start_on_a_full_disk_removes_its_kernel_and_ends_once_space_is_
                 await h.until(lambda: not h.kernels_starting("a1"), timeout=5, what="the creation ends")
                 await h.until(lambda: not h.kernels_on("a1"), timeout=10, what="the kernel is removed")
                 assert await h.status("on-full-disk") == "PREPARING"  # (nothing can be written yet)
-                assert row["id"] in h.sessions.starting  # its end is under way, waiting for space
+                assert row["id"] in h.lifecycle.starting  # its end is under way, waiting for space
             finally:
                 filler.unlink()
             ended = await h.wait("on-full-disk", "CANCELLED", timeout=10)
