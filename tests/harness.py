@@ -52,6 +52,7 @@ from bai.node.manager.state import Store
 
 S = SessionStatus
 CREATE_STEP = 0.001  # seconds the clock moves with each create
+START = datetime(2020, 1, 1, tzinfo=UTC)  # the clock's time when a harness starts (unless told)
 STAT_INTERVAL = 3600.0  # the agents' statistics rounds: the tests send them (`send_stats`), as heartbeats
 WAIT = 5.0  # seconds `wait` allows by default: everything here takes milliseconds; this only bounds a bug
 
@@ -132,9 +133,9 @@ class Harness:
         self.cfg = merge(DEFAULTS, config or {})
         self.cfg["manager"]["lost_grace"] = lost_grace
         self.cfg["manager"]["preparing_timeout"] = start_timeout
-        # the real time at the start, so that the stamps the store takes itself (status_changed, the
-        # transitions) and the clock's agree until the test moves the clock
-        self.clock = ManualClock(start or datetime.now(UTC))
+        # the one clock of the manager (every stamp it stores, every limit it judges): it starts at `start`, by
+        # default a date far from today, so that a time taken from the system's clock shows (tests/test_clock_dates.py)
+        self.clock = ManualClock(start or START)
         self.hooks = Hooks(list(hooks or []), hook_timeout)
         self.nodes: dict[str, AgentNode] = {}
         self.wakes = 0  # how often something woke the dispatcher (a round would run now)
@@ -327,15 +328,23 @@ class Harness:
 
     async def lose_agent(self, agent_id: str, *, wait_grace: bool = True) -> None:
         """The agent stops answering (killed, or its network gone): the link reports it `lost`, its
-        sessions wait out the grace period (`lost_grace`), then end in ERROR (`agent-lost`) unless it
-        comes back (`start_agent`). With `wait_grace`, returns once the grace period has run out."""
+        sessions wait out the grace period (`lost_grace`, by the clock), then end in ERROR (`agent-lost`)
+        unless it comes back (`start_agent`). With `wait_grace`, the clock moves on by the grace period and
+        this returns once it has run out; without, the grace runs out when the test moves the clock past it
+        (`advance`, then `grace_over`)."""
         node = self.nodes[agent_id]
         await self._detach(node)
         await self.agent_events.agent_left(agent_id, "lost")
         if wait_grace:
-            task = self._grace(agent_id)
-            if task is not None:
-                await asyncio.wait_for(asyncio.shield(task), WAIT)
+            self.advance(self.cfg["manager"]["lost_grace"])
+            await self.grace_over(agent_id)
+
+    async def grace_over(self, agent_id: str) -> None:
+        """Return once the lost agent's grace period has run out and its sessions were ended (after the clock
+        was moved past it); at once when it is not lost."""
+        task = self._grace(agent_id)
+        if task is not None:
+            await asyncio.wait_for(asyncio.shield(task), WAIT)
 
     def _grace(self, agent_id: str) -> asyncio.Task[Any] | None:
         return self.agent_events.grace_of(agent_id)

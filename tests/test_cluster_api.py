@@ -12,6 +12,7 @@ import copy
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -31,7 +32,7 @@ BODY = {"name": "cluster-body", "image": "python", "config": {"resources": {"cpu
 def parse(**changes: Any):
     body = copy.deepcopy(BODY)
     body.update(changes)
-    return parse_create(body, KNOWN, DEFAULTS, {})
+    return parse_create(body, KNOWN, DEFAULTS, {}, datetime.now(UTC))
 
 
 def refused(**changes: Any) -> str:

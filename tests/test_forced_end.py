@@ -108,7 +108,7 @@ async def test_forced_destroy_from_every_live_status_ends_the_session_and_remove
         ended["st-pending"] = await h.status("st-pending")
         scheduled = await h.create("st-scheduled")
         [kernel] = await h.sessions.kernels_of(scheduled["id"])
-        await h.store.apply_round([(scheduled["id"], {kernel["id"]: "slow"})], [], [], [])
+        await h.store.apply_round([(scheduled["id"], {kernel["id"]: "slow"})], [], [], [], h.clock.now())
         # PREPARING and PULLING: being created on the slow agent
         preparing = await h.create("st-preparing")
         pulling = await h.create("st-pulling")

@@ -133,8 +133,10 @@ async def test_a_session_stuck_starting_with_no_start_under_way_is_ended_by_the_
         await h.add_agent("a1", cpu=1)
         row = await h.create("orphaned")
         [kernel] = await h.sessions.kernels_of(row["id"])
-        await h.store.apply_round([(row["id"], {kernel["id"]: "a1"})], [], [], [])  # placed, its start lost
-        assert await h.store.start_preparing(row["id"])
+        await h.store.apply_round(
+            [(row["id"], {kernel["id"]: "a1"})], [], [], [], h.clock.now()
+        )  # placed, its start lost
+        assert await h.store.start_preparing(row["id"], h.clock.now())
         h.timers.since = h.advance(5)  # as if the manager had started 5 s later: judged from then on
         h.advance(2.0 + STUCK_GRACE - 1)
         await h.sweep()
@@ -199,6 +201,7 @@ async def test_a_dependent_session_waits_for_success_and_is_cancelled_by_a_failu
         assert "dep-first" in waiting["statusData"]["scheduler"]["msg"]
         assert [p["name"] for p in waiting["statusData"]["scheduler"]["failed_predicates"]] == ["dependencies"]
         first = await h.wait("dep-first", "TERMINATED")
+        h.advance(1)
         await h.schedule()
         second = await h.wait("dep-second", "TERMINATED")
         assert second["result"] == "SUCCESS"

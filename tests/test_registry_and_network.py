@@ -14,6 +14,7 @@ import subprocess
 import time
 import tomllib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ USER, PASSWORD = "bai-puller", "pull-s3cret-9f1c"
 
 
 def request(image: str = "bai-busybox:latest", **config: Any):
-    return parse_create({"image": image, "config": config}, {"cpu", "mem"}, {}, {})
+    return parse_create({"image": image, "config": config}, {"cpu", "mem"}, {}, {}, datetime.now(UTC))
 
 
 def admission(extra: str = ""):

@@ -50,7 +50,7 @@ CLIENT_BODY: dict[str, Any] = {
 
 
 def parse(body: Any):
-    return parse_create(body, KNOWN, DEFAULTS, ALIASES)
+    return parse_create(body, KNOWN, DEFAULTS, ALIASES, datetime.now(UTC))
 
 
 def body_with(**changes: Any) -> dict[str, Any]:

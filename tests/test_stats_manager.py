@@ -301,6 +301,7 @@ async def test_a_lost_agent_stores_its_kernels_last_samples(tmp_path: Path) -> N
         kernel = await _kernel(h, "on-lost")
         await _feed(h, "a1", {kernel["id"]: sample(time.time(), cpu=33.0)})
         await h.agent_events.agent_left("a1", "lost")  # (the link's word; the agent itself stays up)
+        h.advance(h.cfg["manager"]["lost_grace"])  # its grace period runs out
         await h.wait("on-lost", "ERROR")
         assert (await h.info("on-lost"))["lastStat"]["cpu_util"]["current"] == "33"
         assert "a1" not in h.services.stats.nodes

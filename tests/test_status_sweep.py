@@ -121,7 +121,7 @@ async def _into(h: Harness, status: str, names: list[str], owner: str) -> str:
         row = await h.create(name, owner=owner)
         if status == "SCHEDULED":  # placed by a round whose start has not begun
             [kernel] = await h.sessions.kernels_of(row["id"])
-            await h.store.apply_round([(row["id"], {kernel["id"]: "a1"})], [], [], [])
+            await h.store.apply_round([(row["id"], {kernel["id"]: "a1"})], [], [], [], h.clock.now())
         elif status == "CANCELLED":
             await h.destroy(name, owner=owner)
     if status in ("PENDING", "SCHEDULED", "CANCELLED"):

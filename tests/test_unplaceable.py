@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -122,7 +123,7 @@ def test_a_drained_agent_still_counts() -> None:
 
 def parse_resources(resources: dict[str, Any]):
     body = {"image": "python", "config": {"resources": resources}}
-    return parse_create(body, KNOWN, DEFAULTS, {})
+    return parse_create(body, KNOWN, DEFAULTS, {}, datetime.now(UTC))
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,7 @@ async def build_manager(
         float(cfg["manager"]["lost_grace"]),
         stats=stats,
         peers=PeerRelay(link, store, background),  # multi-node kernels' connections to each other
+        clock=clock,
     )
     dispatcher = Dispatcher(
         store, sessions, agents, wake, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]), clock=clock
@@ -112,5 +113,6 @@ async def build_manager(
         apps=Apps(link, sessions),
         vfolders=vfolders,
         stats=stats,
+        clock=clock,
     )
     return Manager(store, services, agent_events, dispatcher, timers, wake, background)

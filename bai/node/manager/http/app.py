@@ -171,7 +171,9 @@ async def create_session(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     body = await read_json(request)
     services = services_of(request)
-    req = parse_create(body, services.agents.known_slots, settings["default_resources"], services.images.aliases)
+    req = parse_create(
+        body, services.agents.known_slots, settings["default_resources"], services.images.aliases, services.clock.now()
+    )
     owner, owner_is_admin = session_owner(request, body)
     row, created = await sessions.create(owner, req, owner_is_admin)
     if not req.enqueue_only and row["status"] not in ("RUNNING",):

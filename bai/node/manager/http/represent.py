@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -19,8 +19,8 @@ from bai.node.manager.services.lifecycle import Sessions
 from bai.node.manager.services.stats_book import StatsBook, last_stat, live_stat, stored_stat
 
 
-def _age_ms(created: str) -> int:
-    return int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds() * 1000)
+def _age_ms(created: str, now: datetime) -> int:
+    return int((now - datetime.fromisoformat(created)).total_seconds() * 1000)
 
 
 def _json(value: Any) -> str:
@@ -174,8 +174,8 @@ class SessionView:
 
     # -- renderings -----------------------------------------------------------------------------------
 
-    def to_api(self, detail: ApiDetail | None = None) -> dict[str, Any]:
-        """`GET /session` (each item) and, with `detail`, `GET /session/{ref}`."""
+    def to_api(self, now: datetime, detail: ApiDetail | None = None) -> dict[str, Any]:
+        """`GET /session` (each item) and, with `detail`, `GET /session/{ref}`; its `age` as of `now`."""
         row = self.row
         occupying = self.occupying
         out: dict[str, Any] = {
@@ -196,7 +196,7 @@ class SessionView:
             "result": row["result"],
             "creationTime": row["created_at"],
             "terminationTime": row["terminated_at"],
-            "age": _age_ms(row["created_at"]),
+            "age": _age_ms(row["created_at"], now),
             "scalingGroup": row["scaling_group"],
             "requestedSlots": row["requested_slots"],
             "occupyingSlots": occupying,
@@ -355,8 +355,9 @@ async def session_json(
 ) -> dict[str, Any]:
     """The session as the API shows it; `detail`: as `GET /session/{ref}` (transitions, queue position)."""
     view = await session_view(sessions, row, kernels)
+    now = sessions.clock.now()
     if not detail:
-        return view.to_api()
+        return view.to_api(now)
     position = None
     if row["status"] == SessionStatus.PENDING:
         # the scheduler's own order (per policy) once it has looked; until then, arrival order
@@ -364,7 +365,7 @@ async def session_json(
         if position is None:
             pending = await sessions.list(None, [SessionStatus.PENDING])
             position = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
-    return view.to_api(ApiDetail(await sessions.transitions_of(row["id"]), position))
+    return view.to_api(now, ApiDetail(await sessions.transitions_of(row["id"]), position))
 
 
 async def session_graphql(

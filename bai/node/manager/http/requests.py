@@ -197,8 +197,9 @@ def parse_create(
     known_slots: set[str],
     defaults: dict[str, str],
     aliases: dict[str, str],
-    now: datetime | None = None,
+    now: datetime,
 ) -> CreateRequest:
+    """The create request in `body`; `now` (the manager's clock): what a relative `starts_at` counts from."""
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
     config = body.get("config") or {}
@@ -219,7 +220,7 @@ def parse_create(
     startup = _text(_first(body, "startupCommand", "startup_command"), "startupCommand")
     if stype == "batch" and not startup:
         raise invalid("a batch session needs a startup command")
-    starts_at = parse_starts_at(_first(body, "starts_at", "startsAt"), now or datetime.now(UTC))
+    starts_at = parse_starts_at(_first(body, "starts_at", "startsAt"), now)
     if starts_at is not None and stype != "batch":
         raise invalid("starts_at is only for batch sessions")
     depends = body.get("dependencies") or []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bai.common.clock import Clock
 from bai.node.manager.services.accounts import Accounts
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.app_forwarding import Apps
@@ -31,3 +32,4 @@ class Services:
     apps: Apps
     vfolders: VFolders | None = None
     stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book Sessions keeps)
+    clock: Clock = field(default_factory=Clock)  # the manager's one clock (a session's age as shown)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 
 from bai.common.background import Background
+from bai.common.clock import Clock
 from bai.node.link.messages import (
     Heartbeat,
     JoinAnswer,
@@ -45,8 +47,10 @@ class AgentEvents:
         lost_grace: float = 30.0,
         stats: StatsBook | None = None,
         peers: PeerRelay | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.agents = agents
+        self.clock = clock or Clock()  # the grace period runs out when it says so
         self.stats = stats or sessions.stats
         self.sessions = sessions
         self.vfolders = vfolders
@@ -72,16 +76,18 @@ class AgentEvents:
         self.stats.agent_left(agent_id)  # its host's figures are no longer news
         if reason == "lost":
             log.warning("agent %s is LOST (no heartbeat); its sessions wait %g s for it", agent_id, self.lost_grace)
-            self._lost[agent_id] = self.background.spawn(self._gone(agent_id), f"lost-{agent_id}")
+            ends = self.clock.now() + timedelta(seconds=self.lost_grace)
+            self._lost[agent_id] = self.background.spawn(self._gone(agent_id, ends), f"lost-{agent_id}")
 
     def grace_of(self, agent_id: str) -> asyncio.Task[Any] | None:
         """The grace period of a lost agent, while it runs out (None when the agent is not lost)."""
         task = self._lost.get(agent_id)
         return task if task is not None and not task.done() else None
 
-    async def _gone(self, agent_id: str) -> None:
-        """The grace period of a lost agent ran out: its sessions end in ERROR (`agent-lost`)."""
-        await asyncio.sleep(self.lost_grace)
+    async def _gone(self, agent_id: str, ends: datetime) -> None:
+        """Once the grace period of a lost agent has run out (at `ends`, by the clock): its sessions end in ERROR
+        (`agent-lost`)."""
+        await self.clock.sleep_until(ends)
         self._lost.pop(agent_id, None)
         await self.sessions.agent_lost(agent_id, self.lost_grace)
 

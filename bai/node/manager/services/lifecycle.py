@@ -253,7 +253,7 @@ class Sessions:
             for kernel_id, sample in self._finals(session_id).items():
                 updates[kernel_id] = {"last_stat": json.dumps(sample), **(updates.get(kernel_id) or {})}
             kw["kernel_updates"] = updates
-        row = await self.store.transition(session_id, target, info, data, **kw)
+        row = await self.store.transition(session_id, target, info, data, now=self.clock.now(), **kw)
         if row is not None:
             if final:
                 self.stats.forget(session_id)
@@ -508,11 +508,11 @@ class Sessions:
         history: list[dict[str, Any]],
     ) -> None:
         """Commit a scheduling round, then publish its events and start the placed sessions."""
-        scheduled, cancelled = await self.store.apply_round(placements, cancels, pending, history)
+        now = self.clock.now()
+        scheduled, cancelled = await self.store.apply_round(placements, cancels, pending, history, now)
         if pending:
             self.changes.publish("pending_updated", {"ids": [sid for sid, _, _ in pending]})
         agents = dict(placements)
-        now = self.clock.now()
         self.metrics.scheduled([(now - datetime.fromisoformat(r["created_at"])).total_seconds() for r in scheduled])
         for row in cancelled:
             self.events.publish("session_cancelled", row)
@@ -667,7 +667,8 @@ class Sessions:
         """Create every kernel of a scheduled session on its agent, all at once; RUNNING when all started. When
         one does not start, the session ends with that kernel's reason and the kernels that did are removed."""
         sid = session["id"]
-        preparing = await self.store.start_preparing(sid)  # with its kernels and dotfiles, in one transaction
+        # with its kernels and dotfiles, in one transaction
+        preparing = await self.store.start_preparing(sid, self.clock.now())
         if preparing is None:
             return
         row, kernels, dotfiles = preparing

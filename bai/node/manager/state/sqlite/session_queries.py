@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
-from bai.node.manager.state.sqlite.db import Queries, decode_row, utcnow
+from bai.node.manager.state.records import stamp
+from bai.node.manager.state.sqlite.db import Queries, decode_row
 
 # for each target, the statuses a session may move to it from (the lifecycle's legal moves; not the target itself)
 _LEGAL_FROM: dict[SessionStatus, frozenset[SessionStatus]] = {
@@ -46,9 +48,11 @@ def _transition(
     allowed_from: Iterable[SessionStatus] | None,
     kernel_updates: dict[str, dict[str, Any]] | None,
     result: str | None,
+    now: str,
     kernels_out: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
-    """One session transition inside the caller's transaction (see Store.transition).
+    """One session transition inside the caller's transaction (see Store.transition), stamped `now` (its
+    status_changed, its transition row's time, terminated_at when it ends).
 
     `kernels_out`: a list to receive the session's kernels as changed (in cluster order), read back by the
     statement that changes them.
@@ -58,7 +62,6 @@ def _transition(
     `allowed_from` or already at `target`, IllegalTransition for a move the lifecycle forbids."""
     allowed = None if allowed_from is None else frozenset(allowed_from)
     sql, sources = _move_statement(target, allowed)
-    now = utcnow()
     data = json.dumps(status_data) if status_data else "{}"
     terminated = now if target in _DEAD_TARGETS else None
     moved = conn.execute(
@@ -283,31 +286,35 @@ class Sessions(Queries):
         allowed_from: Iterable[SessionStatus] | None = None,
         kernel_updates: dict[str, dict[str, Any]] | None = None,
         result: str | None = None,
+        now: datetime,
     ) -> dict[str, Any] | None:
-        """Move a session to `target` in one transaction; return the updated row.
+        """Move a session to `target` in one transaction, at `now` (the caller's clock); return the updated row.
 
         Returns None (and changes nothing) when the session is not in `allowed_from`;
         raises IllegalTransition for a move the lifecycle forbids. Kernels listed in
         `kernel_updates` get their columns updated in the same transaction; the kernels'
         status follows the session's unless given.
         """
+        at = stamp(now)
         return await self.db.transaction(
             lambda conn: _transition(
-                conn, session_id, target, status_info, status_data, allowed_from, kernel_updates, result
+                conn, session_id, target, status_info, status_data, allowed_from, kernel_updates, result, at
             )
         )
 
     async def start_preparing(
-        self, session_id: str
+        self, session_id: str, now: datetime
     ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
-        """A SCHEDULED session goes PREPARING (as `transition`), and what starting its kernel needs is read in the
-        same transaction: (its row, its kernels in cluster order, its owner's dotfiles). None (and nothing
-        changed) when it is no longer SCHEDULED."""
+        """A SCHEDULED session goes PREPARING at `now` (as `transition`), and what starting its kernel needs is
+        read in the same transaction: (its row, its kernels in cluster order, its owner's dotfiles). None (and
+        nothing changed) when it is no longer SCHEDULED."""
+
+        at = stamp(now)
 
         def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
             S = SessionStatus
             kernels: list[dict[str, Any]] = []
-            row = _transition(conn, session_id, S.PREPARING, "", {}, [S.SCHEDULED], None, None, kernels)
+            row = _transition(conn, session_id, S.PREPARING, "", {}, [S.SCHEDULED], None, None, at, kernels)
             if row is None:
                 return None
             owners = self.db.dotfile_owners  # (most keypairs have none: no read for theirs)
@@ -334,8 +341,9 @@ class Sessions(Queries):
         cancels: list[tuple[str, str, dict[str, Any]]],
         pending: list[tuple[str, str, dict[str, Any]]],
         history: list[dict[str, Any]],
+        now: datetime,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Apply one scheduling round in ONE transaction.
+        """Apply one scheduling round in ONE transaction, at `now` (the transitions' and the history's time).
 
         placements: (session id, {kernel id: agent id}) → SCHEDULED; cancels: (id, status_info, data)
         → CANCELLED; pending: (id, status_info, data) recorded on sessions still PENDING; history:
@@ -343,18 +351,28 @@ class Sessions(Queries):
         Returns the rows that were scheduled and cancelled (sessions no longer PENDING are skipped).
         """
 
+        at = stamp(now)
+
         def fn(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             scheduled, cancelled = [], []
             for session_id, agents in placements:
                 updates = {kid: {"agent_id": agent} for kid, agent in agents.items()}
                 row = _transition(
-                    conn, session_id, SessionStatus.SCHEDULED, "scheduled", {}, [SessionStatus.PENDING], updates, None
+                    conn,
+                    session_id,
+                    SessionStatus.SCHEDULED,
+                    "scheduled",
+                    {},
+                    [SessionStatus.PENDING],
+                    updates,
+                    None,
+                    at,
                 )
                 if row is not None:
                     scheduled.append(row)
             for session_id, info, data in cancels:
                 row = _transition(
-                    conn, session_id, SessionStatus.CANCELLED, info, data, [SessionStatus.PENDING], None, None
+                    conn, session_id, SessionStatus.CANCELLED, info, data, [SessionStatus.PENDING], None, None, at
                 )
                 if row is not None:
                     cancelled.append(row)
@@ -362,7 +380,7 @@ class Sessions(Queries):
                 "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status='PENDING'",
                 [(info, json.dumps(data), sid) for sid, info, data in pending],
             )
-            _record_history(conn, history, utcnow())
+            _record_history(conn, history, at)
             return scheduled, cancelled
 
         return await self.db.transaction(fn)
