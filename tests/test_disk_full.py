@@ -30,6 +30,7 @@ from bai.node.manager.services.diskfull import (
     storage_of,
 )
 from bai.node.manager.state.errors import StorageFull as StateStorageFull
+from bai.node.manager.state.sqlite.db import sqlite_full
 from tests.nodeproc import Node, admin_keys, signed_request, wait_status
 
 PROBLEM = "https://api.backend.ai/probs/insufficient-storage"
@@ -39,8 +40,9 @@ PROBLEM = "https://api.backend.ai/probs/insufficient-storage"
 
 
 def test_disk_full_errors_are_recognised() -> None:
-    assert is_disk_full(sqlite3.OperationalError("database or disk is full"))
     assert is_disk_full(StateStorageFull("the node's database is on a full disk"))
+    assert sqlite_full(sqlite3.OperationalError("database or disk is full"))  # (the state layer's to know)
+    assert not sqlite_full(sqlite3.OperationalError("database is locked"))
     assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
     assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
     assert is_disk_full(StorageFull("virtual folder host 'local'"))

@@ -83,7 +83,7 @@ def storage_of(where: str) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        if e.errno in DISK_FULL_ERRNOS:
+        if e.errno in DISK_FULL_ERRNOS and not isinstance(e, state_errors.StorageFull):  # (that one names its own)
             raise StorageFull(where, e) from e
         raise
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from typing import Any
 
@@ -71,14 +72,14 @@ class Images:
             f"no agent has the image {image!r} (images: {known}; add an alias under [images.aliases])",
         )
 
-    def _targets(self, agent: Any) -> list[str]:
+    def _targets(self, agent: Any) -> builtins.list[str]:
         if agent:
             if agent not in self.agents.connected():
                 raise invalid(f"no connected agent {agent!r}")
             return [agent]
         return self.agents.docker_agents()
 
-    async def pull(self, image: str, agent: Any = None) -> list[dict[str, Any]]:
+    async def pull(self, image: str, agent: Any = None) -> builtins.list[dict[str, Any]]:
         """Pull on one agent or every Docker agent: only from a configured registry (a name without one
         is Docker Hub's), checked before anything connects anywhere."""
         source = image if imagelib.registry_of(image) else f"docker.io/{image}"
@@ -96,7 +97,7 @@ class Images:
             done.append({"agent": agent_id, **result.to_api()})
         return done
 
-    async def remove(self, image: str, agent: str | None = None) -> list[str]:
+    async def remove(self, image: str, agent: str | None = None) -> builtins.list[str]:
         """Remove from one agent, or from every agent that has it; the agents it was removed from."""
         have = [i["agent"] for i in await self.list() if i["name"] == image]
         targets = [agent] if agent else have

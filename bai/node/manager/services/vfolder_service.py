@@ -119,7 +119,7 @@ class VFolders:
         """The directory of a folder (or of a session's mount of one: {"host", "id", …})."""
         if isinstance(folder, VFolder):
             return self.hosts[folder.host] / folder.id
-        return self.hosts[folder["host"]] / folder["id"]
+        return self.hosts[str(folder["host"])] / str(folder["id"])
 
     async def visible(self, access_key: str, is_admin: bool, status: str = "ready") -> list[SeenVFolder]:
         """The folders a keypair owns or that are shared with it (admins: every folder with all=True)."""

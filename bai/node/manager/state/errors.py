@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 __all__ = ["StateError", "StorageFull", "UnknownPolicy"]
 
 
@@ -9,11 +11,18 @@ class StateError(Exception):
     """An error of the state layer."""
 
 
-class StorageFull(StateError):
+class StorageFull(StateError, OSError):
     """A write refused because the storage of the state (its disk) is full, or over its quota: nothing of it
-    was stored. Raised `from` the implementation's own error."""
+    was stored. Raised `from` the implementation's own error. An OSError with ENOSPC, so that code that knows
+    only file systems (bai.common.diskspace) knows it for a full disk too."""
 
     where = "the node's database"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.ENOSPC, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class UnknownPolicy(StateError, KeyError):

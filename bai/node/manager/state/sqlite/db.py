@@ -24,7 +24,6 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any, TypeVar
 
-from bai.common.diskspace import disk_full
 from bai.node.manager.state.errors import StorageFull
 from bai.node.manager.state.sqlite import migrations as schema
 
@@ -53,7 +52,7 @@ def utcnow() -> str:
     return datetime.now(UTC).isoformat()
 
 
-_scan_json = json.JSONDecoder().scan_once  # json.loads without its Python layers (the C scanner itself)
+_scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads without its Python layers (the C scanner itself)
 
 
 _FLAT = frozenset({str, int, float, bool, type(None)})
@@ -134,13 +133,23 @@ _STOP = object()
 STATEMENT_CACHE = 1024  # prepared statements kept by the connection (sqlite3's default of 128 is too few)
 MAX_GROUP = 256  # calls taken from the queue at once (transactions committed together, answers sent together)
 
-Call = tuple["asyncio.Future | None", Any, tuple[Any, ...]]
-Answer = tuple["asyncio.Future", bool, Any]  # (future, failed, result or exception)
+Call = tuple["asyncio.Future[Any] | None", Any, tuple[Any, ...]]
+Answer = tuple["asyncio.Future[Any]", bool, Any]  # (future, failed, result or exception)
+
+
+def sqlite_full(e: BaseException) -> bool:
+    """Whether an error is SQLite's SQLITE_FULL ("database or disk is full")."""
+    if not isinstance(e, sqlite3.Error):
+        return False
+    code = getattr(e, "sqlite_errorcode", None)  # Python 3.11+
+    if isinstance(code, int):
+        return code & 0xFF == sqlite3.SQLITE_FULL
+    return "database or disk is full" in str(e)
 
 
 def storage_error(e: BaseException) -> BaseException:
     """The error a caller gets: the state layer's StorageFull (raised from SQLite's) for a full disk, else e."""
-    if isinstance(e, sqlite3.Error) and disk_full(e):
+    if sqlite_full(e):
         full = StorageFull(f"{StorageFull.where} is on a full disk: {e}")
         full.__cause__ = e
         return full
@@ -170,7 +179,9 @@ def _alone(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) ->
         return True, e
 
 
-def _group_transactions(conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]]) -> list:
+def _group_transactions(
+    conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]]
+) -> list[tuple[bool, Any]]:
     """Run fns in ONE transaction; [(failed, result or exception)] for each, once committed.
 
     No savepoint per fn (two statements each): should one raise, the transaction is rolled back, the fns
@@ -221,7 +232,7 @@ class Database:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._calls: SimpleQueue[tuple[asyncio.Future | None, Any, tuple[Any, ...]]] = SimpleQueue()
+        self._calls: SimpleQueue[Call] = SimpleQueue()
         self._connection: sqlite3.Connection | None = None  # used in the database's thread only
         self._open = False
         self._thread = threading.Thread(target=self._serve, name=f"sqlite {path.name}", daemon=True)
@@ -315,6 +326,7 @@ class Database:
         return True
 
     def _run_group(self, group: list[Call], answers: list[Answer]) -> None:
+        assert self._connection is not None  # (open: the stop call has not run)
         outcomes = _group_transactions(self._connection, [args[0] for _, _, args in group])
         for (future, _, _), (failed, value) in zip(group, outcomes, strict=True):
             if future is not None:
@@ -384,7 +396,7 @@ class Queries:
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
-    return conn.execute("PRAGMA user_version").fetchone()[0]
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
 def migrate(conn: sqlite3.Connection) -> None:
