@@ -165,7 +165,9 @@ class Harness:
         self.services = services = manager.services
         self.hubs, self.wake, self.metrics = services.hubs, manager.wake, services.metrics
         self.background = manager.background
-        self.agents, self.images, self.sessions = services.agents, services.images, services.sessions
+        self.agents, self.images = services.agents, services.images
+        # the session services: lifecycle (create, destroy, transitions), kernel operations, reads
+        self.lifecycle, self.ops, self.reads = services.lifecycle, services.kernel_ops, services.reads
         self.agent_events, self.dispatcher, self.timers = manager.agent_events, manager.dispatcher, manager.timers
         self.wake.bind(self._woken)  # counted; no loop runs a round by itself
         self.defaults = {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])}
@@ -444,7 +446,7 @@ class Harness:
         keypairs = await self.store.keypairs()
         is_admin = bool(keypairs[owner]["is_admin"]) if owner in keypairs else False
         req = parse_create(request, self.agents.known_slots, self.defaults, self.images.aliases, self.clock.now())
-        row, _ = await self.sessions.create(owner, req, is_admin)
+        row, _ = await self.lifecycle.create(owner, req, is_admin)
         self.clock.advance(CREATE_STEP)  # as real time would: queue order (FIFO) follows creation order
         return row
 
@@ -455,11 +457,11 @@ class Harness:
 
     async def row(self, ref: str, owner: str | None = None) -> dict[str, Any]:
         """The session's row, by name or id, of `owner` (default: anyone's); ended ones too."""
-        return await self.sessions.resolve(ref, owner, active_only=False, ids_of=None)  # type: ignore[arg-type]
+        return await self.reads.resolve(ref, owner, active_only=False, ids_of=None)  # type: ignore[arg-type]
 
     async def info(self, ref: str, owner: str | None = None) -> dict[str, Any]:
         """The session as `GET /session/{ref}` shows it (statusInfo, statusData, queuePosition, transitions…)."""
-        return await session_json(self.sessions, await self.row(ref, owner), detail=True)
+        return await session_json(self.services, await self.row(ref, owner), detail=True)
 
     async def status(self, ref: str, owner: str | None = None) -> str:
         return (await self.row(ref, owner))["status"]
@@ -467,7 +469,7 @@ class Harness:
     async def transitions(self, ref: str, owner: str | None = None) -> list[str]:
         """The statuses the session went through, in order."""
         row = await self.row(ref, owner)
-        return [t["status"] for t in await self.sessions.transitions_of(row["id"])]
+        return [t["status"] for t in await self.store.transitions_of(row["id"])]
 
     async def wait(self, ref: str, status: str, timeout: float = WAIT, owner: str | None = None) -> dict[str, Any]:
         """Wait (on the session events, no polling) until the session is in `status`; returns its row.
@@ -479,8 +481,8 @@ class Harness:
             now = S(r["status"])
             return now == target or (now in DEAD_STATUSES and target not in DEAD_STATUSES)
 
-        got = await self.hubs.events.wait_for(row["id"], lambda: self.sessions.get(row["id"]), done, timeout)
-        current = got or await self.sessions.get(row["id"])
+        got = await self.hubs.events.wait_for(row["id"], lambda: self.store.get_session(row["id"]), done, timeout)
+        current = got or await self.store.get_session(row["id"])
         assert current is not None
         if current["status"] != target:
             raise AssertionError(
@@ -515,20 +517,20 @@ class Harness:
         """Run code in the session as the API does (one call; a run still going answers `continued`);
         the result as the API shows it (runId, status, console, exitCode)."""
         options = {"exec": code} if mode == "batch" else {}
-        result = await self.sessions.execute(await self.row(ref), secrets.token_hex(8), mode, code, options, flush)
+        result = await self.ops.execute(await self.row(ref), secrets.token_hex(8), mode, code, options, flush)
         to_api = getattr(result, "to_api", None)
         return to_api() if to_api is not None else result
 
     async def logs(self, ref: str) -> str:
         """What the session's kernel printed, as stored (kernel output reaches the store in the background:
         `until` it shows)."""
-        kernel = await self.sessions.main_kernel(await self.row(ref))
+        kernel = await self.reads.main_kernel(await self.row(ref))
         return "".join(text for _, text in await self.store.read_logs(kernel["id"]))
 
     async def destroy(self, ref: str, *, forced: bool = False, owner: str | None = None) -> None:
         """Destroy the session as `DELETE /session/{ref}` does (waits until a running one has ended)."""
-        row = await self.sessions.resolve(ref, owner, ids_of=None)  # type: ignore[arg-type]
-        await self.sessions.destroy(row, forced)
+        row = await self.reads.resolve(ref, owner, ids_of=None)  # type: ignore[arg-type]
+        await self.lifecycle.destroy(row, forced)
 
     # -- time -----------------------------------------------------------------------------------------
 

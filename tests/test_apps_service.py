@@ -9,8 +9,9 @@ import asyncio
 import pytest
 
 from bai.common import service_ports as apps
-from bai.common.problems import Problem
 from bai.common.service_ports import PortPool, PortPoolExhausted, ServicePortError
+from bai.node.manager.errors import AppFailed, AppNotFound, Invalid
+from bai.node.manager.http.problems import problem_of
 from tests.harness import Harness
 
 APPS = "echo:tcp:7000,web:http:[8080,8081],broken:tcp:7001,term:pty:7681"
@@ -54,19 +55,21 @@ async def test_a_tunnel_carries_bytes_both_ways_and_the_app_starts_once(tmp_path
 async def test_an_app_that_fails_to_start_is_a_409_with_its_output(tmp_path):
     async with Harness(tmp_path) as h:
         row = await started(h)
-        with pytest.raises(Problem) as err:
+        with pytest.raises(AppFailed) as err:
             await h.services.apps.start(row, "broken")
-        assert err.value.status == 409
-        assert "exited with code 1" in err.value.msg and "boom" in err.value.msg
-        assert err.value.data["output"] == "boom\n"
+        problem = problem_of(err.value)
+        assert problem.status == 409
+        assert "exited with code 1" in problem.msg and "boom" in problem.msg
+        assert problem.data["output"] == "boom\n"
 
 
 async def test_an_unknown_app_is_a_404_naming_the_apps(tmp_path):
     async with Harness(tmp_path) as h:
         row = await started(h)
-        with pytest.raises(Problem) as err:
+        with pytest.raises(AppNotFound) as err:
             await h.services.apps.start(row, "jupyter")
-        assert err.value.status == 404 and "echo, web, broken" in err.value.msg
+        problem = problem_of(err.value)
+        assert problem.status == 404 and "echo, web, broken" in problem.msg
 
 
 async def test_apps_of_a_session_that_is_not_running_are_refused(tmp_path):
@@ -76,9 +79,10 @@ async def test_apps_of_a_session_that_is_not_running_are_refused(tmp_path):
         await h.create("sess2")  # waits: the agent is full
         await h.schedule()
         row = await h.row("sess2")
-        with pytest.raises(Problem) as err:
+        with pytest.raises(Invalid) as err:
             await h.services.apps.start(row, "echo")
-        assert err.value.status == 400 and "PENDING" in err.value.msg
+        problem = problem_of(err.value)
+        assert problem.status == 400 and "PENDING" in problem.msg
 
 
 async def test_a_tunnel_ends_when_its_session_ends_and_says_so(tmp_path):
@@ -204,7 +208,7 @@ async def test_session_info_graphql_and_the_dashboard_show_the_apps(tmp_path):
 
     async with Harness(tmp_path) as h:
         row = await started(h)
-        api = await session_json(h.sessions, row)
+        api = await session_json(h.services, row)
         assert [a["name"] for a in api["servicePorts"]] == ["echo", "web", "broken"]
         assert api["servicePorts"][1] == {
             "name": "web",
@@ -215,10 +219,10 @@ async def test_session_info_graphql_and_the_dashboard_show_the_apps(tmp_path):
             "allowed_envs": {},
             "host_ports": [],
         }
-        gql = await session_graphql(h.sessions, row)
+        gql = await session_graphql(h.services, row)
         assert [a["name"] for a in json.loads(gql["service_ports"])] == ["echo", "web", "broken"]
         assert [a["name"] for a in json.loads(gql["containers"][0]["service_ports"])] == ["echo", "web", "broken"]
-        dash = (await session_view(h.sessions, row)).to_dashboard()
+        dash = (await session_view(h.services, row)).to_dashboard()
         assert dash["servicePorts"][0] == {"name": "echo", "protocol": "tcp", "ports": [7000]}
 
 

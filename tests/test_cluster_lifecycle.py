@@ -49,7 +49,7 @@ async def test_a_single_node_session_of_three_kernels_runs_on_one_agent_with_its
         assert main_files[".ssh/id_cluster"] == files[".ssh/id_cluster"].data
         # slots are per kernel: the agent holds three kernels' worth
         info = await h.info("trio")
-        kernels = await h.sessions.kernels_of(row["id"])
+        kernels = await h.store.kernels_of(row["id"])
         assert [f"{k['cluster_role']}{k['cluster_idx']}" for k in kernels] == ["main1", "sub1", "sub2"]
         assert {k["agent_id"] for k in kernels} == {"big"}
         assert info["status"] == "RUNNING"
@@ -77,12 +77,12 @@ async def test_a_multi_node_session_spreads_its_kernels_and_each_knows_its_local
             assert spec.environ["LOCAL_RANK"] == "0"  # alone on its agent
         # execute goes to main1 unless told
         row = await h.row("pair")
-        main = await h.sessions.kernel_for(row, None)
-        sub = await h.sessions.kernel_for(row, "sub1")
+        main = await h.reads.kernel_for(row, None)
+        sub = await h.reads.kernel_for(row, "sub1")
         assert (main["cluster_role"], sub["cluster_role"]) == ("main", "sub")
         assert main["agent_id"] != sub["agent_id"]
         with pytest.raises(Exception) as missing:
-            await h.sessions.kernel_for(row, "sub7")
+            await h.reads.kernel_for(row, "sub7")
         assert "main1, sub1" in str(missing.value)
         await h.destroy("pair")
         assert not _kernels_on(h, "a1") and not _kernels_on(h, "a2")
@@ -134,7 +134,7 @@ async def test_one_kernel_ending_ends_the_session_naming_it_and_removes_the_rest
         assert ended["status_data"]["kernel"] == "sub1"
         assert "kernel sub1 on agent a1 ended" in ended["status_data"]["msg"]
         await h.until(lambda: not h.agent("a1").kernels, what="the other kernels are removed")
-        stored = {f"{k['cluster_role']}{k['cluster_idx']}": k for k in await h.sessions.kernels_of(row["id"])}
+        stored = {f"{k['cluster_role']}{k['cluster_idx']}": k for k in await h.store.kernels_of(row["id"])}
         assert stored["sub1"]["exit_code"] == 3
         assert {k["status"] for k in stored.values()} == {"TERMINATED"}
 

@@ -11,6 +11,8 @@ import logging
 import pytest
 
 from bai.common.problems import Problem
+from bai.node.manager.errors import DomainError, Forbidden
+from bai.node.manager.http.problems import as_problem, problem_of
 from tests.harness import Harness
 
 
@@ -32,14 +34,15 @@ async def test_a_session_lost_with_its_agent_is_forced_to_an_end_by_its_owner_an
         for name in ("mine-1", "mine-2"):
             assert (await h.wait(name, "ERROR"))["status_info"] == "agent-lost"
         # not forced: a clear 403 that says to use forced (Backend.AI's), and nothing changes
-        with pytest.raises(Problem) as refused:
+        with pytest.raises(Forbidden) as refused:
             await h.destroy("mine-1", owner=user)
-        assert refused.value.status == 403 and "forced=true" in (refused.value.msg or "")
+        problem = problem_of(refused.value)
+        assert problem.status == 403 and "forced=true" in (problem.msg or "")
         assert await h.status("mine-1") == "ERROR"
         # forced, by the owner (by name) and by an admin (by id): ended, never an IllegalTransition
         await h.destroy("mine-1", forced=True, owner=user)
         other = await h.row("mine-2")
-        await h.sessions.destroy(await h.sessions.resolve(other["id"], h.admin, ids_of=None), forced=True)
+        await h.lifecycle.destroy(await h.reads.resolve(other["id"], h.admin, ids_of=None), forced=True)
         for name in ("mine-1", "mine-2"):
             ended = await h.wait(name, "TERMINATED")
             assert ended["status_info"] == "force-terminated"
@@ -73,14 +76,14 @@ async def test_a_kernel_an_agent_still_runs_of_an_ended_session_goes_at_its_next
         await h.add_agent("a1", cpu=2)
         await h.run("left-behind", cpu=2)
         kernels = h.kernels_on("a1")
-        real = h.sessions._remove_kernel
+        real = h.lifecycle._remove_kernel
 
         async def fails(*args, **kw):  # the agent did not answer the removal (a timeout): the kernel stays
             return None
 
-        h.sessions._remove_kernel = fails  # type: ignore[method-assign]
+        h.lifecycle._remove_kernel = fails  # type: ignore[method-assign]
         await h.destroy("left-behind", forced=True)
-        h.sessions._remove_kernel = real  # type: ignore[method-assign]
+        h.lifecycle._remove_kernel = real  # type: ignore[method-assign]
         assert await h.status("left-behind") == "TERMINATED"
         assert h.kernels_on("a1") == kernels  # still running, its slots taken on the agent
         with caplog.at_level(logging.WARNING, logger="bai.manager"):
@@ -107,16 +110,16 @@ async def test_forced_destroy_from_every_live_status_ends_the_session_and_remove
         await h.destroy("st-pending", forced=True)
         ended["st-pending"] = await h.status("st-pending")
         scheduled = await h.create("st-scheduled")
-        [kernel] = await h.sessions.kernels_of(scheduled["id"])
+        [kernel] = await h.store.kernels_of(scheduled["id"])
         await h.store.apply_round([(scheduled["id"], {kernel["id"]: "slow"})], [], [], [], h.clock.now())
         # PREPARING and PULLING: being created on the slow agent
         preparing = await h.create("st-preparing")
         pulling = await h.create("st-pulling")
         await h.dispatcher.round()
         await h.wait("st-preparing", "PREPARING")
-        [pk] = await h.sessions.kernels_of(pulling["id"])
+        [pk] = await h.store.kernels_of(pulling["id"])
         await h.wait("st-pulling", "PREPARING")
-        await h.sessions.kernel_pulling(KernelPulling(pk["id"], pulling["id"], "python", 1, 2))
+        await h.lifecycle.kernel_pulling(KernelPulling(pk["id"], pulling["id"], "python", 1, 2))
         assert await h.status("st-pulling") == "PULLING"
         for row in (scheduled, preparing, pulling):
             await h.destroy(row["name"], forced=True)
@@ -132,7 +135,7 @@ async def test_forced_destroy_from_every_live_status_ends_the_session_and_remove
         ):
             row = await h.run(name)
             if status is not None:
-                await h.sessions.transition(row["id"], status, "", {}, allowed_from=[S.RUNNING])
+                await h.lifecycle.transition(row["id"], status, "", {}, allowed_from=[S.RUNNING])
             await h.destroy(name, forced=True)
             ended[name] = await h.status(name)
         await h.run("st-error")
@@ -182,7 +185,7 @@ async def test_many_sessions_forced_to_an_end_from_error_leave_no_task_fd_or_ker
 
         async def cycle(name: str) -> None:
             row = await h.run(name, cpu=1, mem="1g")
-            await h.sessions.transition(row["id"], S.ERROR, "agent-lost", {"msg": "gone"}, allowed_from=[S.RUNNING])
+            await h.lifecycle.transition(row["id"], S.ERROR, "agent-lost", {"msg": "gone"}, allowed_from=[S.RUNNING])
             await h.destroy(name, forced=True)
 
         for i in range(10):  # warm up (lazily made statements, caches)
@@ -198,7 +201,7 @@ async def test_many_sessions_forced_to_an_end_from_error_leave_no_task_fd_or_ker
         assert h.kernels_on("a1") == set()
         assert after_fds <= fds + 2 and after_tasks <= tasks + 2, (fds, after_fds, tasks, after_tasks)
         assert after_rss - rss < 32 << 20, (rss, after_rss)
-        assert not h.sessions.starting and not h.sessions._removing and len(h.sessions._stray_looks) <= 1
+        assert not h.lifecycle.starting and not h.lifecycle._removing and len(h.lifecycle._stray_looks) <= 1
         statuses = {r["status"] for r in await h.store.list_sessions(None, None)}
         assert statuses == {"TERMINATED"}
 
@@ -288,7 +291,7 @@ async def _scenario(base, ops: list[tuple[str, int]]) -> None:
         user = await h.keypair("fuzz-user")
         up = True
         names = ["fz-0", "fz-1"]
-        real_remove = h.sessions._remove_kernel
+        real_remove = h.lifecycle._remove_kernel
         failing = {"left": 0}
 
         async def remove(agent_id, kernel_id, reason, timeout=30):
@@ -297,16 +300,16 @@ async def _scenario(base, ops: list[tuple[str, int]]) -> None:
                 return None
             return await real_remove(agent_id, kernel_id, reason, timeout)
 
-        h.sessions._remove_kernel = remove  # type: ignore[method-assign]
+        h.lifecycle._remove_kernel = remove  # type: ignore[method-assign]
         await h.run(names[0], owner=user, cpu=1)  # one running, one waiting: interesting states come sooner
         await h.create(names[1], owner=user, cpu=1)
 
         async def live(name: str):
-            rows = await h.sessions.store.find_sessions(name, user, active_only=True)
+            rows = await h.store.find_sessions(name, user, active_only=True)
             return rows[0] if rows else None
 
         async def settle() -> None:
-            await h.until(lambda: not h.sessions.starting, what="starts are done")
+            await h.until(lambda: not h.lifecycle.starting, what="starts are done")
             for _ in range(5):
                 await asyncio.sleep(0)
 
@@ -319,13 +322,13 @@ async def _scenario(base, ops: list[tuple[str, int]]) -> None:
                 elif op == "schedule":
                     await h.schedule()
                 elif op in ("destroy", "force") and row is not None:
-                    await h.sessions.destroy(row, forced=op == "force")
+                    await h.lifecycle.destroy(row, forced=op == "force")
                 elif op == "admin-force" and row is not None:
-                    await h.sessions.destroy(await h.sessions.resolve(row["id"], h.admin, ids_of=None), forced=True)
+                    await h.lifecycle.destroy(await h.reads.resolve(row["id"], h.admin, ids_of=None), forced=True)
                 elif op == "restart" and row is not None:
-                    await h.sessions.restart(row)
+                    await h.ops.restart(row)
                 elif op == "execute" and row is not None:
-                    await h.sessions.execute(row, "r" + str(len(ops)), "query", "print(1)", {}, 1.0)
+                    await h.ops.execute(row, "r" + str(len(ops)), "query", "print(1)", {}, 1.0)
                 elif op == "lose" and up:
                     await h.lose_agent("a1")
                     up = False
@@ -336,7 +339,8 @@ async def _scenario(base, ops: list[tuple[str, int]]) -> None:
                     await h.heartbeat("a1")
                 elif op == "removal-fails":
                     failing["left"] += 1
-            except Problem as p:
+            except (Problem, DomainError) as e:
+                p = as_problem(e)
                 # a refusal, never a failure of the node (503: the agent is away, as Backend.AI says it)
                 assert p.status < 500 or p.slug == "instance-not-available", (op, p.status, p.msg)
             await settle()
@@ -346,7 +350,7 @@ async def _scenario(base, ops: list[tuple[str, int]]) -> None:
         for name in names:
             row = await live(name)
             if row is not None:
-                await h.sessions.destroy(row, forced=True)
+                await h.lifecycle.destroy(row, forced=True)
         if not up:
             await h.start_agent("a1", keep_kernels=True)
         await settle()
@@ -354,7 +358,7 @@ async def _scenario(base, ops: list[tuple[str, int]]) -> None:
         await h.until(lambda: not h.kernels_on("a1"), what="every kernel of an ended session is removed")
         for row in await h.store.list_sessions(None, None):
             assert S(row["status"]) in DEAD_STATUSES, row
-        assert not h.sessions._removing
+        assert not h.lifecycle._removing
 
 
 def test_any_sequence_of_user_admin_and_agent_actions_ends_with_a_forced_end_and_nothing_left(tmp_path) -> None:

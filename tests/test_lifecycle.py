@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from bai.common.problems import Problem
+from bai.node.manager.errors import Conflict, Forbidden, Invalid, SessionNotFound
 from tests.harness import Harness
 
 
@@ -21,7 +21,7 @@ async def test_a_session_goes_from_pending_to_terminated_and_every_step_is_recor
             assert row["status"] == "PENDING"
             await h.schedule()
             running = await h.wait("lifecycle", "RUNNING")
-            assert h.kernels_on("a1") == {k["id"] for k in await h.sessions.kernels_of(running["id"])}
+            assert h.kernels_on("a1") == {k["id"] for k in await h.store.kernels_of(running["id"])}
             result = await h.execute("lifecycle", "print('hello', 42)")
             assert (result["status"], result["exitCode"]) == ("finished", 0)
             assert result["console"] == [["stdout", "hello 42\n"]]
@@ -87,10 +87,10 @@ async def test_destroying_a_pending_session_cancels_it_and_an_ended_one_cannot_b
         await h.schedule()
         assert await h.status("never-placed") == "CANCELLED"  # a round does not revive it
         assert h.kernels_on("a1") == set()
-        with pytest.raises(Problem, match="does not exist"):  # by name: only live sessions are found
+        with pytest.raises(SessionNotFound, match="does not exist"):  # by name: only live sessions are found
             await h.destroy("never-placed")
-        with pytest.raises(Problem, match="the session is already CANCELLED"):
-            await h.sessions.destroy(await h.row("never-placed"), forced=True)
+        with pytest.raises(Forbidden, match="the session is already CANCELLED"):
+            await h.lifecycle.destroy(await h.row("never-placed"), forced=True)
 
 
 async def test_a_session_being_created_is_destroyed_only_when_forced(tmp_path) -> None:
@@ -100,7 +100,7 @@ async def test_a_session_being_created_is_destroyed_only_when_forced(tmp_path) -
         await h.schedule()
         await h.wait("starting", "PREPARING")
         await h.until(lambda: h.kernels_starting("slow"), what="the agent creates the kernel")
-        with pytest.raises(Problem, match="PREPARING; wait, or destroy it with forced=true"):
+        with pytest.raises(Forbidden, match="PREPARING; wait, or destroy it with forced=true"):
             await h.destroy("starting")
         await h.destroy("starting", forced=True)
         await h.wait("starting", "TERMINATED")
@@ -118,7 +118,7 @@ async def test_a_kernel_that_does_not_start_in_time_is_an_error_and_frees_its_sl
         assert "did not start within 0.05 s" in ended["status_data"]["error"]["repr"]
         # its cpu is free again: the next session is placed
         h.nodes["slow"].backend.start_delay = 0
-        h.sessions.start_timeout = 5.0
+        h.lifecycle.start_timeout = 5.0
         await h.create("next-one")
         await h.schedule()
         await h.wait("next-one", "RUNNING")
@@ -132,7 +132,7 @@ async def test_a_session_stuck_starting_with_no_start_under_way_is_ended_by_the_
     async with Harness(tmp_path, start_timeout=2.0) as h:
         await h.add_agent("a1", cpu=1)
         row = await h.create("orphaned")
-        [kernel] = await h.sessions.kernels_of(row["id"])
+        [kernel] = await h.store.kernels_of(row["id"])
         await h.store.apply_round(
             [(row["id"], {kernel["id"]: "a1"})], [], [], [], h.clock.now()
         )  # placed, its start lost
@@ -168,7 +168,7 @@ async def test_a_session_stuck_terminating_with_no_destroy_under_way_is_ended_by
         await h.add_agent("a1", cpu=1)
         row = await h.run("half-destroyed", cpu=1)
         # its destroy went no further than TERMINATING (its task failed): the kernel runs, its slots are taken
-        await h.sessions.transition(row["id"], SessionStatus.TERMINATING, "user-requested", {})
+        await h.lifecycle.transition(row["id"], SessionStatus.TERMINATING, "user-requested", {})
         assert h.kernels_on("a1")
         h.advance(TERMINATING_LIMIT - 1)
         await h.sweep()
@@ -186,7 +186,7 @@ async def test_create_is_get_or_create_by_name(tmp_path) -> None:
         first = await h.create("same-name")
         second = await h.create("same-name")
         assert first["id"] == second["id"]
-        with pytest.raises(Problem, match="already exists"):
+        with pytest.raises(Conflict, match="already exists"):
             await h.create("same-name", image="other-image")
 
 
@@ -216,7 +216,7 @@ async def test_a_dependent_session_waits_for_success_and_is_cancelled_by_a_failu
         assert "dep-bad" in orphan["statusData"]["msg"]
         await h.schedule()  # and what depended on it, in the next round
         assert (await h.info("dep-grandchild"))["statusInfo"] == "dependency-failed"
-        with pytest.raises(Problem, match="cannot depend on 'nothing-here'"):
+        with pytest.raises(Invalid, match="cannot depend on 'nothing-here'"):
             await h.create("dep-nothing", type="batch", depends=["nothing-here"])
 
 
@@ -310,9 +310,9 @@ async def test_hooks_reject_sessions_and_slow_ones_are_noted_not_waited_for(tmp_
     )
     async with Harness(tmp_path, hooks=[("policy", hook)], hook_timeout=0.05) as h:
         await h.add_agent("a1")
-        with pytest.raises(Problem, match=re.escape(f"{REJECT} (hook policy)")):
+        with pytest.raises(Forbidden, match=re.escape(f"{REJECT} (hook policy)")):
             await h.create("reject-me")
-        assert await h.sessions.list(None) == []  # nothing was stored
+        assert await h.store.list_sessions(None, None) == []  # nothing was stored
         await h.run("slowhook-1")
         assert (await h.execute("slowhook-1", "print('fine')"))["console"] == [["stdout", "fine\n"]]
         await h.destroy("slowhook-1")

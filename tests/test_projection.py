@@ -38,15 +38,15 @@ def _normalize(value: Any, names: dict[str, str]) -> Any:
 
 
 async def _renderings(h: Harness, row: dict[str, Any], kernels: list[dict[str, Any]]) -> dict[str, Any]:
-    listed = await session_json(h.sessions, row, kernels=kernels)
-    detail = await session_json(h.sessions, row, detail=True, kernels=kernels)
+    listed = await session_json(h.services, row, kernels=kernels)
+    detail = await session_json(h.services, row, detail=True, kernels=kernels)
     for item in (listed, detail):
         age = item.pop("age")
         assert isinstance(age, int) and age >= 0
     return {
         "api": listed,
         "api_detail": detail,
-        "graphql": await session_graphql(h.sessions, row, kernels),
+        "graphql": await session_graphql(h.services, row, kernels),
         "dashboard": dashboard_row(row, kernels),
     }
 
@@ -67,7 +67,7 @@ async def _cases(h: Harness) -> dict[str, Any]:
     out: dict[str, Any] = {}
     refs = ["run-1", "job-exit", "too-big", "after-run", "gone-1", "never"]
     rows = {ref: await h.row(ref) for ref in refs}
-    kernels = await h.sessions.kernels_of_many([r["id"] for r in rows.values()])
+    kernels = await h.store.kernels_of_many([r["id"] for r in rows.values()])
     for ref, row in rows.items():
         names[row["id"]] = f"<session {ref}>"
         for i, k in enumerate(kernels.get(row["id"], [])):

@@ -37,7 +37,7 @@ async def test_a_full_agent_queues_in_order_and_an_ending_session_makes_room(tmp
         await h.schedule()
         await h.wait("q-three", "RUNNING")
         assert (await h.info("q-four"))["queuePosition"] == 1
-        history = await h.sessions.scheduling_history((await h.row("q-three"))["id"])
+        history = await h.store.scheduling_history((await h.row("q-three"))["id"])
         assert [e["outcome"] for e in history] == ["pending", "scheduled"]
         assert history[0]["status_info"] == "no-available-instances" and history[1]["agents"] == "a1"
 
@@ -104,7 +104,7 @@ async def test_a_session_no_agent_could_ever_hold_is_refused_at_creation(tmp_pat
             await h.create("too-big", cpu=8)
         with pytest.raises(Problem, match="unknown resource slot 'cuda.device'"):
             await h.create("no-gpus", resources={"cuda.device": 1})
-        assert await h.sessions.list(None) == []
+        assert await h.store.list_sessions(None, None) == []
 
 
 async def test_drained_agents_take_no_new_sessions_and_keep_theirs(tmp_path) -> None:

@@ -198,7 +198,7 @@ async def _feed(h: Harness, agent_id: str, samples: dict[str, dict[str, Any]], n
 
 
 async def _kernel(h: Harness, ref: str) -> dict[str, Any]:
-    return (await h.sessions.kernels_of((await h.row(ref))["id"]))[0]
+    return (await h.store.kernels_of((await h.row(ref))["id"]))[0]
 
 
 async def test_a_session_shows_its_usage_live_stat_and_final_stats(tmp_path: Path) -> None:
@@ -216,10 +216,10 @@ async def test_a_session_shows_its_usage_live_stat_and_final_stats(tmp_path: Pat
         assert info["usage"]["pids"] == 3 and info["usage"]["netTxBytes"] == 20
         assert info["kernels"][0]["usage"] == info["usage"]
         assert info["lastStat"]["cpu_util"]["stats.max"] == "180"  # live: the live figures
-        listed = await session_json(h.sessions, await h.row("stats-one"))
+        listed = await session_json(h.services, await h.row("stats-one"))
         assert listed["usage"] == info["usage"] and "lastStat" not in listed
 
-        graphql = await session_graphql(h.sessions, await h.row("stats-one"))
+        graphql = await session_graphql(h.services, await h.row("stats-one"))
         (container,) = graphql["containers"]
         assert container["last_stat"] is None
         live = json.loads(container["live_stat"])
@@ -231,14 +231,14 @@ async def test_a_session_shows_its_usage_live_stat_and_final_stats(tmp_path: Pat
         assert json.loads(item["live_stat"])["node"]["cpu_util"]["pct"] == "150"
         assert item["cpu_cur_pct"] == 150.0
 
-        stats = await h.sessions.destroy(await h.row("stats-one"), False)
+        stats = await h.lifecycle.destroy(await h.row("stats-one"), False)
         assert stats["status"] == "terminated" and stats["version"] == 2
         assert stats["mem"]["stats.max"] == str(700 * MiB)  # the peak over its life
         assert not h.services.stats.kernels  # forgotten once ended
 
         ended = await h.info("stats-one")
         assert ended["lastStat"]["status"] == "terminated" and ended["usage"] is not None
-        graphql = await session_graphql(h.sessions, await h.row("stats-one"))
+        graphql = await session_graphql(h.services, await h.row("stats-one"))
         (container,) = graphql["containers"]
         assert container["live_stat"] is None and json.loads(container["last_stat"])["status"] == "terminated"
         stored = await _kernel(h, "stats-one")
@@ -258,13 +258,13 @@ async def test_the_final_stats_come_from_the_agent_or_the_last_sample(tmp_path: 
         await h.send_stats("a1")
         usage = (await h.info("from-agent"))["usage"]
         assert usage["cpuPct"] == 30.0 and usage["memBytes"] == 123 * MiB, usage
-        stats = await h.sessions.destroy(await h.row("from-agent"), False)
+        stats = await h.lifecycle.destroy(await h.row("from-agent"), False)
         assert stats["mem"]["current"] == str(123 * MiB) and stats["cpu_util"]["pct"] == "30"
         # a destroy that does not wait answers the latest sample the manager has
         await h.run("no-wait")
         kernel = await _kernel(h, "no-wait")
         await _feed(h, "a1", {kernel["id"]: sample(time.time(), cpu=11.0)})
-        stats = await h.sessions.destroy(await h.row("no-wait"), False, wait=False)
+        stats = await h.lifecycle.destroy(await h.row("no-wait"), False, wait=False)
         assert stats["cpu_util"]["current"] == "11"
         await h.wait("no-wait", "TERMINATED")
         # a kernel that ended by itself, with its last sample in the event
@@ -276,7 +276,7 @@ async def test_the_final_stats_come_from_the_agent_or_the_last_sample(tmp_path: 
         assert (await h.info("by-itself"))["lastStat"]["cpu_util"]["current"] == "7"
         # a session cancelled before it ran has no statistics
         await h.create("never-ran")  # (no round: it stays PENDING)
-        assert await h.sessions.destroy(await h.row("never-ran"), False) == {}
+        assert await h.lifecycle.destroy(await h.row("never-ran"), False) == {}
         assert (await h.info("never-ran"))["lastStat"] is None
 
 

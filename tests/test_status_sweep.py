@@ -9,7 +9,9 @@ RESTARTING, RUNNING_DEGRADED and TERMINATING, recorded as the node would on the 
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +58,10 @@ class Api:
         self.client = client
 
     async def call(self, who: Caller, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """The answer's status and body; method "WS": a WebSocket's opening (101 when it opens; a refusal's
+        status and body otherwise)."""
+        if method == "WS":
+            return await self.websocket(who, path)
         host = f"{self.client.host}:{self.client.port}"
         date = auth.now_header()
         data: Any = None
@@ -82,6 +88,34 @@ class Api:
                 return resp.status, json.loads(raw) if raw else None
             except ValueError:
                 return resp.status, raw.decode(errors="replace")
+
+    def _signed(self, who: Caller, method: str, path: str, ctype: str) -> dict[str, str]:
+        host = f"{self.client.host}:{self.client.port}"
+        date = auth.now_header()
+        sig = auth.sign(who.secret_key, method, path, date, host, ctype, API_VERSION)
+        return {
+            "Date": date,
+            "X-BackendAI-Version": API_VERSION,
+            "Authorization": f"BackendAI signMethod=HMAC-SHA256, credential={who.access_key}:{sig}",
+            "Content-Type": ctype,
+        }
+
+    async def websocket(self, who: Caller, path: str) -> tuple[int, Any]:
+        try:
+            ws = await self.client.ws_connect(path, headers=self._signed(who, "GET", path, "application/octet-stream"))
+        except aiohttp.WSServerHandshakeError:  # refused before the upgrade: ask again to read the answer
+            upgrade = {
+                "Connection": "Upgrade",
+                "Upgrade": "websocket",
+                "Sec-WebSocket-Version": "13",
+                "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(),
+            }
+            headers = {**self._signed(who, "GET", path, "application/octet-stream"), **upgrade}
+            async with self.client.request("GET", path, headers=headers) as resp:
+                raw = await resp.read()
+                return resp.status, json.loads(raw) if raw else None
+        await ws.close()
+        return 101, None
 
 
 @pytest.fixture
@@ -113,14 +147,15 @@ async def _into(h: Harness, status: str, names: list[str], owner: str) -> str:
         for name in names:
             row = await h.wait(name, "PREPARING")
             if status == "PULLING":
-                [kernel] = await h.sessions.kernels_of(row["id"])
-                await h.sessions.kernel_pulling(KernelPulling(kernel["id"], row["id"], "python", 1, 2))
+                [kernel] = await h.store.kernels_of(row["id"])
+                await h.lifecycle.kernel_pulling(KernelPulling(kernel["id"], row["id"], "python", 1, 2))
         return "slow"
-    await h.add_agent("a1", cpu=16, mem="64g", keeps_kernels=True)  # kernels outlive it, as containers do
+    # kernels outlive it, as containers do; they offer an echo app
+    await h.add_agent("a1", cpu=16, mem="64g", keeps_kernels=True, apps="echo:tcp:7000")
     for name in names:
         row = await h.create(name, owner=owner)
         if status == "SCHEDULED":  # placed by a round whose start has not begun
-            [kernel] = await h.sessions.kernels_of(row["id"])
+            [kernel] = await h.store.kernels_of(row["id"])
             await h.store.apply_round([(row["id"], {kernel["id"]: "a1"})], [], [], [], h.clock.now())
         elif status == "CANCELLED":
             await h.destroy(name, owner=owner)
@@ -130,7 +165,7 @@ async def _into(h: Harness, status: str, names: list[str], owner: str) -> str:
     for name in names:
         row = await h.wait(name, "RUNNING")
         if status in ("RESTARTING", "RUNNING_DEGRADED", "TERMINATING"):
-            await h.sessions.transition(row["id"], S(status), "", {}, allowed_from=[S.RUNNING])
+            await h.lifecycle.transition(row["id"], S(status), "", {}, allowed_from=[S.RUNNING])
         elif status == "TERMINATED":
             await h.destroy(name, owner=owner)
     if status == "ERROR":
@@ -196,3 +231,72 @@ async def test_no_request_in_any_status_by_anyone_is_a_5xx(api_node, status: str
         assert h.kernels_on(agent)  # its agent is away: the kernels go when it is back
         await h.start_agent(agent, keep_kernels=True)
     assert h.kernels_on(agent) == set()
+
+
+# Every operation on a session's kernels (what KernelOps, Apps and the log routes serve): (what, method, path, body)
+KERNEL_OPERATIONS = [
+    ("execute", "POST", "/session/{ref}", {"mode": "query", "code": "print(1)"}),
+    ("interrupt", "POST", "/session/{ref}/interrupt", None),
+    ("upload", "POST", "/session/{ref}/upload", "upload"),
+    ("list files", "GET", "/session/{ref}/files", None),
+    ("download", "GET", "/session/{ref}/download?files=hello.txt", None),
+    ("restart", "PATCH", "/session/{ref}", None),
+    ("commit", "POST", "/session/{ref}/commit", None),
+    ("rename", "POST", "/session/{ref}/rename?name={ref}", None),  # (to its own name: nothing changes)
+    ("terminal", "WS", "/stream/session/{ref}/pty", None),
+    ("apps", "GET", "/stream/session/{ref}/apps", None),
+    ("app start", "POST", "/stream/session/{ref}/apps/echo/start", None),
+    ("app tunnel", "WS", "/stream/session/{ref}/tcpproxy?app=echo", None),
+    ("logs", "GET", "/session/{ref}/logs", None),
+]
+# what needs the session's kernel running: a 409 naming the status otherwise (a restart: RUNNING only)
+NEEDS_KERNEL = {"execute", "upload", "list files", "download", "restart", "commit", "terminal"}
+NEEDS_APP = {"app start", "app tunnel"}  # a 400 naming the status otherwise (as the apps have always answered)
+SWEPT = ["PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING", "TERMINATED", "CANCELLED", "ERROR"]
+
+
+@pytest.mark.parametrize("status", SWEPT)
+async def test_every_kernel_operation_in_every_status_is_served_or_a_4xx_naming_the_status(api_node, status) -> None:
+    """Execute, interrupt, files, restart, commit, rename, terminal, apps and logs on a session in each status,
+    by its owner: never a 5xx; what needs a running kernel is a 409 (apps: a 400) whose message names the
+    status and says what to do; an ended session's operations are not found (404), its logs still read."""
+    h, api, callers = api_node
+    await _into(h, status, ["sweep-a", "sweep-b"], callers["owner"].access_key)
+    owner = callers["owner"]
+    serving = status in SERVING
+    answers = {}
+    for what, method, path, body in KERNEL_OPERATIONS:
+        code, answer = await api.call(owner, method, path.format(ref="sweep-a"), body)
+        answers[what] = code
+        assert code < 500, (what, status, code, answer)
+        if S(status) in DEAD_STATUSES:
+            assert code == (200 if what == "logs" else 404), (what, status, code, answer)
+        elif serving:
+            assert code != 409, (what, status, code, answer)
+        elif what in NEEDS_KERNEL or what in NEEDS_APP:
+            assert code == (400 if what in NEEDS_APP else 409), (what, status, code, answer)
+            assert f"is {status}" in answer["msg"], (what, status, answer)
+            if what in NEEDS_KERNEL:
+                assert answer["data"] == {"status": status}
+                assert any(say in answer["msg"] for say in ("wait until it is RUNNING", "forced=true", "it has ended"))
+    if serving:  # served: the kernel ran the code, took the file, opened the terminal and the app
+        assert answers["execute"] == 200 and answers["upload"] == 204 and answers["list files"] == 200
+        assert answers["terminal"] == 101 and answers["app start"] == 200 and answers["app tunnel"] == 101
+        assert answers["restart"] == 204 and answers["rename"] == 204
+        assert await h.status("sweep-a") == "RUNNING"
+
+
+async def test_a_kernel_whose_agent_is_away_answers_503_for_every_operation(api_node) -> None:
+    """A RUNNING session whose agent's link went away (not yet lost): every operation that asks the agent is a
+    503 saying the agent is not connected (not a 400 for some and a 500 for others), and nothing changes."""
+    h, api, callers = api_node
+    await _into(h, "RUNNING", ["away-a", "away-b"], callers["owner"].access_key)
+    await h.stop_agent("a1")
+    owner = callers["owner"]
+    for what, method, path, body in KERNEL_OPERATIONS:
+        if what not in NEEDS_KERNEL | NEEDS_APP:
+            continue
+        code, answer = await api.call(owner, method, path.format(ref="away-a"), body)
+        assert code == 503, (what, code, answer)
+        assert answer["type"].endswith("/instance-not-available") and "not connected" in answer["msg"], answer
+    assert await h.status("away-a") == "RUNNING"

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from bai.common.problems import Problem
+from bai.node.manager.errors import NotRunning
 from tests.harness import Harness
 
 
@@ -27,7 +27,7 @@ async def test_keys_resizes_and_the_exit_status_travel_the_stream(tmp_path) -> N
         await h.create("term-1")
         await h.schedule()
         row = await h.wait("term-1", "RUNNING")
-        stream = await h.sessions.open_terminal(row, None, 30, 100)
+        stream = await h.ops.open_terminal(row, None, 30, 100)
         await stream.send({"t": "in", "d": b"size\r"})
         await shown(stream, b"30 100")
         await stream.send({"t": "resize", "rows": 40, "cols": 120})
@@ -47,7 +47,7 @@ async def test_a_client_going_away_ends_the_command(tmp_path) -> None:
         await h.create("term-2")
         await h.schedule()
         row = await h.wait("term-2", "RUNNING")
-        stream = await h.sessions.open_terminal(row, None, 24, 80)
+        stream = await h.ops.open_terminal(row, None, 24, 80)
         await stream.send({"t": "in", "d": b"hello\r"})
         await shown(stream, b"hello")
         [terminal] = node.backend.terminals
@@ -66,8 +66,8 @@ async def test_no_terminal_before_the_session_runs(tmp_path) -> None:
         await h.create("big-one", cpu=1)
         await h.create("waiting", cpu=1)
         await h.schedule()
-        with pytest.raises(Problem, match="a terminal needs a running kernel"):
-            await h.sessions.open_terminal(await h.row("waiting"), None, 24, 80)
+        with pytest.raises(NotRunning, match="a terminal needs a running kernel"):
+            await h.ops.open_terminal(await h.row("waiting"), None, 24, 80)
 
 
 async def test_a_kernel_has_a_bounded_number_of_terminals(tmp_path) -> None:
@@ -78,16 +78,16 @@ async def test_a_kernel_has_a_bounded_number_of_terminals(tmp_path) -> None:
         await h.create("term-many")
         await h.schedule()
         row = await h.wait("term-many", "RUNNING")
-        streams = [await h.sessions.open_terminal(row, None, 24, 80) for _ in range(MAX_TERMINALS)]
+        streams = [await h.ops.open_terminal(row, None, 24, 80) for _ in range(MAX_TERMINALS)]
         for s in streams:  # all open and answering
             await s.send({"t": "in", "d": b"x\r"})
             await shown(s, b"x")
-        extra = await h.sessions.open_terminal(row, None, 24, 80)
+        extra = await h.ops.open_terminal(row, None, 24, 80)
         assert await asyncio.wait_for(extra.receive(), 5) is None
         assert f"at most {MAX_TERMINALS} terminals" in (extra.closed_reason or "")
         await streams[0].close("done")
         await asyncio.sleep(0.05)
-        again = await h.sessions.open_terminal(row, None, 24, 80)  # a place came free
+        again = await h.ops.open_terminal(row, None, 24, 80)  # a place came free
         await again.send({"t": "in", "d": b"y\r"})
         await shown(again, b"y")
 

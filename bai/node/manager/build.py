@@ -13,6 +13,7 @@ from bai.node.link.base import ManagerLink
 from bai.node.manager.rules.admission import from_config as admission_from_config
 from bai.node.manager.services import Services
 from bai.node.manager.services.accounts import Accounts
+from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.agent_events import AgentEvents
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.app_forwarding import Apps
@@ -21,9 +22,12 @@ from bai.node.manager.services.hooks import Hooks
 from bai.node.manager.services.hubs import Hubs
 from bai.node.manager.services.image_catalogue import Images
 from bai.node.manager.services.kernel_logs import KernelLogs
-from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.kernel_ops import KernelOps
+from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.peers import PeerRelay
+from bai.node.manager.services.runs import RunHistory
+from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.services.stats_book import StatsBook, stat_history_of, stat_interval_of
 from bai.node.manager.services.timers import Timers
 from bai.node.manager.services.vfolder_service import VFolders
@@ -71,25 +75,32 @@ async def build_manager(
     agents = Agents(store, link, hubs.changes, wake)
     images = Images(store, agents, admission, dict(cfg["images"]["aliases"]))
     await images.load()
-    sessions = Sessions(
+    start_timeout = float(cfg["manager"]["preparing_timeout"])
+    activity = Activity(clock)  # what the idle timeout needs: last activity, sessions with code running
+    runs = RunHistory(hubs.logs.notify)  # each session's runs (the log view's separators)
+    reads = SessionReads(store, hubs.events)
+    lifecycle = SessionLifecycle(
         store,
         link,
         agents,
         images,
         hubs,
+        activity,
+        runs,
         vfolders=vfolders,
         hooks=hooks,
         admission=admission,
         metrics=metrics,
         wake=wake,
         background=background,
-        start_timeout=float(cfg["manager"]["preparing_timeout"]),
+        start_timeout=start_timeout,
         clock=clock,
         stats=stats,
     )
+    kernel_ops = KernelOps(store, link, reads, lifecycle, activity, runs, hubs.changes, agents.image_labels, clock)
     agent_events = AgentEvents(
         agents,
-        sessions,
+        lifecycle,
         vfolders,
         wake,
         background,
@@ -99,18 +110,25 @@ async def build_manager(
         clock=clock,
     )
     dispatcher = Dispatcher(
-        store, sessions, agents, wake, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]), clock=clock
+        store, lifecycle, agents, wake, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]), clock=clock
     )
-    timers = Timers(store, sessions, log_retention=log_retention, clock=clock, stats=stats)
+    timers = Timers(
+        store, lifecycle, activity, background, start_timeout, log_retention=log_retention, clock=clock, stats=stats
+    )
     services = Services(
-        sessions=sessions,
+        lifecycle=lifecycle,
+        kernel_ops=kernel_ops,
+        reads=reads,
+        state=store,
+        activity=activity,
+        runs=runs,
         agents=agents,
         images=images,
         accounts=Accounts(store),
         hubs=hubs,
         logs=KernelLogs(store, hubs.logs),
         metrics=metrics,
-        apps=Apps(link, sessions),
+        apps=Apps(link, reads, activity),
         vfolders=vfolders,
         stats=stats,
         clock=clock,

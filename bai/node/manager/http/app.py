@@ -20,6 +20,7 @@ from bai.common import auth
 from bai.common.problems import Problem, invalid
 from bai.common.stats import usage_of
 from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus
+from bai.node.manager.errors import DomainError
 from bai.node.manager.http.admin_routes import add_admin_routes
 from bai.node.manager.http.app_routes import add_app_routes
 from bai.node.manager.http.config_routes import add_config_routes
@@ -35,12 +36,12 @@ from bai.node.manager.http.context import (
     read_json,
     services_of,
     session_of,
-    sessions_of,
 )
 from bai.node.manager.http.dashboard import add_dashboard_routes
 from bai.node.manager.http.graphql_route import add_graphql_routes
 from bai.node.manager.http.image_routes import add_image_routes
 from bai.node.manager.http.logs_routes import log_kernel, log_query, serve_logs
+from bai.node.manager.http.problems import as_problem, link_problem, problem_of
 from bai.node.manager.http.quota import my_quota
 from bai.node.manager.http.rate import OpenStreams
 from bai.node.manager.http.represent import agent_items, session_json, session_view
@@ -49,6 +50,7 @@ from bai.node.manager.http.sse import SPACED, EventStream
 from bai.node.manager.http.terminal_routes import add_terminal_routes
 from bai.node.manager.services import Services
 from bai.node.manager.services.diskfull import describe, insufficient_storage, is_disk_full
+from bai.node.manager.services.kernel_ops import require_running
 from bai.node.manager.services.metrics import exposition
 from bai.node.manager.services.stats_book import stored_stat
 
@@ -68,6 +70,8 @@ async def errors(request: web.Request, handler) -> web.StreamResponse:
         return await handler(request)
     except Problem as p:
         return problem_response(p)
+    except DomainError as e:
+        return problem_response(problem_of(e))
     except auth.AuthError as e:
         # Every authentication failure is a 401 (bad, missing or stale signature alike).
         title = "Authentication failed." if e.slug == "auth-failed" else "Invalid authentication parameters."
@@ -81,6 +85,9 @@ async def errors(request: web.Request, handler) -> web.StreamResponse:
     except web.HTTPException:
         raise
     except Exception as e:
+        if (problem := link_problem(e)) is not None:  # an agent away, silent or refusing: never a 500
+            log.warning("%s %s: %s (%s)", request.method, request.path, problem.msg, type(e).__name__)
+            return problem_response(problem)
         if is_disk_full(e):  # a write found the disk full (or over quota): 507, and nothing was changed
             log.warning("%s %s: %s (%s: %s)", request.method, request.path, describe(e), type(e).__name__, e)
             return problem_response(insufficient_storage(e))
@@ -167,7 +174,6 @@ def session_owner(request: web.Request, body: Any) -> tuple[str, bool]:
 
 
 async def create_session(request: web.Request) -> web.Response:
-    sessions = sessions_of(request)
     settings = request.app[SETTINGS]
     body = await read_json(request)
     services = services_of(request)
@@ -175,16 +181,16 @@ async def create_session(request: web.Request) -> web.Response:
         body, services.agents.known_slots, settings["default_resources"], services.images.aliases, services.clock.now()
     )
     owner, owner_is_admin = session_owner(request, body)
-    row, created = await sessions.create(owner, req, owner_is_admin)
+    row, created = await services.lifecycle.create(owner, req, owner_is_admin)
     if not req.enqueue_only and row["status"] not in ("RUNNING",):
-        waited = await sessions.wait_started(row["id"], req.max_wait or None)
+        waited = await services.reads.wait_started(row["id"], req.max_wait or None)
         if waited is None:
             status = "TIMEOUT"
         else:
             row, status = waited, waited["status"]
     else:
         status = row["status"]
-    ports = (await session_view(sessions, row)).service_ports if status in ("RUNNING", "RUNNING_DEGRADED") else []
+    ports = (await session_view(services, row)).service_ports if status in ("RUNNING", "RUNNING_DEGRADED") else []
     result = {
         "sessionId": row["id"],
         "sessionName": row["name"],
@@ -201,7 +207,7 @@ async def create_session(request: web.Request) -> web.Response:
 
 
 async def list_sessions(request: web.Request) -> web.Response:
-    sessions = sessions_of(request)
+    services = services_of(request)
     status_param = request.query.get("status")
     if request.query.get("all") in ("1", "true"):
         statuses = None
@@ -214,29 +220,29 @@ async def list_sessions(request: web.Request) -> web.Response:
         statuses = list(ACTIVE_STATUSES)
     caller = caller_of(request)
     owner = caller.owner if caller.is_admin else caller.access_key  # admins see every session
-    rows = await sessions.list(owner, statuses)
-    kernels = await sessions.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
-    items = [await session_json(sessions, r, kernels=kernels.get(r["id"], [])) for r in rows]
+    rows = await services.state.list_sessions(owner, statuses)
+    kernels = await services.state.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
+    items = [await session_json(services, r, kernels=kernels.get(r["id"], [])) for r in rows]
     return web.json_response({"items": items})
 
 
 async def get_session(request: web.Request) -> web.Response:
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request, active_only=False)
-    return web.json_response(await session_json(sessions, row, detail=True))
+    return web.json_response(await session_json(services, row, detail=True))
 
 
 async def session_history(request: web.Request) -> web.Response:
     """Every scheduling decision about a session (`bai session explain`)."""
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request, active_only=False)
     return web.json_response(
         {
             "sessionId": row["id"],
             "name": row["name"],
             "status": row["status"],
-            "history": await sessions.scheduling_history(row["id"]),
-            "transitions": await sessions.transitions_of(row["id"]),
+            "history": await services.state.scheduling_history(row["id"]),
+            "transitions": await services.state.transitions_of(row["id"]),
         }
     )
 
@@ -247,7 +253,7 @@ async def session_stats(request: web.Request) -> web.Response:
     services = services_of(request)
     row = await session_of(request, active_only=False)
     out: dict[str, list[dict[str, Any]]] = {}
-    for kernel in await services.sessions.kernels_of(row["id"]):
+    for kernel in await services.state.kernels_of(row["id"]):
         samples = services.stats.samples_of(kernel["id"])
         if not samples and (final := stored_stat(kernel)) is not None:
             samples = [final]
@@ -256,36 +262,36 @@ async def session_stats(request: web.Request) -> web.Response:
 
 
 async def destroy_session(request: web.Request) -> web.Response:
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request)
     forced = request.query.get("forced", "").lower() in ("1", "true", "yes")
     wait = request.query.get("wait", "").lower() not in ("0", "false", "no")
-    stats = await sessions.destroy(row, forced, wait)
+    stats = await services.lifecycle.destroy(row, forced, wait)
     return web.json_response({"stats": stats})
 
 
 async def execute_http(request: web.Request) -> web.Response:
     """Polling execute (reference spec §2.4)."""
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request)
     body = await read_json(request)
     mode, code, options = parse_execute(body)
     run_id = parse_run_id(body.get("runId"))
     kernel = parse_kernel_ref(body.get("kernel") or request.query.get("kernel"))  # bai's: main1 when absent
-    result = await sessions.execute(row, run_id, mode, code, options, 2.0, kernel_ref=kernel)
+    result = await services.kernel_ops.execute(row, run_id, mode, code, options, 2.0, kernel_ref=kernel)
     return web.json_response({"result": result})
 
 
 async def interrupt(request: web.Request) -> web.Response:
     """Backend.AI's interrupt names no run: the running one is interrupted. bai's clients name theirs
     (`runId` in the body or the query): only that run is, and a run still waiting leaves the queue."""
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request)
     body = await read_json(request) if request.body_exists else {}
     if not isinstance(body, dict):
         raise invalid("the interrupt request, when given, must be a JSON object")
     run_id = parse_run_id(body.get("runId") or request.query.get("runId"), new=False)
-    found = await sessions.interrupt(row, run_id)
+    found = await services.kernel_ops.interrupt(row, run_id)
     if run_id is not None and not found:
         raise Problem("object-not-found", "No such run.", f"no run {run_id} is running or waiting in this session")
     return web.Response(status=204)
@@ -295,21 +301,21 @@ async def logs(request: web.Request) -> web.StreamResponse:
     """Bounded and streamed; tail / since / limit / follow (see logs_api). The main kernel's unless
     `kernel_id` (Backend.AI's) or `kernel` (bai's: a name such as sub1, an id or an id prefix) names another."""
     query = log_query(request)
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request, active_only=False)
-    kernel = await sessions.kernel_for(row, log_kernel(request))
-    return await serve_logs(request, services_of(request).logs, sessions, row, kernel, query)
+    kernel = await services.reads.kernel_for(row, log_kernel(request))
+    return await serve_logs(request, services.logs, services.reads, row, kernel, query)
 
 
 async def list_files(request: web.Request) -> web.Response:
     """`session ls` (spec §2.9): parameters from the JSON body (the client sends one on GET) or the query."""
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request)
     body = await read_json(request) if request.body_exists else {}
     path = (body.get("path") if isinstance(body, dict) else None) or request.query.get("path") or "/home/work"
     if not isinstance(path, str) or "\x00" in path:
         raise invalid("path must be a folder path in the kernel")
-    return web.json_response(await sessions.list_files(row, path))
+    return web.json_response(await services.kernel_ops.list_files(row, path))
 
 
 async def _uploaded_files(request: web.Request, take: Callable[[int], None]) -> list[tuple[str, bytes]]:
@@ -347,14 +353,14 @@ async def _uploaded_files(request: web.Request, take: Callable[[int], None]) -> 
 
 
 async def upload(request: web.Request) -> web.Response:
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request)
-    sessions.require_running(row, "uploading files")  # (before the body is read: a 409 costs no upload)
+    require_running(row, "uploading files")  # (before the body is read: a 409 costs no upload)
     if not request.content_type.startswith("multipart/"):
         raise invalid("upload wants multipart/form-data with one 'src' part per file")
     with body_budget() as take:  # held until the kernel has the files
         files = await _uploaded_files(request, take)
-        await sessions.upload(row, files)
+        await services.kernel_ops.upload(row, files)
     return web.Response(status=204)
 
 
@@ -364,7 +370,7 @@ MAX_DOWNLOAD_FILES = 5  # as Backend.AI
 async def download(request: web.Request) -> web.Response:
     """`session download` (Backend.AI's GET, and POST, /session/{ref}/download): `{"files": [PATH, ...]}` in
     the JSON body (or `files` in the query, repeated); answers a multipart/mixed of one tar archive per path."""
-    sessions = sessions_of(request)
+    services = services_of(request)
     body = await read_json(request) if request.body_exists else {}
     if not isinstance(body, dict):
         raise invalid('the download request must be a JSON object: {"files": [PATH, ...]}')
@@ -376,7 +382,7 @@ async def download(request: web.Request) -> web.Response:
         raise invalid("files must be a list of paths in the kernel (relative ones are under /home/work)")
     if len(files) > MAX_DOWNLOAD_FILES:
         raise invalid(f"at most {MAX_DOWNLOAD_FILES} files per download")
-    archives = await sessions.download(row, files)
+    archives = await services.kernel_ops.download(row, files)
     with MultipartWriter("mixed") as writer:
         for archive in archives:
             writer.append(archive, {"Content-Type": "application/x-tar", "Content-Encoding": "identity"})
@@ -385,7 +391,7 @@ async def download(request: web.Request) -> web.Response:
 
 async def restart_session(request: web.Request) -> web.Response:
     """Backend.AI's PATCH /session/{ref}: the kernel starts afresh, the session stays."""
-    await sessions_of(request).restart(await session_of(request))
+    await services_of(request).kernel_ops.restart(await session_of(request))
     return web.Response(status=204)
 
 
@@ -396,22 +402,22 @@ async def rename_session(request: web.Request) -> web.Response:
     if not name:
         raise invalid("name: the session's new name is required")
     row = await session_of(request, body=body)
-    await sessions_of(request).rename(row, name)
+    await services_of(request).kernel_ops.rename(row, name)
     return web.Response(status=204)
 
 
 async def status_history(request: web.Request) -> web.Response:
     """Backend.AI's GET /session/{ref}/status-history: {"result": {STATUS: time it last entered it}}."""
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request, active_only=False)
-    return web.json_response({"result": await sessions.status_history(row)})
+    return web.json_response({"result": await services.reads.status_history(row)})
 
 
 async def dependency_graph(request: web.Request) -> web.Response:
     """Backend.AI's GET /session/{ref}/dependency-graph (the client's `session show-graph`)."""
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request, active_only=False)
-    return web.json_response(await sessions.dependency_graph(row))
+    return web.json_response(await services.reads.dependency_graph(row))
 
 
 async def commit_session(request: web.Request) -> web.Response:
@@ -424,7 +430,7 @@ async def commit_session(request: web.Request) -> web.Response:
     if image is not None and (not isinstance(image, str) or not IMAGE_NAME.fullmatch(image)):
         raise invalid("image must be a local image name with a tag, e.g. myimage:v1")
     row = await session_of(request, body=body)
-    return web.json_response(await sessions_of(request).commit(row, image), status=201)
+    return web.json_response(await services_of(request).kernel_ops.commit(row, image), status=201)
 
 
 async def task_logs(request: web.Request) -> web.StreamResponse:
@@ -437,7 +443,7 @@ async def task_logs(request: web.Request) -> web.StreamResponse:
         raise invalid("taskId must be the id (a UUID) of a task's kernel or session") from None
     caller = caller_of(request)
     services = services_of(request)
-    session, kernel = await services.sessions.kernel_by_task(task_id, caller.ids_of)
+    session, kernel = await services.reads.kernel_by_task(task_id, caller.ids_of)
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     await response.prepare(request)
     if request.method != "HEAD":
@@ -520,7 +526,7 @@ def _gone(msg) -> bool:
 
 async def execute_ws(request: web.Request) -> web.StreamResponse:
     """Streaming execute over a WebSocket (reference spec §2.3)."""
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request)
     ws = web.WebSocketResponse(autoping=True, heartbeat=None, max_msg_size=EXECUTE_MAX_FRAME)
     await ws.prepare(request)
@@ -538,7 +544,8 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
             return ws
         try:
             mode, code, options, run_id, kernel = _first_frame(first, request)
-        except Problem as p:
+        except (Problem, DomainError) as e:
+            p = as_problem(e)
             await ws.send_json(_error_frame(p.msg or p.title))
             return ws
         receiving = asyncio.ensure_future(ws.receive())
@@ -547,20 +554,23 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         inputs = InputQueue()
         last_queue = None
         while True:
-            call = asyncio.ensure_future(sessions.execute(row, run_id, mode, code, options, 5.0, kernel_ref=kernel))
+            call = asyncio.ensure_future(
+                services.kernel_ops.execute(row, run_id, mode, code, options, 5.0, kernel_ref=kernel)
+            )
             while not call.done():
                 await asyncio.wait({call, receiving}, return_when=asyncio.FIRST_COMPLETED)
                 if receiving.done():
                     msg = receiving.result()
                     if _gone(msg):  # the client went away mid-run
                         call.cancel()
-                        await sessions.interrupt(row, run_id)
+                        await services.kernel_ops.interrupt(row, run_id)
                         return ws
                     inputs.put(msg)
                     receiving = asyncio.ensure_future(ws.receive())
             try:
                 result = call.result()
-            except Problem as p:
+            except (Problem, DomainError) as e:
+                p = as_problem(e)
                 await ws.send_json(_error_frame(p.msg or p.title))
                 return ws
             queue = result.get("queue")  # the run waits behind another: say so when where it stands changes
@@ -583,7 +593,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
             if result["status"] == "waiting-input" and not inputs:
                 msg = await receiving
                 if _gone(msg):
-                    await sessions.interrupt(row, run_id)
+                    await services.kernel_ops.interrupt(row, run_id)
                     return ws
                 inputs.put(msg)
                 receiving = asyncio.ensure_future(ws.receive())
@@ -599,7 +609,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         with contextlib.suppress(Exception):
             await ws.send_json(_error_frame(str(e)))
         with contextlib.suppress(Exception):
-            await sessions.interrupt(row, run_id)
+            await services.kernel_ops.interrupt(row, run_id)
         with contextlib.suppress(Exception):
             await ws.close(code=WSCloseCode.MESSAGE_TOO_BIG, message=b"too much input")
         return ws
@@ -626,7 +636,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     `sessionId` or `sessionName` picks one session (without either: all the requester may see);
     `scope` is `*`, `session` or `kernel`. The stream stays open, as Backend.AI's does; `follow=false`
     (a bai extension) ends it after the session's final event."""
-    sessions = sessions_of(request)
+    services = services_of(request)
     ref = request.query.get("sessionId") or request.query.get("sessionName")
     scope = request.query.get("scope", "*")
     if scope not in ("*", "session", "kernel"):
@@ -660,14 +670,14 @@ async def session_events(request: web.Request) -> web.StreamResponse:
             if scope in ("*", "session"):
                 await send(name, row, None)
             if scope in ("*", "kernel") and name in KERNEL_EVENTS:
-                for kernel in await sessions.kernels_of(row["id"]):
+                for kernel in await services.state.kernels_of(row["id"]):
                     await send(KERNEL_EVENTS[name], row, kernel)
             if until_end and only is not None and name in FINAL_EVENTS:
                 return
 
-    with sessions.events.subscribe() as queue:
+    with services.hubs.events.subscribe() as queue:
         if only is not None and until_end:  # already over: say so at once
-            current = await sessions.get(only)
+            current = await services.state.get_session(only)
             if current and SessionStatus(current["status"]) in (SessionStatus.TERMINATED, SessionStatus.CANCELLED):
                 with contextlib.suppress(ConnectionError):  # the client went away: normal
                     await send(SESSION_EVENT_OF[current["status"]], current, None)
@@ -726,7 +736,7 @@ async def not_implemented(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus's scrape target (unsigned, see PUBLIC): the gauges are set from the services now."""
     services = services_of(request)
-    counts = await services.sessions.count_by_status()
+    counts = await services.state.count_sessions_by_status()
     services.metrics.refresh(counts, await agent_items(services.agents, services.stats))
     body, content_type = exposition(services.metrics)
     return web.Response(body=body, headers={"Content-Type": content_type})

@@ -31,7 +31,7 @@ from bai.common import safejson
 from bai.common import service_ports as apps
 from bai.common.problems import invalid
 from bai.node.link.streams import MAX_FRAME, LinkStream, StreamClosed
-from bai.node.manager.http.context import SETTINGS, services_of, session_of, sessions_of
+from bai.node.manager.http.context import SETTINGS, services_of, session_of
 from bai.node.manager.http.terminal_routes import ended
 
 log = logging.getLogger("bai.api.apps")
@@ -96,7 +96,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         idle = float(request.app[SETTINGS].get("app_idle_timeout") or APP_IDLE_TIMEOUT)
         why = await relay(ws, stream, idle)
         if why is not None:
-            over = await ended(sessions_of(request), row["id"])
+            over = await ended(services.state, row["id"])
             await say_and_close(ws, over or why, WSCloseCode.GOING_AWAY if over else WSCloseCode.INTERNAL_ERROR)
     finally:
         await stream.close("the client went away")

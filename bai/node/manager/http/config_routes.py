@@ -39,7 +39,7 @@ async def vfolder_types(request: web.Request) -> web.Response:
 async def manager_status(request: web.Request) -> web.Response:
     if not request["is_admin"]:
         raise Problem("insufficient-privilege", "Insufficient privilege.", "only admin keypairs may do this")
-    counts = await services_of(request).sessions.count_by_status()
+    counts = await services_of(request).state.count_sessions_by_status()
     active = sum(n for status, n in counts.items() if status in {s.value for s in ACTIVE_STATUSES})
     node = {"id": "manager", "num_proc": 1, "service_addr": request.host, "heartbeat_timeout": None}
     return web.json_response(

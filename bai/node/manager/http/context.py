@@ -15,7 +15,6 @@ from bai.common import safejson
 from bai.common.problems import Problem, invalid
 from bai.node.manager.http.rate import OpenStreams
 from bai.node.manager.services import Services
-from bai.node.manager.services.lifecycle import Sessions
 
 SERVICES = web.AppKey("services", Services)
 SETTINGS = web.AppKey("settings", dict)
@@ -212,16 +211,12 @@ def services_of(request: web.Request) -> Services:
     return request.app[SERVICES]
 
 
-def sessions_of(request: web.Request) -> Sessions:
-    return request.app[SERVICES].sessions
-
-
 async def session_of(
     request: web.Request, ref: str | None = None, *, active_only: bool = True, body: Any = None
 ) -> dict[str, Any]:
     """The session a request names (`{ref}` in its path unless given), as the caller may see it."""
     caller = caller_of(request, body)
-    return await sessions_of(request).resolve(
+    return await request.app[SERVICES].reads.resolve(
         ref if ref is not None else request.match_info["ref"],
         caller.names_of,
         active_only=active_only,

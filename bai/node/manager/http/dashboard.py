@@ -46,7 +46,6 @@ from bai.node.manager.http.context import services_of, session_of
 from bai.node.manager.http.represent import SessionView, agent_items
 from bai.node.manager.http.sse import EventStream, first_of
 from bai.node.manager.services import Services
-from bai.node.manager.services.lifecycle import Sessions
 from bai.node.manager.services.stats_book import StatsBook
 
 TOPICS = {"sessions", "agents", "logs"}
@@ -58,9 +57,9 @@ def dashboard_row(row: dict[str, Any], kernels: list[dict[str, Any]], stats: Sta
     return SessionView(row, kernels, stats).to_dashboard()
 
 
-async def _rows(sessions: Sessions, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    kernels = await sessions.kernels_of_many([s["id"] for s in rows])
-    return [dashboard_row(s, kernels.get(s["id"], []), sessions.stats) for s in rows]
+async def _rows(services: Services, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    kernels = await services.state.kernels_of_many([s["id"] for s in rows])
+    return [dashboard_row(s, kernels.get(s["id"], []), services.stats) for s in rows]
 
 
 def _figures(usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -75,7 +74,7 @@ def _same_row(sent: dict[str, Any] | None, item: dict[str, Any]) -> bool:
 
 async def _cluster(services: Services, stream: EventStream, owner: str | None, finished: int, interval: float) -> None:
     """The snapshot, then changed sessions and agents until the client goes away."""
-    sessions = services.sessions
+    state = services.state
     dirty: set[str] = set()
     agents_dirty = asyncio.Event()
     wake = asyncio.Event()
@@ -94,9 +93,9 @@ async def _cluster(services: Services, stream: EventStream, owner: str | None, f
             agents_dirty.set()
 
     with services.hubs.events.subscribe() as session_q, services.hubs.changes.subscribe() as change_q:
-        active = await sessions.list(owner, ACTIVE_STATUSES)
-        done = await sessions.list(owner, DEAD_STATUSES, limit=finished, newest=True)
-        sent_sessions = {r["id"]: r for r in await _rows(sessions, active + done)}
+        active = await state.list_sessions(owner, ACTIVE_STATUSES)
+        done = await state.list_sessions(owner, DEAD_STATUSES, limit=finished, newest=True)
+        sent_sessions = {r["id"]: r for r in await _rows(services, active + done)}
         book = services.stats
         seen = book.version  # the figures the snapshot shows
         agents = await agent_items(services.agents, book)
@@ -118,8 +117,8 @@ async def _cluster(services: Services, stream: EventStream, owner: str | None, f
                 ids = list(dirty)
                 dirty.clear()
                 changed = []
-                rows = [r for r in await sessions.by_ids(ids) if owner is None or r["access_key"] == owner]
-                for item in await _rows(sessions, rows):
+                rows = [r for r in await state.sessions_by_ids(ids) if owner is None or r["access_key"] == owner]
+                for item in await _rows(services, rows):
                     if not _same_row(sent_sessions.get(item["id"]), item):
                         changed.append(item)
                     sent_sessions[item["id"]] = item
@@ -173,13 +172,13 @@ async def _cluster(services: Services, stream: EventStream, owner: str | None, f
 async def _logs(
     services: Services, stream: EventStream, session: dict[str, Any], kernel_id: str, tail: int, after: int | None
 ) -> None:
-    logs, sessions = services.logs, services.sessions
+    logs, reads = services.logs, services.reads
     start = after if after is not None else await logs.tail_start(kernel_id, tail)
     resumed_at = None  # resuming: when the client's last chunk was stored (it knows of runs ended before)
     if after is not None:
         last, _ = await logs.page(kernel_id, after - 1, 1)
         resumed_at = last[0][2] if last and last[0][0] == after else None
-    marks = _RunMarks(sessions.runs.of, session["id"], kernel_id, start, resumed_at)
+    marks = _RunMarks(services.runs.of, session["id"], kernel_id, start, resumed_at)
 
     async def send_runs(before: int | None) -> None:
         for item in marks.due(before):
@@ -188,7 +187,7 @@ async def _logs(
     async def over() -> bool:
         # called when every stored chunk was sent (a run's start or end wakes the follower): runs go out
         await send_runs(None)
-        return await sessions.session_over(session["id"])
+        return await reads.session_over(session["id"])
 
     async for chunks in logs.follow(kernel_id, over, start, limit=2000):
         seqs = [c[0] for c in chunks]
@@ -278,7 +277,7 @@ async def dashboard_events(request: web.Request) -> web.StreamResponse:
             raise invalid("the logs topic needs session=NAME-OR-ID")
         session = await session_of(request, ref, active_only=False)
         # the main kernel's unless `kernel` names another (main1, sub1, an id or an id prefix)
-        kernel_id = (await services.sessions.kernel_for(session, request.query.get("kernel")))["id"]
+        kernel_id = (await services.reads.kernel_for(session, request.query.get("kernel")))["id"]
     stream = await EventStream.open(request)
     if "logs" in topics:
         coros.append(_logs(services, stream, session, kernel_id, tail, after))

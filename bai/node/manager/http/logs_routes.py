@@ -26,7 +26,7 @@ from aiohttp import web
 
 from bai.common.problems import invalid
 from bai.node.manager.services.kernel_logs import KernelLogs
-from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.state import LOG_PAGE_BYTES
 
 TRUE = ("1", "true", "yes")
@@ -106,11 +106,11 @@ def purged_line(purged_at: str) -> str:
 
 
 async def serve_logs(
-    request: web.Request, logs: KernelLogs, sessions: Sessions, row: dict, kernel: dict, query: LogQuery
+    request: web.Request, logs: KernelLogs, reads: SessionReads, row: dict, kernel: dict, query: LogQuery
 ) -> web.StreamResponse:
     kernel_id = kernel["id"]
     state = await logs.state(kernel_id)
-    purged_at = state["purged_at"] if state is not None else None
+    purged_at = state.purged_at if state is not None else None
     floor = 0  # with sinceTime: the newest chunk stored before it (what is read comes after)
     if query.since_time is not None and purged_at is None:
         floor = await logs.seq_before(kernel_id, query.since_time)
@@ -125,7 +125,7 @@ async def serve_logs(
             if query.tail is not None:
                 chunks, after = await logs.tail(kernel_id, query.tail, after=query.since or 0)
                 await response.write("".join(c[1] for c in chunks).encode())
-            over = lambda: sessions.session_over(row["id"])  # noqa: E731
+            over = lambda: reads.session_over(row["id"])  # noqa: E731
             async for chunks in logs.follow(kernel_id, over, after):
                 await response.write("".join(c[1] for c in chunks).encode())
         await response.write_eof()

@@ -14,8 +14,8 @@ from bai.common.cluster import SINGLE_NODE, kernel_name_of
 from bai.common.present import reason
 from bai.common.stats import usage_of
 from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
+from bai.node.manager.services import Services
 from bai.node.manager.services.agent_registry import Agents
-from bai.node.manager.services.lifecycle import Sessions
 from bai.node.manager.services.stats_book import StatsBook, last_stat, live_stat, stored_stat
 
 
@@ -343,19 +343,19 @@ class SessionView:
 
 
 async def session_view(
-    sessions: Sessions, row: dict[str, Any], kernels: list[dict[str, Any]] | None = None
+    services: Services, row: dict[str, Any], kernels: list[dict[str, Any]] | None = None
 ) -> SessionView:
     """The session's view; its kernels are read unless given (a list reads them all at once)."""
-    kernels = await sessions.kernels_of(row["id"]) if kernels is None else kernels
-    return SessionView(row, kernels, sessions.stats)
+    kernels = await services.state.kernels_of(row["id"]) if kernels is None else kernels
+    return SessionView(row, kernels, services.stats)
 
 
 async def session_json(
-    sessions: Sessions, row: dict[str, Any], *, detail: bool = False, kernels: list[dict[str, Any]] | None = None
+    services: Services, row: dict[str, Any], *, detail: bool = False, kernels: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The session as the API shows it; `detail`: as `GET /session/{ref}` (transitions, queue position)."""
-    view = await session_view(sessions, row, kernels)
-    now = sessions.clock.now()
+    view = await session_view(services, row, kernels)
+    now = services.clock.now()
     if not detail:
         return view.to_api(now)
     position = None
@@ -363,19 +363,19 @@ async def session_json(
         # the scheduler's own order (per policy) once it has looked; until then, arrival order
         position = view.queue_position
         if position is None:
-            pending = await sessions.list(None, [SessionStatus.PENDING])
+            pending = await services.state.list_sessions(None, [SessionStatus.PENDING])
             position = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
-    return view.to_api(now, ApiDetail(await sessions.transitions_of(row["id"]), position))
+    return view.to_api(now, ApiDetail(await services.state.transitions_of(row["id"]), position))
 
 
 async def session_graphql(
-    sessions: Sessions, row: dict[str, Any], kernels: list[dict[str, Any]] | None = None
+    services: Services, row: dict[str, Any], kernels: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The session as Backend.AI's GraphQL `ComputeSession` (reads the sessions it depends on)."""
-    view = await session_view(sessions, row, kernels)
+    view = await session_view(services, row, kernels)
     dependencies = []
     for dep_id in view.depends_on:
-        dep = await sessions.get(dep_id)
+        dep = await services.state.get_session(dep_id)
         if dep is not None:
             dependencies.append({"id": dep["id"], "name": dep["name"], "status": dep["status"]})
     return view.to_graphql(dependencies)

@@ -21,10 +21,12 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from bai.common import safejson
 from bai.common.problems import invalid
+from bai.common.status import ACTIVE_STATUSES, SessionStatus
 from bai.node.link.streams import MAX_FRAME as LINK_FRAME
 from bai.node.link.streams import LinkStream, StreamClosed
-from bai.node.manager.http.context import session_of, sessions_of
+from bai.node.manager.http.context import services_of, session_of
 from bai.node.manager.http.requests import parse_kernel_ref
+from bai.node.manager.services.session_reads import SessionState
 
 log = logging.getLogger("bai.api.terminal")
 MAX_FRAME = 1024 * 1024  # bytes of one client frame (a paste of 768 KiB, base64-encoded)
@@ -61,17 +63,20 @@ def terminal_query(request: web.Request) -> tuple[list[str] | None, int, int]:
 
 
 async def pty(request: web.Request) -> web.StreamResponse:
-    sessions = sessions_of(request)
+    services = services_of(request)
     row = await session_of(request)
     command, rows, cols = terminal_query(request)
     kernel = parse_kernel_ref(request.query.get("kernel"))
     ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_FRAME)
     if not ws.can_prepare(request).ok:
         raise invalid("the terminal is a WebSocket: connect with an Upgrade: websocket request")
-    stream = await sessions.open_terminal(row, command, rows, cols, kernel_ref=kernel)  # 4xx before the upgrade
+    stream = await services.kernel_ops.open_terminal(
+        row, command, rows, cols, kernel_ref=kernel
+    )  # 4xx before the upgrade
     try:
         await ws.prepare(request)
-        await relay(ws, stream, lambda: sessions.touch(row["id"]), lambda: ended(sessions, row["id"]))
+        activity, state = services.activity, services.state
+        await relay(ws, stream, lambda: activity.touch(row["id"]), lambda: ended(state, row["id"]))
     finally:
         await stream.close("the client went away")
         if not ws.closed:
@@ -80,12 +85,12 @@ async def pty(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def ended(sessions, session_id: str) -> str | None:
-    """Why the session is over, if it is (its terminals end with it)."""
-    current = await sessions.get(session_id)
+async def ended(state: SessionState, session_id: str) -> str | None:
+    """Why the session is over, if it is, or is ending (its terminals end with it)."""
+    current = await state.get_session(session_id)
     if current is None:
         return "the session is gone"
-    if not await sessions.session_over(session_id) and current["status"] != "TERMINATING":
+    if SessionStatus(current["status"]) in ACTIVE_STATUSES and current["status"] != "TERMINATING":
         return None
     info = f" ({current['status_info']})" if current["status_info"] else ""
     return f"session {current['name']} ended{info}"

@@ -7,13 +7,17 @@ from dataclasses import dataclass, field
 
 from bai.common.clock import Clock
 from bai.node.manager.services.accounts import Accounts
+from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.app_forwarding import Apps
 from bai.node.manager.services.hubs import Hubs
 from bai.node.manager.services.image_catalogue import Images
 from bai.node.manager.services.kernel_logs import KernelLogs
-from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.kernel_ops import KernelOps
+from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.metrics import ManagerMetrics
+from bai.node.manager.services.runs import RunHistory
+from bai.node.manager.services.session_reads import SessionReads, SessionState
 from bai.node.manager.services.stats_book import StatsBook
 from bai.node.manager.services.vfolder_service import VFolders
 
@@ -22,7 +26,12 @@ from bai.node.manager.services.vfolder_service import VFolders
 class Services:
     """What the API's handlers work with (never the store or the link directly)."""
 
-    sessions: Sessions
+    lifecycle: SessionLifecycle  # create, destroy
+    kernel_ops: KernelOps  # execute, interrupt, terminals, files, restart, commit, rename
+    reads: SessionReads  # which session a request names, its kernels, dependency graph, status history
+    state: SessionState  # the state layer's session reads (handlers only read)
+    activity: Activity  # terminals and app tunnels in use keep their sessions from idling
+    runs: RunHistory  # each session's runs (the log view's separators)
     agents: Agents
     images: Images
     accounts: Accounts
@@ -31,5 +40,5 @@ class Services:
     metrics: ManagerMetrics
     apps: Apps
     vfolders: VFolders | None = None
-    stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book Sessions keeps)
+    stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book the lifecycle keeps)
     clock: Clock = field(default_factory=Clock)  # the manager's one clock (a session's age as shown)

@@ -25,7 +25,7 @@ from bai.node.link.messages import (
     decode_event,
 )
 from bai.node.manager.services.agent_registry import Agents
-from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.peers import PeerRelay
 from bai.node.manager.services.stats_book import StatsBook
 from bai.node.manager.services.vfolder_service import VFolders
@@ -40,7 +40,7 @@ class AgentEvents:
     def __init__(
         self,
         agents: Agents,
-        sessions: Sessions,
+        sessions: SessionLifecycle,
         vfolders: VFolders | None,
         wake: Wakeup,
         background: Background,
@@ -51,7 +51,7 @@ class AgentEvents:
     ) -> None:
         self.agents = agents
         self.clock = clock or Clock()  # the grace period runs out when it says so
-        self.stats = stats or sessions.stats
+        self.stats = stats or StatsBook()
         self.sessions = sessions
         self.vfolders = vfolders
         self.wake = wake

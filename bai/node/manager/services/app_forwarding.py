@@ -12,33 +12,26 @@ import logging
 from typing import Any
 
 from bai.common import service_ports as apps
-from bai.common.problems import Problem, invalid
 from bai.common.service_ports import ServicePort
 from bai.common.status import SessionStatus as S
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
 from bai.node.link.messages import OpenTunnel, StartApp, call
 from bai.node.link.streams import LinkStream
-from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.errors import AppFailed, AppNotFound, Invalid, KernelUnreachable
+from bai.node.manager.services.activity import Activity
+from bai.node.manager.services.session_reads import SessionReads
 
 log = logging.getLogger("bai.manager.apps")
 START_TIMEOUT = 180.0  # seconds the manager waits for an agent to start an app (the agent bounds it first)
 
 
-def app_failed(name: str, error: str, output: str) -> Problem:
-    detail = f"{name} did not start: {error}"
-    if output.strip():
-        detail += f"\n--- its output ---\n{output.rstrip()}"
-    return Problem(
-        "app-start-failed", "The app did not start.", detail, {"app": name, "error": error, "output": output}, 409
-    )
-
-
 class Apps:
     """Apps of sessions: list, start, tunnel."""
 
-    def __init__(self, link: ManagerLink, sessions: Sessions) -> None:
+    def __init__(self, link: ManagerLink, reads: SessionReads, activity: Activity) -> None:
         self.link = link
-        self.sessions = sessions
+        self.reads = reads  # the sessions' main kernels
+        self.activity = activity  # an app in use: its session is not idle
         # (kernel id, app) started (or found running) before: later connections skip asking the agent
         # first (an app that went away since is started again by the agent when its tunnel cannot connect)
         self.started: set[tuple[str, str]] = set()
@@ -49,25 +42,19 @@ class Apps:
 
     async def offered(self, session: dict[str, Any]) -> list[ServicePort]:
         """The apps the session's main kernel offers (none before it started)."""
-        kernel = await self.sessions.main_kernel(session)
+        kernel = await self.reads.main_kernel(session)
         return apps.loads(kernel.get("service_ports") or [])
 
     async def find(self, session: dict[str, Any], name: str) -> tuple[dict[str, Any], ServicePort]:
         """The running session's main kernel and its app `name`, or a 4xx saying what is wrong."""
         if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
-            raise invalid(f"session {session['name']} is {session['status']}: its apps need a running kernel")
-        kernel = await self.sessions.main_kernel(session)
+            raise Invalid(f"session {session['name']} is {session['status']}: its apps need a running kernel")
+        kernel = await self.reads.main_kernel(session)
         offered = apps.loads(kernel.get("service_ports") or [])
         for sp in offered:
             if sp.name == name:
                 return kernel, sp
-        names = ", ".join(sp.name for sp in offered) or "none (its image declares no ai.backend.service-ports)"
-        raise Problem(
-            "object-not-found",
-            "No such app.",
-            f"session {session['name']} offers no app {name!r}; its apps: {names}",
-            {"app": name, "apps": [sp.name for sp in offered]},
-        )
+        raise AppNotFound(session["name"], name, [sp.name for sp in offered])
 
     async def start(self, session: dict[str, Any], name: str) -> tuple[dict[str, Any], ServicePort, bool]:
         """Start the app unless it runs (409 with its output when it fails). Returns the kernel, the app and
@@ -76,12 +63,12 @@ class Apps:
         try:
             reply = await call(self.link, kernel["agent_id"], StartApp(kernel["id"], name), timeout=START_TIMEOUT)
         except AgentUnavailable as e:
-            raise Problem("instance-not-available", "Instance not available.", str(e)) from None
+            raise KernelUnreachable(kernel["agent_id"], str(e)) from None
         except (RemoteError, TimeoutError) as e:
-            raise app_failed(name, str(e) or "the agent did not answer in time", "") from None
+            raise AppFailed(name, str(e) or "the agent did not answer in time", "") from None
         if not reply.get("ok"):
             self.started.discard((kernel["id"], name))
-            raise app_failed(name, str(reply.get("error") or "unknown error"), str(reply.get("output") or ""))
+            raise AppFailed(name, str(reply.get("error") or "unknown error"), str(reply.get("output") or ""))
         if len(self.started) > 10_000:  # kernels come and go: forget old ones wholesale, rarely
             self.started.clear()
             self.tokens.clear()
@@ -91,7 +78,7 @@ class Apps:
             self.tokens[(kernel["id"], name)] = token
         else:
             self.tokens.pop((kernel["id"], name), None)
-        self.sessions.touch(session["id"])
+        self.activity.touch(session["id"])
         return kernel, sp, bool(reply.get("started"))
 
     def token(self, kernel: dict[str, Any], name: str) -> str:
@@ -102,7 +89,7 @@ class Apps:
     async def listed(self, session: dict[str, Any]) -> list[dict[str, Any]]:
         """The session's apps as `/stream/session/{ref}/apps` answers them: with the secrets known of those
         started (their url_template then opens them; the caller is the session's owner or an admin)."""
-        kernel = await self.sessions.main_kernel(session)
+        kernel = await self.reads.main_kernel(session)
         return [
             {**apps.to_api(sp, self.token(kernel, sp.name)), "host_ports": list(sp.host_ports)}
             for sp in apps.loads(kernel.get("service_ports") or [])
@@ -122,6 +109,6 @@ class Apps:
         try:
             stream = await self.link.open_stream(kernel["agent_id"], opening.kind, opening.to_wire())
         except AgentUnavailable as e:
-            raise Problem("instance-not-available", "Instance not available.", str(e)) from None
-        self.sessions.touch(session["id"])
+            raise KernelUnreachable(kernel["agent_id"], str(e)) from None
+        self.activity.touch(session["id"])
         return stream

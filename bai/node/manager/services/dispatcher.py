@@ -17,7 +17,7 @@ from bai.common.cluster import SINGLE_NODE
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.diskfull import FullDiskWarnings
-from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.wakeup import Wakeup
 from bai.node.manager.state import Store
 from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_SESSION_NETWORKS
@@ -82,7 +82,7 @@ class Dispatcher:
     def __init__(
         self,
         store: Store,
-        sessions: Sessions,
+        sessions: SessionLifecycle,
         agents: Agents,
         wake: Wakeup,
         groups: dict[str, ScalingGroup] | None = None,

@@ -1,4 +1,7 @@
-"""The session lifecycle: create, schedule results, start, execute, destroy, what agents report of kernels.
+"""The session lifecycle: create (admission), the scheduler's rounds applied, start, destroy, forced ends,
+stuck starts and destroys, and what agents report of kernels (reconcile, kernels that ended, logs, statistics,
+pulls). What users do with running kernels is `kernel_ops.KernelOps`; the reads of the HTTP layer are
+`session_reads.SessionReads`.
 
 Every state change goes through `Store.transition` (one transaction that rejects illegal moves)
 and is published on the EventHub only after it is committed.
@@ -21,8 +24,7 @@ from bai.common.background import Background
 from bai.common.clock import Clock
 from bai.common.cluster import SINGLE_NODE, cluster_environ, kernel_name_of, members, network_name
 from bai.common.images import registry_of
-from bai.common.names import name_problem
-from bai.common.problems import Problem, invalid, no_session
+from bai.common.problems import Problem
 from bai.common.status import (
     ACTIVE_STATUSES,
     DEAD_STATUSES,
@@ -35,29 +37,23 @@ from bai.common.status import (
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
 from bai.node.link.messages import (
     ClusterSpec,
-    CommitKernel,
     CreateKernel,
     Destroyed,
     DestroyKernel,
     DotfileSpec,
-    DownloadFiles,
     Execute,
-    Interrupt,
     KernelInfo,
     KernelPulling,
     KernelStats,
     KernelTerminated,
-    ListFiles,
     MountSpec,
-    OpenTerminal,
-    RestartKernel,
-    UploadFiles,
     call,
 )
-from bai.node.link.streams import LinkStream
+from bai.node.manager.errors import Conflict, Forbidden, Invalid, KeepsChanging, SessionNotFound
 from bai.node.manager.http.requests import CreateRequest
 from bai.node.manager.rules.admission import Admission, admit
 from bai.node.manager.rules.placeable import unplaceable, unplaceable_spread
+from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.agent_registry import PULL_TIMEOUT, Agents
 from bai.node.manager.services.cluster_keys import NoKeygen, cluster_dotfiles, new_keypair
 from bai.node.manager.services.diskfull import FullDiskWarnings, is_disk_full, where_full
@@ -67,7 +63,7 @@ from bai.node.manager.services.image_catalogue import Images
 from bai.node.manager.services.kernel_logs import newest_seq
 from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.queue_limit import QueueGate, check_pending_limit
-from bai.node.manager.services.runs import BusySessions, RunHistory
+from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.stats_book import StatsBook, last_stat, stored_stat, with_peaks
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.services.wakeup import Wakeup
@@ -80,7 +76,6 @@ STARTING = [S.PREPARING, S.PULLING]  # a kernel on its way: being created, or it
 HOOK_POINTS = {S.RUNNING: "after_start", S.TERMINATED: "after_termination", S.CANCELLED: "after_termination"}
 # a session moving to one of these has its kernels' last statistics stored (last_stat), and forgotten
 FINAL_STATS = DEAD_STATUSES | {S.ERROR}
-STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {S.ERROR, S.TERMINATING}
 # statuses a destroy ends only when forced (Backend.AI's; a 403 saying so otherwise)
 FORCED_ONLY = frozenset({S.SCHEDULED, S.PREPARING, S.PULLING, S.TERMINATING, S.ERROR})
 DESTROY_ATTEMPTS = 5  # a destroy follows a session that changes status meanwhile this many times
@@ -95,28 +90,6 @@ FORCED_REMOVE_TIMEOUT = 15.0  # seconds a forced destroy waits for an agent to r
 def _some(ids: list[str], most: int = 8) -> str:
     """The first few of a list of ids, for a log line."""
     return ", ".join(ids[:most]) + (f" and {len(ids) - most} more" if len(ids) > most else "")
-
-
-def _what_to_do(session: dict[str, Any]) -> str:
-    """What the owner of a session can do while it is in its status (for a request it cannot serve now)."""
-    status = S(session["status"])
-    if status in (S.PENDING, S.SCHEDULED, S.PREPARING, S.PULLING, S.RESTARTING):
-        return "wait until it is RUNNING (`bai session info` shows its status)"
-    if status == S.ERROR:
-        why = f" ({session['status_info']})" if session.get("status_info") else ""
-        return f"it failed{why}: destroy it with forced=true (`bai session destroy --force`) and start a new one"
-    return "it has ended: start a new session"
-
-
-def not_now(session: dict[str, Any], what: str) -> Problem:
-    """A 409: the session's status does not allow the request now; says the status and what to do."""
-    return Problem(
-        "invalid-session-state",
-        "The session is not in a status for this request.",
-        f"session {session['name']} is {session['status']}: {what}; {_what_to_do(session)}",
-        {"status": session["status"]},
-        409,
-    )
 
 
 def _error_data(agent_id: str | None, exc: BaseException) -> dict[str, Any]:
@@ -184,9 +157,9 @@ def cluster_mode_of(session: dict[str, Any]) -> str:
     return (session.get("config") or {}).get("cluster_mode") or SINGLE_NODE
 
 
-class Sessions:
-    """The session lifecycle: create, start what the scheduler placed, execute, destroy, and what agents
-    report about their kernels."""
+class SessionLifecycle:
+    """The session lifecycle: create, start what the scheduler placed, destroy, and what agents report
+    about their kernels."""
 
     def __init__(
         self,
@@ -195,6 +168,8 @@ class Sessions:
         agents: Agents,
         images: Images,
         hubs: Hubs,
+        activity: Activity,
+        runs: RunHistory,
         *,
         vfolders: VFolders | None = None,
         hooks: Hooks | None = None,
@@ -226,10 +201,9 @@ class Sessions:
         self.background = background or Background(log)
         self.spawn = self.background.spawn
         self.start_timeout = start_timeout
-        self.activity: dict[str, datetime] = {}  # session id -> last execution activity (idle timeout)
-        self.busy = BusySessions()  # sessions with code running (or waiting to run) now
-        self.runs = RunHistory(self.logs.notify)  # each session's runs (the log view's separators)
-        self.full_disk = FullDiskWarnings(log)  # background writes (kernel logs, run results) on a full disk
+        self.activity = activity  # forgotten when a session ends
+        self.runs = runs  # each session's runs (the log view's separators): a batch session's, ended with it
+        self.full_disk = FullDiskWarnings(log)  # background writes (kernel logs, ends of starts) on a full disk
         # requests some agent could hold, by (scaling group, slots), for the agents as of `_placeable_version`
         self._placeable: set[tuple[Any, ...]] = set()
         self._placeable_version = -1
@@ -243,6 +217,14 @@ class Sessions:
 
     async def close(self) -> None:
         await self.background.close()
+
+    def is_starting(self, session_id: str) -> bool:
+        """Whether the session's start (or a failed start's end) is under way here."""
+        return session_id in self.starting
+
+    def is_ending(self, session_id: str) -> bool:
+        """Whether a destroy of the session is removing its kernels now."""
+        return session_id in self.ending
 
     # -- state changes ------------------------------------------------------------------------
 
@@ -276,8 +258,7 @@ class Sessions:
             self._ended_version += 1
         if target in DEAD_STATUSES or target == S.TERMINATING:
             self.wake()
-            self.activity.pop(session_id, None)
-            self.busy.clear(session_id)
+            self.activity.forget(session_id)
             self.runs.end_all(session_id, self.clock.now().isoformat())
         if self.hooks and target in HOOK_POINTS:
             self.spawn(self._notify_hooks(HOOK_POINTS[target], row), f"hooks-{session_id}")
@@ -287,113 +268,15 @@ class Sessions:
         if notes:
             await self.store.add_hook_notes(session["id"], notes)
 
-    # -- lookups ------------------------------------------------------------------------------
-
-    async def resolve(
-        self, ref: str, access_key: str, *, active_only: bool = True, ids_of: str | None | bool = True
-    ) -> dict[str, Any]:
-        """Find a session by id or name (Backend.AI rules); dead ones too unless `active_only`.
-
-        Names are `access_key`'s sessions; ids are `ids_of`'s (True: the same keypair; None: anyone's,
-        for admins)."""
-        rows = await self.store.find_sessions(ref, access_key, active_only=True, ids_of=ids_of)
-        if not rows and not active_only:
-            rows = (await self.store.find_sessions(ref, access_key, active_only=False, ids_of=ids_of))[:1]
-        exact = [r for r in rows if r["id"] == ref]
-        if exact:
-            return exact[0]
-        if len(rows) > 1:
-            raise Problem(
-                "too-many-sessions-matched",
-                "Too many sessions matched.",
-                f"{len(rows)} sessions match {ref!r}; use the session id",
-                {"matches": [{"id": r["id"], "name": r["name"], "status": r["status"]} for r in rows]},
-            )
-        if not rows:
-            raise no_session(ref)
-        return rows[0]
-
-    async def get(self, session_id: str) -> dict[str, Any] | None:
-        return await self.store.get_session(session_id)
-
-    async def list(
-        self, owner: str | None, statuses: Iterable[S] | None = None, limit: int = -1, newest: bool = False
-    ) -> list[dict[str, Any]]:
-        """Sessions of `owner` (None: everyone's) in the given statuses (None: all), in queue order."""
-        return await self.store.list_sessions(owner, statuses, limit, newest)
-
-    async def find(
-        self, ref: str, access_key: str | None, *, active_only: bool = True, ids_of: str | None | bool = True
-    ) -> list[dict[str, Any]]:
-        """Sessions whose id or name matches `ref` (see Store.find_sessions)."""
-        return await self.store.find_sessions(ref, access_key, active_only=active_only, ids_of=ids_of)
-
-    async def by_ids(self, session_ids: list[str]) -> list[dict[str, Any]]:
-        return await self.store.sessions_by_ids(session_ids)
-
-    async def kernels_of(self, session_id: str) -> list[dict[str, Any]]:
-        return await self.store.kernels_of(session_id)
-
-    async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
-        """Kernels of several sessions in one read."""
-        return await self.store.kernels_of_many(session_ids)
-
-    async def kernel(self, kernel_id: str) -> dict[str, Any] | None:
-        """One kernel by id (None if there is none)."""
-        return await self.store.get_kernel(kernel_id)
-
-    async def transitions_of(self, session_id: str) -> list[dict[str, Any]]:
-        return await self.store.transitions_of(session_id)
-
-    async def scheduling_history(self, session_id: str) -> list[dict[str, Any]]:
-        return await self.store.scheduling_history(session_id)
-
-    async def count_by_status(self) -> dict[str, int]:
-        return await self.store.count_sessions_by_status()
-
-    async def session_over(self, session_id: str) -> bool:
-        """Whether a session has ended (or is gone): its kernels print nothing more."""
-        current = await self.store.get_session(session_id)
-        return current is None or S(current["status"]) not in ACTIVE_STATUSES
-
-    async def kernel_for(self, session: dict[str, Any], ref: str | None) -> dict[str, Any]:
-        """The session's kernel named `ref` (`main1`, `sub2`; or a kernel id, or a unique prefix of one of
-        at least 4 characters); the main kernel when `ref` is None or empty. A 404 listing the session's
-        kernels when there is no such kernel."""
-        if not ref:
-            return await self.main_kernel(session)
-        kernels = await self.store.kernels_of(session["id"])
-        names = [kernel_name_of(k) for k in kernels]
-        named = [k for k, name in zip(kernels, names, strict=True) if ref in (name, k["id"])]
-        if not named and len(ref) >= 4:
-            named = [k for k in kernels if k["id"].startswith(ref)]
-        if len(named) == 1:
-            return named[0]
-        raise Problem(
-            "object-not-found",
-            "No such kernel.",
-            f"session {session['name']} has no kernel {ref!r}; its kernels: {', '.join(names)}",
-            {"kernel": ref, "kernels": names},
-            404,
-        )
-
-    async def main_kernel(self, session: dict[str, Any]) -> dict[str, Any]:
-        kernels = await self.store.kernels_of(session["id"])
-        for k in kernels:
-            if k["cluster_role"] == "main":
-                return k
-        raise no_session(session["id"])
-
     # -- create ---------------------------------------------------------------------------------
 
     def _reuse(self, row: dict[str, Any], req: CreateRequest) -> tuple[dict[str, Any], bool]:
         """Get-or-create: the live session of that name, if the request may reuse it."""
         if row["image"] != req.image or not req.reuse:
-            raise Problem(
-                "session-already-exists",
-                "The session already exists but you requested a different image.",
+            raise Conflict(
                 f"session {req.name!r} already exists",
-                {"existingSessionId": row["id"]},
+                "The session already exists but you requested a different image.",
+                row["id"],
             )
         return row, False
 
@@ -458,20 +341,20 @@ class Sessions:
         mounts: list[dict[str, Any]] = []
         if req.mounts:
             if self.vfolders is None:
-                raise invalid("this manager serves no virtual folders")
+                raise Invalid("this manager serves no virtual folders")
             mounts = await self.vfolders.mounts_for(access_key, is_admin, req.mounts)
         depends_on = []
         for ref in req.depends:
             found = await self.store.find_sessions(ref, access_key, active_only=False)
             if not found:
-                raise invalid(f"cannot depend on {ref!r}: no such session")
+                raise Invalid(f"cannot depend on {ref!r}: no such session")
             depends_on.append(found[0]["id"])
         session, kernels = new_session_rows(req, access_key, self.clock.now(), depends_on, mounts)
         session_id = session["id"]
         if self.hooks:
             reason, notes = await self.hooks.before_enqueue({**session, "status": "PENDING"})
             if reason is not None:
-                raise Problem("generic-forbidden", "Rejected by a hook.", reason)
+                raise Forbidden(reason, "Rejected by a hook.")
             session["config"]["hook_notes"] = notes
         taken = await self.queue.insert(access_key, lambda: self.store.create_session(session, kernels))
         if taken is not None:  # a concurrent request created it first
@@ -489,14 +372,6 @@ class Sessions:
         if self.hooks:
             self.spawn(self._notify_hooks("after_enqueue", row), f"hooks-{row['id']}")
         self.wake()
-
-    async def wait_started(self, session_id: str, timeout: float | None) -> dict[str, Any] | None:
-        return await self.events.wait_for(
-            session_id,
-            lambda: self.store.get_session(session_id),
-            lambda row: S(row["status"]) in STARTED_OR_OVER,
-            timeout,
-        )
 
     # -- scheduling results ---------------------------------------------------------------------
 
@@ -674,7 +549,7 @@ class Sessions:
         row, kernels, dotfiles = preparing
         self._moved(sid, S.PREPARING, row)
         if not kernels:
-            raise no_session(sid)
+            raise SessionNotFound(sid)
         for k in kernels:
             k["agent_id"] = k.get("agent_id") or placed.get(k["id"])
         first_agent = kernels[0]["agent_id"]
@@ -806,14 +681,11 @@ class Sessions:
                 return stats
             fresh = await self.store.get_session(session["id"])  # it moved meanwhile: again, from where it is
             if fresh is None:
-                raise no_session(session["id"])
+                raise SessionNotFound(session["id"])
             session = fresh
-        raise Problem(
-            "generic-bad-request",
-            "The session keeps changing status.",
+        raise KeepsChanging(
             f"session {session['name']} changed status {DESTROY_ATTEMPTS} times while it was being destroyed "
-            f"(it is {session['status']} now): try again",
-            status=409,
+            f"(it is {session['status']} now): try again"
         )
 
     async def _destroy_from(
@@ -823,21 +695,19 @@ class Sessions:
         sid = session["id"]
         status = S(session["status"])
         if status in DEAD_STATUSES:
-            raise Problem("generic-forbidden", "Forbidden.", f"the session is already {status}")
+            raise Forbidden(f"the session is already {status}")
         if status == S.PENDING:
             moved = await self.transition(sid, S.CANCELLED, info, {}, allowed_from=[S.PENDING])
             return None if moved is None else {}
         if status in FORCED_ONLY and not forced:
             why = f" ({session['status_info']})" if session.get("status_info") else ""
-            raise Problem(
-                "generic-forbidden",
-                "Forbidden.",
+            raise Forbidden(
                 f"the session is {status}{why}; wait, or destroy it with forced=true "
-                "(`bai session destroy --force`, `backend.ai session rm -f`)",
+                "(`bai session destroy --force`, `backend.ai session rm -f`)"
             )
         kernels = await self.store.kernels_of(sid)
         if not kernels:
-            raise no_session(sid)
+            raise SessionNotFound(sid)
         main = kernels[0]
         target = FORCED_DESTROY[status]
         if target == S.CANCELLED:
@@ -919,234 +789,13 @@ class Sessions:
             )
             return None
 
-    # -- execution --------------------------------------------------------------------------------
-
-    async def execute(
-        self,
-        session: dict[str, Any],
-        run_id: str,
-        mode: str,
-        code: str,
-        options: dict[str, Any],
-        flush: float,
-        kernel_ref: str | None = None,
-    ) -> dict[str, Any]:
-        """Run code in the session's kernel `kernel_ref` (main1 when None; see kernel_for)."""
-        self.require_running(session, "running code")
-        kernel = await self.kernel_for(session, kernel_ref)
-        sid = session["id"]
-        self.activity[sid] = self.clock.now()
-        if mode in ("query", "batch"):
-            self.busy.add(sid, run_id)  # code is running: the session is not idle until it finishes
-            await self._run_started(sid, kernel["id"], run_id)
-        try:
-            run = Execute(kernel["id"], run_id, mode, code, options, flush)
-            result = await call(self.link, kernel["agent_id"], run, timeout=flush + 60)
-        except RemoteError as e:
-            self.busy.discard(sid, run_id)
-            self.runs.end(sid, run_id, None, self.clock.now().isoformat())
-            raise invalid(e.message) from None
-        except (AgentUnavailable, TimeoutError) as e:
-            self.busy.discard(sid, run_id)
-            self.runs.end(sid, run_id, None, self.clock.now().isoformat())
-            raise Problem("instance-not-available", "Instance not available.", str(e) or "no answer") from None
-        self.activity[sid] = self.clock.now()
-        if result.status == "finished":
-            self.busy.discard(sid, run_id)
-            code = result.exit_code
-            self.runs.end(sid, run_id, code if isinstance(code, int) else None, self.clock.now().isoformat())
-            if isinstance(code, int) and not result.cancelled:
-                # the last run's outcome is the session's (kept when it is destroyed), as for a batch session
-                # (on a full disk the run's output still reaches its client: only the record is dropped)
-                outcome = "SUCCESS" if code == 0 else "FAILURE"
-                if await self.full_disk.attempt("run results", self.store.record_run(sid, kernel["id"], code, outcome)):
-                    self.changes.publish("run_finished", {"ids": [sid]})
-        return result.to_api()
+    # -- a batch session's run ------------------------------------------------------------------------
 
     async def _run_started(self, session_id: str, kernel_id: str, run_id: str) -> None:
         """A run begins: numbered, placed in the kernel's log after what is stored of it now (before the
         kernel is told, so that all of its output comes after)."""
         after = await newest_seq(self.store, kernel_id)
         self.runs.start(session_id, kernel_id, run_id, after, self.clock.now().isoformat())
-
-    async def interrupt(self, session: dict[str, Any], run_id: str | None = None) -> bool:
-        """Interrupt a run: `run_id`'s (a waiting one leaves the queue), else the one running now (Backend.AI's
-        interrupt names no run). False when there was no such run. A named run is interrupted in the kernel it runs
-        in (a session of several kernels); one without a name in the main kernel."""
-        kernel = await self.main_kernel(session)
-        where = self.runs.kernel_of(session["id"], run_id) if run_id else None
-        if where is not None and where != kernel["id"]:
-            kernel = await self.kernel_for(session, where)
-        if not kernel["agent_id"] or S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
-            return False
-        try:
-            return bool(await call(self.link, kernel["agent_id"], Interrupt(kernel["id"], run_id), timeout=10))
-        except (RemoteError, AgentUnavailable, TimeoutError):
-            return False
-
-    def touch(self, session_id: str) -> None:
-        """The session is in use (a terminal's keystroke, a ping): not idle."""
-        self.activity[session_id] = self.clock.now()
-
-    async def open_terminal(
-        self, session: dict[str, Any], command: list[str] | None, rows: int, cols: int, kernel_ref: str | None = None
-    ) -> LinkStream:
-        """A terminal in the session's kernel `kernel_ref` (main1 when None): a link stream to its agent
-        (frames: agent/terminal.py)."""
-        self.require_running(session, "a terminal")
-        kernel = await self.kernel_for(session, kernel_ref)
-        opening = OpenTerminal(kernel["id"], command, rows, cols)
-        try:
-            stream = await self.link.open_stream(kernel["agent_id"], opening.kind, opening.to_wire())
-        except AgentUnavailable as e:
-            raise Problem("instance-not-available", "Instance not available.", str(e)) from None
-        self.touch(session["id"])
-        return stream
-
-    async def upload(self, session: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
-        self.require_running(session, "uploading files")
-        kernel = await self.main_kernel(session)
-        try:
-            upload = UploadFiles(kernel["id"], [[path, data] for path, data in files])
-            await call(self.link, kernel["agent_id"], upload, timeout=120)
-        except RemoteError as e:
-            raise invalid(e.message) from None
-        except (AgentUnavailable, TimeoutError) as e:
-            raise Problem("instance-not-available", "Instance not available.", str(e) or "no answer") from None
-
-    async def list_files(self, session: dict[str, Any], path: str) -> dict[str, Any]:
-        self.require_running(session, "listing files")
-        kernel = await self.main_kernel(session)
-        try:
-            return await call(self.link, kernel["agent_id"], ListFiles(kernel["id"], path), timeout=60)
-        except (RemoteError, AgentUnavailable) as e:
-            raise invalid(str(e)) from None
-        except TimeoutError:
-            raise Problem("instance-not-available", "Instance not available.", "the agent did not answer") from None
-
-    def require_running(self, session: dict[str, Any], what: str) -> None:
-        """A 409 naming the session's status and what to do, unless its kernels run (RUNNING, RUNNING_DEGRADED)."""
-        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
-            raise not_now(session, f"{what} needs a running kernel")
-
-    async def download(self, session: dict[str, Any], paths: list[str]) -> list[bytes]:
-        """Files of the session's main kernel: one tar archive per path (see agent/download.py)."""
-        self.require_running(session, "downloading files")
-        kernel = await self.main_kernel(session)
-        try:
-            return await call(self.link, kernel["agent_id"], DownloadFiles(kernel["id"], paths), timeout=300)
-        except RemoteError as e:
-            raise invalid(e.message) from None
-        except (AgentUnavailable, TimeoutError) as e:
-            raise Problem("instance-not-available", "Instance not available.", str(e) or "no answer") from None
-
-    async def restart(self, session: dict[str, Any]) -> dict[str, Any]:
-        """Restart the session's kernel (Backend.AI's PATCH /session/{ref}): its code starts afresh (a new
-        Python namespace), the session, its container, home and apps' ports stay; runs going on end.
-        RUNNING → RESTARTING → RUNNING."""
-        if S(session["status"]) != S.RUNNING:  # (not RUNNING_DEGRADED either: its kernels are not all there)
-            raise not_now(session, "a restart needs a RUNNING session")
-        if session["type"] == "batch":
-            raise invalid("a batch session runs its command once: it cannot be restarted")
-        kernels = await self.store.kernels_of(session["id"])
-        sid = session["id"]
-        row = await self.transition(sid, S.RESTARTING, "restarting", {}, allowed_from=[S.RUNNING])
-        if row is None:
-            current = await self.store.get_session(sid)
-            if current is None:
-                raise no_session(sid)
-            raise not_now(current, "it cannot be restarted now")
-        self.busy.clear(sid)
-        # every kernel of the session restarts (at once)
-        answers = await asyncio.gather(
-            *(call(self.link, k["agent_id"], RestartKernel(k["id"]), timeout=90) for k in kernels),
-            return_exceptions=True,
-        )
-        for kernel, answer in zip(kernels, answers, strict=True):
-            if isinstance(answer, RemoteError | AgentUnavailable | TimeoutError):
-                why = answer.message if isinstance(answer, RemoteError) else str(answer) or "no answer in time"
-                if len(kernels) > 1:
-                    why = f"kernel {kernel_name_of(kernel)}: {why}"
-                await self.transition(
-                    sid, S.RUNNING, "", {"msg": f"the restart failed: {why}"}, allowed_from=[S.RESTARTING]
-                )
-                raise Problem(
-                    "generic-bad-request", "Restart failed.", f"the kernel could not be restarted: {why}"
-                ) from None
-            if isinstance(answer, BaseException):
-                raise answer
-        back = await self.transition(sid, S.RUNNING, "restarted", {}, allowed_from=[S.RESTARTING])
-        if not all(answers):  # one ended meanwhile: the agent reports that (the session then ends)
-            raise Problem("generic-bad-request", "Restart failed.", "the kernel's agent no longer has it")
-        return back or (await self.store.get_session(sid)) or session
-
-    async def rename(self, session: dict[str, Any], name: str) -> dict[str, Any]:
-        """Give a live session another name (its id stays; its kernel keeps running)."""
-        if not isinstance(name, str):
-            raise invalid("the new name must be a string")
-        if why := name_problem(name):
-            raise invalid(why)
-        if S(session["status"]) not in ACTIVE_STATUSES:
-            raise invalid(f"session {session['name']} has ended: only a live session can be renamed")
-        if name != session["name"] and not await self.store.rename_session(session["id"], session["access_key"], name):
-            raise Problem(
-                "session-already-exists",
-                "The session already exists.",
-                f"there is already a live session named {name!r}",
-            )
-        row = await self.store.get_session(session["id"])
-        assert row is not None
-        self.changes.publish("session_renamed", {"ids": [row["id"]], "name": name})
-        return row
-
-    async def status_history(self, session: dict[str, Any]) -> dict[str, str]:
-        """When the session last entered each status: {STATUS: ISO time} (Backend.AI's status_history)."""
-        return {t["status"]: t["at"] for t in await self.store.transitions_of(session["id"])}
-
-    async def dependency_graph(self, session: dict[str, Any], depth: int = 0) -> dict[str, Any]:
-        """The session and, recursively, the sessions it depends on (Backend.AI's dependency-graph answer:
-        session_id, session_name, status as `KernelStatus.X`, status_changed as Python prints a datetime,
-        depends_on)."""
-        changed = datetime.fromisoformat(session["status_changed"])
-        node: dict[str, Any] = {
-            "session_id": session["id"],
-            "session_name": session["name"],
-            "status": f"KernelStatus.{session['status']}",
-            "status_changed": f"{changed:%Y-%m-%d %H:%M:%S.%f}{changed:%z}".replace("+0000", "+00:00"),
-            "depends_on": [],
-        }
-        ids = list(session["config"].get("depends_on") or [])
-        if ids and depth < 32:  # dependencies are made on existing sessions, so no cycle; bounded anyway
-            for dep in await self.store.sessions_by_ids(ids):
-                node["depends_on"].append(await self.dependency_graph(dep, depth + 1))
-        return node
-
-    async def commit(self, session: dict[str, Any], image: str | None = None) -> dict[str, Any]:
-        """Save the session's main kernel as an image on its agent (Docker agents only); the image, which
-        new sessions can use at once and `bai image ls` lists."""
-        self.require_running(session, "a commit")
-        kernel = await self.main_kernel(session)
-        if image is None:
-            repo = "".join(c if c.isalnum() or c in "._-" else "-" for c in session["name"].lower()).strip("._-")
-            image = f"bai-commit/{repo or 'session'}:{self.clock.now():%Y%m%d-%H%M%S}"
-        try:
-            made = await call(self.link, kernel["agent_id"], CommitKernel(kernel["id"], image), timeout=600)
-        except RemoteError as e:  # e.g. a local or simulated agent, whose kernels are not containers
-            raise invalid(e.message) from None
-        except (AgentUnavailable, TimeoutError) as e:
-            raise Problem("instance-not-available", "Instance not available.", str(e) or "no answer") from None
-        self.images.agents.image_labels[made["name"]] = made.get("labels") or {}
-        return {**made, "agent": kernel["agent_id"], "sessionId": session["id"]}
-
-    async def kernel_by_task(self, task_id: str, access_key: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A batch task's session and main kernel by the task's id (Backend.AI's taskId: a kernel id; the
-        session id works too), if `access_key`'s (None: anyone's)."""
-        kernel = await self.store.get_kernel(task_id)
-        session_id = kernel["session_id"] if kernel is not None else task_id
-        session = await self.store.get_session(session_id)
-        if session is None or (access_key is not None and session["access_key"] != access_key):
-            raise no_session(task_id)
-        return session, kernel or await self.main_kernel(session)
 
     # -- what agents tell us ----------------------------------------------------------------------
 

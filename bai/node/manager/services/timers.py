@@ -28,9 +28,10 @@ from bai.common.config import duration_seconds
 from bai.common.images import registry_of
 from bai.common.problems import Problem
 from bai.common.status import SessionStatus, StatusInfo
+from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.agent_registry import PULL_TIMEOUT
 from bai.node.manager.services.diskfull import FullDiskWarnings
-from bai.node.manager.services.lifecycle import Sessions
+from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.stats_book import StatsBook, Trail
 from bai.node.manager.state import Store
 
@@ -53,11 +54,11 @@ STUCK_GRACE = 30.0  # seconds past its start's own limits before a session stuck
 TERMINATING_LIMIT = 60.0 + STUCK_GRACE
 
 
-def start_limit(sessions: Sessions, session: Mapping[str, Any]) -> float:
-    """How long a session may stay starting: the preparing timeout, a pull's when its image comes from a
-    registry, and STUCK_GRACE."""
+def start_limit(start_timeout: float, session: Mapping[str, Any]) -> float:
+    """How long a session may stay starting: the preparing timeout (`start_timeout`), a pull's when its image
+    comes from a registry, and STUCK_GRACE."""
     pull = PULL_TIMEOUT if registry_of(session["image"]) else 0.0
-    return sessions.start_timeout + pull + STUCK_GRACE
+    return start_timeout + pull + STUCK_GRACE
 
 
 def log_settings(cfg: Mapping[str, Any]) -> tuple[int, float]:
@@ -183,16 +184,22 @@ class Timers:
     def __init__(
         self,
         store: Store,
-        sessions: Sessions,
+        lifecycle: SessionLifecycle,
+        activity: Activity,
+        background: Background,
+        start_timeout: float = 60.0,
         interval: float = 1.0,
         log_retention: float | None = None,
         clock: Clock | None = None,
         stats: StatsBook | None = None,
     ) -> None:
         self.clock = clock or Clock()
-        self.stats = stats or sessions.stats  # utilisation, for idle detection by it
+        self.stats = stats or StatsBook()  # utilisation, for idle detection by it
         self.store = store
-        self.sessions = sessions
+        self.lifecycle = lifecycle  # what ends the sessions the timers name
+        self.activity = activity  # when each session was last active, which have code running
+        self.spawn = background.spawn  # the ends the timers start (the manager's background: they outlive a sweep)
+        self.start_timeout = start_timeout
         self.interval = interval
         self.log_retention = log_retention  # None: logs are kept (no purge loop)
         self.background = Background(log)
@@ -249,12 +256,12 @@ class Timers:
         The ids of those it ends."""
         ended = []
         for row in await self.store.list_sessions(None, [SessionStatus.TERMINATING]):
-            if row["id"] in self.sessions.ending:
+            if self.lifecycle.is_ending(row["id"]):
                 continue
             if self._age(row, now) > TERMINATING_LIMIT:
                 ended.append(row["id"])
-                self.sessions.spawn(
-                    self._quietly("ending sessions stuck TERMINATING", self.sessions.end_stuck_destroy(row)),
+                self.spawn(
+                    self._quietly("ending sessions stuck TERMINATING", self.lifecycle.end_stuck_destroy(row)),
                     f"stuck-{row['id']}",
                 )
         return ended
@@ -286,12 +293,12 @@ class Timers:
         starting = await self.store.list_sessions(None, STARTING_STATUSES)
         ended = []
         for row in starting:
-            if row["id"] in self.sessions.starting:
+            if self.lifecycle.is_starting(row["id"]):
                 continue  # under way: its own timeout ends it
-            limit = start_limit(self.sessions, row)
+            limit = start_limit(self.start_timeout, row)
             if self._age(row, now) > limit:
                 ended.append(row["id"])
-                self.sessions.spawn(self.sessions.end_stuck_start(row, limit), f"stuck-{row['id']}")
+                self.spawn(self.lifecycle.end_stuck_start(row, limit), f"stuck-{row['id']}")
         return ended
 
     async def sweep_limits(self, now: datetime) -> None:
@@ -302,7 +309,7 @@ class Timers:
         policies = await store.policies()
         keypairs = await store.keypairs(active_only=False)
         policy_of = {ak: policies.get(kp["resource_policy"], {}) for ak, kp in keypairs.items()}
-        ending = expired(running, policy_of, self.sessions.activity, now, self.sessions.busy)
+        ending = expired(running, policy_of, self.activity.last, now, self.activity.busy)
         self.stats.keep_utilization(utilization_window(policies))
         if self.stats.trail_seconds > 0:
             ended = {sid for sid, _ in ending}
@@ -316,5 +323,5 @@ class Timers:
             row = await store.get_session(session_id)
             if row is not None and row["status"] == SessionStatus.RUNNING:
                 log.info("ending session %s: %s", session_id, reason)
-                ending = self.sessions.destroy(row, forced=False, reason=reason)
-                self.sessions.spawn(self._quietly("ending sessions past their limits", ending), f"expire-{session_id}")
+                ending = self.lifecycle.destroy(row, forced=False, reason=reason)
+                self.spawn(self._quietly("ending sessions past their limits", ending), f"expire-{session_id}")

@@ -189,10 +189,10 @@ async def _emails(info: GraphQLResolveInfo) -> dict[str, str]:
 
 
 async def _items(info: GraphQLResolveInfo, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    sessions = ctx(info).services.sessions
-    kernels = await sessions.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
+    services = ctx(info).services
+    kernels = await services.state.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
     users = await _emails(info)
-    return [_session_item(await session_graphql(sessions, r, kernels.get(r["id"], [])), r, users) for r in rows]
+    return [_session_item(await session_graphql(services, r, kernels.get(r["id"], [])), r, users) for r in rows]
 
 
 def _statuses(text: str | None) -> list[SessionStatus]:
@@ -206,7 +206,7 @@ async def resolve_session_list(_root: Any, info: GraphQLResolveInfo, **args: Any
     c = ctx(info)
     statuses = _statuses(args.get("status"))
     owner = args.get("access_key") if c.is_admin else c.access_key
-    rows = await c.services.sessions.list(owner, statuses)
+    rows = await c.services.state.list_sessions(owner, statuses)
     rows.sort(key=lambda r: r["created_at"], reverse=True)  # newest first, as Backend.AI lists
     if args.get("filter") or args.get("order"):
         return page(await _items(info, rows), args, SESSION_FIELDS)
@@ -221,15 +221,15 @@ async def resolve_session(_root: Any, info: GraphQLResolveInfo, **args: Any) -> 
     ref = args.get("id") or args.get("session_id")
     if not ref:
         raise QueryRefused(f"{name} needs an id (a string)")
-    rows = await c.services.sessions.find(ref, None if c.is_admin else c.access_key, active_only=False)
+    rows = await c.services.state.find_sessions(ref, None if c.is_admin else c.access_key, active_only=False)
     exact = [r for r in rows if r["id"] == ref]
     return (await _items(info, exact[:1]))[0] if exact else None
 
 
 async def _kernel_items(info: GraphQLResolveInfo, row: dict[str, Any]) -> list[dict[str, Any]]:
-    sessions = ctx(info).services.sessions
-    kernels = await sessions.kernels_of(row["id"])
-    view = SessionView(row, kernels, sessions.stats)
+    services = ctx(info).services
+    kernels = await services.state.kernels_of(row["id"])
+    view = SessionView(row, kernels, services.stats)
     return [_container_extras(view.graphql_kernel(k)) for k in kernels]
 
 
@@ -238,10 +238,10 @@ async def resolve_container(_root: Any, info: GraphQLResolveInfo, **args: Any) -
     kernel_id = args.get("id")
     if not kernel_id:
         raise QueryRefused("compute_container needs an id (a string)")
-    kernel = await c.services.sessions.kernel(kernel_id)
+    kernel = await c.services.state.get_kernel(kernel_id)
     if kernel is None:
         return None
-    row = await c.services.sessions.get(kernel["session_id"])
+    row = await c.services.state.get_session(kernel["session_id"])
     if row is None or not c.is_admin and row["access_key"] != c.access_key:
         return None
     return next((k for k in await _kernel_items(info, row) if k["id"] == kernel_id), None)
@@ -252,7 +252,7 @@ async def resolve_container_list(_root: Any, info: GraphQLResolveInfo, **args: A
     session_id = args.get("session_id")
     if not session_id:
         raise QueryRefused("compute_container_list needs a session_id (a string)")
-    rows = await c.services.sessions.find(session_id, None if c.is_admin else c.access_key, active_only=False)
+    rows = await c.services.state.find_sessions(session_id, None if c.is_admin else c.access_key, active_only=False)
     exact = [r for r in rows if r["id"] == session_id]
     items = await _kernel_items(info, exact[0]) if exact else []
     if args.get("role"):
@@ -262,12 +262,12 @@ async def resolve_container_list(_root: Any, info: GraphQLResolveInfo, **args: A
 
 async def containers_on_agent(info: GraphQLResolveInfo, agent_id: str, status: str | None) -> list[dict[str, Any]]:
     """The kernels an agent runs (of active sessions), for `Agent.compute_containers`."""
-    sessions = ctx(info).services.sessions
-    rows = await ctx(info).cached("active-sessions", lambda: sessions.list(None, _statuses(None)))
-    kernels = await sessions.kernels_of_many([r["id"] for r in rows])
+    services = ctx(info).services
+    rows = await ctx(info).cached("active-sessions", lambda: services.state.list_sessions(None, _statuses(None)))
+    kernels = await services.state.kernels_of_many([r["id"] for r in rows])
     out = []
     for row in rows:
-        view = SessionView(row, kernels.get(row["id"], []), sessions.stats)
+        view = SessionView(row, kernels.get(row["id"], []), services.stats)
         for k in view.kernels:
             if k["agent_id"] == agent_id and (status is None or k["status"] == status.upper()):
                 out.append(_container_extras(view.graphql_kernel(k)))
