@@ -176,6 +176,7 @@ async def start_manager(
 ) -> list[str]:
     """The manager's parts: store, services (sessions, agents, images, …), dispatcher, timers, HTTP API.
     Returns banner lines."""
+    from bai.common.clock import Clock
     from bai.node.manager.build import build_manager
     from bai.node.manager.http.app import make_app
     from bai.node.manager.http.server import HttpLimits, LimitedTCPSite, raise_nofile
@@ -195,7 +196,7 @@ async def start_manager(
         raise NodeError(str(e)) from None
     stops["store"] = store.close
     fresh = Keypair.generate()
-    access_key, secret_key = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key)
+    access_key, secret_key = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key, Clock().now())
     try:
         hooks = Hooks.load(list(cfg["manager"]["hooks"]), float(cfg["manager"]["hook_timeout"]))
     except ImportError as e:
