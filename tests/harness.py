@@ -277,7 +277,7 @@ class Harness:
 
     async def agent_statuses(self) -> dict[str, str]:
         """Agent id -> ALIVE, LOST or TERMINATED, as the manager has it."""
-        return {a["id"]: a["status"] for a in await self.agents.rows()}
+        return {a.id: a.status for a in await self.agents.rows()}
 
     def kernels_on(self, agent_id: str) -> set[str]:
         """Ids of the kernels the agent's backend holds now."""
