@@ -22,7 +22,6 @@ from bai.node.manager.state.sqlite import (
     Store,
     drop_marker,
     human_bytes,
-    utcnow,
 )
 
 __all__ = [
@@ -43,5 +42,4 @@ __all__ = [
     "UnknownPolicy",
     "drop_marker",
     "human_bytes",
-    "utcnow",
 ]

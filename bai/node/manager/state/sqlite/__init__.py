@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bai.common.clock import Clock
 from bai.node.manager.state.sqlite.agent_queries import Agents
-from bai.node.manager.state.sqlite.db import WAL_PAGES, Database, SchemaTooNew, utcnow
+from bai.node.manager.state.sqlite.db import WAL_PAGES, Database, SchemaTooNew
 from bai.node.manager.state.sqlite.image_queries import Images
 from bai.node.manager.state.sqlite.keypair_queries import POLICY_FIELDS, Keypairs
 from bai.node.manager.state.sqlite.log_queries import LOG_MAX_BYTES, LOG_PAGE_BYTES, Logs, drop_marker, human_bytes
@@ -31,7 +31,6 @@ __all__ = [
     "Store",
     "drop_marker",
     "human_bytes",
-    "utcnow",
 ]
 
 

@@ -19,7 +19,6 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from queue import SimpleQueue
 from typing import Any, TypeVar
@@ -46,10 +45,6 @@ _JSON_COLUMNS = {
 
 class SchemaTooNew(RuntimeError):
     """The database was written by a newer bai: its schema version is one this code does not know."""
-
-
-def utcnow() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 _scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads without its Python layers (the C scanner itself)
