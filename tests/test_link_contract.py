@@ -205,7 +205,7 @@ async def test_closing_the_agent_says_it_left_after_its_events(connect: Transpor
     await alink.emit(KernelLogs.name, KernelLogs([["k1", "last words\n"]]).to_wire())
     await alink.close()
     await until(lambda: manager.left == [("a1", "closed")])
-    assert manager.of(KernelLogs)[-1].chunks == [["k1", "last words\n"]]
+    assert manager.of(KernelLogs)[-1].chunks == [("k1", "last words\n")]
     await until(lambda: mlink.connected() == set())
 
 

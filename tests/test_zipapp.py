@@ -102,7 +102,7 @@ def test_the_zipapp_carries_the_declared_dependencies(pyz: Path, clean_env: dict
 
     with zipfile.ZipFile(pyz) as z:
         tops = {name.split("/")[1] for name in z.namelist() if name.startswith("site-packages/")}
-    assert {"aiohttp", "tomli_w", "aiodocker"} <= tops, sorted(tops)
+    assert {"aiohttp", "tomli_w", "aiodocker", "msgspec"} <= tops, sorted(tops)
     assert "tomli" not in tops  # Python 3.11 reads TOML with the standard library
     result = run(pyz, clean_env, tmp_path, "config", "show")  # written with tomli-w
     assert result.returncode == 0 and 'role = "all"' in result.stdout, result.stderr

@@ -37,13 +37,16 @@ from bai.node.link.base import AgentLink
 from bai.node.link.messages import (
     CALLS,
     STREAMS,
+    AppStarted,
     CommitKernel,
     CreateKernel,
     Destroyed,
     DestroyKernel,
     DownloadFiles,
     Execute,
+    FileListing,
     Heartbeat,
+    ImageInfo,
     Interrupt,
     JoinAnswer,
     KernelCreated,
@@ -60,6 +63,7 @@ from bai.node.link.messages import (
     PeerDial,
     PeerDialed,
     Ping,
+    Pong,
     PullImage,
     Registration,
     RemoveImage,
@@ -107,7 +111,7 @@ class LogShipper:
     async def flush(self) -> None:
         if self.chunks:
             chunks, self.chunks, self.size = self.chunks, [], 0
-            await self.link.emit(KernelLogs.name, KernelLogs([list(c) for c in chunks]).to_wire())
+            await self.link.emit(KernelLogs.name, KernelLogs(chunks).to_wire())
 
     async def _run(self) -> None:
         while True:  # idle until output arrives, then ship it within LOG_FLUSH_INTERVAL
@@ -574,8 +578,8 @@ class Agent:
             StartApp: self.start_app,
         }
 
-    async def ping(self, _: Ping) -> dict[str, Any]:
-        return {"id": self.id, "kernels": len(self.kernels)}
+    async def ping(self, _: Ping) -> Pong:
+        return Pong(id=self.id, kernels=len(self.kernels))
 
     async def create_kernel(self, config: CreateKernel) -> KernelCreated:
         spec = KernelSpec(
@@ -672,10 +676,10 @@ class Agent:
         await progress(0, 0)
         await self.backend.pull(spec.image, progress, auth=auth)
 
-    async def pull_image(self, call: PullImage) -> dict[str, Any]:
+    async def pull_image(self, call: PullImage) -> ImageInfo:
         pulled = await self.backend.pull(call.image, auth=call.auth)
         self.pool.image_changed()  # warm kernels of the image's previous version are replaced
-        return pulled
+        return ImageInfo.from_wire(pulled)
 
     async def remove_image(self, call: RemoveImage) -> None:
         await self.pool.remove_image(call.image)  # its warm kernels first: Docker keeps an image in use
@@ -684,11 +688,11 @@ class Agent:
         finally:
             self.pool.resume(call.image)
 
-    async def start_app(self, call: StartApp) -> dict[str, Any]:
+    async def start_app(self, call: StartApp) -> AppStarted:
         try:
-            return await self.apps.start(await self._settled(call.kernel_id), call.app)
+            return AppStarted.from_wire(await self.apps.start(await self._settled(call.kernel_id), call.app))
         except AppError as e:
-            return {"ok": False, "started": False, "error": str(e), "output": ""}
+            return AppStarted(ok=False, started=False, error=str(e), output="")
 
     async def destroy_kernel(self, call: DestroyKernel) -> Destroyed:
         """Remove a kernel, answering whether the agent had it and its statistics just before it was killed."""
@@ -794,11 +798,11 @@ class Agent:
         # what a batch run that leaves the command to the kernel runs (agent/batch.py)
         kernel.uploads = [path for path, _ in call.files]
 
-    async def list_files(self, call: ListFiles) -> dict[str, Any]:
-        return await self.backend.list_files(self._kernel(call.kernel_id), call.path)
+    async def list_files(self, call: ListFiles) -> FileListing:
+        return FileListing.from_wire(await self.backend.list_files(self._kernel(call.kernel_id), call.path))
 
-    async def list_images(self, _: ListImages) -> list[dict[str, Any]]:
-        return await self.backend.images()
+    async def list_images(self, _: ListImages) -> list[ImageInfo]:
+        return [ImageInfo.from_wire(image) for image in await self.backend.images()]
 
     async def download_files(self, call: DownloadFiles) -> list[bytes]:
         """One tar archive per path (see agent/download.py), at most `max_bytes` of file data in all."""
@@ -828,5 +832,5 @@ class Agent:
             await self.logs.flush()
         return True
 
-    async def commit_kernel(self, call: CommitKernel) -> dict[str, Any]:
-        return await self.backend.commit(await self._settled(call.kernel_id), call.image)
+    async def commit_kernel(self, call: CommitKernel) -> ImageInfo:
+        return ImageInfo.from_wire(await self.backend.commit(await self._settled(call.kernel_id), call.image))

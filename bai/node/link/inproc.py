@@ -1,4 +1,11 @@
-"""The in-process link for `bai node --role all`: direct calls and an ordered event queue."""
+"""The in-process link for `bai node --role all`: direct calls and an ordered event queue.
+
+Whatever crosses it (a call's arguments and answer, an event, a registration and its answer, a stream's
+arguments and frames) goes through msgpack as over the ZeroMQ link (`wire.carried`: packed where it is sent,
+unpacked where it arrives), so both ends see the same plain values as over ZeroMQ, and tests over this link
+catch what the ZeroMQ one would: a value msgpack cannot carry, a tuple that arrives as a list, a message that
+its receiver cannot decode.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from typing import Any
 
 from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
 from bai.node.link.streams import InprocStream, LinkStream
+from bai.node.link.wire import carried, pack, unpack
 
 log = logging.getLogger("bai.link")
 LEFT = object()  # in the event queue: the agent closed its link (after the events before it)
@@ -33,6 +41,7 @@ class InprocManagerLink:
         self.hub = hub
         self.handler: ManagerHandler | None = None
         self.agents: dict[str, AgentHandler] = {}
+        # (agent id, event name or LEFT, the payload packed (the reason for LEFT), handled)
         self._events: asyncio.Queue[tuple[str, Any, Any, asyncio.Future[None] | None]] = asyncio.Queue()
         self._pump: asyncio.Task[None] | None = None
         self._streams: dict[asyncio.Task[None], tuple[str, InprocStream]] = {}  # handler -> (agent id, our end)
@@ -49,7 +58,7 @@ class InprocManagerLink:
                 if name is LEFT:
                     await self.handler.agent_left(agent_id, payload)
                 else:
-                    await self.handler.agent_event(agent_id, name, payload)
+                    await self.handler.agent_event(agent_id, name, unpack(payload))
             except Exception:  # a bad event must not stop the pump
                 log.exception("event %s from %s failed", name, agent_id)
             finally:
@@ -60,17 +69,24 @@ class InprocManagerLink:
         handler = self.agents.get(agent_id)
         if handler is None:
             raise AgentUnavailable(f"agent {agent_id} is not connected")
+        args = carried(args)  # arguments that cannot travel fail here, as a ZeroMQ call's do
         try:
-            return await asyncio.wait_for(handler.handle_call(method, args), timeout)
+            return await asyncio.wait_for(self._answer(handler, method, args), timeout)
         except (RemoteError, asyncio.CancelledError, TimeoutError):
             raise
         except Exception as e:  # what a remote transport would carry back
             raise RemoteError(type(e).__name__, str(e)) from e
 
+    @staticmethod
+    async def _answer(handler: AgentHandler, method: str, args: Any) -> Any:
+        """The agent's answer as the manager receives it (one that cannot travel fails on the agent's side)."""
+        return carried(await handler.handle_call(method, args))
+
     async def open_stream(self, agent_id: str, kind: str, args: dict[str, Any]) -> LinkStream:
         handler = self.agents.get(agent_id)
         if handler is None:
             raise AgentUnavailable(f"agent {agent_id} is not connected")
+        args = carried(args)
         ours, theirs = InprocStream.pair(secrets.token_hex(8))
         task = asyncio.create_task(self._serve(handler, kind, args, theirs), name=f"stream-{kind}-{ours.id}")
         self._streams[task] = (agent_id, ours)
@@ -123,9 +139,9 @@ class InprocAgentLink:
         manager = self.hub.manager
         assert manager.handler is not None, "the manager link must start before agents join"
         manager.agents[self.agent_id] = handler
-        answer = await manager.handler.agent_joined(self.agent_id, await handler.registration())
+        answer = await manager.handler.agent_joined(self.agent_id, carried(await handler.registration()))
         self._heartbeats = asyncio.create_task(self._beat(handler), name=f"heartbeat-{self.agent_id}")
-        return answer
+        return carried(answer)  # type: ignore[no-any-return]
 
     async def _beat(self, handler: AgentHandler) -> None:
         """Heartbeats as over a network link, so `bai agent ls` shows the same heartbeat age."""
@@ -134,11 +150,13 @@ class InprocAgentLink:
             await self.emit("heartbeat", handler.heartbeat())
 
     async def emit(self, name: str, payload: dict[str, Any]) -> None:
-        self.hub.manager._events.put_nowait((self.agent_id, name, payload, None))
+        # packed now, as the ZeroMQ link does (a snapshot; a payload that cannot travel fails here)
+        self.hub.manager._events.put_nowait((self.agent_id, name, pack(payload), None))
 
     async def report(self, name: str, payload: dict[str, Any]) -> None:
+        data = pack(payload)
         handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.hub.manager._events.put_nowait((self.agent_id, name, payload, handled))
+        self.hub.manager._events.put_nowait((self.agent_id, name, data, handled))
         await handled
 
     async def drop(self) -> None:

@@ -1,84 +1,105 @@
 """The messages between manager and agents, defined once for both ends and both links.
 
-Each is a dataclass that travels as a dict of plain values (what msgpack and JSON carry): `to_wire()` on
-the sending side, `from_wire()` on the receiving one (unknown keys are ignored, so either end may be newer;
-a missing or mistyped field is a `MessageError`).
+Each is a msgspec `Struct` that travels as a dict of plain values (what msgpack and JSON carry): `to_wire()` on
+the sending side, `from_wire()` on the receiving one, which checks every field's type (nested messages, lists
+and dicts of them, optional fields; an int is taken where a float is expected, a bool is not an int). Unknown
+keys are ignored, so either end may be newer; a missing or mistyped field is a `MessageError` naming the
+message and the field (`Execute.kernel_id: expected str, got int`).
 
 - Calls, manager → agent (`Call` subclasses, `method` names them on the wire), each with the type of its
-  answer (`decode_result`). The manager sends them with `call()`; the agent finds its handler by type.
+  answer (`answer`, decoded by `decode_result`). The manager sends them with `call()`; the agent finds its
+  handler by type, and sends back what `encode_result` makes of the handler's answer.
 - Events, agent → manager (`Event` subclasses, `name` on the wire), delivered in order.
 - Registration and its answer, when an agent joins (again).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast, get_args
 
-from bai.node.link.base import ManagerLink
+import msgspec
+import msgspec.structs
+
+from bai.node.link.base import ManagerLink, RemoteError
 
 R = TypeVar("R")
-M = TypeVar("M", bound="Message")
+
+# what msgpack carries as it is: never turned into base64 text on the way out, nor taken from text on the way in
+_AS_THEY_ARE = (bytes, bytearray, memoryview)
 
 
 class MessageError(ValueError):
-    """A message that does not have the fields its type needs."""
+    """A message that does not have the fields its type needs, or whose fields have other types."""
 
 
-class Message:
-    """A dataclass that travels as a dict of plain values."""
+def _problem(where: str, error: msgspec.ValidationError) -> MessageError:
+    """msgspec's `Expected `str`, got `int` - at `$.kernel_id`` as `Execute.kernel_id: expected str, got int`."""
+    text, _, at = str(error).partition(" - at ")
+    path = at.replace("`", "") or "$"
+    if path.startswith("key in "):  # a dict's key: `key` in `$.options`
+        path = f"{path.removeprefix('key in ')} (a key)"
+    if text.startswith("Object missing required field `"):
+        path, text = f"{path}.{text.split('`')[1]}", "missing (it is required)"
+    else:
+        text = text.replace("`", "")
+        text = text[:1].lower() + text[1:]
+    return MessageError(f"{path.replace('$', where, 1)}: {text}")
 
-    _nested: ClassVar[dict[str, type[Message]]] = {}  # field -> the Message type of its list items
-    _single: ClassVar[frozenset[str]] = frozenset()  # those of `_nested` that hold one message (or None)
+
+def decode(data: Any, kind: Any, where: str) -> Any:
+    """`data` (plain values, as they came off the wire) as `kind` (a Message type, or any type msgspec
+    checks: `bool`, `list[bytes]`, …), every field's type checked; MessageError saying `where` and what is wrong."""
+    try:
+        return msgspec.convert(data, type=kind, builtin_types=_AS_THEY_ARE)
+    except msgspec.ValidationError as e:
+        raise _problem(where, e) from None
+
+
+def encode(value: Any) -> Any:
+    """A message (or an answer: a message, a list of them, plain values) as plain values, to travel."""
+    return msgspec.to_builtins(value, builtin_types=_AS_THEY_ARE)
+
+
+def _holds_messages(kind: Any) -> bool:
+    """Whether a field of this type can hold a message (a Message, or a list, dict, union … of them)."""
+    if isinstance(kind, type) and issubclass(kind, Message):
+        return True
+    return any(_holds_messages(arg) for arg in get_args(kind))
+
+
+_FLAT: dict[type, bool] = {}  # message type -> whether none of its fields holds a message (to_wire: a plain copy)
+
+
+class Message(msgspec.Struct):
+    """A struct that travels as a dict of plain values."""
 
     def to_wire(self) -> dict[str, Any]:
-        out = {}
-        for name in _field_names(type(self)):
-            value = getattr(self, name)
-            if name in self._nested and value is not None:
-                value = value.to_wire() if isinstance(value, Message) else [item.to_wire() for item in value]
-            out[name] = value
-        return out
+        kind = type(self)
+        flat = _FLAT.get(kind)
+        if flat is None:
+            fields = msgspec.structs.fields(kind)
+            flat = _FLAT[kind] = (
+                not any(_holds_messages(f.type) for f in fields) and not kind.__struct_config__.omit_defaults
+            )
+        if flat:  # its fields' values are plain already (what a decode made, or what the sender put there)
+            return msgspec.structs.asdict(self)
+        return cast(dict[str, Any], encode(self))
 
     @classmethod
-    def from_wire(cls: type[M], data: Any) -> M:
-        if not isinstance(data, dict):
-            raise MessageError(f"{cls.__name__}: expected a mapping, got {type(data).__name__}")
-        names = _field_names(cls)
-        values = {k: v for k, v in data.items() if k in names}
-        for name, kind in cls._nested.items():
-            if name in values:
-                items = values[name]
-                if name in cls._single:  # one message (or None)
-                    values[name] = None if items is None else kind.from_wire(items)
-                    continue
-                if not isinstance(items, list):
-                    raise MessageError(f"{cls.__name__}.{name}: expected a list")
-                values[name] = [kind.from_wire(item) for item in items]
-        try:
-            return cls(**values)
-        except TypeError as e:
-            raise MessageError(f"{cls.__name__}: {e}") from None
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _field_names(cls: type) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
+    def from_wire(cls, data: Any) -> Self:
+        return cast(Self, decode(data, cls, cls.__name__))
 
 
 class Call(Message, Generic[R]):
-    """A call from the manager to one agent; `decode_result` turns the answer into its type."""
+    """A call from the manager to one agent; `decode_result` turns the answer into its type (`answer`)."""
 
     method: ClassVar[str]
+    answer: ClassVar[Any] = None  # the type of the answer (None: nothing)
 
     def decode_result(self, raw: Any) -> R:
-        return raw
+        answer = type(self).answer
+        where = answer.__name__ if isinstance(answer, type) and issubclass(answer, Message) else "answer"
+        return cast(R, decode(raw, answer, f"{type(self).__name__} {where}"))
 
 
 class Event(Message):
@@ -90,7 +111,6 @@ class Event(Message):
 # -- joining ----------------------------------------------------------------------------------------------
 
 
-@dataclass
 class KernelInfo(Message):
     """A kernel an agent has, as it registers."""
 
@@ -99,11 +119,8 @@ class KernelInfo(Message):
     container_id: str | None = None
 
 
-@dataclass
 class Registration(Message):
     """What an agent registers with (again after every restart or reconnect)."""
-
-    _nested: ClassVar[dict[str, type[Message]]] = {"kernels": KernelInfo}
 
     id: str
     hostname: str = ""
@@ -111,32 +128,37 @@ class Registration(Message):
     version: str = ""
     architecture: str = ""
     scaling_group: str = "default"
-    slots: dict[str, str] = field(default_factory=dict)
-    kernels: list[KernelInfo] = field(default_factory=list)
-    images: list[dict[str, Any]] = field(default_factory=list)  # name, labels, …
-    vfolder_hosts: dict[str, str] = field(default_factory=dict)  # host name -> the path the agent sees
-    gpus: list[dict[str, Any]] = field(default_factory=list)  # index, uuid, name, memory_total
-    warm: dict[str, int] = field(default_factory=dict)  # image -> warm kernels ready (its warm pool)
+    slots: dict[str, str] = {}
+    kernels: list[KernelInfo] = []
+    images: list[dict[str, Any]] = []  # name, labels, …
+    vfolder_hosts: dict[str, str] = {}  # host name -> the path the agent sees
+    gpus: list[dict[str, Any]] = []  # index, uuid, name, memory_total
+    warm: dict[str, int] = {}  # image -> warm kernels ready (its warm pool)
 
 
-@dataclass
 class JoinAnswer(Message):
     """The manager's answer to a registration: kernels it does not know, to remove."""
 
-    destroy: list[str] = field(default_factory=list)
+    destroy: list[str] = []
 
 
 # -- calls --------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Ping(Call[dict[str, Any]]):
+class Pong(Message):
+    """The answer to Ping: the agent's id and how many kernels it runs."""
+
+    id: str
+    kernels: int = 0
+
+
+class Ping(Call[Pong]):
     """Is the agent there (and how many kernels does it run)?"""
 
     method: ClassVar[str] = "ping"
+    answer: ClassVar[Any] = Pong
 
 
-@dataclass
 class MountSpec(Message):
     """A virtual folder in a kernel: the host directory (as the agent sees it) and where it appears."""
 
@@ -145,7 +167,6 @@ class MountSpec(Message):
     read_only: bool = False
 
 
-@dataclass
 class DotfileSpec(Message):
     """A file written into every new kernel's home."""
 
@@ -154,7 +175,6 @@ class DotfileSpec(Message):
     permission: str = "644"  # octal, as text
 
 
-@dataclass
 class ClusterSpec(Message):
     """A kernel's place in a multi-container session (CreateKernel.cluster; None for a one-kernel session).
 
@@ -174,33 +194,26 @@ class ClusterSpec(Message):
     rank: int  # 0: main1, 1: sub1, …
     local_rank: int = 0  # index among the session's kernels on this agent
     network: str = ""  # the session's Docker network on this agent
-    hosts: list[str] = field(default_factory=list)  # every kernel's name, main1 first (by rank)
-    agents: list[str] = field(default_factory=list)  # the agent of each kernel (by rank)
+    hosts: list[str] = []  # every kernel's name, main1 first (by rank)
+    agents: list[str] = []  # the agent of each kernel (by rank)
 
 
-@dataclass
 class KernelCreated(Message):
     """The answer to CreateKernel: where the kernel runs and what it holds."""
 
     kernel_id: str
-    gpus: list[list[str]] = field(default_factory=list)  # [device uuid, share] held
+    gpus: list[list[str]] = []  # [device uuid, share] held
     container_id: str | None = None
     pid: int | None = None
     query: bool = True  # it runs Python code (else only commands)
-    service_ports: list[dict[str, Any]] = field(default_factory=list)  # its apps (ServicePort.to_wire)
+    service_ports: list[dict[str, Any]] = []  # its apps (ServicePort.to_wire)
 
 
-@dataclass
 class CreateKernel(Call[KernelCreated]):
     """Start a session's kernel."""
 
     method: ClassVar[str] = "create_kernel"
-    _nested: ClassVar[dict[str, type[Message]]] = {
-        "mounts": MountSpec,
-        "dotfiles": DotfileSpec,
-        "cluster": ClusterSpec,
-    }
-    _single: ClassVar[frozenset[str]] = frozenset({"cluster"})
+    answer: ClassVar[Any] = KernelCreated
 
     kernel_id: str
     session_id: str
@@ -208,20 +221,16 @@ class CreateKernel(Call[KernelCreated]):
     access_key: str
     image: str
     slots: dict[str, str]
-    environ: dict[str, str] = field(default_factory=dict)
+    environ: dict[str, str] = {}
     cluster_role: str = "main"
     cluster_idx: int = 1
     network: str | None = None
     pull: dict[str, Any] | None = None  # {"registry", "auth"}: for this pull only; never stored or logged
-    mounts: list[MountSpec] = field(default_factory=list)
-    dotfiles: list[DotfileSpec] = field(default_factory=list)
+    mounts: list[MountSpec] = []
+    dotfiles: list[DotfileSpec] = []
     cluster: ClusterSpec | None = None  # a kernel of a multi-container session
 
-    def decode_result(self, raw: Any) -> KernelCreated:
-        return KernelCreated.from_wire(raw)
 
-
-@dataclass
 class Destroyed(Message):
     """The answer to DestroyKernel: whether the agent had the kernel, and its last statistics (a sample
     taken just before it was killed; see bai/common/stats.py), None when it could not be read."""
@@ -230,11 +239,11 @@ class Destroyed(Message):
     stats: dict[str, Any] | None = None
 
 
-@dataclass
 class DestroyKernel(Call[Destroyed]):
     """Remove a kernel; the answer says whether the agent had it, with the kernel's final statistics."""
 
     method: ClassVar[str] = "destroy_kernel"
+    answer: ClassVar[Any] = Destroyed
 
     kernel_id: str
     reason: str = "user-requested"
@@ -245,13 +254,12 @@ class DestroyKernel(Call[Destroyed]):
         return Destroyed(existed=bool(raw))  # an agent of before statistics answers a bare bool
 
 
-@dataclass
 class RunResult(Message):
     """What a run printed since the last poll, and where it stands."""
 
     run_id: str
     status: str  # continued | waiting-input | finished
-    console: list[list[str]] = field(default_factory=list)  # [stream, text] pieces
+    console: list[list[str]] = []  # [stream, text] pieces
     exit_code: int | None = None
     options: dict[str, Any] | None = None  # waiting-input: {"is_password": …}
     queue: dict[str, Any] | None = None  # a run waiting its turn: {"behind", "ahead"}
@@ -271,112 +279,124 @@ class RunResult(Message):
         return out
 
 
-@dataclass
 class Execute(Call[RunResult]):
     """Start (query, batch), feed (input, input-eof) or poll (continue) a run in a kernel."""
 
     method: ClassVar[str] = "execute"
+    answer: ClassVar[Any] = RunResult
 
     kernel_id: str
     run_id: str
     mode: str
     code: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = {}
     flush_timeout: float = 2.0
 
-    def decode_result(self, raw: Any) -> RunResult:
-        return RunResult.from_wire(raw)
 
-
-@dataclass
 class Interrupt(Call[bool]):
     """Interrupt `run_id` (a waiting run leaves the queue), else whatever runs; whether there was one."""
 
     method: ClassVar[str] = "interrupt"
+    answer: ClassVar[Any] = bool
 
     kernel_id: str
     run_id: str | None = None
 
 
-@dataclass
 class UploadFiles(Call[None]):
     """Write files into a kernel's home."""
 
     method: ClassVar[str] = "upload_files"
 
     kernel_id: str
-    files: list[list[Any]] = field(default_factory=list)  # [relative path, bytes]
+    files: list[tuple[str, bytes]] = []  # (relative path, its bytes)
 
 
-@dataclass
-class ListFiles(Call[dict[str, Any]]):
+class FileListing(Message):
+    """The answer to ListFiles, in Backend.AI's shape (bai/node/agent/files.py, list_dir): `files` is a JSON
+    text of [{filename, size, mode ("-rw-r--r--"), mtime, ctime, atime}]; `errors` says what went wrong."""
+
+    files: str = "[]"
+    errors: str = ""
+    abspath: str = ""
+
+
+class ListFiles(Call[FileListing]):
     """List a folder as the kernel sees it."""
 
     method: ClassVar[str] = "list_files"
+    answer: ClassVar[Any] = FileListing
 
     kernel_id: str
     path: str
 
 
-@dataclass
 class DownloadFiles(Call[list[bytes]]):
     """Files of a kernel (paths relative to its home, or absolute inside it): one tar archive per path, each
     holding the file (or folder) under its own name, as `docker cp` makes it."""
 
     method: ClassVar[str] = "download_files"
+    answer: ClassVar[Any] = list[bytes]
 
     kernel_id: str
-    paths: list[str] = field(default_factory=list)
+    paths: list[str] = []
     max_bytes: int = 64 * 1024 * 1024  # for all the archives together
 
-    def decode_result(self, raw: Any) -> list[bytes]:
-        if not isinstance(raw, list) or not all(isinstance(b, bytes | bytearray) for b in raw):
-            raise MessageError("DownloadFiles: expected a list of archives")
-        return [bytes(b) for b in raw]
 
-
-@dataclass
 class RestartKernel(Call[bool]):
     """Restart a kernel's process (a fresh runner: Python's namespace is new), keeping its container, home and
     apps' ports; runs still going end. The answer: whether the agent had the kernel."""
 
     method: ClassVar[str] = "restart_kernel"
+    answer: ClassVar[Any] = bool
 
     kernel_id: str
 
-    def decode_result(self, raw: Any) -> bool:
-        return bool(raw)
+
+class ImageInfo(Message, omit_defaults=True):
+    """An image an agent has (the answer to CommitKernel and PullImage; ListImages answers a list of them).
+    `labels` and `python` travel only when the backend has them (Docker's and the simulated backend's images
+    have labels; the local backend's one image has the host's Python version instead)."""
+
+    name: str  # repository:tag
+    id: str
+    size: int
+    labels: dict[str, str] | None = None
+    python: str | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        """The image as the API shows it (name, id, size, and labels or python where the agent said them)."""
+        return self.to_wire()
 
 
-@dataclass
-class CommitKernel(Call[dict[str, Any]]):
+class CommitKernel(Call[ImageInfo]):
     """Save a kernel's container as an image on its agent (`docker commit`); the answer is the image as
-    ListImages gives it (name, id, size, labels)."""
+    ListImages gives it."""
 
     method: ClassVar[str] = "commit_kernel"
+    answer: ClassVar[Any] = ImageInfo
 
     kernel_id: str
     image: str  # repository:tag to give it
 
 
-@dataclass
-class ListImages(Call[list[dict[str, Any]]]):
-    """The images the agent has (name, labels, …)."""
+class ListImages(Call[list[ImageInfo]]):
+    """The images the agent has."""
 
     method: ClassVar[str] = "images"
+    answer: ClassVar[Any] = list[ImageInfo]
 
 
-@dataclass
-class PullImage(Call[dict[str, Any]]):
-    """Pull an image from a registry the manager allowed."""
+class PullImage(Call[ImageInfo]):
+    """Pull an image from a registry the manager allowed; the answer is the image pulled."""
 
     method: ClassVar[str] = "pull_image"
+    answer: ClassVar[Any] = ImageInfo
 
     image: str
     auth: dict[str, str] | None = None  # the registry's credentials, for this pull only
 
 
-@dataclass
 class RemoveImage(Call[None]):
     """Remove an image from the agent."""
 
@@ -385,7 +405,6 @@ class RemoveImage(Call[None]):
     image: str
 
 
-@dataclass
 class OpenTerminal(Message):
     """Open a stream (kind `terminal`): `command` on a pseudo-terminal in a kernel (None: its shell).
     Frames: see bai/node/agent/terminal.py."""
@@ -398,18 +417,28 @@ class OpenTerminal(Message):
     cols: int = 80
 
 
-@dataclass
-class StartApp(Call[dict[str, Any]]):
-    """Start an app in a kernel unless it runs; the answer: {"ok", "started", "error"?, "output"?,
-    "token"?} ("token": the app's secret when it has one, see bai/common/service_ports.py)."""
+class AppStarted(Message):
+    """The answer to StartApp: whether the app runs (`ok`), whether it was started now (else it ran already),
+    why not (`error`, with the end of its `output`), and its secret when it has one (`token`, see
+    bai/common/service_ports.py; "" when none)."""
+
+    ok: bool
+    started: bool = False
+    error: str = ""
+    output: str = ""
+    token: str = ""
+
+
+class StartApp(Call[AppStarted]):
+    """Start an app in a kernel unless it runs."""
 
     method: ClassVar[str] = "start_app"
+    answer: ClassVar[Any] = AppStarted
 
     kernel_id: str
     app: str
 
 
-@dataclass
 class OpenTunnel(Message):
     """Open a stream (kind `tunnel`): a TCP connection to an app's port inside a kernel.
     Frames, both ways: {"t": "data", "d": bytes}, {"t": "eof"} (no more data this way)."""
@@ -420,7 +449,6 @@ class OpenTunnel(Message):
     app: str
 
 
-@dataclass
 class OpenPeerTunnel(Message):
     """Open a stream (kind `peer-tunnel`): a TCP connection to `port` inside a kernel of a multi-node session,
     for another kernel of the same session on another agent (the manager checked both). Frames as OpenTunnel's."""
@@ -431,7 +459,6 @@ class OpenPeerTunnel(Message):
     port: int
 
 
-@dataclass
 class PeerDialed(Message):
     """Open a stream (kind `peer-dialed`): the far end of the connection a kernel asked for with PeerDial
     `dial_id` (frames as OpenTunnel's). With `error`, the connection could not be made: the agent closes the
@@ -443,10 +470,7 @@ class PeerDialed(Message):
     error: str = ""
 
 
-STREAMS: dict[str, type[Message]] = {
-    m.kind: m
-    for m in (OpenTerminal, OpenTunnel, OpenPeerTunnel, PeerDialed)  # type: ignore[attr-defined]
-}
+STREAMS: dict[str, type[Message]] = {m.kind: m for m in (OpenTerminal, OpenTunnel, OpenPeerTunnel, PeerDialed)}
 
 
 CALLS: dict[str, type[Call[Any]]] = {
@@ -471,42 +495,43 @@ CALLS: dict[str, type[Call[Any]]] = {
 
 
 async def call(link: ManagerLink, agent_id: str, message: Call[R], timeout: float | None = None) -> R:
-    """Send a call to an agent and decode its answer."""
+    """Send a call to an agent and decode its answer. An answer that is not of the call's answer type is a
+    RemoteError (kind `MessageError`): the agent's fault, handled as any failure the agent reports."""
     raw = await link.call(agent_id, message.method, message.to_wire(), timeout=timeout)
-    return message.decode_result(raw)
+    try:
+        return message.decode_result(raw)
+    except MessageError as e:
+        raise RemoteError("MessageError", f"agent {agent_id} answered {message.method} with {e}") from None
 
 
 def encode_result(result: Any) -> Any:
-    """An answer as it travels."""
-    return result.to_wire() if isinstance(result, Message) else result
+    """An answer (a message, a list of them, plain values) as it travels."""
+    return encode(result)
 
 
 # -- events ---------------------------------------------------------------------------------------------
 
 
-@dataclass
 class Heartbeat(Event):
     """Every few seconds: what the agent's kernels hold, whether it takes new ones, its GPUs' use."""
 
     name: ClassVar[str] = "heartbeat"
 
-    occupied_slots: dict[str, str] = field(default_factory=dict)
-    kernels: list[str] = field(default_factory=list)
+    occupied_slots: dict[str, str] = {}
+    kernels: list[str] = []
     schedulable: bool = True
     gpus: list[dict[str, Any]] | None = None
     warm: dict[str, int] | None = None  # image -> warm kernels ready (None: an agent without a warm pool)
 
 
-@dataclass
 class KernelLogs(Event):
     """Kernels' output since the last batch: [kernel id, text] pieces, in order."""
 
     name: ClassVar[str] = "kernel_logs"
 
-    chunks: list[list[str]] = field(default_factory=list)
+    chunks: list[tuple[str, str]] = []  # (kernel id, text)
 
 
-@dataclass
 class KernelPulling(Event):
     """A kernel waits for its image to be pulled: how far it got (bytes)."""
 
@@ -519,7 +544,6 @@ class KernelPulling(Event):
     total: int = 0
 
 
-@dataclass
 class KernelTerminated(Event):
     """A kernel ended by itself (its process exited, or it was killed)."""
 
@@ -533,7 +557,6 @@ class KernelTerminated(Event):
     stats: dict[str, Any] | None = None  # its last statistics sample (bai/common/stats.py), when read
 
 
-@dataclass
 class KernelStats(Event):
     """Every `[agent] stat_interval` seconds: a statistics sample of each running kernel and of the host.
 
@@ -542,11 +565,10 @@ class KernelStats(Event):
 
     name: ClassVar[str] = "kernel_stats"
 
-    samples: dict[str, dict[str, Any]] = field(default_factory=dict)
-    node: dict[str, Any] = field(default_factory=dict)
+    samples: dict[str, dict[str, Any]] = {}
+    node: dict[str, Any] = {}
 
 
-@dataclass
 class PeerDial(Event):
     """A kernel of a multi-node session connects to `port` of `host` (another kernel of its session, on
     another agent): the manager opens an OpenPeerTunnel stream to that kernel's agent and a PeerDialed stream

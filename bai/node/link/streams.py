@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from bai.node.link.wire import carried
+
 WINDOW = 64  # frames in flight per direction before the sender waits
 MAX_FRAME = 256 * 1024  # bytes of data in one frame; senders split larger writes
 
@@ -73,6 +75,7 @@ class InprocStream(LinkStream):
         peer = self.peer
         if self.closed_reason is not None or peer is None or peer.closed_reason is not None:
             raise StreamClosed(self.closed_reason or (peer.closed_reason if peer else "") or "closed")
+        frame = carried(frame)  # as over the ZeroMQ link (a frame that cannot travel fails here)
         await self._room.acquire()
         if peer.closed_reason is not None:
             raise StreamClosed(peer.closed_reason or "closed")

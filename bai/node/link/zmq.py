@@ -50,15 +50,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-import msgpack
 import zmq
 import zmq.asyncio
 
 from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
 from bai.node.link.keys import ManagerSecrets
 from bai.node.link.streams import WINDOW, LinkStream, StreamClosed
+from bai.node.link.wire import pack, unpack
 
 log = logging.getLogger("bai.link")
 
@@ -103,11 +103,11 @@ class LinkUnavailable(Exception):
 
 
 def _pack(kind: str, body: dict[str, Any]) -> bytes:
-    return msgpack.packb([kind, body], use_bin_type=True)
+    return pack([kind, body])
 
 
 def _unpack(data: bytes) -> tuple[str, dict[str, Any]]:
-    kind, body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    kind, body = unpack(data)
     if not isinstance(kind, str) or not isinstance(body, dict):
         raise ValueError("not a [kind, body] message")
     return kind, body
@@ -119,7 +119,7 @@ _UNDECODABLE = object()  # an event payload that could not be decoded: counted a
 def _unpack_payload(data: Any) -> Any:
     """An event's payload travels msgpack-encoded inside the message (the agent encodes it once)."""
     if isinstance(data, bytes):
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        return unpack(data)
     return data if data is not None else {}
 
 
@@ -135,7 +135,7 @@ def _time_out(fut: asyncio.Future[Any]) -> None:
         fut.set_exception(TimeoutError())
 
 
-def _keepalive(sock: zmq.Socket) -> None:
+def _keepalive(sock: zmq.Socket[Any]) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, HWM)
     sock.setsockopt(zmq.RCVHWM, HWM)
@@ -318,8 +318,8 @@ class ZmqManagerLink:
         self.heartbeat_timeout = heartbeat_timeout
         self.endpoint: str | None = None
         self.handler: ManagerHandler | None = None
-        self._ctx: zmq.Context | None = None
-        self._sock: zmq.Socket | None = None
+        self._ctx: zmq.Context[Any] | None = None
+        self._sock: zmq.Socket[Any] | None = None
         self._fd: int | None = None  # the socket's ZMQ_FD, watched by the event loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_scheduled = False
@@ -333,7 +333,7 @@ class ZmqManagerLink:
         self._tasks: list[asyncio.Task[Any]] = []
         self._streams: dict[str, _ManagerStream] = {}  # open streams, by id
         self._closed = False
-        self._monitor: zmq.Socket | None = None  # libzmq's events of the ROUTER (dropped connections)
+        self._monitor: zmq.Socket[Any] | None = None  # libzmq's events of the ROUTER (dropped connections)
         self._dropped = 0  # connections dropped since the last log line
         self._drop_logged_at = -1e9
 
@@ -362,7 +362,7 @@ class ZmqManagerLink:
         self._sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._loop = asyncio.get_running_loop()
-        self._fd = sock.getsockopt(zmq.FD)
+        self._fd = cast(int, sock.getsockopt(zmq.FD))
         self._loop.add_reader(self._fd, self._readable)
         self._watch_disconnects(sock)
         self._tasks = [asyncio.create_task(self._watch_liveness(), name="zmq-manager-liveness")]
@@ -726,7 +726,7 @@ class ZmqManagerLink:
 
     # -- dropped connections ----------------------------------------------------------------------------
 
-    def _watch_disconnects(self, sock: zmq.Socket) -> None:
+    def _watch_disconnects(self, sock: zmq.Socket[Any]) -> None:
         """Log (at most every DROP_LOG_EVERY seconds) when libzmq drops a connection: an agent that closed or
         was cut off, or a peer that sent a message over MAX_MESSAGE_TO_MANAGER bytes (libzmq gives no reason)."""
         try:
@@ -735,7 +735,7 @@ class ZmqManagerLink:
             log.debug("cannot monitor the agent link: %s", e)
             return
         assert self._loop is not None
-        self._loop.add_reader(self._monitor.getsockopt(zmq.FD), self._monitor_readable)
+        self._loop.add_reader(cast(int, self._monitor.getsockopt(zmq.FD)), self._monitor_readable)
         self._loop.call_soon(self._monitor_readable)  # ZMQ_FD is edge-triggered: take what came before
 
     def _monitor_readable(self) -> None:
@@ -764,7 +764,7 @@ class ZmqManagerLink:
             return
         if self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(Exception):
-                self._loop.remove_reader(mon.getsockopt(zmq.FD))
+                self._loop.remove_reader(cast(int, mon.getsockopt(zmq.FD)))
         if self._sock is not None:
             with contextlib.suppress(zmq.ZMQError):
                 self._sock.disable_monitor()
@@ -948,7 +948,7 @@ class ZmqAgentLink:
     def _enqueue(self, name: str, payload: dict[str, Any], ack_wanted: bool) -> int:
         if self._closed:
             raise LinkUnavailable("the agent link is closed")
-        data = msgpack.packb(payload, use_bin_type=True)  # a payload that cannot travel fails here
+        data = pack(payload)  # a payload that cannot travel fails here
         self._seq += 1
         self._events[self._seq] = _Event(name, data, ack_wanted)
         self._buffered_bytes += len(data)
@@ -1100,7 +1100,8 @@ class ZmqAgentLink:
         if self._sock is None or self._closed:
             return False
         try:
-            sent = self._sock.send_multipart([data])
+            # (a future: the socket is an asyncio one)
+            sent = cast("asyncio.Future[Any]", self._sock.send_multipart([data]))
         except zmq.ZMQError as e:
             log.debug("cannot send to the manager: %s", e)
             return False

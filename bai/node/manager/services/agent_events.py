@@ -12,6 +12,7 @@ from typing import Any
 
 from bai.common.background import Background
 from bai.common.clock import Clock
+from bai.common.logs import LogThrottle
 from bai.node.link.messages import (
     Heartbeat,
     JoinAnswer,
@@ -59,6 +60,7 @@ class AgentEvents:
         self.lost_grace = lost_grace
         self.peers = peers  # None: kernels' PeerDial events are refused (by the agent's timeout)
         self._lost: dict[str, asyncio.Task[Any]] = {}  # agent id -> the grace period running out
+        self._unreadable = LogThrottle(log)  # events bai cannot decode: an agent may send them at any rate
 
     async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
         """Record the agent and reconcile its kernels with ours."""
@@ -95,7 +97,7 @@ class AgentEvents:
         try:
             event = decode_event(name, payload)
         except MessageError as e:
-            log.warning("agent %s sent an event bai cannot read (%s): skipped", agent_id, e)
+            self._unreadable(logging.WARNING, "agent %s sent an event bai cannot read (%s): skipped", agent_id, e)
             return
         match event:
             case Heartbeat():

@@ -66,20 +66,19 @@ class Apps:
             raise KernelUnreachable(kernel["agent_id"], str(e)) from None
         except (RemoteError, TimeoutError) as e:
             raise AppFailed(name, str(e) or "the agent did not answer in time", "") from None
-        if not reply.get("ok"):
+        if not reply.ok:
             self.started.discard((kernel["id"], name))
-            raise AppFailed(name, str(reply.get("error") or "unknown error"), str(reply.get("output") or ""))
+            raise AppFailed(name, reply.error or "unknown error", reply.output)
         if len(self.started) > 10_000:  # kernels come and go: forget old ones wholesale, rarely
             self.started.clear()
             self.tokens.clear()
         self.started.add((kernel["id"], name))
-        token = reply.get("token")
-        if isinstance(token, str) and apps.TOKEN.fullmatch(token):
-            self.tokens[(kernel["id"], name)] = token
+        if apps.TOKEN.fullmatch(reply.token):
+            self.tokens[(kernel["id"], name)] = reply.token
         else:
             self.tokens.pop((kernel["id"], name), None)
         self.activity.touch(session["id"])
-        return kernel, sp, bool(reply.get("started"))
+        return kernel, sp, reply.started
 
     def token(self, kernel: dict[str, Any], name: str) -> str:
         """The secret of app `name` in the kernel ("" when it has none, or was not started since the manager
