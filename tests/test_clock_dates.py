@@ -5,11 +5,14 @@ the state keeps of a session is the clock's time. A wall-clock read anywhere in 
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from bai.common.clock import Clock, ManualClock
 from tests.harness import Harness
 
 DATES = [datetime(2020, 1, 1, tzinfo=UTC), datetime(2040, 6, 1, 12, 30, tzinfo=UTC)]
@@ -136,3 +139,32 @@ async def test_every_stamp_of_a_session_is_the_clocks_time(tmp_path: Path, start
         assert info["age"] == round((ended_at - start).total_seconds() * 1000)  # ms, as of the clock's now
         history = await h.store.scheduling_history(created["id"])
         assert history and all(start <= _at(row["first_at"]) <= scheduled_at for row in history)
+
+
+async def test_a_manual_clocks_sleepers_wake_when_it_is_moved_to_their_time(start: datetime) -> None:
+    clock = ManualClock(start)
+    woken: list[str] = []
+
+    async def sleeper(name: str, seconds: float) -> None:
+        await clock.sleep_until(start + timedelta(seconds=seconds))
+        woken.append(name)
+
+    tasks = [asyncio.create_task(sleeper(name, s)) for name, s in (("b", 20), ("a", 10), ("c", 30), ("gone", 15))]
+    await asyncio.sleep(0.01)
+    assert woken == []  # real time passing moves nothing
+    tasks[3].cancel()
+    clock.advance(15)
+    await asyncio.sleep(0)
+    assert woken == ["a"]
+    clock.current = start + timedelta(seconds=30)  # (set, as well as advanced)
+    await asyncio.gather(*tasks[:3])
+    assert woken == ["a", "b", "c"]
+    await clock.sleep_until(start)  # a time that has come: at once
+
+
+async def test_the_system_clock_sleeps_until_the_time_has_come() -> None:
+    clock = Clock()
+    began = time.monotonic()
+    await clock.sleep_until(clock.now() + timedelta(seconds=0.05))
+    assert time.monotonic() - began >= 0.045
+    assert clock.now().tzinfo is UTC
