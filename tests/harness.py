@@ -49,6 +49,7 @@ from bai.node.manager.http.requests import parse_create
 from bai.node.manager.services.hooks import Hooks
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.state import Store
+from bai.node.manager.state.records import NewKeypair, PolicyFields
 
 S = SessionStatus
 CREATE_STEP = 0.001  # seconds the clock moves with each create
@@ -156,7 +157,7 @@ class Harness:
     async def _build(self, cfg: dict[str, Any], store: Store) -> None:
         """As bai/node/main.py start_manager wires the services (without the HTTP app and the loops)."""
         fresh = Keypair.generate()
-        self.admin, _ = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key)
+        self.admin, _ = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key, self.clock.now())
         (self.base / "vfolders").mkdir(exist_ok=True)
         self.vfolders = VFolders(store, {"local": self.base / "vfolders"}, "local")
         self.hub = InprocHub(heartbeat_interval=3600.0)  # heartbeats: when the test sends them
@@ -382,20 +383,16 @@ class Harness:
     async def policy(self, name: str, **fields: Any) -> str:
         """Create a resource policy (fields as `bai policy create` stores them: max_concurrent_sessions,
         total_resource_slots, idle_timeout, max_session_lifetime, …)."""
-        assert await self.store.save_policy(name, fields, create=True), f"policy {name} exists"
+        saved = await self.store.save_policy(name, PolicyFields(**fields), create=True, now=self.clock.now())
+        assert saved, f"policy {name} exists"
         return name
 
     async def keypair(self, user: str, policy: str = "default", *, admin: bool = False) -> str:
         """A new keypair (its access key) following `policy`."""
         fresh = Keypair.generate()
         await self.store.create_keypair(
-            {
-                "access_key": fresh.access_key,
-                "secret_key": fresh.secret_key,
-                "user_id": user,
-                "is_admin": admin,
-                "resource_policy": policy,
-            }
+            NewKeypair(fresh.access_key, fresh.secret_key, user, is_admin=admin, resource_policy=policy),
+            self.clock.now(),
         )
         return fresh.access_key
 
@@ -444,7 +441,7 @@ class Harness:
             request["starts_at"] = starts_at
         owner = owner or self.admin
         keypairs = await self.store.keypairs()
-        is_admin = bool(keypairs[owner]["is_admin"]) if owner in keypairs else False
+        is_admin = keypairs[owner].is_admin if owner in keypairs else False
         req = parse_create(request, self.agents.known_slots, self.defaults, self.images.aliases, self.clock.now())
         row, _ = await self.lifecycle.create(owner, req, is_admin)
         self.clock.advance(CREATE_STEP)  # as real time would: queue order (FIFO) follows creation order

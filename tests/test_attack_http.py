@@ -516,7 +516,7 @@ async def test_an_execute_websocket_that_never_asks_is_closed(tmp_path: Path, mo
             path = "/stream/session/silent-1/execute"
             date = auth.now_header()
             host = f"{client.host}:{client.port}"
-            secret = keypairs[h.admin]["secret_key"]
+            secret = keypairs[h.admin].secret_key
             sig = auth.sign(secret, "GET", path, date, host, "application/octet-stream", API_VERSION)
             headers = {
                 "Date": date,

@@ -246,7 +246,7 @@ async def test_the_cli_and_the_official_client_force_a_session_in_error_to_an_en
                 "LANG": "C.UTF-8",
                 "BACKEND_ENDPOINT": f"http://{client.host}:{client.port}",
                 "BACKEND_ACCESS_KEY": user,
-                "BACKEND_SECRET_KEY": keypairs[user]["secret_key"],
+                "BACKEND_SECRET_KEY": keypairs[user].secret_key,
             }
             bai = [sys.executable, "-m", "bai", "session", "destroy"]
             code, out = await _cli(env, *bai, "by-bai")

@@ -3,10 +3,15 @@ order, fairness, why a session waits, drained agents, scaling groups, agent sele
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from bai.common.problems import Problem
+from bai.node.manager.state.records import PolicyFields
 from tests.harness import Harness
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)  # when these tests' writes are stamped
 
 
 async def placed_on(h: Harness, name: str) -> str:
@@ -205,7 +210,7 @@ async def test_a_keypair_at_its_session_limit_waits_until_the_limit_allows(tmp_p
         info = await h.info("alice-2")
         assert (info["status"], info["statusInfo"]) == ("PENDING", "predicate-checks-failed")
         assert info["statusData"]["scheduler"]["msg"] == f"keypair {alice} has 1/1 concurrent sessions"
-        await h.store.save_policy("one-at-a-time", {"max_concurrent_sessions": 2}, create=False)
+        await h.store.save_policy("one-at-a-time", PolicyFields(max_concurrent_sessions=2), create=False, now=NOW)
         await h.schedule()
         await h.wait("alice-2", "RUNNING")
 

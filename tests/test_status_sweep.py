@@ -129,7 +129,7 @@ async def api_node(tmp_path) -> AsyncIterator[tuple[Harness, Api, dict[str, Call
         await client.start_server()
         try:
             callers = {
-                who: Caller(ak, keypairs[ak]["secret_key"])
+                who: Caller(ak, keypairs[ak].secret_key)
                 for who, ak in (("owner", owner), ("other", other), ("admin", h.admin))
             }
             yield h, Api(client), callers

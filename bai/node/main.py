@@ -221,7 +221,6 @@ async def start_manager(
     manager.background.spawn(_sweep_uploads(vfolders), "vfolder-sweeper")
     services = manager.services
     settings: dict[str, Any] = {  # the HTTP app's settings (make_app)
-        "keypairs": await store.keypairs(),
         "default_resources": {"cpu": str(cfg["session"]["default_cpu"]), "mem": str(cfg["session"]["default_mem"])},
         "cluster": cluster,
         "app_idle_timeout": float(cfg["manager"]["app_idle_timeout"]),

@@ -72,7 +72,9 @@ async def build_manager(
     clock = clock or Clock()
     hubs, wake, metrics = Hubs(), Wakeup(), ManagerMetrics()
     background = Background(logging.getLogger("bai.manager"))
-    agents = Agents(store, link, hubs.changes, wake)
+    agents = Agents(store, link, hubs.changes, wake, clock)
+    if vfolders is not None:
+        vfolders.use_clock(clock)  # (made before the manager, by its caller)
     images = Images(store, agents, admission, dict(cfg["images"]["aliases"]))
     await images.load()
     start_timeout = float(cfg["manager"]["preparing_timeout"])
@@ -124,7 +126,7 @@ async def build_manager(
         runs=runs,
         agents=agents,
         images=images,
-        accounts=Accounts(store),
+        accounts=Accounts(store, clock),
         hubs=hubs,
         logs=KernelLogs(store, hubs.logs),
         metrics=metrics,

@@ -121,7 +121,7 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
         return await handler(request)
     if request.path in request.app[SETTINGS].get("public_paths", ()):  # bound to a token instead
         return await handler(request)
-    keypairs = request.app[SETTINGS]["keypairs"]
+    keypair_of = services_of(request).accounts.active_keypair  # (from memory: no read per request)
     access_key = auth.verify(
         authorization=request.headers.get("Authorization"),
         date=request.headers.get("Date") or request.headers.get("X-BackendAI-Date"),
@@ -130,10 +130,11 @@ async def authenticate(request: web.Request, handler) -> web.StreamResponse:
         host=request.host,
         ctype=request.content_type if "Content-Type" in request.headers else "application/octet-stream",
         version=request.headers.get("X-BackendAI-Version", API_VERSION),
-        lookup_secret=lambda ak: (keypairs.get(ak) or {}).get("secret_key"),
+        lookup_secret=lambda ak: kp.secret_key if (kp := keypair_of(ak)) is not None else None,
     )
     request["access_key"] = access_key
-    request["is_admin"] = bool(keypairs[access_key]["is_admin"])
+    keypair = keypair_of(access_key)
+    request["is_admin"] = keypair is not None and keypair.is_admin
     streams = request.app[STREAMS]
     with streams.serving(access_key):  # at most MAX_REQUESTS_PER_KEYPAIR at once (a 429 beyond)
         if not is_stream(request):
@@ -167,10 +168,10 @@ def session_owner(request: web.Request, body: Any) -> tuple[str, bool]:
     caller = caller_of(request, body)
     if caller.owner is None:
         return caller.access_key, caller.is_admin
-    keypair = request.app[SETTINGS]["keypairs"].get(caller.owner)
+    keypair = services_of(request).accounts.active_keypair(caller.owner)
     if keypair is None:
         raise invalid(f"owner_access_key: keypair {caller.owner} does not exist or is inactive")
-    return caller.owner, bool(keypair["is_admin"])
+    return caller.owner, keypair.is_admin
 
 
 async def create_session(request: web.Request) -> web.Response:

@@ -392,21 +392,21 @@ async def agent_items(agents: Agents, stats: StatsBook | None = None) -> list[di
     for a in await agents.rows():
         items.append(
             {
-                "id": a["id"],
-                "hostname": a["hostname"],
-                "backend": a["backend"],
-                "version": a["version"],
-                "scalingGroup": a["scaling_group"],
-                "status": a["status"] if a["id"] in connected or a["status"] != "ALIVE" else "LOST",
-                "availableSlots": a["slots"],
-                "occupiedSlots": slotlib.to_wire(occupied.get(a["id"], {})),
-                "firstContact": a["first_contact"],
-                "lastSeen": a["last_seen"],
-                "schedulable": agents.record(a["id"]).schedulable,
-                "gpus": _gpus(gpus.get(a["id"])),
+                "id": a.id,
+                "hostname": a.hostname,
+                "backend": a.backend,
+                "version": a.version,
+                "scalingGroup": a.scaling_group,
+                "status": a.status if a.id in connected or a.status != "ALIVE" else "LOST",
+                "availableSlots": dict(a.slots),
+                "occupiedSlots": slotlib.to_wire(occupied.get(a.id, {})),
+                "firstContact": a.first_contact,
+                "lastSeen": a.last_seen,
+                "schedulable": agents.record(a.id).schedulable,
+                "gpus": _gpus(gpus.get(a.id)),
                 # image -> warm kernels ready (kernels started ahead of their sessions), while connected
-                "warm": dict(agents.record(a["id"]).warm) if a["id"] in connected else {},
-                "usage": usages.get(a["id"]),
+                "warm": dict(agents.record(a.id).warm) if a.id in connected else {},
+                "usage": usages.get(a.id),
             }
         )
     return items

@@ -150,16 +150,16 @@ class Dispatcher:
         connected = self.agents.connected()
         agents = [
             AgentState(
-                id=a["id"],
-                scaling_group=a["scaling_group"],
-                capacity=slotlib.from_wire(a["slots"]),
-                occupied=occupied.get(a["id"], {}),
-                vfolder_hosts=self.agents.record(a["id"]).vfolder_hosts,
-                schedulable=self.agents.record(a["id"]).schedulable,
-                gpu_free=gpu_free.get(a["id"], ()),
+                id=a.id,
+                scaling_group=a.scaling_group,
+                capacity=slotlib.from_wire(a.slots),
+                occupied=occupied.get(a.id, {}),
+                vfolder_hosts=self.agents.record(a.id).vfolder_hosts,
+                schedulable=self.agents.record(a.id).schedulable,
+                gpu_free=gpu_free.get(a.id, ()),
             )
             for a in (await store.agent_capacities())[1]
-            if a["status"] == "ALIVE" and a["id"] in connected
+            if a.status == "ALIVE" and a.id in connected
         ]
         # what each keypair holds now
         usage: dict[str, tuple[int, dict[str, Decimal]]] = {}
@@ -173,16 +173,17 @@ class Dispatcher:
         keypair_rows = await store.keypairs(active_only=False)
         keypairs = {}
         for ak in {r["access_key"] for r in pending_rows}:
-            p = policies.get((keypair_rows.get(ak) or {}).get("resource_policy", "default"), {})
+            kp = keypair_rows.get(ak)
+            p = policies.get(kp.resource_policy if kp else "default")
             count, slots = usage.get(ak, (0, {}))
             keypairs[ak] = KeypairState(
                 access_key=ak,
                 policy=ResourcePolicy(
-                    name=p.get("name", "default"),
-                    max_concurrent_sessions=p.get("max_concurrent_sessions", 0),
-                    max_session_networks=p.get("max_session_networks", DEFAULT_SESSION_NETWORKS),
-                    total_resource_slots=slotlib.from_wire(p.get("total_resource_slots")),
-                    default_for_unspecified=p.get("default_for_unspecified", "UNLIMITED"),
+                    name=p.name if p else "default",
+                    max_concurrent_sessions=p.max_concurrent_sessions if p else 0,
+                    max_session_networks=p.max_session_networks if p else DEFAULT_SESSION_NETWORKS,
+                    total_resource_slots=slotlib.from_wire(p.total_resource_slots if p else None),
+                    default_for_unspecified=p.default_for_unspecified if p else "UNLIMITED",
                 ),
                 concurrent_sessions=count,
                 occupied=slots,

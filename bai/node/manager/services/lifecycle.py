@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.clock import Clock
@@ -292,11 +294,12 @@ class SessionLifecycle:
         if key in self._placeable:
             return None
         gpus = self.agents.gpu_devices()
+        rows = [msgspec.structs.asdict(a) for a in agents]  # (the rules read mappings; only when not known)
         if size > 1 and mode != SINGLE_NODE:
-            problem = unplaceable_spread(req.resources, req.scaling_group, agents, gpus, size)
+            problem = unplaceable_spread(req.resources, req.scaling_group, rows, gpus, size)
         else:  # every kernel on one agent
-            problem = unplaceable(req.resources, req.scaling_group, agents, gpus, size)
-        if problem is None and version == self.store.agents_version:
+            problem = unplaceable(req.resources, req.scaling_group, rows, gpus, size)
+        if problem is None and version == self.store.capacities_version():
             self._placeable.add(key)
         return problem
 
@@ -311,7 +314,7 @@ class SessionLifecycle:
     async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[dict[str, Any], bool]:
         groups: set[str] = set()
         if req.scaling_group not in self.admission.groups:  # a group only agents name
-            groups = {a["scaling_group"] for a in (await self.store.agent_capacities())[1]}
+            groups = {a.scaling_group for a in (await self.store.agent_capacities())[1]}
         if problem := admit(self.admission, req, is_admin, groups):
             raise problem
         if self._plain(req) and await self._unplaceable(req) is None:
@@ -946,10 +949,10 @@ class SessionLifecycle:
 
         self.spawn(remove(), f"siblings-{kernel['id']}")
 
-    async def kernel_logs(self, chunks: list[list[str]]) -> None:
+    async def kernel_logs(self, chunks: list[tuple[str, str]]) -> None:
         """Output of kernels (kernel id, text): kept as their sessions' logs, followers told."""
         chunks = [(kid, text) for kid, text in chunks if text]
-        if chunks and await self.full_disk.attempt("kernel logs", self.store.append_logs(chunks)):
+        if chunks and await self.full_disk.attempt("kernel logs", self.store.append_logs(chunks, self.clock.now())):
             for kid in {kid for kid, _ in chunks}:
                 self.logs.notify(kid)
 

@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from bai.common.background import Background
 from bai.common.clock import Clock
 from bai.common.config import duration_seconds
@@ -239,7 +241,7 @@ class Timers:
         """Purge the logs of sessions that ended more than log_retention ago, give free pages back to the
         file system and cut the -wal file back; the kernels whose logs were purged."""
         store = self.store
-        purged = await store.purge_logs((now - timedelta(seconds=self.log_retention or 0)).isoformat())
+        purged = await store.purge_logs(now - timedelta(seconds=self.log_retention or 0), now)
         if purged:
             log.info("purged the logs of %d ended kernel(s)", len(purged))
         await store.reclaim_space(0 if purged else RECLAIM_FREE_PAGES)
@@ -306,9 +308,10 @@ class Timers:
         running = await store.list_sessions(None, [SessionStatus.RUNNING])
         if not running:
             return
-        policies = await store.policies()
+        # (the rules read policies as mappings: the records' fields by name)
+        policies = {name: msgspec.structs.asdict(p) for name, p in (await store.policies()).items()}
         keypairs = await store.keypairs(active_only=False)
-        policy_of = {ak: policies.get(kp["resource_policy"], {}) for ak, kp in keypairs.items()}
+        policy_of = {ak: policies.get(kp.resource_policy, {}) for ak, kp in keypairs.items()}
         ending = expired(running, policy_of, self.activity.last, now, self.activity.busy)
         self.stats.keep_utilization(utilization_window(policies))
         if self.stats.trail_seconds > 0:

@@ -183,7 +183,7 @@ async def _emails(info: GraphQLResolveInfo) -> dict[str, str]:
 
     async def read() -> dict[str, str]:
         rows = await c.services.accounts.keypairs(active_only=False)
-        return {ak: email_of(r["user_id"]) for ak, r in rows.items()}
+        return {ak: email_of(r.user_id) for ak, r in rows.items()}
 
     return await c.cached("emails", read)
 
