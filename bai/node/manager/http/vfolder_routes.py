@@ -473,7 +473,7 @@ async def dotfile_owner(request: web.Request, p: dict[str, Any]) -> str:
     """Whose dotfiles: the caller's, or (admins only) the keypair named by `owner_access_key`."""
     owner = p.get("owner_access_key") or p.get("onwer_access_key")  # (the 23.9 client's list has the typo)
     if owner in (None, "", request["access_key"]):
-        return request["access_key"]
+        return str(request["access_key"])
     if not isinstance(owner, str):
         raise invalid("owner_access_key must be an access key")
     if not request["is_admin"]:

@@ -109,11 +109,11 @@ S, I, B, F = GraphQLString, GraphQLInt, GraphQLBoolean, GraphQLFloat  # noqa: E7
 ID = GraphQLID
 
 
-def L(t: Any) -> GraphQLList:  # noqa: N802 - reads as the type it is
+def L(t: Any) -> GraphQLList[Any]:  # noqa: N802 - reads as the type it is
     return GraphQLList(t)
 
 
-def NN(t: Any) -> GraphQLNonNull:  # noqa: N802
+def NN(t: Any) -> GraphQLNonNull[Any]:  # noqa: N802
     return GraphQLNonNull(t)
 
 
@@ -133,7 +133,7 @@ class Context:
 
     @property
     def access_key(self) -> str:
-        return self.request["access_key"]
+        return str(self.request["access_key"])
 
     @property
     def is_admin(self) -> bool:
@@ -157,7 +157,8 @@ class Context:
 
 
 def ctx(info: GraphQLResolveInfo) -> Context:
-    return info.context
+    context: Context = info.context
+    return context
 
 
 def require_admin(info: GraphQLResolveInfo) -> Context:

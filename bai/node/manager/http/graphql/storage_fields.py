@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from graphql import GraphQLArgument, GraphQLField
@@ -145,7 +146,7 @@ def vfolder_item(row: SeenVFolder) -> dict[str, Any]:
     }
 
 
-def folder_list(which: str):
+def folder_list(which: str) -> Callable[..., Awaitable[dict[str, Any]]]:
     """A resolver of the caller's folders: `all` (own and shared with them), `own`, `invited` (shared
     with them by others), `project` (bai has no project folders: none)."""
 
