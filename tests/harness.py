@@ -146,7 +146,7 @@ class Harness:
 
     async def __aenter__(self) -> Harness:
         cfg = self.cfg
-        self.store = store = await Store.open(self.base / "bai.db")
+        self.store = store = await Store.open(self.base / "bai.db", clock=self.clock)
         try:
             await self._build(cfg, store)
         except BaseException:
