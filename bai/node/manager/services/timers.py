@@ -326,5 +326,5 @@ class Timers:
             row = await store.get_session(session_id)
             if row is not None and row["status"] == SessionStatus.RUNNING:
                 log.info("ending session %s: %s", session_id, reason)
-                ending = self.lifecycle.destroy(row, forced=False, reason=reason)
-                self.spawn(self._quietly("ending sessions past their limits", ending), f"expire-{session_id}")
+                destroying = self.lifecycle.destroy(row, forced=False, reason=reason)
+                self.spawn(self._quietly("ending sessions past their limits", destroying), f"expire-{session_id}")

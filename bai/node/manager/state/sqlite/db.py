@@ -84,6 +84,13 @@ def load_json(text: str) -> Any:
 _json_at: dict[tuple[str, ...], tuple[tuple[int, str], ...]] = {}  # a row's columns -> where its JSON ones are
 
 
+def decode(row: sqlite3.Row) -> dict[str, Any]:
+    """A row that is there, as a dict, its JSON columns decoded."""
+    out = decode_row(row)
+    assert out is not None
+    return out
+
+
 def decode_row(row: sqlite3.Row | None) -> dict[str, Any] | None:
     """A row as a dict, its JSON columns decoded."""
     if row is None:

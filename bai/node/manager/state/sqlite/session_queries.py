@@ -10,7 +10,7 @@ from typing import Any
 
 from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
 from bai.node.manager.state.records import stamp
-from bai.node.manager.state.sqlite.db import Queries, decode_row
+from bai.node.manager.state.sqlite.db import Queries, decode, decode_row
 
 # for each target, the statuses a session may move to it from (the lifecycle's legal moves; not the target itself)
 _LEGAL_FROM: dict[SessionStatus, frozenset[SessionStatus]] = {
@@ -101,8 +101,8 @@ def _transition(
     if kernels_out is not None:
         if updates:  # (changed again since: read them as they are now)
             rows = conn.execute("SELECT * FROM kernels WHERE session_id=?", (session_id,)).fetchall()
-        kernels_out.extend(sorted((decode_row(r) for r in rows), key=cluster_order))
-    return decode_row(moved[0])
+        kernels_out.extend(sorted((decode(r) for r in rows), key=cluster_order))
+    return decode(moved[0])
 
 
 def cluster_order(kernel: dict[str, Any]) -> tuple[bool, int]:
@@ -256,7 +256,7 @@ class Sessions(Queries):
         def fn(conn: sqlite3.Connection) -> str | None:
             taken = _live_named(conn, session["access_key"], session["name"])
             if taken is not None:
-                return taken["id"]
+                return str(taken["id"])
             _insert_session(conn, session, kernels)
             return None
 
@@ -421,7 +421,7 @@ class Sessions(Queries):
 
         def fn(conn: sqlite3.Connection) -> int:
             sql = f"SELECT COUNT(*) FROM sessions WHERE access_key = ? AND status IN ({','.join('?' * len(values))})"
-            return conn.execute(sql, (access_key, *values)).fetchone()[0]
+            return int(conn.execute(sql, (access_key, *values)).fetchone()[0])
 
         return await self.db.run(fn)
 
@@ -429,11 +429,11 @@ class Sessions(Queries):
         """The sessions with these ids (those that exist), in one read."""
 
         def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            out = []
+            out: list[dict[str, Any]] = []
             for start in range(0, len(session_ids), 500):  # stay under SQLite's parameter limit
                 chunk = session_ids[start : start + 500]
                 sql = f"SELECT * FROM sessions WHERE id IN ({','.join('?' * len(chunk))})"
-                out.extend(decode_row(r) for r in conn.execute(sql, chunk).fetchall())
+                out.extend(decode(r) for r in conn.execute(sql, chunk).fetchall())
             return out
 
         return await self.db.run(fn)
@@ -461,7 +461,7 @@ class Sessions(Queries):
             if active_only:
                 sql += f" AND status IN ({','.join(repr(s.value) for s in ACTIVE_STATUSES)})"
             params = {"ref": ref, "names": access_key, "ids": id_owner}
-            return [decode_row(r) for r in conn.execute(sql + " ORDER BY seq DESC", params).fetchall()]
+            return [decode(r) for r in conn.execute(sql + " ORDER BY seq DESC", params).fetchall()]
 
         return await self.db.run(fn)
 
@@ -481,7 +481,7 @@ class Sessions(Queries):
                 params.extend(values)
             where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
             sql = f"SELECT * FROM sessions {where} ORDER BY seq {'DESC' if newest else ''} LIMIT ?"
-            return [decode_row(r) for r in conn.execute(sql, (*params, limit)).fetchall()]
+            return [decode(r) for r in conn.execute(sql, (*params, limit)).fetchall()]
 
         return await self.db.run(fn)
 
@@ -516,7 +516,7 @@ class Sessions(Queries):
                     chunk,
                 ).fetchall()
                 for r in rows:
-                    out.setdefault(r["session_id"], []).append(decode_row(r))
+                    out.setdefault(r["session_id"], []).append(decode(r))
             return out
 
         return await self.db.run(fn)
@@ -530,7 +530,7 @@ class Sessions(Queries):
             if agent_id is not None:
                 sql += " AND agent_id = ?"
                 params.append(agent_id)
-            return [decode_row(r) for r in conn.execute(sql, params).fetchall()]
+            return [decode(r) for r in conn.execute(sql, params).fetchall()]
 
         return await self.db.run(fn)
 
@@ -559,7 +559,7 @@ class Sessions(Queries):
     async def transitions_of(self, session_id: str) -> list[dict[str, Any]]:
         return await self.db.run(
             lambda conn: [
-                decode_row(r)
+                decode(r)
                 for r in conn.execute(
                     "SELECT status, status_info, status_data, at FROM session_transitions "
                     "WHERE session_id=? ORDER BY rowid",
@@ -599,7 +599,9 @@ class Sessions(Queries):
         """Record why a PENDING session is still pending (no status change, no transition row)."""
         await self.set_status_info(session_id, "PENDING", info, data)
 
-    async def set_status_info(self, session_id: str, status: str, info: str, data: dict[str, Any]) -> dict | None:
+    async def set_status_info(
+        self, session_id: str, status: str, info: str, data: dict[str, Any]
+    ) -> dict[str, Any] | None:
         """Update the status info and data of a session still in `status` (no transition); its row, or None."""
 
         def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
