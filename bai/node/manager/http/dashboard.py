@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import math
 from bisect import bisect_right
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -46,6 +47,8 @@ from bai.node.manager.http.context import services_of, session_of
 from bai.node.manager.http.represent import SessionView, agent_items
 from bai.node.manager.http.sse import EventStream, first_of
 from bai.node.manager.services import Services
+from bai.node.manager.services.hubs import Event
+from bai.node.manager.services.runs import Run
 from bai.node.manager.services.stats_book import StatsBook
 
 TOPICS = {"sessions", "agents", "logs"}
@@ -105,7 +108,7 @@ async def _cluster(services: Services, stream: EventStream, owner: str | None, f
             {"now": utc_now().isoformat(), "sessions": list(sent_sessions.values()), "agents": agents},
         )
 
-        async def pump(queue: asyncio.Queue, handler) -> None:
+        async def pump(queue: asyncio.Queue[Event], handler: Callable[[str, dict[str, Any]], None]) -> None:
             while True:
                 handler(*await queue.get())
 
@@ -205,12 +208,19 @@ async def _logs(
 class _RunMarks:
     """The `run` events of one logs stream: which are due, given how far the output sent has come."""
 
-    def __init__(self, runs_of, session_id: str, kernel_id: str, start: int, resumed_at: str | None = None) -> None:
+    def __init__(
+        self,
+        runs_of: Callable[[str, str], list[Run]],
+        session_id: str,
+        kernel_id: str,
+        start: int,
+        resumed_at: str | None = None,
+    ) -> None:
         self.runs_of, self.session_id, self.kernel_id, self.start = runs_of, session_id, kernel_id, start
         self.resumed_at = resumed_at
         self.sent: dict[int, dict[str, Any]] = {}  # run number -> its event as last sent
 
-    def _runs(self) -> list:
+    def _runs(self) -> list[Run]:
         runs = self.runs_of(self.session_id, self.kernel_id)
         # of the runs that started before the first chunk sent, only the last (its output may follow);
         # resuming, only if the client may not know its end (it had its event, and any end before its last chunk)

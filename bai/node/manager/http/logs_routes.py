@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -106,7 +108,12 @@ def purged_line(purged_at: str) -> str:
 
 
 async def serve_logs(
-    request: web.Request, logs: KernelLogs, reads: SessionReads, row: dict, kernel: dict, query: LogQuery
+    request: web.Request,
+    logs: KernelLogs,
+    reads: SessionReads,
+    row: dict[str, Any],
+    kernel: dict[str, Any],
+    query: LogQuery,
 ) -> web.StreamResponse:
     kernel_id = kernel["id"]
     state = await logs.state(kernel_id)
@@ -157,6 +164,6 @@ async def serve_logs(
     return response
 
 
-def _escaped(chunks: list[tuple]) -> bytes:
+def _escaped(chunks: Sequence[tuple[Any, ...]]) -> bytes:
     """The chunks' text as the inside of a JSON string (ASCII, so pieces join into one valid string)."""
     return "".join(json.dumps(c[1])[1:-1] for c in chunks).encode()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from bai.common.problems import Problem
 
@@ -45,7 +46,7 @@ class OpenStreams:
     def __init__(self, limit: int = MAX_STREAMS_PER_KEYPAIR, requests: int = MAX_REQUESTS_PER_KEYPAIR) -> None:
         self.limit = limit
         self.requests_limit = requests
-        self._tasks: dict[str, set[asyncio.Task]] = {}
+        self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._requests: dict[str, int] = {}  # requests being served, per keypair
 
     @contextlib.contextmanager

@@ -146,7 +146,8 @@ class SessionView:
 
     @property
     def depends_on(self) -> list[str]:
-        return self.row["config"].get("depends_on", [])
+        depends_on: list[str] = self.row["config"].get("depends_on", [])
+        return depends_on
 
     def live_sample(self, kernel: dict[str, Any]) -> dict[str, Any] | None:
         """The kernel's latest statistics sample while it lives (None before the first)."""

@@ -257,7 +257,7 @@ class LimitedRequestHandler(RequestHandler):
             self._limits.header_timeout,
         )
         msg = f"no complete request head within {self._limits.header_timeout:g} seconds"
-        self.transport.write(_refusal(408, "Request Timeout", "Request timeout.", msg))  # type: ignore[attr-defined]
+        self.transport.write(_refusal(408, "Request Timeout", "Request timeout.", msg))
         self.force_close()
 
     def log_exception(self, *args: Any, **kw: Any) -> None:

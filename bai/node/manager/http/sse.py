@@ -81,10 +81,12 @@ class EventStream:
     async def gone(self) -> None:
         """Raises ConnectionError once the client's connection closed: a quiet stream whose client left
         ends within GONE_CHECK seconds (not at its next write), and so gives its keypair's place back."""
-        if self.transport is None:  # not known (a stream not opened from a request): nothing to watch
-            await asyncio.get_running_loop().create_future()
-        while not self.transport.is_closing():  # noqa: ASYNC110 (aiohttp offers no event for a closed peer)
-            await asyncio.sleep(GONE_CHECK)
+        transport = self.transport
+        if transport is None:  # not known (a stream not opened from a request): nothing to watch
+            await asyncio.get_running_loop().create_future()  # never done: waits until cancelled
+        else:
+            while not transport.is_closing():  # noqa: ASYNC110 (aiohttp offers no event for a closed peer)
+                await asyncio.sleep(GONE_CHECK)
         raise ConnectionError("the client went away")
 
     async def serve(self, *producers: Awaitable[Any]) -> bool:

@@ -16,6 +16,8 @@ import base64
 import binascii
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
@@ -96,7 +98,12 @@ async def ended(state: SessionState, session_id: str) -> str | None:
     return f"session {current['name']} ended{info}"
 
 
-async def relay(ws: web.WebSocketResponse, stream: LinkStream, touch, why_ended) -> None:
+async def relay(
+    ws: web.WebSocketResponse,
+    stream: LinkStream,
+    touch: Callable[[], object],
+    why_ended: Callable[[], Awaitable[str | None]],
+) -> None:
     """Client frames to the stream, stream frames to the client, until either ends; when the session
     ended under the terminal, the client is told so."""
 
@@ -172,7 +179,7 @@ def _whole(value: object) -> int | None:
     return None
 
 
-def decode_frame(text: str) -> dict | None:
+def decode_frame(text: str) -> dict[str, Any] | None:
     """A client's text frame → the link stream's frame (None: nothing to send, e.g. a ping), or FrameError."""
     try:
         frame = safejson.loads(text, max_bytes=MAX_FRAME, max_depth=4, what="a frame")
@@ -190,13 +197,12 @@ def decode_frame(text: str) -> dict | None:
         except (binascii.Error, ValueError):
             raise FrameError("stdin chars must be base64") from None
     if kind == "resize":
-        rows, cols = frame.get("rows"), frame.get("cols")
-        size = _whole(rows), _whole(cols)
-        if None in size:
+        rows, cols = _whole(frame.get("rows")), _whole(frame.get("cols"))
+        if rows is None or cols is None:
             raise FrameError("resize needs whole rows and cols")
-        if not all(1 <= n <= MAX_SIZE for n in size):
+        if not (1 <= rows <= MAX_SIZE and 1 <= cols <= MAX_SIZE):
             raise FrameError(f"resize rows and cols must be between 1 and {MAX_SIZE}")
-        return {"t": "resize", "rows": size[0], "cols": size[1]}
+        return {"t": "resize", "rows": rows, "cols": cols}
     return None  # ping, restart (a terminal is restarted by opening a new one), and kinds bai does not know
 
 

@@ -297,7 +297,7 @@ def _times(slots: dict[str, Decimal], count: int) -> dict[str, Decimal]:
     return {name: amount * count for name, amount in slots.items()}
 
 
-def _history(session_id: str, outcome: str, info: str, msg: str, agents: str, failed: list) -> dict[str, Any]:
+def _history(session_id: str, outcome: str, info: str, msg: str, agents: str, failed: list[Any]) -> dict[str, Any]:
     return {
         "session_id": session_id,
         "outcome": outcome,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 Event = tuple[str, dict[str, Any]]
+# A stored log chunk: a row whose first item is its seq.
+ChunkT = TypeVar("ChunkT", bound=tuple[Any, ...])
 
 # Events a subscriber may have waiting: one that reads slower than the node publishes (an event stream
 # whose client stopped reading) is dropped past this instead of holding a copy of every later event.
@@ -52,7 +54,7 @@ class EventHub:
                 q.put_nowait(("lagged", {}))
 
     @contextlib.contextmanager
-    def subscribe(self):
+    def subscribe(self) -> Iterator[Subscription]:
         q = Subscription(self.backlog)
         self._subscribers.add(q)
         try:
@@ -63,7 +65,7 @@ class EventHub:
     async def wait_for(
         self,
         session_id: str,
-        current: Callable[[], Any],
+        current: Callable[[], Awaitable[dict[str, Any] | None]],
         done: Callable[[dict[str, Any]], bool],
         timeout: float | None,
     ) -> dict[str, Any] | None:
@@ -101,7 +103,13 @@ class LogHub:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
-    async def follow(self, read, kernel_id: str, is_over, after: int = 0) -> AsyncIterator[list[tuple]]:
+    async def follow(
+        self,
+        read: Callable[[str, int], Awaitable[list[ChunkT]]],
+        kernel_id: str,
+        is_over: Callable[[], Awaitable[bool]],
+        after: int = 0,
+    ) -> AsyncIterator[list[ChunkT]]:
         """Yield batches of stored chunks after chunk `after` (rows of `read(kernel_id, after)`, each
         starting with its seq), then new ones as they are stored, until `is_over()` says the kernel is
         gone and everything stored was yielded."""

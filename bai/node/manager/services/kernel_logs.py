@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import cast
 
 from bai.node.manager.services.hubs import LogHub
 from bai.node.manager.state.protocols import LogState
@@ -57,7 +56,7 @@ class KernelLogs:
             return await self.stored.read_log_chunks(kernel, last, limit=limit)
 
         async for chunks in self.hub.follow(read, kernel_id, is_over, after):
-            yield cast(list[Chunk], chunks)  # (the rows `read` gave)
+            yield chunks
 
 
 async def newest_seq(state: LogState, kernel_id: str) -> int:

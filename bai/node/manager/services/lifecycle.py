@@ -230,7 +230,9 @@ class SessionLifecycle:
 
     # -- state changes ------------------------------------------------------------------------
 
-    async def transition(self, session_id: str, target: SessionStatus, info: str = "", data=None, **kw) -> Any:
+    async def transition(
+        self, session_id: str, target: SessionStatus, info: str = "", data: dict[str, Any] | None = None, **kw: Any
+    ) -> dict[str, Any] | None:
         final = target in FINAL_STATS and session_id in self.stats.sessions
         if final:  # the kernels' last samples are stored with the move (their last_stat)
             updates = dict(kw.get("kernel_updates") or {})
@@ -364,10 +366,10 @@ class SessionLifecycle:
             same = await self.store.get_session(taken)
             assert same is not None
             return self._reuse(same, req)
-        row = await self.store.get_session(session_id)
-        assert row is not None
-        self._enqueued(row)
-        return row, True
+        new = await self.store.get_session(session_id)
+        assert new is not None
+        self._enqueued(new)
+        return new, True
 
     def _enqueued(self, row: dict[str, Any]) -> None:
         """A new session is stored: say so, and have the dispatcher look (one round for many arrivals)."""
@@ -589,6 +591,7 @@ class SessionLifecycle:
                     "service_ports": json.dumps(r.service_ports),
                 }
                 for k, r in zip(kernels, results, strict=True)
+                if not isinstance(r, BaseException)  # all of them: a failure returned above
             },
         )
         if started is None:
@@ -718,11 +721,12 @@ class SessionLifecycle:
             moved = await self.transition(sid, S.CANCELLED, info, {}, allowed_from=[status])
             return None if moved is None else {}
         if target == S.TERMINATED:  # TERMINATING, ERROR: no move before the kernels are removed
-            row: dict[str, Any] | None = session
+            row = session
         else:
-            row = await self.transition(sid, S.TERMINATING, info, {}, allowed_from=[status])
-            if row is None:
+            terminating = await self.transition(sid, S.TERMINATING, info, {}, allowed_from=[status])
+            if terminating is None:
                 return None
+            row = terminating
         if status == S.ERROR:
             log.info(
                 "session %s (ERROR, %s) is destroyed by force: its kernels are removed", sid, session["status_info"]

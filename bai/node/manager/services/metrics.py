@@ -60,8 +60,8 @@ class ManagerMetrics:
             if a["status"] == "ALIVE":
                 cap = slotlib.add(cap, slotlib.from_wire(a["availableSlots"]))
                 used = slotlib.add(used, slotlib.from_wire(a["occupiedSlots"]))
-        for status, n in by_status.items():
-            self.agents.labels(status).set(n)
+        for agent_status, n in by_status.items():
+            self.agents.labels(agent_status).set(n)
         for slot in set(cap) | set(used):
             self.capacity.labels(slot).set(float(cap.get(slot, 0)))
             self.used.labels(slot).set(float(used.get(slot, 0)))

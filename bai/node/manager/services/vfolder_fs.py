@@ -16,6 +16,7 @@ import os
 import re
 import stat as _stat
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -367,7 +368,7 @@ def _open_regular(dir_fd: int, name: str) -> int | None:
     return fd
 
 
-def _walk(root: Path, base: tuple[str, ...] = ()):
+def _walk(root: Path, base: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], int, str, os.stat_result]]:
     """(parts relative to base, dir fd, name, lstat) of everything under root/base, each directory
     before what it holds and the entries of one directory together; links are never followed. A dir
     fd is valid until the next item; one directory is open at a time (no limit on width or depth)."""

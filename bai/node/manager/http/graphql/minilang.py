@@ -189,7 +189,7 @@ def _compare(name: str, op: str, value: Any) -> Predicate:
             return op == "!="
         a, b = pair
         try:
-            return {
+            holds: bool = {
                 "==": a == b,
                 "!=": a != b,
                 "<": a < b,
@@ -197,6 +197,7 @@ def _compare(name: str, op: str, value: Any) -> Predicate:
                 "<=": a <= b,
                 ">=": a >= b,
             }[op]
+            return holds
         except TypeError:
             return False
 
