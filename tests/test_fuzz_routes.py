@@ -341,3 +341,43 @@ def test_a_nul_in_an_uploaded_file_name_is_4xx(node, keys) -> None:
     finally:
         conn.close()
     assert status == 400 and "invalid-api-params" in answer, answer  # signed right, refused for the name
+
+
+def test_a_nested_multipart_upload_is_4xx(node, keys) -> None:
+    """A part that is itself a multipart body is no file: a 400, not a 500 (it has no filename to read)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    from bai import API_VERSION
+    from bai.common import auth
+
+    outer, inner = "fuzzouter", "fuzzinner"
+    body = (
+        f'--{outer}\r\nContent-Disposition: form-data; name="src"\r\n'
+        f"Content-Type: multipart/mixed; boundary={inner}\r\n\r\n"
+        f'--{inner}\r\nContent-Disposition: attachment; filename="a.py"\r\n'
+        f"Content-Type: application/octet-stream\r\n\r\nprint(1)\r\n--{inner}--\r\n"
+        f"\r\n--{outer}--\r\n"
+    ).encode()
+    access, secret = keys["admin"]
+    host, path = urlsplit(node.endpoint).netloc, "/session/upload-target/upload"
+    date = auth.now_header()
+    sig = auth.sign(secret, "POST", path, date, host, "multipart/form-data", API_VERSION)
+    conn = http.client.HTTPConnection(host, timeout=30)
+    try:
+        conn.request(
+            "POST",
+            path,
+            body=body,
+            headers={
+                "Date": date,
+                "X-BackendAI-Version": API_VERSION,
+                "Authorization": auth.authorization_header(access, sig),
+                "Content-Type": f"multipart/form-data; boundary={outer}",
+            },
+        )
+        resp = conn.getresponse()
+        status, answer = resp.status, resp.read().decode()
+    finally:
+        conn.close()
+    assert status == 400 and "nested multipart" in answer, answer

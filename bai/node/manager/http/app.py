@@ -12,8 +12,9 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote
 
-from aiohttp import MultipartWriter, WSCloseCode, WSMsgType, web
+from aiohttp import BodyPartReader, MultipartWriter, WSCloseCode, WSMessage, WSMsgType, web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Handler
 
 from bai import API_VERSION, __version__
 from bai.common import auth
@@ -50,6 +51,7 @@ from bai.node.manager.http.sse import SPACED, EventStream
 from bai.node.manager.http.terminal_routes import add_terminal_routes
 from bai.node.manager.services import Services
 from bai.node.manager.services.diskfull import describe, insufficient_storage, is_disk_full
+from bai.node.manager.services.hubs import Event
 from bai.node.manager.services.kernel_ops import require_running
 from bai.node.manager.services.metrics import exposition
 from bai.node.manager.services.stats_book import stored_stat
@@ -65,7 +67,7 @@ IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._/-]{0,127}:[A-Za-z0-9_][A-Za-z0-9_.-]
 
 
 @web.middleware
-async def errors(request: web.Request, handler) -> web.StreamResponse:
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except Problem as p:
@@ -116,7 +118,7 @@ def gone_response(request: web.Request) -> web.StreamResponse:
 
 
 @web.middleware
-async def authenticate(request: web.Request, handler) -> web.StreamResponse:
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if (request.method, request.path) in PUBLIC and "Authorization" not in request.headers:
         return await handler(request)
     if request.path in request.app[SETTINGS].get("public_paths", ()):  # bound to a token instead
@@ -329,6 +331,8 @@ async def _uploaded_files(request: web.Request, take: Callable[[int], None]) -> 
     try:
         reader = await request.multipart()
         while (part := await body_chunk(reader.next)) is not None:
+            if not isinstance(part, BodyPartReader):  # a multipart inside the multipart
+                raise invalid("an upload's parts are files: a nested multipart body is not taken")
             # aiohttp's clients (the official one, bai's) percent-encode the file name: dir/file is dir%2Ffile
             name = unquote(part.filename or "", errors="strict") if part.filename else ""
             path = PurePosixPath(name)
@@ -483,7 +487,7 @@ class InputQueue:
     def __bool__(self) -> bool:
         return bool(self._items)
 
-    def put(self, msg) -> None:
+    def put(self, msg: WSMessage) -> None:
         text = msg.data if msg.type == WSMsgType.TEXT else None  # a binary frame: the end of the input
         size = len(text.encode(errors="surrogatepass")) if text is not None else 0
         if size > EXECUTE_MAX_INPUT:
@@ -507,7 +511,7 @@ def _error_frame(msg: str) -> dict[str, Any]:
     return {"status": "error", "msg": msg, "console": [], "exitCode": None}
 
 
-def _first_frame(first, request: web.Request) -> tuple[str, str, dict[str, Any], Any, Any]:
+def _first_frame(first: WSMessage, request: web.Request) -> tuple[str, str, dict[str, Any], Any, Any]:
     """(mode, code, options, run id, kernel ref) of the execute WebSocket's first frame, or a Problem."""
     if first.type != WSMsgType.TEXT:
         raise invalid("the first frame must be a text frame holding a JSON object")
@@ -520,7 +524,7 @@ def _first_frame(first, request: web.Request) -> tuple[str, str, dict[str, Any],
     return mode, code, options, run_id, kernel
 
 
-def _gone(msg) -> bool:
+def _gone(msg: WSMessage) -> bool:
     """The client went away (or broke the protocol: aiohttp has closed with a code saying why)."""
     return msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY)
 
@@ -534,7 +538,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
     receiving = asyncio.ensure_future(ws.receive())
     finished = False
     run_id = None
-    call: asyncio.Future | None = None
+    call: asyncio.Future[dict[str, Any]] | None = None
     try:
         try:
             first = await asyncio.wait_for(asyncio.shield(receiving), EXECUTE_FIRST_FRAME_TIMEOUT)
@@ -663,7 +667,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
             data.update(kernelId=kernel["id"], clusterRole=kernel["cluster_role"], clusterIdx=kernel["cluster_idx"])
         await stream.send(name, data)
 
-    async def events(queue: asyncio.Queue) -> None:
+    async def events(queue: asyncio.Queue[Event]) -> None:
         while True:
             name, row = await queue.get()
             if (only is not None and row["id"] != only) or (owner is not None and row["access_key"] != owner):

@@ -7,7 +7,7 @@ import contextlib
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -118,7 +118,10 @@ def body_budget() -> Iterator[Callable[[int], None]]:
         BODIES.used -= taken
 
 
-async def body_chunk(read: Callable[[], Awaitable[bytes]]) -> bytes:
+Piece = TypeVar("Piece")  # what a body's reader gives: bytes, or a multipart reader's next part
+
+
+async def body_chunk(read: Callable[[], Awaitable[Piece]]) -> Piece:
     """The next piece of a body from `read()`; a 408 Problem when none comes for BODY_IDLE_TIMEOUT seconds."""
     try:
         async with asyncio.timeout(BODY_IDLE_TIMEOUT):

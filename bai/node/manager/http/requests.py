@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal, overload
 
 from bai.common import slots as slotlib
 from bai.common.cluster import MAX_CLUSTER_SIZE, MODES, SINGLE_NODE
@@ -339,6 +339,10 @@ def parse_execute(body: Any, default_mode: str | None = None) -> tuple[str, str,
     return mode, code, options
 
 
+@overload
+def parse_run_id(value: Any, *, new: Literal[True] = True) -> str: ...
+@overload
+def parse_run_id(value: Any, *, new: bool) -> str | None: ...
 def parse_run_id(value: Any, *, new: bool = True) -> str | None:
     """A run id from a client (Backend.AI's runId): a short printable string. Missing: a fresh one when
     `new`, else None."""

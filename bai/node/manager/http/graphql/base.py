@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from graphql import (
@@ -38,6 +38,8 @@ DEFAULT_DOMAIN = "default"
 DEFAULT_GROUP = "default"
 # the default group/project's id: Backend.AI's groups are UUIDs, so the one group gets a fixed one
 DEFAULT_GROUP_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "bai:group:default"))
+
+Cached = TypeVar("Cached")  # what a request-wide cache entry holds
 
 
 def user_uuid(user_id: str) -> str:
@@ -150,10 +152,11 @@ class Context:
             raise GraphQLError(f"keypair {self.access_key} does not exist or is inactive")
         return keypair
 
-    async def cached(self, key: str, make: Callable[[], Any]) -> Any:
+    async def cached(self, key: str, make: Callable[[], Awaitable[Cached]]) -> Cached:
         if key not in self.cache:
             self.cache[key] = await make()
-        return self.cache[key]
+        value: Cached = self.cache[key]  # what `make` gave for this key
+        return value
 
 
 def ctx(info: GraphQLResolveInfo) -> Context:

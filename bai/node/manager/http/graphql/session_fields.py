@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from graphql import GraphQLArgument, GraphQLField, GraphQLResolveInfo
+from graphql import GraphQLArgument, GraphQLField, GraphQLObjectType, GraphQLResolveInfo
 
 from bai.common.status import SessionStatus
 from bai.node.manager.http.graphql.base import (
@@ -72,7 +72,7 @@ ComputeContainer = obj(
     },
 )
 
-ComputeSession = obj(
+ComputeSession: GraphQLObjectType = obj(
     "ComputeSession",
     lambda: {
         "id": UUID,
