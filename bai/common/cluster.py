@@ -24,9 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 SINGLE_NODE = "single-node"
 MULTI_NODE = "multi-node"
@@ -80,9 +79,19 @@ def kernel_name(role: str, idx: int) -> str:
     return f"{role}{idx}"
 
 
-def kernel_name_of(kernel: Mapping[str, Any]) -> str:
-    """The name of a kernel row (its `cluster_role` and `cluster_idx`)."""
-    return kernel_name(kernel["cluster_role"], kernel["cluster_idx"])
+class ClusterPlace(Protocol):
+    """What has a place in a cluster: a kernel's record."""
+
+    @property
+    def cluster_role(self) -> str: ...
+
+    @property
+    def cluster_idx(self) -> int: ...
+
+
+def kernel_name_of(kernel: ClusterPlace) -> str:
+    """The name of a kernel (from its `cluster_role` and `cluster_idx`)."""
+    return kernel_name(kernel.cluster_role, kernel.cluster_idx)
 
 
 @dataclass(frozen=True)

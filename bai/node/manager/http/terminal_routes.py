@@ -28,7 +28,7 @@ from bai.node.link.streams import MAX_FRAME as LINK_FRAME
 from bai.node.link.streams import LinkStream, StreamClosed
 from bai.node.manager.http.context import services_of, session_of
 from bai.node.manager.http.requests import parse_kernel_ref
-from bai.node.manager.services.session_reads import SessionState
+from bai.node.manager.state.protocols import SessionReadState
 
 log = logging.getLogger("bai.api.terminal")
 MAX_FRAME = 1024 * 1024  # bytes of one client frame (a paste of 768 KiB, base64-encoded)
@@ -87,7 +87,7 @@ async def pty(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def ended(state: SessionState, session_id: str) -> str | None:
+async def ended(state: SessionReadState, session_id: str) -> str | None:
     """Why the session is over, if it is, or is ending (its terminals end with it)."""
     current = await state.get_session(session_id)
     if current is None:

@@ -17,7 +17,8 @@ from bai.node.manager.services.kernel_ops import KernelOps
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.runs import RunHistory
-from bai.node.manager.services.session_reads import SessionReads, SessionState
+from bai.node.manager.services.session_reads import SessionReads
+from bai.node.manager.state.protocols import SessionReadState
 from bai.node.manager.services.stats_book import StatsBook
 from bai.node.manager.services.vfolder_service import VFolders
 
@@ -29,7 +30,7 @@ class Services:
     lifecycle: SessionLifecycle  # create, destroy
     kernel_ops: KernelOps  # execute, interrupt, terminals, files, restart, commit, rename
     reads: SessionReads  # which session a request names, its kernels, dependency graph, status history
-    state: SessionState  # the state layer's session reads (handlers only read)
+    state: SessionReadState  # the state layer's session reads (handlers only read)
     activity: Activity  # terminals and app tunnels in use keep their sessions from idling
     runs: RunHistory  # each session's runs (the log view's separators)
     agents: Agents

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
+from bai.common.status import SessionStatus
+
 from bai.node.manager.state.records import (
     Agent,
     AgentCapacity,
@@ -19,21 +21,139 @@ from bai.node.manager.state.records import (
     FolderShare,
     ImageAlias,
     Invitation,
+    Kernel,
+    KernelChanges,
     Keypair,
     LogChunk,
     LogKept,
     LogPage,
     LogTail,
     NewAgent,
+    NewKernel,
     NewKeypair,
+    NewSession,
     NewVFolder,
     Policy,
     PolicyFields,
+    SchedulingAttempt,
     SeenVFolder,
+    Session,
+    Transition,
     VFolder,
 )
 
-# SessionState (sessions and kernels) is the sessions part's: it goes here beside the others.
+
+class SessionReadState(Protocol):
+    """The reads of sessions and kernels (what HTTP handlers may do: they never write)."""
+
+    async def get_session(self, session_id: str) -> Session | None: ...
+
+    async def list_sessions(
+        self, access_key: str | None, statuses: Iterable[SessionStatus] | None, limit: int = -1, newest: bool = False
+    ) -> list[Session]:
+        """In queue order (`newest`: the latest first); `limit` -1: all."""
+        ...
+
+    async def find_sessions(
+        self, ref: str, access_key: str | None, *, active_only: bool, ids_of: str | None | bool = True
+    ) -> list[Session]:
+        """Whose id (or an id prefix of 8+ characters) or name is `ref`, newest first; names among
+        `access_key`'s sessions (None: anyone's), ids among `ids_of`'s (True: the same; None: anyone's)."""
+        ...
+
+    async def sessions_by_ids(self, session_ids: list[str]) -> list[Session]: ...
+
+    async def count_sessions_by_status(self) -> dict[str, int]: ...
+
+    async def count_sessions_of(self, access_key: str, statuses: Iterable[SessionStatus]) -> int: ...
+
+    async def kernels_of(self, session_id: str) -> list[Kernel]:
+        """In cluster order: main1, sub1, sub2 …"""
+        ...
+
+    async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[Kernel]]: ...
+
+    async def get_kernel(self, kernel_id: str) -> Kernel | None: ...
+
+    async def transitions_of(self, session_id: str) -> list[Transition]: ...
+
+    async def scheduling_history(self, session_id: str) -> list[SchedulingAttempt]: ...
+
+
+class SessionState(SessionReadState, Protocol):
+    """Sessions and their kernels: creation, transitions (one transaction each, checked against the lifecycle's
+    legal moves), scheduling rounds and their history, and the reads above."""
+
+    async def create_session(self, session: NewSession, kernels: list[NewKernel]) -> str | None:
+        """Insert a PENDING session and its kernels; when its owner has a live session of that name, nothing,
+        and that session's id."""
+        ...
+
+    async def create_or_get_session(self, session: NewSession, kernels: list[NewKernel]) -> tuple[Session, bool]:
+        """(the new session, True), or (the owner's live session of that name, False) and nothing inserted."""
+        ...
+
+    async def transition(
+        self,
+        session_id: str,
+        target: SessionStatus,
+        status_info: str = "",
+        status_data: dict[str, Any] | None = None,
+        *,
+        allowed_from: Iterable[SessionStatus] | None = None,
+        kernel_updates: dict[str, KernelChanges] | None = None,
+        result: str | None = None,
+        now: datetime,
+    ) -> Session | None:
+        """Move a session (and its kernels, with their own changes) to `target` at `now`: the session as moved;
+        None when it is not there, not in `allowed_from` or already at `target`; IllegalTransition for a move
+        the lifecycle forbids."""
+        ...
+
+    async def start_preparing(self, session_id: str, now: datetime) -> tuple[Session, list[Kernel], list[Dotfile]] | None:
+        """SCHEDULED -> PREPARING and what its start needs (its kernels, its owner's dotfiles), in one
+        transaction; None when it is no longer SCHEDULED."""
+        ...
+
+    async def apply_round(
+        self,
+        placements: list[tuple[str, dict[str, str]]],
+        cancels: list[tuple[str, str, dict[str, Any]]],
+        pending: list[tuple[str, str, dict[str, Any]]],
+        history: list[SchedulingAttempt],
+        now: datetime,
+    ) -> tuple[list[Session], list[Session]]:
+        """One scheduling round in one transaction: placements (session id, {kernel id: agent id}) ->
+        SCHEDULED, cancels (id, info, data) -> CANCELLED, pending (id, info, data) recorded on sessions still
+        PENDING, history merged; (the sessions scheduled, the sessions cancelled)."""
+        ...
+
+    async def update_kernel(self, kernel_id: str, changes: KernelChanges) -> None: ...
+
+    async def usage_by_keypair(self, statuses: Iterable[SessionStatus]) -> list[tuple[str, dict[str, str], int]]:
+        """(access key, requested slots, how many of its sessions in these statuses request exactly those)."""
+        ...
+
+    async def kernels_where(self, statuses: Iterable[str], agent_id: str | None = None) -> list[Kernel]: ...
+
+    async def kernel_owners(self, kernel_ids: list[str]) -> dict[str, tuple[str, str, str]]:
+        """Kernel id -> (its session's id, its owner's access key, its status), for those that exist."""
+        ...
+
+    async def rename_session(self, session_id: str, access_key: str, name: str) -> bool:
+        """False (and nothing changed) when the owner has another live session of that name."""
+        ...
+
+    async def record_run(self, session_id: str, kernel_id: str, exit_code: int, result: str) -> None: ...
+
+    async def set_pending_info(self, session_id: str, info: str, data: dict[str, Any]) -> None: ...
+
+    async def set_status_info(self, session_id: str, status: str, info: str, data: dict[str, Any]) -> Session | None:
+        """The status info and data of a session still in `status` (no transition): the session, or None."""
+        ...
+
+    async def add_hook_notes(self, session_id: str, notes: list[str]) -> None: ...
+
 
 
 class AgentState(Protocol):

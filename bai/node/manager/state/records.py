@@ -1,4 +1,5 @@
-"""The records the state layer reads and writes for agents, accounts, folders, images and logs: frozen and typed.
+"""The records the state layer reads and writes for sessions and kernels, agents, accounts, folders, images and
+logs: frozen and typed.
 
 Records are msgspec `Struct(frozen=True)`s, chosen by measurement (`bench/records.py`, ratios of one run on the
 2-core machine CI uses, 10,000 keypair rows of 7 columns from sqlite3): building them from sqlite3 rows takes
@@ -32,6 +33,8 @@ __all__ = [
     "FolderShare",
     "ImageAlias",
     "Invitation",
+    "Kernel",
+    "KernelChanges",
     "Keypair",
     "LogChunk",
     "LogPage",
@@ -39,10 +42,15 @@ __all__ = [
     "LogTail",
     "NewAgent",
     "NewKeypair",
+    "NewKernel",
+    "NewSession",
     "NewVFolder",
     "Policy",
     "PolicyFields",
+    "SchedulingAttempt",
     "SeenVFolder",
+    "Session",
+    "Transition",
     "UnsetType",
     "VFolder",
     "changed_fields",
@@ -54,6 +62,119 @@ __all__ = [
 def stamp(now: datetime) -> str:
     """How a time is stored and shown: ISO 8601, as `datetime.isoformat` writes it (UTC)."""
     return now.isoformat()
+
+
+# -- sessions and kernels ----------------------------------------------------------------------------------
+
+
+class Session(msgspec.Struct, frozen=True):
+    """A session: who owns it, what it asked for, where it is in its lifecycle (`bai.common.status`) and why.
+
+    `status_data` is what the status says in detail (the scheduler's reason, an exit code, hook notes: the API
+    shows it as it is); `config` what the session was created with beyond its columns (mounts, dependencies,
+    bootstrap, ...), as the create request gave it."""
+
+    id: str
+    name: str
+    access_key: str
+    image: str
+    type: str  # INTERACTIVE | BATCH | INFERENCE
+    status: str  # a SessionStatus value
+    status_info: str
+    status_data: dict[str, Any]
+    status_changed: str
+    requested_slots: dict[str, str]  # wire form, per kernel
+    environ: dict[str, str]
+    config: dict[str, Any]
+    scaling_group: str
+    cluster_size: int
+    tag: str | None
+    result: str  # UNDEFINED | SUCCESS | FAILURE
+    created_at: str
+    terminated_at: str | None
+    seq: int  # its place in the queue
+
+
+class Kernel(msgspec.Struct, frozen=True):
+    """One container of a session: its place in the cluster (main1, sub1 …), where it runs and what it holds."""
+
+    id: str
+    session_id: str
+    cluster_role: str  # main | sub
+    cluster_idx: int
+    image: str
+    agent_id: str | None
+    container_id: str | None
+    status: str
+    status_info: str
+    status_changed: str
+    occupied_slots: dict[str, str]
+    exit_code: int | None
+    created_at: str
+    terminated_at: str | None
+    devices: list[list[Any]]  # [[GPU UUID, share], ...]
+    service_ports: list[dict[str, Any]]  # its apps: {name, protocol, container_ports, host_ports}
+    last_stat: str | None  # its final statistics sample (JSON, bai/common/stats.py); None: none
+
+
+class NewSession(msgspec.Struct, frozen=True):
+    """A session to create (PENDING, last in the queue; stamped with `created_at`)."""
+
+    id: str
+    name: str
+    access_key: str
+    image: str
+    type: str
+    requested_slots: dict[str, str]
+    environ: dict[str, str]
+    config: dict[str, Any]
+    scaling_group: str
+    created_at: datetime
+    tag: str | None = None
+
+
+class NewKernel(msgspec.Struct, frozen=True):
+    """A kernel of a session to create: its id, its place in the cluster and the slots it takes."""
+
+    id: str
+    cluster_role: str
+    cluster_idx: int
+    slots: dict[str, str]
+
+
+class KernelChanges(msgspec.Struct, frozen=True):
+    """What a transition (or a report) changes of one kernel beyond the status it follows; UNSET: as it is."""
+
+    agent_id: str | UnsetType = UNSET
+    container_id: str | None | UnsetType = UNSET
+    exit_code: int | None | UnsetType = UNSET
+    devices: list[list[Any]] | UnsetType = UNSET
+    service_ports: list[dict[str, Any]] | UnsetType = UNSET
+    last_stat: dict[str, Any] | UnsetType = UNSET
+
+
+class Transition(msgspec.Struct, frozen=True):
+    """A status a session entered, why and when."""
+
+    status: str
+    status_info: str
+    status_data: dict[str, Any]
+    at: str
+
+
+class SchedulingAttempt(msgspec.Struct, frozen=True):
+    """What scheduling rounds made of a session: one row per outcome, merged over rounds while it is the same
+    (first and last round's time, how many)."""
+
+    session_id: str
+    outcome: str  # pending | scheduled | cancelled
+    status_info: str
+    msg: str
+    agents: str  # the agents it was placed on, comma-separated ("" when not placed)
+    predicates: list[dict[str, Any]]  # the checks that failed
+    first_at: str = ""
+    last_at: str = ""
+    rounds: int = 1
 
 
 # -- agents -------------------------------------------------------------------------------------------------

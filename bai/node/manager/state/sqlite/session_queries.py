@@ -9,8 +9,34 @@ from datetime import datetime
 from typing import Any
 
 from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
-from bai.node.manager.state.records import stamp
-from bai.node.manager.state.sqlite.db import Queries, decode, decode_row
+from bai.node.manager.state.records import (
+    Dotfile,
+    Kernel,
+    KernelChanges,
+    NewKernel,
+    NewSession,
+    SchedulingAttempt,
+    Session,
+    Transition,
+    changed_fields,
+    stamp,
+)
+from bai.node.manager.state.sqlite.db import Queries, decode
+
+_ENCODED = frozenset({"devices", "service_ports", "last_stat"})  # kernel columns stored as JSON text
+
+
+def _session(row: sqlite3.Row) -> Session:
+    return Session(**decode(row))
+
+
+def _kernel(row: sqlite3.Row) -> Kernel:
+    return Kernel(**decode(row))
+
+
+def _kernel_columns(changes: KernelChanges) -> dict[str, Any]:
+    """A kernel's changes as the columns they set (JSON ones encoded)."""
+    return {c: json.dumps(v) if c in _ENCODED else v for c, v in changed_fields(changes).items()}
 
 # for each target, the statuses a session may move to it from (the lifecycle's legal moves; not the target itself)
 _LEGAL_FROM: dict[SessionStatus, frozenset[SessionStatus]] = {
@@ -46,11 +72,11 @@ def _transition(
     status_info: str,
     status_data: dict[str, Any] | None,
     allowed_from: Iterable[SessionStatus] | None,
-    kernel_updates: dict[str, dict[str, Any]] | None,
+    kernel_updates: dict[str, KernelChanges] | None,
     result: str | None,
     now: str,
-    kernels_out: list[dict[str, Any]] | None = None,
-) -> dict[str, Any] | None:
+    kernels_out: list[Kernel] | None = None,
+) -> Session | None:
     """One session transition inside the caller's transaction (see Store.transition), stamped `now` (its
     status_changed, its transition row's time, terminated_at when it ends).
 
@@ -82,7 +108,7 @@ def _transition(
     )
     # every kernel of the session follows it; then each kernel's own updates (which may override that): one
     # statement when one kernel has updates of its own that override none of the common columns (the usual case)
-    updates = [(kid, own) for kid, own in (kernel_updates or {}).items() if own]
+    updates = [(kid, own) for kid, changes in (kernel_updates or {}).items() if (own := _kernel_columns(changes))]
     own_cols: tuple[str, ...] = ()
     params: list[Any] = [target.value, status_info, now]
     if terminated:
@@ -101,13 +127,13 @@ def _transition(
     if kernels_out is not None:
         if updates:  # (changed again since: read them as they are now)
             rows = conn.execute("SELECT * FROM kernels WHERE session_id=?", (session_id,)).fetchall()
-        kernels_out.extend(sorted((decode(r) for r in rows), key=cluster_order))
-    return decode(moved[0])
+        kernels_out.extend(sorted((_kernel(r) for r in rows), key=cluster_order))
+    return _session(moved[0])
 
 
-def cluster_order(kernel: dict[str, Any]) -> tuple[bool, int]:
+def cluster_order(kernel: Kernel) -> tuple[bool, int]:
     """main1 first, then sub1, sub2 … (a kernel's place in its session)."""
-    return kernel["cluster_role"] != "main", kernel["cluster_idx"]
+    return kernel.cluster_role != "main", kernel.cluster_idx
 
 
 _KERNEL_FOLLOWS = frozenset({"status", "status_info", "status_changed", "terminated_at"})
@@ -134,74 +160,53 @@ def _kernels_statement(terminated: bool, own: tuple[str, ...], returning: bool) 
 _LIVE = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
 
 
-def _live_named(conn: sqlite3.Connection, access_key: str, name: str) -> dict[str, Any] | None:
+def _live_named(conn: sqlite3.Connection, access_key: str, name: str) -> Session | None:
     """The owner's active session of that name (names are unique among live ones), if any."""
-    return decode_row(
-        conn.execute(
-            f"SELECT * FROM sessions WHERE access_key=? AND name=? AND status IN ({_LIVE})", (access_key, name)
-        ).fetchone()
-    )
+    row = conn.execute(
+        f"SELECT * FROM sessions WHERE access_key=? AND name=? AND status IN ({_LIVE})", (access_key, name)
+    ).fetchone()
+    return None if row is None else _session(row)
 
 
-def _insert_session(conn: sqlite3.Connection, session: dict[str, Any], kernels: list[dict[str, Any]]) -> dict[str, Any]:
+def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list[NewKernel]) -> Session:
     """Insert a PENDING session (last in the queue) and its kernels, inside the caller's transaction; return
-    the session's row as stored."""
-    now = session["created_at"]
+    the session as stored."""
+    now = stamp(session.created_at)
     row = conn.execute(
         "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
         "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
         "created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, "
         "(SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions)) RETURNING *",
         (
-            session["id"],
-            session["name"],
-            session["access_key"],
-            session["image"],
-            session["type"],
+            session.id,
+            session.name,
+            session.access_key,
+            session.image,
+            session.type,
             now,
-            json.dumps(session["requested_slots"]),
-            json.dumps(session["environ"]),
-            json.dumps(session["config"]),
-            session["scaling_group"],
+            json.dumps(session.requested_slots),
+            json.dumps(session.environ),
+            json.dumps(session.config),
+            session.scaling_group,
             len(kernels),
-            session.get("tag"),
+            session.tag,
             now,
         ),
     ).fetchall()[0]  # (to the end: the statement is done before the next one)
-    conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session["id"], now))
+    conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session.id, now))
     conn.executemany(
         "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
         "status_changed, occupied_slots, created_at) VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)",
         [
-            (
-                k["id"],
-                session["id"],
-                k["cluster_role"],
-                k["cluster_idx"],
-                session["image"],
-                now,
-                json.dumps(k["slots"]),
-                now,
-            )
+            (k.id, session.id, k.cluster_role, k.cluster_idx, session.image, now, json.dumps(k.slots), now)
             for k in kernels
         ],
     )
-    stored = decode_row(row)
-    assert stored is not None
-    return stored
+    return _session(row)
 
 
-def _history_row(h: dict[str, Any], now: str) -> tuple[Any, ...]:
-    return (
-        h["session_id"],
-        now,
-        now,
-        h["outcome"],
-        h["status_info"],
-        h["msg"],
-        h["agents"],
-        json.dumps(h["predicates"]),
-    )
+def _history_row(h: SchedulingAttempt, now: str) -> tuple[Any, ...]:
+    return (h.session_id, now, now, h.outcome, h.status_info, h.msg, h.agents, json.dumps(h.predicates))
 
 
 _INSERT_HISTORY = (
@@ -211,14 +216,14 @@ _INSERT_HISTORY = (
 _MERGE_HISTORY = "UPDATE scheduling_history SET last_at=?, rounds=rounds+1 WHERE rowid=?"
 
 
-def _record_history(conn: sqlite3.Connection, history: list[dict[str, Any]], now: str) -> None:
+def _record_history(conn: sqlite3.Connection, history: list[SchedulingAttempt], now: str) -> None:
     """A round's rows for `scheduling_history`, inside the caller's transaction: each merged with its session's
     last row when nothing changed (outcome, info, message, agents), else added. The sessions' last rows are read
     in one statement (their ids as one JSON parameter: one prepared statement whatever their number), the
     merges and the additions written with one executemany each."""
     if not history:
         return
-    ids = [h["session_id"] for h in history]
+    ids = [h.session_id for h in history]
     if len(set(ids)) != len(ids):  # a session twice in one round: one after the other, each seeing the last
         for h in history:
             _record_history(conn, [h], now)
@@ -234,8 +239,8 @@ def _record_history(conn: sqlite3.Connection, history: list[dict[str, Any]], now
     }
     merges, additions = [], []
     for h in history:
-        before = last.get(h["session_id"])
-        if before is not None and tuple(before[1:]) == (h["outcome"], h["status_info"], h["msg"], h["agents"]):
+        before = last.get(h.session_id)
+        if before is not None and tuple(before[1:]) == (h.outcome, h.status_info, h.msg, h.agents):
             merges.append((now, before[0]))
         else:
             additions.append(_history_row(h, now))
@@ -249,27 +254,27 @@ class Sessions(Queries):
     """Sessions and their kernels: creation, transitions (one transaction each), scheduling rounds and
     their history, look-ups."""
 
-    async def create_session(self, session: dict[str, Any], kernels: list[dict[str, Any]]) -> str | None:
+    async def create_session(self, session: NewSession, kernels: list[NewKernel]) -> str | None:
         """Insert a PENDING session and its kernels; if the owner already has an active session of
         that name, insert nothing and return that session's id (names are unique among live ones)."""
 
         def fn(conn: sqlite3.Connection) -> str | None:
-            taken = _live_named(conn, session["access_key"], session["name"])
+            taken = _live_named(conn, session.access_key, session.name)
             if taken is not None:
-                return str(taken["id"])
+                return taken.id
             _insert_session(conn, session, kernels)
             return None
 
         return await self.db.transaction(fn)
 
     async def create_or_get_session(
-        self, session: dict[str, Any], kernels: list[dict[str, Any]]
-    ) -> tuple[dict[str, Any], bool]:
+        self, session: NewSession, kernels: list[NewKernel]
+    ) -> tuple[Session, bool]:
         """As `create_session`, in the same one transaction: (the new session's row, True), or (the owner's
         active session of that name, False) when there is one (and nothing is inserted)."""
 
-        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
-            taken = _live_named(conn, session["access_key"], session["name"])
+        def fn(conn: sqlite3.Connection) -> tuple[Session, bool]:
+            taken = _live_named(conn, session.access_key, session.name)
             if taken is not None:
                 return taken, False
             return _insert_session(conn, session, kernels), True
@@ -284,10 +289,10 @@ class Sessions(Queries):
         status_data: dict[str, Any] | None = None,
         *,
         allowed_from: Iterable[SessionStatus] | None = None,
-        kernel_updates: dict[str, dict[str, Any]] | None = None,
+        kernel_updates: dict[str, KernelChanges] | None = None,
         result: str | None = None,
         now: datetime,
-    ) -> dict[str, Any] | None:
+    ) -> Session | None:
         """Move a session to `target` in one transaction, at `now` (the caller's clock); return the updated row.
 
         Returns None (and changes nothing) when the session is not in `allowed_from`;
@@ -304,16 +309,16 @@ class Sessions(Queries):
 
     async def start_preparing(
         self, session_id: str, now: datetime
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
+    ) -> tuple[Session, list[Kernel], list[Dotfile]] | None:
         """A SCHEDULED session goes PREPARING at `now` (as `transition`), and what starting its kernel needs is
         read in the same transaction: (its row, its kernels in cluster order, its owner's dotfiles). None (and
         nothing changed) when it is no longer SCHEDULED."""
 
         at = stamp(now)
 
-        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
+        def fn(conn: sqlite3.Connection) -> tuple[Session, list[Kernel], list[Dotfile]] | None:
             S = SessionStatus
-            kernels: list[dict[str, Any]] = []
+            kernels: list[Kernel] = []
             row = _transition(conn, session_id, S.PREPARING, "", {}, [S.SCHEDULED], None, None, at, kernels)
             if row is None:
                 return None
@@ -323,12 +328,12 @@ class Sessions(Queries):
                     r[0] for r in conn.execute("SELECT DISTINCT access_key FROM dotfiles")
                 }
             dotfiles = []
-            if row["access_key"] in owners:
+            if row.access_key in owners:
                 dotfiles = [
-                    dict(r)
+                    Dotfile(r[0], r[1], r[2])
                     for r in conn.execute(
                         "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path",
-                        (row["access_key"],),
+                        (row.access_key,),
                     ).fetchall()
                 ]
             return row, kernels, dotfiles
@@ -340,9 +345,9 @@ class Sessions(Queries):
         placements: list[tuple[str, dict[str, str]]],
         cancels: list[tuple[str, str, dict[str, Any]]],
         pending: list[tuple[str, str, dict[str, Any]]],
-        history: list[dict[str, Any]],
+        history: list[SchedulingAttempt],
         now: datetime,
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[list[Session], list[Session]]:
         """Apply one scheduling round in ONE transaction, at `now` (the transitions' and the history's time).
 
         placements: (session id, {kernel id: agent id}) → SCHEDULED; cancels: (id, status_info, data)
@@ -353,10 +358,10 @@ class Sessions(Queries):
 
         at = stamp(now)
 
-        def fn(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        def fn(conn: sqlite3.Connection) -> tuple[list[Session], list[Session]]:
             scheduled, cancelled = [], []
             for session_id, agents in placements:
-                updates = {kid: {"agent_id": agent} for kid, agent in agents.items()}
+                updates = {kid: KernelChanges(agent_id=agent) for kid, agent in agents.items()}
                 row = _transition(
                     conn,
                     session_id,
@@ -385,18 +390,26 @@ class Sessions(Queries):
 
         return await self.db.transaction(fn)
 
-    async def scheduling_history(self, session_id: str) -> list[dict[str, Any]]:
-        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    async def scheduling_history(self, session_id: str) -> list[SchedulingAttempt]:
+        def fn(conn: sqlite3.Connection) -> list[SchedulingAttempt]:
             rows = conn.execute(
                 "SELECT first_at, last_at, rounds, outcome, status_info, msg, agents, predicates "
                 "FROM scheduling_history WHERE session_id=? ORDER BY rowid",
                 (session_id,),
             ).fetchall()
-            return [{**dict(r), "predicates": json.loads(r["predicates"])} for r in rows]
+            return [
+                SchedulingAttempt(
+                    session_id, r["outcome"], r["status_info"], r["msg"], r["agents"], json.loads(r["predicates"]),
+                    r["first_at"], r["last_at"], r["rounds"],
+                )  # fmt: skip
+                for r in rows
+            ]
 
         return await self.db.run(fn)
 
-    async def update_kernel(self, kernel_id: str, **cols: Any) -> None:
+    async def update_kernel(self, kernel_id: str, changes: KernelChanges) -> None:
+        """Change a kernel's columns outside a transition (e.g. the exit code an agent reported)."""
+        cols = _kernel_columns(changes)
         if not cols:
             return
         sets = ", ".join(f"{c}=?" for c in cols)
@@ -404,10 +417,12 @@ class Sessions(Queries):
             lambda conn: conn.execute(f"UPDATE kernels SET {sets} WHERE id=?", (*cols.values(), kernel_id))
         )
 
-    async def get_session(self, session_id: str) -> dict[str, Any] | None:
-        return await self.db.run(
-            lambda conn: decode_row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
-        )
+    async def get_session(self, session_id: str) -> Session | None:
+        def fn(conn: sqlite3.Connection) -> Session | None:
+            row = conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+            return None if row is None else _session(row)
+
+        return await self.db.run(fn)
 
     async def count_sessions_by_status(self) -> dict[str, int]:
         return await self.db.run(
@@ -425,29 +440,29 @@ class Sessions(Queries):
 
         return await self.db.run(fn)
 
-    async def sessions_by_ids(self, session_ids: list[str]) -> list[dict[str, Any]]:
+    async def sessions_by_ids(self, session_ids: list[str]) -> list[Session]:
         """The sessions with these ids (those that exist), in one read."""
 
-        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            out: list[dict[str, Any]] = []
+        def fn(conn: sqlite3.Connection) -> list[Session]:
+            out: list[Session] = []
             for start in range(0, len(session_ids), 500):  # stay under SQLite's parameter limit
                 chunk = session_ids[start : start + 500]
                 sql = f"SELECT * FROM sessions WHERE id IN ({','.join('?' * len(chunk))})"
-                out.extend(decode(r) for r in conn.execute(sql, chunk).fetchall())
+                out.extend(_session(r) for r in conn.execute(sql, chunk).fetchall())
             return out
 
         return await self.db.run(fn)
 
     async def find_sessions(
         self, ref: str, access_key: str | None, *, active_only: bool, ids_of: str | None | bool = True
-    ) -> list[dict[str, Any]]:
+    ) -> list[Session]:
         """Sessions whose id (or id prefix of 8+ chars) or name matches `ref`, newest first.
 
         Names are looked up among `access_key`'s sessions (None: anyone's); ids among `ids_of`'s
         (True, the default: the same keypair as names; None: anyone's)."""
         id_owner = access_key if ids_of is True else ids_of
 
-        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[Session]:
             # indexed look-ups (id, owner+name, id range for a prefix) rather than one OR that scans
             only_id_owner = " AND access_key = :ids" if id_owner is not None else ""
             matches = "SELECT rowid FROM sessions WHERE id = :ref" + only_id_owner
@@ -461,16 +476,16 @@ class Sessions(Queries):
             if active_only:
                 sql += f" AND status IN ({','.join(repr(s.value) for s in ACTIVE_STATUSES)})"
             params = {"ref": ref, "names": access_key, "ids": id_owner}
-            return [decode(r) for r in conn.execute(sql + " ORDER BY seq DESC", params).fetchall()]
+            return [_session(r) for r in conn.execute(sql + " ORDER BY seq DESC", params).fetchall()]
 
         return await self.db.run(fn)
 
     async def list_sessions(
         self, access_key: str | None, statuses: Iterable[SessionStatus] | None, limit: int = -1, newest: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> list[Session]:
         """Sessions in queue order (`newest`: the latest first); `limit` -1 means all of them."""
 
-        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[Session]:
             clauses, params = [], []
             if access_key is not None:
                 clauses.append("access_key = ?")
@@ -481,7 +496,7 @@ class Sessions(Queries):
                 params.extend(values)
             where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
             sql = f"SELECT * FROM sessions {where} ORDER BY seq {'DESC' if newest else ''} LIMIT ?"
-            return [decode(r) for r in conn.execute(sql, (*params, limit)).fetchall()]
+            return [_session(r) for r in conn.execute(sql, (*params, limit)).fetchall()]
 
         return await self.db.run(fn)
 
@@ -500,14 +515,14 @@ class Sessions(Queries):
 
         return await self.db.run(fn)
 
-    async def kernels_of(self, session_id: str) -> list[dict[str, Any]]:
+    async def kernels_of(self, session_id: str) -> list[Kernel]:
         return (await self.kernels_of_many([session_id])).get(session_id, [])
 
-    async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[Kernel]]:
         """The kernels of several sessions in one read, keyed by session id."""
 
-        def fn(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
-            out: dict[str, list[dict[str, Any]]] = {}
+        def fn(conn: sqlite3.Connection) -> dict[str, list[Kernel]]:
+            out: dict[str, list[Kernel]] = {}
             for start in range(0, len(session_ids), 500):  # stay under SQLite's parameter limit
                 chunk = session_ids[start : start + 500]
                 rows = conn.execute(
@@ -516,21 +531,21 @@ class Sessions(Queries):
                     chunk,
                 ).fetchall()
                 for r in rows:
-                    out.setdefault(r["session_id"], []).append(decode(r))
+                    out.setdefault(r["session_id"], []).append(_kernel(r))
             return out
 
         return await self.db.run(fn)
 
-    async def kernels_where(self, statuses: Iterable[str], agent_id: str | None = None) -> list[dict[str, Any]]:
+    async def kernels_where(self, statuses: Iterable[str], agent_id: str | None = None) -> list[Kernel]:
         values = list(statuses)
 
-        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[Kernel]:
             sql = f"SELECT * FROM kernels WHERE status IN ({','.join('?' * len(values))})"
             params: list[Any] = list(values)
             if agent_id is not None:
                 sql += " AND agent_id = ?"
                 params.append(agent_id)
-            return [decode(r) for r in conn.execute(sql, params).fetchall()]
+            return [_kernel(r) for r in conn.execute(sql, params).fetchall()]
 
         return await self.db.run(fn)
 
@@ -551,15 +566,17 @@ class Sessions(Queries):
 
         return await self.db.run(fn)
 
-    async def get_kernel(self, kernel_id: str) -> dict[str, Any] | None:
-        return await self.db.run(
-            lambda conn: decode_row(conn.execute("SELECT * FROM kernels WHERE id=?", (kernel_id,)).fetchone())
-        )
+    async def get_kernel(self, kernel_id: str) -> Kernel | None:
+        def fn(conn: sqlite3.Connection) -> Kernel | None:
+            row = conn.execute("SELECT * FROM kernels WHERE id=?", (kernel_id,)).fetchone()
+            return None if row is None else _kernel(row)
 
-    async def transitions_of(self, session_id: str) -> list[dict[str, Any]]:
+        return await self.db.run(fn)
+
+    async def transitions_of(self, session_id: str) -> list[Transition]:
         return await self.db.run(
             lambda conn: [
-                decode(r)
+                Transition(**decode(r))
                 for r in conn.execute(
                     "SELECT status, status_info, status_data, at FROM session_transitions "
                     "WHERE session_id=? ORDER BY rowid",
@@ -601,17 +618,17 @@ class Sessions(Queries):
 
     async def set_status_info(
         self, session_id: str, status: str, info: str, data: dict[str, Any]
-    ) -> dict[str, Any] | None:
+    ) -> Session | None:
         """Update the status info and data of a session still in `status` (no transition); its row, or None."""
 
-        def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
+        def fn(conn: sqlite3.Connection) -> Session | None:
             changed = conn.execute(
                 "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status=?",
                 (info, json.dumps(data), session_id, status),
             ).rowcount
             if not changed:
                 return None
-            return decode_row(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+            return _session(conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
 
         return await self.db.transaction(fn)
 
