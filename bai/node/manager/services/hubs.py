@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
-Event = tuple[str, dict[str, Any]]
+from bai.node.manager.state.records import Session
+
+T = TypeVar("T")
 # A stored log chunk: a row whose first item is its seq.
 ChunkT = TypeVar("ChunkT", bound=tuple[Any, ...])
 
@@ -22,12 +24,13 @@ class Lagged(Exception):
     incomplete, so it should say so to its client and end (or subscribe again and re-read)."""
 
 
-class Subscription(asyncio.Queue[Event]):
-    """A subscriber's events, at most `maxsize` waiting; `get` raises Lagged once one was dropped."""
+class Subscription(asyncio.Queue[tuple[str, T]]):
+    """A subscriber's events (name, what changed), at most `maxsize` waiting; `get` raises Lagged once one was
+    dropped."""
 
     lagged = False
 
-    async def get(self) -> Event:
+    async def get(self) -> tuple[str, T]:
         if not self.lagged:
             event = await super().get()
             if not self.lagged:
@@ -35,40 +38,44 @@ class Subscription(asyncio.Queue[Event]):
         raise Lagged(f"fell {self.maxsize} events behind")
 
 
-class EventHub:
-    """Fan-out of (event name, session row) to subscribers; only committed changes are published."""
+class EventHub(Generic[T]):
+    """Fan-out of (event name, what changed) to subscribers; only committed changes are published."""
 
     def __init__(self, backlog: int = MAX_BACKLOG) -> None:
         self.backlog = backlog
-        self._subscribers: set[Subscription] = set()
+        self._subscribers: set[Subscription[T]] = set()
 
-    def publish(self, name: str, session: dict[str, Any]) -> None:
+    def publish(self, name: str, what: T) -> None:
         for q in list(self._subscribers):
             try:
-                q.put_nowait((name, session))
+                q.put_nowait((name, what))
             except asyncio.QueueFull:
                 q.lagged = True  # its waiting events go with it; a waiting get() is woken to raise
                 self._subscribers.discard(q)
                 while not q.empty():
                     q.get_nowait()
-                q.put_nowait(("lagged", {}))
+                q.put_nowait(("lagged", cast(T, None)))  # (wakes a waiting get, which raises Lagged)
 
     @contextlib.contextmanager
-    def subscribe(self) -> Iterator[Subscription]:
-        q = Subscription(self.backlog)
+    def subscribe(self) -> Iterator[Subscription[T]]:
+        q: Subscription[T] = Subscription(self.backlog)
         self._subscribers.add(q)
         try:
             yield q
         finally:
             self._subscribers.discard(q)
 
+
+class SessionEvents(EventHub[Session]):
+    """The sessions' lifecycle events: (event name, the session as the change left it)."""
+
     async def wait_for(
         self,
         session_id: str,
-        current: Callable[[], Awaitable[dict[str, Any] | None]],
-        done: Callable[[dict[str, Any]], bool],
+        current: Callable[[], Awaitable[Session | None]],
+        done: Callable[[Session], bool],
         timeout: float | None,
-    ) -> dict[str, Any] | None:
+    ) -> Session | None:
         """Wait until the session satisfies `done`; `current()` reads it once subscribed (no race), and
         again whenever this waiter fell behind the events."""
         try:
@@ -81,7 +88,7 @@ class EventHub:
                         with contextlib.suppress(Lagged):
                             while True:
                                 _, session = await q.get()
-                                if session["id"] == session_id and done(session):
+                                if session.id == session_id and done(session):
                                     return session
         except TimeoutError:
             return None
@@ -134,6 +141,6 @@ class Hubs:
     """The manager's publications: session lifecycle events, other changes the dashboard follows
     (agents, pending reasons, finished runs), and new kernel output."""
 
-    events: EventHub = field(default_factory=EventHub)
-    changes: EventHub = field(default_factory=EventHub)
+    events: SessionEvents = field(default_factory=SessionEvents)
+    changes: EventHub[dict[str, Any]] = field(default_factory=EventHub)
     logs: LogHub = field(default_factory=LogHub)

@@ -10,7 +10,7 @@ from bai.common.cluster import kernel_name_of
 from bai.common.problems import Problem
 from bai.common.status import ACTIVE_STATUSES, DEAD_STATUSES, SessionStatus
 from bai.node.manager.errors import KernelNotFound, SessionNotFound
-from bai.node.manager.services.hubs import EventHub
+from bai.node.manager.services.hubs import SessionEvents
 from bai.node.manager.state.protocols import SessionReadState
 from bai.node.manager.state.records import Kernel, Session
 
@@ -21,7 +21,7 @@ STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {
 class SessionReads:
     """Reads of sessions that decide something, for the HTTP layer and the kernel operations."""
 
-    def __init__(self, state: SessionReadState, events: EventHub) -> None:
+    def __init__(self, state: SessionReadState, events: SessionEvents) -> None:
         self.state = state
         self.events = events  # session lifecycle events (what wait_started waits on)
 

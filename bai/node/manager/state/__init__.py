@@ -1,8 +1,9 @@
 """The manager's state: what the services read and write, below them. Only this package speaks SQL.
 
-- `records`: the frozen typed records reads return and writes take (agents, accounts, folders, images, logs);
-- `protocols`: what the services ask of the state, one Protocol per domain (`AgentState`, `AccountState`,
-  `FolderState`, `ImageState`, `LogState`);
+- `records`: the frozen typed records reads return and writes take (sessions and kernels, agents, accounts,
+  folders, images, logs);
+- `protocols`: what the services ask of the state, one Protocol per domain (`SessionState` and its reads
+  `SessionReadState`, `AgentState`, `AccountState`, `FolderState`, `ImageState`, `LogState`);
 - `errors`: what the state raises (`StorageFull` on a full disk, whatever the implementation);
 - `sqlite/`: the SQLite implementation (the embedded default); `Store` is it, re-exported here so that the
   rest of the manager imports the state layer, not an implementation.
@@ -11,7 +12,15 @@
 from __future__ import annotations
 
 from bai.node.manager.state.errors import StateError, StorageFull, UnknownPolicy
-from bai.node.manager.state.protocols import AccountState, AgentState, FolderState, ImageState, LogState
+from bai.node.manager.state.protocols import (
+    AccountState,
+    AgentState,
+    FolderState,
+    ImageState,
+    LogState,
+    SessionReadState,
+    SessionState,
+)
 from bai.node.manager.state.sqlite import (
     LOG_MAX_BYTES,
     LOG_PAGE_BYTES,
@@ -36,6 +45,8 @@ __all__ = [
     "ImageState",
     "LogState",
     "SchemaTooNew",
+    "SessionReadState",
+    "SessionState",
     "StateError",
     "StorageFull",
     "Store",
