@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from bai.common.status import SessionStatus
-
 from bai.node.manager.state.records import (
     Agent,
     AgentCapacity,
@@ -110,7 +109,9 @@ class SessionState(SessionReadState, Protocol):
         the lifecycle forbids."""
         ...
 
-    async def start_preparing(self, session_id: str, now: datetime) -> tuple[Session, list[Kernel], list[Dotfile]] | None:
+    async def start_preparing(
+        self, session_id: str, now: datetime
+    ) -> tuple[Session, list[Kernel], list[Dotfile]] | None:
         """SCHEDULED -> PREPARING and what its start needs (its kernels, its owner's dotfiles), in one
         transaction; None when it is no longer SCHEDULED."""
         ...
@@ -153,7 +154,6 @@ class SessionState(SessionReadState, Protocol):
         ...
 
     async def add_hook_notes(self, session_id: str, notes: list[str]) -> None: ...
-
 
 
 class AgentState(Protocol):

@@ -38,6 +38,7 @@ def _kernel_columns(changes: KernelChanges) -> dict[str, Any]:
     """A kernel's changes as the columns they set (JSON ones encoded)."""
     return {c: json.dumps(v) if c in _ENCODED else v for c, v in changed_fields(changes).items()}
 
+
 # for each target, the statuses a session may move to it from (the lifecycle's legal moves; not the target itself)
 _LEGAL_FROM: dict[SessionStatus, frozenset[SessionStatus]] = {
     target: frozenset(s for s, targets in SESSION_TRANSITIONS.items() if target in targets and s != target)
@@ -267,9 +268,7 @@ class Sessions(Queries):
 
         return await self.db.transaction(fn)
 
-    async def create_or_get_session(
-        self, session: NewSession, kernels: list[NewKernel]
-    ) -> tuple[Session, bool]:
+    async def create_or_get_session(self, session: NewSession, kernels: list[NewKernel]) -> tuple[Session, bool]:
         """As `create_session`, in the same one transaction: (the new session's row, True), or (the owner's
         active session of that name, False) when there is one (and nothing is inserted)."""
 
@@ -399,8 +398,15 @@ class Sessions(Queries):
             ).fetchall()
             return [
                 SchedulingAttempt(
-                    session_id, r["outcome"], r["status_info"], r["msg"], r["agents"], json.loads(r["predicates"]),
-                    r["first_at"], r["last_at"], r["rounds"],
+                    session_id,
+                    r["outcome"],
+                    r["status_info"],
+                    r["msg"],
+                    r["agents"],
+                    json.loads(r["predicates"]),
+                    r["first_at"],
+                    r["last_at"],
+                    r["rounds"],
                 )  # fmt: skip
                 for r in rows
             ]
@@ -616,9 +622,7 @@ class Sessions(Queries):
         """Record why a PENDING session is still pending (no status change, no transition row)."""
         await self.set_status_info(session_id, "PENDING", info, data)
 
-    async def set_status_info(
-        self, session_id: str, status: str, info: str, data: dict[str, Any]
-    ) -> Session | None:
+    async def set_status_info(self, session_id: str, status: str, info: str, data: dict[str, Any]) -> Session | None:
         """Update the status info and data of a session still in `status` (no transition); its row, or None."""
 
         def fn(conn: sqlite3.Connection) -> Session | None:
