@@ -8,7 +8,7 @@ A hook is any object (usually a module) with some of these functions, sync or as
     after_start(session)
     after_termination(session)
 
-`session` is a plain dict (id, name, access_key, image, type, status, requested_slots, …).
+`session` is a plain dict of the hook's own (id, name, access_key, image, type, status, requested_slots, …).
 Hooks come from the `bai.hooks` entry-point group and from `[manager] hooks = ["module", …]`.
 Each call has a time limit; a hook that fails or hangs is logged and noted in the session's
 status_data["hooks"], and never stalls the dispatcher: only before_enqueue is waited for (in the
@@ -25,8 +25,22 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
+import msgspec
+
+from bai.node.manager.state.records import NewSession, Session, stamp
+
 log = logging.getLogger("bai.hooks")
 POINTS = ("before_enqueue", "after_enqueue", "after_start", "after_termination")
+
+
+def hook_view(session: Session | NewSession) -> dict[str, Any]:
+    """What a hook is given of a session: a plain dict of its own (a hook may change it: nothing of the
+    manager's changes with it). A session being created is PENDING, stamped with its creation time."""
+    view = msgspec.to_builtins(session)  # (a deep copy: its config and slots too)
+    if isinstance(session, NewSession):
+        view.update(created_at=stamp(session.created_at), status="PENDING")
+    assert isinstance(view, dict)
+    return view
 
 
 class HookRejected(Exception):
@@ -79,12 +93,12 @@ class Hooks:
                     return f"{verdict} (hook {name})", notes
         return None, notes
 
-    async def notify(self, point: str, session: dict[str, Any]) -> list[str]:
+    async def notify(self, point: str, session: Session) -> list[str]:
         """Call every hook for `point`; return notes about the ones that failed or timed out."""
-        notes = []
+        notes: list[str] = []
         for name, fn in self._calls(point):
             try:
-                await self._call(name, fn, session)
+                await self._call(name, fn, hook_view(session))
             except TimeoutError:
                 notes.append(f"hook {name} {point} timed out after {self.timeout:g} s")
                 log.warning(notes[-1])

@@ -59,7 +59,7 @@ from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.agent_registry import PULL_TIMEOUT, Agents
 from bai.node.manager.services.cluster_keys import NoKeygen, cluster_dotfiles, new_keypair
 from bai.node.manager.services.diskfull import FullDiskWarnings, is_disk_full, where_full
-from bai.node.manager.services.hooks import Hooks
+from bai.node.manager.services.hooks import Hooks, hook_view
 from bai.node.manager.services.hubs import Hubs
 from bai.node.manager.services.image_catalogue import Images
 from bai.node.manager.services.kernel_logs import newest_seq
@@ -70,6 +70,16 @@ from bai.node.manager.services.stats_book import StatsBook, last_stat, stored_st
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.services.wakeup import Wakeup
 from bai.node.manager.state import Store
+from bai.node.manager.state.records import (
+    UNSET,
+    Dotfile,
+    Kernel,
+    KernelChanges,
+    NewKernel,
+    NewSession,
+    SchedulingAttempt,
+    Session,
+)
 
 log = logging.getLogger("bai.manager")
 S = SessionStatus
@@ -124,30 +134,28 @@ def new_session_rows(
     now: datetime,
     depends_on: list[str] | None = None,
     mounts: list[dict[str, Any]] | None = None,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[NewSession, list[NewKernel]]:
     """The rows a new session is stored as (`Store.create_session`): the session and its kernels (main1, sub1 …,
     each asking for `req.resources`; the session asks for all of them together)."""
     size = req.cluster_size
     per_kernel = slotlib.to_wire(req.resources)
-    kernels = [
-        {"id": new_id(), "cluster_role": m.role, "cluster_idx": m.idx, "slots": per_kernel} for m in members(size)
-    ]
+    kernels = [NewKernel(new_id(), m.role, m.idx, per_kernel) for m in members(size)]
     config = {**req.config, "depends_on": depends_on or [], "mounts": mounts or []}
     if size > 1:
         config["cluster_mode"] = req.cluster_mode
-    session = {
-        "id": new_id(),
-        "name": req.name,
-        "access_key": access_key,
-        "image": req.image,
-        "type": req.type,
-        "requested_slots": per_kernel if size == 1 else slotlib.to_wire(_times(req.resources, size)),
-        "environ": req.environ,
-        "config": config,
-        "scaling_group": req.scaling_group,
-        "tag": req.tag,
-        "created_at": now.isoformat(),
-    }
+    session = NewSession(
+        id=new_id(),
+        name=req.name,
+        access_key=access_key,
+        image=req.image,
+        type=req.type,
+        requested_slots=per_kernel if size == 1 else slotlib.to_wire(_times(req.resources, size)),
+        environ=req.environ,
+        config=config,
+        scaling_group=req.scaling_group,
+        created_at=now,
+        tag=req.tag,
+    )
     return session, kernels
 
 
@@ -155,8 +163,13 @@ def _times(slots: dict[str, Any], count: int) -> dict[str, Any]:
     return {name: amount * count for name, amount in slots.items()}
 
 
-def cluster_mode_of(session: dict[str, Any]) -> str:
-    return (session.get("config") or {}).get("cluster_mode") or SINGLE_NODE
+def _placed(kernels: list[Kernel], placed: dict[str, str]) -> list[Kernel]:
+    """The kernels, each on its agent: the one stored, else the one the round placed it on."""
+    return [k if k.agent_id else msgspec.structs.replace(k, agent_id=placed.get(k.id)) for k in kernels]
+
+
+def cluster_mode_of(session: Session) -> str:
+    return (session.config or {}).get("cluster_mode") or SINGLE_NODE
 
 
 class SessionLifecycle:
@@ -231,15 +244,33 @@ class SessionLifecycle:
     # -- state changes ------------------------------------------------------------------------
 
     async def transition(
-        self, session_id: str, target: SessionStatus, info: str = "", data: dict[str, Any] | None = None, **kw: Any
-    ) -> dict[str, Any] | None:
+        self,
+        session_id: str,
+        target: SessionStatus,
+        info: str = "",
+        data: dict[str, Any] | None = None,
+        *,
+        allowed_from: Iterable[SessionStatus] | None = None,
+        kernel_updates: dict[str, KernelChanges] | None = None,
+        result: str | None = None,
+    ) -> Session | None:
         final = target in FINAL_STATS and session_id in self.stats.sessions
         if final:  # the kernels' last samples are stored with the move (their last_stat)
-            updates = dict(kw.get("kernel_updates") or {})
+            updates = dict(kernel_updates or {})
             for kernel_id, sample in self._finals(session_id).items():
-                updates[kernel_id] = {"last_stat": json.dumps(sample), **(updates.get(kernel_id) or {})}
-            kw["kernel_updates"] = updates
-        row = await self.store.transition(session_id, target, info, data, now=self.clock.now(), **kw)
+                own = updates.get(kernel_id, KernelChanges())
+                updates[kernel_id] = msgspec.structs.replace(own, last_stat=sample) if own.last_stat is UNSET else own
+            kernel_updates = updates
+        row = await self.store.transition(
+            session_id,
+            target,
+            info,
+            data,
+            allowed_from=allowed_from,
+            kernel_updates=kernel_updates,
+            result=result,
+            now=self.clock.now(),
+        )
         if row is not None:
             if final:
                 self.stats.forget(session_id)
@@ -255,7 +286,7 @@ class SessionLifecycle:
                 out[kernel_id] = with_peaks(sample, self.stats.peaks(kernel_id))
         return out
 
-    def _moved(self, session_id: str, target: SessionStatus, row: dict[str, Any]) -> None:
+    def _moved(self, session_id: str, target: SessionStatus, row: Session) -> None:
         """A committed transition: its event, the dispatcher woken when slots are freed, hooks told."""
         self.events.publish(SESSION_EVENTS.get(target, f"session_{target.lower()}"), row)
         if target in FINAL_STATS:
@@ -267,20 +298,20 @@ class SessionLifecycle:
         if self.hooks and target in HOOK_POINTS:
             self.spawn(self._notify_hooks(HOOK_POINTS[target], row), f"hooks-{session_id}")
 
-    async def _notify_hooks(self, point: str, session: dict[str, Any]) -> None:
+    async def _notify_hooks(self, point: str, session: Session) -> None:
         notes = await self.hooks.notify(point, session)
         if notes:
-            await self.store.add_hook_notes(session["id"], notes)
+            await self.store.add_hook_notes(session.id, notes)
 
     # -- create ---------------------------------------------------------------------------------
 
-    def _reuse(self, row: dict[str, Any], req: CreateRequest) -> tuple[dict[str, Any], bool]:
+    def _reuse(self, row: Session, req: CreateRequest) -> tuple[Session, bool]:
         """Get-or-create: the live session of that name, if the request may reuse it."""
-        if row["image"] != req.image or not req.reuse:
+        if row.image != req.image or not req.reuse:
             raise Conflict(
                 f"session {req.name!r} already exists",
                 "The session already exists but you requested a different image.",
-                row["id"],
+                row.id,
             )
         return row, False
 
@@ -313,7 +344,7 @@ class SessionLifecycle:
             return False
         return req.image in self.images.labels or registry_of(req.image) is not None
 
-    async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[dict[str, Any], bool]:
+    async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[Session, bool]:
         groups: set[str] = set()
         if req.scaling_group not in self.admission.groups:  # a group only agents name
             groups = {a.scaling_group for a in (await self.store.agent_capacities())[1]}
@@ -336,7 +367,7 @@ class SessionLifecycle:
                 self._enqueued(row)
                 return row, True
         existing = await self.store.find_sessions(req.name, access_key, active_only=True)
-        existing = [r for r in existing if r["name"] == req.name]
+        existing = [r for r in existing if r.name == req.name]
         if existing:
             return self._reuse(existing[0], req)
         await check_pending_limit(self.store, access_key)  # a full queue is refused before the checks below
@@ -353,14 +384,14 @@ class SessionLifecycle:
             found = await self.store.find_sessions(ref, access_key, active_only=False)
             if not found:
                 raise Invalid(f"cannot depend on {ref!r}: no such session")
-            depends_on.append(found[0]["id"])
+            depends_on.append(found[0].id)
         session, kernels = new_session_rows(req, access_key, self.clock.now(), depends_on, mounts)
-        session_id = session["id"]
+        session_id = session.id
         if self.hooks:
-            reason, notes = await self.hooks.before_enqueue({**session, "status": "PENDING"})
+            reason, notes = await self.hooks.before_enqueue(hook_view(session))
             if reason is not None:
                 raise Forbidden(reason, "Rejected by a hook.")
-            session["config"]["hook_notes"] = notes
+            session = msgspec.structs.replace(session, config={**session.config, "hook_notes": notes})
         taken = await self.queue.insert(access_key, lambda: self.store.create_session(session, kernels))
         if taken is not None:  # a concurrent request created it first
             same = await self.store.get_session(taken)
@@ -371,11 +402,11 @@ class SessionLifecycle:
         self._enqueued(new)
         return new, True
 
-    def _enqueued(self, row: dict[str, Any]) -> None:
+    def _enqueued(self, row: Session) -> None:
         """A new session is stored: say so, and have the dispatcher look (one round for many arrivals)."""
         self.events.publish("session_enqueued", row)
         if self.hooks:
-            self.spawn(self._notify_hooks("after_enqueue", row), f"hooks-{row['id']}")
+            self.spawn(self._notify_hooks("after_enqueue", row), f"hooks-{row.id}")
         self.wake()
 
     # -- scheduling results ---------------------------------------------------------------------
@@ -385,7 +416,7 @@ class SessionLifecycle:
         placements: list[tuple[str, dict[str, str]]],
         cancels: list[tuple[str, str, dict[str, Any]]],
         pending: list[tuple[str, str, dict[str, Any]]],
-        history: list[dict[str, Any]],
+        history: list[SchedulingAttempt],
     ) -> None:
         """Commit a scheduling round, then publish its events and start the placed sessions."""
         now = self.clock.now()
@@ -393,39 +424,39 @@ class SessionLifecycle:
         if pending:
             self.changes.publish("pending_updated", {"ids": [sid for sid, _, _ in pending]})
         agents = dict(placements)
-        self.metrics.scheduled([(now - datetime.fromisoformat(r["created_at"])).total_seconds() for r in scheduled])
+        self.metrics.scheduled([(now - datetime.fromisoformat(r.created_at)).total_seconds() for r in scheduled])
         for row in cancelled:
             self.events.publish("session_cancelled", row)
             if self.hooks:
-                self.spawn(self._notify_hooks("after_termination", row), f"hooks-{row['id']}")
+                self.spawn(self._notify_hooks("after_termination", row), f"hooks-{row.id}")
         for row in scheduled:
             self.events.publish("session_scheduled", row)
-            self.spawn(self._start_session(row, agents[row["id"]]), f"start-{row['id']}")
+            self.spawn(self._start_session(row, agents[row.id]), f"start-{row.id}")
 
     async def _create_calls(
-        self, session: dict[str, Any], kernels: list[dict[str, Any]], dotfiles: list[dict[str, Any]], pull: Any
+        self, session: Session, kernels: list[Kernel], dotfiles: list[Dotfile], pull: Any
     ) -> list[CreateKernel]:
         """What each kernel of a session is created with (in cluster order: main1 first). A session of several
         kernels adds, to each, its place in the cluster, the cluster's variables and the session's SSH keypair."""
-        sid = session["id"]
+        sid = session.id
         size = len(kernels)
         mode = cluster_mode_of(session)
         hosts = [kernel_name_of(k) for k in kernels]
-        placed_on = [k["agent_id"] or "" for k in kernels]
-        common = [DotfileSpec(d["path"], d["data"], d["permission"]) for d in dotfiles]
+        placed_on = [k.agent_id or "" for k in kernels]
+        common = [DotfileSpec(d.path, d.data, d.permission) for d in dotfiles]
         if size > 1:
             common += cluster_dotfiles(hosts, await self._keypair())
         mounts = [
             MountSpec(str(self.vfolders.path_of(m)), m["target"], bool(m["read_only"]))
-            for m in session["config"].get("mounts") or []
+            for m in session.config.get("mounts") or []
             if self.vfolders is not None
         ]
         calls = []
         seen: dict[str | None, int] = {}  # agent -> kernels of the session placed there so far
         for rank, kernel in enumerate(kernels):
-            local_rank = seen.get(kernel["agent_id"], 0)
-            seen[kernel["agent_id"]] = local_rank + 1
-            environ = dict(session["environ"])
+            local_rank = seen.get(kernel.agent_id, 0)
+            seen[kernel.agent_id] = local_rank + 1
+            environ = dict(session.environ)
             cluster = None
             if size > 1:
                 environ.update(cluster_environ(size, mode, rank, local_rank))
@@ -434,16 +465,16 @@ class SessionLifecycle:
                 )
             calls.append(
                 CreateKernel(
-                    kernel_id=kernel["id"],
+                    kernel_id=kernel.id,
                     session_id=sid,
-                    session_name=session["name"],
-                    access_key=session["access_key"],
-                    image=session["image"],
-                    slots=kernel["occupied_slots"],
+                    session_name=session.name,
+                    access_key=session.access_key,
+                    image=session.image,
+                    slots=kernel.occupied_slots,
                     environ=environ,
-                    cluster_role=kernel["cluster_role"],
-                    cluster_idx=kernel["cluster_idx"],
-                    network=session["config"].get("network"),
+                    cluster_role=kernel.cluster_role,
+                    cluster_idx=kernel.cluster_idx,
+                    network=session.config.get("network"),
                     pull=pull,  # with the registry's credentials: never stored, never logged
                     mounts=mounts,
                     dotfiles=common,
@@ -462,11 +493,11 @@ class SessionLifecycle:
                 log.warning("sessions of several kernels get no SSH keypair: %s", e)
             return None
 
-    async def _start_session(self, session: dict[str, Any], placed: dict[str, str]) -> None:
+    async def _start_session(self, session: Session, placed: dict[str, str]) -> None:
         """Start a scheduled session (`_start_kernels`). A start that cannot record its progress (the node's
         database on a full disk) fails cleanly: its kernels are removed (that needs no write) and the session
         is CANCELLED saying the disk is full, as soon as that can be written (see `_end_start`)."""
-        sid = session["id"]
+        sid = session.id
         self.starting.add(sid)
         try:
             await self._start_kernels(session, placed)
@@ -485,31 +516,29 @@ class SessionLifecycle:
         finally:
             self.starting.discard(sid)
 
-    async def end_stuck_start(self, session: dict[str, Any], limit: float) -> None:
+    async def end_stuck_start(self, session: Session, limit: float) -> None:
         """A session that stayed SCHEDULED, PREPARING or PULLING past `limit` seconds with no start under way
         (what started it is gone: an error, a write that failed): its kernels are removed, it is CANCELLED."""
-        sid = session["id"]
+        sid = session.id
         if sid in self.starting:
             return
         self.starting.add(sid)
         try:
-            why = f"it stayed {session['status']} for more than {limit:g} s and no start of it was under way"
+            why = f"it stayed {session.status} for more than {limit:g} s and no start of it was under way"
             log.warning("session %s: %s: its kernels are removed, it is cancelled", sid, why)
             await self._end_start(session, {}, "StartTimeout", why)
         finally:
             self.starting.discard(sid)
 
-    async def _end_start(self, session: dict[str, Any], placed: dict[str, str], name: str, why: str) -> None:
+    async def _end_start(self, session: Session, placed: dict[str, str], name: str, why: str) -> None:
         """End a start that failed outside the agents: the kernels are removed, then CANCELLED
         (`failed-to-start`, the error named `name`), written as soon as the disk lets it (`_write_end`)."""
-        sid = session["id"]
+        sid = session.id
         current = await self.store.get_session(sid)
-        if current is None or S(current["status"]) not in STARTING_OR_SCHEDULED:
+        if current is None or S(current.status) not in STARTING_OR_SCHEDULED:
             return  # it ended (or started) otherwise meanwhile
-        kernels = await self.store.kernels_of(sid)
-        for k in kernels:
-            k["agent_id"] = k.get("agent_id") or placed.get(k["id"])
-        agent_id = kernels[0]["agent_id"] if kernels else None
+        kernels = _placed(await self.store.kernels_of(sid), placed)
+        agent_id = kernels[0].agent_id if kernels else None
         error = {"error": {"src": "manager", "agent_id": agent_id, "name": name, "repr": why}}
 
         async def remove() -> None:  # (again at each try: a kernel whose creation finished late goes too)
@@ -543,10 +572,10 @@ class SessionLifecycle:
             self.full_disk.ok("ending sessions whose start failed")
             return
 
-    async def _start_kernels(self, session: dict[str, Any], placed: dict[str, str]) -> None:
+    async def _start_kernels(self, session: Session, placed: dict[str, str]) -> None:
         """Create every kernel of a scheduled session on its agent, all at once; RUNNING when all started. When
         one does not start, the session ends with that kernel's reason and the kernels that did are removed."""
-        sid = session["id"]
+        sid = session.id
         # with its kernels and dotfiles, in one transaction
         preparing = await self.store.start_preparing(sid, self.clock.now())
         if preparing is None:
@@ -555,20 +584,19 @@ class SessionLifecycle:
         self._moved(sid, S.PREPARING, row)
         if not kernels:
             raise SessionNotFound(sid)
-        for k in kernels:
-            k["agent_id"] = k.get("agent_id") or placed.get(k["id"])
-        first_agent = kernels[0]["agent_id"]
+        kernels = _placed(kernels, placed)
+        first_agent = kernels[0].agent_id
         try:
-            pull = self.images.pull_grant(session["image"])
+            pull = self.images.pull_grant(session.image)
         except Problem as p:  # the configuration changed since it was created: nothing is contacted
             error = {"error": {"src": "manager", "agent_id": first_agent, "name": p.title, "repr": p.msg}}
             await self.transition(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
             return
         creates = await self._create_calls(session, kernels, dotfiles, pull)
         # an image from a registry may have to be pulled first: allow for that too
-        limit = self.start_timeout + (PULL_TIMEOUT if registry_of(session["image"]) else 0)
+        limit = self.start_timeout + (PULL_TIMEOUT if registry_of(session.image) else 0)
         results = await asyncio.gather(
-            *(call(self.link, k["agent_id"], c, timeout=limit) for k, c in zip(kernels, creates, strict=True)),
+            *(call(self.link, k.agent_id or "", c, timeout=limit) for k, c in zip(kernels, creates, strict=True)),
             return_exceptions=True,
         )
         failed = [(k, r) for k, r in zip(kernels, results, strict=True) if isinstance(r, BaseException)]
@@ -585,42 +613,38 @@ class SessionLifecycle:
             {},
             allowed_from=STARTING,
             kernel_updates={
-                k["id"]: {
-                    "container_id": r.container_id,
-                    "devices": json.dumps(r.gpus),
-                    "service_ports": json.dumps(r.service_ports),
-                }
+                k.id: KernelChanges(container_id=r.container_id, devices=r.gpus, service_ports=r.service_ports)
                 for k, r in zip(kernels, results, strict=True)
                 if not isinstance(r, BaseException)  # all of them: a failure returned above
             },
         )
         if started is None:
             current = await self.store.get_session(sid)
-            if current is not None and current["status"] == S.RUNNING:
+            if current is not None and current.status == S.RUNNING:
                 return  # adopted meanwhile (the agent re-registered with the kernel)
             await self._remove_kernels(kernels, StatusInfo.USER_REQUESTED)  # destroyed while preparing
             return
-        if session["type"] == "batch":
-            self.spawn(self._run_batch(started, kernels[0], kernels[0]["agent_id"]), f"batch-{sid}")
+        if session.type == "batch":
+            self.spawn(self._run_batch(started, kernels[0], kernels[0].agent_id or ""), f"batch-{sid}")
 
     async def _not_started(
-        self, session: dict[str, Any], kernels: list[dict[str, Any]], failed: list[tuple[dict[str, Any], BaseException]]
+        self, session: Session, kernels: list[Kernel], failed: list[tuple[Kernel, BaseException]]
     ) -> None:
         """Some kernels did not start: the session ends with the first one's reason (naming the kernel in a
         session of several), and every other kernel is removed (the agent of a kernel it refused to create has
         removed what it made already). A kernel that did not start in time: ERROR, then TERMINATED once removed;
         one an agent refused or could not be asked for: CANCELLED."""
-        sid = session["id"]
+        sid = session.id
         kernel, exc = failed[0]
         if isinstance(exc, TimeoutError):
             exc = TimeoutError(f"the kernel did not start within {self.start_timeout:g} s")
-        error = _error_data(kernel["agent_id"], exc)
+        error = _error_data(kernel.agent_id, exc)
         if len(kernels) > 1:
             name = kernel_name_of(kernel)
-            error["error"]["repr"] = f"kernel {name} on agent {kernel['agent_id']}: {error['error']['repr']}"
+            error["error"]["repr"] = f"kernel {name} on agent {kernel.agent_id}: {error['error']['repr']}"
             error["error"]["kernel"] = name
-        refused = {k["id"] for k, e in failed if isinstance(e, RemoteError)}
-        leftovers = [k for k in kernels if k["id"] not in refused]
+        refused = {k.id for k, e in failed if isinstance(e, RemoteError)}
+        leftovers = [k for k in kernels if k.id not in refused]
         if any(isinstance(e, TimeoutError) for _, e in failed):
             # PREPARING took too long: an ERROR with the reason, then clean up and free the slots
             # (a session destroyed meanwhile has its kernels removed all the same: what came up late goes too)
@@ -633,34 +657,34 @@ class SessionLifecycle:
             await self._remove_kernels(leftovers, StatusInfo.FAILED_TO_START)
         await self.transition(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
 
-    async def _run_batch(self, session: dict[str, Any], kernel: dict[str, Any], agent_id: str) -> None:
+    async def _run_batch(self, session: Session, kernel: Kernel, agent_id: str) -> None:
         """A batch session runs its startup command, then ends by itself with its exit code."""
-        command = session["config"]["startup_command"]
+        command = session.config["startup_command"]
         run_id = secrets.token_hex(8)
         mode, code = "batch", command
         exit_code = 1
-        await self._run_started(session["id"], kernel["id"], run_id)
+        await self._run_started(session.id, kernel.id, run_id)
         try:
             while True:
-                run = Execute(kernel["id"], run_id, mode, code, {"exec": command}, flush_timeout=30.0)
+                run = Execute(kernel.id, run_id, mode, code, {"exec": command}, flush_timeout=30.0)
                 result = await call(self.link, agent_id, run)
                 if result.status == "finished":
                     exit_code = result.exit_code if result.exit_code is not None else 1
                     break
                 mode, code = "continue", ""
         except (RemoteError, AgentUnavailable) as e:
-            log.warning("batch session %s: %s", session["id"], e)
-        self.runs.end(session["id"], run_id, exit_code, self.clock.now().isoformat())
+            log.warning("batch session %s: %s", session.id, e)
+        self.runs.end(session.id, run_id, exit_code, self.clock.now().isoformat())
         ok = exit_code == 0
         info = StatusInfo.TASK_DONE if ok else StatusInfo.TASK_FAILED
         row = await self.transition(
-            session["id"],
+            session.id,
             S.TERMINATING,
             info,
             {"exitCode": exit_code},
             allowed_from=[S.RUNNING],
             result="SUCCESS" if ok else "FAILURE",
-            kernel_updates={kernel["id"]: {"exit_code": exit_code}},
+            kernel_updates={kernel.id: KernelChanges(exit_code=exit_code)},
         )
         if row is not None:
             self.events.publish("session_success" if ok else "session_failure", row)
@@ -669,7 +693,7 @@ class SessionLifecycle:
     # -- destroy ----------------------------------------------------------------------------------
 
     async def destroy(
-        self, session: dict[str, Any], forced: bool, wait: bool = True, reason: str | None = None
+        self, session: Session, forced: bool, wait: bool = True, reason: str | None = None
     ) -> dict[str, Any]:
         """End a session (Backend.AI's semantics, below). With wait=False a running one is TERMINATING on return
         and ends in the background.
@@ -685,28 +709,26 @@ class SessionLifecycle:
             stats = await self._destroy_from(session, forced, wait, info)
             if stats is not None:
                 return stats
-            fresh = await self.store.get_session(session["id"])  # it moved meanwhile: again, from where it is
+            fresh = await self.store.get_session(session.id)  # it moved meanwhile: again, from where it is
             if fresh is None:
-                raise SessionNotFound(session["id"])
+                raise SessionNotFound(session.id)
             session = fresh
         raise KeepsChanging(
-            f"session {session['name']} changed status {DESTROY_ATTEMPTS} times while it was being destroyed "
-            f"(it is {session['status']} now): try again"
+            f"session {session.name} changed status {DESTROY_ATTEMPTS} times while it was being destroyed "
+            f"(it is {session.status} now): try again"
         )
 
-    async def _destroy_from(
-        self, session: dict[str, Any], forced: bool, wait: bool, info: str
-    ) -> dict[str, Any] | None:
+    async def _destroy_from(self, session: Session, forced: bool, wait: bool, info: str) -> dict[str, Any] | None:
         """`destroy` from the session's status as read; None when it was no longer in it (nothing done)."""
-        sid = session["id"]
-        status = S(session["status"])
+        sid = session.id
+        status = S(session.status)
         if status in DEAD_STATUSES:
             raise Forbidden(f"the session is already {status}")
         if status == S.PENDING:
             moved = await self.transition(sid, S.CANCELLED, info, {}, allowed_from=[S.PENDING])
             return None if moved is None else {}
         if status in FORCED_ONLY and not forced:
-            why = f" ({session['status_info']})" if session.get("status_info") else ""
+            why = f" ({session.status_info})" if session.status_info else ""
             raise Forbidden(
                 f"the session is {status}{why}; wait, or destroy it with forced=true "
                 "(`bai session destroy --force`, `backend.ai session rm -f`)"
@@ -729,57 +751,57 @@ class SessionLifecycle:
             row = terminating
         if status == S.ERROR:
             log.info(
-                "session %s (ERROR, %s) is destroyed by force: its kernels are removed", sid, session["status_info"]
+                "session %s (ERROR, %s) is destroyed by force: its kernels are removed", sid, session.status_info
             )
         finishing = self._finish_destroy(row, info, kernels, timeout=FORCED_REMOVE_TIMEOUT if forced else 60)
         if wait:
             final = await finishing
         else:
             self.spawn(finishing, f"destroy-{sid}")
-            final = self._finals(sid).get(main["id"])  # the latest: the end comes later
+            final = self._finals(sid).get(main.id)  # the latest: the end comes later
         # Backend.AI's answer: the main kernel's final statistics ({} when there are none)
-        return last_stat(final, main["occupied_slots"]) or {}
+        return last_stat(final, main.occupied_slots) or {}
 
     async def _finish_destroy(
-        self, session: dict[str, Any], info: str, kernels: list[dict[str, Any]] | None = None, timeout: float = 60
+        self, session: Session, info: str, kernels: list[Kernel] | None = None, timeout: float = 60
     ) -> dict[str, Any] | None:
         """Remove the session's kernels from their agents (all at once), then TERMINATED; the main kernel's final
         statistics (the agent's last sample of it, else the latest the manager has, else the one stored before)."""
-        sid = session["id"]
+        sid = session.id
         self.ending.add(sid)
         try:
             if kernels is None:
                 kernels = await self.store.kernels_of(sid)
             await self._remove_kernels(kernels, info, timeout=timeout)
             main = kernels[0] if kernels else None
-            final = (self._finals(sid).get(main["id"]) or stored_stat(main)) if main else None
+            final = (self._finals(sid).get(main.id) or stored_stat(main)) if main else None
             await self.transition(
-                sid, S.TERMINATED, info, session["status_data"], allowed_from=[S.TERMINATING, S.ERROR]
+                sid, S.TERMINATED, info, session.status_data, allowed_from=[S.TERMINATING, S.ERROR]
             )
             return final
         finally:
             self.ending.discard(sid)
 
-    async def end_stuck_destroy(self, session: dict[str, Any]) -> None:
+    async def end_stuck_destroy(self, session: Session) -> None:
         """A session TERMINATING with no destroy under way (it failed: a write on a full disk, an error): its
         kernels are removed again and it ends TERMINATED with the reason it was being destroyed for."""
-        if session["id"] in self.ending:
+        if session.id in self.ending:
             return
-        if session["id"] not in self._said_stuck:  # (once: on a full disk the timers try again every second)
+        if session.id not in self._said_stuck:  # (once: on a full disk the timers try again every second)
             if len(self._said_stuck) >= MAX_STRAY_LOOKS:
                 self._said_stuck.clear()
-            self._said_stuck.add(session["id"])
-            log.warning("session %s stayed TERMINATING with no destroy under way: it is ended now", session["id"])
-        await self._finish_destroy(session, session["status_info"] or StatusInfo.USER_REQUESTED)
-        self._said_stuck.discard(session["id"])
+            self._said_stuck.add(session.id)
+            log.warning("session %s stayed TERMINATING with no destroy under way: it is ended now", session.id)
+        await self._finish_destroy(session, session.status_info or StatusInfo.USER_REQUESTED)
+        self._said_stuck.discard(session.id)
 
-    async def _remove_kernels(self, kernels: list[dict[str, Any]], reason: str, timeout: float = 30) -> None:
+    async def _remove_kernels(self, kernels: list[Kernel], reason: str, timeout: float = 30) -> None:
         """Have each kernel's agent remove it, all at once; their final statistics are kept in the book."""
-        placed = [k for k in kernels if k.get("agent_id")]
-        done = await asyncio.gather(*(self._remove_kernel(k["agent_id"], k["id"], reason, timeout) for k in placed))
+        placed = [k for k in kernels if k.agent_id]
+        done = await asyncio.gather(*(self._remove_kernel(k.agent_id or "", k.id, reason, timeout) for k in placed))
         for kernel, destroyed in zip(placed, done, strict=True):
             if destroyed is not None and destroyed.stats:
-                self.stats.final(kernel["id"], kernel["session_id"], "", destroyed.stats)
+                self.stats.final(kernel.id, kernel.session_id, "", destroyed.stats)
 
     async def _remove_kernel(self, agent_id: str, kernel_id: str, reason: str, timeout: float = 30) -> Destroyed | None:
         """Have the agent remove a kernel (the answer: whether it had it, its final statistics); a failure is
@@ -814,25 +836,25 @@ class SessionLifecycle:
         theirs = {k.kernel_id for k in kernels}
         ours = await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id)
         containers = {k.kernel_id: k.container_id for k in kernels}
-        errored: list[dict[str, Any]] = []
+        errored: list[Kernel] = []
         for kernel in ours:
-            status = S(kernel["status"])
-            if kernel["id"] in theirs:
+            status = S(kernel.status)
+            if kernel.id in theirs:
                 if status == S.ERROR:
                     errored.append(kernel)
                 elif status in (S.SCHEDULED, S.PREPARING, S.PULLING):
                     # it came up while the manager was away: the session runs
                     if status == S.SCHEDULED:
-                        await self.transition(kernel["session_id"], S.PREPARING)
+                        await self.transition(kernel.session_id, S.PREPARING)
                     await self.transition(
-                        kernel["session_id"],
+                        kernel.session_id,
                         S.RUNNING,
-                        kernel_updates={kernel["id"]: {"container_id": containers.get(kernel["id"])}},
+                        kernel_updates={kernel.id: KernelChanges(container_id=containers.get(kernel.id))},
                     )
                 continue
             if status in (S.SCHEDULED, S.PREPARING, S.PULLING):
                 await self.transition(
-                    kernel["session_id"],
+                    kernel.session_id,
                     S.CANCELLED,
                     StatusInfo.FAILED_TO_START,
                     {
@@ -845,11 +867,11 @@ class SessionLifecycle:
                     },
                 )
             elif status == S.TERMINATING:
-                await self.transition(kernel["session_id"], S.TERMINATED, kernel["status_info"] or "user-requested")
+                await self.transition(kernel.session_id, S.TERMINATED, kernel.status_info or "user-requested")
             else:
                 name = f"kernel {kernel_name_of(kernel)}" if await self._in_cluster(kernel) else "the kernel"
                 await self.transition(
-                    kernel["session_id"],
+                    kernel.session_id,
                     S.TERMINATED,
                     StatusInfo.AGENT_TERMINATION,
                     {"msg": f"{name} was gone when agent {agent_id} restarted"},
@@ -857,24 +879,24 @@ class SessionLifecycle:
             self._remove_siblings(kernel, agent_id, StatusInfo.AGENT_TERMINATION)
         for kernel in errored:
             await self._end_errored(kernel, agent_id)
-        live = {k["id"] for k in ours} - {k["id"] for k in errored}
+        live = {k.id for k in ours} - {k.id for k in errored}
         destroy = sorted(theirs - live)
         if destroy:
             await self._say_removing(agent_id, destroy, "came back with")
         return destroy
 
-    async def _end_errored(self, kernel: dict[str, Any], agent_id: str, how: str = "came back") -> None:
+    async def _end_errored(self, kernel: Kernel, agent_id: str, how: str = "came back") -> None:
         """An agent came back with the kernel of a session in ERROR (e.g. agent-lost): the session ends (its
         reason kept), its kernels elsewhere are removed; the agent removes this one (its join answer)."""
-        session = await self.store.get_session(kernel["session_id"])
+        session = await self.store.get_session(kernel.session_id)
         if session is None:
             return
-        data = dict(session["status_data"] or {})
+        data = dict(session.status_data or {})
         data["msg"] = (f"{data['msg']}; " if data.get("msg") else "") + (
             f"its kernel was removed when agent {agent_id} {how}"
         )
-        await self.transition(session["id"], S.TERMINATED, session["status_info"], data, allowed_from=[S.ERROR])
-        self._remove_siblings(kernel, agent_id, session["status_info"] or StatusInfo.AGENT_LOST)
+        await self.transition(session.id, S.TERMINATED, session.status_info, data, allowed_from=[S.ERROR])
+        self._remove_siblings(kernel, agent_id, session.status_info or StatusInfo.AGENT_LOST)
 
     async def _say_removing(self, agent_id: str, kernel_ids: list[str], has: str) -> None:
         """One log line for the kernels an agent is told to remove: whose sessions ended, which are unknown."""
@@ -917,7 +939,7 @@ class SessionLifecycle:
             await asyncio.gather(*(self._remove_kernel(agent_id, k, StatusInfo.NOT_FOUND_IN_MANAGER) for k in strays))
             for kernel_id in strays:
                 kernel = await self.store.get_kernel(kernel_id)
-                if kernel is not None and kernel["status"] == S.ERROR:
+                if kernel is not None and kernel.status == S.ERROR:
                     await self._end_errored(kernel, agent_id, "still ran it")
         finally:
             self._removing.difference_update(strays)
@@ -927,31 +949,31 @@ class SessionLifecycle:
         """An agent stayed away past its grace period: its sessions end in ERROR (`agent-lost`)."""
         for kernel in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id):
             await self.transition(
-                kernel["session_id"],
+                kernel.session_id,
                 S.ERROR,
                 StatusInfo.AGENT_LOST,
                 {"msg": f"agent {agent_id} stopped heartbeating and did not come back within {grace:g} s"},
             )
             self._remove_siblings(kernel, agent_id, StatusInfo.AGENT_LOST)
 
-    async def _in_cluster(self, kernel: dict[str, Any]) -> bool:
-        session = await self.store.get_session(kernel["session_id"])
-        return session is not None and session["cluster_size"] > 1
+    async def _in_cluster(self, kernel: Kernel) -> bool:
+        session = await self.store.get_session(kernel.session_id)
+        return session is not None and session.cluster_size > 1
 
-    def _remove_siblings(self, kernel: dict[str, Any], agent_id: str, reason: str) -> None:
+    def _remove_siblings(self, kernel: Kernel, agent_id: str, reason: str) -> None:
         """A kernel of a session is gone with its agent: the session's kernels on other agents are removed too
         (in the background; nothing to do for a session of one kernel)."""
 
         async def remove() -> None:
             others = [
                 k
-                for k in await self.store.kernels_of(kernel["session_id"])
-                if k["id"] != kernel["id"] and k.get("agent_id") and k["agent_id"] != agent_id
+                for k in await self.store.kernels_of(kernel.session_id)
+                if k.id != kernel.id and k.agent_id and k.agent_id != agent_id
             ]
             if others:
                 await self._remove_kernels(others, reason)
 
-        self.spawn(remove(), f"siblings-{kernel['id']}")
+        self.spawn(remove(), f"siblings-{kernel.id}")
 
     async def kernel_logs(self, chunks: list[tuple[str, str]]) -> None:
         """Output of kernels (kernel id, text): kept as their sessions' logs, followers told."""
@@ -995,21 +1017,21 @@ class SessionLifecycle:
         if kernel is None:
             return
         if event.stats:  # its last sample: stored with the session's end below
-            self.stats.final(kernel["id"], kernel["session_id"], "", event.stats)
-        await self.store.update_kernel(kernel["id"], exit_code=event.exit_code)
+            self.stats.final(kernel.id, kernel.session_id, "", event.stats)
+        await self.store.update_kernel(kernel.id, KernelChanges(exit_code=event.exit_code))
         data: dict[str, Any] = {"exitCode": event.exit_code, **({"msg": event.msg} if event.msg else {})}
         siblings = []
-        session = await self.store.get_session(kernel["session_id"])
-        if session is not None and session["cluster_size"] > 1:
+        session = await self.store.get_session(kernel.session_id)
+        if session is not None and session.cluster_size > 1:
             name = kernel_name_of(kernel)
             why = event.msg or f"it exited with code {event.exit_code}"
-            data = {**data, "kernel": name, "msg": f"kernel {name} on agent {kernel['agent_id']} ended: {why}"}
-            siblings = [k for k in await self.store.kernels_of(kernel["session_id"]) if k["id"] != kernel["id"]]
+            data = {**data, "kernel": name, "msg": f"kernel {name} on agent {kernel.agent_id} ended: {why}"}
+            siblings = [k for k in await self.store.kernels_of(kernel.session_id) if k.id != kernel.id]
         # msg: why, when the agent knows (e.g. out of memory, naming the limit)
         info = event.reason or StatusInfo.SELF_TERMINATED
         if siblings:  # the others go first, while the session is TERMINATING
             row = await self.transition(
-                kernel["session_id"],
+                kernel.session_id,
                 S.TERMINATING,
                 info,
                 data,
@@ -1019,10 +1041,10 @@ class SessionLifecycle:
                 await self._finish_destroy(row, info, siblings)
         else:
             await self.transition(
-                kernel["session_id"],
+                kernel.session_id,
                 S.TERMINATED,
                 info,
                 data,
                 allowed_from=[S.RUNNING, S.RUNNING_DEGRADED, S.RESTARTING],
             )
-        self.logs.notify(kernel["id"])
+        self.logs.notify(kernel.id)

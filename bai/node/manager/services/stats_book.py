@@ -27,6 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from bai.common.stats import node_usage_of, usage_of
+from bai.node.manager.state.records import Kernel
 
 DEFAULT_HISTORY = 150  # samples per kernel: about 5 minutes at the agents' default stat_interval (2 s)
 MAX_HISTORY = 100_000
@@ -421,12 +422,10 @@ def with_peaks(sample: Mapping[str, Any], peaks: Mapping[str, Any]) -> dict[str,
     return out
 
 
-def stored_stat(kernel: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The final sample stored with a kernel row (its `last_stat` column), None when there is none."""
-    raw = kernel.get("last_stat")
-    if isinstance(raw, dict):
-        return raw
-    if not isinstance(raw, str) or not raw:
+def stored_stat(kernel: Kernel) -> dict[str, Any] | None:
+    """The final sample stored with a kernel (its `last_stat`), None when there is none."""
+    raw = kernel.last_stat
+    if not raw:
         return None
     try:
         value = json.loads(raw)
