@@ -6,8 +6,7 @@ those into domain errors); `http/problems.py` is the one place that says how the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from bai.node.manager.state.records import Session
 
 
 class DomainError(Exception):
@@ -43,10 +42,10 @@ class NotRunning(DomainError):
     """The session's status does not allow the request now (`what`: what the request needs); the answer
     says the status and what its owner can do."""
 
-    def __init__(self, session: Mapping[str, Any], what: str) -> None:
-        self.name: str = session["name"]
-        self.status: str = str(session["status"])
-        self.status_info: str | None = session.get("status_info")
+    def __init__(self, session: Session, what: str) -> None:
+        self.name: str = session.name
+        self.status: str = session.status
+        self.status_info: str | None = session.status_info
         self.what = what
         super().__init__(f"session {self.name} is {self.status}: {what}")
 

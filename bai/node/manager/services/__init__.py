@@ -18,9 +18,9 @@ from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
-from bai.node.manager.state.protocols import SessionReadState
 from bai.node.manager.services.stats_book import StatsBook
 from bai.node.manager.services.vfolder_service import VFolders
+from bai.node.manager.state.protocols import SessionReadState
 
 
 @dataclass

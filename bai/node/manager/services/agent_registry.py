@@ -53,7 +53,12 @@ class Agents:
     """The manager's view of its agents (records, capacity, images) and their image calls."""
 
     def __init__(
-        self, store: Store, link: ManagerLink, changes: EventHub, wake: Wakeup, clock: Clock | None = None
+        self,
+        store: Store,
+        link: ManagerLink,
+        changes: EventHub[dict[str, Any]],
+        wake: Wakeup,
+        clock: Clock | None = None,
     ) -> None:
         self.store = store  # (the kernels' rows: what they occupy)
         self.state: AgentState = store
@@ -144,10 +149,8 @@ class Agents:
         """What the kernels on each agent occupy."""
         occupied: dict[str, dict[str, Decimal]] = {}
         for k in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES]):
-            if k["agent_id"]:
-                occupied[k["agent_id"]] = slotlib.add(
-                    occupied.get(k["agent_id"], {}), slotlib.from_wire(k["occupied_slots"])
-                )
+            if k.agent_id:
+                occupied[k.agent_id] = slotlib.add(occupied.get(k.agent_id, {}), slotlib.from_wire(k.occupied_slots))
         return occupied
 
     def gpu_devices(self) -> dict[str, dict[str, Any]]:
@@ -164,19 +167,19 @@ class Agents:
         index = {a: {d["uuid"]: i for i, d in enumerate(g["devices"])} for a, g in gpus.items()}
         starting = []
         for k in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES]):
-            agent = k["agent_id"]
-            if agent not in free:
+            agent = k.agent_id
+            if agent is None or agent not in free:
                 continue
-            if k["devices"]:
-                for uuid, amount in k["devices"]:
+            if k.devices:
+                for uuid, amount in k.devices:
                     if uuid in index[agent]:
                         free[agent][index[agent][uuid]] -= Decimal(amount)
             else:
-                starting.append(k)
-        for k in starting:
-            taken = gpu_pack(free[k["agent_id"]], *gpu_request(slotlib.from_wire(k["occupied_slots"])))
+                starting.append((agent, k))
+        for agent, k in starting:
+            taken = gpu_pack(free[agent], *gpu_request(slotlib.from_wire(k.occupied_slots)))
             for i, amount in taken or []:
-                free[k["agent_id"]][i] -= amount
+                free[agent][i] -= amount
         return {a: tuple(f) for a, f in free.items()}
 
     # -- images ----------------------------------------------------------------------------------------

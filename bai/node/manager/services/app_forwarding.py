@@ -20,6 +20,7 @@ from bai.node.link.streams import LinkStream
 from bai.node.manager.errors import AppFailed, AppNotFound, Invalid, KernelUnreachable
 from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.session_reads import SessionReads
+from bai.node.manager.state.records import Kernel, Session
 
 log = logging.getLogger("bai.manager.apps")
 START_TIMEOUT = 180.0  # seconds the manager waits for an agent to start an app (the agent bounds it first)
@@ -40,74 +41,74 @@ class Apps:
         # (the handlers resolve the session as the caller may see it); never logged.
         self.tokens: dict[tuple[str, str], str] = {}
 
-    async def offered(self, session: dict[str, Any]) -> list[ServicePort]:
+    async def offered(self, session: Session) -> list[ServicePort]:
         """The apps the session's main kernel offers (none before it started)."""
         kernel = await self.reads.main_kernel(session)
-        return apps.loads(kernel.get("service_ports") or [])
+        return apps.loads(kernel.service_ports or [])
 
-    async def find(self, session: dict[str, Any], name: str) -> tuple[dict[str, Any], ServicePort]:
+    async def find(self, session: Session, name: str) -> tuple[Kernel, ServicePort]:
         """The running session's main kernel and its app `name`, or a 4xx saying what is wrong."""
-        if S(session["status"]) not in (S.RUNNING, S.RUNNING_DEGRADED):
-            raise Invalid(f"session {session['name']} is {session['status']}: its apps need a running kernel")
+        if S(session.status) not in (S.RUNNING, S.RUNNING_DEGRADED):
+            raise Invalid(f"session {session.name} is {session.status}: its apps need a running kernel")
         kernel = await self.reads.main_kernel(session)
-        offered = apps.loads(kernel.get("service_ports") or [])
+        offered = apps.loads(kernel.service_ports or [])
         for sp in offered:
             if sp.name == name:
                 return kernel, sp
-        raise AppNotFound(session["name"], name, [sp.name for sp in offered])
+        raise AppNotFound(session.name, name, [sp.name for sp in offered])
 
-    async def start(self, session: dict[str, Any], name: str) -> tuple[dict[str, Any], ServicePort, bool]:
+    async def start(self, session: Session, name: str) -> tuple[Kernel, ServicePort, bool]:
         """Start the app unless it runs (409 with its output when it fails). Returns the kernel, the app and
         whether it was started now."""
         kernel, sp = await self.find(session, name)
         try:
-            reply = await call(self.link, kernel["agent_id"], StartApp(kernel["id"], name), timeout=START_TIMEOUT)
+            reply = await call(self.link, kernel.agent_id or "", StartApp(kernel.id, name), timeout=START_TIMEOUT)
         except AgentUnavailable as e:
-            raise KernelUnreachable(kernel["agent_id"], str(e)) from None
+            raise KernelUnreachable(kernel.agent_id, str(e)) from None
         except (RemoteError, TimeoutError) as e:
             raise AppFailed(name, str(e) or "the agent did not answer in time", "") from None
         if not reply.ok:
-            self.started.discard((kernel["id"], name))
+            self.started.discard((kernel.id, name))
             raise AppFailed(name, reply.error or "unknown error", reply.output)
         if len(self.started) > 10_000:  # kernels come and go: forget old ones wholesale, rarely
             self.started.clear()
             self.tokens.clear()
-        self.started.add((kernel["id"], name))
+        self.started.add((kernel.id, name))
         if apps.TOKEN.fullmatch(reply.token):
-            self.tokens[(kernel["id"], name)] = reply.token
+            self.tokens[(kernel.id, name)] = reply.token
         else:
-            self.tokens.pop((kernel["id"], name), None)
-        self.activity.touch(session["id"])
+            self.tokens.pop((kernel.id, name), None)
+        self.activity.touch(session.id)
         return kernel, sp, reply.started
 
-    def token(self, kernel: dict[str, Any], name: str) -> str:
+    def token(self, kernel: Kernel, name: str) -> str:
         """The secret of app `name` in the kernel ("" when it has none, or was not started since the manager
         started: the next start asks the kernel again, which answers the same one)."""
-        return self.tokens.get((kernel["id"], name), "")
+        return self.tokens.get((kernel.id, name), "")
 
-    async def listed(self, session: dict[str, Any]) -> list[dict[str, Any]]:
+    async def listed(self, session: Session) -> list[dict[str, Any]]:
         """The session's apps as `/stream/session/{ref}/apps` answers them: with the secrets known of those
         started (their url_template then opens them; the caller is the session's owner or an admin)."""
         kernel = await self.reads.main_kernel(session)
         return [
             {**apps.to_api(sp, self.token(kernel, sp.name)), "host_ports": list(sp.host_ports)}
-            for sp in apps.loads(kernel.get("service_ports") or [])
+            for sp in apps.loads(kernel.service_ports or [])
         ]
 
-    async def ensure_started(self, session: dict[str, Any], name: str) -> dict[str, Any]:
+    async def ensure_started(self, session: Session, name: str) -> Kernel:
         """The kernel to tunnel to: the app is started first unless it was before (a 4xx when it fails)."""
         kernel, _ = await self.find(session, name)
-        if (kernel["id"], name) not in self.started:
+        if (kernel.id, name) not in self.started:
             kernel, _, _ = await self.start(session, name)
         return kernel
 
-    async def open_tunnel(self, session: dict[str, Any], kernel: dict[str, Any], name: str) -> LinkStream:
+    async def open_tunnel(self, session: Session, kernel: Kernel, name: str) -> LinkStream:
         """A tunnel (one TCP connection) to the app: a link stream to the kernel's agent (frames:
         bai/node/agent/apps.py)."""
-        opening = OpenTunnel(kernel["id"], name)
+        opening = OpenTunnel(kernel.id, name)
         try:
-            stream = await self.link.open_stream(kernel["agent_id"], opening.kind, opening.to_wire())
+            stream = await self.link.open_stream(kernel.agent_id or "", opening.kind, opening.to_wire())
         except AgentUnavailable as e:
-            raise KernelUnreachable(kernel["agent_id"], str(e)) from None
-        self.activity.touch(session["id"])
+            raise KernelUnreachable(kernel.agent_id, str(e)) from None
+        self.activity.touch(session.id)
         return stream

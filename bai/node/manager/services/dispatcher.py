@@ -20,6 +20,7 @@ from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.wakeup import Wakeup
 from bai.node.manager.state import Store
+from bai.node.manager.state.records import Kernel, SchedulingAttempt, Session
 from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_SESSION_NETWORKS
 from bai.node.manager.state.sqlite.session_queries import cluster_order
 from bai.node.scheduler.core import schedule
@@ -137,14 +138,14 @@ class Dispatcher:
             ended = loop.time()
             self._next_round = ended + min(MAX_PACE, PACE * (ended - started))
 
-    async def snapshot(self, now: datetime) -> tuple[Snapshot, list[dict[str, Any]]]:
+    async def snapshot(self, now: datetime) -> tuple[Snapshot, list[Session]]:
         store = self.store
         pending_rows = await store.list_sessions(None, [SessionStatus.PENDING])
         if not pending_rows:
             return Snapshot(now, [], [], {}, {}, self.groups), []
-        kernels: dict[str, list[dict[str, Any]]] = {}
+        kernels: dict[str, list[Kernel]] = {}
         for k in await store.kernels_where([SessionStatus.PENDING.value]):
-            kernels.setdefault(k["session_id"], []).append(k)
+            kernels.setdefault(k.session_id, []).append(k)
         occupied = await self.agents.occupied_by_agent()
         gpu_free = await self.agents.gpu_free_by_agent()
         connected = self.agents.connected()
@@ -168,11 +169,11 @@ class Dispatcher:
             usage[access_key] = (held + count, slotlib.add(slots, _times(slotlib.from_wire(requested), count)))
         policies = await store.policies()
         networks: dict[str, int] = {}  # (only a session of several kernels is checked against them)
-        if any(r["cluster_size"] > 1 for r in pending_rows):
+        if any(r.cluster_size > 1 for r in pending_rows):
             networks = await store.session_networks_by_keypair(OCCUPYING_STATUSES)
         keypair_rows = await store.keypairs(active_only=False)
         keypairs = {}
-        for ak in {r["access_key"] for r in pending_rows}:
+        for ak in {r.access_key for r in pending_rows}:
             kp = keypair_rows.get(ak)
             p = policies.get(kp.resource_policy if kp else "default")
             count, slots = usage.get(ak, (0, {}))
@@ -190,34 +191,32 @@ class Dispatcher:
                 session_networks=networks.get(ak, 0),
             )
         dependencies = {}
-        for dep_id in {d for r in pending_rows for d in r["config"].get("depends_on", [])}:
+        for dep_id in {d for r in pending_rows for d in r.config.get("depends_on", [])}:
             dep = await store.get_session(dep_id)
             if dep is not None:
-                dependencies[dep_id] = DependencyState(dep_id, dep["name"], dep["status"], dep["result"])
+                dependencies[dep_id] = DependencyState(dep_id, dep.name, dep.status, dep.result)
         pending = []
         for row in pending_rows:
-            starts_at = row["config"].get("starts_at")
+            starts_at = row.config.get("starts_at")
             pending.append(
                 PendingSession(
-                    id=row["id"],
-                    name=row["name"],
-                    access_key=row["access_key"],
-                    session_type=row["type"],
-                    scaling_group=row["scaling_group"],
+                    id=row.id,
+                    name=row.name,
+                    access_key=row.access_key,
+                    session_type=row.type,
+                    scaling_group=row.scaling_group,
                     kernels=tuple(
-                        KernelRequest(
-                            k["id"], slotlib.from_wire(k["occupied_slots"]), k["cluster_role"], k["cluster_idx"]
-                        )
-                        for k in sorted(kernels.get(row["id"], []), key=cluster_order)
+                        KernelRequest(k.id, slotlib.from_wire(k.occupied_slots), k.cluster_role, k.cluster_idx)
+                        for k in sorted(kernels.get(row.id, []), key=cluster_order)
                     ),
-                    cluster_mode=row["config"].get("cluster_mode") or SINGLE_NODE,
-                    created_at=datetime.fromisoformat(row["created_at"]),
+                    cluster_mode=row.config.get("cluster_mode") or SINGLE_NODE,
+                    created_at=datetime.fromisoformat(row.created_at),
                     starts_at=datetime.fromisoformat(starts_at) if starts_at else None,
-                    depends_on=tuple(row["config"].get("depends_on", [])),
-                    image=row["image"],
-                    vfolder_hosts=frozenset(m["host"] for m in row["config"].get("mounts") or []),
-                    image_min=image_minimum(self.agents.image_labels.get(row["image"], {})),
-                    retries=(row["status_data"].get("scheduler") or {}).get("retries", 0),
+                    depends_on=tuple(row.config.get("depends_on", [])),
+                    image=row.image,
+                    vfolder_hosts=frozenset(m["host"] for m in row.config.get("mounts") or []),
+                    image_min=image_minimum(self.agents.image_labels.get(row.image, {})),
+                    retries=(row.status_data.get("scheduler") or {}).get("retries", 0),
                 )
             )
         return Snapshot(now, pending, agents, keypairs, dependencies, self.groups), pending_rows
@@ -230,13 +229,13 @@ class Dispatcher:
                 times.append(p.created_at + timedelta(seconds=limit))
         return min(times) if times else None
 
-    def _timed_out(self, rows: list[dict[str, Any]], now: datetime) -> list[tuple[str, str, dict[str, Any]]]:
+    def _timed_out(self, rows: list[Session], now: datetime) -> list[tuple[str, str, dict[str, Any]]]:
         out = []
         for row in rows:
-            limit = self.pending_timeouts.get(row["scaling_group"], 0)
-            waited = (now - datetime.fromisoformat(row["created_at"])).total_seconds()
+            limit = self.pending_timeouts.get(row.scaling_group, 0)
+            waited = (now - datetime.fromisoformat(row.created_at)).total_seconds()
             if limit and waited > limit:
-                out.append((row["id"], StatusInfo.PENDING_TIMEOUT, {"msg": f"pending for more than {limit:g} s"}))
+                out.append((row.id, StatusInfo.PENDING_TIMEOUT, {"msg": f"pending for more than {limit:g} s"}))
         return out
 
     async def round(self) -> None:
@@ -289,7 +288,7 @@ class Dispatcher:
         with contextlib.suppress(Exception):
             for row in await self.store.list_sessions(None, [SessionStatus.PENDING]):
                 await self.store.set_pending_info(
-                    row["id"], StatusInfo.SCHEDULER_ERROR, {"error": {"name": type(exc).__name__, "repr": str(exc)}}
+                    row.id, StatusInfo.SCHEDULER_ERROR, {"error": {"name": type(exc).__name__, "repr": str(exc)}}
                 )
 
 
@@ -297,12 +296,5 @@ def _times(slots: dict[str, Decimal], count: int) -> dict[str, Decimal]:
     return {name: amount * count for name, amount in slots.items()}
 
 
-def _history(session_id: str, outcome: str, info: str, msg: str, agents: str, failed: list[Any]) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "outcome": outcome,
-        "status_info": info,
-        "msg": msg,
-        "agents": agents,
-        "predicates": failed,
-    }
+def _history(session_id: str, outcome: str, info: str, msg: str, agents: str, failed: list[Any]) -> SchedulingAttempt:
+    return SchedulingAttempt(session_id, outcome, info, msg, agents, failed)

@@ -47,6 +47,7 @@ from bai.node.manager.services.kernel_logs import newest_seq
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.state import Store
+from bai.node.manager.state.records import Kernel, Session
 
 if TYPE_CHECKING:
     from bai.node.manager.services.lifecycle import SessionLifecycle
@@ -57,17 +58,15 @@ R = TypeVar("R")
 SERVING = frozenset({S.RUNNING, S.RUNNING_DEGRADED})  # statuses whose kernels run code, take files
 
 
-def require_running(session: dict[str, Any], what: str) -> None:
+def require_running(session: Session, what: str) -> None:
     """NotRunning (naming the session's status and what to do) unless its kernels run (RUNNING, RUNNING_DEGRADED)."""
-    if S(session["status"]) not in SERVING:
+    if S(session.status) not in SERVING:
         raise NotRunning(session, f"{what} needs a running kernel")
 
 
-async def _ask(
-    link: ManagerLink, session: dict[str, Any], kernel: dict[str, Any], what: str, message: Call[R], timeout: float
-) -> R:
+async def _ask(link: ManagerLink, session: Session, kernel: Kernel, what: str, message: Call[R], timeout: float) -> R:
     """`message` to the kernel's agent; a link error as a domain error (see the module's docstring)."""
-    agent_id = kernel.get("agent_id")
+    agent_id = kernel.agent_id
     if not agent_id:  # not placed yet: the session is not running (whatever the row said when it was read)
         raise NotRunning(session, what)
     try:
@@ -89,7 +88,7 @@ class KernelOps:
         lifecycle: SessionLifecycle,
         activity: Activity,
         runs: RunHistory,
-        changes: EventHub,
+        changes: EventHub[dict[str, Any]],
         image_labels: MutableMapping[str, dict[str, str]],
         clock: Clock,
     ) -> None:
@@ -106,7 +105,7 @@ class KernelOps:
 
     async def execute(
         self,
-        session: dict[str, Any],
+        session: Session,
         run_id: str,
         mode: str,
         code: str,
@@ -117,14 +116,14 @@ class KernelOps:
         """Run code in the session's kernel `kernel_ref` (main1 when None; see SessionReads.kernel_for)."""
         require_running(session, "running code")
         kernel = await self.reads.kernel_for(session, kernel_ref)
-        sid = session["id"]
+        sid = session.id
         self.activity.touch(sid)
         if mode in ("query", "batch"):
             self.activity.run_began(sid, run_id)  # code is running: the session is not idle until it finishes
-            after = await newest_seq(self.store, kernel["id"])  # its output comes after what is stored now
-            self.runs.start(sid, kernel["id"], run_id, after, self.clock.now().isoformat())
+            after = await newest_seq(self.store, kernel.id)  # its output comes after what is stored now
+            self.runs.start(sid, kernel.id, run_id, after, self.clock.now().isoformat())
         try:
-            run = Execute(kernel["id"], run_id, mode, code, options, flush)
+            run = Execute(kernel.id, run_id, mode, code, options, flush)
             result = await _ask(self.link, session, kernel, "running code needs a running kernel", run, flush + 60)
         except DomainError:
             self.activity.run_ended(sid, run_id)
@@ -139,60 +138,60 @@ class KernelOps:
                 # the last run's outcome is the session's (kept when it is destroyed), as for a batch session
                 # (on a full disk the run's output still reaches its client: only the record is dropped)
                 outcome = "SUCCESS" if exit_code == 0 else "FAILURE"
-                recorded = self.store.record_run(sid, kernel["id"], exit_code, outcome)
+                recorded = self.store.record_run(sid, kernel.id, exit_code, outcome)
                 if await self.full_disk.attempt("run results", recorded):
                     self.changes.publish("run_finished", {"ids": [sid]})
         api: dict[str, Any] = result.to_api()
         return api
 
-    async def interrupt(self, session: dict[str, Any], run_id: str | None = None) -> bool:
+    async def interrupt(self, session: Session, run_id: str | None = None) -> bool:
         """Interrupt a run: `run_id`'s (a waiting one leaves the queue), else the one running now (Backend.AI's
         interrupt names no run). False when there was no such run. A named run is interrupted in the kernel it runs
         in (a session of several kernels); one without a name in the main kernel."""
         kernel = await self.reads.main_kernel(session)
-        where = self.runs.kernel_of(session["id"], run_id) if run_id else None
-        if where is not None and where != kernel["id"]:
+        where = self.runs.kernel_of(session.id, run_id) if run_id else None
+        if where is not None and where != kernel.id:
             kernel = await self.reads.kernel_for(session, where)
-        if not kernel["agent_id"] or S(session["status"]) not in SERVING:
+        if not kernel.agent_id or S(session.status) not in SERVING:
             return False
         try:
-            found = await call(self.link, kernel["agent_id"], Interrupt(kernel["id"], run_id), timeout=10)
+            found = await call(self.link, kernel.agent_id, Interrupt(kernel.id, run_id), timeout=10)
         except (RemoteError, AgentUnavailable, TimeoutError):
             return False
         return bool(found)
 
     async def open_terminal(
-        self, session: dict[str, Any], command: list[str] | None, rows: int, cols: int, kernel_ref: str | None = None
+        self, session: Session, command: list[str] | None, rows: int, cols: int, kernel_ref: str | None = None
     ) -> LinkStream:
         """A terminal in the session's kernel `kernel_ref` (main1 when None): a link stream to its agent
         (frames: agent/terminal.py)."""
         require_running(session, "a terminal")
         kernel = await self.reads.kernel_for(session, kernel_ref)
-        if not kernel.get("agent_id"):
+        if not kernel.agent_id:
             raise NotRunning(session, "a terminal needs a running kernel")
-        opening = OpenTerminal(kernel["id"], command, rows, cols)
+        opening = OpenTerminal(kernel.id, command, rows, cols)
         try:
-            stream = await self.link.open_stream(kernel["agent_id"], opening.kind, opening.to_wire())
+            stream = await self.link.open_stream(kernel.agent_id, opening.kind, opening.to_wire())
         except AgentUnavailable as e:
-            raise KernelUnreachable(kernel["agent_id"], str(e)) from None
-        self.activity.touch(session["id"])
+            raise KernelUnreachable(kernel.agent_id, str(e)) from None
+        self.activity.touch(session.id)
         return stream
 
-    async def upload(self, session: dict[str, Any], files: list[tuple[str, bytes]]) -> None:
+    async def upload(self, session: Session, files: list[tuple[str, bytes]]) -> None:
         require_running(session, "uploading files")
         kernel = await self.reads.main_kernel(session)
-        upload = UploadFiles(kernel["id"], list(files))
+        upload = UploadFiles(kernel.id, list(files))
         await _ask(self.link, session, kernel, "uploading files needs a running kernel", upload, 120)
 
-    async def list_files(self, session: dict[str, Any], path: str) -> dict[str, Any]:
+    async def list_files(self, session: Session, path: str) -> dict[str, Any]:
         require_running(session, "listing files")
         kernel = await self.reads.main_kernel(session)
         listing = await _ask(
-            self.link, session, kernel, "listing files needs a running kernel", ListFiles(kernel["id"], path), 60
+            self.link, session, kernel, "listing files needs a running kernel", ListFiles(kernel.id, path), 60
         )
         return listing.to_wire()  # as the API answers it: {files, errors, abspath}
 
-    async def download(self, session: dict[str, Any], paths: list[str]) -> list[bytes]:
+    async def download(self, session: Session, paths: list[str]) -> list[bytes]:
         """Files of the session's main kernel: one tar archive per path (see agent/download.py)."""
         require_running(session, "downloading files")
         kernel = await self.reads.main_kernel(session)
@@ -201,36 +200,36 @@ class KernelOps:
             session,
             kernel,
             "downloading files needs a running kernel",
-            DownloadFiles(kernel["id"], paths),
+            DownloadFiles(kernel.id, paths),
             300,
         )
         return archives
 
-    async def commit(self, session: dict[str, Any], image: str | None = None) -> dict[str, Any]:
+    async def commit(self, session: Session, image: str | None = None) -> dict[str, Any]:
         """Save the session's main kernel as an image on its agent (Docker agents only); the image, which
         new sessions can use at once and `bai image ls` lists."""
         require_running(session, "a commit")
         kernel = await self.reads.main_kernel(session)
         if image is None:
-            repo = "".join(c if c.isalnum() or c in "._-" else "-" for c in session["name"].lower()).strip("._-")
+            repo = "".join(c if c.isalnum() or c in "._-" else "-" for c in session.name.lower()).strip("._-")
             image = f"bai-commit/{repo or 'session'}:{self.clock.now():%Y%m%d-%H%M%S}"
         # (a RemoteError: e.g. a local or simulated agent, whose kernels are not containers)
         made = await _ask(
-            self.link, session, kernel, "a commit needs a running kernel", CommitKernel(kernel["id"], image), 600
+            self.link, session, kernel, "a commit needs a running kernel", CommitKernel(kernel.id, image), 600
         )
         self.image_labels[made.name] = made.labels or {}
-        return {**made.to_api(), "agent": kernel["agent_id"], "sessionId": session["id"]}
+        return {**made.to_api(), "agent": kernel.agent_id, "sessionId": session.id}
 
-    async def restart(self, session: dict[str, Any]) -> dict[str, Any]:
+    async def restart(self, session: Session) -> Session:
         """Restart the session's kernel (Backend.AI's PATCH /session/{ref}): its code starts afresh (a new
         Python namespace), the session, its container, home and apps' ports stay; runs going on end.
         RUNNING → RESTARTING → RUNNING."""
-        if S(session["status"]) != S.RUNNING:  # (not RUNNING_DEGRADED either: its kernels are not all there)
+        if S(session.status) != S.RUNNING:  # (not RUNNING_DEGRADED either: its kernels are not all there)
             raise NotRunning(session, "a restart needs a RUNNING session")
-        if session["type"] == "batch":
+        if session.type == "batch":
             raise Invalid("a batch session runs its command once: it cannot be restarted")
-        kernels = await self.store.kernels_of(session["id"])
-        sid = session["id"]
+        kernels = await self.store.kernels_of(session.id)
+        sid = session.id
         transition = self.lifecycle.transition
         row = await transition(sid, S.RESTARTING, "restarting", {}, allowed_from=[S.RUNNING])
         if row is None:
@@ -241,7 +240,7 @@ class KernelOps:
         self.activity.runs_over(sid)
         # every kernel of the session restarts (at once)
         answers = await asyncio.gather(
-            *(call(self.link, k["agent_id"], RestartKernel(k["id"]), timeout=90) for k in kernels),
+            *(call(self.link, k.agent_id or "", RestartKernel(k.id), timeout=90) for k in kernels),
             return_exceptions=True,
         )
         for kernel, answer in zip(kernels, answers, strict=True):
@@ -252,26 +251,25 @@ class KernelOps:
                 await transition(sid, S.RUNNING, "", {"msg": f"the restart failed: {why}"}, allowed_from=[S.RESTARTING])
                 if isinstance(answer, RemoteError):
                     raise Failed("Restart failed.", f"the kernel could not be restarted: {why}") from None
-                raise KernelUnreachable(kernel["agent_id"], f"the kernel could not be restarted: {why}") from None
+                raise KernelUnreachable(kernel.agent_id, f"the kernel could not be restarted: {why}") from None
             if isinstance(answer, BaseException):
                 raise answer
         back = await transition(sid, S.RUNNING, "restarted", {}, allowed_from=[S.RESTARTING])
         if not all(answers):  # one ended meanwhile: the agent reports that (the session then ends)
             raise Failed("Restart failed.", "the kernel's agent no longer has it")
-        restarted: dict[str, Any] = back or (await self.store.get_session(sid)) or session
-        return restarted
+        return back or (await self.store.get_session(sid)) or session
 
-    async def rename(self, session: dict[str, Any], name: str) -> dict[str, Any]:
+    async def rename(self, session: Session, name: str) -> Session:
         """Give a live session another name (its id stays; its kernel keeps running)."""
         if not isinstance(name, str):
             raise Invalid("the new name must be a string")
         if why := name_problem(name):
             raise Invalid(why)
-        if S(session["status"]) not in ACTIVE_STATUSES:
-            raise Invalid(f"session {session['name']} has ended: only a live session can be renamed")
-        if name != session["name"] and not await self.store.rename_session(session["id"], session["access_key"], name):
+        if S(session.status) not in ACTIVE_STATUSES:
+            raise Invalid(f"session {session.name} has ended: only a live session can be renamed")
+        if name != session.name and not await self.store.rename_session(session.id, session.access_key, name):
             raise Conflict(f"there is already a live session named {name!r}")
-        row = await self.store.get_session(session["id"])
+        row = await self.store.get_session(session.id)
         assert row is not None
-        self.changes.publish("session_renamed", {"ids": [row["id"]], "name": name})
+        self.changes.publish("session_renamed", {"ids": [row.id], "name": name})
         return row

@@ -10,7 +10,6 @@ and is published on the EventHub only after it is committed.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import secrets
@@ -750,9 +749,7 @@ class SessionLifecycle:
                 return None
             row = terminating
         if status == S.ERROR:
-            log.info(
-                "session %s (ERROR, %s) is destroyed by force: its kernels are removed", sid, session.status_info
-            )
+            log.info("session %s (ERROR, %s) is destroyed by force: its kernels are removed", sid, session.status_info)
         finishing = self._finish_destroy(row, info, kernels, timeout=FORCED_REMOVE_TIMEOUT if forced else 60)
         if wait:
             final = await finishing
@@ -775,9 +772,7 @@ class SessionLifecycle:
             await self._remove_kernels(kernels, info, timeout=timeout)
             main = kernels[0] if kernels else None
             final = (self._finals(sid).get(main.id) or stored_stat(main)) if main else None
-            await self.transition(
-                sid, S.TERMINATED, info, session.status_data, allowed_from=[S.TERMINATING, S.ERROR]
-            )
+            await self.transition(sid, S.TERMINATED, info, session.status_data, allowed_from=[S.TERMINATING, S.ERROR])
             return final
         finally:
             self.ending.discard(sid)

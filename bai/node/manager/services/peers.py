@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 from bai.common.background import Background
 from bai.common.cluster import CLUSTER_PORTS, kernel_name_of
@@ -35,6 +34,7 @@ from bai.node.link.base import ManagerLink
 from bai.node.link.messages import OpenPeerTunnel, PeerDial, PeerDialed
 from bai.node.link.streams import LinkStream, StreamClosed
 from bai.node.manager.state import Store
+from bai.node.manager.state.records import Session
 
 log = logging.getLogger("bai.manager.peers")
 MAX_PER_SESSION = 256  # connections relayed at once between one session's kernels
@@ -109,22 +109,22 @@ class PeerRelay:
         kernel = await self.store.get_kernel(event.kernel_id)
         if kernel is None:
             raise Refused(f"no kernel {event.kernel_id}")
-        if kernel.get("agent_id") != agent_id:
+        if kernel.agent_id != agent_id:
             raise Refused(f"kernel {event.kernel_id} is not on agent {agent_id}")
-        session: dict[str, Any] | None = await self.store.get_session(kernel["session_id"])
+        session: Session | None = await self.store.get_session(kernel.session_id)
         if session is None:
-            raise Refused(f"no session {kernel['session_id']}")
-        if session.get("status") not in RUNNING:
-            raise Refused(f"session {session.get('name') or session['id']} is {session.get('status')}")
-        kernels = await self.store.kernels_of(session["id"]) if isinstance(event.host, str) else []
+            raise Refused(f"no session {kernel.session_id}")
+        if session.status not in RUNNING:
+            raise Refused(f"session {session.name or session.id} is {session.status}")
+        kernels = await self.store.kernels_of(session.id) if isinstance(event.host, str) else []
         target = next((other for other in kernels if kernel_name_of(other) == event.host), None)
-        if target is None or target["id"] == kernel["id"]:
-            raise Refused(f"session {session.get('name') or session['id']} has no other kernel named {event.host!r}")
-        if not target.get("agent_id"):
+        if target is None or target.id == kernel.id:
+            raise Refused(f"session {session.name or session.id} has no other kernel named {event.host!r}")
+        if not target.agent_id:
             raise Refused(f"kernel {event.host} is not on an agent")
-        if target.get("status") not in RUNNING:
-            raise Refused(f"kernel {event.host} is {target.get('status')}")
-        return session["id"], target["agent_id"], target["id"]
+        if target.status not in RUNNING:
+            raise Refused(f"kernel {event.host} is {target.status}")
+        return session.id, target.agent_id, target.id
 
     async def _refuse(self, agent_id: str, event: PeerDial, reason: str) -> None:
         """Tell the dialling agent (its `peer-dialed` stream, with the reason, closed at once)."""

@@ -36,6 +36,7 @@ from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.stats_book import StatsBook, Trail
 from bai.node.manager.state import Store
+from bai.node.manager.state.records import Session
 
 log = logging.getLogger("bai.timers")
 IDLE_TIMEOUT = StatusInfo.IDLE_TIMEOUT
@@ -56,10 +57,10 @@ STUCK_GRACE = 30.0  # seconds past its start's own limits before a session stuck
 TERMINATING_LIMIT = 60.0 + STUCK_GRACE
 
 
-def start_limit(start_timeout: float, session: Mapping[str, Any]) -> float:
+def start_limit(start_timeout: float, session: Session) -> float:
     """How long a session may stay starting: the preparing timeout (`start_timeout`), a pull's when its image
     comes from a registry, and STUCK_GRACE."""
-    pull = PULL_TIMEOUT if registry_of(session["image"]) else 0.0
+    pull = PULL_TIMEOUT if registry_of(session.image) else 0.0
     return start_timeout + pull + STUCK_GRACE
 
 
@@ -76,7 +77,7 @@ def log_settings(cfg: Mapping[str, Any]) -> tuple[int, float]:
 
 
 def expired(
-    sessions: list[dict[str, Any]],
+    sessions: list[Session],
     policy_of: Mapping[str, Mapping[str, Any]],
     last_activity: Mapping[str, datetime],
     now: datetime,
@@ -87,31 +88,31 @@ def expired(
     A session with code running (`busy`) is never idle."""
     out = []
     for s in sessions:
-        policy = policy_of.get(s["access_key"])
+        policy = policy_of.get(s.access_key)
         if policy is None:
             continue
         lifetime = policy.get("max_session_lifetime") or 0
         idle = policy.get("idle_timeout") or 0
-        age = (now - datetime.fromisoformat(s["created_at"])).total_seconds()
+        age = (now - datetime.fromisoformat(s.created_at)).total_seconds()
         if lifetime and age > lifetime:
-            out.append((s["id"], LIFETIME))
+            out.append((s.id, LIFETIME))
             continue
-        if idle and s["type"] != "batch" and s["id"] not in busy:
-            since = last_activity.get(s["id"]) or datetime.fromisoformat(s["status_changed"])
+        if idle and s.type != "batch" and s.id not in busy:
+            since = last_activity.get(s.id) or datetime.fromisoformat(s.status_changed)
             if (now - since).total_seconds() > idle:
-                out.append((s["id"], IDLE_TIMEOUT))
+                out.append((s.id, IDLE_TIMEOUT))
     return out
 
 
-def _cores(session: Mapping[str, Any]) -> float:
+def _cores(session: Session) -> float:
     try:
-        return float((session.get("requested_slots") or {}).get("cpu") or 0)
+        return float((session.requested_slots or {}).get("cpu") or 0)
     except (TypeError, ValueError):
         return 0.0
 
 
 def underused(
-    sessions: list[dict[str, Any]],
+    sessions: list[Session],
     policy_of: Mapping[str, Mapping[str, Any]],
     trails_of: Callable[[str], list[Trail | None]],
     now: float,
@@ -126,9 +127,9 @@ def underused(
     max_gap = max(GAP_INTERVALS * interval, MIN_GAP)
     out = []
     for s in sessions:
-        if s["type"] == "batch" or s.get("status", SessionStatus.RUNNING) != SessionStatus.RUNNING:
+        if s.type == "batch" or s.status != SessionStatus.RUNNING:
             continue
-        policy = policy_of.get(s["access_key"])
+        policy = policy_of.get(s.access_key)
         if not policy:
             continue
         cpu_limit, gpu_limit = policy.get("idle_cpu_pct"), policy.get("idle_gpu_pct")
@@ -136,9 +137,9 @@ def underused(
             continue
         window = float(policy.get("idle_window") or DEFAULT_IDLE_WINDOW)
         start = now - window
-        if datetime.fromisoformat(s["created_at"]).timestamp() > start:
+        if datetime.fromisoformat(s.created_at).timestamp() > start:
             continue  # younger than the window
-        trails = trails_of(s["id"])
+        trails = trails_of(s.id)
         if not trails or any(t is None or t.since > start or t.longest_gap(start, now) > max_gap for t in trails):
             continue  # no samples over the whole window
         cpu_sum, gpu_values, enough = 0.0, [], True
@@ -166,7 +167,7 @@ def underused(
             data["gpuPct"] = round(pct, 2)
             data["gpuThreshold"] = gpu_limit
         if judged and idle:
-            out.append((s["id"], IDLE_UTILIZATION, data))
+            out.append((s.id, IDLE_UTILIZATION, data))
     return out
 
 
@@ -258,20 +259,20 @@ class Timers:
         The ids of those it ends."""
         ended = []
         for row in await self.store.list_sessions(None, [SessionStatus.TERMINATING]):
-            if self.lifecycle.is_ending(row["id"]):
+            if self.lifecycle.is_ending(row.id):
                 continue
             if self._age(row, now) > TERMINATING_LIMIT:
-                ended.append(row["id"])
+                ended.append(row.id)
                 self.spawn(
                     self._quietly("ending sessions stuck TERMINATING", self.lifecycle.end_stuck_destroy(row)),
-                    f"stuck-{row['id']}",
+                    f"stuck-{row.id}",
                 )
         return ended
 
-    def _age(self, session: Mapping[str, Any], now: datetime) -> float:
+    def _age(self, session: Session, now: datetime) -> float:
         """Seconds a session has been in its status, as far as this manager saw: not before it started (a
         manager that was down does not judge what it did not watch; agents re-register first)."""
-        since = max(datetime.fromisoformat(session["status_changed"]), self.since)
+        since = max(datetime.fromisoformat(session.status_changed), self.since)
         return (now - since).total_seconds()
 
     async def _quietly(self, what: str, work: Awaitable[object]) -> None:
@@ -295,12 +296,12 @@ class Timers:
         starting = await self.store.list_sessions(None, STARTING_STATUSES)
         ended = []
         for row in starting:
-            if self.lifecycle.is_starting(row["id"]):
+            if self.lifecycle.is_starting(row.id):
                 continue  # under way: its own timeout ends it
             limit = start_limit(self.start_timeout, row)
             if self._age(row, now) > limit:
-                ended.append(row["id"])
-                self.spawn(self.lifecycle.end_stuck_start(row, limit), f"stuck-{row['id']}")
+                ended.append(row.id)
+                self.spawn(self.lifecycle.end_stuck_start(row, limit), f"stuck-{row.id}")
         return ended
 
     async def sweep_limits(self, now: datetime) -> None:
@@ -324,7 +325,7 @@ class Timers:
                     ending.append((session_id, reason))
         for session_id, reason in ending:
             row = await store.get_session(session_id)
-            if row is not None and row["status"] == SessionStatus.RUNNING:
+            if row is not None and row.status == SessionStatus.RUNNING:
                 log.info("ending session %s: %s", session_id, reason)
                 destroying = self.lifecycle.destroy(row, forced=False, reason=reason)
                 self.spawn(self._quietly("ending sessions past their limits", destroying), f"expire-{session_id}")

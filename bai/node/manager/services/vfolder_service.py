@@ -290,7 +290,7 @@ class VFolders:
 
     async def _mounted_by(self, folder_id: str) -> list[str]:
         rows = await self.store.list_sessions(None, ACTIVE_STATUSES)
-        return [r["name"] for r in rows if any(m["id"] == folder_id for m in r["config"].get("mounts") or [])]
+        return [r.name for r in rows if any(m["id"] == folder_id for m in r.config.get("mounts") or [])]
 
     async def trash(self, folder: VFolder) -> None:
         if users := await self._mounted_by(folder.id):
