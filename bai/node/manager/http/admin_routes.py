@@ -222,7 +222,7 @@ async def terminate_sessions_of(request: web.Request, access_key: str) -> list[s
             await services.lifecycle.destroy(row, forced=True, wait=False)
         except (Problem, DomainError):  # ended meanwhile
             continue
-        ended.append(row["name"])
+        ended.append(row.name)
     return ended
 
 

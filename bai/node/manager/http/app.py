@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote
 
+import msgspec
 from aiohttp import BodyPartReader, MultipartWriter, WSCloseCode, WSMessage, WSMsgType, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
@@ -51,10 +52,11 @@ from bai.node.manager.http.sse import SPACED, EventStream
 from bai.node.manager.http.terminal_routes import add_terminal_routes
 from bai.node.manager.services import Services
 from bai.node.manager.services.diskfull import describe, insufficient_storage, is_disk_full
-from bai.node.manager.services.hubs import Event
+from bai.node.manager.services.hubs import Subscription
 from bai.node.manager.services.kernel_ops import require_running
 from bai.node.manager.services.metrics import exposition
 from bai.node.manager.services.stats_book import stored_stat
+from bai.node.manager.state.records import Kernel, SchedulingAttempt, Session
 
 log = logging.getLogger("bai.api")
 SESSION_EVENT_OF = {status.value: name for status, name in SESSION_EVENTS.items()}
@@ -185,18 +187,18 @@ async def create_session(request: web.Request) -> web.Response:
     )
     owner, owner_is_admin = session_owner(request, body)
     row, created = await services.lifecycle.create(owner, req, owner_is_admin)
-    if not req.enqueue_only and row["status"] not in ("RUNNING",):
-        waited = await services.reads.wait_started(row["id"], req.max_wait or None)
+    if not req.enqueue_only and row.status not in ("RUNNING",):
+        waited = await services.reads.wait_started(row.id, req.max_wait or None)
         if waited is None:
             status = "TIMEOUT"
         else:
-            row, status = waited, waited["status"]
+            row, status = waited, waited.status
     else:
-        status = row["status"]
+        status = row.status
     ports = (await session_view(services, row)).service_ports if status in ("RUNNING", "RUNNING_DEGRADED") else []
     result = {
-        "sessionId": row["id"],
-        "sessionName": row["name"],
+        "sessionId": row.id,
+        "sessionName": row.name,
         "status": status,
         "servicePorts": ports,
         "created": created,
@@ -204,8 +206,8 @@ async def create_session(request: web.Request) -> web.Response:
     if not created:
         result["service_ports"] = ports
     if status in ("CANCELLED", "ERROR", "TERMINATED"):
-        result["statusInfo"] = row["status_info"]
-        result["statusData"] = row["status_data"]
+        result["statusInfo"] = row.status_info
+        result["statusData"] = row.status_data
     return web.json_response(result, status=201 if created else 200)
 
 
@@ -224,8 +226,8 @@ async def list_sessions(request: web.Request) -> web.Response:
     caller = caller_of(request)
     owner = caller.owner if caller.is_admin else caller.access_key  # admins see every session
     rows = await services.state.list_sessions(owner, statuses)
-    kernels = await services.state.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
-    items = [await session_json(services, r, kernels=kernels.get(r["id"], [])) for r in rows]
+    kernels = await services.state.kernels_of_many([r.id for r in rows])  # one read, not one per session
+    items = [await session_json(services, r, kernels=kernels.get(r.id, [])) for r in rows]
     return web.json_response({"items": items})
 
 
@@ -241,13 +243,27 @@ async def session_history(request: web.Request) -> web.Response:
     row = await session_of(request, active_only=False)
     return web.json_response(
         {
-            "sessionId": row["id"],
-            "name": row["name"],
-            "status": row["status"],
-            "history": await services.state.scheduling_history(row["id"]),
-            "transitions": await services.state.transitions_of(row["id"]),
+            "sessionId": row.id,
+            "name": row.name,
+            "status": row.status,
+            "history": [_attempt_json(h) for h in await services.state.scheduling_history(row.id)],
+            "transitions": [msgspec.structs.asdict(t) for t in await services.state.transitions_of(row.id)],
         }
     )
+
+
+def _attempt_json(h: SchedulingAttempt) -> dict[str, Any]:
+    """A scheduling attempt as `bai session explain` reads it (the history's columns, without the session id)."""
+    return {
+        "first_at": h.first_at,
+        "last_at": h.last_at,
+        "rounds": h.rounds,
+        "outcome": h.outcome,
+        "status_info": h.status_info,
+        "msg": h.msg,
+        "agents": h.agents,
+        "predicates": h.predicates,
+    }
 
 
 async def session_stats(request: web.Request) -> web.Response:
@@ -256,12 +272,12 @@ async def session_stats(request: web.Request) -> web.Response:
     services = services_of(request)
     row = await session_of(request, active_only=False)
     out: dict[str, list[dict[str, Any]]] = {}
-    for kernel in await services.state.kernels_of(row["id"]):
-        samples = services.stats.samples_of(kernel["id"])
+    for kernel in await services.state.kernels_of(row.id):
+        samples = services.stats.samples_of(kernel.id)
         if not samples and (final := stored_stat(kernel)) is not None:
             samples = [final]
-        out[kernel["id"]] = [u for u in (usage_of([s]) for s in samples) if u is not None]
-    return web.json_response({"sessionId": row["id"], "kernels": out})
+        out[kernel.id] = [u for u in (usage_of([s]) for s in samples) if u is not None]
+    return web.json_response({"sessionId": row.id, "kernels": out})
 
 
 async def destroy_session(request: web.Request) -> web.Response:
@@ -454,7 +470,7 @@ async def task_logs(request: web.Request) -> web.StreamResponse:
     if request.method != "HEAD":
         after, more = 0, True
         while more:
-            chunks, more = await services.logs.page(kernel["id"], after, 1 << 20)
+            chunks, more = await services.logs.page(kernel.id, after, 1 << 20)
             if not chunks:
                 break
             after = chunks[-1][0]
@@ -608,7 +624,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
             else:
                 mode, code = "continue", ""
     except InputRefused as e:  # the client is told, its run interrupted, the connection closed (1009)
-        log.info("execute WebSocket of session %s: %s; closing it", row["name"], e)
+        log.info("execute WebSocket of session %s: %s; closing it", row.name, e)
         if call is not None:
             call.cancel()
         with contextlib.suppress(Exception):
@@ -650,32 +666,32 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     owner = caller.owner if caller.is_admin else caller.access_key
     only = None
     if ref:
-        only = (await session_of(request, ref, active_only=False))["id"]
+        only = (await session_of(request, ref, active_only=False)).id
     until_end = request.query.get("follow", "").lower() in ("0", "false", "no")
     # Backend.AI's events write their JSON with json.dumps's own separators (the dashboard's, compact)
     stream = await EventStream.open(request, separators=SPACED)
 
-    async def send(name: str, row: dict[str, Any], kernel: dict[str, Any] | None) -> None:
+    async def send(name: str, row: Session, kernel: Kernel | None) -> None:
         data = {
-            "reason": row["status_info"],
-            "sessionName": row["name"],
-            "ownerAccessKey": row["access_key"],
-            "sessionId": row["id"],
-            "exitCode": (row["status_data"] or {}).get("exitCode"),
+            "reason": row.status_info,
+            "sessionName": row.name,
+            "ownerAccessKey": row.access_key,
+            "sessionId": row.id,
+            "exitCode": (row.status_data or {}).get("exitCode"),
         }
         if kernel is not None:
-            data.update(kernelId=kernel["id"], clusterRole=kernel["cluster_role"], clusterIdx=kernel["cluster_idx"])
+            data.update(kernelId=kernel.id, clusterRole=kernel.cluster_role, clusterIdx=kernel.cluster_idx)
         await stream.send(name, data)
 
-    async def events(queue: asyncio.Queue[Event]) -> None:
+    async def events(queue: Subscription[Session]) -> None:
         while True:
             name, row = await queue.get()
-            if (only is not None and row["id"] != only) or (owner is not None and row["access_key"] != owner):
+            if (only is not None and row.id != only) or (owner is not None and row.access_key != owner):
                 continue
             if scope in ("*", "session"):
                 await send(name, row, None)
             if scope in ("*", "kernel") and name in KERNEL_EVENTS:
-                for kernel in await services.state.kernels_of(row["id"]):
+                for kernel in await services.state.kernels_of(row.id):
                     await send(KERNEL_EVENTS[name], row, kernel)
             if until_end and only is not None and name in FINAL_EVENTS:
                 return
@@ -683,9 +699,9 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     with services.hubs.events.subscribe() as queue:
         if only is not None and until_end:  # already over: say so at once
             current = await services.state.get_session(only)
-            if current and SessionStatus(current["status"]) in (SessionStatus.TERMINATED, SessionStatus.CANCELLED):
+            if current and SessionStatus(current.status) in (SessionStatus.TERMINATED, SessionStatus.CANCELLED):
                 with contextlib.suppress(ConnectionError):  # the client went away: normal
-                    await send(SESSION_EVENT_OF[current["status"]], current, None)
+                    await send(SESSION_EVENT_OF[current.status], current, None)
                 return stream.response
         await stream.serve(events(queue))  # until the final event, or the client goes away
     return stream.response

@@ -96,7 +96,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         idle = float(request.app[SETTINGS].get("app_idle_timeout") or APP_IDLE_TIMEOUT)
         why = await relay(ws, stream, idle)
         if why is not None:
-            over = await ended(services.state, row["id"])
+            over = await ended(services.state, row.id)
             await say_and_close(ws, over or why, WSCloseCode.GOING_AWAY if over else WSCloseCode.INTERNAL_ERROR)
     finally:
         await stream.close("the client went away")

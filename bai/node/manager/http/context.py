@@ -15,6 +15,7 @@ from bai.common import safejson
 from bai.common.problems import Problem, invalid
 from bai.node.manager.http.rate import OpenStreams
 from bai.node.manager.services import Services
+from bai.node.manager.state.records import Session
 
 SERVICES = web.AppKey("services", Services)
 SETTINGS = web.AppKey("settings", dict)
@@ -216,7 +217,7 @@ def services_of(request: web.Request) -> Services:
 
 async def session_of(
     request: web.Request, ref: str | None = None, *, active_only: bool = True, body: Any = None
-) -> dict[str, Any]:
+) -> Session:
     """The session a request names (`{ref}` in its path unless given), as the caller may see it."""
     caller = caller_of(request, body)
     return await request.app[SERVICES].reads.resolve(

@@ -36,7 +36,7 @@ import contextlib
 import math
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -47,22 +47,30 @@ from bai.node.manager.http.context import services_of, session_of
 from bai.node.manager.http.represent import SessionView, agent_items
 from bai.node.manager.http.sse import EventStream, first_of
 from bai.node.manager.services import Services
-from bai.node.manager.services.hubs import Event
+from bai.node.manager.services.hubs import Subscription
 from bai.node.manager.services.runs import Run
 from bai.node.manager.services.stats_book import StatsBook
+from bai.node.manager.state.records import Kernel, Session
 
 TOPICS = {"sessions", "agents", "logs"}
 AGENTS_INTERVAL = 1.0
+T = TypeVar("T")
 
 
-def dashboard_row(row: dict[str, Any], kernels: list[dict[str, Any]], stats: StatsBook | None = None) -> dict[str, Any]:
+def dashboard_row(row: Session, kernels: list[Kernel], stats: StatsBook | None = None) -> dict[str, Any]:
     """What the dashboard shows of a session (the TUI reads it): see `SessionView.to_dashboard`."""
     return SessionView(row, kernels, stats).to_dashboard()
 
 
-async def _rows(services: Services, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    kernels = await services.state.kernels_of_many([s["id"] for s in rows])
-    return [dashboard_row(s, kernels.get(s["id"], []), services.stats) for s in rows]
+async def _rows(services: Services, rows: list[Session]) -> list[dict[str, Any]]:
+    kernels = await services.state.kernels_of_many([s.id for s in rows])
+    return [dashboard_row(s, kernels.get(s.id, []), services.stats) for s in rows]
+
+
+async def _pump(queue: Subscription[T], handler: Callable[[str, T], None]) -> None:
+    """Hand each event of a subscription to `handler`, as it comes."""
+    while True:
+        handler(*await queue.get())
 
 
 def _figures(usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -82,9 +90,9 @@ async def _cluster(services: Services, stream: EventStream, owner: str | None, f
     agents_dirty = asyncio.Event()
     wake = asyncio.Event()
 
-    def on_session(name: str, row: dict[str, Any]) -> None:
-        if owner is None or row["access_key"] == owner:
-            dirty.add(row["id"])
+    def on_session(name: str, row: Session) -> None:
+        if owner is None or row.access_key == owner:
+            dirty.add(row.id)
             wake.set()
         agents_dirty.set()  # placing and ending kernels changes what agents have free
 
@@ -108,10 +116,6 @@ async def _cluster(services: Services, stream: EventStream, owner: str | None, f
             {"now": utc_now().isoformat(), "sessions": list(sent_sessions.values()), "agents": agents},
         )
 
-        async def pump(queue: asyncio.Queue[Event], handler: Callable[[str, dict[str, Any]], None]) -> None:
-            while True:
-                handler(*await queue.get())
-
         async def sessions_out() -> None:
             while True:
                 await wake.wait()
@@ -120,7 +124,7 @@ async def _cluster(services: Services, stream: EventStream, owner: str | None, f
                 ids = list(dirty)
                 dirty.clear()
                 changed = []
-                rows = [r for r in await state.sessions_by_ids(ids) if owner is None or r["access_key"] == owner]
+                rows = [r for r in await state.sessions_by_ids(ids) if owner is None or r.access_key == owner]
                 for item in await _rows(services, rows):
                     if not _same_row(sent_sessions.get(item["id"]), item):
                         changed.append(item)
@@ -168,12 +172,12 @@ async def _cluster(services: Services, stream: EventStream, owner: str | None, f
                     await stream.send("usage", {"sessions": session_usage, "agents": agent_usage})
 
         await first_of(
-            pump(session_q, on_session), pump(change_q, on_change), sessions_out(), agents_out(), usage_out()
+            _pump(session_q, on_session), _pump(change_q, on_change), sessions_out(), agents_out(), usage_out()
         )
 
 
 async def _logs(
-    services: Services, stream: EventStream, session: dict[str, Any], kernel_id: str, tail: int, after: int | None
+    services: Services, stream: EventStream, session: Session, kernel_id: str, tail: int, after: int | None
 ) -> None:
     logs, reads = services.logs, services.reads
     start = after if after is not None else await logs.tail_start(kernel_id, tail)
@@ -181,7 +185,7 @@ async def _logs(
     if after is not None:
         last, _ = await logs.page(kernel_id, after - 1, 1)
         resumed_at = last[0][2] if last and last[0][0] == after else None
-    marks = _RunMarks(services.runs.of, session["id"], kernel_id, start, resumed_at)
+    marks = _RunMarks(services.runs.of, session.id, kernel_id, start, resumed_at)
 
     async def send_runs(before: int | None) -> None:
         for item in marks.due(before):
@@ -190,7 +194,7 @@ async def _logs(
     async def over() -> bool:
         # called when every stored chunk was sent (a run's start or end wakes the follower): runs go out
         await send_runs(None)
-        return await reads.session_over(session["id"])
+        return await reads.session_over(session.id)
 
     async for chunks in logs.follow(kernel_id, over, start, limit=2000):
         seqs = [c[0] for c in chunks]
@@ -287,7 +291,7 @@ async def dashboard_events(request: web.Request) -> web.StreamResponse:
             raise invalid("the logs topic needs session=NAME-OR-ID")
         session = await session_of(request, ref, active_only=False)
         # the main kernel's unless `kernel` names another (main1, sub1, an id or an id prefix)
-        kernel_id = (await services.reads.kernel_for(session, request.query.get("kernel")))["id"]
+        kernel_id = (await services.reads.kernel_for(session, request.query.get("kernel"))).id
     stream = await EventStream.open(request)
     if "logs" in topics:
         coros.append(_logs(services, stream, session, kernel_id, tail, after))

@@ -30,6 +30,7 @@ from bai.common.problems import invalid
 from bai.node.manager.services.kernel_logs import KernelLogs
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.state import LOG_PAGE_BYTES
+from bai.node.manager.state.records import Kernel, Session
 
 TRUE = ("1", "true", "yes")
 
@@ -111,11 +112,11 @@ async def serve_logs(
     request: web.Request,
     logs: KernelLogs,
     reads: SessionReads,
-    row: dict[str, Any],
-    kernel: dict[str, Any],
+    row: Session,
+    kernel: Kernel,
     query: LogQuery,
 ) -> web.StreamResponse:
-    kernel_id = kernel["id"]
+    kernel_id = kernel.id
     state = await logs.state(kernel_id)
     purged_at = state.purged_at if state is not None else None
     floor = 0  # with sinceTime: the newest chunk stored before it (what is read comes after)
@@ -132,7 +133,7 @@ async def serve_logs(
             if query.tail is not None:
                 chunks, after = await logs.tail(kernel_id, query.tail, after=query.since or 0)
                 await response.write("".join(c[1] for c in chunks).encode())
-            over = lambda: reads.session_over(row["id"])  # noqa: E731
+            over = lambda: reads.session_over(row.id)  # noqa: E731
             async for chunks in logs.follow(kernel_id, over, after):
                 await response.write("".join(c[1] for c in chunks).encode())
         await response.write_eof()

@@ -43,10 +43,10 @@ async def my_quota(request: web.Request) -> web.Response:
     name = (keypair.resource_policy if keypair else "") or "default"
     policy = await services.accounts.policy(name)
     holding = await services.state.list_sessions(access_key, OCCUPYING_STATUSES)
-    held = [s for s in holding if s["status"] in QUOTA_STATUSES]
+    held = [s for s in holding if s.status in QUOTA_STATUSES]
     occupied: dict[str, Decimal] = {}
     for session in held:
-        occupied = slotlib.add(occupied, slotlib.from_wire(session.get("requested_slots")))
+        occupied = slotlib.add(occupied, slotlib.from_wire(session.requested_slots))
     return web.json_response(
         {
             "accessKey": access_key,
@@ -57,7 +57,7 @@ async def my_quota(request: web.Request) -> web.Response:
             "defaultForUnspecified": (policy.default_for_unspecified if policy else "") or "UNLIMITED",
             "occupiedSlots": slotlib.to_wire({k: v for k, v in occupied.items() if v}),
             "maxSessionNetworks": int(policy.max_session_networks or 0) if policy else 0,
-            "sessionNetworks": sum(1 for s in holding if (s.get("cluster_size") or 1) > 1),
+            "sessionNetworks": sum(1 for s in holding if (s.cluster_size or 1) > 1),
             "maxPendingSessions": int(policy.max_pending_session_count or 0) if policy else 0,
             "pendingSessions": await services.state.count_sessions_of(access_key, [SessionStatus.PENDING]),
         }

@@ -8,6 +8,8 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+import msgspec
+
 from bai.common import service_ports as apps
 from bai.common import slots as slotlib
 from bai.common.cluster import SINGLE_NODE, kernel_name_of
@@ -17,6 +19,7 @@ from bai.common.status import ACTIVE_STATUSES, OCCUPYING_STATUSES, SessionStatus
 from bai.node.manager.services import Services
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.stats_book import StatsBook, last_stat, live_stat, stored_stat
+from bai.node.manager.state.records import Kernel, Session, Transition
 
 
 def _age_ms(created: str, now: datetime) -> int:
@@ -40,7 +43,7 @@ SCHEDULER_BOOKKEEPING = ("retries", "last_try", "passed_predicates")
 class ApiDetail:
     """What `GET /session/{ref}` adds to a session's JSON (read from the store by `session_json`)."""
 
-    transitions: list[dict[str, Any]]
+    transitions: list[Transition]
     queue_position: int | None  # only shown while the session is pending
 
 
@@ -51,33 +54,33 @@ class SessionView:
     `to_graphql` (Backend.AI's GraphQL `ComputeSession`, snake_case) and `to_dashboard` (the
     dashboard stream's small row). Facts are derived when a rendering first needs them."""
 
-    row: dict[str, Any]
-    kernels: list[dict[str, Any]]
+    row: Session
+    kernels: list[Kernel]
     stats: StatsBook | None = None  # live statistics (None: only what the store keeps)
 
     # -- derived facts --------------------------------------------------------------------------------
 
     @cached_property
-    def main(self) -> dict[str, Any] | None:
+    def main(self) -> Kernel | None:
         """The main kernel (the first one if none says it is)."""
-        return next((k for k in self.kernels if k["cluster_role"] == "main"), self.kernels[0] if self.kernels else None)
+        return next((k for k in self.kernels if k.cluster_role == "main"), self.kernels[0] if self.kernels else None)
 
     @property
     def status(self) -> SessionStatus:
-        return SessionStatus(self.row["status"])
+        return SessionStatus(self.row.status)
 
     @property
     def agent(self) -> str | None:
-        return self.main["agent_id"] if self.main else None
+        return self.main.agent_id if self.main else None
 
     @property
     def container_id(self) -> str | None:
-        return self.main["container_id"] if self.main else None
+        return self.main.container_id if self.main else None
 
     @property
     def kernel_exit_code(self) -> int | None:
         """The main kernel's exit code (None while it runs, or without a kernel)."""
-        return self.main["exit_code"] if self.main else None
+        return self.main.exit_code if self.main else None
 
     @property
     def exit_code(self) -> int | None:
@@ -86,20 +89,20 @@ class SessionView:
         return self.quiet_status_data.get("exitCode") if code is None else code
 
     @property
-    def occupying(self) -> dict[str, Any]:
+    def occupying(self) -> dict[str, str]:
         """The slots the session holds on agents: its requested slots while placed, else none."""
-        return self.row["requested_slots"] if self.status in OCCUPYING_STATUSES else {}
+        return self.row.requested_slots if self.status in OCCUPYING_STATUSES else {}
 
     @property
     def status_data(self) -> dict[str, Any]:
         """The status data, with the hooks' notes (as `hooks`) when there are any."""
-        notes = self.row["config"].get("hook_notes")
-        return {**self.row["status_data"], "hooks": notes} if notes else self.row["status_data"]
+        notes = self.row.config.get("hook_notes")
+        return {**self.row.status_data, "hooks": notes} if notes else self.row.status_data
 
     @cached_property
     def scheduler(self) -> dict[str, Any]:
         """The scheduler's word on a pending session, without its bookkeeping."""
-        scheduler = dict((self.row["status_data"] or {}).get("scheduler") or {})
+        scheduler = dict((self.row.status_data or {}).get("scheduler") or {})
         for key in SCHEDULER_BOOKKEEPING:
             scheduler.pop(key, None)
         return scheduler
@@ -107,7 +110,7 @@ class SessionView:
     @cached_property
     def quiet_status_data(self) -> dict[str, Any]:
         """The status data without what changes every scheduling round."""
-        data = dict(self.row["status_data"] or {})
+        data = dict(self.row.status_data or {})
         if self.scheduler:
             data["scheduler"] = self.scheduler
         return data
@@ -115,18 +118,18 @@ class SessionView:
     @property
     def queue_position(self) -> int | None:
         """Where the scheduler last put a pending session in its queue (None once it is not pending)."""
-        return self.scheduler.get("position") if self.row["status"] == SessionStatus.PENDING else None
+        return self.scheduler.get("position") if self.row.status == SessionStatus.PENDING else None
 
     @property
     def reason(self) -> str:
         """Why the session is pending, or why it ended, in words."""
-        return reason({"statusInfo": self.row["status_info"], "statusData": self.quiet_status_data})
+        return reason({"statusInfo": self.row.status_info, "statusData": self.quiet_status_data})
 
     @property
     def mounts(self) -> list[dict[str, Any]]:
         return [
             {"name": m["name"], "id": m["id"], "target": m["target"], "readOnly": m["read_only"]}
-            for m in self.row["config"].get("mounts") or []
+            for m in self.row.config.get("mounts") or []
         ]
 
     @cached_property
@@ -135,25 +138,24 @@ class SessionView:
         if self.main is None:
             return []
         return [
-            {**apps.to_api(sp), "host_ports": list(sp.host_ports)}
-            for sp in apps.loads(self.main.get("service_ports") or [])
+            {**apps.to_api(sp), "host_ports": list(sp.host_ports)} for sp in apps.loads(self.main.service_ports or [])
         ]
 
     @property
     def cluster_mode(self) -> str:
         """single-node | multi-node (bai/common/cluster.py; sessions made before clusters: single-node)."""
-        return self.row["config"].get("cluster_mode") or SINGLE_NODE
+        return self.row.config.get("cluster_mode") or SINGLE_NODE
 
     @property
     def depends_on(self) -> list[str]:
-        depends_on: list[str] = self.row["config"].get("depends_on", [])
+        depends_on: list[str] = self.row.config.get("depends_on", [])
         return depends_on
 
-    def live_sample(self, kernel: dict[str, Any]) -> dict[str, Any] | None:
+    def live_sample(self, kernel: Kernel) -> dict[str, Any] | None:
         """The kernel's latest statistics sample while it lives (None before the first)."""
-        return self.stats.latest(kernel["id"]) if self.stats is not None else None
+        return self.stats.latest(kernel.id) if self.stats is not None else None
 
-    def sample_of(self, kernel: dict[str, Any]) -> dict[str, Any] | None:
+    def sample_of(self, kernel: Kernel) -> dict[str, Any] | None:
         """The kernel's latest sample: the live one, else the final one stored as it ended."""
         return self.live_sample(kernel) or stored_stat(kernel)
 
@@ -162,16 +164,16 @@ class SessionView:
         """bai's `usage` of the session: its kernels' latest figures summed (None before any sample)."""
         return usage_of([self.sample_of(k) or {} for k in self.kernels])
 
-    def live_stat(self, kernel: dict[str, Any]) -> dict[str, Any] | None:
+    def live_stat(self, kernel: Kernel) -> dict[str, Any] | None:
         """Backend.AI's `live_stat` of a live kernel (None once it ended, or before its first sample)."""
         sample = self.live_sample(kernel)
         if sample is None or self.stats is None:
             return None
-        return live_stat(sample, kernel["occupied_slots"], self.stats.peaks(kernel["id"]))
+        return live_stat(sample, kernel.occupied_slots, self.stats.peaks(kernel.id))
 
-    def last_stat(self, kernel: dict[str, Any]) -> dict[str, Any] | None:
+    def last_stat(self, kernel: Kernel) -> dict[str, Any] | None:
         """Backend.AI's `last_stat` of an ended kernel (None while it lives, or without a sample)."""
-        return last_stat(stored_stat(kernel), kernel["occupied_slots"])
+        return last_stat(stored_stat(kernel), kernel.occupied_slots)
 
     # -- renderings -----------------------------------------------------------------------------------
 
@@ -180,51 +182,51 @@ class SessionView:
         row = self.row
         occupying = self.occupying
         out: dict[str, Any] = {
-            "id": row["id"],
-            "sessionId": row["id"],
-            "name": row["name"],
-            "sessionName": row["name"],
-            "accessKey": row["access_key"],
-            "image": row["image"],
-            "lang": row["image"],
-            "type": row["type"].upper(),
-            "status": row["status"],
-            "statusInfo": row["status_info"],
+            "id": row.id,
+            "sessionId": row.id,
+            "name": row.name,
+            "sessionName": row.name,
+            "accessKey": row.access_key,
+            "image": row.image,
+            "lang": row.image,
+            "type": row.type.upper(),
+            "status": row.status,
+            "statusInfo": row.status_info,
             "statusData": self.status_data,
-            "startsAt": row["config"].get("starts_at"),
+            "startsAt": row.config.get("starts_at"),
             "dependsOn": self.depends_on,
-            "statusChanged": row["status_changed"],
-            "result": row["result"],
-            "creationTime": row["created_at"],
-            "terminationTime": row["terminated_at"],
-            "age": _age_ms(row["created_at"], now),
-            "scalingGroup": row["scaling_group"],
-            "requestedSlots": row["requested_slots"],
+            "statusChanged": row.status_changed,
+            "result": row.result,
+            "creationTime": row.created_at,
+            "terminationTime": row.terminated_at,
+            "age": _age_ms(row.created_at, now),
+            "scalingGroup": row.scaling_group,
+            "requestedSlots": row.requested_slots,
             "occupyingSlots": occupying,
             "occupiedSlots": occupying,
-            "environ": row["environ"],
-            "tag": row["tag"],
+            "environ": row.environ,
+            "tag": row.tag,
             "mounts": self.mounts,
-            "network": row["config"].get("network"),  # null: the agent's own (none unless configured)
+            "network": row.config.get("network"),  # null: the agent's own (none unless configured)
             "agent": self.agent,
             "containerId": self.container_id,
             "exitCode": self.kernel_exit_code,
             "servicePorts": self.service_ports,
             "usage": self.usage,
-            "clusterSize": row["cluster_size"],
+            "clusterSize": row.cluster_size,
             "clusterMode": self.cluster_mode,
             "kernels": [
                 {
-                    "id": k["id"],
+                    "id": k.id,
                     "name": kernel_name_of(k),  # main1, sub1 …: also its hostname
-                    "clusterRole": k["cluster_role"],
-                    "clusterIdx": k["cluster_idx"],
+                    "clusterRole": k.cluster_role,
+                    "clusterIdx": k.cluster_idx,
                     "clusterHostname": kernel_name_of(k),
-                    "agent": k["agent_id"],
-                    "containerId": k["container_id"],
-                    "status": k["status"],
-                    "exitCode": k["exit_code"],
-                    "devices": [{"uuid": u, "share": str(a)} for u, a in k.get("devices") or []],
+                    "agent": k.agent_id,
+                    "containerId": k.container_id,
+                    "status": k.status,
+                    "exitCode": k.exit_code,
+                    "devices": [{"uuid": u, "share": str(a)} for u, a in k.devices or []],
                     "usage": usage_of([self.sample_of(k) or {}]),
                 }
                 for k in self.kernels
@@ -234,8 +236,8 @@ class SessionView:
             main = self.main
             # Backend.AI's lastStat (the main kernel's): its final statistics once it ended, else the live ones
             out["lastStat"] = (self.last_stat(main) or self.live_stat(main)) if main is not None else None
-            out["transitions"] = detail.transitions
-            if row["status"] == SessionStatus.PENDING:
+            out["transitions"] = [msgspec.structs.asdict(t) for t in detail.transitions]
+            if row.status == SessionStatus.PENDING:
                 out["queuePosition"] = detail.queue_position
         return out
 
@@ -244,98 +246,98 @@ class SessionView:
         the sessions it depends on that still exist, as {id, name, status}."""
         row = self.row
         # as before the projection was shared: here a pending session "occupies" what it requested
-        occupying = row["requested_slots"] if self.status in ACTIVE_STATUSES else {}
+        occupying = row.requested_slots if self.status in ACTIVE_STATUSES else {}
         kernels = [self.graphql_kernel(k) for k in self.kernels]
         return {
-            "id": row["id"],
-            "session_id": row["id"],
-            "name": row["name"],
-            "access_key": row["access_key"],
-            "user_id": row["access_key"],
+            "id": row.id,
+            "session_id": row.id,
+            "name": row.name,
+            "access_key": row.access_key,
+            "user_id": row.access_key,
             "domain_name": "default",
             "group_name": "default",
             "group_id": "default",
-            "main_kernel_id": self.main["id"] if self.main else None,
-            "image": row["image"],
+            "main_kernel_id": self.main.id if self.main else None,
+            "image": row.image,
             "architecture": "x86_64",
-            "type": row["type"].upper(),
-            "session_type": row["type"].upper(),
+            "type": row.type.upper(),
+            "session_type": row.type.upper(),
             "cluster_mode": self.cluster_mode.upper().replace("-", "_"),  # Backend.AI's enum names
-            "cluster_size": row["cluster_size"],
-            "tag": row["tag"],
-            "status": row["status"],
-            "status_info": row["status_info"],
-            "status_data": _json(row["status_data"]),
-            "status_changed": row["status_changed"],
-            "result": row["result"],
-            "created_at": row["created_at"],
-            "terminated_at": row["terminated_at"],
-            "starts_at": row["config"].get("starts_at"),
-            "startup_command": row["config"].get("startup_command"),
-            "scaling_group": row["scaling_group"],
+            "cluster_size": row.cluster_size,
+            "tag": row.tag,
+            "status": row.status,
+            "status_info": row.status_info,
+            "status_data": _json(row.status_data),
+            "status_changed": row.status_changed,
+            "result": row.result,
+            "created_at": row.created_at,
+            "terminated_at": row.terminated_at,
+            "starts_at": row.config.get("starts_at"),
+            "startup_command": row.config.get("startup_command"),
+            "scaling_group": row.scaling_group,
             "occupying_slots": _json(occupying),
             "occupied_slots": _json(occupying),
-            "requested_slots": _json(row["requested_slots"]),
+            "requested_slots": _json(row.requested_slots),
             "idle_checks": _json({}),
             "service_ports": _json(self.service_ports),
-            "agent_ids": [k["agent_id"] for k in self.kernels if k["agent_id"]],
+            "agent_ids": [k.agent_id for k in self.kernels if k.agent_id],
             "containers": kernels,
             "kernels": [dict(k) for k in kernels],
             "dependencies": dependencies,
         }
 
-    def graphql_kernel(self, k: dict[str, Any]) -> dict[str, Any]:
+    def graphql_kernel(self, k: Kernel) -> dict[str, Any]:
         """One of its kernels as Backend.AI's `ComputeContainer`."""
         return {
-            "id": k["id"],
-            "cluster_role": k["cluster_role"],
-            "cluster_idx": k["cluster_idx"],
+            "id": k.id,
+            "cluster_role": k.cluster_role,
+            "cluster_idx": k.cluster_idx,
             "cluster_hostname": kernel_name_of(k),
-            "session_id": self.row["id"],
-            "image": k["image"],
+            "session_id": self.row.id,
+            "image": k.image,
             "registry": "local",
             "architecture": "x86_64",
-            "status": k["status"],
-            "status_info": k["status_info"],
-            "status_data": _json(self.row["status_data"]),
-            "status_changed": k["status_changed"],
-            "created_at": k["created_at"],
-            "terminated_at": k["terminated_at"],
-            "agent": k["agent_id"],
-            "container_id": k["container_id"],
+            "status": k.status,
+            "status_info": k.status_info,
+            "status_data": _json(self.row.status_data),
+            "status_changed": k.status_changed,
+            "created_at": k.created_at,
+            "terminated_at": k.terminated_at,
+            "agent": k.agent_id,
+            "container_id": k.container_id,
             "resource_opts": _json({}),
-            "occupied_slots": _json(k["occupied_slots"]),
+            "occupied_slots": _json(k.occupied_slots),
             "occupied_shares": _json({}),
             "preopen_ports": [],
-            "service_ports": _json([apps.to_api(sp) for sp in apps.loads(k.get("service_ports") or [])]),
+            "service_ports": _json([apps.to_api(sp) for sp in apps.loads(k.service_ports or [])]),
             "live_stat": _json_or_none(self.live_stat(k)),
             "last_stat": _json_or_none(self.last_stat(k)),
-            "exit_code": k["exit_code"],
+            "exit_code": k.exit_code,
         }
 
     def to_dashboard(self) -> dict[str, Any]:
         """What the dashboard shows of a session: small, and free of fields that change every round."""
         row = self.row
         return {
-            "id": row["id"],
-            "name": row["name"],
-            "accessKey": row["access_key"],
-            "image": row["image"],
-            "type": row["type"].upper(),
-            "status": row["status"],
-            "statusInfo": row["status_info"],
+            "id": row.id,
+            "name": row.name,
+            "accessKey": row.access_key,
+            "image": row.image,
+            "type": row.type.upper(),
+            "status": row.status,
+            "statusInfo": row.status_info,
             "statusData": self.quiet_status_data,
             "reason": self.reason,
             "queuePosition": self.queue_position,
             "agent": self.agent,
-            "kernels": [k["id"] for k in self.kernels],
-            "requestedSlots": row["requested_slots"],
-            "scalingGroup": row["scaling_group"],
-            "creationTime": row["created_at"],
-            "statusChanged": row["status_changed"],
-            "terminationTime": row["terminated_at"],
+            "kernels": [k.id for k in self.kernels],
+            "requestedSlots": row.requested_slots,
+            "scalingGroup": row.scaling_group,
+            "creationTime": row.created_at,
+            "statusChanged": row.status_changed,
+            "terminationTime": row.terminated_at,
             "exitCode": self.exit_code,
-            "result": row["result"],
+            "result": row.result,
             "servicePorts": [
                 {"name": sp["name"], "protocol": sp["protocol"], "ports": sp["ports"]} for sp in self.service_ports
             ],
@@ -343,16 +345,14 @@ class SessionView:
         }
 
 
-async def session_view(
-    services: Services, row: dict[str, Any], kernels: list[dict[str, Any]] | None = None
-) -> SessionView:
+async def session_view(services: Services, row: Session, kernels: list[Kernel] | None = None) -> SessionView:
     """The session's view; its kernels are read unless given (a list reads them all at once)."""
-    kernels = await services.state.kernels_of(row["id"]) if kernels is None else kernels
+    kernels = await services.state.kernels_of(row.id) if kernels is None else kernels
     return SessionView(row, kernels, services.stats)
 
 
 async def session_json(
-    services: Services, row: dict[str, Any], *, detail: bool = False, kernels: list[dict[str, Any]] | None = None
+    services: Services, row: Session, *, detail: bool = False, kernels: list[Kernel] | None = None
 ) -> dict[str, Any]:
     """The session as the API shows it; `detail`: as `GET /session/{ref}` (transitions, queue position)."""
     view = await session_view(services, row, kernels)
@@ -360,25 +360,23 @@ async def session_json(
     if not detail:
         return view.to_api(now)
     position = None
-    if row["status"] == SessionStatus.PENDING:
+    if row.status == SessionStatus.PENDING:
         # the scheduler's own order (per policy) once it has looked; until then, arrival order
         position = view.queue_position
         if position is None:
             pending = await services.state.list_sessions(None, [SessionStatus.PENDING])
-            position = next((i for i, r in enumerate(pending, 1) if r["id"] == row["id"]), None)
-    return view.to_api(now, ApiDetail(await services.state.transitions_of(row["id"]), position))
+            position = next((i for i, r in enumerate(pending, 1) if r.id == row.id), None)
+    return view.to_api(now, ApiDetail(await services.state.transitions_of(row.id), position))
 
 
-async def session_graphql(
-    services: Services, row: dict[str, Any], kernels: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
+async def session_graphql(services: Services, row: Session, kernels: list[Kernel] | None = None) -> dict[str, Any]:
     """The session as Backend.AI's GraphQL `ComputeSession` (reads the sessions it depends on)."""
     view = await session_view(services, row, kernels)
     dependencies = []
     for dep_id in view.depends_on:
         dep = await services.state.get_session(dep_id)
         if dep is not None:
-            dependencies.append({"id": dep["id"], "name": dep["name"], "status": dep["status"]})
+            dependencies.append({"id": dep.id, "name": dep.name, "status": dep.status})
     return view.to_graphql(dependencies)
 
 

@@ -78,7 +78,7 @@ async def pty(request: web.Request) -> web.StreamResponse:
     try:
         await ws.prepare(request)
         activity, state = services.activity, services.state
-        await relay(ws, stream, lambda: activity.touch(row["id"]), lambda: ended(state, row["id"]))
+        await relay(ws, stream, lambda: activity.touch(row.id), lambda: ended(state, row.id))
     finally:
         await stream.close("the client went away")
         if not ws.closed:
@@ -92,10 +92,10 @@ async def ended(state: SessionReadState, session_id: str) -> str | None:
     current = await state.get_session(session_id)
     if current is None:
         return "the session is gone"
-    if SessionStatus(current["status"]) in ACTIVE_STATUSES and current["status"] != "TERMINATING":
+    if SessionStatus(current.status) in ACTIVE_STATUSES and current.status != "TERMINATING":
         return None
-    info = f" ({current['status_info']})" if current["status_info"] else ""
-    return f"session {current['name']} ended{info}"
+    info = f" ({current.status_info})" if current.status_info else ""
+    return f"session {current.name} ended{info}"
 
 
 async def relay(

@@ -30,6 +30,7 @@ from bai.node.manager.http.graphql.base import (
 from bai.node.manager.http.graphql.limits import QueryRefused
 from bai.node.manager.http.represent import SessionView, session_graphql
 from bai.node.manager.services.accounts import email_of
+from bai.node.manager.state.records import Session
 
 DEFAULT_LIST_STATUSES = "PENDING,SCHEDULED,PULLING,PREPARING,RUNNING,RUNNING_DEGRADED,TERMINATING,ERROR"
 
@@ -148,9 +149,9 @@ def _container_extras(kernel: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _session_item(item: dict[str, Any], row: dict[str, Any], users: dict[str, str]) -> dict[str, Any]:
+def _session_item(item: dict[str, Any], row: Session, users: dict[str, str]) -> dict[str, Any]:
     """bai's projection (`SessionView.to_graphql`) and what Backend.AI 23.09 adds to a ComputeSession."""
-    email = users.get(row["access_key"])
+    email = users.get(row.access_key)
     item.update(
         {
             "main_kernel_role": "MAIN",
@@ -162,8 +163,8 @@ def _session_item(item: dict[str, Any], row: dict[str, Any], users: dict[str, st
             "created_user_id": item["user_id"],
             "scheduled_at": None,
             "resource_opts": json.dumps({}),
-            "mounts": [m["name"] for m in row["config"].get("mounts") or []],
-            "vfolder_mounts": [m["name"] for m in row["config"].get("mounts") or []],
+            "mounts": [m["name"] for m in row.config.get("mounts") or []],
+            "vfolder_mounts": [m["name"] for m in row.config.get("mounts") or []],
             "abusing_reports": [],
             "commit_status": None,
             "status_history": None,
@@ -188,11 +189,11 @@ async def _emails(info: GraphQLResolveInfo) -> dict[str, str]:
     return await c.cached("emails", read)
 
 
-async def _items(info: GraphQLResolveInfo, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+async def _items(info: GraphQLResolveInfo, rows: list[Session]) -> list[dict[str, Any]]:
     services = ctx(info).services
-    kernels = await services.state.kernels_of_many([r["id"] for r in rows])  # one read, not one per session
+    kernels = await services.state.kernels_of_many([r.id for r in rows])  # one read, not one per session
     users = await _emails(info)
-    return [_session_item(await session_graphql(services, r, kernels.get(r["id"], [])), r, users) for r in rows]
+    return [_session_item(await session_graphql(services, r, kernels.get(r.id, [])), r, users) for r in rows]
 
 
 def _statuses(text: str | None) -> list[SessionStatus]:
@@ -207,7 +208,7 @@ async def resolve_session_list(_root: Any, info: GraphQLResolveInfo, **args: Any
     statuses = _statuses(args.get("status"))
     owner = args.get("access_key") if c.is_admin else c.access_key
     rows = await c.services.state.list_sessions(owner, statuses)
-    rows.sort(key=lambda r: r["created_at"], reverse=True)  # newest first, as Backend.AI lists
+    rows.sort(key=lambda r: r.created_at, reverse=True)  # newest first, as Backend.AI lists
     if args.get("filter") or args.get("order"):
         return page(await _items(info, rows), args, SESSION_FIELDS)
     limit, offset = args.get("limit") or 20, args.get("offset") or 0
@@ -222,13 +223,13 @@ async def resolve_session(_root: Any, info: GraphQLResolveInfo, **args: Any) -> 
     if not ref:
         raise QueryRefused(f"{name} needs an id (a string)")
     rows = await c.services.state.find_sessions(ref, None if c.is_admin else c.access_key, active_only=False)
-    exact = [r for r in rows if r["id"] == ref]
+    exact = [r for r in rows if r.id == ref]
     return (await _items(info, exact[:1]))[0] if exact else None
 
 
-async def _kernel_items(info: GraphQLResolveInfo, row: dict[str, Any]) -> list[dict[str, Any]]:
+async def _kernel_items(info: GraphQLResolveInfo, row: Session) -> list[dict[str, Any]]:
     services = ctx(info).services
-    kernels = await services.state.kernels_of(row["id"])
+    kernels = await services.state.kernels_of(row.id)
     view = SessionView(row, kernels, services.stats)
     return [_container_extras(view.graphql_kernel(k)) for k in kernels]
 
@@ -241,8 +242,8 @@ async def resolve_container(_root: Any, info: GraphQLResolveInfo, **args: Any) -
     kernel = await c.services.state.get_kernel(kernel_id)
     if kernel is None:
         return None
-    row = await c.services.state.get_session(kernel["session_id"])
-    if row is None or not c.is_admin and row["access_key"] != c.access_key:
+    row = await c.services.state.get_session(kernel.session_id)
+    if row is None or not c.is_admin and row.access_key != c.access_key:
         return None
     return next((k for k in await _kernel_items(info, row) if k["id"] == kernel_id), None)
 
@@ -253,7 +254,7 @@ async def resolve_container_list(_root: Any, info: GraphQLResolveInfo, **args: A
     if not session_id:
         raise QueryRefused("compute_container_list needs a session_id (a string)")
     rows = await c.services.state.find_sessions(session_id, None if c.is_admin else c.access_key, active_only=False)
-    exact = [r for r in rows if r["id"] == session_id]
+    exact = [r for r in rows if r.id == session_id]
     items = await _kernel_items(info, exact[0]) if exact else []
     if args.get("role"):
         items = [k for k in items if k["cluster_role"].lower() == args["role"].lower()]
@@ -264,12 +265,12 @@ async def containers_on_agent(info: GraphQLResolveInfo, agent_id: str, status: s
     """The kernels an agent runs (of active sessions), for `Agent.compute_containers`."""
     services = ctx(info).services
     rows = await ctx(info).cached("active-sessions", lambda: services.state.list_sessions(None, _statuses(None)))
-    kernels = await services.state.kernels_of_many([r["id"] for r in rows])
+    kernels = await services.state.kernels_of_many([r.id for r in rows])
     out = []
     for row in rows:
-        view = SessionView(row, kernels.get(row["id"], []), services.stats)
+        view = SessionView(row, kernels.get(row.id, []), services.stats)
         for k in view.kernels:
-            if k["agent_id"] == agent_id and (status is None or k["status"] == status.upper()):
+            if k.agent_id == agent_id and (status is None or k.status == status.upper()):
                 out.append(_container_extras(view.graphql_kernel(k)))
     return out
 
