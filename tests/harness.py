@@ -7,7 +7,7 @@ process starts, so a test that drives sessions through their lifecycle runs in m
         await h.create("job-1", type="batch", command="exit 3")
         await h.schedule()                      # one scheduling round, as the dispatcher runs it
         row = await h.wait("job-1", "TERMINATED")
-        assert row["result"] == "FAILURE"
+        assert row.result == "FAILURE"
 
 What is real: the Store (SQLite in tmp_path), Sessions, Agents, Images, AgentEvents, the Dispatcher's
 round and the Timers' sweep, the Agent and its link. What is not: kernels (SimBackend: query code and
@@ -49,7 +49,7 @@ from bai.node.manager.http.requests import parse_create
 from bai.node.manager.services.hooks import Hooks
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.state import Store
-from bai.node.manager.state.records import NewKeypair, PolicyFields
+from bai.node.manager.state.records import NewKeypair, PolicyFields, Session
 
 S = SessionStatus
 CREATE_STEP = 0.001  # seconds the clock moves with each create
@@ -414,7 +414,7 @@ class Harness:
         resources: dict[str, Any] | None = None,
         environ: dict[str, str] | None = None,
         **body: Any,
-    ) -> dict[str, Any]:
+    ) -> Session:
         """Create a session as the API does (the request body through `parse_create`, then
         `Sessions.create`) and return its row (PENDING until a round places it). `owner`: an access key
         (default: the admin's); `resources` adds slots (cuda.device, …); other keywords go into the body.
@@ -452,7 +452,7 @@ class Harness:
         sessions start in the background: `wait` for the status a test needs."""
         await self.dispatcher.round()
 
-    async def row(self, ref: str, owner: str | None = None) -> dict[str, Any]:
+    async def row(self, ref: str, owner: str | None = None) -> Session:
         """The session's row, by name or id, of `owner` (default: anyone's); ended ones too."""
         return await self.reads.resolve(ref, owner, active_only=False, ids_of=None)  # type: ignore[arg-type]
 
@@ -461,29 +461,29 @@ class Harness:
         return await session_json(self.services, await self.row(ref, owner), detail=True)
 
     async def status(self, ref: str, owner: str | None = None) -> str:
-        return (await self.row(ref, owner))["status"]
+        return (await self.row(ref, owner)).status
 
     async def transitions(self, ref: str, owner: str | None = None) -> list[str]:
         """The statuses the session went through, in order."""
         row = await self.row(ref, owner)
-        return [t["status"] for t in await self.store.transitions_of(row["id"])]
+        return [t.status for t in await self.store.transitions_of(row.id)]
 
-    async def wait(self, ref: str, status: str, timeout: float = WAIT, owner: str | None = None) -> dict[str, Any]:
+    async def wait(self, ref: str, status: str, timeout: float = WAIT, owner: str | None = None) -> Session:
         """Wait (on the session events, no polling) until the session is in `status`; returns its row.
         Fails at once if it ends in another status first (with its reason), or after `timeout`."""
         target = S(status)
         row = await self.row(ref, owner)
 
-        def done(r: dict[str, Any]) -> bool:
-            now = S(r["status"])
+        def done(r: Session) -> bool:
+            now = S(r.status)
             return now == target or (now in DEAD_STATUSES and target not in DEAD_STATUSES)
 
-        got = await self.hubs.events.wait_for(row["id"], lambda: self.store.get_session(row["id"]), done, timeout)
-        current = got or await self.store.get_session(row["id"])
+        got = await self.hubs.events.wait_for(row.id, lambda: self.store.get_session(row.id), done, timeout)
+        current = got or await self.store.get_session(row.id)
         assert current is not None
-        if current["status"] != target:
+        if current.status != target:
             raise AssertionError(
-                f"session {ref} is {current['status']} ({current['status_info']}: {current['status_data']}), "
+                f"session {ref} is {current.status} ({current.status_info}: {current.status_data}), "
                 f"not {target}" + ("" if got else f" after {timeout:g} s")
             )
         return current
@@ -502,7 +502,7 @@ class Harness:
                 raise AssertionError(f"not within {timeout:g} s: {what or check}")
             await asyncio.sleep(0.005)
 
-    async def run(self, name: str, **create: Any) -> dict[str, Any]:
+    async def run(self, name: str, **create: Any) -> Session:
         """Create a session, run a round, and wait until it runs (or, for a batch session, ends)."""
         await self.create(name, **create)
         await self.schedule()
@@ -522,7 +522,7 @@ class Harness:
         """What the session's kernel printed, as stored (kernel output reaches the store in the background:
         `until` it shows)."""
         kernel = await self.reads.main_kernel(await self.row(ref))
-        return "".join(text for _, text in await self.store.read_logs(kernel["id"]))
+        return "".join(text for _, text in await self.store.read_logs(kernel.id))
 
     async def destroy(self, ref: str, *, forced: bool = False, owner: str | None = None) -> None:
         """Destroy the session as `DELETE /session/{ref}` does (waits until a running one has ended)."""

@@ -38,7 +38,7 @@ async def test_an_idle_session_ends_after_its_idle_timeout(tmp_path: Path, start
         assert await h.status("idle-one") == "RUNNING"
         h.advance(20)  # 70 s since it started running
         await h.sweep()
-        assert (await h.wait("idle-one", "TERMINATED"))["status_info"] == "idle-timeout"
+        assert (await h.wait("idle-one", "TERMINATED")).status_info == "idle-timeout"
 
 
 async def test_a_session_ends_at_its_policys_lifetime(tmp_path: Path, start: datetime) -> None:
@@ -52,7 +52,7 @@ async def test_a_session_ends_at_its_policys_lifetime(tmp_path: Path, start: dat
         assert await h.status("brief-one") == "RUNNING"
         h.advance(20)
         await h.sweep()
-        assert (await h.wait("brief-one", "TERMINATED"))["status_info"] == "idle-session-lifetime"
+        assert (await h.wait("brief-one", "TERMINATED")).status_info == "idle-session-lifetime"
 
 
 async def test_a_session_pending_past_the_groups_timeout_is_cancelled(tmp_path: Path, start: datetime) -> None:
@@ -84,8 +84,8 @@ async def test_a_lost_agents_grace_runs_out_when_the_clock_says_so(tmp_path: Pat
         h.advance(2)
         await h.grace_over("a1")
         lost = await h.wait("on-lost", "ERROR")
-        assert lost["status_info"] == "agent-lost"
-        assert _at(lost["status_changed"]) == h.clock.now()
+        assert lost.status_info == "agent-lost"
+        assert _at(lost.status_changed) == h.clock.now()
 
 
 async def test_logs_are_purged_once_their_retention_has_passed(tmp_path: Path, start: datetime) -> None:
@@ -93,7 +93,7 @@ async def test_logs_are_purged_once_their_retention_has_passed(tmp_path: Path, s
         h.timers.log_retention = 3600.0
         await h.add_agent("a1")
         ended = await h.run("says-hello", type="batch", command="echo hello")
-        assert _at(ended["terminated_at"]) == h.clock.now()
+        assert _at(ended.terminated_at) == h.clock.now()
         await h.until(lambda: h.logs("says-hello"), what="the batch output stored")
         h.advance(3500)
         assert await h.timers.sweep_logs(h.clock.now()) == []
@@ -112,33 +112,33 @@ async def test_a_reserved_start_time_is_the_clocks(tmp_path: Path, start: dateti
         assert (await h.status("in-30s"), await h.status("at-one")) == ("PENDING", "PENDING")
         h.advance(31)
         await h.schedule()
-        assert (await h.wait("in-30s", "TERMINATED"))["result"] == "SUCCESS"
+        assert (await h.wait("in-30s", "TERMINATED")).result == "SUCCESS"
         assert await h.status("at-one") == "PENDING"
         h.advance(3600)
         await h.schedule()
-        assert (await h.wait("at-one", "TERMINATED"))["result"] == "SUCCESS"
+        assert (await h.wait("at-one", "TERMINATED")).result == "SUCCESS"
 
 
 async def test_every_stamp_of_a_session_is_the_clocks_time(tmp_path: Path, start: datetime) -> None:
     async with Harness(tmp_path, start=start) as h:
         await h.add_agent("a1")
         created = await h.create("stamped")
-        assert _at(created["created_at"]) == start
+        assert _at(created.created_at) == start
         scheduled_at = h.advance(5)
         await h.schedule()
         running = await h.wait("stamped", "RUNNING")
-        assert _at(running["status_changed"]) == scheduled_at
+        assert _at(running.status_changed) == scheduled_at
         ended_at = h.advance(7)
         await h.destroy("stamped")
         ended = await h.wait("stamped", "TERMINATED")
-        assert _at(ended["terminated_at"]) == _at(ended["status_changed"]) == ended_at
+        assert _at(ended.terminated_at) == _at(ended.status_changed) == ended_at
         info = await h.info("stamped")
         times = [_at(t["at"]) for t in info["transitions"]]
         assert times[0] == start and times[-1] == ended_at
         assert all(start <= t <= ended_at for t in times)
         assert info["age"] == round((ended_at - start).total_seconds() * 1000)  # ms, as of the clock's now
-        history = await h.store.scheduling_history(created["id"])
-        assert history and all(start <= _at(row["first_at"]) <= scheduled_at for row in history)
+        history = await h.store.scheduling_history(created.id)
+        assert history and all(start <= _at(row.first_at) <= scheduled_at for row in history)
 
 
 async def test_a_manual_clocks_sleepers_wake_when_it_is_moved_to_their_time(start: datetime) -> None:

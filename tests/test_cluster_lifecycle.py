@@ -23,7 +23,7 @@ async def test_a_single_node_session_of_three_kernels_runs_on_one_agent_with_its
         await h.add_agent("small", cpu=2)
         await h.add_agent("big", cpu=8)
         row = await h.run("trio", cpu=2, clusterSize=3)
-        assert row["cluster_size"] == 3
+        assert row.cluster_size == 3
         specs = _kernels_on(h, "big")
         assert sorted(specs) == ["main1", "sub1", "sub2"]  # 6 cpu together: only "big" holds them
         assert not _kernels_on(h, "small")
@@ -49,9 +49,9 @@ async def test_a_single_node_session_of_three_kernels_runs_on_one_agent_with_its
         assert main_files[".ssh/id_cluster"] == files[".ssh/id_cluster"].data
         # slots are per kernel: the agent holds three kernels' worth
         info = await h.info("trio")
-        kernels = await h.store.kernels_of(row["id"])
-        assert [f"{k['cluster_role']}{k['cluster_idx']}" for k in kernels] == ["main1", "sub1", "sub2"]
-        assert {k["agent_id"] for k in kernels} == {"big"}
+        kernels = await h.store.kernels_of(row.id)
+        assert [f"{k.cluster_role}{k.cluster_idx}" for k in kernels] == ["main1", "sub1", "sub2"]
+        assert {k.agent_id for k in kernels} == {"big"}
         assert info["status"] == "RUNNING"
         # a second session of that size no longer fits "big" (2 cpu left): it waits
         await h.create("trio-2", cpu=2, clusterSize=3)
@@ -79,8 +79,8 @@ async def test_a_multi_node_session_spreads_its_kernels_and_each_knows_its_local
         row = await h.row("pair")
         main = await h.reads.kernel_for(row, None)
         sub = await h.reads.kernel_for(row, "sub1")
-        assert (main["cluster_role"], sub["cluster_role"]) == ("main", "sub")
-        assert main["agent_id"] != sub["agent_id"]
+        assert (main.cluster_role, sub.cluster_role) == ("main", "sub")
+        assert main.agent_id != sub.agent_id
         with pytest.raises(Exception) as missing:
             await h.reads.kernel_for(row, "sub7")
         assert "main1, sub1" in str(missing.value)
@@ -111,8 +111,8 @@ async def test_a_kernel_that_cannot_start_cancels_the_session_naming_it_and_remo
         await h.create("pair", cpu=1, clusterSize=2, clusterMode="multi-node")
         await h.schedule()
         row = await h.wait("pair", "CANCELLED")
-        error = row["status_data"]["error"]
-        assert row["status_info"] == "failed-to-start"
+        error = row.status_data["error"]
+        assert row.status_info == "failed-to-start"
         on_a2 = "sub1" if error["kernel"] == "sub1" else "main1"
         assert error["repr"] == f"kernel {on_a2} on agent a2: image 'python' not found on agent a2"
         await h.until(lambda: not _kernels_on(h, "a1"), what="the kernel that started is removed")
@@ -131,12 +131,12 @@ async def test_one_kernel_ending_ends_the_session_naming_it_and_removes_the_rest
         kernels = {f"{k.spec.cluster_role}{k.spec.cluster_idx}": k for k in h.agent("a1").kernels.values()}
         kernels["sub1"].set_exit(3)
         ended = await h.wait("trio", "TERMINATED")
-        assert ended["status_data"]["kernel"] == "sub1"
-        assert "kernel sub1 on agent a1 ended" in ended["status_data"]["msg"]
+        assert ended.status_data["kernel"] == "sub1"
+        assert "kernel sub1 on agent a1 ended" in ended.status_data["msg"]
         await h.until(lambda: not h.agent("a1").kernels, what="the other kernels are removed")
-        stored = {f"{k['cluster_role']}{k['cluster_idx']}": k for k in await h.store.kernels_of(row["id"])}
-        assert stored["sub1"]["exit_code"] == 3
-        assert {k["status"] for k in stored.values()} == {"TERMINATED"}
+        stored = {f"{k.cluster_role}{k.cluster_idx}": k for k in await h.store.kernels_of(row.id)}
+        assert stored["sub1"].exit_code == 3
+        assert {k.status for k in stored.values()} == {"TERMINATED"}
 
 
 async def test_a_cluster_no_agent_set_can_hold_is_refused_with_the_shortfall(tmp_path) -> None:
@@ -167,7 +167,7 @@ async def test_a_restarted_agent_that_lost_a_kernel_ends_the_session_and_the_oth
         lost = next(iter(_kernels_on(h, "a1")))
         await h.restart_agent("a1", keep_kernels=False)
         row = await h.wait("pair", "TERMINATED")
-        assert f"kernel {lost} was gone when agent a1 restarted" in row["status_data"]["msg"]
+        assert f"kernel {lost} was gone when agent a1 restarted" in row.status_data["msg"]
         await h.until(lambda: not h.agent("a2").kernels, what="the kernel on the other agent is removed")
 
 
@@ -175,7 +175,7 @@ async def test_a_batch_cluster_session_runs_its_command_on_main1_and_ends_every_
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=4)
         row = await h.run("job-1", cpu=1, clusterSize=2, type="batch", command="exit 0")
-        assert row["result"] == "SUCCESS"
+        assert row.result == "SUCCESS"
         assert not h.agent("a1").kernels
 
 

@@ -37,10 +37,12 @@ from bai.node.link.messages import PeerDial
 from bai.node.link.streams import LinkStream
 from bai.node.manager.services.agent_events import AgentEvents
 from bai.node.manager.services.peers import PeerRelay
+from bai.node.manager.state import records
 
 RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"
 PYTHON = os.environ.get("BAI_RUNNER_PYTHON", sys.executable)
 SESSION, OTHER_SESSION = "s-1", "s-2"
+STAMP = "2026-01-01T00:00:00+00:00"  # when the fake store's sessions and kernels were made
 
 
 def cluster_port() -> int:
@@ -292,17 +294,17 @@ class FakeStore:
     """What PeerRelay reads of the store."""
 
     def __init__(self) -> None:
-        self.kernels: dict[str, dict[str, Any]] = {}
-        self.sessions: dict[str, dict[str, Any]] = {}
+        self.kernels: dict[str, records.Kernel] = {}
+        self.sessions: dict[str, records.Session] = {}
 
-    async def get_kernel(self, kernel_id: str) -> dict[str, Any] | None:
+    async def get_kernel(self, kernel_id: str) -> records.Kernel | None:
         return self.kernels.get(kernel_id)
 
-    async def get_session(self, session_id: str) -> dict[str, Any] | None:
+    async def get_session(self, session_id: str) -> records.Session | None:
         return self.sessions.get(session_id)
 
-    async def kernels_of(self, session_id: str) -> list[dict[str, Any]]:
-        return [k for k in self.kernels.values() if k["session_id"] == session_id]
+    async def kernels_of(self, session_id: str) -> list[records.Kernel]:
+        return [k for k in self.kernels.values() if k.session_id == session_id]
 
 
 class Cluster:
@@ -336,7 +338,27 @@ class Cluster:
         return self.agents[agent_id]
 
     def session(self, session_id: str, status: str = "RUNNING") -> None:
-        self.store.sessions[session_id] = {"id": session_id, "name": session_id, "status": status}
+        self.store.sessions[session_id] = records.Session(
+            id=session_id,
+            name=session_id,
+            access_key="AK",
+            image="img",
+            type="INTERACTIVE",
+            status=status,
+            status_info="",
+            status_data={},
+            status_changed=STAMP,
+            requested_slots={},
+            environ={},
+            config={},
+            scaling_group="default",
+            cluster_size=1,
+            tag=None,
+            result="UNDEFINED",
+            created_at=STAMP,
+            terminated_at=None,
+            seq=len(self.store.sessions) + 1,
+        )
 
     def kernel(self, agent_id: str, kernel_id: str, name: str, channel: Channel, session_id: str = SESSION) -> Kernel:
         role, idx = ("main", 1) if name == "main1" else ("sub", int(name[3:]))
@@ -345,14 +367,26 @@ class Cluster:
         agent = self.agent(agent_id)
         agent.kernels[kernel_id] = kernel
         agent._watch_exit(kernel)
-        self.store.kernels[kernel_id] = {
-            "id": kernel_id,
-            "session_id": session_id,
-            "cluster_role": role,
-            "cluster_idx": idx,
-            "agent_id": agent_id,
-            "status": self.store.sessions.get(session_id, {}).get("status", "RUNNING"),
-        }
+        session = self.store.sessions.get(session_id)
+        self.store.kernels[kernel_id] = records.Kernel(
+            id=kernel_id,
+            session_id=session_id,
+            cluster_role=role,
+            cluster_idx=idx,
+            image="img",
+            agent_id=agent_id,
+            container_id=None,
+            status=session.status if session is not None else "RUNNING",
+            status_info="",
+            status_changed=STAMP,
+            occupied_slots={},
+            exit_code=None,
+            created_at=STAMP,
+            terminated_at=None,
+            devices=[],
+            service_ports=[],
+            last_stat=None,
+        )
         return kernel
 
     async def close(self) -> None:

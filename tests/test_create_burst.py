@@ -19,6 +19,7 @@ from bai.common.status import OCCUPYING_STATUSES
 from bai.node.manager.errors import Conflict
 from bai.node.manager.http.problems import problem_of
 from bai.node.manager.state import Store
+from bai.node.manager.state.records import Session
 from tests.harness import Harness
 
 BURST = 64
@@ -145,7 +146,7 @@ async def test_a_burst_of_creates_with_one_name_makes_one_session(tmp_path: Path
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=4)
         rows = await asyncio.gather(*(h.create("same-name") for _ in range(20)))
-        assert len({r["id"] for r in rows}) == 1  # the others got the live session of that name
+        assert len({r.id for r in rows}) == 1  # the others got the live session of that name
         assert len(await h.store.find_sessions("same-name", h.admin, active_only=True)) == 1
 
 
@@ -155,7 +156,7 @@ async def test_a_burst_that_may_not_reuse_a_name_is_refused_but_once(tmp_path: P
         results = await asyncio.gather(
             *(h.create("only-once", reuseIfExists=False) for _ in range(10)), return_exceptions=True
         )
-        made = [r for r in results if isinstance(r, dict)]
+        made = [r for r in results if isinstance(r, Session)]
         refused = [problem_of(r) for r in results if isinstance(r, Conflict)]
         assert len(made) == 1 and len(refused) == 9, results
         assert {p.slug for p in refused} == {"session-already-exists"}
@@ -167,13 +168,13 @@ async def test_a_burst_never_goes_over_the_keypairs_session_limit_and_keeps_its_
         alice = await h.keypair("alice", await h.policy("five", max_concurrent_sessions=5))
         names = [f"burst-{i:02d}" for i in range(BURST)]
         rows = await asyncio.gather(*(h.create(n, owner=alice, cpu=0.5, mem="1g") for n in names))
-        assert len({r["id"] for r in rows}) == BURST
+        assert len({r.id for r in rows}) == BURST
         for _ in range(3):  # rounds as the dispatcher runs them; none lets a sixth one start
             await h.schedule()
             occupying = await h.store.list_sessions(alice, OCCUPYING_STATUSES)
             assert len(occupying) == 5
-        queue = sorted(rows, key=lambda r: (r["created_at"], r["id"]))  # FIFO: the oldest ones go first
-        assert {r["id"] for r in occupying} == {r["id"] for r in queue[:5]}
+        queue = sorted(rows, key=lambda r: (r.created_at, r.id))  # FIFO: the oldest ones go first
+        assert {r.id for r in occupying} == {r.id for r in queue[:5]}
 
 
 async def test_a_taken_name_answers_before_any_other_check(tmp_path: Path) -> None:
@@ -187,7 +188,7 @@ async def test_a_taken_name_answers_before_any_other_check(tmp_path: Path) -> No
         with pytest.raises(Problem, match="can ever hold"):
             await h.create("another-one", cpu=8)
         again = await h.create("named-one", cpu=8)
-        assert again["id"] == first["id"]
+        assert again.id == first.id
 
 
 async def test_what_agents_could_hold_follows_agents_joining_and_leaving(tmp_path: Path) -> None:
@@ -197,7 +198,7 @@ async def test_what_agents_could_hold_follows_agents_joining_and_leaving(tmp_pat
         with pytest.raises(Problem, match="can ever hold"):
             await h.create("too-big-1", cpu=4)
         await h.add_agent("big", cpu=4)
-        assert (await h.create("big-enough", cpu=4))["status"] == "PENDING"
+        assert (await h.create("big-enough", cpu=4)).status == "PENDING"
         await h.lose_agent("big")
         with pytest.raises(Problem, match="can ever hold"):
             await h.create("too-big-2", cpu=4)
@@ -208,16 +209,14 @@ async def test_a_transition_returns_the_row_as_stored(tmp_path: Path) -> None:
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=4)
         await h.create("row-check", type="batch", command="exit 3")
-        events: list[dict[str, Any]] = []
+        events: list[Session] = []
         with h.hubs.events.subscribe() as queue:
             await h.schedule()
             done = await h.wait("row-check", "TERMINATED")
             while not queue.empty():
                 events.append(queue.get_nowait()[1])
-        assert done["result"] == "FAILURE" and done["terminated_at"]
-        stored = await h.store.get_session(done["id"])
+        assert done.result == "FAILURE" and done.terminated_at
+        stored = await h.store.get_session(done.id)
         assert events and events[-1] == stored
-        kernels = await h.store.kernels_of(done["id"])
-        assert [(k["status"], k["exit_code"], k["terminated_at"]) for k in kernels] == [
-            ("TERMINATED", 3, stored["terminated_at"])
-        ]
+        kernels = await h.store.kernels_of(done.id)
+        assert [(k.status, k.exit_code, k.terminated_at) for k in kernels] == [("TERMINATED", 3, stored.terminated_at)]

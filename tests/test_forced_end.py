@@ -32,7 +32,7 @@ async def test_a_session_lost_with_its_agent_is_forced_to_an_end_by_its_owner_an
         assert len(kernels) == 2
         await h.lose_agent("a1")
         for name in ("mine-1", "mine-2"):
-            assert (await h.wait(name, "ERROR"))["status_info"] == "agent-lost"
+            assert (await h.wait(name, "ERROR")).status_info == "agent-lost"
         # not forced: a clear 403 that says to use forced (Backend.AI's), and nothing changes
         with pytest.raises(Forbidden) as refused:
             await h.destroy("mine-1", owner=user)
@@ -42,11 +42,11 @@ async def test_a_session_lost_with_its_agent_is_forced_to_an_end_by_its_owner_an
         # forced, by the owner (by name) and by an admin (by id): ended, never an IllegalTransition
         await h.destroy("mine-1", forced=True, owner=user)
         other = await h.row("mine-2")
-        await h.lifecycle.destroy(await h.reads.resolve(other["id"], h.admin, ids_of=None), forced=True)
+        await h.lifecycle.destroy(await h.reads.resolve(other.id, h.admin, ids_of=None), forced=True)
         for name in ("mine-1", "mine-2"):
             ended = await h.wait(name, "TERMINATED")
-            assert ended["status_info"] == "force-terminated"
-            assert "stopped heartbeating" in ended["status_data"]["msg"]  # why it failed is kept
+            assert ended.status_info == "force-terminated"
+            assert "stopped heartbeating" in ended.status_data["msg"]  # why it failed is kept
         assert h.kernels_on("a1") == kernels  # the agent is away: it could not be told yet
         # the agent comes back with both kernels: the manager has ended their sessions, so they go
         await h.start_agent("a1", keep_kernels=True)
@@ -63,8 +63,8 @@ async def test_an_agent_back_with_the_kernel_of_a_session_in_error_has_it_remove
         with caplog.at_level(logging.WARNING, logger="bai.manager"):
             await h.start_agent("a1", keep_kernels=True)
         ended = await h.wait("holds-slots", "TERMINATED")
-        assert ended["status_info"] == "agent-lost"  # the reason stays
-        assert "its kernel was removed when agent a1 came back" in ended["status_data"]["msg"]
+        assert ended.status_info == "agent-lost"  # the reason stays
+        assert "its kernel was removed when agent a1 came back" in ended.status_data["msg"]
         assert h.kernels_on("a1") == set()
         said = [r.getMessage() for r in caplog.records if "of sessions that have ended" in r.getMessage()]
         assert len(said) == 1 and "agent a1 came back with 1 kernel(s)" in said[0], said
@@ -110,20 +110,20 @@ async def test_forced_destroy_from_every_live_status_ends_the_session_and_remove
         await h.destroy("st-pending", forced=True)
         ended["st-pending"] = await h.status("st-pending")
         scheduled = await h.create("st-scheduled")
-        [kernel] = await h.store.kernels_of(scheduled["id"])
-        await h.store.apply_round([(scheduled["id"], {kernel["id"]: "slow"})], [], [], [], h.clock.now())
+        [kernel] = await h.store.kernels_of(scheduled.id)
+        await h.store.apply_round([(scheduled.id, {kernel.id: "slow"})], [], [], [], h.clock.now())
         # PREPARING and PULLING: being created on the slow agent
         preparing = await h.create("st-preparing")
         pulling = await h.create("st-pulling")
         await h.dispatcher.round()
         await h.wait("st-preparing", "PREPARING")
-        [pk] = await h.store.kernels_of(pulling["id"])
+        [pk] = await h.store.kernels_of(pulling.id)
         await h.wait("st-pulling", "PREPARING")
-        await h.lifecycle.kernel_pulling(KernelPulling(pk["id"], pulling["id"], "python", 1, 2))
+        await h.lifecycle.kernel_pulling(KernelPulling(pk.id, pulling.id, "python", 1, 2))
         assert await h.status("st-pulling") == "PULLING"
         for row in (scheduled, preparing, pulling):
-            await h.destroy(row["name"], forced=True)
-            ended[row["name"]] = await h.status(row["name"])
+            await h.destroy(row.name, forced=True)
+            ended[row.name] = await h.status(row.name)
         # the running ones, on an agent that starts at once
         await h.add_agent("fast", cpu=16, mem="64g", keeps_kernels=True)
         await h.drain("slow")
@@ -135,7 +135,7 @@ async def test_forced_destroy_from_every_live_status_ends_the_session_and_remove
         ):
             row = await h.run(name)
             if status is not None:
-                await h.lifecycle.transition(row["id"], status, "", {}, allowed_from=[S.RUNNING])
+                await h.lifecycle.transition(row.id, status, "", {}, allowed_from=[S.RUNNING])
             await h.destroy(name, forced=True)
             ended[name] = await h.status(name)
         await h.run("st-error")
@@ -185,7 +185,7 @@ async def test_many_sessions_forced_to_an_end_from_error_leave_no_task_fd_or_ker
 
         async def cycle(name: str) -> None:
             row = await h.run(name, cpu=1, mem="1g")
-            await h.lifecycle.transition(row["id"], S.ERROR, "agent-lost", {"msg": "gone"}, allowed_from=[S.RUNNING])
+            await h.lifecycle.transition(row.id, S.ERROR, "agent-lost", {"msg": "gone"}, allowed_from=[S.RUNNING])
             await h.destroy(name, forced=True)
 
         for i in range(10):  # warm up (lazily made statements, caches)
@@ -202,7 +202,7 @@ async def test_many_sessions_forced_to_an_end_from_error_leave_no_task_fd_or_ker
         assert after_fds <= fds + 2 and after_tasks <= tasks + 2, (fds, after_fds, tasks, after_tasks)
         assert after_rss - rss < 32 << 20, (rss, after_rss)
         assert not h.lifecycle.starting and not h.lifecycle._removing and len(h.lifecycle._stray_looks) <= 1
-        statuses = {r["status"] for r in await h.store.list_sessions(None, None)}
+        statuses = {r.status for r in await h.store.list_sessions(None, None)}
         assert statuses == {"TERMINATED"}
 
 
@@ -254,11 +254,11 @@ async def test_the_cli_and_the_official_client_force_a_session_in_error_to_an_en
             assert await h.status("by-bai") == "ERROR"
             code, out = await _cli(env, *bai, "--force", "by-bai")
             assert code == 0, out
-            assert (await h.row("by-bai"))["status"] == "TERMINATED"
+            assert (await h.row("by-bai")).status == "TERMINATED"
             program = official_client()
             code, out = await _cli(env, program, "session", "rm", "-f", "by-official")
             assert "Traceback" not in out and "error" not in out.lower(), out
-            assert (await h.row("by-official"))["status"] == "TERMINATED"
+            assert (await h.row("by-official")).status == "TERMINATED"
         finally:
             await client.close()
         await h.start_agent("a1", keep_kernels=True)
@@ -324,7 +324,7 @@ async def _scenario(base, ops: list[tuple[str, int]]) -> None:
                 elif op in ("destroy", "force") and row is not None:
                     await h.lifecycle.destroy(row, forced=op == "force")
                 elif op == "admin-force" and row is not None:
-                    await h.lifecycle.destroy(await h.reads.resolve(row["id"], h.admin, ids_of=None), forced=True)
+                    await h.lifecycle.destroy(await h.reads.resolve(row.id, h.admin, ids_of=None), forced=True)
                 elif op == "restart" and row is not None:
                     await h.ops.restart(row)
                 elif op == "execute" and row is not None:
@@ -357,7 +357,7 @@ async def _scenario(base, ops: list[tuple[str, int]]) -> None:
         await h.heartbeat("a1")
         await h.until(lambda: not h.kernels_on("a1"), what="every kernel of an ended session is removed")
         for row in await h.store.list_sessions(None, None):
-            assert S(row["status"]) in DEAD_STATUSES, row
+            assert S(row.status) in DEAD_STATUSES, row
         assert not h.lifecycle._removing
 
 

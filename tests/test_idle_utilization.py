@@ -18,7 +18,7 @@ from bai.node.manager.http.admin_routes import parse_policy
 from bai.node.manager.http.graphql.keypair_fields import _policy_fields
 from bai.node.manager.services.stats_book import StatsBook
 from bai.node.manager.services.timers import IDLE_UTILIZATION, underused, utilization_window
-from bai.node.manager.state.records import PolicyFields
+from bai.node.manager.state.records import PolicyFields, Session
 from tests.harness import Harness
 from tests.nodeproc import Node, admin_keys, signed_request
 
@@ -29,15 +29,31 @@ WINDOW = 60.0
 POLICY = {"idle_cpu_pct": 10.0, "idle_gpu_pct": None, "idle_window": WINDOW}
 
 
-def session(sid: str = "s1", *, cpu: str = "2", kind: str = "interactive", created: float = 0.0) -> dict[str, Any]:
-    return {
-        "id": sid,
-        "access_key": "AK",
-        "type": kind,
-        "status": "RUNNING",
-        "requested_slots": {"cpu": cpu, "mem": "1073741824"},
-        "created_at": (T0 + timedelta(seconds=created)).isoformat(),
-    }
+def session(
+    sid: str = "s1", *, cpu: str = "2", kind: str = "interactive", created: float = 0.0, status: str = "RUNNING"
+) -> Session:
+    at = (T0 + timedelta(seconds=created)).isoformat()
+    return Session(
+        id=sid,
+        name=f"sess-{sid}",
+        access_key="AK",
+        image="python",
+        type=kind,
+        status=status,
+        status_info="",
+        status_data={},
+        status_changed=at,
+        requested_slots={"cpu": cpu, "mem": "1073741824"},
+        environ={},
+        config={},
+        scaling_group="default",
+        cluster_size=1,
+        tag=None,
+        result="UNDEFINED",
+        created_at=at,
+        terminated_at=None,
+        seq=1,
+    )
 
 
 def book_with(
@@ -107,7 +123,7 @@ def test_batch_sessions_and_policies_without_thresholds_are_exempt() -> None:
     assert decide([session()], book, policy={"idle_cpu_pct": None, "idle_gpu_pct": None, "idle_window": 60}) == []
     assert decide([session()], book, policy={}) == []
     assert underused([session()], {}, book.trails_of, T0.timestamp() + 100) == []
-    assert decide([{**session(), "status": "RESTARTING"}], book) == []
+    assert decide([session(status="RESTARTING")], book) == []
 
 
 def test_gpu_thresholds() -> None:
@@ -156,8 +172,8 @@ async def test_the_timers_end_an_underused_session(tmp_path: Path) -> None:
         await h.wait("idle-batch", "RUNNING")
         await h.run("other-policy", cpu=1)  # the default policy: no threshold
         names = ("idle-one", "busy-one", "idle-batch")
-        kernels = {r: (await h.store.kernels_of((await h.row(r))["id"]))[0]["id"] for r in names}
-        other = (await h.store.kernels_of((await h.row("other-policy"))["id"]))[0]["id"]
+        kernels = {r: (await h.store.kernels_of((await h.row(r)).id))[0].id for r in names}
+        other = (await h.store.kernels_of((await h.row("other-policy")).id))[0].id
         await h.sweep()  # the timers tell the book to keep utilisation (the longest window: 60 s)
         assert h.services.stats.trail_seconds == 60.0
         for step in range(40):  # 80 s of samples, every 2 s
@@ -171,7 +187,7 @@ async def test_the_timers_end_an_underused_session(tmp_path: Path) -> None:
             h.advance(2.0)
         await h.sweep()
         row = await h.wait("idle-one", "TERMINATED")
-        assert row["status_info"] == IDLE_UTILIZATION
+        assert row.status_info == IDLE_UTILIZATION
         for busy in ("busy-one", "other-policy", "idle-batch"):
             assert await h.status(busy) == "RUNNING", busy
         assert (await h.info("idle-one"))["lastStat"]["status"] == "terminated"

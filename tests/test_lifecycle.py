@@ -18,10 +18,10 @@ async def test_a_session_goes_from_pending_to_terminated_and_every_step_is_recor
         await h.add_agent("a1")
         with h.hubs.events.subscribe() as events:
             row = await h.create("lifecycle")
-            assert row["status"] == "PENDING"
+            assert row.status == "PENDING"
             await h.schedule()
             running = await h.wait("lifecycle", "RUNNING")
-            assert h.kernels_on("a1") == {k["id"] for k in await h.store.kernels_of(running["id"])}
+            assert h.kernels_on("a1") == {k.id for k in await h.store.kernels_of(running.id)}
             result = await h.execute("lifecycle", "print('hello', 42)")
             assert (result["status"], result["exitCode"]) == ("finished", 0)
             assert result["console"] == [["stdout", "hello 42\n"]]
@@ -54,13 +54,13 @@ async def test_a_batch_session_ends_by_itself_with_its_exit_code(tmp_path) -> No
     async with Harness(tmp_path) as h:
         await h.add_agent("a1")
         failed = await h.run("batch-fail", type="batch", command="exit 3")
-        assert (failed["status_info"], failed["result"]) == ("task-failed", "FAILURE")
+        assert (failed.status_info, failed.result) == ("task-failed", "FAILURE")
         info = await h.info("batch-fail")
         assert info["exitCode"] == 3 and info["statusData"] == {"exitCode": 3}
         ok = await h.run("batch-ok", type="batch", command="true")
-        assert (ok["status_info"], ok["result"]) == ("task-done", "SUCCESS")
+        assert (ok.status_info, ok.result) == ("task-done", "SUCCESS")
         echoed = await h.run("batch-echo", type="batch", command="echo from batch")
-        assert echoed["result"] == "SUCCESS"
+        assert echoed.result == "SUCCESS"
 
         async def logged() -> bool:
             return await h.logs("batch-echo") == "from batch\n"
@@ -104,7 +104,7 @@ async def test_a_session_being_created_is_destroyed_only_when_forced(tmp_path) -
             await h.destroy("starting")
         await h.destroy("starting", forced=True)
         await h.wait("starting", "TERMINATED")
-        assert (await h.row("starting"))["status_info"] == "force-terminated"
+        assert (await h.row("starting")).status_info == "force-terminated"
 
 
 async def test_a_kernel_that_does_not_start_in_time_is_an_error_and_frees_its_slots(tmp_path) -> None:
@@ -114,8 +114,8 @@ async def test_a_kernel_that_does_not_start_in_time_is_an_error_and_frees_its_sl
         await h.schedule()
         ended = await h.wait("sluggish", "TERMINATED")
         assert await h.transitions("sluggish") == ["PENDING", "SCHEDULED", "PREPARING", "ERROR", "TERMINATED"]
-        assert ended["status_info"] == "failed-to-start"
-        assert "did not start within 0.05 s" in ended["status_data"]["error"]["repr"]
+        assert ended.status_info == "failed-to-start"
+        assert "did not start within 0.05 s" in ended.status_data["error"]["repr"]
         # its cpu is free again: the next session is placed
         h.nodes["slow"].backend.start_delay = 0
         h.lifecycle.start_timeout = 5.0
@@ -132,11 +132,9 @@ async def test_a_session_stuck_starting_with_no_start_under_way_is_ended_by_the_
     async with Harness(tmp_path, start_timeout=2.0) as h:
         await h.add_agent("a1", cpu=1)
         row = await h.create("orphaned")
-        [kernel] = await h.store.kernels_of(row["id"])
-        await h.store.apply_round(
-            [(row["id"], {kernel["id"]: "a1"})], [], [], [], h.clock.now()
-        )  # placed, its start lost
-        assert await h.store.start_preparing(row["id"], h.clock.now())
+        [kernel] = await h.store.kernels_of(row.id)
+        await h.store.apply_round([(row.id, {kernel.id: "a1"})], [], [], [], h.clock.now())  # placed, its start lost
+        assert await h.store.start_preparing(row.id, h.clock.now())
         h.timers.since = h.advance(5)  # as if the manager had started 5 s later: judged from then on
         h.advance(2.0 + STUCK_GRACE - 1)
         await h.sweep()
@@ -144,9 +142,9 @@ async def test_a_session_stuck_starting_with_no_start_under_way_is_ended_by_the_
         h.advance(2)
         await h.sweep()
         ended = await h.wait("orphaned", "CANCELLED")
-        assert ended["status_info"] == "failed-to-start"
-        assert ended["status_data"]["error"]["name"] == "StartTimeout"
-        assert "stayed PREPARING for more than 32 s" in ended["status_data"]["error"]["repr"]
+        assert ended.status_info == "failed-to-start"
+        assert ended.status_data["error"]["name"] == "StartTimeout"
+        assert "stayed PREPARING for more than 32 s" in ended.status_data["error"]["repr"]
         await h.run("takes-its-cpu", cpu=1)
         # a start under way is left to its own timeout
         h.nodes["a1"].backend.start_delay = 60
@@ -168,7 +166,7 @@ async def test_a_session_stuck_terminating_with_no_destroy_under_way_is_ended_by
         await h.add_agent("a1", cpu=1)
         row = await h.run("half-destroyed", cpu=1)
         # its destroy went no further than TERMINATING (its task failed): the kernel runs, its slots are taken
-        await h.lifecycle.transition(row["id"], SessionStatus.TERMINATING, "user-requested", {})
+        await h.lifecycle.transition(row.id, SessionStatus.TERMINATING, "user-requested", {})
         assert h.kernels_on("a1")
         h.advance(TERMINATING_LIMIT - 1)
         await h.sweep()
@@ -176,7 +174,7 @@ async def test_a_session_stuck_terminating_with_no_destroy_under_way_is_ended_by
         h.advance(2)
         await h.sweep()
         ended = await h.wait("half-destroyed", "TERMINATED")
-        assert ended["status_info"] == "user-requested"
+        assert ended.status_info == "user-requested"
         assert h.kernels_on("a1") == set()
         await h.run("gets-its-cpu", cpu=1)
 
@@ -185,7 +183,7 @@ async def test_create_is_get_or_create_by_name(tmp_path) -> None:
     async with Harness(tmp_path) as h:
         first = await h.create("same-name")
         second = await h.create("same-name")
-        assert first["id"] == second["id"]
+        assert first.id == second.id
         with pytest.raises(Conflict, match="already exists"):
             await h.create("same-name", image="other-image")
 
@@ -204,8 +202,8 @@ async def test_a_dependent_session_waits_for_success_and_is_cancelled_by_a_failu
         h.advance(1)
         await h.schedule()
         second = await h.wait("dep-second", "TERMINATED")
-        assert second["result"] == "SUCCESS"
-        assert first["terminated_at"] < (await h.info("dep-second"))["transitions"][1]["at"]  # scheduled after
+        assert second.result == "SUCCESS"
+        assert first.terminated_at < (await h.info("dep-second"))["transitions"][1]["at"]  # scheduled after
 
         await h.run("dep-bad", type="batch", command="exit 1")
         await h.create("dep-orphan", type="batch", depends=["dep-bad"])
@@ -234,7 +232,7 @@ async def test_a_session_with_a_start_time_waits_for_it(tmp_path) -> None:
         assert await h.status("later") == "PENDING"
         h.advance(11)
         await h.schedule()
-        assert (await h.wait("later", "TERMINATED"))["result"] == "SUCCESS"
+        assert (await h.wait("later", "TERMINATED")).result == "SUCCESS"
 
 
 async def test_a_session_pending_too_long_is_cancelled(tmp_path) -> None:
@@ -243,7 +241,7 @@ async def test_a_session_pending_too_long_is_cancelled(tmp_path) -> None:
         await h.run("holder")
         await h.create("waiter")
         await h.schedule()
-        assert (await h.row("waiter"))["status_info"] == "no-available-instances"
+        assert (await h.row("waiter")).status_info == "no-available-instances"
         h.advance(61)
         await h.schedule()
         waited = await h.info("waiter")
@@ -275,13 +273,13 @@ async def test_idle_sessions_and_old_ones_are_ended_by_their_policy(tmp_path) ->
         h.advance(20)
         await h.sweep()
         ended = await h.wait("idler-1", "TERMINATED")
-        assert ended["status_info"] == "idle-timeout"
+        assert ended.status_info == "idle-timeout"
         assert await h.status("idler-busy") == "RUNNING"
         assert await h.status("brief-1") == "RUNNING"  # 120 s old
         h.advance(200)
         await h.sweep()
         for name in ("brief-1", "brief-batch"):  # a batch session has a lifetime too
-            assert (await h.wait(name, "TERMINATED"))["status_info"] == "idle-session-lifetime"
+            assert (await h.wait(name, "TERMINATED")).status_info == "idle-session-lifetime"
         assert await h.status("admin-1") == "RUNNING"
         assert await h.status("idler-busy") == "RUNNING"
 

@@ -23,6 +23,7 @@ import pytest
 from bai.client.api import APIError
 from bai.common.status import SessionStatus
 from bai.node.manager.state import Store, drop_marker
+from bai.node.manager.state.records import NewKernel, NewSession
 from tests.nodeproc import Node
 from tests.tui_support import node_client
 
@@ -204,21 +205,19 @@ async def test_purge_deletes_ended_sessions_logs_and_gives_the_space_back(tmp_pa
     try:
         ended, running = str(uuid.uuid4()), str(uuid.uuid4())
         for sid in (ended, running):
-            session = {
-                "id": sid,
-                "name": sid[:8],
-                "access_key": "AK",
-                "image": "img",
-                "type": "interactive",
-                "requested_slots": {},
-                "environ": {},
-                "config": {},
-                "scaling_group": "default",
-                "created_at": datetime.now(UTC).isoformat(),
-            }
-            await store.create_session(
-                session, [{"id": f"k-{sid}", "cluster_role": "main", "cluster_idx": 1, "slots": {}}]
+            session = NewSession(
+                id=sid,
+                name=sid[:8],
+                access_key="AK",
+                image="img",
+                type="interactive",
+                requested_slots={},
+                environ={},
+                config={},
+                scaling_group="default",
+                created_at=datetime.now(UTC),
             )
+            await store.create_session(session, [NewKernel(f"k-{sid}", "main", 1, {})])
             for start in range(0, 8192, 256):
                 await store.append_logs([(f"k-{sid}", numbered(start, start + 256))], NOW)
         await store.transition(ended, SessionStatus.CANCELLED, "user-requested", now=datetime.now(UTC))

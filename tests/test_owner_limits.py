@@ -80,7 +80,7 @@ async def test_a_kernel_below_the_floor_is_a_400_naming_it_and_nothing_is_stored
                 assert word in (err.value.msg or ""), err.value.msg
         assert await h.store.list_sessions(None, None) == []
         at_floor = await h.create("at-floor", cpu="0.1", mem="32m")  # the floor itself is a kernel
-        assert at_floor["status"] == "PENDING"
+        assert at_floor.status == "PENDING"
 
 
 def test_the_floor_is_configurable_but_never_below_dockers_minimum() -> None:
@@ -247,10 +247,9 @@ async def test_a_daemon_out_of_address_pools_cancels_the_session_saying_so(tmp_p
         await h.create("pair", cpu="0.5", mem="64m", clusterSize=2)
         await h.schedule()
         row = await h.wait("pair", "CANCELLED")
-        assert row["status_info"] == "failed-to-start"
+        assert row.status_info == "failed-to-start"
         assert (
-            "the Docker daemon has no free address pool for the session's network"
-            in row["status_data"]["error"]["repr"]
+            "the Docker daemon has no free address pool for the session's network" in row.status_data["error"]["repr"]
         )
 
 

@@ -31,7 +31,7 @@ from bai.node.manager.http.requests import parse_create
 from bai.node.manager.services.lifecycle import new_session_rows
 from bai.node.manager.services.queue_limit import PendingQueue, QueueGate, check_pending_limit, pending_queue
 from bai.node.manager.state import Store
-from bai.node.manager.state.records import NewKeypair, PolicyFields, new_policy
+from bai.node.manager.state.records import NewKernel, NewKeypair, NewSession, PolicyFields, Session, new_policy
 from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_PENDING_SESSIONS
 from tests.harness import Harness
 from tests.nodeproc import Node, admin_keys, signed_request
@@ -47,7 +47,7 @@ async def _queue(h: Harness, owner: str, count: int, prefix: str = "wait") -> No
         await h.create(f"{prefix}-{i}", owner=owner, cpu=1, mem="64m")
 
 
-async def _rows_of(h: Harness, owner: str) -> list[dict]:
+async def _rows_of(h: Harness, owner: str) -> list[Session]:
     return await h.store.list_sessions(owner, None)
 
 
@@ -166,7 +166,7 @@ async def test_the_check_stays_fast_with_many_ended_sessions_of_the_keypair(tmp_
 # -- the gate: exact under concurrency (no line in Sessions.create needed) -------------------------------------
 
 
-def _rows(owner: str, name: str) -> tuple[dict, list[dict]]:
+def _rows(owner: str, name: str) -> tuple[NewSession, list[NewKernel]]:
     req = parse_create(
         {"image": "python", "name": name}, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {}, datetime.now(UTC)
     )
@@ -204,7 +204,7 @@ async def test_the_gate_stores_exactly_up_to_the_limit_whatever_the_concurrency(
         async def cancel_some(count: int) -> None:
             rows = await store.list_sessions("AKIABURST", [SessionStatus.PENDING], limit=count)
             for row in rows:
-                await store.transition(row["id"], SessionStatus.CANCELLED, "user-requested", now=datetime.now(UTC))
+                await store.transition(row.id, SessionStatus.CANCELLED, "user-requested", now=datetime.now(UTC))
 
         for rnd in range(6):
             await asyncio.gather(*(one(f"b{rnd}-{i:02d}") for i in range(40)), cancel_some(3 if rnd else 0))
@@ -271,7 +271,7 @@ async def test_the_next_session_past_the_limit_is_a_412_and_nothing_is_stored(tm
             assert problem.status == 412 and "max_pending_session_count" in (problem.msg or "")
             assert "allows 5" in (problem.msg or "")
         rows = await _rows_of(h, mallory)
-        assert sorted(r["name"] for r in rows) == [f"wait-{i}" for i in range(5)]
+        assert sorted(r.name for r in rows) == [f"wait-{i}" for i in range(5)]
         assert (await h.store.count_sessions_by_status()) == {"PENDING": 5}
         # another keypair of the same policy, and the admin, are not affected
         await _queue(h, alice, 5, prefix="alices")
@@ -292,7 +292,7 @@ async def test_a_place_frees_when_one_starts_or_is_cancelled(tmp_path: Path) -> 
         assert await h.status("wait-1", owner=owner) == "CANCELLED"
         await h.create("fifth", owner=owner, cpu=1, mem="64m")
         await _refused(h, "sixth", owner)
-        assert sorted(r["status"] for r in await _rows_of(h, owner)) == ["CANCELLED"] + ["PENDING"] * 3 + ["RUNNING"]
+        assert sorted(r.status for r in await _rows_of(h, owner)) == ["CANCELLED"] + ["PENDING"] * 3 + ["RUNNING"]
 
 
 async def test_concurrent_bursts_do_not_overshoot_the_limit(tmp_path: Path) -> None:
@@ -508,5 +508,5 @@ async def test_a_full_queue_still_gets_its_live_session_by_name(tmp_path: Path) 
         user = await h.keypair("queuer", await h.policy("two", max_pending_session_count=2))
         await _queue(h, user, 2)
         again = await h.create("wait-0", owner=user, cpu=1, mem="64m")
-        assert again["name"] == "wait-0" and len(await _rows_of(h, user)) == 2
+        assert again.name == "wait-0" and len(await _rows_of(h, user)) == 2
         assert (await _refused(h, "third", user)).status == 412

@@ -19,7 +19,7 @@ async def placed_on(h: Harness, name: str) -> str:
 
 
 async def reason_of(h: Harness, name: str) -> str:
-    return (await h.row(name))["status_info"]
+    return (await h.row(name)).status_info
 
 
 async def test_a_full_agent_queues_in_order_and_an_ending_session_makes_room(tmp_path) -> None:
@@ -42,9 +42,9 @@ async def test_a_full_agent_queues_in_order_and_an_ending_session_makes_room(tmp
         await h.schedule()
         await h.wait("q-three", "RUNNING")
         assert (await h.info("q-four"))["queuePosition"] == 1
-        history = await h.store.scheduling_history((await h.row("q-three"))["id"])
-        assert [e["outcome"] for e in history] == ["pending", "scheduled"]
-        assert history[0]["status_info"] == "no-available-instances" and history[1]["agents"] == "a1"
+        history = await h.store.scheduling_history((await h.row("q-three")).id)
+        assert [e.outcome for e in history] == ["pending", "scheduled"]
+        assert history[0].status_info == "no-available-instances" and history[1].agents == "a1"
 
 
 async def test_lifo_takes_the_newest_first(tmp_path) -> None:
@@ -141,7 +141,7 @@ async def test_drained_agents_take_no_new_sessions_and_keep_theirs(tmp_path) -> 
         await h.drain("a2")
         await h.create("all-drained")
         await h.schedule()
-        assert (await h.row("all-drained"))["status_data"]["scheduler"]["msg"] == (
+        assert (await h.row("all-drained")).status_data["scheduler"]["msg"] == (
             "no schedulable agent in scaling group default"
         )
 
@@ -156,7 +156,7 @@ async def test_scaling_groups_keep_their_sessions_on_their_agents(tmp_path) -> N
         assert await placed_on(h, "plain") == "general"
         await h.run("on-gpus", group="gpus", resources={"cuda.device": 1})
         assert await placed_on(h, "on-gpus") == "gpu-box"
-        assert (await h.run("a-job", group="batch-only", type="batch"))["result"] == "SUCCESS"
+        assert (await h.run("a-job", group="batch-only", type="batch")).result == "SUCCESS"
         assert await placed_on(h, "a-job") == "batcher"
         await h.create("chat", group="batch-only")
         await h.schedule()

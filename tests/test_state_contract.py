@@ -1,12 +1,14 @@
-"""The contract of the state layer's agents, accounts, folders, images and logs: the same tests for every
-implementation (SQLite today; PostgreSQL next), through the protocols and records of `bai.node.manager.state`
-only: no SQL, nothing of an implementation's insides.
+"""The contract of the state layer's sessions and kernels, agents, accounts, folders, images and logs: the same
+tests for every
+implementation (SQLite today; PostgreSQL next), through the protocols and records of
+`bai.node.manager.state` only: no SQL, nothing of an implementation's insides.
 
 An implementation joins by adding a factory to IMPLEMENTATIONS (an async context manager giving its state).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -15,7 +17,16 @@ from typing import Any, Protocol
 
 import pytest
 
-from bai.node.manager.state import AccountState, AgentState, FolderState, ImageState, LogState, StorageFull
+from bai.common.status import IllegalTransition, SessionStatus
+from bai.node.manager.state import (
+    AccountState,
+    AgentState,
+    FolderState,
+    ImageState,
+    LogState,
+    SessionState,
+    StorageFull,
+)
 from bai.node.manager.state import Store as SQLiteStore
 from bai.node.manager.state.records import (
     Agent,
@@ -24,21 +35,28 @@ from bai.node.manager.state.records import (
     FolderChanges,
     FolderShare,
     ImageAlias,
+    Kernel,
+    KernelChanges,
     Keypair,
     LogChunk,
     LogKept,
     NewAgent,
+    NewKernel,
     NewKeypair,
+    NewSession,
     NewVFolder,
     Policy,
     PolicyFields,
+    SchedulingAttempt,
     SeenVFolder,
+    Session,
+    Transition,
     VFolder,
     stamp,
 )
 
 
-class State(AgentState, AccountState, FolderState, ImageState, LogState, Protocol):
+class State(SessionState, AgentState, AccountState, FolderState, ImageState, LogState, Protocol):
     """Every domain of this contract (an implementation is all of them)."""
 
 
@@ -70,6 +88,532 @@ def now(request: pytest.FixtureRequest) -> datetime:
 
 def agent(agent_id: str = "a1", group: str = "default", slots: dict[str, str] | None = None) -> NewAgent:
     return NewAgent(agent_id, f"host-{agent_id}", "sim", "0.1", group, slots or SLOTS)
+
+
+# -- sessions and kernels ---------------------------------------------------------------------------------
+
+S = SessionStatus
+SID1 = "3f2b1c9e-0000-4000-8000-000000000001"
+SID2 = "7a7a7a7a-0000-4000-8000-000000000002"
+SID3 = "3f2b1c9e-0000-4000-8000-000000000003"
+
+
+def new_session(
+    session_id: str = SID1,
+    name: str = "sess-1",
+    owner: str = "AK1",
+    created_at: datetime = T2020,
+    slots: dict[str, str] | None = None,
+    **kw: Any,
+) -> NewSession:
+    config = {"mounts": [], "depends_on": [], "nested": {"a": [1, None]}}
+    return NewSession(
+        session_id, name, owner, "python:3.11", "INTERACTIVE", slots or SLOTS, {"A": "1"}, config, "default",
+        created_at, **kw,
+    )  # fmt: skip
+
+
+def kernels_for(session_id: str, size: int = 1) -> list[NewKernel]:
+    """main1, sub1 … as create gives them, here given last sub first (their order is the state's to keep)."""
+    subs = [NewKernel(f"{session_id}-sub{i}", "sub", i, {"cpu": "1"}) for i in range(size - 1, 0, -1)]
+    return [*subs, NewKernel(f"{session_id}-main1", "main", 1, SLOTS)]
+
+
+async def create(state: State, session_id: str = SID1, size: int = 1, **kw: Any) -> Session:
+    assert await state.create_session(new_session(session_id, **kw), kernels_for(session_id, size)) is None
+    created = await state.get_session(session_id)
+    assert created is not None
+    return created
+
+
+async def snapshot(state: State, session_id: str) -> tuple[Any, ...]:
+    """All that is stored of a session: to see that a refused write changed nothing."""
+    return (
+        await state.get_session(session_id),
+        await state.kernels_of(session_id),
+        await state.transitions_of(session_id),
+        await state.scheduling_history(session_id),
+    )
+
+
+async def test_a_session_is_created_pending_with_its_kernels_in_cluster_order(state: State, now: datetime) -> None:
+    assert await state.get_session(SID1) is None and await state.kernels_of(SID1) == []
+    assert await state.transitions_of(SID1) == [] and await state.scheduling_history(SID1) == []
+    made = await create(state, size=3, created_at=now, tag="t1")
+    assert isinstance(made, Session)
+    assert made == Session(
+        id=SID1,
+        name="sess-1",
+        access_key="AK1",
+        image="python:3.11",
+        type="INTERACTIVE",
+        status="PENDING",
+        status_info="",
+        status_data={},
+        status_changed=stamp(now),
+        requested_slots=SLOTS,
+        environ={"A": "1"},
+        config={"mounts": [], "depends_on": [], "nested": {"a": [1, None]}},
+        scaling_group="default",
+        cluster_size=3,
+        tag="t1",
+        result="UNDEFINED",
+        created_at=stamp(now),
+        terminated_at=None,
+        seq=made.seq,
+    )
+    kernels = await state.kernels_of(SID1)
+    assert [k.id for k in kernels] == [f"{SID1}-main1", f"{SID1}-sub1", f"{SID1}-sub2"]
+    main = kernels[0]
+    assert isinstance(main, Kernel)
+    assert main == Kernel(
+        id=f"{SID1}-main1",
+        session_id=SID1,
+        cluster_role="main",
+        cluster_idx=1,
+        image="python:3.11",
+        agent_id=None,
+        container_id=None,
+        status="PENDING",
+        status_info="",
+        status_changed=stamp(now),
+        occupied_slots=SLOTS,
+        exit_code=None,
+        created_at=stamp(now),
+        terminated_at=None,
+        devices=[],
+        service_ports=[],
+        last_stat=None,
+    )
+    assert [(k.cluster_role, k.cluster_idx, k.occupied_slots) for k in kernels[1:]] == [
+        ("sub", 1, {"cpu": "1"}),
+        ("sub", 2, {"cpu": "1"}),
+    ]
+    assert await state.get_kernel(f"{SID1}-sub2") == kernels[2] and await state.get_kernel("nope") is None
+    assert await state.transitions_of(SID1) == [Transition("PENDING", "", {}, stamp(now))]
+    later = await create(state, SID2, name="sess-2", created_at=now)
+    assert later.seq > made.seq and later.tag is None and later.cluster_size == 1  # last in the queue
+
+
+async def test_names_are_unique_among_an_owners_live_sessions_only(state: State, now: datetime) -> None:
+    first = await create(state, SID1, name="same")
+    assert await state.create_session(new_session(SID2, "same"), kernels_for(SID2)) == SID1  # taken: nothing
+    assert await state.get_session(SID2) is None and await state.kernels_of(SID2) == []
+    again, created = await state.create_or_get_session(new_session(SID2, "same"), kernels_for(SID2))
+    assert (again, created) == (first, False) and await state.get_session(SID2) is None
+    theirs, created = await state.create_or_get_session(new_session(SID3, "same", "AK2"), kernels_for(SID3))
+    assert created and theirs == await state.get_session(SID3) and theirs.access_key == "AK2"
+    assert await state.transition(SID1, S.CANCELLED, "user-requested", now=now) is not None
+    made, created = await state.create_or_get_session(new_session(SID2, "same", created_at=now), kernels_for(SID2))
+    assert created and made == await state.get_session(SID2) and made.created_at == stamp(now)
+    assert [k.id for k in await state.kernels_of(SID2)] == [f"{SID2}-main1"]
+
+
+async def test_a_legal_transition_moves_the_session_and_its_kernels_at_the_time_given(
+    state: State, now: datetime
+) -> None:
+    await create(state, size=2, created_at=now - timedelta(days=1))
+    main, sub = f"{SID1}-main1", f"{SID1}-sub1"
+    placed = {main: KernelChanges(agent_id="a1"), sub: KernelChanges(agent_id="a2")}  # (each its own)
+    started = {main: KernelChanges(container_id="c1", service_ports=[{"name": "jupyter"}])}  # (one kernel's)
+    exits = {main: KernelChanges(exit_code=0), sub: KernelChanges(exit_code=1)}
+    steps: list[tuple[SessionStatus, str, dict[str, Any], dict[str, KernelChanges]]] = [
+        (S.SCHEDULED, "scheduled", {"agents": ["a1", "a2"]}, placed),
+        (S.PREPARING, "", {}, {}),
+        (S.RUNNING, "", {}, started),
+        (S.TERMINATING, "user-requested", {}, {}),
+        (S.TERMINATED, "user-requested", {"exitCode": 0}, exits),
+    ]
+    for i, (target, info, data, updates) in enumerate(steps, start=1):
+        at = now + timedelta(seconds=i)
+        moved = await state.transition(SID1, target, info, data, kernel_updates=updates, now=at)
+        assert moved is not None and moved == await state.get_session(SID1)
+        assert (moved.status, moved.status_info, moved.status_data) == (target.value, info, data)
+        assert moved.status_changed == stamp(at)
+        assert moved.terminated_at == (stamp(at) if target == S.TERMINATED else None)
+        kernels = await state.kernels_of(SID1)
+        assert [(k.status, k.status_info, k.status_changed) for k in kernels] == [(target.value, info, stamp(at))] * 2
+        assert (await state.transitions_of(SID1))[-1] == Transition(target.value, info, data, stamp(at))
+    end = stamp(now + timedelta(seconds=len(steps)))
+    k_main, k_sub = await state.kernels_of(SID1)
+    assert (k_main.agent_id, k_main.container_id, k_main.service_ports, k_main.exit_code) == (
+        "a1",
+        "c1",
+        [{"name": "jupyter"}],
+        0,
+    )
+    assert (k_sub.agent_id, k_sub.container_id, k_sub.service_ports, k_sub.exit_code) == ("a2", None, [], 1)
+    assert k_main.terminated_at == k_sub.terminated_at == end
+    assert [t.status for t in await state.transitions_of(SID1)] == ["PENDING", *(s.value for s, *_ in steps)]
+    ended = await state.get_session(SID1)
+    assert ended is not None and ended.result == "UNDEFINED"  # no result given: as it was
+
+
+async def test_a_cancelled_session_ends_at_the_time_given_with_its_result(state: State, now: datetime) -> None:
+    await create(state, size=2)
+    cancelled = await state.transition(SID1, S.CANCELLED, "user-requested", result="FAILURE", now=now)
+    assert cancelled is not None and (cancelled.status, cancelled.result) == ("CANCELLED", "FAILURE")
+    assert cancelled.terminated_at == cancelled.status_changed == stamp(now)
+    assert [(k.status, k.terminated_at) for k in await state.kernels_of(SID1)] == [("CANCELLED", stamp(now))] * 2
+
+
+async def test_a_transition_that_may_not_happen_gives_none_and_changes_nothing(state: State, now: datetime) -> None:
+    await create(state)
+    before = await snapshot(state, SID1)
+    refused = await state.transition(SID1, S.TERMINATED, "x", allowed_from=[S.RUNNING, S.ERROR], now=now)
+    assert refused is None and await snapshot(state, SID1) == before  # not in allowed_from
+    assert await state.transition("no-such-session", S.SCHEDULED, now=now) is None
+    moved = await state.transition(
+        SID1, S.SCHEDULED, "scheduled", allowed_from=(s for s in [S.PENDING]), now=now
+    )  # any iterable
+    assert moved is not None and moved.status == "SCHEDULED"
+    before = await snapshot(state, SID1)
+    assert await state.transition(SID1, S.SCHEDULED, "again", now=now + timedelta(seconds=1)) is None  # there already
+    assert await snapshot(state, SID1) == before
+
+
+async def test_an_illegal_transition_raises_and_changes_nothing(state: State, now: datetime) -> None:
+    await create(state)
+    before = await snapshot(state, SID1)
+    with pytest.raises(IllegalTransition) as caught:
+        await state.transition(SID1, S.RUNNING, "nope", now=now)
+    assert caught.type is IllegalTransition and caught.type.__name__ == "IllegalTransition"
+    assert (caught.value.current, caught.value.target) == (S.PENDING, S.RUNNING)
+    with pytest.raises(IllegalTransition):  # allowed by the caller, forbidden by the lifecycle
+        await state.transition(SID1, S.RUNNING, "nope", allowed_from=[S.PENDING], now=now)
+    assert await snapshot(state, SID1) == before
+    assert await state.transition(SID1, S.CANCELLED, "user-requested", now=now) is not None
+    with pytest.raises(IllegalTransition):  # nothing leaves CANCELLED
+        await state.transition(SID1, S.SCHEDULED, now=now)
+    ended = await state.get_session(SID1)
+    assert ended is not None and ended.status == "CANCELLED"
+
+
+async def test_kernels_take_their_own_changes_in_and_out_of_transitions(state: State, now: datetime) -> None:
+    await create(state, size=3)
+    main, sub1, sub2 = (k.id for k in await state.kernels_of(SID1))
+    changes = {
+        sub1: KernelChanges(agent_id="a1", devices=[["GPU-1", 0.5]]),
+        "other-kernel": KernelChanges(agent_id="x"),
+    }
+    assert await state.transition(SID1, S.SCHEDULED, "scheduled", kernel_updates=changes, now=now) is not None
+    kernels = {k.id: k for k in await state.kernels_of(SID1)}
+    assert (kernels[sub1].agent_id, kernels[sub1].devices) == ("a1", [["GPU-1", 0.5]])
+    assert kernels[main].agent_id is None and kernels[sub2].agent_id is None and kernels[main].devices == []
+    assert await state.get_kernel("other-kernel") is None  # not one of the session's: nothing
+    await state.update_kernel(main, KernelChanges(exit_code=3))
+    await state.update_kernel(main, KernelChanges(container_id="c1", last_stat={"cpu_util": {"current": "1.5"}}))
+    await state.update_kernel(main, KernelChanges())  # nothing to change
+    await state.update_kernel("no-such-kernel", KernelChanges(exit_code=1))
+    k_main = await state.get_kernel(main)
+    assert k_main is not None and (k_main.exit_code, k_main.container_id, k_main.status) == (3, "c1", "SCHEDULED")
+    assert k_main.last_stat is not None and json.loads(k_main.last_stat) == {"cpu_util": {"current": "1.5"}}
+    await state.update_kernel(main, KernelChanges(container_id=None, exit_code=None))
+    k_main = await state.get_kernel(main)
+    assert k_main is not None and (k_main.container_id, k_main.exit_code, k_main.agent_id) == (None, None, None)
+    untouched = await state.get_kernel(sub2)
+    assert untouched is not None and (untouched.exit_code, untouched.container_id) == (None, None)
+
+
+async def test_starting_a_session_moves_it_preparing_with_its_kernels_and_its_owners_dotfiles(
+    state: State, now: datetime
+) -> None:
+    await create(state, SID1, size=3)
+    await create(state, SID2, name="sess-2", owner="AK2")
+    assert await state.start_preparing(SID1, now) is None  # PENDING, not SCHEDULED
+    await state.put_dotfile("AK1", ".zshrc", "z", "600")
+    await state.put_dotfile("AK1", ".bashrc", "b", "644")
+    agents = {f"{SID1}-main1": "a1", f"{SID1}-sub1": "a1", f"{SID1}-sub2": "a2"}
+    await state.apply_round([(SID1, agents), (SID2, {f"{SID2}-main1": "a1"})], [], [], [], now)
+    at = now + timedelta(seconds=1)
+    started = await state.start_preparing(SID1, at)
+    assert started is not None
+    session, kernels, dotfiles = started
+    assert session == await state.get_session(SID1)
+    assert (session.status, session.status_changed) == ("PREPARING", stamp(at))
+    assert [(k.id, k.status, k.agent_id) for k in kernels] == [
+        (f"{SID1}-main1", "PREPARING", "a1"),
+        (f"{SID1}-sub1", "PREPARING", "a1"),
+        (f"{SID1}-sub2", "PREPARING", "a2"),
+    ]
+    assert kernels == await state.kernels_of(SID1)
+    assert dotfiles == [Dotfile(".bashrc", "b", "644"), Dotfile(".zshrc", "z", "600")]
+    assert (await state.transitions_of(SID1))[-1] == Transition("PREPARING", "", {}, stamp(at))
+    assert await state.start_preparing(SID1, at) is None  # not SCHEDULED any more
+    other = await state.start_preparing(SID2, at)
+    assert other is not None and other[2] == []  # AK2 has no dotfiles
+    assert await state.start_preparing("no-such-session", at) is None
+
+
+async def test_a_round_places_cancels_and_records_why_sessions_wait(state: State, now: datetime) -> None:
+    for sid, name in ((SID1, "placed"), (SID2, "cancelled"), (SID3, "waiting")):
+        await create(state, sid, name=name, size=2 if sid == SID1 else 1)
+    late = "5e5e5e5e-0000-4000-8000-000000000004"
+    await create(state, late, name="late")
+    assert await state.transition(late, S.SCHEDULED, "scheduled", now=now) is not None
+    late_before = await snapshot(state, late)
+    scheduled, cancelled = await state.apply_round(
+        [(SID1, {f"{SID1}-main1": "a1", f"{SID1}-sub1": "a2"}), (late, {f"{late}-main1": "a9"})],
+        [(SID2, "pending-timeout", {"waited": 60}), (late, "pending-timeout", {})],
+        [(SID3, "no-available-instances", {"msg": "cpu 8 requested, 4 free"}), (late, "x", {"y": 1})],
+        [],
+        now,
+    )
+    assert scheduled == [await state.get_session(SID1)] and cancelled == [await state.get_session(SID2)]
+    assert (scheduled[0].status, scheduled[0].status_info, scheduled[0].status_changed) == (
+        "SCHEDULED",
+        "scheduled",
+        stamp(now),
+    )
+    assert [(k.status, k.agent_id) for k in await state.kernels_of(SID1)] == [("SCHEDULED", "a1"), ("SCHEDULED", "a2")]
+    gone = cancelled[0]
+    assert (gone.status, gone.status_info, gone.status_data, gone.terminated_at) == (
+        "CANCELLED",
+        "pending-timeout",
+        {"waited": 60},
+        stamp(now),
+    )
+    waiting = await state.get_session(SID3)
+    assert waiting is not None
+    assert (waiting.status, waiting.status_info, waiting.status_data) == (
+        "PENDING",
+        "no-available-instances",
+        {"msg": "cpu 8 requested, 4 free"},
+    )
+    assert len(await state.transitions_of(SID3)) == 1  # pending info is no transition
+    assert await snapshot(state, late) == late_before  # no longer PENDING: skipped in each part
+
+
+async def test_a_rounds_history_is_merged_while_the_outcome_stays_and_added_when_it_changes(
+    state: State, now: datetime
+) -> None:
+    await create(state, SID1)
+    await create(state, SID2, name="sess-2")
+    failed = [{"name": "concurrency", "msg": "too many"}]
+    waits = SchedulingAttempt(SID1, "pending", "predicate-checks-failed", "too many", "", failed)
+    times = [now + timedelta(minutes=i) for i in range(4)]
+    await state.apply_round([], [], [], [waits, SchedulingAttempt(SID2, "pending", "", "", "", [])], times[0])
+    await state.apply_round([], [], [], [waits], times[1])
+    await state.apply_round([], [], [], [waits], times[2])
+    placed = SchedulingAttempt(SID1, "scheduled", "scheduled", "", "a1", [])
+    await state.apply_round([(SID1, {f"{SID1}-main1": "a1"})], [], [], [placed], times[3])
+    assert await state.scheduling_history(SID1) == [
+        SchedulingAttempt(
+            SID1, "pending", "predicate-checks-failed", "too many", "", failed, stamp(times[0]), stamp(times[2]), 3
+        ),
+        SchedulingAttempt(SID1, "scheduled", "scheduled", "", "a1", [], stamp(times[3]), stamp(times[3]), 1),
+    ]
+    assert await state.scheduling_history(SID2) == [
+        SchedulingAttempt(SID2, "pending", "", "", "", [], stamp(times[0]), stamp(times[0]), 1)
+    ]
+    assert await state.scheduling_history(SID3) == []
+
+
+async def test_sessions_are_found_by_id_id_prefix_or_name_under_the_owner_rules(state: State, now: datetime) -> None:
+    await create(state, SID1, name="alpha", owner="AK1")
+    await create(state, SID2, name="alpha", owner="AK2")
+    await create(state, SID3, name="beta", owner="AK1")
+
+    async def found(ref: str, access_key: str | None, active_only: bool = False, **kw: Any) -> list[str]:
+        return [s.id for s in await state.find_sessions(ref, access_key, active_only=active_only, **kw)]
+
+    assert await found(SID1, None) == [SID1]
+    assert await found(SID1, "AK1") == [SID1]
+    assert await found(SID1, "AK2") == []  # ids among the same keypair's by default
+    assert await found(SID1, "AK2", ids_of=None) == [SID1]  # ids among anyone's
+    assert await found(SID2, "AK1", ids_of="AK2") == [SID2]
+    assert await found("alpha", "AK1") == [SID1]
+    assert await found("alpha", None) == [SID2, SID1]  # anyone's names, newest first
+    assert await found("alpha", "AK2", ids_of=None) == [SID2]
+    assert await found("3f2b1c9e", None) == [SID3, SID1]  # an 8-character prefix, newest first
+    assert await found("3f2b1c9e-0000-4000-8000-00000000000", "AK1") == [SID3, SID1]
+    assert await found("3f2b1c9", None) == []  # 7 characters: no prefix
+    assert await found("3f2b1c9e", "AK2") == []
+    assert await found("gamma", None) == [] and await found("________", None) == [] and await found("%", None) == []
+    assert await state.transition(SID1, S.TERMINATED, "user-requested", now=now) is not None
+    assert await found("alpha", "AK1", active_only=True) == [] and await found(SID1, None, active_only=True) == []
+    assert await found("3f2b1c9e", None, active_only=True) == [SID3]
+    assert await found("alpha", "AK1") == [SID1]  # ended, but there
+
+
+async def test_sessions_are_listed_in_queue_order(state: State, now: datetime) -> None:
+    a, b, c = SID1, SID2, SID3
+    await create(state, a, name="a")
+    await create(state, b, name="b")
+    await create(state, c, name="c", owner="AK2")
+    assert await state.transition(b, S.SCHEDULED, "scheduled", now=now) is not None
+
+    async def listed(access_key: str | None, statuses: list[SessionStatus] | None, **kw: Any) -> list[str]:
+        return [s.id for s in await state.list_sessions(access_key, statuses, **kw)]
+
+    assert await listed(None, None) == [a, b, c]
+    assert await listed(None, None, newest=True) == [c, b, a]
+    assert await listed(None, None, limit=2) == [a, b]
+    assert await listed(None, None, limit=1, newest=True) == [c]
+    assert await listed(None, [S.PENDING]) == [a, c] and await listed(None, [S.SCHEDULED]) == [b]
+    assert await listed(None, [S.PENDING, S.SCHEDULED]) == [a, b, c] and await listed(None, [S.RUNNING]) == []
+    assert await listed("AK1", None) == [a, b] and await listed("AK1", [S.PENDING]) == [a]
+    assert await listed("AK3", None) == []
+    assert (await state.list_sessions(None, None))[1] == await state.get_session(b)
+    assert sorted(s.id for s in await state.sessions_by_ids([c, a, "nope"])) == [a, c]
+    assert await state.sessions_by_ids([]) == []
+    assert await state.count_sessions_by_status() == {"PENDING": 2, "SCHEDULED": 1}
+    assert await state.count_sessions_of("AK1", [S.PENDING]) == 1
+    assert await state.count_sessions_of("AK1", [S.PENDING, S.SCHEDULED]) == 2
+    assert (
+        await state.count_sessions_of("AK2", [S.SCHEDULED]) == 0
+        and await state.count_sessions_of("AK3", [S.PENDING]) == 0
+    )
+
+
+async def test_kernels_are_read_by_session_by_status_and_agent_and_by_owner(state: State, now: datetime) -> None:
+    await create(state, SID1, size=2, owner="AK1")
+    await create(state, SID2, name="sess-2", owner="AK2")
+    await create(state, SID3, name="sess-3", owner="AK1")
+    many = await state.kernels_of_many([SID1, SID2, "nope"])
+    assert set(many) == {SID1, SID2}
+    assert many[SID1] == await state.kernels_of(SID1) and [k.id for k in many[SID2]] == [f"{SID2}-main1"]
+    assert await state.kernels_of_many([]) == {}
+    placed = [(SID1, {f"{SID1}-main1": "a1", f"{SID1}-sub1": "a2"}), (SID2, {f"{SID2}-main1": "a1"})]
+    await state.apply_round(placed, [], [], [], now)
+    assert sorted(k.id for k in await state.kernels_where(["SCHEDULED"])) == [
+        f"{SID1}-main1",
+        f"{SID1}-sub1",
+        f"{SID2}-main1",
+    ]
+    assert sorted(k.id for k in await state.kernels_where(["SCHEDULED"], "a1")) == [f"{SID1}-main1", f"{SID2}-main1"]
+    assert [k.id for k in await state.kernels_where(["PENDING", "RUNNING"])] == [f"{SID3}-main1"]
+    assert await state.kernels_where(["SCHEDULED"], "a9") == [] and await state.kernels_where(["RUNNING"]) == []
+    assert await state.kernel_owners([f"{SID1}-sub1", f"{SID3}-main1", "nope"]) == {
+        f"{SID1}-sub1": (SID1, "AK1", "SCHEDULED"),
+        f"{SID3}-main1": (SID3, "AK1", "PENDING"),
+    }
+    assert await state.kernel_owners([]) == {}
+
+
+async def test_a_rename_is_refused_while_the_name_is_live_for_the_owner(state: State, now: datetime) -> None:
+    await create(state, SID1, name="alpha")
+    await create(state, SID2, name="beta")
+    await create(state, SID3, name="gamma", owner="AK2")
+    before = await snapshot(state, SID2)
+    assert not await state.rename_session(SID2, "AK1", "alpha")
+    assert await snapshot(state, SID2) == before
+    assert await state.rename_session(SID2, "AK1", "beta")  # its own name
+    assert await state.rename_session(SID2, "AK1", "gamma")  # another owner's name
+    renamed = await state.get_session(SID2)
+    assert renamed is not None and renamed.name == "gamma"
+    assert await state.transition(SID1, S.TERMINATED, "user-requested", now=now) is not None
+    assert await state.rename_session(SID2, "AK1", "alpha")  # no longer live
+    assert [s.id for s in await state.find_sessions("alpha", "AK1", active_only=False)] == [SID2, SID1]
+
+
+async def test_a_run_is_recorded_without_a_transition_and_kept_when_the_session_ends(
+    state: State, now: datetime
+) -> None:
+    await create(state, size=2)
+    main, sub = f"{SID1}-main1", f"{SID1}-sub1"
+    before = await state.get_session(SID1)
+    await state.record_run(SID1, main, 3, "FAILURE")
+    after = await state.get_session(SID1)
+    assert before is not None and after is not None and after.result == "FAILURE"
+    assert (after.status, after.status_changed, after.status_info) == (before.status, before.status_changed, "")
+    assert len(await state.transitions_of(SID1)) == 1
+    assert [k.exit_code for k in await state.kernels_of(SID1)] == [3, None]
+    assert await state.transition(SID1, S.TERMINATED, "task-failed", now=now) is not None
+    ended = await state.get_session(SID1)
+    k_main = await state.get_kernel(main)
+    assert ended is not None and k_main is not None and (ended.result, k_main.exit_code) == ("FAILURE", 3)
+    k_sub = await state.get_kernel(sub)
+    assert k_sub is not None and k_sub.exit_code is None
+
+
+async def test_status_info_is_set_only_in_the_status_named(state: State, now: datetime) -> None:
+    await create(state, SID1)
+    await create(state, SID2, name="sess-2")
+    assert await state.transition(SID2, S.SCHEDULED, "scheduled", now=now) is not None
+    changed = await state.set_status_info(SID2, "SCHEDULED", "waiting-for-pull", {"image": "python:3.11"})
+    assert changed is not None and changed == await state.get_session(SID2)
+    assert (changed.status, changed.status_info, changed.status_data) == (
+        "SCHEDULED",
+        "waiting-for-pull",
+        {"image": "python:3.11"},
+    )
+    assert changed.status_changed == stamp(now) and len(await state.transitions_of(SID2)) == 2
+    before = await snapshot(state, SID1)
+    assert await state.set_status_info(SID1, "SCHEDULED", "x", {"y": 1}) is None  # PENDING: not in that status
+    assert await state.set_status_info("no-such-session", "PENDING", "x", {}) is None
+    assert await snapshot(state, SID1) == before
+    await state.set_pending_info(SID2, "no-available-instances", {"msg": "x"})  # SCHEDULED: not pending
+    assert await state.get_session(SID2) == changed
+    await state.set_pending_info(SID1, "no-available-instances", {"msg": "cpu 8 requested, 4 free"})
+    pending = await state.get_session(SID1)
+    assert pending is not None
+    assert (pending.status, pending.status_info, pending.status_data) == (
+        "PENDING",
+        "no-available-instances",
+        {"msg": "cpu 8 requested, 4 free"},
+    )
+    assert len(await state.transitions_of(SID1)) == 1
+
+
+async def test_hook_notes_are_added_to_the_sessions_config(state: State) -> None:
+    await create(state)
+    await state.add_hook_notes(SID1, ["hook a: timed out"])
+    await state.add_hook_notes(SID1, ["hook b: 500", "hook c: refused"])
+    await state.add_hook_notes("no-such-session", ["x"])  # nothing to add to: nothing happens
+    noted = await state.get_session(SID1)
+    assert noted is not None
+    assert noted.config == {
+        "mounts": [],
+        "depends_on": [],
+        "nested": {"a": [1, None]},
+        "hook_notes": ["hook a: timed out", "hook b: 500", "hook c: refused"],
+    }
+
+
+async def test_usage_counts_each_keypairs_sessions_by_what_they_request(state: State, now: datetime) -> None:
+    small = {"cpu": "1", "mem": "1073741824"}
+    await create(state, SID1, name="one")
+    await create(state, SID2, name="two")
+    await create(state, SID3, name="three", slots=small)
+    theirs = "5e5e5e5e-0000-4000-8000-000000000004"
+    ended = "6d6d6d6d-0000-4000-8000-000000000005"
+    await create(state, theirs, name="theirs", owner="AK2", slots=small)
+    await create(state, ended, name="ended", owner="AK2")
+    assert await state.transition(SID2, S.SCHEDULED, "scheduled", now=now) is not None
+    assert await state.transition(ended, S.CANCELLED, "user-requested", now=now) is not None
+
+    def usage(rows: list[tuple[str, dict[str, str], int]]) -> list[tuple[str, list[tuple[str, str]], int]]:
+        return sorted((key, sorted(slots.items()), count) for key, slots, count in rows)
+
+    assert usage(await state.usage_by_keypair([S.PENDING, S.SCHEDULED])) == usage(
+        [("AK1", SLOTS, 2), ("AK1", small, 1), ("AK2", small, 1)]
+    )
+    assert usage(await state.usage_by_keypair([S.SCHEDULED])) == usage([("AK1", SLOTS, 1)])
+    assert usage(await state.usage_by_keypair([S.CANCELLED])) == usage([("AK2", SLOTS, 1)])
+    assert await state.usage_by_keypair([S.RUNNING]) == []
+
+
+async def test_the_logs_of_sessions_ended_before_a_time_are_purged(state: State, now: datetime) -> None:
+    old, recent, live = SID1, SID2, SID3
+    for sid, name in ((old, "old"), (recent, "recent"), (live, "live")):
+        await create(state, sid, name=name, size=2 if sid == old else 1)
+    await state.append_logs(
+        [(f"{old}-main1", "a\n"), (f"{old}-sub1", "b\n"), (f"{recent}-main1", "c\n"), (f"{live}-main1", "d\n")], now
+    )
+    assert await state.transition(old, S.TERMINATED, "task-done", now=now) is not None
+    assert await state.transition(recent, S.CANCELLED, "user-requested", now=now + timedelta(hours=1)) is not None
+    at = now + timedelta(hours=2)
+    purged = await state.purge_logs(now + timedelta(minutes=30), at, batch=1)  # batch 1: several batches
+    assert sorted(purged) == [f"{old}-main1", f"{old}-sub1"]
+    for kid in purged:
+        assert await state.read_logs(kid) == []
+        assert await state.log_state(kid) == LogKept(bytes=0, dropped=0, purged_at=stamp(at))
+    assert [text for _, text in await state.read_logs(f"{recent}-main1")] == ["c\n"]  # ended after that time
+    assert [text for _, text in await state.read_logs(f"{live}-main1")] == ["d\n"]  # not ended
+    assert await state.purge_logs(now + timedelta(minutes=30), at) == []  # purged already
+    assert await state.purge_logs(now + timedelta(hours=1), at) == []  # ended at that time: not before it
+    assert await state.purge_logs(now + timedelta(hours=1, seconds=1), at) == [f"{recent}-main1"]
 
 
 # -- agents -----------------------------------------------------------------------------------------------

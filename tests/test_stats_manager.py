@@ -26,6 +26,7 @@ from bai.common.config import ConfigError, check
 from bai.node.manager.http.graphql.agent_fields import agent_item
 from bai.node.manager.http.represent import agent_items, session_graphql, session_json
 from bai.node.manager.services.stats_book import StatsBook, agent_live_stat, last_stat, live_stat, stat_history_of
+from bai.node.manager.state.records import Kernel
 from tests.harness import Harness
 from tests.nodeproc import ROOT, Node, admin_keys, signed_request
 
@@ -197,8 +198,8 @@ async def _feed(h: Harness, agent_id: str, samples: dict[str, dict[str, Any]], n
     await h.agent_events.agent_event(agent_id, "kernel_stats", payload)
 
 
-async def _kernel(h: Harness, ref: str) -> dict[str, Any]:
-    return (await h.store.kernels_of((await h.row(ref))["id"]))[0]
+async def _kernel(h: Harness, ref: str) -> Kernel:
+    return (await h.store.kernels_of((await h.row(ref)).id))[0]
 
 
 async def test_a_session_shows_its_usage_live_stat_and_final_stats(tmp_path: Path) -> None:
@@ -208,8 +209,8 @@ async def test_a_session_shows_its_usage_live_stat_and_final_stats(tmp_path: Pat
         assert (await h.info("stats-one"))["usage"] is None  # before any sample
         kernel = await _kernel(h, "stats-one")
         now = time.time()
-        await _feed(h, "a1", {kernel["id"]: sample(now, cpu=180.0, mem=700 * MiB)})
-        await _feed(h, "a1", {kernel["id"]: sample(now + 1, cpu=60.0, mem=300 * MiB)})
+        await _feed(h, "a1", {kernel.id: sample(now, cpu=180.0, mem=700 * MiB)})
+        await _feed(h, "a1", {kernel.id: sample(now + 1, cpu=60.0, mem=300 * MiB)})
 
         info = await h.info("stats-one")
         assert info["usage"]["cpuPct"] == 60.0 and info["usage"]["memBytes"] == 300 * MiB
@@ -246,7 +247,7 @@ async def test_a_session_shows_its_usage_live_stat_and_final_stats(tmp_path: Pat
     async with Harness(tmp_path) as h:  # a manager restart: the final statistics are in the store
         again = await h.info("stats-one")
         assert again["lastStat"] == ended["lastStat"] and again["usage"] == ended["usage"]
-        assert (await _kernel(h, "stats-one"))["last_stat"] == stored["last_stat"]
+        assert (await _kernel(h, "stats-one")).last_stat == stored.last_stat
 
 
 async def test_the_final_stats_come_from_the_agent_or_the_last_sample(tmp_path: Path) -> None:
@@ -263,14 +264,14 @@ async def test_the_final_stats_come_from_the_agent_or_the_last_sample(tmp_path: 
         # a destroy that does not wait answers the latest sample the manager has
         await h.run("no-wait")
         kernel = await _kernel(h, "no-wait")
-        await _feed(h, "a1", {kernel["id"]: sample(time.time(), cpu=11.0)})
+        await _feed(h, "a1", {kernel.id: sample(time.time(), cpu=11.0)})
         stats = await h.lifecycle.destroy(await h.row("no-wait"), False, wait=False)
         assert stats["cpu_util"]["current"] == "11"
         await h.wait("no-wait", "TERMINATED")
         # a kernel that ended by itself, with its last sample in the event
         await h.run("by-itself")
         kernel = await _kernel(h, "by-itself")
-        event = {"kernel_id": kernel["id"], "session_id": kernel["session_id"], "exit_code": 0}
+        event = {"kernel_id": kernel.id, "session_id": kernel.session_id, "exit_code": 0}
         await h.agent_events.agent_event("a1", "kernel_terminated", {**event, "stats": sample(time.time(), cpu=7.0)})
         await h.wait("by-itself", "TERMINATED")
         assert (await h.info("by-itself"))["lastStat"]["cpu_util"]["current"] == "7"
@@ -286,7 +287,7 @@ async def test_samples_of_unknown_or_ended_kernels_are_ignored(tmp_path: Path) -
         await h.run("ends-soon")
         kernel = await _kernel(h, "ends-soon")
         await h.destroy("ends-soon")
-        await _feed(h, "a1", {kernel["id"]: sample(time.time()), "no-such-kernel": sample(time.time())})
+        await _feed(h, "a1", {kernel.id: sample(time.time()), "no-such-kernel": sample(time.time())})
         assert h.services.stats.kernels == {}
         await _feed(h, "a1", {"no-such-kernel": sample(time.time())})  # looked up once only
         assert "no-such-kernel" in h.services.stats.ended
@@ -299,7 +300,7 @@ async def test_a_lost_agent_stores_its_kernels_last_samples(tmp_path: Path) -> N
         await h.add_agent("a1")
         await h.run("on-lost")
         kernel = await _kernel(h, "on-lost")
-        await _feed(h, "a1", {kernel["id"]: sample(time.time(), cpu=33.0)})
+        await _feed(h, "a1", {kernel.id: sample(time.time(), cpu=33.0)})
         await h.agent_events.agent_left("a1", "lost")  # (the link's word; the agent itself stays up)
         h.advance(h.cfg["manager"]["lost_grace"])  # its grace period runs out
         await h.wait("on-lost", "ERROR")

@@ -147,16 +147,16 @@ async def _into(h: Harness, status: str, names: list[str], owner: str) -> str:
         for name in names:
             row = await h.wait(name, "PREPARING")
             if status == "PULLING":
-                [kernel] = await h.store.kernels_of(row["id"])
-                await h.lifecycle.kernel_pulling(KernelPulling(kernel["id"], row["id"], "python", 1, 2))
+                [kernel] = await h.store.kernels_of(row.id)
+                await h.lifecycle.kernel_pulling(KernelPulling(kernel.id, row.id, "python", 1, 2))
         return "slow"
     # kernels outlive it, as containers do; they offer an echo app
     await h.add_agent("a1", cpu=16, mem="64g", keeps_kernels=True, apps="echo:tcp:7000")
     for name in names:
         row = await h.create(name, owner=owner)
         if status == "SCHEDULED":  # placed by a round whose start has not begun
-            [kernel] = await h.store.kernels_of(row["id"])
-            await h.store.apply_round([(row["id"], {kernel["id"]: "a1"})], [], [], [], h.clock.now())
+            [kernel] = await h.store.kernels_of(row.id)
+            await h.store.apply_round([(row.id, {kernel.id: "a1"})], [], [], [], h.clock.now())
         elif status == "CANCELLED":
             await h.destroy(name, owner=owner)
     if status in ("PENDING", "SCHEDULED", "CANCELLED"):
@@ -165,7 +165,7 @@ async def _into(h: Harness, status: str, names: list[str], owner: str) -> str:
     for name in names:
         row = await h.wait(name, "RUNNING")
         if status in ("RESTARTING", "RUNNING_DEGRADED", "TERMINATING"):
-            await h.lifecycle.transition(row["id"], S(status), "", {}, allowed_from=[S.RUNNING])
+            await h.lifecycle.transition(row.id, S(status), "", {}, allowed_from=[S.RUNNING])
         elif status == "TERMINATED":
             await h.destroy(name, owner=owner)
     if status == "ERROR":
@@ -195,7 +195,7 @@ async def test_no_request_in_any_status_by_anyone_is_a_5xx(api_node, status: str
     h, api, callers = api_node
     agent = await _into(h, status, ["sweep-a", "sweep-b"], callers["owner"].access_key)
     a, b = await h.row("sweep-a"), await h.row("sweep-b")
-    refs = {"owner": "sweep-a", "other": a["id"], "admin": a["id"]}
+    refs = {"owner": "sweep-a", "other": a.id, "admin": a.id}
     seen = []
     for who, ref in refs.items():
         for method, path, body in _probes(ref):
@@ -204,7 +204,7 @@ async def test_no_request_in_any_status_by_anyone_is_a_5xx(api_node, status: str
             assert code < 500, (who, method, path, code, answer)
             if who == "other":
                 assert code == 404, (method, path, code, answer)  # another user's session is not there
-            elif method in ("POST", "PATCH") and path.endswith((a["id"], "sweep-a", "/upload")):
+            elif method in ("POST", "PATCH") and path.endswith((a.id, "sweep-a", "/upload")):
                 # execute, restart, upload: served when the kernel runs, else a 409 saying the status
                 if status in SERVING and not (method == "PATCH" and status != "RUNNING"):  # restart: RUNNING only
                     assert code in (200, 204), (who, method, path, code, answer)
@@ -213,7 +213,7 @@ async def test_no_request_in_any_status_by_anyone_is_a_5xx(api_node, status: str
                 else:
                     assert code == 409 and status in answer["msg"], (who, method, path, code, answer)
     # destroy: another user cannot; the owner without forced only where Backend.AI allows it, with forced always
-    code, answer = await api.call(callers["other"], "DELETE", f"/session/{a['id']}?forced=true")
+    code, answer = await api.call(callers["other"], "DELETE", f"/session/{a.id}?forced=true")
     assert code == 404, answer
     code, answer = await api.call(callers["owner"], "DELETE", "/session/sweep-a")
     assert code < 500, answer
@@ -221,12 +221,12 @@ async def test_no_request_in_any_status_by_anyone_is_a_5xx(api_node, status: str
         assert code == 403 and "forced=true" in answer["msg"] and status in answer["msg"], answer
         assert await h.status("sweep-a") == status  # nothing changed
     live = S(status) not in DEAD_STATUSES
-    code, answer = await api.call(callers["owner"], "DELETE", f"/session/{a['id']}?forced=true")
+    code, answer = await api.call(callers["owner"], "DELETE", f"/session/{a.id}?forced=true")
     assert code < 500, answer
-    code, answer = await api.call(callers["admin"], "DELETE", f"/session/{b['id']}?forced=true")
+    code, answer = await api.call(callers["admin"], "DELETE", f"/session/{b.id}?forced=true")
     assert code == (200 if live else 404), answer
     for row in (a, b):
-        assert S(await h.status(row["id"])) in DEAD_STATUSES
+        assert S(await h.status(row.id)) in DEAD_STATUSES
     if status == "ERROR":
         assert h.kernels_on(agent)  # its agent is away: the kernels go when it is back
         await h.start_agent(agent, keep_kernels=True)

@@ -6,19 +6,29 @@ import asyncio
 import json
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec import structs
 
 from bai.common.status import IllegalTransition, SessionStatus
-from bai.node.manager.http.requests import parse_create
+from bai.node.manager.http.requests import CreateRequest, parse_create
 from bai.node.manager.services.lifecycle import new_session_rows
 from bai.node.manager.state import SchemaTooNew, Store
-from bai.node.manager.state.records import LogKept, NewAgent, NewVFolder, PolicyFields
+from bai.node.manager.state.records import (
+    KernelChanges,
+    LogKept,
+    NewAgent,
+    NewKernel,
+    NewSession,
+    NewVFolder,
+    PolicyFields,
+    SchedulingAttempt,
+)
 from bai.node.manager.state.sqlite import migrations as schema
 
 S = SessionStatus
@@ -39,6 +49,16 @@ async def store(db_path: Path) -> AsyncIterator[Store]:
     await st.close()
 
 
+def new_rows(req: CreateRequest, access_key: str) -> tuple[NewSession, list[NewKernel]]:
+    """The records Sessions.create stores for a parsed request (new_session_rows)."""
+    return new_session_rows(req, access_key, datetime.now(UTC))
+
+
+def attempt(session_id: str, outcome: str, msg: str = "") -> SchedulingAttempt:
+    """A scheduling round's history row for a session (no agents, no failed predicates)."""
+    return SchedulingAttempt(session_id, outcome, "", msg, "", [])
+
+
 async def make_session(
     store: Store,
     name: str = "mysess01",
@@ -51,13 +71,13 @@ async def make_session(
     `kernels` > 1 adds sub kernels (as a cluster session would have)."""
     body = {"image": "bai-python:3.11", "name": name, "tag": "t1", "config": {"environ": {"A": "1"}}}
     req = parse_create(body, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {}, datetime.now(UTC))
-    session, kernel_rows = new_session_rows(req, access_key, datetime.now(UTC))
+    session, kernel_rows = new_rows(req, access_key)
     if session_id is not None:
-        session["id"] = session_id
+        session = structs.replace(session, id=session_id)
     for i in range(2, kernels + 1):
-        kernel_rows.append({**kernel_rows[0], "id": str(uuid.uuid4()), "cluster_role": "sub", "cluster_idx": i})
+        kernel_rows.append(structs.replace(kernel_rows[0], id=str(uuid.uuid4()), cluster_role="sub", cluster_idx=i))
     await store.create_session(session, kernel_rows)
-    return session["id"], [k["id"] for k in kernel_rows]
+    return session.id, [k.id for k in kernel_rows]
 
 
 async def test_ensure_admin_keypair_creates_once(db_path: Path) -> None:
@@ -84,27 +104,27 @@ async def test_create_and_get_session(store: Store) -> None:
     sid, kernel_ids = await make_session(store, kernels=2)
     row = await store.get_session(sid)
     assert row is not None
-    assert row["id"] == sid
-    assert row["name"] == "mysess01"
-    assert row["status"] == "PENDING"
-    assert row["status_info"] == ""
-    assert row["status_data"] == {}
-    assert row["requested_slots"] == SLOTS
-    assert row["environ"] == {"A": "1"}
-    assert row["config"] == {**row["config"], "startup_command": None, "network": None, "depends_on": [], "mounts": []}
-    assert row["cluster_size"] == 2
-    assert row["tag"] == "t1"
-    assert row["result"] == "UNDEFINED"
-    assert row["terminated_at"] is None
+    assert row.id == sid
+    assert row.name == "mysess01"
+    assert row.status == "PENDING"
+    assert row.status_info == ""
+    assert row.status_data == {}
+    assert row.requested_slots == SLOTS
+    assert row.environ == {"A": "1"}
+    assert row.config == {**row.config, "startup_command": None, "network": None, "depends_on": [], "mounts": []}
+    assert row.cluster_size == 2
+    assert row.tag == "t1"
+    assert row.result == "UNDEFINED"
+    assert row.terminated_at is None
 
     kernels = await store.kernels_of(sid)
-    assert [k["id"] for k in kernels] == kernel_ids
-    assert [k["cluster_role"] for k in kernels] == ["main", "sub"]
-    assert all(k["status"] == "PENDING" and k["occupied_slots"] == SLOTS for k in kernels)
-    assert all(k["image"] == "bai-python:3.11" and k["agent_id"] is None for k in kernels)
+    assert [k.id for k in kernels] == kernel_ids
+    assert [k.cluster_role for k in kernels] == ["main", "sub"]
+    assert all(k.status == "PENDING" and k.occupied_slots == SLOTS for k in kernels)
+    assert all(k.image == "bai-python:3.11" and k.agent_id is None for k in kernels)
 
     transitions = await store.transitions_of(sid)
-    assert [t["status"] for t in transitions] == ["PENDING"]
+    assert [t.status for t in transitions] == ["PENDING"]
 
 
 async def test_get_unknown_session_is_none(store: Store) -> None:
@@ -122,45 +142,45 @@ async def test_full_lifecycle_records_every_step(store: Store) -> None:
         (S.TERMINATED, "user-requested", {"exit_code": 0}),
     ]
     for target, info, data in steps:
-        updates = {kid: {"agent_id": "a1"}} if target == S.SCHEDULED else None
+        updates = {kid: KernelChanges(agent_id="a1")} if target == S.SCHEDULED else None
         row = await store.transition(sid, target, info, data, kernel_updates=updates, now=datetime.now(UTC))
         assert row is not None
-        assert row["status"] == target
-        assert row["status_info"] == info
-        assert row["status_data"] == data
+        assert row.status == target
+        assert row.status_info == info
+        assert row.status_data == data
         [kernel] = await store.kernels_of(sid)
-        assert kernel["status"] == target
-        assert kernel["status_info"] == info
-        assert kernel["agent_id"] == "a1"
+        assert kernel.status == target
+        assert kernel.status_info == info
+        assert kernel.agent_id == "a1"
 
     transitions = await store.transitions_of(sid)
-    assert [t["status"] for t in transitions] == ["PENDING", *(s for s, _, _ in steps)]
-    assert [t["status_info"] for t in transitions[1:]] == [i for _, i, _ in steps]
-    assert [t["status_data"] for t in transitions[1:]] == [d for _, _, d in steps]
-    times = [datetime.fromisoformat(t["at"]) for t in transitions]
+    assert [t.status for t in transitions] == ["PENDING", *(s for s, _, _ in steps)]
+    assert [t.status_info for t in transitions[1:]] == [i for _, i, _ in steps]
+    assert [t.status_data for t in transitions[1:]] == [d for _, _, d in steps]
+    times = [datetime.fromisoformat(t.at) for t in transitions]
     assert all(t.tzinfo is not None for t in times)
     assert times == sorted(times)
 
     row = await store.get_session(sid)
     assert row is not None
-    assert row["terminated_at"] is not None
-    assert datetime.fromisoformat(row["terminated_at"]) >= times[-2]
+    assert row.terminated_at is not None
+    assert datetime.fromisoformat(row.terminated_at) >= times[-2]
     [kernel] = await store.kernels_of(sid)
-    assert kernel["terminated_at"] is not None
+    assert kernel.terminated_at is not None
 
 
 async def test_terminated_at_only_set_at_the_end(store: Store) -> None:
     sid, _ = await make_session(store)
     row = await store.transition(sid, S.SCHEDULED, "scheduled", now=datetime.now(UTC))
-    assert row is not None and row["terminated_at"] is None
+    assert row is not None and row.terminated_at is None
 
 
 async def test_transition_result_column(store: Store) -> None:
     sid, _ = await make_session(store)
     row = await store.transition(sid, S.CANCELLED, "user-requested", result="FAILURE", now=datetime.now(UTC))
     assert row is not None
-    assert row["result"] == "FAILURE"
-    assert row["terminated_at"] is not None
+    assert row.result == "FAILURE"
+    assert row.terminated_at is not None
 
 
 async def test_illegal_transition_raises_and_changes_nothing(store: Store) -> None:
@@ -169,9 +189,9 @@ async def test_illegal_transition_raises_and_changes_nothing(store: Store) -> No
     with pytest.raises(IllegalTransition):
         await store.transition(sid, S.RUNNING, "nope", now=datetime.now(UTC))
     assert await store.get_session(sid) == before
-    assert [t["status"] for t in await store.transitions_of(sid)] == ["PENDING"]
+    assert [t.status for t in await store.transitions_of(sid)] == ["PENDING"]
     [kernel] = await store.kernels_of(sid)
-    assert kernel["status"] == "PENDING"
+    assert kernel.status == "PENDING"
 
 
 async def test_illegal_transition_from_dead_status(store: Store) -> None:
@@ -180,7 +200,7 @@ async def test_illegal_transition_from_dead_status(store: Store) -> None:
     with pytest.raises(IllegalTransition):
         await store.transition(sid, S.SCHEDULED, now=datetime.now(UTC))
     row = await store.get_session(sid)
-    assert row is not None and row["status"] == "CANCELLED"
+    assert row is not None and row.status == "CANCELLED"
 
 
 async def test_allowed_from_mismatch_returns_none(store: Store) -> None:
@@ -193,7 +213,7 @@ async def test_allowed_from_mismatch_returns_none(store: Store) -> None:
     assert len(await store.transitions_of(sid)) == 1
     # a matching allowed_from goes through
     row = await store.transition(sid, S.SCHEDULED, "scheduled", allowed_from=[S.PENDING], now=datetime.now(UTC))
-    assert row is not None and row["status"] == "SCHEDULED"
+    assert row is not None and row.status == "SCHEDULED"
 
 
 async def test_transition_of_unknown_session_is_none(store: Store) -> None:
@@ -202,23 +222,24 @@ async def test_transition_of_unknown_session_is_none(store: Store) -> None:
 
 async def test_a_transition_returns_the_row_as_stored(store: Store) -> None:
     sid, [kid] = await make_session(store)
-    for target, kw in [
-        (S.SCHEDULED, {"kernel_updates": {kid: {"agent_id": "a1"}}}),
+    steps: list[tuple[SessionStatus, dict[str, Any]]] = [
+        (S.SCHEDULED, {"kernel_updates": {kid: KernelChanges(agent_id="a1")}}),
         (S.PREPARING, {"allowed_from": [S.SCHEDULED]}),
-        (S.RUNNING, {"allowed_from": [S.PREPARING], "kernel_updates": {kid: {"container_id": "c1"}}}),
+        (S.RUNNING, {"allowed_from": [S.PREPARING], "kernel_updates": {kid: KernelChanges(container_id="c1")}}),
         (S.TERMINATING, {"result": "SUCCESS", "allowed_from": (s for s in [S.RUNNING])}),  # any iterable
         (S.TERMINATED, {}),
-    ]:
+    ]
+    for target, kw in steps:
         row = await store.transition(
             sid, target, "info", {"exitCode": 0, "nested": {"a": [1]}}, **kw, now=datetime.now(UTC)
         )
         assert row == await store.get_session(sid)
-        assert row is not None and row["status"] == target.value and row["status_data"]["nested"] == {"a": [1]}
-    assert row["result"] == "SUCCESS" and row["terminated_at"] == row["status_changed"]
+        assert row is not None and row.status == target.value and row.status_data["nested"] == {"a": [1]}
+    assert row is not None and row.result == "SUCCESS" and row.terminated_at == row.status_changed
     [kernel] = await store.kernels_of(sid)
-    assert (kernel["status"], kernel["agent_id"], kernel["container_id"]) == ("TERMINATED", "a1", "c1")
-    assert kernel["terminated_at"] is not None
-    assert [t["status"] for t in await store.transitions_of(sid)] == [
+    assert (kernel.status, kernel.agent_id, kernel.container_id) == ("TERMINATED", "a1", "c1")
+    assert kernel.terminated_at is not None
+    assert [t.status for t in await store.transitions_of(sid)] == [
         "PENDING",
         "SCHEDULED",
         "PREPARING",
@@ -250,14 +271,12 @@ async def test_create_or_get_returns_the_stored_row_last_in_the_queue(store: Sto
     for name in ("first-1", "second-1"):
         body = {"image": "bai-python:3.11", "name": name, "config": {"environ": {"A": "1"}}}
         req = parse_create(body, {"cpu", "mem"}, {"cpu": "1", "mem": "1g"}, {}, datetime.now(UTC))
-        session, kernels = new_session_rows(req, "AKIAEXAMPLE", datetime.now(UTC))
+        session, kernels = new_rows(req, "AKIAEXAMPLE")
         row, created = await store.create_or_get_session(session, kernels)
-        assert created and row == await store.get_session(session["id"])
-        assert row["status"] == "PENDING" and row["config"]["depends_on"] == [] and row["environ"] == {"A": "1"}
-        seqs.append(row["seq"])
-        again, created = await store.create_or_get_session(
-            new_session_rows(req, "AKIAEXAMPLE", datetime.now(UTC))[0], kernels
-        )
+        assert created and row == await store.get_session(session.id)
+        assert row.status == "PENDING" and row.config["depends_on"] == [] and row.environ == {"A": "1"}
+        seqs.append(row.seq)
+        again, created = await store.create_or_get_session(new_rows(req, "AKIAEXAMPLE")[0], kernels)
         assert not created and again == row
     assert seqs[1] > seqs[0]
 
@@ -269,16 +288,15 @@ async def test_a_round_merges_or_adds_each_sessions_scheduling_history(store: St
     b, _ = await make_session(store, "hist-b")
     c, _ = await make_session(store, "hist-c")
 
-    def row(sid: str, outcome: str, msg: str = "") -> dict[str, Any]:
-        return {"session_id": sid, "outcome": outcome, "status_info": "", "msg": msg, "agents": "", "predicates": []}
-
-    await store.apply_round([], [], [], [row(a, "wait"), row(b, "wait")], datetime.now(UTC))
-    await store.apply_round([], [], [], [row(a, "wait"), row(b, "wait", "other"), row(c, "wait")], datetime.now(UTC))
-    await store.apply_round([], [], [], [row(a, "wait"), row(c, "x"), row(c, "x")], datetime.now(UTC))
+    await store.apply_round([], [], [], [attempt(a, "wait"), attempt(b, "wait")], datetime.now(UTC))
+    await store.apply_round(
+        [], [], [], [attempt(a, "wait"), attempt(b, "wait", "other"), attempt(c, "wait")], datetime.now(UTC)
+    )
+    await store.apply_round([], [], [], [attempt(a, "wait"), attempt(c, "x"), attempt(c, "x")], datetime.now(UTC))
     history = {sid: await store.scheduling_history(sid) for sid in (a, b, c)}
-    assert [(h["outcome"], h["rounds"]) for h in history[a]] == [("wait", 3)]
-    assert [(h["msg"], h["rounds"]) for h in history[b]] == [("", 1), ("other", 1)]
-    assert [(h["outcome"], h["rounds"]) for h in history[c]] == [("wait", 1), ("x", 2)]
+    assert [(h.outcome, h.rounds) for h in history[a]] == [("wait", 3)]
+    assert [(h.msg, h.rounds) for h in history[b]] == [("", 1), ("other", 1)]
+    assert [(h.outcome, h.rounds) for h in history[c]] == [("wait", 1), ("x", 2)]
 
 
 async def test_starting_a_session_reads_its_owners_dotfiles_as_they_are_now(store: Store) -> None:
@@ -291,9 +309,9 @@ async def test_starting_a_session_reads_its_owners_dotfiles_as_they_are_now(stor
         started = await store.start_preparing(sid, datetime.now(UTC))
         assert started is not None
         row, kernels, dotfiles = started
-        assert row["status"] == "PREPARING" and [k["id"] for k in kernels] == [kid]
-        assert kernels[0]["status"] == "PREPARING" and kernels[0]["agent_id"] == "a1"
-        return [d["path"] for d in dotfiles]
+        assert row.status == "PREPARING" and [k.id for k in kernels] == [kid]
+        assert kernels[0].status == "PREPARING" and kernels[0].agent_id == "a1"
+        return [d.path for d in dotfiles]
 
     assert await start("dots-1") == []
     await store.put_dotfile("AKIAEXAMPLE", ".bashrc", "x", "644")
@@ -311,29 +329,29 @@ async def test_find_sessions(store: Store) -> None:
     sid, _ = await make_session(store, "alpha-1", session_id="3f2b1c9e-0000-4000-8000-000000000001")
     other, _ = await make_session(store, "beta-1", session_id="7a7a7a7a-0000-4000-8000-000000000002")
 
-    assert [r["id"] for r in await store.find_sessions(sid, None, active_only=False)] == [sid]
-    assert [r["id"] for r in await store.find_sessions("alpha-1", None, active_only=False)] == [sid]
-    assert [r["id"] for r in await store.find_sessions("3f2b1c9e", None, active_only=False)] == [sid]
-    assert [r["id"] for r in await store.find_sessions("3f2b1c9e-00", None, active_only=False)] == [sid]
+    assert [r.id for r in await store.find_sessions(sid, None, active_only=False)] == [sid]
+    assert [r.id for r in await store.find_sessions("alpha-1", None, active_only=False)] == [sid]
+    assert [r.id for r in await store.find_sessions("3f2b1c9e", None, active_only=False)] == [sid]
+    assert [r.id for r in await store.find_sessions("3f2b1c9e-00", None, active_only=False)] == [sid]
     assert await store.find_sessions("3f2b1c9", None, active_only=False) == []  # 7 chars: no prefix match
     assert await store.find_sessions("gamma", None, active_only=False) == []
-    assert [r["id"] for r in await store.find_sessions("beta-1", None, active_only=False)] == [other]
+    assert [r.id for r in await store.find_sessions("beta-1", None, active_only=False)] == [other]
 
 
 async def test_find_sessions_by_access_key(store: Store) -> None:
     mine, _ = await make_session(store, "shared", access_key="AKIAMINE")
     theirs, _ = await make_session(store, "shared", access_key="AKIATHEIRS")
-    assert [r["id"] for r in await store.find_sessions("shared", "AKIAMINE", active_only=False)] == [mine]
+    assert [r.id for r in await store.find_sessions("shared", "AKIAMINE", active_only=False)] == [mine]
     both = await store.find_sessions("shared", None, active_only=False)
-    assert [r["id"] for r in both] == [theirs, mine]  # newest first
+    assert [r.id for r in both] == [theirs, mine]  # newest first
 
 
 async def test_find_sessions_active_only_excludes_terminated(store: Store) -> None:
     old, _ = await make_session(store, "reused")
     await store.transition(old, S.TERMINATED, "user-requested", now=datetime.now(UTC))
     new, _ = await make_session(store, "reused")
-    assert [r["id"] for r in await store.find_sessions("reused", None, active_only=True)] == [new]
-    assert [r["id"] for r in await store.find_sessions("reused", None, active_only=False)] == [new, old]
+    assert [r.id for r in await store.find_sessions("reused", None, active_only=True)] == [new]
+    assert [r.id for r in await store.find_sessions("reused", None, active_only=False)] == [new, old]
     assert await store.find_sessions(old, None, active_only=True) == []
 
 
@@ -348,13 +366,13 @@ async def test_list_sessions_by_status(store: Store) -> None:
     c, _ = await make_session(store, "sess-c", access_key="AKIAOTHER")
     await store.transition(b, S.SCHEDULED, "scheduled", now=datetime.now(UTC))
 
-    assert [r["id"] for r in await store.list_sessions(None, [S.PENDING])] == [a, c]
-    assert [r["id"] for r in await store.list_sessions(None, [S.SCHEDULED])] == [b]
-    assert [r["id"] for r in await store.list_sessions(None, [S.PENDING, S.SCHEDULED])] == [a, b, c]
-    assert [r["id"] for r in await store.list_sessions(None, None)] == [a, b, c]
-    assert [r["id"] for r in await store.list_sessions("AKIAOTHER", None)] == [c]
+    assert [r.id for r in await store.list_sessions(None, [S.PENDING])] == [a, c]
+    assert [r.id for r in await store.list_sessions(None, [S.SCHEDULED])] == [b]
+    assert [r.id for r in await store.list_sessions(None, [S.PENDING, S.SCHEDULED])] == [a, b, c]
+    assert [r.id for r in await store.list_sessions(None, None)] == [a, b, c]
+    assert [r.id for r in await store.list_sessions("AKIAOTHER", None)] == [c]
     assert await store.list_sessions(None, [S.RUNNING]) == []
-    assert [r["id"] for r in await store.list_sessions(None, None, limit=2)] == [a, b]
+    assert [r.id for r in await store.list_sessions(None, None, limit=2)] == [a, b]
 
 
 async def test_logs_ordering_and_paging(store: Store) -> None:
@@ -383,16 +401,16 @@ async def test_set_pending_info_only_touches_pending(store: Store) -> None:
 
     row = await store.get_session(pending)
     assert row is not None
-    assert row["status"] == "PENDING"
-    assert row["status_info"] == "no-available-instances"
-    assert row["status_data"] == {"msg": "cpu 8 requested, 4 free"}
+    assert row.status == "PENDING"
+    assert row.status_info == "no-available-instances"
+    assert row.status_data == {"msg": "cpu 8 requested, 4 free"}
     assert len(await store.transitions_of(pending)) == 1  # no transition row
 
     row = await store.get_session(running)
     assert row is not None
-    assert row["status"] == "SCHEDULED"
-    assert row["status_info"] == "scheduled"
-    assert row["status_data"] == {}
+    assert row.status == "SCHEDULED"
+    assert row.status_info == "scheduled"
+    assert row.status_data == {}
 
 
 async def test_data_survives_close_and_reopen(db_path: Path) -> None:
@@ -412,9 +430,9 @@ async def test_data_survives_close_and_reopen(db_path: Path) -> None:
     reopened = await Store.open(db_path)
     try:
         row = await reopened.get_session(sid)
-        assert row is not None and row["status"] == "SCHEDULED"
-        assert [t["status"] for t in await reopened.transitions_of(sid)] == ["PENDING", "SCHEDULED"]
-        assert [k["id"] for k in await reopened.kernels_of(sid)] == [kid]
+        assert row is not None and row.status == "SCHEDULED"
+        assert [t.status for t in await reopened.transitions_of(sid)] == ["PENDING", "SCHEDULED"]
+        assert [k.id for k in await reopened.kernels_of(sid)] == [kid]
         assert [text for _, text in await reopened.read_logs(kid)] == ["hello\n"]
         [agent] = await reopened.agents()
         assert agent.id == "a1" and agent.slots == SLOTS and agent.status == "ALIVE"
@@ -579,16 +597,16 @@ async def test_a_database_of_the_first_bai_is_upgraded_and_keeps_its_rows(tmp_pa
     try:
         assert await store.ensure_admin_keypair("AKIANEW", "new", NOW) == ("AKIAOLD", "old-secret")
         row = await store.get_session(OLD_SESSION)
-        assert row is not None and row["name"] == "old-sess" and row["status"] == "RUNNING"
-        assert row["requested_slots"] == SLOTS and row["status_data"] == {}
-        assert [t["status"] for t in await store.transitions_of(OLD_SESSION)] == [
+        assert row is not None and row.name == "old-sess" and row.status == "RUNNING"
+        assert row.requested_slots == SLOTS and row.status_data == {}
+        assert [t.status for t in await store.transitions_of(OLD_SESSION)] == [
             "PENDING",
             "SCHEDULED",
             "PREPARING",
             "RUNNING",
         ]
         [kernel] = await store.kernels_of(OLD_SESSION)
-        assert kernel["id"] == OLD_KERNEL and kernel["agent_id"] == "a-old" and kernel["devices"] == []
+        assert kernel.id == OLD_KERNEL and kernel.agent_id == "a-old" and kernel.devices == []
         [agent] = await store.agents()
         assert agent.id == "a-old" and agent.slots == SLOTS
         # the log, and its running total counted from what was stored
@@ -599,16 +617,14 @@ async def test_a_database_of_the_first_bai_is_upgraded_and_keeps_its_rows(tmp_pa
         # what later versions added works on it
         policies = await store.policies()
         assert policies["default"].max_vfolder_count == 0
-        await store.update_kernel(OLD_KERNEL, devices=json.dumps([["GPU-1", 1]]))
-        assert (await store.get_kernel(OLD_KERNEL) or {})["devices"] == [["GPU-1", 1]]
+        await store.update_kernel(OLD_KERNEL, KernelChanges(devices=[["GPU-1", 1]]))
+        changed = await store.get_kernel(OLD_KERNEL)
+        assert changed is not None and changed.devices == [["GPU-1", 1]]
         folder = NewVFolder("f1", "data", "local", "AKIAOLD", "general")
         assert await store.create_vfolder(folder, NOW)
         assert await store.set_image_alias("py", "bai-python:3.11")
         await store.put_dotfile("AKIAOLD", ".bashrc", "x", "644")
-        history = [
-            {"session_id": OLD_SESSION, "outcome": "x", "status_info": "", "msg": "", "agents": "", "predicates": []}
-        ]
-        await store.apply_round([], [], [], history, datetime.now(UTC))
+        await store.apply_round([], [], [], [attempt(OLD_SESSION, "x")], datetime.now(UTC))
         assert len(await store.scheduling_history(OLD_SESSION)) == 1
     finally:
         await store.close()
@@ -657,7 +673,9 @@ async def test_schema_12_bounds_every_existing_policys_queue_and_indexes_session
         sid, _ = await make_session(store)
         policies = await store.policies()
         assert {n: p.max_pending_session_count for n, p in policies.items()} == {"default": 1000, "gold": 1000}
-        owner = (await store.get_session(sid) or {})["access_key"]
+        session = await store.get_session(sid)
+        assert session is not None
+        owner = session.access_key
         assert await store.pending_queue(owner) == ("default", 1000, 1)
         assert await store.count_sessions_of(owner, [SessionStatus.PENDING]) == 1
         assert await store.save_policy("gold", PolicyFields(max_pending_session_count=0), create=False, now=NOW)
@@ -731,7 +749,7 @@ async def test_calls_run_one_at_a_time_in_order(store: Store) -> None:
     """Transactions on the database's one thread do not interleave, and run in the order made."""
     order: list[int] = []
 
-    def step(i: int):
+    def step(i: int) -> Callable[[sqlite3.Connection], int]:
         def fn(conn: sqlite3.Connection) -> int:
             order.append(i)
             conn.execute("INSERT INTO image_aliases VALUES (?, 'img')", (f"a{i}",))
