@@ -123,7 +123,7 @@ async def test_later_connections_do_not_ask_the_agent_to_start_the_app_again(tmp
             return await original(k, name)
 
         agent.apps.start = counting
-        assert (await h.services.apps.ensure_started(row, "echo"))["id"] == kernel["id"]
+        assert (await h.services.apps.ensure_started(row, "echo")).id == kernel.id
         assert calls == []
 
 

@@ -308,12 +308,12 @@ async def test_a_start_on_a_full_disk_removes_its_kernel_and_ends_once_space_is_
                 await h.until(lambda: not h.kernels_starting("a1"), timeout=5, what="the creation ends")
                 await h.until(lambda: not h.kernels_on("a1"), timeout=10, what="the kernel is removed")
                 assert await h.status("on-full-disk") == "PREPARING"  # (nothing can be written yet)
-                assert row["id"] in h.lifecycle.starting  # its end is under way, waiting for space
+                assert row.id in h.lifecycle.starting  # its end is under way, waiting for space
             finally:
                 filler.unlink()
             ended = await h.wait("on-full-disk", "CANCELLED", timeout=10)
-            assert ended["status_info"] == "failed-to-start"
-            error = ended["status_data"]["error"]
+            assert ended.status_info == "failed-to-start"
+            error = ended.status_data["error"]
             assert error["name"] == "DiskFull" and "full disk" in error["repr"], error
             assert h.kernels_on("a1") == set()
             h.nodes["a1"].backend.start_delay = 0.0
@@ -385,7 +385,7 @@ async def test_an_idle_session_on_a_full_disk_is_ended_once_space_is_freed_said_
                 filler.unlink()
             await h.sweep()
             ended = await h.wait("idles", "TERMINATED")
-            assert ended["status_info"] == "idle-timeout"
+            assert ended.status_info == "idle-timeout"
             assert h.kernels_on("a1") == set()
     finally:
         unmount(state)

@@ -17,8 +17,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bai.node.manager.http.dashboard import dashboard_row
 from bai.node.manager.http.represent import session_graphql, session_json
+from bai.node.manager.state.records import Kernel, Session
 from tests.harness import Harness
 
 GOLDEN = Path(__file__).with_suffix(".golden.json")
@@ -37,7 +40,7 @@ def _normalize(value: Any, names: dict[str, str]) -> Any:
     return value
 
 
-async def _renderings(h: Harness, row: dict[str, Any], kernels: list[dict[str, Any]]) -> dict[str, Any]:
+async def _renderings(h: Harness, row: Session, kernels: list[Kernel]) -> dict[str, Any]:
     listed = await session_json(h.services, row, kernels=kernels)
     detail = await session_json(h.services, row, detail=True, kernels=kernels)
     for item in (listed, detail):
@@ -67,35 +70,35 @@ async def _cases(h: Harness) -> dict[str, Any]:
     out: dict[str, Any] = {}
     refs = ["run-1", "job-exit", "too-big", "after-run", "gone-1", "never"]
     rows = {ref: await h.row(ref) for ref in refs}
-    kernels = await h.store.kernels_of_many([r["id"] for r in rows.values()])
+    kernels = await h.store.kernels_of_many([r.id for r in rows.values()])
     for ref, row in rows.items():
-        names[row["id"]] = f"<session {ref}>"
-        for i, k in enumerate(kernels.get(row["id"], [])):
-            names[k["id"]] = f"<kernel {ref}/{i}>"
-            if k["container_id"]:
-                names[k["container_id"]] = f"<container {ref}/{i}>"
+        names[row.id] = f"<session {ref}>"
+        for i, k in enumerate(kernels.get(row.id, [])):
+            names[k.id] = f"<kernel {ref}/{i}>"
+            if k.container_id:
+                names[k.container_id] = f"<container {ref}/{i}>"
     for ref, row in rows.items():
-        out[ref] = await _renderings(h, row, kernels.get(row["id"], []))
+        out[ref] = await _renderings(h, row, kernels.get(row.id, []))
 
     # a session with what the harness does not make: mounts, hook notes, shared GPUs, a second kernel,
     # an exit code only in its status data, and the scheduler's bookkeeping the dashboard leaves out
-    row = copy.deepcopy(rows["run-1"])
-    row["config"]["mounts"] = [
+    base = rows["run-1"]
+    config = copy.deepcopy(base.config)
+    config["mounts"] = [
         {"name": "data", "id": "vf-1", "host": "local", "target": "/home/work/data", "read_only": True},
         {"name": "out", "id": "vf-2", "host": "local", "target": "/home/work/out", "read_only": False},
     ]
-    row["config"]["hook_notes"] = [{"hook": "audit", "msg": "checked"}]
-    row["status_data"] = {
+    config["hook_notes"] = [{"hook": "audit", "msg": "checked"}]
+    status_data = {
         "exitCode": 137,
         "msg": "out of memory",
         "scheduler": {"position": 2, "msg": "m", "retries": 4, "last_try": "x", "passed_predicates": []},
     }
-    row["tag"] = "nightly"
-    row["environ"] = {"A": "1"}
-    main = {**kernels[rows["run-1"]["id"]][0], "exit_code": None, "devices": [["GPU-a1-0", "0.5"]]}
-    sub = {**main, "id": "k-sub", "cluster_role": "sub", "cluster_idx": 1, "agent_id": None, "devices": []}
+    row = msgspec.structs.replace(base, config=config, status_data=status_data, tag="nightly", environ={"A": "1"})
+    main = msgspec.structs.replace(kernels[base.id][0], exit_code=None, devices=[["GPU-a1-0", "0.5"]])
+    sub = msgspec.structs.replace(main, id="k-sub", cluster_role="sub", cluster_idx=1, agent_id=None, devices=[])
     out["variant"] = await _renderings(h, row, [sub, main])  # the main kernel is not the first
-    out["no-kernels"] = await _renderings(h, {**rows["too-big"], "status": "PREPARING"}, [])
+    out["no-kernels"] = await _renderings(h, msgspec.structs.replace(rows["too-big"], status="PREPARING"), [])
     return _normalize(out, names)
 
 

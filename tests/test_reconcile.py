@@ -28,8 +28,8 @@ async def test_an_agent_that_restarts_without_its_kernels_ends_their_sessions(tm
         await h.run("was-running")
         await h.restart_agent("a1", keep_kernels=False)
         ended = await h.wait("was-running", "TERMINATED")
-        assert ended["status_info"] == "agent-termination"
-        assert ended["status_data"] == {"msg": "the kernel was gone when agent a1 restarted"}
+        assert ended.status_info == "agent-termination"
+        assert ended.status_data == {"msg": "the kernel was gone when agent a1 restarted"}
         # its slots are free again
         await h.run("after-restart", cpu=2)
 
@@ -76,12 +76,12 @@ async def test_a_lost_agent_ends_its_sessions_in_error_after_the_grace_period(tm
         await h.run("after-loss", cpu=1)
         assert (await h.info("after-loss"))["agent"] == spare
         lost = await h.wait("on-victim", "ERROR")
-        assert lost["status_info"] == "agent-lost"
-        assert f"agent {victim} stopped heartbeating" in lost["status_data"]["msg"]
+        assert lost.status_info == "agent-lost"
+        assert f"agent {victim} stopped heartbeating" in lost.status_data["msg"]
         # it comes back (its kernels died with it): the session ends with a reason, its slots are free
         await h.start_agent(victim, keep_kernels=False)
         ended = await h.wait("on-victim", "TERMINATED")
-        assert ended["status_info"] == "agent-termination"
+        assert ended.status_info == "agent-termination"
         assert await h.transitions("on-victim") == [
             "PENDING",
             "SCHEDULED",
@@ -114,8 +114,8 @@ async def test_a_session_starting_on_an_agent_that_restarts_is_cancelled(tmp_pat
         await h.until(lambda: h.kernels_starting("a1"), what="the agent creates the kernel")
         await h.restart_agent("a1", keep_kernels=False)
         cancelled = await h.wait("interrupted", "CANCELLED")
-        assert cancelled["status_info"] == "failed-to-start"
-        assert cancelled["status_data"]["error"]["name"] == "AgentRestarted"
+        assert cancelled.status_info == "failed-to-start"
+        assert cancelled.status_data["error"]["name"] == "AgentRestarted"
 
 
 # -- for real: a docker agent killed, its containers running on (finding 7 of the review) ---------------------
