@@ -16,13 +16,26 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bai.common import slots as slotlib
 from bai.common.clock import Clock
 from bai.common.gpus import pack as gpu_pack
 from bai.common.gpus import request_of as gpu_request
 from bai.common.status import OCCUPYING_STATUSES
 from bai.node.link.base import ManagerLink
-from bai.node.link.messages import Heartbeat, ImageInfo, ListImages, PullImage, Registration, RemoveImage, call
+from bai.node.link.messages import (
+    GpuDevice,
+    GpuLive,
+    Heartbeat,
+    ImageInfo,
+    ListImages,
+    PullImage,
+    Registration,
+    RegistryAuth,
+    RemoveImage,
+    call,
+)
 from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.hubs import EventHub
 from bai.node.manager.services.wakeup import Wakeup
@@ -42,8 +55,8 @@ class AgentRecord:
     backend: str = ""
     slots: dict[str, str] = field(default_factory=dict)  # its capacity, as registered (wire form)
     vfolder_hosts: frozenset[str] = frozenset()  # vfolder hosts it sees at the same paths as we do
-    gpus: list[dict[str, Any]] = field(default_factory=list)  # devices: index, uuid, name, memory_total
-    gpu_live: list[dict[str, Any]] = field(default_factory=list)  # from its last heartbeat
+    gpus: list[GpuDevice] = field(default_factory=list)  # its devices, as registered
+    gpu_live: list[GpuLive] = field(default_factory=list)  # from its last heartbeat
     images: frozenset[str] = frozenset()  # image names it has
     schedulable: bool = True  # False while drained (its heartbeats say)
     warm: dict[str, int] = field(default_factory=dict)  # image -> warm kernels ready (its warm pool)
@@ -92,14 +105,14 @@ class Agents:
             slots=dict(registration.slots),
             vfolder_hosts=frozenset(h for h, path in our_hosts.items() if seen.get(h) == str(path)),
             gpus=list(registration.gpus),
-            images=frozenset(i["name"] for i in images),
+            images=frozenset(i.name for i in images),
             schedulable=self.records[agent_id].schedulable if agent_id in self.records else True,
             warm=dict(registration.warm),
         )
         self.records[agent_id] = record
         self.known_slots.update(record.slots)
         for image in images:
-            self.image_labels[image["name"]] = image.get("labels") or {}
+            self.image_labels[image.name] = image.labels or {}
         self.changes.publish("agent_joined", {"id": agent_id})
         return record
 
@@ -114,7 +127,7 @@ class Agents:
         record = self.records.get(agent_id)
         if record is not None:
             if record.gpus and beat.gpus is not None:
-                record.gpu_live = beat.gpus
+                record.gpu_live = list(beat.gpus)
             if beat.warm is not None:
                 record.warm = dict(beat.warm)
             schedulable = bool(beat.schedulable)
@@ -154,17 +167,22 @@ class Agents:
         return occupied
 
     def gpu_devices(self) -> dict[str, dict[str, Any]]:
-        """Agent id -> {"devices": [...], "live": [...]}, for agents with GPUs."""
-        return {a: {"devices": r.gpus, "live": r.gpu_live} for a, r in self.records.items() if r.gpus}
+        """Agent id -> {"devices": [...], "live": [...]} (plain values, as the agents sent them: what the API
+        shows and the placement rules read), for agents with GPUs."""
+        return {
+            a: {"devices": msgspec.to_builtins(r.gpus), "live": msgspec.to_builtins(r.gpu_live)}
+            for a, r in self.records.items()
+            if r.gpus
+        }
 
     async def gpu_free_by_agent(self) -> dict[str, tuple[Decimal, ...]]:
         """What each GPU of each agent has left (1 = unused), from the devices kernels hold; a kernel
         still starting (no devices recorded yet) is counted where it will most likely land."""
-        gpus = self.gpu_devices()
+        gpus = {a: r.gpus for a, r in self.records.items() if r.gpus}
         if not gpus:
             return {}
-        free = {a: [Decimal(1)] * len(g["devices"]) for a, g in gpus.items()}
-        index = {a: {d["uuid"]: i for i, d in enumerate(g["devices"])} for a, g in gpus.items()}
+        free = {a: [Decimal(1)] * len(devices) for a, devices in gpus.items()}
+        index = {a: {d.uuid: i for i, d in enumerate(devices)} for a, devices in gpus.items()}
         starting = []
         for k in await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES]):
             agent = k.agent_id
@@ -184,7 +202,7 @@ class Agents:
 
     # -- images ----------------------------------------------------------------------------------------
 
-    async def pull_image(self, agent_id: str, image: str, auth: dict[str, Any] | None) -> ImageInfo:
+    async def pull_image(self, agent_id: str, image: str, auth: RegistryAuth | None) -> ImageInfo:
         """Have one agent pull `image` (`auth`: the registry's credentials, for this pull only)."""
         return await call(self.link, agent_id, PullImage(image, auth), timeout=PULL_TIMEOUT)
 

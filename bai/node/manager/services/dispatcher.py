@@ -19,7 +19,7 @@ from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.wakeup import Wakeup
-from bai.node.manager.state import Store
+from bai.node.manager.state import State
 from bai.node.manager.state.records import Kernel, SchedulingAttempt, Session
 from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_SESSION_NETWORKS
 from bai.node.manager.state.sqlite.session_queries import cluster_order
@@ -82,7 +82,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        store: Store,
+        store: State,
         sessions: SessionLifecycle,
         agents: Agents,
         wake: Wakeup,

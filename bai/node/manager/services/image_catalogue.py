@@ -10,6 +10,7 @@ from typing import Any
 from bai.common import images as imagelib
 from bai.common.problems import Problem, invalid
 from bai.node.link.base import AgentUnavailable, RemoteError
+from bai.node.link.messages import PullGrant, RegistryAuth
 from bai.node.manager.rules.admission import Admission, check_image
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.state.protocols import ImageState
@@ -44,16 +45,17 @@ class Images:
                 items.append({**image.to_api(), "agent": agent_id, "aliases": aliases})
         return items
 
-    def pull_grant(self, image: str) -> dict[str, Any] | None:
-        """What an agent needs to pull `image` ({"registry", "auth"}: credentials for this pull only),
-        None for a local image; a Problem when its registry is not configured."""
+    def pull_grant(self, image: str) -> PullGrant | None:
+        """What an agent needs to pull `image` (the registry, and credentials for this pull only), None for a
+        local image; a Problem when its registry is not configured."""
         if imagelib.registry_of(image) is None:
             return None
         if problem := check_image(self.admission, image):
             raise problem
         reg = self.admission.registry_for(image)
         assert reg is not None
-        return {"registry": reg.host, "auth": reg.auth()}
+        auth = reg.auth()
+        return PullGrant(reg.host, RegistryAuth(**auth) if auth is not None else None)
 
     async def check_available(self, image: str) -> None:
         """Refuse an image no agent has, when every agent needs it present (docker; local and sim
@@ -90,7 +92,7 @@ class Images:
         done = []
         for agent_id in targets:
             try:
-                result = await self.agents.pull_image(agent_id, source, grant["auth"] if grant else None)
+                result = await self.agents.pull_image(agent_id, source, grant.auth if grant else None)
             except (RemoteError, AgentUnavailable) as e:
                 raise Problem("generic-bad-request", "Pull failed.", f"agent {agent_id}: {e}") from None
             self.agents.image_labels[image] = result.labels or {}

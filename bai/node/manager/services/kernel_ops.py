@@ -46,7 +46,7 @@ from bai.node.manager.services.hubs import EventHub
 from bai.node.manager.services.kernel_logs import newest_seq
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
-from bai.node.manager.state import Store
+from bai.node.manager.state import State
 from bai.node.manager.state.records import Kernel, Session
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class KernelOps:
 
     def __init__(
         self,
-        store: Store,
+        store: State,
         link: ManagerLink,
         reads: SessionReads,
         lifecycle: SessionLifecycle,

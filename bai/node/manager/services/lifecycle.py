@@ -3,7 +3,7 @@ stuck starts and destroys, and what agents report of kernels (reconcile, kernels
 pulls). What users do with running kernels is `kernel_ops.KernelOps`; the reads of the HTTP layer are
 `session_reads.SessionReads`.
 
-Every state change goes through `Store.transition` (one transaction that rejects illegal moves)
+Every state change goes through `SessionState.transition` (one transaction that rejects illegal moves)
 and is published on the EventHub only after it is committed.
 """
 
@@ -68,7 +68,7 @@ from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.stats_book import StatsBook, last_stat, stored_stat, with_peaks
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.services.wakeup import Wakeup
-from bai.node.manager.state import Store
+from bai.node.manager.state import State
 from bai.node.manager.state.records import (
     UNSET,
     Dotfile,
@@ -134,7 +134,7 @@ def new_session_rows(
     depends_on: list[str] | None = None,
     mounts: list[dict[str, Any]] | None = None,
 ) -> tuple[NewSession, list[NewKernel]]:
-    """The rows a new session is stored as (`Store.create_session`): the session and its kernels (main1, sub1 …,
+    """The rows a new session is stored as (`SessionState.create_session`): the session and its kernels (main1, sub1 …,
     each asking for `req.resources`; the session asks for all of them together)."""
     size = req.cluster_size
     per_kernel = slotlib.to_wire(req.resources)
@@ -177,7 +177,7 @@ class SessionLifecycle:
 
     def __init__(
         self,
-        store: Store,
+        store: State,
         link: ManagerLink,
         agents: Agents,
         images: Images,

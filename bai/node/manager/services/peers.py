@@ -33,7 +33,7 @@ from bai.common.status import SessionStatus as S
 from bai.node.link.base import ManagerLink
 from bai.node.link.messages import OpenPeerTunnel, PeerDial, PeerDialed
 from bai.node.link.streams import LinkStream, StreamClosed
-from bai.node.manager.state import Store
+from bai.node.manager.state import SessionReadState
 from bai.node.manager.state.records import Session
 
 log = logging.getLogger("bai.manager.peers")
@@ -49,7 +49,7 @@ class PeerRelay:
     """Relays multi-node sessions' kernel-to-kernel connections between their agents (see above)."""
 
     def __init__(
-        self, link: ManagerLink, store: Store, background: Background, max_per_session: int = MAX_PER_SESSION
+        self, link: ManagerLink, store: SessionReadState, background: Background, max_per_session: int = MAX_PER_SESSION
     ) -> None:
         self.link = link
         self.store = store

@@ -35,7 +35,7 @@ from bai.node.manager.services.agent_registry import PULL_TIMEOUT
 from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.stats_book import StatsBook, Trail
-from bai.node.manager.state import Store
+from bai.node.manager.state import State
 from bai.node.manager.state.records import Session
 
 log = logging.getLogger("bai.timers")
@@ -186,7 +186,7 @@ class Timers:
 
     def __init__(
         self,
-        store: Store,
+        store: State,
         lifecycle: SessionLifecycle,
         activity: Activity,
         background: Background,

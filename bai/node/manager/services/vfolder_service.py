@@ -33,7 +33,7 @@ from bai.common.status import ACTIVE_STATUSES
 from bai.node.manager.services import vfolder_fs as fsops
 from bai.node.manager.services.accounts import email_of
 from bai.node.manager.services.diskfull import DATABASE, StorageFull, is_disk_full, storage_of, vfolder_host
-from bai.node.manager.state import Store
+from bai.node.manager.state import State
 from bai.node.manager.state.protocols import AccountState, FolderState
 from bai.node.manager.state.records import (
     FolderChanges,
@@ -87,7 +87,7 @@ class VFolders:
 
     def __init__(
         self,
-        store: Store,
+        store: State,
         hosts: dict[str, Path],
         default_host: str,
         uid: int | None = None,

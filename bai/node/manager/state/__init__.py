@@ -3,7 +3,8 @@
 - `records`: the frozen typed records reads return and writes take (sessions and kernels, agents, accounts,
   folders, images, logs);
 - `protocols`: what the services ask of the state, one Protocol per domain (`SessionState` and its reads
-  `SessionReadState`, `AgentState`, `AccountState`, `FolderState`, `ImageState`, `LogState`);
+  `SessionReadState`, `AgentState`, `AccountState`, `FolderState`, `ImageState`, `LogState`; `State`
+  is all of them, for the services that use several);
 - `errors`: what the state raises (`StorageFull` on a full disk, whatever the implementation);
 - `sqlite/`: the SQLite implementation (the embedded default); `Store` is it, re-exported here so that the
   rest of the manager imports the state layer, not an implementation.
@@ -20,6 +21,7 @@ from bai.node.manager.state.protocols import (
     LogState,
     SessionReadState,
     SessionState,
+    State,
 )
 from bai.node.manager.state.sqlite import (
     LOG_MAX_BYTES,
@@ -47,6 +49,7 @@ __all__ = [
     "SchemaTooNew",
     "SessionReadState",
     "SessionState",
+    "State",
     "StateError",
     "StorageFull",
     "Store",

@@ -287,3 +287,14 @@ class LogState(Protocol):
     async def log_state(self, kernel_id: str) -> LogKept | None: ...
 
     async def purge_logs(self, ended_before: datetime, now: datetime, batch: int = 50) -> list[str]: ...
+
+
+class State(SessionState, AgentState, AccountState, FolderState, ImageState, LogState, Protocol):
+    """The whole state, as the services that need several domains take it (whatever implementation: the
+    services never name one), and its upkeep."""
+
+    async def reclaim_space(self, min_free_pages: int = 0) -> dict[str, int]:
+        """Give free space of the state's storage back to the file system where the implementation can."""
+        ...
+
+    async def close(self) -> None: ...
