@@ -27,6 +27,9 @@ from bai.node.link.messages import (
     DownloadFiles,
     Execute,
     FileListing,
+    GpuDevice,
+    GpuLive,
+    Heartbeat,
     ImageInfo,
     KernelInfo,
     KernelLogs,
@@ -35,10 +38,14 @@ from bai.node.link.messages import (
     Message,
     MessageError,
     MountSpec,
+    Part,
     Ping,
     Pong,
+    PullGrant,
     PullImage,
+    QueuePlace,
     Registration,
+    RegistryAuth,
     RunResult,
     StartApp,
     UploadFiles,
@@ -48,7 +55,7 @@ from bai.node.link.wire import carried
 from tests.harness import Harness
 
 
-def error_of(kind: type[Message], data: Any) -> str:
+def error_of(kind: type[Message | Part], data: Any) -> str:
     with pytest.raises(MessageError) as e:
         kind.from_wire(data)
     return str(e.value)
@@ -101,6 +108,104 @@ def test_nested_optional_and_container_fields_are_checked(kind: type[Message], d
     assert error_of(kind, data).startswith(said)
 
 
+CREATE = {"kernel_id": "k", "session_id": "s", "session_name": "n", "access_key": "a", "image": "i", "slots": {}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "said"),
+    [
+        # the registration's images and GPUs
+        (
+            Registration,
+            {"id": "a1", "images": [{"name": "a:1", "id": "x", "size": 0}, {"name": "b", "id": "y", "size": "big"}]},
+            "Registration.images[1].size: expected int, got str",
+        ),
+        (Registration, {"id": "a1", "images": [{"name": "a:1", "size": 0}]}, "Registration.images[0].id: missing"),
+        (
+            Registration,
+            {"id": "a1", "images": [{"name": "a:1", "id": "x", "size": 0, "labels": {"a": 1}}]},
+            "Registration.images[0].labels[...]: expected str, got int",
+        ),
+        (
+            Registration,
+            {"id": "a1", "gpus": [{"index": "0", "uuid": "GPU-1", "name": "A100", "memory_total": 1}]},
+            "Registration.gpus[0].index: expected int, got str",
+        ),
+        (Registration, {"id": "a1", "gpus": [{"index": 0}]}, "Registration.gpus[0].uuid: missing"),
+        (Registration, {"id": "a1", "gpus": ["GPU-1"]}, "Registration.gpus[0]: expected object, got str"),
+        # the GPUs' live use
+        (
+            Heartbeat,
+            {"gpus": [{"uuid": "GPU-1", "utilization": "busy", "memory_used": 0}]},
+            "Heartbeat.gpus[0].utilization: expected int | null, got str",
+        ),
+        (Heartbeat, {"gpus": [{"uuid": "GPU-1", "allocated": 0.5}]}, "Heartbeat.gpus[0].allocated: expected str"),
+        (Heartbeat, {"gpus": [{"uuid": "GPU-1", "error": None}]}, "Heartbeat.gpus[0].error: expected str, got null"),
+        # a pull's registry and credentials
+        (CreateKernel, CREATE | {"pull": {"auth": None}}, "CreateKernel.pull.registry: missing"),
+        (
+            CreateKernel,
+            CREATE | {"pull": {"registry": "r.example", "auth": {"username": 1, "password": "p"}}},
+            "CreateKernel.pull.auth.username: expected str, got int",
+        ),
+        (CreateKernel, CREATE | {"pull": "r.example"}, "CreateKernel.pull: expected object | null, got str"),
+        (PullImage, {"image": "a:1", "auth": {"username": "u"}}, "PullImage.auth.password: missing"),
+        # where a waiting run stands
+        (
+            RunResult,
+            {"run_id": "r", "status": "continued", "queue": {"behind": "r1", "ahead": "1"}},
+            "RunResult.queue.ahead: expected int, got str",
+        ),
+        (RunResult, {"run_id": "r", "status": "continued", "queue": [1]}, "RunResult.queue: expected object | null"),
+        # a part on its own
+        (GpuDevice, {"index": True, "uuid": "u"}, "GpuDevice.index: expected int, got bool"),
+        (QueuePlace, {"behind": 1}, "QueuePlace.behind: expected str | null, got int"),
+    ],
+)
+def test_the_parts_of_messages_are_checked_down_to_their_fields(
+    kind: type[Message | Part], data: Any, said: str
+) -> None:
+    assert error_of(kind, data).startswith(said)
+
+
+def test_what_todays_agents_send_decodes_to_the_parts_and_travels_the_same() -> None:
+    gpu = {"index": 0, "uuid": "GPU-1", "name": "A100", "memory_total": 80 << 30}
+    labels = {"ai.backend.resource.min.mem": "1g"}
+    image = {"name": "a:1", "id": "sha256:x", "size": 5, "labels": labels}
+    local = {"name": "python", "id": "local", "size": 0, "python": "3.11.2"}
+    wire = {"id": "a1", "images": [image, local], "gpus": [gpu]}
+    joined = Registration.from_wire(wire)
+    assert joined.gpus == [GpuDevice(0, "GPU-1", "A100", 80 << 30)]
+    assert joined.images == [
+        ImageInfo("a:1", "sha256:x", 5, labels),
+        ImageInfo("python", "local", 0, python="3.11.2"),
+    ]
+    assert {k: v for k, v in joined.to_wire().items() if k in wire} == wire
+    answered = {"uuid": "GPU-1", "utilization": 40, "memory_used": 1 << 30, "allocated": "0.5"}
+    silent = {"uuid": "GPU-2", "utilization": None, "memory_used": None, "error": "NVMLError: gone", "allocated": "0"}
+    beat = Heartbeat.from_wire({"gpus": [answered, silent]})
+    assert beat.gpus == [GpuLive("GPU-1", 40, 1 << 30, "0.5"), GpuLive("GPU-2", None, None, "0", "NVMLError: gone")]
+    assert beat.to_wire()["gpus"] == [answered, silent]  # `error` only where a device did not answer
+    assert Heartbeat.from_wire({"gpus": None}).gpus is None
+    grant = {"registry": "r.example", "auth": {"username": "u", "password": "p", "serveraddress": "r.example"}}
+    made = CreateKernel.from_wire(CREATE | {"pull": grant})
+    assert made.pull == PullGrant("r.example", RegistryAuth("u", "p", "r.example"))
+    assert made.to_wire()["pull"] == grant
+    assert CreateKernel.from_wire(CREATE | {"pull": {"registry": "r.example", "auth": None}}).to_wire()["pull"] == (
+        {"registry": "r.example", "auth": None}
+    )
+    assert PullImage("a:1", RegistryAuth("u", "p")).to_wire() == (
+        {"image": "a:1", "auth": {"username": "u", "password": "p", "serveraddress": ""}}
+    )
+    waiting = RunResult.from_wire({"run_id": "r2", "status": "continued", "queue": {"behind": "r1", "ahead": 1}})
+    assert waiting.queue == QueuePlace("r1", 1)
+    assert waiting.to_api()["queue"] == {"behind": "r1", "ahead": 1}  # the API shows it as before
+    assert waiting.to_wire()["queue"] == {"behind": "r1", "ahead": 1}
+    assert "queue" not in RunResult("r", "finished").to_api()
+    with pytest.raises(AttributeError):  # the parts are frozen
+        waiting.queue.ahead = 2  # type: ignore[misc]
+
+
 def test_defaults_unknown_keys_ints_for_floats_and_none_for_optionals() -> None:
     run = Execute.from_wire({"kernel_id": "k", "run_id": "r", "mode": "query", "flush_timeout": 3, "newer": 1})
     assert run == Execute("k", "r", "query", "", {}, 3.0)
@@ -121,6 +226,15 @@ def test_defaults_unknown_keys_ints_for_floats_and_none_for_optionals() -> None:
 
 SAMPLES: list[Message] = [
     Registration("a1", "h", "sim", "1", "x86_64", slots={"cpu": "4"}, kernels=[KernelInfo("k1", "s1", "c1")]),
+    Registration(
+        "a2",
+        images=[ImageInfo("a:1", "x", 1, {"k": "v"}), ImageInfo("python", "local", 0, python="3.11")],
+        gpus=[GpuDevice(0, "GPU-1", "A100", 1 << 30)],
+    ),
+    Heartbeat(gpus=[GpuLive("GPU-1", 5, 10, "1"), GpuLive("GPU-2", error="gone")]),
+    CreateKernel("k", "s", "n", "ak", "r.example/python:3", {}, pull=PullGrant("r.example", RegistryAuth("u", "p"))),
+    PullImage("r.example/python:3", RegistryAuth("u", "p", "r.example")),
+    RunResult("r2", "continued", queue=QueuePlace("r1", 1)),
     CreateKernel(
         "k",
         "s",
@@ -343,7 +457,11 @@ MESSAGE_TYPES = sorted(
         *CALLS.values(),
         *EVENTS.values(),
         *STREAMS.values(),
-        *(v for v in vars(m).values() if isinstance(v, type) and issubclass(v, Message) and v.__struct_fields__),
+        *(
+            v
+            for v in vars(m).values()
+            if isinstance(v, type) and issubclass(v, (Message, Part)) and v.__struct_fields__
+        ),
     },
     key=lambda t: t.__name__,
 )
@@ -366,7 +484,7 @@ values = st.recursive(
 
 
 @st.composite
-def wire_of(draw: st.DrawFn, kind: type[Message]) -> Any:
+def wire_of(draw: st.DrawFn, kind: type[Message | Part]) -> Any:
     """Mostly maps with the type's own field names (so that decoding goes deep), else anything."""
     if draw(st.integers(0, 9)) == 0:
         return draw(values)
@@ -377,7 +495,7 @@ def wire_of(draw: st.DrawFn, kind: type[Message]) -> Any:
 @pytest.mark.parametrize("kind", MESSAGE_TYPES, ids=lambda t: t.__name__)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_anything_decodes_to_the_type_or_a_message_error(kind: type[Message], data: st.DataObject) -> None:
+def test_anything_decodes_to_the_type_or_a_message_error(kind: type[Message | Part], data: st.DataObject) -> None:
     wire = data.draw(wire_of(kind))
     try:
         decoded = kind.from_wire(wire)

@@ -45,6 +45,7 @@ from bai.node.link.messages import (
     DownloadFiles,
     Execute,
     FileListing,
+    GpuLive,
     Heartbeat,
     ImageInfo,
     Interrupt,
@@ -66,6 +67,7 @@ from bai.node.link.messages import (
     Pong,
     PullImage,
     Registration,
+    RegistryAuth,
     RemoveImage,
     RestartKernel,
     RunResult,
@@ -208,7 +210,7 @@ class Agent:
             scaling_group=self.scaling_group,
             slots=slotlib.to_wire(self.offered_slots()),
             kernels=[KernelInfo(k.spec.kernel_id, k.spec.session_id, k.container_id) for k in self.kernels.values()],
-            images=await self.backend.images(),  # with labels: minimum resources
+            images=[ImageInfo.from_wire(i) for i in await self.backend.images()],  # with labels: minimum resources
             # the vfolder hosts this agent can reach, at which path (the manager compares with its own)
             vfolder_hosts={name: str(root) for name, root in self.vfolder_hosts.items() if root.is_dir()},
             gpus=self.gpus.describe() if self.gpus else [],
@@ -228,7 +230,8 @@ class Agent:
         )
         if self.gpus and self.gpus.gpus:  # live use, and how much of each device kernels hold
             free = self.gpu_alloc.free()
-            beat.gpus = [{**live, "allocated": str(1 - f)} for live, f in zip(self.gpus.sample(), free, strict=True)]
+            live = self.gpus.sample()
+            beat.gpus = [GpuLive(**device, allocated=str(1 - f)) for device, f in zip(live, free, strict=True)]
         self._write_status(beat)
         return beat.to_wire()
 
@@ -599,12 +602,12 @@ class Agent:
         )
         if registry_of(spec.image) and self.backend.manages_images and not await self.backend.has_image(spec.image):
             # only from a registry the manager allowed, with the credentials it sent for this pull
-            grant = config.pull or {}
-            if (grant.get("registry") or "") != (registry_of(spec.image) or "").lower():
+            grant = config.pull
+            if grant is None or grant.registry != (registry_of(spec.image) or "").lower():
                 raise KernelStartError(
                     f"cannot pull {spec.image}: the manager allowed no pull from {registry_of(spec.image)}"
                 )
-            await self._pull_for(spec, grant.get("auth"))
+            await self._pull_for(spec, grant.auth)
         spec.gpus = self.gpu_alloc.allocate(spec.kernel_id, spec.slots)  # raises when they do not fit
         for mount in spec.mounts:  # a folder this agent cannot see would be an empty directory
             if not Path(mount.host_path).is_dir():
@@ -661,7 +664,7 @@ class Agent:
         with contextlib.suppress(Exception):
             await self.backend.destroy(kernel)
 
-    async def _pull_for(self, spec: KernelSpec, auth: dict[str, str] | None = None) -> None:
+    async def _pull_for(self, spec: KernelSpec, auth: RegistryAuth | None = None) -> None:
         """Pull a kernel's image from its registry, telling the manager how far it got (at most 4 times a second)."""
         last = 0.0
 
@@ -674,10 +677,10 @@ class Agent:
                 await self.link.emit(event.name, event.to_wire())
 
         await progress(0, 0)
-        await self.backend.pull(spec.image, progress, auth=auth)
+        await self.backend.pull(spec.image, progress, auth=auth.to_wire() if auth else None)
 
     async def pull_image(self, call: PullImage) -> ImageInfo:
-        pulled = await self.backend.pull(call.image, auth=call.auth)
+        pulled = await self.backend.pull(call.image, auth=call.auth.to_wire() if call.auth else None)
         self.pool.image_changed()  # warm kernels of the image's previous version are replaced
         return ImageInfo.from_wire(pulled)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bai.common.logs import LogThrottle
-from bai.node.link.messages import RunResult
+from bai.node.link.messages import QueuePlace, RunResult
 
 log = logging.getLogger("bai.agent.channel")
 
@@ -367,10 +367,10 @@ class Channel:
         self.on_output("stderr", message if message.endswith("\n") else message + "\n")
         self._finished(run)
 
-    def queue_of(self, run: Run) -> dict[str, Any]:
+    def queue_of(self, run: Run) -> QueuePlace:
         """Where a waiting run stands: behind which run, how many ahead of it."""
         ahead = next(i for i, r in enumerate(self.waiting) if r is run)
-        return {"behind": self.run_id, "ahead": ahead + (self.current is not None)}
+        return QueuePlace(self.run_id, ahead + (self.current is not None))
 
     async def interrupt_run(self, run_id: str | None = None) -> bool:
         """Interrupt `run_id` (a waiting run leaves the queue and ends), else the running run.

@@ -11,6 +11,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from bai.node.link.messages import GpuDevice
+
 log = logging.getLogger("bai.agent.gpus")
 
 
@@ -72,5 +74,6 @@ class NVML:
             out.append(item)
         return out
 
-    def describe(self) -> list[dict[str, Any]]:
-        return [{"index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total} for g in self.gpus]
+    def describe(self) -> list[GpuDevice]:
+        """The devices as the agent registers them."""
+        return [GpuDevice(g.index, g.uuid, g.name, g.memory_total) for g in self.gpus]

@@ -61,8 +61,9 @@ def encode(value: Any) -> Any:
 
 
 def _holds_messages(kind: Any) -> bool:
-    """Whether a field of this type can hold a message (a Message, or a list, dict, union … of them)."""
-    if isinstance(kind, type) and issubclass(kind, Message):
+    """Whether a field of this type can hold a message (a Message or a Part, or a list, dict, union … of them), or
+    UNSET (a field that travels only when set): what only `encode` turns into plain values."""
+    if isinstance(kind, type) and (issubclass(kind, (Message, Part)) or kind is msgspec.UnsetType):
         return True
     return any(_holds_messages(arg) for arg in get_args(kind))
 
@@ -83,6 +84,18 @@ class Message(msgspec.Struct):
             )
         if flat:  # its fields' values are plain already (what a decode made, or what the sender put there)
             return msgspec.structs.asdict(self)
+        return cast(dict[str, Any], encode(self))
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Self:
+        return cast(Self, decode(data, cls, cls.__name__))
+
+
+class Part(msgspec.Struct, frozen=True):
+    """A fixed piece of a message (a GPU, a pull's credentials, …): frozen, its fields checked with its
+    message's, and travelling as a dict of plain values whose keys are its fields' names (as the dict it replaced)."""
+
+    def to_wire(self) -> dict[str, Any]:
         return cast(dict[str, Any], encode(self))
 
     @classmethod
@@ -119,6 +132,15 @@ class KernelInfo(Message):
     container_id: str | None = None
 
 
+class GpuDevice(Part, frozen=True):
+    """One GPU of an agent, as it registers (bai/node/agent/gpus.py, NVML.describe)."""
+
+    index: int
+    uuid: str
+    name: str = ""
+    memory_total: int = 0  # bytes
+
+
 class Registration(Message):
     """What an agent registers with (again after every restart or reconnect)."""
 
@@ -130,9 +152,9 @@ class Registration(Message):
     scaling_group: str = "default"
     slots: dict[str, str] = {}
     kernels: list[KernelInfo] = []
-    images: list[dict[str, Any]] = []  # name, labels, …
+    images: list[ImageInfo] = []  # as ListImages answers them (labels: minimum resources, apps, …)
     vfolder_hosts: dict[str, str] = {}  # host name -> the path the agent sees
-    gpus: list[dict[str, Any]] = []  # index, uuid, name, memory_total
+    gpus: list[GpuDevice] = []
     warm: dict[str, int] = {}  # image -> warm kernels ready (its warm pool)
 
 
@@ -206,7 +228,25 @@ class KernelCreated(Message):
     container_id: str | None = None
     pid: int | None = None
     query: bool = True  # it runs Python code (else only commands)
-    service_ports: list[dict[str, Any]] = []  # its apps (ServicePort.to_wire)
+    # its apps (ServicePort.to_wire): left as dicts, since ServicePort.from_wire skips a malformed one on purpose
+    service_ports: list[dict[str, Any]] = []
+
+
+class RegistryAuth(Part, frozen=True):
+    """A registry's credentials for one pull, as Docker's X-Registry-Auth takes them (the manager's
+    [images.registries], bai/node/manager/rules/admission.py). Never stored or logged."""
+
+    username: str
+    password: str
+    serveraddress: str = ""
+
+
+class PullGrant(Part, frozen=True):
+    """What an agent needs to pull a kernel's image (CreateKernel.pull): the registry the manager allows it to
+    pull from, and its credentials (None: anonymous), for this pull only."""
+
+    registry: str
+    auth: RegistryAuth | None = None
 
 
 class CreateKernel(Call[KernelCreated]):
@@ -225,7 +265,7 @@ class CreateKernel(Call[KernelCreated]):
     cluster_role: str = "main"
     cluster_idx: int = 1
     network: str | None = None
-    pull: dict[str, Any] | None = None  # {"registry", "auth"}: for this pull only; never stored or logged
+    pull: PullGrant | None = None  # for this pull only; never stored or logged
     mounts: list[MountSpec] = []
     dotfiles: list[DotfileSpec] = []
     cluster: ClusterSpec | None = None  # a kernel of a multi-container session
@@ -236,7 +276,7 @@ class Destroyed(Message):
     taken just before it was killed; see bai/common/stats.py), None when it could not be read."""
 
     existed: bool = False
-    stats: dict[str, Any] | None = None
+    stats: dict[str, Any] | None = None  # free-form: a statistics sample (its keys vary by backend and kernel)
 
 
 class DestroyKernel(Call[Destroyed]):
@@ -254,6 +294,13 @@ class DestroyKernel(Call[Destroyed]):
         return Destroyed(existed=bool(raw))  # an agent of before statistics answers a bare bool
 
 
+class QueuePlace(Part, frozen=True):
+    """Where a run waiting its turn in its kernel stands (RunResult.queue; the API shows it as it is)."""
+
+    behind: str | None = None  # the run that has the kernel now
+    ahead: int = 0  # runs before it (the running one included)
+
+
 class RunResult(Message):
     """What a run printed since the last poll, and where it stands."""
 
@@ -261,8 +308,8 @@ class RunResult(Message):
     status: str  # continued | waiting-input | finished
     console: list[list[str]] = []  # [stream, text] pieces
     exit_code: int | None = None
-    options: dict[str, Any] | None = None  # waiting-input: {"is_password": …}
-    queue: dict[str, Any] | None = None  # a run waiting its turn: {"behind", "ahead"}
+    options: dict[str, Any] | None = None  # waiting-input: {"is_password": …} (Backend.AI's, free-form)
+    queue: QueuePlace | None = None  # a run waiting its turn
     cancelled: bool = False  # it left the queue before it ran
 
     def to_api(self) -> dict[str, Any]:
@@ -275,7 +322,7 @@ class RunResult(Message):
             "options": self.options,
         }
         if self.queue is not None:
-            out["queue"] = self.queue
+            out["queue"] = self.queue.to_wire()
         return out
 
 
@@ -289,7 +336,7 @@ class Execute(Call[RunResult]):
     run_id: str
     mode: str
     code: str = ""
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {}  # Backend.AI's run options: free-form (the kernel reads what it knows)
     flush_timeout: float = 2.0
 
 
@@ -394,7 +441,7 @@ class PullImage(Call[ImageInfo]):
     answer: ClassVar[Any] = ImageInfo
 
     image: str
-    auth: dict[str, str] | None = None  # the registry's credentials, for this pull only
+    auth: RegistryAuth | None = None  # the registry's credentials, for this pull only
 
 
 class RemoveImage(Call[None]):
@@ -512,6 +559,17 @@ def encode_result(result: Any) -> Any:
 # -- events ---------------------------------------------------------------------------------------------
 
 
+class GpuLive(Part, frozen=True):
+    """One GPU's live use, in a heartbeat (bai/node/agent/gpus.py, NVML.sample): None where the device did not
+    answer (`error` says why, and travels only then), and how much of it kernels hold (`allocated`, a share)."""
+
+    uuid: str
+    utilization: int | None = None  # percent
+    memory_used: int | None = None  # bytes
+    allocated: str = "0"
+    error: str | msgspec.UnsetType = msgspec.UNSET
+
+
 class Heartbeat(Event):
     """Every few seconds: what the agent's kernels hold, whether it takes new ones, its GPUs' use."""
 
@@ -520,7 +578,7 @@ class Heartbeat(Event):
     occupied_slots: dict[str, str] = {}
     kernels: list[str] = []
     schedulable: bool = True
-    gpus: list[dict[str, Any]] | None = None
+    gpus: list[GpuLive] | None = None
     warm: dict[str, int] | None = None  # image -> warm kernels ready (None: an agent without a warm pool)
 
 
@@ -554,7 +612,7 @@ class KernelTerminated(Event):
     reason: str = "self-terminated"
     exit_code: int | None = None
     msg: str | None = None  # why, when the agent knows (e.g. out of memory, naming the limit)
-    stats: dict[str, Any] | None = None  # its last statistics sample (bai/common/stats.py), when read
+    stats: dict[str, Any] | None = None  # its last statistics sample (bai/common/stats.py; free-form), when read
 
 
 class KernelStats(Event):
@@ -565,7 +623,7 @@ class KernelStats(Event):
 
     name: ClassVar[str] = "kernel_stats"
 
-    samples: dict[str, dict[str, Any]] = {}
+    samples: dict[str, dict[str, Any]] = {}  # free-form samples (their keys vary by backend and kernel)
     node: dict[str, Any] = {}
 
 
