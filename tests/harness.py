@@ -43,6 +43,7 @@ from bai.node.agent.agent import Agent
 from bai.node.agent.backends.sim import SimBackend
 from bai.node.agent.gpus import GPU
 from bai.node.link.inproc import InprocHub
+from bai.node.link.messages import GpuDevice
 from bai.node.manager.build import build_manager
 from bai.node.manager.http.represent import session_json
 from bai.node.manager.http.requests import parse_create
@@ -68,8 +69,8 @@ class FakeGPUs:
     def sample(self) -> list[dict[str, Any]]:
         return [{"uuid": g.uuid, "utilization": 0, "memory_used": 0} for g in self.gpus]
 
-    def describe(self) -> list[dict[str, Any]]:
-        return [{"index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total} for g in self.gpus]
+    def describe(self) -> list[GpuDevice]:
+        return [GpuDevice(g.index, g.uuid, g.name, g.memory_total) for g in self.gpus]
 
 
 class HarnessSimBackend(SimBackend):

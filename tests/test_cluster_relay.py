@@ -38,6 +38,7 @@ from bai.node.link.streams import LinkStream
 from bai.node.manager.services.agent_events import AgentEvents
 from bai.node.manager.services.peers import PeerRelay
 from bai.node.manager.state import records
+from tests.records import a_kernel, a_session
 
 RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"
 PYTHON = os.environ.get("BAI_RUNNER_PYTHON", sys.executable)
@@ -338,27 +339,10 @@ class Cluster:
         return self.agents[agent_id]
 
     def session(self, session_id: str, status: str = "RUNNING") -> None:
-        self.store.sessions[session_id] = records.Session(
-            id=session_id,
-            name=session_id,
-            access_key="AK",
-            image="img",
-            type="INTERACTIVE",
-            status=status,
-            status_info="",
-            status_data={},
-            status_changed=STAMP,
-            requested_slots={},
-            environ={},
-            config={},
-            scaling_group="default",
-            cluster_size=1,
-            tag=None,
-            result="UNDEFINED",
-            created_at=STAMP,
-            terminated_at=None,
-            seq=len(self.store.sessions) + 1,
-        )
+        self.store.sessions[session_id] = a_session(
+            id=session_id, name=session_id, image="img", type="INTERACTIVE", status=status, created_at=STAMP,
+            status_changed=STAMP, seq=len(self.store.sessions) + 1,
+        )  # fmt: skip
 
     def kernel(self, agent_id: str, kernel_id: str, name: str, channel: Channel, session_id: str = SESSION) -> Kernel:
         role, idx = ("main", 1) if name == "main1" else ("sub", int(name[3:]))
@@ -368,25 +352,10 @@ class Cluster:
         agent.kernels[kernel_id] = kernel
         agent._watch_exit(kernel)
         session = self.store.sessions.get(session_id)
-        self.store.kernels[kernel_id] = records.Kernel(
-            id=kernel_id,
-            session_id=session_id,
-            cluster_role=role,
-            cluster_idx=idx,
-            image="img",
-            agent_id=agent_id,
-            container_id=None,
-            status=session.status if session is not None else "RUNNING",
-            status_info="",
-            status_changed=STAMP,
-            occupied_slots={},
-            exit_code=None,
-            created_at=STAMP,
-            terminated_at=None,
-            devices=[],
-            service_ports=[],
-            last_stat=None,
-        )
+        self.store.kernels[kernel_id] = a_kernel(
+            id=kernel_id, session_id=session_id, cluster_role=role, cluster_idx=idx, image="img", agent_id=agent_id,
+            status=session.status if session is not None else "RUNNING", status_changed=STAMP, created_at=STAMP,
+        )  # fmt: skip
         return kernel
 
     async def close(self) -> None:

@@ -21,6 +21,7 @@ from bai.node.manager.services.timers import IDLE_UTILIZATION, underused, utiliz
 from bai.node.manager.state.records import PolicyFields, Session
 from tests.harness import Harness
 from tests.nodeproc import Node, admin_keys, signed_request
+from tests.records import a_session
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)  # when these tests' writes are stamped
 
@@ -33,27 +34,10 @@ def session(
     sid: str = "s1", *, cpu: str = "2", kind: str = "interactive", created: float = 0.0, status: str = "RUNNING"
 ) -> Session:
     at = (T0 + timedelta(seconds=created)).isoformat()
-    return Session(
-        id=sid,
-        name=f"sess-{sid}",
-        access_key="AK",
-        image="python",
-        type=kind,
-        status=status,
-        status_info="",
-        status_data={},
-        status_changed=at,
+    return a_session(
+        id=sid, name=f"sess-{sid}", type=kind, status=status, status_changed=at, created_at=at,
         requested_slots={"cpu": cpu, "mem": "1073741824"},
-        environ={},
-        config={},
-        scaling_group="default",
-        cluster_size=1,
-        tag=None,
-        result="UNDEFINED",
-        created_at=at,
-        terminated_at=None,
-        seq=1,
-    )
+    )  # fmt: skip
 
 
 def book_with(

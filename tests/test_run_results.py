@@ -156,49 +156,16 @@ def test_the_dashboard_row_and_views_show_the_outcome() -> None:
     from rich.console import Console
 
     from bai.node.manager.http.dashboard import dashboard_row
-    from bai.node.manager.state.records import Kernel, Session
     from bai.tui.views import render_detail, run_outcome
+    from tests.records import a_kernel, a_session
 
     now = datetime.now(UTC).isoformat()
-    row = Session(
-        id="s1",
-        name="n",
-        access_key="AK",
-        image="python",
-        type="interactive",
-        status="TERMINATED",
-        status_info="user-requested",
-        status_data={},
-        status_changed=now,
-        requested_slots={},
-        environ={},
-        config={},
-        scaling_group="default",
-        cluster_size=1,
-        tag=None,
-        result="FAILURE",
-        created_at=now,
-        terminated_at=now,
-        seq=1,
-    )
-    kernel = Kernel(
-        id="k1",
-        session_id="s1",
-        cluster_role="main",
-        cluster_idx=1,
-        image="python",
-        agent_id="a",
-        container_id=None,
-        status="TERMINATED",
-        status_info="user-requested",
-        status_changed=now,
-        occupied_slots={},
-        exit_code=3,
-        created_at=now,
-        terminated_at=now,
-        devices=[],
-        service_ports=[],
-        last_stat=None,
+    row = a_session(
+        name="n", access_key="AK", status="TERMINATED", status_info="user-requested", status_changed=now,
+        created_at=now, terminated_at=now, result="FAILURE",
+    )  # fmt: skip
+    kernel = a_kernel(
+        agent_id="a", status="TERMINATED", status_changed=now, created_at=now, terminated_at=now, exit_code=3
     )
     item = dashboard_row(row, [kernel])
     assert (item["exitCode"], item["result"]) == (3, "FAILURE")

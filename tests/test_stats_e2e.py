@@ -44,15 +44,19 @@ def test_a_cpu_burner_shows_its_cpu_and_its_final_stats(stats_node: Node, tmp_pa
         "session", "create", "python", "--name", "burn", "--cpu", "1", "--mem", "512m",
         "--type", "batch", "--startup-command", BURN, check=True,
     )  # fmt: skip
-    usage = _usage_until(stats_node, "burn", lambda u: u.get("cpuPct", 0) >= 50)
-    assert usage.get("cpuPct", 0) >= 50, usage
-    assert usage["cpuPct"] <= 130  # one core's limit (and some sampling jitter)
-    assert usage["pids"] >= 1 and usage["cpuMs"] > 0
-    info = stats_node.json("session", "info", "burn")
-    main = info["kernels"][0]
-    assert main["usage"]["cpuPct"] >= 1  # each kernel shows its own figures
-    text = stats_node.cli("session", "info", "burn", check=True).stdout
-    assert "%" in text  # used next to allocated in words
+    try:
+        usage = _usage_until(stats_node, "burn", lambda u: u.get("cpuPct", 0) >= 50)
+        assert usage.get("cpuPct", 0) >= 50, usage
+        assert usage["cpuPct"] <= 130  # one core's limit (and some sampling jitter)
+        assert usage["pids"] >= 1 and usage["cpuMs"] > 0
+        info = stats_node.json("session", "info", "burn")
+        main = info["kernels"][0]
+        assert main["usage"]["cpuPct"] >= 1  # each kernel shows its own figures
+        text = stats_node.cli("session", "info", "burn", check=True).stdout
+        assert "%" in text  # used next to allocated in words
+    except BaseException:
+        stats_node.cli("session", "destroy", "burn")  # (a burner left running slows every later test)
+        raise
     # destroy answers the final statistics in Backend.AI's shape: the official client prints them
     out = Official(official_client(), stats_node, tmp_path)("session", "rm", "-s", "burn")
     used = re.search(r"cpu_used\s+([\d,]+)(?:\.\d*)?\s+msec", out)
