@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
-from bai.node.manager.services.hubs import EventHub, Lagged
+from bai.node.manager.services.hubs import EventHub, Lagged, SessionEvents
+from bai.node.manager.state.records import Session
+from tests.records import a_session
 
 
 async def test_a_slow_subscriber_is_dropped_at_its_backlog_and_others_keep_every_event() -> None:
@@ -40,19 +43,20 @@ async def test_a_reader_waiting_when_it_is_dropped_is_woken_with_lagged() -> Non
 
 
 async def test_wait_for_rereads_the_session_after_falling_behind() -> None:
-    hub = EventHub(backlog=1)
-    state = {"id": "s", "status": "PENDING"}
+    hub = SessionEvents(backlog=1)
+    state = a_session(id="s", status="PENDING")
 
-    async def current() -> dict:
-        return dict(state)
+    async def current() -> Session:
+        return state
 
-    waiter = asyncio.ensure_future(hub.wait_for("s", current, lambda r: r["status"] == "RUNNING", 5))
+    waiter = asyncio.ensure_future(hub.wait_for("s", current, lambda r: r.status == "RUNNING", 5))
     await asyncio.sleep(0.01)
-    state["status"] = "RUNNING"
+    state = msgspec.structs.replace(state, status="RUNNING")
     for i in range(50):  # a burst of other sessions' events hides the one it waits for
-        hub.publish("x", {"id": f"other-{i}", "status": "RUNNING"})
-    hub.publish("session_started", dict(state))
-    assert (await asyncio.wait_for(waiter, 2))["status"] == "RUNNING"
+        hub.publish("x", a_session(id=f"other-{i}"))
+    hub.publish("session_started", state)
+    found = await asyncio.wait_for(waiter, 2)
+    assert found is not None and found.status == "RUNNING"
 
 
 async def test_an_event_stream_that_fell_behind_ends_saying_so() -> None:

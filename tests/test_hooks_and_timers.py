@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 from bai.node.manager.services.hooks import HookRejected, Hooks
 from bai.node.manager.services.timers import IDLE_TIMEOUT, LIFETIME, expired
+from bai.node.manager.state.records import Session
+from tests.records import a_session
 
 SESSION = {"id": "s1", "name": "demo", "access_key": "AK"}
 
@@ -72,14 +74,14 @@ def test_hooks_load_configured_modules() -> None:
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def running(sid: str, *, age: float, since: float, kind: str = "interactive", key: str = "AK") -> dict:
-    return {
-        "id": sid,
-        "access_key": key,
-        "type": kind,
-        "created_at": (NOW - timedelta(seconds=age)).isoformat(),
-        "status_changed": (NOW - timedelta(seconds=since)).isoformat(),
-    }
+def running(sid: str, *, age: float, since: float, kind: str = "interactive", key: str = "AK") -> Session:
+    return a_session(
+        id=sid,
+        access_key=key,
+        type=kind,
+        created_at=(NOW - timedelta(seconds=age)).isoformat(),
+        status_changed=(NOW - timedelta(seconds=since)).isoformat(),
+    )
 
 
 def test_idle_sessions_end_but_busy_batch_and_active_ones_do_not() -> None:

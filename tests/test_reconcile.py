@@ -100,7 +100,7 @@ async def test_kernels_the_manager_does_not_know_are_removed_when_their_agent_re
         kept = h.kernels_on("a1")
         await h.stop_agent("a1")
         await h.destroy("destroyed-meanwhile")  # the agent cannot be told: the session ends anyway
-        assert (await h.row("destroyed-meanwhile"))["status"] == "TERMINATED"
+        assert (await h.row("destroyed-meanwhile")).status == "TERMINATED"
         assert h.kernels_on("a1") == kept  # still there, unknown to the manager now
         await h.start_agent("a1")
         assert h.kernels_on("a1") == set()  # the join answer told the agent to remove it
