@@ -10,7 +10,7 @@ import pytest
 
 from bai.common import service_ports as apps
 from bai.common.service_ports import PortPool, PortPoolExhausted, ServicePortError
-from bai.node.manager.errors import AppFailed, AppNotFound, Invalid
+from bai.node.manager.domain_errors import AppFailed, AppNotFound, Invalid
 from bai.node.manager.http.problems import problem_of
 from tests.harness import Harness
 

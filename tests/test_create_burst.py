@@ -16,7 +16,7 @@ import pytest
 
 from bai.common.problems import Problem
 from bai.common.status import OCCUPYING_STATUSES
-from bai.node.manager.errors import Conflict
+from bai.node.manager.domain_errors import Conflict
 from bai.node.manager.http.problems import problem_of
 from bai.node.manager.state import Store
 from bai.node.manager.state.records import Session

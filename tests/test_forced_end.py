@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from bai.common.problems import Problem
-from bai.node.manager.errors import DomainError, Forbidden
+from bai.node.manager.domain_errors import DomainError, Forbidden
 from bai.node.manager.http.problems import as_problem, problem_of
 from tests.harness import Harness
 

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from bai.node.manager.errors import Conflict, Forbidden, Invalid, SessionNotFound
+from bai.node.manager.domain_errors import Conflict, Forbidden, Invalid, SessionNotFound
 from tests.harness import Harness
 
 

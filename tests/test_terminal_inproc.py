@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from bai.node.manager.errors import NotRunning
+from bai.node.manager.domain_errors import NotRunning
 from tests.harness import Harness
 
 

@@ -10,7 +10,7 @@ from bai.common import auth
 from bai.common import slots as slotlib
 from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES
-from bai.node.manager.errors import DomainError
+from bai.node.manager.domain_errors import DomainError
 from bai.node.manager.http.context import SETTINGS, STREAMS, read_json, services_of
 from bai.node.manager.services.accounts import Accounts
 from bai.node.manager.state import POLICY_FIELDS, UnknownPolicy

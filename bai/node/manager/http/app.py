@@ -22,7 +22,7 @@ from bai.common import auth
 from bai.common.problems import Problem, invalid
 from bai.common.stats import usage_of
 from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus
-from bai.node.manager.errors import DomainError
+from bai.node.manager.domain_errors import DomainError
 from bai.node.manager.http.admin_routes import add_admin_routes
 from bai.node.manager.http.app_routes import add_app_routes
 from bai.node.manager.http.config_routes import add_config_routes

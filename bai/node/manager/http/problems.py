@@ -1,4 +1,4 @@
-"""The one place that says how the API answers a domain error (bai/node/manager/errors.py): its problem
+"""The one place that says how the API answers a domain error (bai/node/manager/domain_errors.py): its problem
 (slug, title, message, data, HTTP status), as Backend.AI's clients expect them."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import SessionStatus
 from bai.node.link.base import AgentUnavailable, RemoteError
-from bai.node.manager.errors import (
+from bai.node.manager.domain_errors import (
     AppFailed,
     AppNotFound,
     Conflict,

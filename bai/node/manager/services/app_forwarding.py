@@ -17,7 +17,7 @@ from bai.common.status import SessionStatus as S
 from bai.node.link.base import AgentUnavailable, ManagerLink, RemoteError
 from bai.node.link.messages import OpenTunnel, StartApp, call
 from bai.node.link.streams import LinkStream
-from bai.node.manager.errors import AppFailed, AppNotFound, Invalid, KernelUnreachable
+from bai.node.manager.domain_errors import AppFailed, AppNotFound, Invalid, KernelUnreachable
 from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.state.records import Kernel, Session

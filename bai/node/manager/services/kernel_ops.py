@@ -31,7 +31,7 @@ from bai.node.link.messages import (
     call,
 )
 from bai.node.link.streams import LinkStream
-from bai.node.manager.errors import (
+from bai.node.manager.domain_errors import (
     Conflict,
     DomainError,
     Failed,

@@ -50,7 +50,7 @@ from bai.node.link.messages import (
     MountSpec,
     call,
 )
-from bai.node.manager.errors import Conflict, Forbidden, Invalid, KeepsChanging, SessionNotFound
+from bai.node.manager.domain_errors import Conflict, Forbidden, Invalid, KeepsChanging, SessionNotFound
 from bai.node.manager.http.requests import CreateRequest
 from bai.node.manager.rules.admission import Admission, admit
 from bai.node.manager.rules.placeable import unplaceable, unplaceable_spread

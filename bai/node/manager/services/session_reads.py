@@ -9,7 +9,7 @@ from typing import Any
 from bai.common.cluster import kernel_name_of
 from bai.common.problems import Problem
 from bai.common.status import ACTIVE_STATUSES, DEAD_STATUSES, SessionStatus
-from bai.node.manager.errors import KernelNotFound, SessionNotFound
+from bai.node.manager.domain_errors import KernelNotFound, SessionNotFound
 from bai.node.manager.services.hubs import SessionEvents
 from bai.node.manager.state.protocols import SessionReadState
 from bai.node.manager.state.records import Kernel, Session
