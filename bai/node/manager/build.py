@@ -99,7 +99,7 @@ async def build_manager(
         clock=clock,
         stats=stats,
     )
-    kernel_ops = KernelOps(store, link, reads, lifecycle, activity, runs, hubs.changes, agents.image_labels, clock)
+    kernel_ops = KernelOps(store, link, reads, lifecycle, activity, runs, hubs.changes, agents.learn_labels, clock)
     agent_events = AgentEvents(
         agents,
         lifecycle,

@@ -80,7 +80,7 @@ class Agents:
         self.changes = changes
         self.wake = wake
         self.records: dict[str, AgentRecord] = {}
-        self.image_labels: dict[str, dict[str, str]] = {}  # image name -> labels, from the agents
+        self._image_labels: dict[str, dict[str, str]] = {}  # image name -> labels, from the agents
         self.known_slots: set[str] = {"cpu", "mem"}  # slot names some agent has offered
         self.full_disk = FullDiskWarnings(log)
 
@@ -112,7 +112,7 @@ class Agents:
         self.records[agent_id] = record
         self.known_slots.update(record.slots)
         for image in images:
-            self.image_labels[image.name] = image.labels or {}
+            self.learn_labels(image.name, image.labels or {})
         self.changes.publish("agent_joined", {"id": agent_id})
         return record
 
@@ -213,6 +213,18 @@ class Agents:
         """The images one agent has now."""
         return await call(self.link, agent_id, ListImages(), timeout=30)
 
+    def learn_labels(self, image: str, labels: dict[str, str]) -> None:
+        """Some agent has `image`, with these labels (a registration, a listing, a pull, a commit)."""
+        self._image_labels[image] = labels
+
+    def labels_of(self, image: str) -> dict[str, str] | None:
+        """The labels of `image` if some agent has it (as far as the agents told), else None."""
+        return self._image_labels.get(image)
+
+    def known_images(self) -> list[str]:
+        """The images some agent has (as far as the agents told), by name."""
+        return sorted(self._image_labels)
+
     def forget_image(self, image: str) -> None:
         """No agent has `image` any more."""
-        self.image_labels.pop(image, None)
+        self._image_labels.pop(image, None)

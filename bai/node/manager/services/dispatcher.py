@@ -215,7 +215,7 @@ class Dispatcher:
                     depends_on=tuple(row.config.get("depends_on", [])),
                     image=row.image,
                     vfolder_hosts=frozenset(m["host"] for m in row.config.get("mounts") or []),
-                    image_min=image_minimum(self.agents.image_labels.get(row.image, {})),
+                    image_min=image_minimum(self.agents.labels_of(row.image) or {}),
                     retries=(row.status_data.get("scheduler") or {}).get("retries", 0),
                 )
             )

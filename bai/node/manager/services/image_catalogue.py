@@ -30,17 +30,16 @@ class Images:
         """Add the aliases set with `bai image alias` (kept in the database)."""
         self.aliases.update({a.alias: a.image for a in await self.store.image_aliases()})
 
-    @property
-    def labels(self) -> dict[str, dict[str, str]]:
-        """Image name -> its labels, for the images some agent has."""
-        return self.agents.image_labels
+    def is_known(self, image: str) -> bool:
+        """Whether some agent has told it has `image`."""
+        return self.agents.labels_of(image) is not None
 
     async def list(self) -> list[dict[str, Any]]:
         """Every image of every connected agent (asked now), with its agent and aliases."""
         items = []
         for agent_id in sorted(self.agents.connected()):
             for image in await self.agents.images_of(agent_id):
-                self.agents.image_labels[image.name] = image.labels or {}
+                self.agents.learn_labels(image.name, image.labels or {})
                 aliases = sorted(a for a, t in self.aliases.items() if t == image.name)
                 items.append({**image.to_api(), "agent": agent_id, "aliases": aliases})
         return items
@@ -61,13 +60,13 @@ class Images:
         """Refuse an image no agent has, when every agent needs it present (docker; local and sim
         agents take any Python image name; an image from a registry is pulled when a kernel needs it).
         An image unknown so far is looked for on the agents once more (built since they registered)."""
-        if self.agents.backends_connected() != {"docker"} or image in self.labels or imagelib.registry_of(image):
+        if self.agents.backends_connected() != {"docker"} or self.is_known(image) or imagelib.registry_of(image):
             return
         with contextlib.suppress(AgentUnavailable, RemoteError, TimeoutError):
             await self.list()
-        if image in self.labels:
+        if self.is_known(image):
             return
-        known = ", ".join(sorted(self.labels)) or "none"
+        known = ", ".join(self.agents.known_images()) or "none"
         raise Problem(
             "invalid-api-params",
             "Unknown image.",
@@ -95,7 +94,7 @@ class Images:
                 result = await self.agents.pull_image(agent_id, source, grant.auth if grant else None)
             except (RemoteError, AgentUnavailable) as e:
                 raise Problem("generic-bad-request", "Pull failed.", f"agent {agent_id}: {e}") from None
-            self.agents.image_labels[image] = result.labels or {}
+            self.agents.learn_labels(image, result.labels or {})
             done.append({"agent": agent_id, **result.to_api()})
         return done
 

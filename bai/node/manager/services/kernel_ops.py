@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bai.common.clock import Clock
@@ -89,7 +89,7 @@ class KernelOps:
         activity: Activity,
         runs: RunHistory,
         changes: EventHub[dict[str, Any]],
-        image_labels: MutableMapping[str, dict[str, str]],
+        learn_labels: Callable[[str, dict[str, str]], None],
         clock: Clock,
     ) -> None:
         self.store = store
@@ -99,7 +99,7 @@ class KernelOps:
         self.activity = activity
         self.runs = runs
         self.changes = changes  # ("run_finished", …), ("session_renamed", …) for the dashboard
-        self.image_labels = image_labels  # what a commit made is known at once (the agents' image labels)
+        self.learn_labels = learn_labels  # what a commit made is known at once (Agents.learn_labels)
         self.clock = clock
         self.full_disk = FullDiskWarnings(log)  # run results on a full disk
 
@@ -217,7 +217,7 @@ class KernelOps:
         made = await _ask(
             self.link, session, kernel, "a commit needs a running kernel", CommitKernel(kernel.id, image), 600
         )
-        self.image_labels[made.name] = made.labels or {}
+        self.learn_labels(made.name, made.labels or {})
         return {**made.to_api(), "agent": kernel.agent_id, "sessionId": session.id}
 
     async def restart(self, session: Session) -> Session:

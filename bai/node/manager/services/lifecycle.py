@@ -341,7 +341,7 @@ class SessionLifecycle:
         agents (see Images.check_available)."""
         if req.mounts or req.depends or self.hooks:
             return False
-        return req.image in self.images.labels or registry_of(req.image) is not None
+        return self.images.is_known(req.image) or registry_of(req.image) is not None
 
     async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[Session, bool]:
         groups: set[str] = set()
