@@ -132,6 +132,7 @@ async def build_manager(
         metrics=metrics,
         apps=Apps(link, reads, activity),
         vfolders=vfolders,
+        admission=admission,
         stats=stats,
         clock=clock,
     )

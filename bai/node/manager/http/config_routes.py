@@ -26,7 +26,7 @@ async def resource_slots(request: web.Request) -> web.Response:
 
 
 async def docker_registries(request: web.Request) -> web.Response:
-    registries = services_of(request).images.admission.registries.values()
+    registries = services_of(request).admission.registries.values()
     return web.json_response(
         {r.host: ("http://" if r.insecure else "https://") + r.host for r in sorted(registries, key=lambda r: r.host)}
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bai.common.clock import Clock
+from bai.node.manager.rules.admission import Admission
 from bai.node.manager.services.accounts import Accounts
 from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.agent_registry import Agents
@@ -41,5 +42,6 @@ class Services:
     metrics: ManagerMetrics
     apps: Apps
     vfolders: VFolders | None = None
+    admission: Admission = field(default_factory=Admission)  # the configuration's rules (registries, groups)
     stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book the lifecycle keeps)
     clock: Clock = field(default_factory=Clock)  # the manager's one clock (a session's age as shown)

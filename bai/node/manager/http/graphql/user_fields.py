@@ -233,7 +233,7 @@ async def _domain(c: Context) -> dict[str, Any]:
         "modified_at": None,
         "total_resource_slots": json.dumps({}),
         "allowed_vfolder_hosts": _vfolder_hosts(c),
-        "allowed_docker_registries": sorted(r.host for r in c.services.images.admission.registries.values()),
+        "allowed_docker_registries": sorted(r.host for r in c.services.admission.registries.values()),
         "integration_id": None,
         "scaling_groups": await _scaling_group_names(c),
     }
@@ -293,7 +293,7 @@ async def resolve_groups_by_name(_root: Any, info: Info, **args: Any) -> list[di
 
 async def _scaling_groups(c: Context) -> list[dict[str, Any]]:
     """The configuration's scaling groups and any an agent registered with, by name."""
-    names = set(c.services.images.admission.groups)
+    names = set(c.services.admission.groups)
     names.update(a["scalingGroup"] for a in await c.cached("agents", lambda: agent_items(c.services.agents)))
     return [
         {
