@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -123,8 +124,26 @@ class Node:
         self.proc: subprocess.Popen[str] | None = None
         self.banner = ""
         self.log_path = base / "node.log"
+        # called when a port free_port() gave was taken before the node could bind it (another process's
+        # connection may draw the same ephemeral port): the node's own other ports are drawn again there
+        self.on_new_ports: Callable[[], None] | None = None
 
     def start(self, timeout: float = 30.0) -> Node:
+        for attempt in range(3):
+            seen = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                return self._start(timeout)
+            except AssertionError:
+                taken = "Address already in use" in self.log_path.read_text()[seen:]
+                if not taken or attempt == 2:
+                    raise
+            self.port = free_port()  # (the API's; the agent link's through on_new_ports)
+            self.endpoint = f"http://127.0.0.1:{self.port}"
+            if self.on_new_ports is not None:
+                self.on_new_ports()
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> Node:
         log = self.log_path.open("a")
         self.proc = subprocess.Popen(
             [
@@ -274,15 +293,26 @@ class Cluster:
             role="manager",
             args=("--link-listen", f"127.0.0.1:{self.link_port}"),
         )
+        self.manager.on_new_ports = self._new_link_port
         self.env = self.manager.env
-        self.endpoint = self.manager.endpoint
-        self.port = self.manager.port
         self.state_dir = self.manager.state_dir
         self.agent_config = agent_config
         self.agents: list[Node] = []
         self._agent_count = agents
         self.agent_ids = agent_ids or []  # fixed agent ids (by index); otherwise derived from the port
         self.agent_env = agent_env or {}
+
+    @property
+    def endpoint(self) -> str:
+        return self.manager.endpoint
+
+    @property
+    def port(self) -> int:
+        return self.manager.port
+
+    def _new_link_port(self) -> None:
+        self.link_port = free_port()
+        self.manager.args = ("--link-listen", f"127.0.0.1:{self.link_port}")
 
     def add_agent(
         self, index: int, token: str | None = None, extra_config: str = "", env: dict[str, str] | None = None
