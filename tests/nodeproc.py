@@ -134,7 +134,7 @@ class Node:
             try:
                 return self._start(timeout)
             except AssertionError:
-                taken = "Address already in use" in self.log_path.read_text()[seen:]
+                taken = b"Address already in use" in self.log_path.read_bytes()[seen:]
                 if not taken or attempt == 2:
                     raise
             self.port = free_port()  # (the API's; the agent link's through on_new_ports)

@@ -513,3 +513,13 @@ def _has_nan(value: Any) -> bool:
     if isinstance(value, list):
         return any(_has_nan(v) for v in value)
     return False
+
+
+def test_registry_credentials_never_show_their_password() -> None:
+    from bai.node.link.messages import PullGrant, RegistryAuth
+
+    grant = PullGrant("registry.example:5000", RegistryAuth("alice", "s3cret-pw"))
+    assert "s3cret-pw" not in repr(grant) and "s3cret-pw" not in str(
+        CreateKernel("k", "s", "n", "AK", "img", {"cpu": "1"}, pull=grant)
+    )
+    assert grant.to_wire()["auth"]["password"] == "s3cret-pw"  # (on the wire, for the pull, it is there)

@@ -240,6 +240,9 @@ class RegistryAuth(Part, frozen=True):
     password: str
     serveraddress: str = ""
 
+    def __repr__(self) -> str:  # (a log line or a traceback never shows the password)
+        return f"RegistryAuth(username={self.username!r}, password='***', serveraddress={self.serveraddress!r})"
+
 
 class PullGrant(Part, frozen=True):
     """What an agent needs to pull a kernel's image (CreateKernel.pull): the registry the manager allows it to
