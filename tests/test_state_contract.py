@@ -231,6 +231,8 @@ async def test_a_legal_transition_moves_the_session_and_its_kernels_at_the_time_
         assert (moved.status, moved.status_info, moved.status_data) == (target.value, info, data)
         assert moved.status_changed == stamp(at)
         assert moved.terminated_at == (stamp(at) if target == S.TERMINATED else None)
+        # when it first ran: unset while it was queued, then kept (a restart's RUNNING does not move it)
+        assert moved.started_at == (None if i < 3 else stamp(now + timedelta(seconds=3)))
         kernels = await state.kernels_of(SID1)
         assert [(k.status, k.status_info, k.status_changed) for k in kernels] == [(target.value, info, stamp(at))] * 2
         assert (await state.transitions_of(SID1))[-1] == Transition(target.value, info, data, stamp(at))

@@ -93,6 +93,7 @@ class Session(msgspec.Struct, frozen=True):
     created_at: str
     terminated_at: str | None
     seq: int  # its place in the queue
+    started_at: str | None = None  # when it first became RUNNING (None: it never ran)
 
 
 class Kernel(msgspec.Struct, frozen=True):

@@ -105,6 +105,7 @@ ComputeSession: GraphQLObjectType = obj(
         "status_data": JSONString,
         "status_history": JSONString,
         "created_at": DateTime,
+        "started_at": DateTime,
         "terminated_at": DateTime,
         "starts_at": DateTime,
         "scheduled_at": DateTime,

@@ -79,7 +79,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     result TEXT NOT NULL DEFAULT 'UNDEFINED',
     created_at TEXT NOT NULL,
     terminated_at TEXT,
-    seq INTEGER NOT NULL
+    seq INTEGER NOT NULL,
+    started_at TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, seq);
 CREATE INDEX IF NOT EXISTS sessions_name ON sessions(access_key, name);
@@ -459,6 +460,12 @@ def v12(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS sessions_owner_status ON sessions(access_key, status)")
 
 
+def v13(conn: sqlite3.Connection) -> None:
+    # when a session first ran (its time queued and its time running are shown apart); sessions that ran
+    # before this step keep NULL (their transitions still say when)
+    add_column(conn, "sessions", "started_at", "TEXT")
+
+
 STEPS = [
     Step(1, "keypairs, agents, sessions and their transitions, kernels, kernel logs", script(V1)),
     Step(2, "resource policies, scheduling history", script(V2)),
@@ -472,6 +479,7 @@ STEPS = [
     Step(10, "kernels' final statistics (last_stat); policies' idle detection by utilisation", v10),
     Step(11, "policies' session networks (max_session_networks)", v11),
     Step(12, "policies' queue bound (max_pending_session_count); sessions by owner and status", v12),
+    Step(13, "sessions' first start (started_at)", v13),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))

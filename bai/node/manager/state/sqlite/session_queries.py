@@ -59,7 +59,8 @@ def _move_statement(target: SessionStatus, allowed: frozenset[SessionStatus] | N
         marks = ",".join("?" * len(values)) or "NULL"
         sql = (
             "UPDATE sessions SET status=?, status_info=?, status_data=?, status_changed=?, "
-            "terminated_at=COALESCE(?, terminated_at), result=COALESCE(?, result) "
+            "terminated_at=COALESCE(?, terminated_at), result=COALESCE(?, result), "
+            "started_at=COALESCE(started_at, ?) "
             f"WHERE id=? AND status IN ({marks}) RETURNING *"
         )
         known = _moves[key] = (sql, values)
@@ -91,8 +92,9 @@ def _transition(
     sql, sources = _move_statement(target, allowed)
     data = json.dumps(status_data) if status_data else "{}"
     terminated = now if target in _DEAD_TARGETS else None
+    started = now if target == SessionStatus.RUNNING else None
     moved = conn.execute(
-        sql, (target.value, status_info, data, now, terminated, result, session_id, *sources)
+        sql, (target.value, status_info, data, now, terminated, result, started, session_id, *sources)
     ).fetchall()  # (to the end: the statement is done before the next one)
     if not moved:
         before = conn.execute("SELECT status FROM sessions WHERE id=?", (session_id,)).fetchone()
