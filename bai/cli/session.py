@@ -74,6 +74,8 @@ Kernel = Annotated[
 STARTING = {"PENDING", "SCHEDULED", "PULLING", "PREPARING", "TIMEOUT"}
 ENDED = {"TERMINATED", "CANCELLED", "ERROR"}
 BATCH_DONE = {"task-done", "task-failed"}  # a batch session that started, ran and ended
+EXIT_STILL_WAITING = 124  # `create --timeout` gave up waiting (the session stays): as timeout(1) exits
+SAME_SIGNAL = 0.25  # seconds: the same signal again this soon is one signal delivered twice
 OWNER_HELP = "Admins: the access key whose session a name refers to (owner_access_key)."
 
 
@@ -186,6 +188,7 @@ class Signals:
         self.received: int | None = None
         self.on_sigint: Any = None
         self._task: asyncio.Task | None = None
+        self._last: tuple[int, float] | None = None  # the last signal taken, and when (time.monotonic)
 
     def __enter__(self) -> Signals:
         import asyncio
@@ -204,6 +207,12 @@ class Signals:
             loop.remove_signal_handler(sig)
 
     def _handle(self, sig: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if self._last is not None and self._last[0] == sig and now - self._last[1] < SAME_SIGNAL:
+            return  # one signal delivered twice (`timeout` signals its command, then its process group)
+        self._last = (sig, now)
         if sig == signal.SIGINT and self.on_sigint is not None and self.on_sigint():
             return
         if self.received is None:
@@ -279,6 +288,73 @@ async def wait_running(c, image: str, name: str, quiet: bool, owned: Owned | Non
         print(f"bai: session {name} could not start: {info['status']} ({reason(info)})", file=sys.stderr)
         raise typer.Exit(EXIT_NOT_STARTED)
     return result
+
+
+async def _status_now(c, session_id: str, limit: float = 3.0) -> dict[str, Any] | None:
+    """The session as the manager shows it now, or None when that is unknown (no answer within `limit`
+    seconds, an error)."""
+    import asyncio
+
+    from bai.client.api import APIError
+
+    try:
+        return await asyncio.wait_for(c.get_session(session_id), limit)
+    except (APIError, TimeoutError):
+        return None
+
+
+def _where_it_is(info: dict[str, Any]) -> str:
+    """`still queued (PENDING, 2nd in the queue: no agent has room …)`, `still starting (PULLING)` …"""
+    from bai.cli.output import reason
+
+    status = info["status"]
+    why = reason(info)
+    if status == "PENDING":
+        place = f", number {info['queuePosition']} in the queue" if info.get("queuePosition") else ""
+        return f"still queued (PENDING{place}" + (f": {why})" if why else ")")
+    if status in STARTING:
+        return f"still starting ({status}" + (f": {why})" if why else ")")
+    return status + (f" ({why})" if why else "")
+
+
+async def say_left_waiting(c, owned: Owned, why: str) -> None:
+    """`create` stopped waiting (`why`: the timeout, a signal): the session is not its to end; say where it
+    is (status, place in the queue, why it waits) and how to end it, on stderr."""
+    import asyncio
+
+    end = f"end it with `bai session destroy {owned.name}`"
+    if owned.sid is None:
+        print(
+            f"bai: {why} before the manager answered: session {owned.name} may exist (see "
+            f"`bai session info {owned.name}`); if it does, {end}",
+            file=sys.stderr,
+        )
+        return
+    label = f"session {owned.name} ({owned.sid})"
+    info = None
+    with contextlib.suppress(asyncio.CancelledError):  # another signal: say what is known
+        info = await _status_now(c, owned.sid)
+    if info is None:
+        print(f"bai: {why}: {label} was left as it is (its status could not be read); {end}", file=sys.stderr)
+    elif info["status"] in ENDED:
+        print(f"bai: {why}: {label} is {_where_it_is(info)}", file=sys.stderr)
+    else:
+        stays = "stays queued" if info["status"] == "PENDING" else "goes on"
+        print(f"bai: {why}: {label} is {_where_it_is(info)}; it {stays}: {end}", file=sys.stderr)
+
+
+async def say_reused(c, owned: Owned, asked: dict[str, Any]) -> None:
+    """Get-or-create found the live session of the name (not created by this command): say so on stderr,
+    and how it differs from what was asked (bai.cli.reuse)."""
+    from bai.cli.reuse import differences, reused_line
+
+    if owned.sid is None or owned.created:
+        return
+    info = await _status_now(c, owned.sid)
+    if info is None:
+        print(f"bai: session {owned.name} ({owned.sid}) already existed and was reused, not created", file=sys.stderr)
+        return
+    print(reused_line(owned.name, owned.sid, info["status"], differences(asked, info)), file=sys.stderr)
 
 
 async def stream_execution(
@@ -424,6 +500,16 @@ def run(
     from bai.cli.common import client
     from bai.client.api import overlap_import
 
+    asked = {
+        "type": "interactive",
+        "resources": resources,
+        "environ": environ,
+        "mounts": mounts,
+        "network": network,
+        "cluster_size": cluster_size,
+        "cluster_mode": cluster_mode,
+    }
+
     async def go() -> int:
         owned = Owned(name)
         async with client() as c:
@@ -439,6 +525,8 @@ def run(
                         )
                     )  # fmt: skip
                     sid = started["sessionId"]
+                    if not quiet:
+                        await say_reused(c, owned, asked)
                     if files:
                         await c.upload(sid, [(f.name, f.read_bytes()) for f in files])
                     return await stream_execution(c, sid, mode, text, options, signals, owned)
@@ -460,7 +548,7 @@ def run(
                     except asyncio.CancelledError:  # another signal: the user stops the clean-up too
                         if signals.received is None:
                             raise
-                        print(f"bai: session {name}: clean-up stopped, it may still exist", file=sys.stderr)
+                        await _say_stopped_clean_up(c, owned)
 
     raise typer.Exit(run_async(go()))
 
@@ -504,9 +592,45 @@ async def _release(c, owned: Owned, keep: bool, quiet: bool, why: str | None) ->
         if why is not None:  # (without one: the kernel may have ended by itself)
             print(f"bai: {label} could not be ended ({why}{when}): {e}", file=sys.stderr)
         return
-    if why is not None:
-        done = "destroyed" if started else "cancelled"
-        print(f"bai: {label} {done} ({why}{when})", file=sys.stderr)
+    if why is not None:  # what became of it, as the manager says now (not what the destroy was meant to do)
+        print(
+            f"bai: {label} {_after_destroy(await _status_now(c, owned.sid), owned.name)} ({why}{when})", file=sys.stderr
+        )
+
+
+def _after_destroy(info: dict[str, Any] | None, name: str) -> str:
+    """What `run` says became of the session it destroyed, from its status read after the destroy."""
+    if info is None:
+        return f"was told to end, but its status could not be read (see `bai session info {name}`)"
+    status = info["status"]
+    if status == "CANCELLED":
+        return "cancelled"
+    if status in ("TERMINATING", "TERMINATED"):
+        return "destroyed"
+    if status in ENDED:
+        return f"ended ({status})"
+    return f"is still {status} after the destroy: end it with `bai session destroy {name}`"
+
+
+async def _say_stopped_clean_up(c, owned: Owned) -> None:
+    """Another signal stopped `run`'s clean-up: say what the session is now (one short read), and only when
+    that is unknown that it may still exist."""
+    import asyncio
+
+    if owned.sid is None:
+        return
+    label = f"session {owned.name} ({owned.sid})"
+    end = f"end it with `bai session destroy {owned.name}`"
+    info = None
+    with contextlib.suppress(asyncio.CancelledError):  # yet another signal: then it is unknown
+        info = await _status_now(c, owned.sid, limit=2.0)
+    if info is None:
+        print(f"bai: {label}: clean-up stopped, it may still exist: see `bai session info {owned.name}`; {end}",
+              file=sys.stderr)  # fmt: skip
+    elif info["status"] in ENDED or info["status"] == "TERMINATING":
+        print(f"bai: {label}: clean-up stopped; it is {info['status']}", file=sys.stderr)
+    else:
+        print(f"bai: {label}: clean-up stopped; it is {_where_it_is(info)}: {end}", file=sys.stderr)
 
 
 @app.command()
@@ -540,19 +664,40 @@ def create(
     network: Network = None,
     cluster_size: ClusterSize = 1,
     cluster_mode: ClusterMode = SINGLE_NODE,
-    no_wait: bool = typer.Option(False, "--no-wait", help="Return at once, without waiting until it runs."),
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach",
+            "--no-wait",
+            help="Return as soon as the session is accepted (queued), without waiting until it runs.",
+        ),
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="Stop waiting after SECONDS: the session stays (queued or starting); exit 124.",
+        ),
+    ] = None,
     wait_end: Annotated[
         bool, typer.Option("--wait", help="Batch: wait until it ends and exit with its exit code.")
     ] = False,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Create a session and return once it runs (or at once with --no-wait)."""
+    """Create a session and return once it runs (or at once with --detach).
+
+    Stopping the wait (--timeout, Ctrl-C) leaves the session as it is: it says where it is and how to end it."""
     import asyncio
     import secrets
 
     resources = parse_resources(cpu, mem, gpu, gpu_share)
     environ = parse_env(env)
     check_name(name)
+    if timeout is not None and not timeout > 0:
+        raise typer.BadParameter("wants a number of seconds above 0", param_hint="--timeout")
+    if detach and (timeout is not None or wait_end):
+        raise typer.BadParameter("--detach returns at once: it takes neither --timeout nor --wait")
     if session_type not in ("interactive", "batch"):
         raise typer.BadParameter("--type wants interactive or batch")
     if session_type == "batch" and not startup_command:
@@ -576,17 +721,30 @@ def create(
     from bai.cli.common import client
 
     async def go() -> dict[str, Any]:
+        owned = Owned(name)
         async with client() as c:
-            if no_wait or starts_at or depends:
+            if (detach or starts_at or depends) and not wait_end:
                 result = await c.create_session(image, name=name, enqueue_only=True, **options)
-            else:
-                result = await wait_running(c, image, name, as_json, **options)
-            if wait_end:
-                # polling the manager until the batch session has ended
-                while (info := await c.get_session(result["sessionId"]))["status"] not in ENDED:  # noqa: ASYNC110
-                    await asyncio.sleep(0.3)
-                result = {**result, "status": info["status"], "exitCode": info["exitCode"]}
-            return result
+                owned.note(result)
+                await say_reused(c, owned, options)
+                return result
+            with Signals() as signals:
+                limit = asyncio.timeout(timeout)
+                try:
+                    async with limit:
+                        return await _create_and_wait(
+                            c, image, owned, options, as_json, wait_end, bool(starts_at or depends)
+                        )
+                except TimeoutError:
+                    if not limit.expired():
+                        raise
+                    await say_left_waiting(c, owned, f"stopped waiting after {timeout:g} s (--timeout)")
+                    raise typer.Exit(EXIT_STILL_WAITING) from None
+                except asyncio.CancelledError:
+                    if signals.received is None:
+                        raise
+                    await say_left_waiting(c, owned, f"{signals.word} while waiting")
+                    raise typer.Exit(signals.exit_code) from None
 
     result = run_async(go())
     if as_json:
@@ -595,6 +753,27 @@ def create(
         print(f"session {result['sessionName']} ({result['sessionId']}) is {result['status']}")
     if wait_end:
         raise typer.Exit(result["exitCode"] if result["exitCode"] is not None else 1)
+
+
+async def _create_and_wait(
+    c, image: str, owned: Owned, options: dict[str, Any], quiet: bool, wait_end: bool, queued: bool
+) -> dict[str, Any]:
+    """`create`'s wait: until the session runs (`queued`: only until it is accepted, as --starts-at and
+    --depends ask), then with `wait_end` until it has ended."""
+    import asyncio
+
+    if queued:
+        result = await c.create_session(image, name=owned.name, enqueue_only=True, **options)
+        owned.note(result)
+    else:
+        result = await wait_running(c, image, owned.name, quiet, owned, **options)
+    await say_reused(c, owned, options)
+    if wait_end:
+        # polling the manager until the batch session has ended
+        while (info := await c.get_session(result["sessionId"]))["status"] not in ENDED:  # noqa: ASYNC110
+            await asyncio.sleep(0.3)
+        result = {**result, "status": info["status"], "exitCode": info["exitCode"]}
+    return result
 
 
 @app.command()

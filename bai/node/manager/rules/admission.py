@@ -1,4 +1,4 @@
-"""Who may ask for what when a session is created: networks and image registries.
+"""Who may ask for what when a session is created: networks, image registries, kernel sizes, policy limits.
 
 Pure decisions (request + caller + configuration → None or a Problem), made before a session is
 stored and before any connection is made:
@@ -13,6 +13,12 @@ stored and before any connection is made:
   (`[session] min_kernel_cpu` / `min_kernel_mem`): below that Docker refuses the container (memory under
   6 MiB) or the kernel's runner cannot even start, and a flood of tiny kernels would hold the node's
   processes, networks and containers for almost no quota. A request below the floor is a 400 naming it.
+- The owner's resource policy. A session asking for more of a slot than its keypair's policy allows in all
+  (`total_resource_slots`, or 0 for a slot it does not list under `default_for_unspecified = LIMITED`) could
+  never start, whatever ends: it is a 412 (quota-exceeded) naming the limit and the request, not queued
+  forever. The policy's other limits count sessions (max_concurrent_sessions, max_session_networks,
+  max_pending_session_count): any one session fits those once the keypair's others end, and bai has no
+  per-session container limit (a session's size is bounded by MAX_CLUSTER_SIZE when the request is read).
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bai.common import slots as slotlib
 from bai.common.images import registry_of
 from bai.common.problems import Problem, invalid
+
+if TYPE_CHECKING:
+    from bai.node.manager.state.records import Policy
 
 ALWAYS_ALLOWED_NETWORKS = ("none",)  # no network at all is never a risk
 # a Docker network name; `container:ID` (sharing another container's namespace) is not one
@@ -235,4 +244,59 @@ def admit(admission: Admission, req: Any, is_admin: bool, agent_groups: Iterable
         or check_group(admission, req.scaling_group, set(agent_groups))
         or check_network(admission, req.network, req.scaling_group, is_admin)
         or check_image(admission, req.image)
+    )
+
+
+POLICY_SLUG = "quota-exceeded"
+POLICY_TITLE = "The request exceeds its keypair's resource policy."
+
+
+def policy_limits(policy: Policy) -> tuple[dict[str, Decimal], Decimal | None]:
+    """A policy's total_resource_slots (slot -> the most a keypair may hold) and what a slot it does not list
+    gets: 0 under default_for_unspecified LIMITED, else None (unlimited)."""
+    limits = slotlib.from_wire(policy.total_resource_slots)
+    default = Decimal(0) if policy.default_for_unspecified.upper() == "LIMITED" else None
+    return limits, default
+
+
+def check_policy(policy: Policy | None, access_key: str, req: Any) -> Problem | None:
+    """A request (a CreateRequest) for more of some slot, its kernels together, than the owner's policy lets
+    the keypair hold in all: it could never be scheduled (the scheduler's keypair_resource_limit would keep
+    it PENDING for ever), so it is refused now, naming every such slot, the policy's limit and the request.
+    None: no policy (unlimited), or every slot fits."""
+    if policy is None:
+        return None
+    limits, default = policy_limits(policy)
+    if not limits and default is None:
+        return None
+    kernels = req.cluster_size
+    over = []
+    for slot, amount in sorted(req.resources.items()):
+        if amount <= 0:
+            continue
+        limit = limits.get(slot, default)
+        total = amount * kernels
+        if limit is not None and total > limit:
+            over.append((slot, total, limit))
+    if not over:
+        return None
+    each = f" ({kernels} kernels of {slotlib.format_slots(req.resources)} each)" if kernels > 1 else ""
+    asks = ", ".join(f"{slot} {slotlib.format_amount(slot, total)}" for slot, total, _ in over)
+    allows = ", ".join(
+        f"{slot} {slotlib.format_amount(slot, limit)}"
+        + ("" if slot in limits else " (not listed; default_for_unspecified = LIMITED)")
+        for slot, _, limit in over
+    )
+    return Problem(
+        POLICY_SLUG,
+        POLICY_TITLE,
+        f"the session asks for {asks}{each}, more than keypair {access_key}'s resource policy {policy.name} "
+        f"allows it in all (total_resource_slots): {allows}; it could never start: ask for less, or have an "
+        "admin raise the policy's limit",
+        {
+            "policy": policy.name,
+            "requested": {slot: slotlib.to_wire({slot: total})[slot] for slot, total, _ in over},
+            "limits": {slot: slotlib.to_wire({slot: limit})[slot] for slot, _, limit in over},
+            "default_for_unspecified": policy.default_for_unspecified,
+        },
     )

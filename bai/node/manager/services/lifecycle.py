@@ -52,7 +52,7 @@ from bai.node.link.messages import (
 )
 from bai.node.manager.domain_errors import Conflict, Forbidden, Invalid, KeepsChanging, SessionNotFound
 from bai.node.manager.http.requests import CreateRequest
-from bai.node.manager.rules.admission import Admission, admit
+from bai.node.manager.rules.admission import Admission, admit, check_policy
 from bai.node.manager.rules.placeable import unplaceable, unplaceable_spread
 from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.agent_registry import PULL_TIMEOUT, Agents
@@ -335,6 +335,14 @@ class SessionLifecycle:
             self._placeable.add(key)
         return problem
 
+    async def _over_policy(self, access_key: str, req: CreateRequest) -> Problem | None:
+        """Why the owner's resource policy could never let the request start (admission.check_policy), or
+        None. The policy is the one the scheduler judges by: the keypair's, the default one for a keypair
+        the store does not have (one read: policies change at any time)."""
+        keypair = self.store.active_keypair(access_key) or await self.store.keypair(access_key)
+        policy = await self.store.policy(keypair.resource_policy if keypair else "default")
+        return check_policy(policy, access_key, req)
+
     def _plain(self, req: CreateRequest) -> bool:
         """Whether creating `req` needs nothing but the stored sessions and what is in memory: no folders to
         mount, no sessions to depend on, no hooks to ask, an image known to be available without asking the
@@ -349,6 +357,8 @@ class SessionLifecycle:
             groups = {a.scaling_group for a in (await self.store.agent_capacities())[1]}
         if problem := admit(self.admission, req, is_admin, groups):
             raise problem
+        if problem := await self._over_policy(access_key, req):
+            raise problem  # more than the owner's policy ever allows: not queued forever
         if self._plain(req) and await self._unplaceable(req) is None:
             # the common case in one transaction: the live session of that name (get-or-create) or the new one;
             # any check that fails takes the path below, where the live session of that name comes first
