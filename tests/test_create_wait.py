@@ -330,3 +330,18 @@ async def test_the_same_signal_twice_at_once_is_one_and_a_later_one_counts() -> 
     signals_of._handle(signal.SIGINT)  # another signal is never the same one
     await task
     assert cancels == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "how"),
+    [("PENDING", "bai session destroy job1"), ("PULLING", "bai session destroy --force job1")],
+)
+async def test_a_stopped_wait_names_the_command_that_ends_the_session_in_its_status(
+    capsys: pytest.CaptureFixture[str], status: str, how: str
+) -> None:
+    from bai.cli.session import say_left_waiting
+
+    await say_left_waiting(FakeClient(status), owned_session(), "interrupted while waiting")
+    err = capsys.readouterr().err
+    assert err.startswith("bai: interrupted while waiting: session job1 (sid-1) is still "), err
+    assert err.endswith(f": end it with `{how}`\n"), err

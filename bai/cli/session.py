@@ -74,6 +74,7 @@ Kernel = Annotated[
 STARTING = {"PENDING", "SCHEDULED", "PULLING", "PREPARING", "TIMEOUT"}
 ENDED = {"TERMINATED", "CANCELLED", "ERROR"}
 BATCH_DONE = {"task-done", "task-failed"}  # a batch session that started, ran and ended
+FORCED_ONLY = {"SCHEDULED", "PREPARING", "PULLING"}  # live statuses only a forced destroy ends (of STARTING's)
 EXIT_STILL_WAITING = 124  # `create --timeout` gave up waiting (the session stays): as timeout(1) exits
 SAME_SIGNAL = 0.25  # seconds: the same signal again this soon is one signal delivered twice
 OWNER_HELP = "Admins: the access key whose session a name refers to (owner_access_key)."
@@ -340,7 +341,14 @@ async def say_left_waiting(c, owned: Owned, why: str) -> None:
         print(f"bai: {why}: {label} is {_where_it_is(info)}", file=sys.stderr)
     else:
         stays = "stays queued" if info["status"] == "PENDING" else "goes on"
-        print(f"bai: {why}: {label} is {_where_it_is(info)}; it {stays}: {end}", file=sys.stderr)
+        print(f"bai: {why}: {label} is {_where_it_is(info)}; it {stays}: {_how_to_end(info, owned.name)}",
+              file=sys.stderr)  # fmt: skip
+
+
+def _how_to_end(info: dict[str, Any], name: str) -> str:
+    """The command that ends a session in its status now (one starting takes --force, as the manager says)."""
+    forced = "--force " if info["status"] in FORCED_ONLY else ""
+    return f"end it with `bai session destroy {forced}{name}`"
 
 
 async def say_reused(c, owned: Owned, asked: dict[str, Any]) -> None:
@@ -609,7 +617,7 @@ def _after_destroy(info: dict[str, Any] | None, name: str) -> str:
         return "destroyed"
     if status in ENDED:
         return f"ended ({status})"
-    return f"is still {status} after the destroy: end it with `bai session destroy {name}`"
+    return f"is still {status} after the destroy: {_how_to_end(info, name)}"
 
 
 async def _say_stopped_clean_up(c, owned: Owned) -> None:
@@ -630,7 +638,8 @@ async def _say_stopped_clean_up(c, owned: Owned) -> None:
     elif info["status"] in ENDED or info["status"] == "TERMINATING":
         print(f"bai: {label}: clean-up stopped; it is {info['status']}", file=sys.stderr)
     else:
-        print(f"bai: {label}: clean-up stopped; it is {_where_it_is(info)}: {end}", file=sys.stderr)
+        print(f"bai: {label}: clean-up stopped; it is {_where_it_is(info)}: {_how_to_end(info, owned.name)}",
+              file=sys.stderr)  # fmt: skip
 
 
 @app.command()
