@@ -151,7 +151,7 @@ def test_detail_names_a_sessions_network_only_when_it_asked_for_one() -> None:
 
 # -- the views stand alone: attributes down, messages up, no import of the app -----------------------
 
-TUI_MODULES = ("model", "tables", "widgets", "modals", "views", "app")
+TUI_MODULES = ("model", "tables", "widgets", "modals", "views", "session_views", "prompt", "logfile", "app")
 
 
 def _tui_imports(name: str) -> set[str]:

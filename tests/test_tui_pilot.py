@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from bai.tui.app import Dashboard
-from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, PromptScreen
+from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen
 from tests.nodeproc import ROOT, Node
 from tests.tui_support import node_client, plain, until
 
@@ -42,9 +42,8 @@ def shown_names(app: Dashboard) -> list[str]:
 
 
 async def type_prompt(pilot, text: str) -> None:
-    await until(pilot, lambda: isinstance(pilot.app.screen, PromptScreen), what="the prompt")
-    prompt = pilot.app.screen
-    prompt.query_one("Input").value = text
+    await until(pilot, lambda: pilot.app.prompt_bar.shown, what="the prompt")
+    pilot.app.prompt_bar.input.value = text
     await pilot.press("enter")
 
 

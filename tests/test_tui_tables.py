@@ -11,10 +11,9 @@ import pytest
 from rich.text import Text
 
 from bai.tui.app import VIEW_NAMES, Dashboard
-from bai.tui.modals import PromptScreen
 from bai.tui.model import ClusterModel, Filter, is_failed, view_of
 from bai.tui.tables import Column, fit_columns, header
-from bai.tui.views import duration, gauge_column, info_text, run_timing
+from bai.tui.views import duration, gauge_column, info_text, queue_and_run, run_timing
 from tests.tui_fake import GIB, FakeClient, agents, sessions
 from tests.tui_support import FROZEN, frozen_clock, plain, until
 
@@ -85,12 +84,39 @@ def test_failed_sessions() -> None:
     assert not is_failed(running)
 
 
+def test_a_live_session_says_its_last_run_ended_not_that_it_failed() -> None:
+    notebook = by_name("notebook-ana")  # RUNNING, its last run exit 137 FAILURE
+    assert info_text(notebook, FROZEN) == "last run: exit 137"
+    assert "FAILURE" not in info_text(notebook, FROZEN)
+    ended = {
+        **notebook,
+        "status": "TERMINATED",
+        **{k: FROZEN.isoformat() for k in ("terminationTime", "statusChanged")},
+    }
+    assert info_text(ended, FROZEN).startswith("exit 137 · ")
+
+
 def test_finished_sessions_say_how_long_they_ran_and_when_they_ended() -> None:
     assert [duration(s) for s in (0, 45, 123, 3725, 90000)] == ["0s", "45s", "2m 3s", "1h 2m", "1d 1h"]
     etl, flaky = by_name("etl-nightly"), by_name("flaky-job")
-    assert run_timing(etl, FROZEN) == "ran 2m 3s · ended 11:52"
-    assert info_text(etl, FROZEN) == "exit 0 · ran 2m 3s · ended 11:52 · task-done"
+    # queued and running times apart (startedAt), no "queued" when it did not wait
+    assert run_timing(etl, FROZEN) == "queued 5s, ran 2m 3s · ended 11:52"
+    assert info_text(etl, FROZEN) == "exit 0 · queued 5s, ran 2m 3s · ended 11:52 · task-done"
     assert info_text(flaky, FROZEN).startswith("exit 3 · ran 47s · ended 11:54")
+    # a session that waited 2m 1s and ran 19m 2s does not say it "ran 21m 3s"
+    long_wait = {**etl, "creationTime": (FROZEN - timedelta(seconds=21 * 60 + 3)).isoformat()}
+    long_wait.update(
+        startedAt=(FROZEN - timedelta(seconds=19 * 60 + 2)).isoformat(), terminationTime=FROZEN.isoformat()
+    )
+    assert run_timing(long_wait, FROZEN).startswith("queued 2m 1s, ran 19m 2s · ended 12:00")
+    # no startedAt: the transition to RUNNING (a detail) says when it started; neither: only when it ended
+    detail = {**long_wait, "startedAt": None, "transitions": [{"status": "RUNNING", "at": long_wait["startedAt"]}]}
+    assert run_timing(detail, FROZEN).startswith("queued 2m 1s, ran 19m 2s")
+    assert run_timing({**long_wait, "startedAt": None}, FROZEN) == "ended 12:00"
+    # a running session: how long it waited and how long it has run
+    train = by_name("train-resnet")
+    assert queue_and_run(train, FROZEN) == "queued 2m 1s, running 39m 59s"
+    assert queue_and_run(by_name("lab-agent-10"), FROZEN) == ""  # no startedAt: the AGE column says it
     # never reached an agent: no "ran"; the reason first
     cancelled = info_text(by_name("report-after-flaky"), FROZEN)
     assert cancelled.startswith("dependency-failed: ") and cancelled.endswith("· ended 11:54")
@@ -169,14 +195,39 @@ async def test_nothing_essential_is_cut(size) -> None:
                     if column.key != "info":
                         assert len(text) <= column.width, (view, column.key, text, column.width)
         keys = [c.key for c in app.sessions_view.sync.columns]
-        assert {"name", "status", "where", "cpu", "mem", "info"} <= set(keys)
+        # the queue position and the reason before the secondary columns: at 80 even MEM gives way to it
+        assert {"name", "status", "where", "cpu", "info"} <= set(keys)
         info = next(c for c in app.sessions_view.sync.columns if c.key == "info")
-        assert info.width >= len("exit 137 · ran")
+        assert info.width >= 24
         if size[0] >= 120:
-            assert "age" in keys and info.width >= 30
+            assert {"mem", "age"} <= set(keys) and info.width >= 37
+            assert not {"image", "owner", "type"} & set(keys)
         if size[0] >= 200:
-            assert "slots" in keys and info.width >= 50
+            assert "slots" in keys and info.width >= 64
         assert {c.key for c in app.agents_view.sync.columns} >= {"id", "status", "cpu", "mem", "slot:cpu", "slot:mem"}
+
+
+async def test_the_reason_takes_the_rest_of_the_width_after_a_resize() -> None:
+    """The columns are laid out again when the terminal is resized: the reason always fills the row, and
+    the secondary columns come back (or go) by importance."""
+    app = Dashboard(FakeClient(), clock=frozen_clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        for width in (200, 120, 80):
+            await pilot.resize_terminal(width, 30)
+            await until(pilot, lambda w=width: _row_width(app) == w - 2, what=f"the columns for {width}")
+            columns = {c.key: c for c in app.sessions_view.sync.columns}
+            assert columns["info"].width >= max(24, (width - 8) // 3)
+            assert ("mem" in columns) == (width >= 120) and ("slots" in columns) == (width >= 200)
+            assert "image" not in columns and "owner" not in columns  # secondary: they gave way to the reason
+        reason = str(cells_of(app, "big-sweep")["info"])
+        assert (
+            reason.startswith("no agent has 4 cpu free (") and cells_of(app, "big-sweep")["where"].plain == "queue #1"
+        )
+
+
+def _row_width(app: Dashboard) -> int:
+    return sum(c.width + 2 for c in app.sessions_view.sync.columns)
 
 
 async def test_keys_move_jump_and_sort() -> None:
@@ -223,8 +274,8 @@ async def test_keys_move_jump_and_sort() -> None:
 
 
 async def type_prompt(pilot, text: str) -> None:
-    await until(pilot, lambda: isinstance(pilot.app.screen, PromptScreen), what="the prompt")
-    pilot.app.screen.query_one("Input").value = text
+    await until(pilot, lambda: pilot.app.prompt_bar.shown, what="the prompt")
+    pilot.app.prompt_bar.input.value = text
     await pilot.press("enter")
 
 

@@ -44,6 +44,7 @@ def _session(name: str, status: str, *, created: float, **kw: Any) -> dict[str, 
         "scalingGroup": "default",
         "creationTime": _at(minutes=created),
         "statusChanged": _at(minutes=created),
+        "startedAt": None,
         "terminationTime": None,
         "exitCode": None,
         "result": "UNDEFINED",
@@ -70,14 +71,23 @@ def _usage(cpu: float, mem: int, peak: int, **kw: Any) -> dict[str, Any]:
     }
 
 
-def _ended(minutes_ago: float, ran: float) -> dict[str, Any]:
-    """Times of a session that ran `ran` seconds and ended `minutes_ago` minutes ago."""
+def _ended(minutes_ago: float, ran: float, queued: float = 0, started: bool = True) -> dict[str, Any]:
+    """Times of a session that waited `queued` seconds, ran `ran` seconds and ended `minutes_ago` minutes
+    ago (`started`: it did run, so it has a `startedAt`)."""
     end = FROZEN - timedelta(minutes=minutes_ago)
-    return {
-        "creationTime": (end - timedelta(seconds=ran)).isoformat(),
+    times = {
+        "creationTime": (end - timedelta(seconds=ran + queued)).isoformat(),
         "statusChanged": end.isoformat(),
         "terminationTime": end.isoformat(),
     }
+    if started:
+        times["startedAt"] = (end - timedelta(seconds=ran)).isoformat()
+    return times
+
+
+def _started(created: float, queued: float) -> str:
+    """`startedAt` of a session created `created` minutes ago that waited `queued` seconds."""
+    return (FROZEN - timedelta(minutes=created) + timedelta(seconds=queued)).isoformat()
 
 
 def sessions() -> list[dict[str, Any]]:
@@ -94,22 +104,23 @@ def sessions() -> list[dict[str, Any]]:
             type="BATCH",
         ),
         _session(
-            "train-resnet", "RUNNING", created=42, agent="agent-1",
+            "train-resnet", "RUNNING", created=42, agent="agent-1", startedAt=_started(42, 121),
             requestedSlots={"cpu": "2", "mem": str(4 * GIB), "cuda.shares": "0.5"},
             usage=_usage(187.5, int(3.6 * GIB), int(3.9 * GIB), gpuPct=71.0, gpuMemBytes=int(5.2 * GIB)),
         ),
         _session(
-            "notebook-ana", "RUNNING", created=30, agent="agent-2",
+            "notebook-ana", "RUNNING", created=30, agent="agent-2", startedAt=_started(30, 3), exitCode=137,
+            result="FAILURE",  # its last run was killed; the session goes on
             usage=_usage(12.0, 300 * MIB, 410 * MIB),
         ),
-        _session("tensorboard", "RUNNING", created=1, agent="agent-3"),  # no sample yet
+        _session("tensorboard", "RUNNING", created=1, agent="agent-3", startedAt=_started(1, 0)),  # no sample yet
         _session(
-            "lab-agent-10", "RUNNING", created=20, agent="agent-10",
+            "lab-agent-10", "RUNNING", created=20, agent="agent-10",  # no startedAt: only its age is known
             requestedSlots={"cpu": "0.5", "mem": str(512 * MIB)}, usage=_usage(49.0, 470 * MIB, 500 * MIB),
         ),
         _session(
             "etl-nightly", "TERMINATED", created=0, agent="agent-3", exitCode=0, result="SUCCESS",
-            statusInfo="task-done", type="BATCH", **_ended(8, 123),
+            statusInfo="task-done", type="BATCH", **_ended(8, 123, queued=5),
         ),
         _session(
             "flaky-job", "TERMINATED", created=0, agent="agent-1", exitCode=3, result="FAILURE",
@@ -117,16 +128,16 @@ def sessions() -> list[dict[str, Any]]:
         ),
         _session(
             "report-after-flaky", "CANCELLED", created=0, statusInfo="dependency-failed", type="BATCH",
-            reason="dependency-failed: session flaky-job ended with exit code 3", **_ended(6, 50),
+            reason="dependency-failed: session flaky-job ended with exit code 3", **_ended(6, 50, started=False),
         ),
         _session(
             "bad-image", "ERROR", created=0, agent="agent-2", statusInfo="failed-to-start",
             statusData={"error": {"name": "ImageNotFound", "repr": "ImageNotFound: bai/nope:1 is not on agent-2"}},
-            reason="failed-to-start: ImageNotFound: bai/nope:1 is not on agent-2", **_ended(5, 4),
+            reason="failed-to-start: ImageNotFound: bai/nope:1 is not on agent-2", **_ended(5, 4, started=False),
         ),
         _session(
             "stopped-by-me", "CANCELLED", created=0, statusInfo="user-requested", reason="user-requested",
-            **_ended(2, 30),
+            **_ended(2, 30, started=False),
         ),
     ]  # fmt: skip
 
@@ -144,7 +155,7 @@ def cluster_session() -> dict[str, Any]:
     return _session(
         "dist-train", "RUNNING", created=12, agent="agent-1",
         requestedSlots={"cpu": "6", "mem": str(6 * GIB)},  # the sum over its three kernels
-        usage=_usage(284.5, int(3.65 * GIB), int(3.9 * GIB)),
+        usage=_usage(284.5, int(3.65 * GIB), int(3.9 * GIB)), startedAt=_started(12, 20),
         clusterSize=3, clusterMode="multi-node",
     )  # fmt: skip
 
@@ -220,6 +231,25 @@ def detail_of(row: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+class EventQueue(asyncio.Queue):
+    """The dashboard stream's events a test puts (`put_nowait`), and, called as the client's `events(ref)`,
+    a session's lifecycle events (`GET /events/session`): those of `lifecycle`, then whatever a test puts
+    on `lifecycle_more` (a name and data; None ends the stream)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lifecycle: list[tuple[str, dict[str, Any]]] = []
+        self.lifecycle_more: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+        self.asked: list[str | None] = []
+
+    async def __call__(self, ref: str | None = None, until_end: bool = True):
+        self.asked.append(ref)
+        for item in self.lifecycle:
+            yield item
+        while (item := await self.lifecycle_more.get()) is not None:
+            yield item
+
+
 class FakeClient:
     """The calls the dashboard makes, answered from `sessions()` and `agents()`."""
 
@@ -229,13 +259,18 @@ class FakeClient:
         """`cluster`: with the cluster session of three kernels (`cluster_session`) too."""
         self.sessions = {s["id"]: s for s in sessions() + ([cluster_session()] if cluster else [])}
         self.agents = agents()
-        self.events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self.logs: dict[tuple[str | None, str | None], list[tuple[str, dict[str, Any]]]] = {}  # stream events
+        self.events = EventQueue()
+        self.log_streams: list[tuple[str | None, str | None]] = []  # (session, kernel) of each logs stream
 
     def by_name(self, name: str) -> dict[str, Any]:
         return next(s for s in self.sessions.values() if s["name"] == name)
 
     async def dashboard_events(self, topics: str = "sessions,agents", session: str | None = None, **kw):
         if topics == "logs":
+            self.log_streams.append((session, kw.get("kernel")))
+            for item in self.logs.get((session, kw.get("kernel")), []):
+                yield item
             await asyncio.Event().wait()
         yield "snapshot", {"now": FROZEN.isoformat(), "sessions": copy.deepcopy(list(self.sessions.values())),
                            "agents": copy.deepcopy(self.agents)}  # fmt: skip

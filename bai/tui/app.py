@@ -29,25 +29,37 @@ from bai.cli.apps import Forward, app_port, open_forward, watch_session
 from bai.client.api import APIError, Client
 from bai.common.present import utc_now
 from bai.tui.header import Header
-from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, PromptScreen
+from bai.tui.logfile import save_log
+from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, KernelScreen
 from bai.tui.model import ClusterModel, Filter, view_of
-from bai.tui.views import AgentsView, DetailView, ForwardRequested, LogsView, SessionsView, ShellRequested
+from bai.tui.prompt import PromptBar
+from bai.tui.session_views import EventsView, JsonView
+from bai.tui.views import (
+    AgentsView,
+    DetailView,
+    ForwardRequested,
+    LogsView,
+    SessionsView,
+    ShellRequested,
+    kernel_name,
+)
 
-VIEWS = ("agents", "sessions", "detail", "logs")
+VIEWS = ("agents", "sessions", "detail", "logs", "events", "json")
 VIEW_NAMES = {
     "agents": "agents", "a": "agents", "agent": "agents", "1": "agents",
     "sessions": "sessions", "s": "sessions", "session": "sessions", "2": "sessions",
     "detail": "detail", "describe": "detail", "d": "detail", "3": "detail",
     "logs": "logs", "l": "logs", "log": "logs", "4": "logs",
+    "events": "events", "e": "events", "ev": "events", "json": "json", "y": "json", "yaml": "json",
     # k9s's names: nodes are agents, pods are sessions
     "nodes": "agents", "no": "agents", "pods": "sessions", "po": "sessions",
 }  # fmt: skip
-SESSION_VIEWS = ("sessions", "detail", "logs")
+SESSION_VIEWS = ("sessions", "detail", "logs", "events", "json")
 SHELL_STATUSES = ("RUNNING", "RUNNING_DEGRADED")  # as `bai session shell` requires
-ShellRunner = Callable[[str], Awaitable[int]]
+ShellRunner = Callable[[str, str | None], Awaitable[int]]  # (session id, kernel name or None: main1)
 Forwarder = Callable[[dict[str, Any], dict[str, Any]], Awaitable[Forward]]
 FORWARD_HOST = "127.0.0.1"
-LOG_ACTIONS = {"toggle_timestamps", "toggle_wrap", "log_end", "log_start"}
+LOG_ACTIONS = {"toggle_timestamps", "toggle_wrap", "log_end", "log_start", "save_log", "copy_log"}
 MAX_BACKOFF = 5.0
 LOG_FLUSH = 0.1  # seconds between feeds of the log view
 LOG_FLUSH_BUSY = 0.5  # ... after a feed of more than LOG_BUSY_BYTES of output
@@ -67,16 +79,20 @@ class Dashboard(App):
     BINDINGS = [
         Binding("1", "show('agents')", "Agents", show=False),
         Binding("2", "show('sessions')", "Sessions", show=False),
-        Binding("3", "show('detail')", "Detail", show=False),
-        Binding("4", "show('logs')", "Logs", show=False),
+        Binding("3", "number('detail')", "Detail", show=False),
+        Binding("4", "number('logs')", "Logs", show=False),
         Binding("d", "describe", "Describe"),
         Binding("l", "logs", "Logs"),
+        Binding("e", "events", "Events"),
+        Binding("y", "json", "JSON"),
         Binding("ctrl+d", "terminate", "Terminate"),
         Binding("slash", "filter", "Filter"),
         Binding("t", "toggle_timestamps", "Time"),
         Binding("w", "toggle_wrap", "Wrap"),
         Binding("G", "log_end", "End"),
         Binding("g", "log_start", "Start", show=False),
+        Binding("ctrl+s", "save_log", "Save"),
+        Binding("c", "copy_log", "Copy"),
         Binding("colon", "command", "Cmd", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "back", "Back"),
@@ -94,7 +110,8 @@ class Dashboard(App):
         shell_runner: ShellRunner | None = None,
         forwarder: Forwarder | None = None,
     ) -> None:
-        """`shell_runner(session_id) -> exit status` runs a shell in a session for `s`; by default the
+        """`shell_runner(session_id, kernel) -> exit status` runs a shell in a session's kernel (None: the
+        main one) for `s`; by default the
         dashboard suspends and attaches this terminal to the session's (tests pass their own).
         `forwarder(session, app) -> Forward` starts an app and listens for it for `f`; by default on
         127.0.0.1, on the app's own port when free (`bai.cli.apps.open_forward`)."""
@@ -135,6 +152,9 @@ class Dashboard(App):
             yield SessionsView(self.model, clock=self.clock, width=width, read_only=self.read_only, id="sessions")
             yield DetailView(clock=self.clock, read_only=self.read_only, forwards=self.forward_urls, id="detail")
             yield LogsView(self.max_log_lines, id="logs")
+            yield EventsView(id="events")
+            yield JsonView(id="json")
+        yield PromptBar(id="prompt-bar")
         yield Footer()
 
     def _terminal_width(self) -> int:
@@ -171,6 +191,18 @@ class Dashboard(App):
     def logs_view(self) -> LogsView:
         return self.query_one(LogsView)
 
+    @property
+    def events_view(self) -> EventsView:
+        return self.query_one(EventsView)
+
+    @property
+    def json_view(self) -> JsonView:
+        return self.query_one(JsonView)
+
+    @property
+    def prompt_bar(self) -> PromptBar:
+        return self.query_one(PromptBar)
+
     # -- the live stream --------------------------------------------------------------------------
 
     async def _follow_cluster(self) -> None:
@@ -201,14 +233,16 @@ class Dashboard(App):
             self._draw_topbar()
             await asyncio.sleep(delay)
 
-    async def _follow_logs(self, session_id: str) -> None:
+    async def _follow_logs(self, session_id: str, kernel: str | None = None) -> None:
         view = self.logs_view
         attempt = 0
         while True:
             after = view.buffer.last_seq or None
             try:
-                async for name, data in self.client.dashboard_events(topics="logs", session=session_id, after=after):
-                    if view.session_id != session_id:
+                async for name, data in self.client.dashboard_events(
+                    topics="logs", session=session_id, kernel=kernel, after=after
+                ):
+                    if view.session_id != session_id or view.kernel != kernel:
                         return
                     view.kernel_id = data.get("kernelId")
                     view.state = "live"
@@ -314,8 +348,8 @@ class Dashboard(App):
             self._drawn[view] = self.model.version + self.model.agents_version
         elif view == "detail":
             self.detail_view.refresh_view()
-        elif view == "logs":
-            self.logs_view.refresh_view()
+        elif view in ("logs", "events", "json"):
+            self.query_one(f"#{view}").refresh_view()  # type: ignore[attr-defined]
         self._focus_view()
         self.refresh_bindings()
         self._draw_topbar()
@@ -326,6 +360,8 @@ class Dashboard(App):
             "sessions": "#sessions-table",
             "detail": "#detail-scroll",
             "logs": "#log-view",
+            "events": "#events-scroll",
+            "json": "#json-scroll",
         }[self.view]
         self.query_one(target).focus()
 
@@ -343,13 +379,22 @@ class Dashboard(App):
         elif self.history:
             self._switch(self.history.pop())
 
+    def action_number(self, view: str) -> None:
+        """3 / 4 from the sessions view: the highlighted session's detail / logs (as d / l); else the view."""
+        if self.view == "sessions" and self.selected_session() is not None:
+            if view == "detail":
+                self.action_describe()
+            else:
+                self.action_logs()
+        else:
+            self.action_show(view)
+
     def selected_session(self) -> str | None:
+        """The session a key acts on, as the screen shows it now: the highlighted row, or the view's own."""
         if self.view == "sessions":
             return self.sessions_view.selected()
-        if self.view == "detail":
-            return self.detail_view.session_id
-        if self.view == "logs":
-            return self.logs_view.session_id
+        if self.view in ("detail", "logs", "events", "json"):
+            return self.query_one(f"#{self.view}").session_id  # type: ignore[attr-defined]
         return None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -360,9 +405,13 @@ class Dashboard(App):
             row = self.model.sessions.get(sid or "")
             return None if row is None or row["status"] in ("TERMINATED", "CANCELLED") else True
         if action == "describe":
-            return self.view in ("sessions", "logs")
+            return self.view in ("sessions", "logs", "events", "json")
         if action == "logs":
-            return self.view in ("sessions", "detail")
+            return self.view in ("sessions", "detail", "events", "json")
+        if action == "events":
+            return self.view in ("sessions", "detail", "logs", "json")
+        if action == "json":
+            return self.view in ("sessions", "detail", "logs", "events")
         if action == "filter":
             return self.view in ("sessions", "logs")
         if action in LOG_ACTIONS:
@@ -389,6 +438,35 @@ class Dashboard(App):
     def on_forward_requested(self, message: ForwardRequested) -> None:
         self.choose_app(message.session_id)
 
+    # -- which kernel (a session of several) --------------------------------------------------------
+
+    def with_kernel(self, sid: str, what: str, then: Callable[[str | None], None]) -> None:
+        """`then(kernel)` for the session's kernel: None (its only one, main1) straight away; of a session of
+        several kernels, the one chosen in a picker (main1 highlighted first)."""
+        row = self.model.sessions.get(sid) or {}
+        if (row.get("clusterSize") or 1) <= 1 and len(row.get("kernels") or []) <= 1:
+            then(None)
+            return
+        self.run_worker(self._pick_kernel(sid, row.get("name", sid[:8]), what, then), group="kernel", exclusive=True)
+
+    async def _pick_kernel(self, sid: str, name: str, what: str, then: Callable[[str | None], None]) -> None:
+        try:
+            detail = await self.client.get_session(sid)
+        except APIError as e:
+            self.notify(f"Cannot list the kernels of {name}: {e}", severity="error", timeout=8)
+            return
+        kernels = detail.get("kernels") or []
+        if len(kernels) <= 1:
+            then(None)
+            return
+        choices = [(kernel_name(k), f"{k.get('agent') or '-'}  {k.get('status', '')}") for k in kernels]
+
+        def chosen(kernel: str | None) -> None:
+            if kernel is not None:
+                then(kernel)
+
+        self.push_screen(KernelScreen(name, what, choices), chosen)
+
     # -- actions on sessions ----------------------------------------------------------------------
 
     def action_describe(self) -> None:
@@ -398,8 +476,12 @@ class Dashboard(App):
         if sid is None:
             self.notify("No session chosen.", severity="warning")
             return
+        self.with_kernel(sid, "describe", lambda kernel: self._describe_kernel(sid, kernel))
+
+    def _describe_kernel(self, sid: str, kernel: str | None) -> None:
         if sid != self.detail_view.session_id:
             self.detail_view.show(sid, None, None)
+        self.detail_view.kernel = kernel
         self._load_detail(sid)
         self.action_show("detail")
 
@@ -429,12 +511,72 @@ class Dashboard(App):
         if sid is None:
             self.notify("No session chosen.", severity="warning")
             return
-        if sid != self.logs_view.session_id:
+        if self.view == "logs":
+            return
+        self.with_kernel(sid, "logs", lambda kernel: self._open_logs(sid, kernel))
+
+    def _open_logs(self, sid: str, kernel: str | None) -> None:
+        if sid != self.logs_view.session_id or kernel != self.logs_view.kernel:
             row = self.model.sessions.get(sid) or {}
             self._pending_logs = []
-            self.logs_view.reset(sid, row.get("name", sid[:8]))
-            self.run_worker(self._follow_logs(sid), group="logs", exclusive=True)
+            self.logs_view.reset(sid, row.get("name", sid[:8]), kernel)
+            self.run_worker(self._follow_logs(sid, kernel), group="logs", exclusive=True)
         self.action_show("logs")
+
+    def action_events(self) -> None:
+        """`e`: the session's events, its transitions as stored and then lifecycle events as they happen."""
+        sid = self.selected_session()
+        if sid is None:
+            self.notify("No session chosen.", severity="warning")
+            return
+        if sid != self.events_view.session_id:
+            row = self.model.sessions.get(sid) or {}
+            self.events_view.reset(sid, row.get("name", sid[:8]))
+            self.run_worker(self._follow_events(sid), group="events", exclusive=True)
+        self.action_show("events")
+
+    async def _follow_events(self, sid: str) -> None:
+        view = self.events_view
+        try:
+            detail = await self.client.get_session(sid)
+        except APIError as e:
+            view.state = f"cannot load the session: {e}"
+            view.refresh_view()
+            return
+        view.transitions = list(detail.get("transitions") or [])
+        view.state = ""
+        view.refresh_view()
+        try:
+            async for name, data in self.client.events(sid, until_end=True):
+                if view.session_id != sid:
+                    return
+                view.add_event(self.clock().strftime("%Y-%m-%d %H:%M:%S"), name, data)
+        except APIError as e:
+            view.state = f"the events stream stopped: {e}"
+            view.refresh_view()
+            return
+        view.state = "the session ended: no more events"
+        view.refresh_view()
+
+    def action_json(self) -> None:
+        """`y`: the session as `GET /session/{id}` returns it, as JSON."""
+        sid = self.selected_session()
+        if sid is None:
+            self.notify("No session chosen.", severity="warning")
+            return
+        name = (self.model.sessions.get(sid) or {}).get("name", sid[:8])
+        self.json_view.show(sid, name, None)
+        self.run_worker(self._fetch_json(sid, name), group="json", exclusive=True)
+        self.action_show("json")
+
+    async def _fetch_json(self, sid: str, name: str) -> None:
+        try:
+            data = await self.client.get_session(sid)
+        except APIError as e:
+            self.json_view.show(sid, name, None, error=f"cannot load the session: {e}")
+            return
+        if self.json_view.session_id == sid:
+            self.json_view.show(sid, name, data)
 
     def action_terminate(self) -> None:
         if self.read_only:
@@ -481,26 +623,44 @@ class Dashboard(App):
         row = self._running_session(sid, "no shells", "No shell in {name}: it is {status}, and a shell needs")
         if row is None:
             return
-        if self.shell_open:
+        if self.shell_open or sid is None:
             return
-        self.shell_open = True
-        self.run_worker(self._shell(sid, row["name"]), group="shell", exclusive=True)
+        name = row["name"]
 
-    async def _shell(self, sid: str, name: str) -> None:
+        def start(kernel: str | None) -> None:
+            if self.shell_open:
+                return
+            self.shell_open = True
+            self.run_worker(self._shell(sid, name, kernel), group="shell", exclusive=True)
+
+        self.with_kernel(sid, "a shell", start)
+
+    async def _shell(self, sid: str, name: str, kernel: str | None = None) -> None:
+        where = name if kernel is None else f"{name} ({kernel})"
         try:
-            status = await self.shell_runner(sid)
+            status = await self.shell_runner(sid, kernel)
         except SuspendNotSupported:
             self.notify("This terminal cannot give way to a shell: use `bai session shell`.", severity="error")
             return
         except (APIError, OSError) as e:
-            self.notify(f"Could not open a shell in {name}: {e}", severity="error", timeout=8)
+            self.notify(f"Could not open a shell in {where}: {e}", severity="error", timeout=8)
             return
         finally:
             self.shell_open = False
-            self.refresh_bindings()
-        self.notify(f"shell in {name} ended with status {status}", severity="information" if status == 0 else "warning")
+            self._back_from_shell()
+        self.notify(
+            f"shell in {where} ended with status {status}", severity="information" if status == 0 else "warning"
+        )
 
-    async def _suspended_shell(self, sid: str) -> int:
+    def _back_from_shell(self) -> None:
+        """The terminal is the dashboard's again: the view is drawn anew and its table has the focus, so
+        that the next key acts on the row highlighted now."""
+        try:
+            self._switch(self.view)
+        except NoMatches:  # closing
+            pass
+
+    async def _suspended_shell(self, sid: str, kernel: str | None = None) -> int:
         """Give this terminal to a shell in the session (attach_terminal, as `bai session shell`) and take
         it back when the shell ends; nothing is drawn meanwhile (the model keeps up with the cluster)."""
         from bai.cli.terminal import attach_terminal
@@ -508,7 +668,7 @@ class Dashboard(App):
         failed: BaseException
         with self.batch_update(), self.suspend():
             try:  # App.suspend resumes only when its block ends without an exception
-                return await attach_terminal(self.client, sid)
+                return await attach_terminal(self.client, sid, kernel=kernel)
             except BaseException as e:
                 failed = e
         raise failed
@@ -613,6 +773,7 @@ class Dashboard(App):
         view = self.view
 
         def done(value: str | None) -> None:
+            self._focus_view()
             if value is None:
                 return
             flt = Filter.parse(value)
@@ -622,30 +783,36 @@ class Dashboard(App):
             else:
                 self.logs_view.log_view.set_filter(flt)
                 self.logs_view.refresh_view()
+            self.refresh_bindings()
 
-        self.push_screen(PromptScreen("/", current, hint), done)
+        self.prompt_bar.ask("/", current, hint, done)
 
     def action_command(self) -> None:
         def done(value: str | None) -> None:
+            self._focus_view()
             if not value:
                 return
             word = value.strip().lstrip(":").lower()
+            target = view_of(word, VIEW_NAMES)
             if word in ("q", "quit", "exit"):
                 self.exit()
             elif word in ("h", "help", "?"):
                 self.action_help()
-            elif view_of(word, VIEW_NAMES) is not None:
-                target = view_of(word, VIEW_NAMES)
+            elif target is not None:
                 if target == "detail" and self.view == "sessions":
                     self.action_describe()
                 elif target == "logs" and self.view in ("sessions", "detail"):
                     self.action_logs()
+                elif target == "events" and self.view != "events":
+                    self.action_events()
+                elif target == "json" and self.view != "json":
+                    self.action_json()
                 else:
                     self.action_show(target)
             else:
-                self.notify(f"Unknown command :{word} (try agents, sessions, describe, logs, help, quit)")
+                self.notify(f"Unknown command :{word} (try agents, sessions, describe, logs, events, json, help, quit)")
 
-        self.push_screen(PromptScreen(":", "", "agents · sessions · describe · logs · help · quit"), done)
+        self.prompt_bar.ask(":", "", "agents · sessions · describe · logs · events · json · help · quit", done)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.read_only))
@@ -669,6 +836,26 @@ class Dashboard(App):
     def action_log_start(self) -> None:
         self.logs_view.log_view.jump_start()
         self.logs_view.refresh_view()
+
+    def action_save_log(self) -> None:
+        """Ctrl-s: the log as kept (every line, without colour codes) to ./SESSION-KERNEL.log in the current
+        folder; never over a file (then -1, -2 … before .log). The note says where it went."""
+        view = self.logs_view
+        if view.session_id is None:
+            return
+        try:
+            path = save_log(view.plain_lines(), view.session_name, view.kernel or "main1")
+        except OSError as e:
+            self.notify(f"Could not save the log: {e.strerror or e}", severity="error", timeout=8)
+            return
+        self.notify(f"saved {len(view.buffer.lines)} lines to {path}", timeout=8)
+
+    def action_copy_log(self) -> None:
+        """c: the lines the log view shows (its filter applied) to the clipboard (OSC 52 on the terminal)."""
+        view = self.logs_view
+        lines = view.plain_lines(shown_only=True)
+        self.copy_to_clipboard("\n".join(lines) + ("\n" if lines else ""))
+        self.notify(f"copied {len(lines)} lines to the clipboard")
 
 
 class _Notes:

@@ -1,4 +1,5 @@
-"""Dialogs over the dashboard: confirm an action, type a filter or a command, choose an app, the key list."""
+"""Dialogs over the dashboard: confirm an action, choose an app or a kernel, the key list (the `/` and
+`:` prompt is bai/tui/prompt.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, OptionList, Static
+from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
 
 from bai.tui.views import app_line
@@ -61,39 +62,6 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
-class PromptScreen(ModalScreen[str | None]):
-    """One line of input (a filter after `/`, a view after `:`); Enter accepts, Esc cancels."""
-
-    DEFAULT_CSS = """
-    PromptScreen { align: center bottom; background: $background 30%; }
-    PromptScreen > Vertical { height: auto; width: 100%; background: $surface; padding: 0 1; }
-    PromptScreen Input { width: 100%; }
-    """
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
-
-    def __init__(self, prompt: str, value: str = "", hint: str = "") -> None:
-        super().__init__()
-        self.prompt = prompt
-        self.value = value
-        self.hint = hint
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            if self.hint:
-                yield Static(Text(self.hint, style="dim"))
-            yield Input(value=self.value, placeholder=self.prompt, id="prompt")
-
-    def on_mount(self) -> None:
-        self.query_one(Input).focus()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.dismiss(event.value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
 class AppsScreen(ModalScreen[str | None]):
     """A session's apps (`f`): Enter forwards the one under the cursor to a local port (or, forwarded
     already, shows its URL again); Esc cancels. Dismissed with the app's name, or None."""
@@ -133,6 +101,50 @@ class AppsScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class KernelScreen(ModalScreen[str | None]):
+    """Which kernel of a session of several (as k9s's container picker): `what` (logs, a shell, describe)
+    goes to the one chosen. The main kernel is highlighted first; Enter picks, Esc cancels. Dismissed with
+    the kernel's name (main1, sub1 …) or None."""
+
+    DEFAULT_CSS = (
+        DIALOG_CSS.format(name="KernelScreen")
+        + """
+    KernelScreen OptionList, KernelScreen OptionList:focus { height: auto; max-height: 16; border: none; padding: 0; }
+    """
+    )
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, session: str, what: str, kernels: list[tuple[str, str]]) -> None:
+        """`kernels`: (name, a line about it: its agent and status) of each kernel, in the session's order."""
+        super().__init__()
+        self.session = session
+        self.what = what
+        self.kernels = kernels
+
+    def compose(self) -> ComposeResult:
+        width = max(len(name) for name, _ in self.kernels)
+        options = [
+            Option(Text.assemble((f"{name:<{width}}", "bold"), f"  {about}"), id=name) for name, about in self.kernels
+        ]
+        with Vertical():
+            yield Static(Text(f"{self.what.capitalize()} of which kernel of {self.session}?", style="bold"))
+            yield OptionList(*options, id="kernels")
+            yield Static(Text("Enter: this kernel   Esc: cancel", style="dim"))
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        names = [name for name, _ in self.kernels]
+        options.highlighted = names.index("main1") if "main1" in names else 0
+        options.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     (
         "Views",
@@ -157,10 +169,12 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     (
         "Sessions and details",
         [
-            ("d / Enter", "describe the session under the cursor: whole reason, every live figure"),
+            ("d / Enter / 3", "describe the session under the cursor (and one of its kernels, when several)"),
             ("r", "show / hide its whole reason (or outcome) under the table"),
-            ("l", "open its logs"),
-            ("s", "a shell in it if running; back here when it exits (hidden with --read-only)"),
+            ("l", "open its logs (a session of several kernels: which kernel, main1 first)"),
+            ("e", "its events: status transitions, then lifecycle events as they happen"),
+            ("y", "its JSON, as GET /session/{id} returns it"),
+            ("s", "a shell in it if running (which kernel, when several); back here when it exits"),
             ("f", "forward an app of it (Jupyter…) to a local port (hidden with --read-only)"),
             ("Ctrl-d", "terminate it (asks first; hidden with --read-only)"),
             ("/", "filter: words match anywhere; exactly: exit:3 agent:ID name:N image:I type:T"),
@@ -174,6 +188,8 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
             ("t", "timestamps on / off"),
             ("w", "wrap long lines on / off"),
             ("G / g", "jump to the end (and follow) / to the start"),
+            ("Ctrl-s", "save the log to ./SESSION-KERNEL.log (never over a file: -1, -2 … then)"),
+            ("c", "copy the log (the lines shown) to the clipboard"),
             ("↑ PgUp …", "scrolling up pauses following; G resumes"),
         ],
     ),

@@ -13,6 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from rich.ansi import re_ansi
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -26,7 +27,7 @@ from bai.common.present import age, explain_lines, utc_now
 from bai.common.slots import from_wire
 from bai.tui.model import GROUPS, ClusterModel, Filter, LogBuffer, group_of, is_failed
 from bai.tui.tables import DOWN, UP, Column, KeyTable, TableSync, fit_columns
-from bai.tui.widgets import NO_FIGURE, LogView, bar, bytes_label, compact, cpu_label, gauge
+from bai.tui.widgets import NO_FIGURE, LogView, bar, bytes_label, compact, cpu_label, gauge, separator
 
 Clock = Callable[[], datetime]
 
@@ -227,27 +228,60 @@ def _time(iso: str | None) -> datetime | None:
         return None
 
 
+def started_at(s: dict[str, Any]) -> datetime | None:
+    """When the session first ran: its `startedAt`, else (a detail) its first transition to RUNNING; None when
+    it never ran, or when neither says."""
+    start = _time(s.get("startedAt"))
+    if start is not None:
+        return start
+    for t in s.get("transitions") or []:
+        if t.get("status") == "RUNNING":
+            return _time(t.get("at"))
+    return None
+
+
+def queue_and_run(s: dict[str, Any], now: datetime) -> str:
+    """`queued 2m 1s, ran 19m 2s` (`running` while it runs): the time it waited and the time it ran, apart;
+    "" when it is not known when it started (then only its age is shown)."""
+    start = started_at(s)
+    created = _time(s.get("creationTime"))
+    if start is None:
+        return ""
+    finished = group_of(s["status"]) == "finished"
+    end = (_time(s.get("terminationTime") or s.get("statusChanged")) if finished else now) or now
+    parts = []
+    if created is not None and (start - created).total_seconds() >= 1:
+        parts.append(f"queued {duration((start - created).total_seconds())}")
+    parts.append(f"{'ran' if finished else 'running'} {duration((end - start).total_seconds())}")
+    return ", ".join(parts)
+
+
 def run_timing(s: dict[str, Any], now: datetime) -> str:
-    """A finished session's `ran 2m 3s · ended 14:02` (UTC; with the date when not within the last 20
-    hours); "ran" only for one that reached an agent, from when it started (else from its creation)."""
+    """A finished session's `queued 5s, ran 2m 3s · ended 14:02` (UTC; with the date when not within the last
+    20 hours): how long it waited and how long it ran, apart, when it is known that it started."""
     end = _time(s.get("terminationTime") or s.get("statusChanged"))
     if end is None:
         return ""
-    parts = []
-    start = _time(s.get("startedAt") or s.get("creationTime"))
-    if s.get("agent") and start is not None:
-        parts.append(f"ran {duration((end - start).total_seconds())}")
+    parts = [queue_and_run(s, now)]
     shown = end.strftime("%H:%M") if (now - end).total_seconds() < 20 * 3600 else end.strftime("%m-%d %H:%M")
     parts.append(f"ended {shown}")
-    return " · ".join(parts)
+    return " · ".join(p for p in parts if p)
+
+
+def last_run(s: dict[str, Any]) -> str:
+    """A live session's `last run: exit 137`: how its previous run ended, which is not the session's fate."""
+    if s.get("exitCode") is None:
+        return ""
+    return f"last run: exit {s['exitCode']}"
 
 
 def info_text(s: dict[str, Any], now: datetime) -> str:
-    """The EXIT / REASON cell: a finished run's exit code first, how long it ran and when it ended, then
-    the status info; a cancelled or failed one's reason first; a waiting one's reason."""
+    """The EXIT / REASON cell: a finished run's exit code first, how long it waited and ran and when it
+    ended, then the status info; a cancelled or failed one's reason first; a waiting one's reason; a live
+    one's last run (`last run: exit 137`), which says nothing of the session itself."""
     reason = s.get("reason") or ""
-    outcome = run_outcome(s)
     if group_of(s["status"]) == "finished":
+        outcome = run_outcome(s)
         if s.get("exitCode") is not None:  # the row's colour says whether it failed: the code is enough
             outcome = f"exit {s['exitCode']}"
         parts = [outcome or reason]
@@ -255,8 +289,9 @@ def info_text(s: dict[str, Any], now: datetime) -> str:
         if outcome and s.get("statusInfo"):
             parts.append(s["statusInfo"])
         return " · ".join(p for p in parts if p)
-    if outcome:  # still running: how its last run ended
-        return f"last run {outcome}" + (f" · {reason}" if reason else "")
+    previous = last_run(s)
+    if previous:
+        return previous + (f" · {_words_of(reason)}" if reason else "")
     return _words_of(reason)
 
 
@@ -277,8 +312,9 @@ def reason_text(s: dict[str, Any], now: datetime) -> Text:
     text.append(s["name"], style="bold")
     text.append("  ")
     text.append(s["status"], style="bold red" if failed else STATUS_STYLE.get(s["status"], ""))
-    outcome = run_outcome(s)
-    timing = run_timing(s, now) if group_of(s["status"]) == "finished" else ""
+    ended = group_of(s["status"]) == "finished"
+    outcome = run_outcome(s) if ended else last_run(s)
+    timing = run_timing(s, now) if ended else queue_and_run(s, now)
     for part in (outcome, timing):
         if part:
             text.append(f" · {part}", style="red" if failed and part == outcome else "")
@@ -376,6 +412,13 @@ def sort_bindings(sorts: dict[str, Sort]) -> list[Binding]:
     return [Binding(s.letter, f"sort('{key}')", f"Sort {s.label}", show=False) for key, s in sorts.items()]
 
 
+def reason_width(width: int) -> int:
+    """The least width of the sessions' EXIT / REASON column at a terminal `width` wide: the reason matters
+    more than the secondary columns (image, owner, id, slots, type, age …), which give way to it first;
+    then it takes whatever is left."""
+    return max(24, (width - 8) // 3)
+
+
 class View(Vertical):
     """A view of the dashboard; `refresh_view` redraws it from what it was given."""
 
@@ -413,6 +456,11 @@ class TableView(View):
         else:
             self.sort = None
         self.refresh_view()
+
+    def on_resize(self) -> None:
+        """The columns are laid out again for the new width (the reason column takes what is left)."""
+        if hasattr(self, "sync"):
+            self.refresh_view()
 
     def _width(self) -> int:
         if self.size.width:
@@ -629,7 +677,7 @@ class SessionsView(SessionKeys, TableView):
             Column("cpu", "CPU", cpu, priority=2, sort="C"),
             Column("mem", "MEM", mem, priority=2, sort="M"),
             Column("age", "AGE", 4, priority=3, sort="A"),
-            Column("info", "EXIT / REASON", 50 if wide else 30 if medium else 15, flex=True, sort="R"),
+            Column("info", "EXIT / REASON", reason_width(width), flex=True, sort="R"),
         ]
         return fit_columns(cols, width)
 
@@ -748,6 +796,7 @@ class DetailView(SessionKeys, View):
         self.error: str | None = None
         self.usage: dict[str, Any] | None = None  # the stream's latest live figures, once `live`
         self.live = False
+        self.kernel: str | None = None  # the kernel chosen of a session of several (main1, sub1 …)
 
     def set_usage(self, usage: dict[str, Any] | None) -> None:
         """The session's live figures as the stream tells them (the app passes them on): redrawn when
@@ -781,7 +830,7 @@ class DetailView(SessionKeys, View):
         sid = self.session_id
         forwarded = {app: url for (session, app), url in self.forwards.items() if session == sid}
         detail = {**self.detail, "usage": self.usage} if self.live else self.detail
-        body.update(render_detail(detail, self.history, self.clock(), forwarded))
+        body.update(render_detail(detail, self.history, self.clock(), forwarded, self.kernel))
 
 
 def _field_table() -> Table:
@@ -925,14 +974,33 @@ def kernels_table(s: dict[str, Any]) -> Table:
     return table
 
 
+def kernel_fields(k: dict[str, Any]) -> Table:
+    """One kernel of a session of several, described: name, id, agent, container, status, exit, figures."""
+    table = _field_table()
+    table.add_row("Kernel", Text(f"{kernel_name(k)}  ", style="bold") + Text(k["id"], style="dim"))
+    table.add_row("  agent", k.get("agent") or "-")
+    table.add_row("  container", (k.get("containerId") or "-")[:12])
+    table.add_row("  status", styled_status(k["status"]))
+    if k.get("exitCode") is not None:
+        table.add_row("  exit code", str(k["exitCode"]))
+    usage = k.get("usage") or {}
+    if usage.get("cpuPct") is not None:
+        table.add_row("  CPU", cpu_label(float(usage["cpuPct"])))
+    if usage.get("memBytes") is not None:
+        table.add_row("  memory", bytes_label(float(usage["memBytes"])))
+    return table
+
+
 def render_detail(
     s: dict[str, Any],
     history: dict[str, Any] | None,
     now,
     forwarded: dict[str, str] | None = None,
+    kernel: str | None = None,
 ) -> Group:
     """The session's fields, live figures (its `usage`), kernels, status history and scheduler decisions;
-    `forwarded` gives the local URL of each of its apps the dashboard forwards (f)."""
+    `forwarded` gives the local URL of each of its apps the dashboard forwards (f); `kernel`: the kernel
+    described (of a session of several), whose own fields come first."""
     from bai.common.present import reason
 
     failed = is_failed(s)
@@ -964,15 +1032,19 @@ def render_detail(
     if s.get("network"):  # asked for when created (else the agent's own, none unless configured)
         fields.add_row("Network", s["network"])
     fields.add_row("Created", f"{s['creationTime'][:19].replace('T', ' ')}  ({age(s['creationTime'], now)} ago)")
+    start = started_at(s)
+    if start is not None:
+        fields.add_row("Started", f"{start.isoformat()[:19].replace('T', ' ')}  ({queue_and_run(s, now)})")
     if s.get("terminationTime"):
-        timing = run_timing(s, now).split(" · ")[0] if s.get("agent") else ""
-        fields.add_row(
-            "Ended", s["terminationTime"][:19].replace("T", " ") + (f"  ({timing})" if timing.startswith("ran") else "")
-        )
-    if s.get("exitCode") is not None:
-        fields.add_row("Exit code", Text(str(s["exitCode"]), style="bold red" if s["exitCode"] else ""))
-    if s.get("result") and s["result"] != "UNDEFINED":
-        fields.add_row("Result", Text(s["result"], style="green" if s["result"] == "SUCCESS" else "red"))
+        fields.add_row("Ended", s["terminationTime"][:19].replace("T", " "))
+    if group_of(s["status"]) != "finished":  # a live session: its last run's end says nothing of it
+        if s.get("exitCode") is not None:
+            fields.add_row("Last run", f"exit {s['exitCode']} (the session goes on)")
+    else:
+        if s.get("exitCode") is not None:
+            fields.add_row("Exit code", Text(str(s["exitCode"]), style="bold red" if s["exitCode"] else ""))
+        if s.get("result") and s["result"] != "UNDEFINED":
+            fields.add_row("Result", Text(s["result"], style="green" if s["result"] == "SUCCESS" else "red"))
     for field, value in usage_rows(s, s.get("usage"), now):
         fields.add_row(field, value)
     mounts = s.get("mounts") or []
@@ -994,6 +1066,9 @@ def render_detail(
         transitions.add_row(_stamp(t["at"]), styled_status(t["status"]), t.get("status_info") or "")
 
     parts: list[Any] = [fields, Text(""), kernels, Text(""), transitions]
+    chosen = next((k for k in s.get("kernels") or [] if kernel is not None and kernel_name(k) == kernel), None)
+    if chosen is not None:
+        parts[:0] = [kernel_fields(chosen), Text("")]
     if history is not None:
         lines = explain_lines(history)
         # the decision part only (the state changes are above)
@@ -1017,6 +1092,7 @@ class LogsView(View):
         self.buffer = LogBuffer(max_lines)
         self.session_id: str | None = None
         self.session_name = ""
+        self.kernel: str | None = None  # the kernel chosen (main1, sub1 …); None: the main one
         self.kernel_id: str | None = None
         self.state = "no session"
 
@@ -1028,14 +1104,28 @@ class LogsView(View):
     def log_view(self) -> LogView:
         return self.query_one(LogView)
 
-    def reset(self, session_id: str, name: str) -> None:
-        self.session_id, self.session_name, self.kernel_id = session_id, name, None
+    def reset(self, session_id: str, name: str, kernel: str | None = None) -> None:
+        self.session_id, self.session_name, self.kernel, self.kernel_id = session_id, name, kernel, None
         self.buffer.clear()
         self.log_view.following = True
         self.log_view.new_while_paused = 0
         self.log_view.rebuild()
         self.state = "connecting"
         self.refresh_view()
+
+    def plain_lines(self, shown_only: bool = False) -> list[str]:
+        """The log's lines without colour codes (a run's separator as its label); `shown_only`: those the
+        filter lets through."""
+        flt = self.log_view.filter if shown_only else None
+        lines = []
+        for line in self.buffer.all_lines():
+            if line.run is not None:
+                text = separator(line.run, 0).plain.replace("──", "").strip()
+            else:
+                text = re_ansi.sub("", line.text)
+            if flt is None or flt.match_text(text):
+                lines.append(text)
+        return lines
 
     def feed(self, chunks: list[Any]) -> None:
         """Chunks of output ([seq, text, stored-at]) and, between them, runs (the stream's `run` events)."""
@@ -1059,6 +1149,8 @@ class LogsView(View):
             return
         status.append("Logs ", style="bold")
         status.append(self.session_name)
+        if self.kernel:
+            status.append(f" · {self.kernel}", style="bold")
         if self.kernel_id:
             status.append(f" · kernel {self.kernel_id[:8]}", style="dim")
         status.append(" · ")
