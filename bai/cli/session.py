@@ -78,6 +78,7 @@ FORCED_ONLY = {"SCHEDULED", "PREPARING", "PULLING"}  # live statuses only a forc
 EXIT_STILL_WAITING = 124  # `create --timeout` gave up waiting (the session stays): as timeout(1) exits
 SAME_SIGNAL = 0.25  # seconds: the same signal again this soon is one signal delivered twice
 OWNER_HELP = "Admins: the access key whose session a name refers to (owner_access_key)."
+OUTPUT_HELP = "wide: every column (by default secondary ones go on a narrow terminal); json: as --json."
 
 
 def parse_resources(
@@ -417,18 +418,72 @@ def _say_queue(queue: dict[str, Any]) -> None:
     print(f"[waiting behind run {behind}{more}: one run at a time in a session]", file=sys.stderr)
 
 
+REATTACH_WINDOW = 60.0  # seconds a run's client tries to re-attach to it after its stream broke (a node restart)
+
+
 async def _stream(
     c, session_id, mode, code, options, signals: Signals, owned: Owned | None, loop, run_id, kernel=None
 ) -> int:
+    """Start the run and print its output until it ends. When the stream breaks before the end (the node
+    restarted, the connection dropped) the run goes on in the kernel: this re-attaches to it by its run id
+    for up to REATTACH_WINDOW seconds, saying so, and prints the rest of its output and its exit code; a run
+    the kernel no longer has (or a session that ended meanwhile) is said as such, exit 1."""
     import asyncio
 
+    from bai.client.api import APIError
+
+    try:
+        outcome = await _follow(c, session_id, mode, code, options, owned, loop, run_id, kernel)
+        if outcome is not None:
+            return outcome
+        print(
+            f"bai: the connection to the node was lost while run {run_id} was going; re-attaching to it …",
+            file=sys.stderr,
+        )
+        deadline = loop.time() + REATTACH_WINDOW
+        while loop.time() < deadline:
+            await asyncio.sleep(0.5)
+            try:
+                outcome = await _follow(c, session_id, "continue", "", {}, None, loop, run_id, kernel, again=True)
+            except APIError as e:
+                if e.status and 400 <= e.status < 500:  # the session is gone or ended: nothing to re-attach to
+                    print(f"bai: error: run {run_id} cannot be re-attached: {e}", file=sys.stderr)
+                    return 1
+                continue  # the node is not back yet
+            if outcome is not None:
+                return outcome
+        print(
+            f"bai: error: the node did not come back within {REATTACH_WINDOW:g} s; run {run_id} may still be "
+            f"going in the session (see `bai session logs {session_id}`)",
+            file=sys.stderr,
+        )
+        return 1
+    except asyncio.CancelledError:
+        if signals.received is None:
+            raise
+        return signals.exit_code
+
+
+async def _follow(
+    c, session_id, mode, code, options, owned: Owned | None, loop, run_id, kernel=None, again: bool = False
+) -> int | None:
+    """One execution stream: the run's exit code (1 after an error frame), or None when the stream ended
+    before the run did. `again`: re-attaching (say so once the manager answers)."""
+    from bai.client.api import APIError
+
+    sent = False
     try:
         async with c.execute(session_id, kernel) as stream:
             if owned is not None:
                 owned.ran, owned.run_id = True, run_id  # from here on the code may be running
             await stream.start(mode, code, options, run_id=run_id)
+            sent = True
             queued = None
             async for frame in stream.frames():
+                if again:
+                    again = False
+                    if frame.get("status") != "error":
+                        print(f"bai: re-attached to run {run_id}", file=sys.stderr)
                 if frame.get("queue") and frame["queue"] != queued:
                     _say_queue(frame["queue"])
                 queued = frame.get("queue")
@@ -445,12 +500,15 @@ async def _stream(
                 elif status == "error":
                     print(f"bai: error: {frame.get('msg')}", file=sys.stderr)
                     return 1
-        print("bai: error: the execution stream ended before the code finished", file=sys.stderr)
-        return 1
-    except asyncio.CancelledError:
-        if signals.received is None:
+    except APIError as e:
+        if not sent or mode == "continue" or (e.status and 400 <= e.status < 500):
             raise
-        return signals.exit_code
+        return None  # (the stream could not be read to its end)
+    except (ConnectionError, OSError):
+        if not sent:
+            raise
+        return None
+    return None
 
 
 def _job(code: str | None, args: list[str], exec_cmd: str | None) -> tuple[str, str, dict[str, Any], list[Path]]:
@@ -959,10 +1017,14 @@ def ls(
     ),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    output: str = typer.Option(None, "--output", "-o", metavar="wide|json", help=OUTPUT_HELP),
 ) -> None:
-    """List sessions (active ones unless --all, --status or --failed say otherwise)."""
+    """List sessions (active ones unless --all, --status or --failed say otherwise): name, status and why
+    first; -o wide adds the id, agent, and the time each queued and ran."""
+    from bai.cli.layout import wants
     from bai.cli.output import sessions_table
 
+    wide, as_json = wants(output, as_json)
     wanted = parse_statuses(status) if status is not None else None
     everything = all_ or failed_only
     asked = None if everything or wanted is None else ",".join(wanted)
@@ -975,7 +1037,7 @@ def ls(
         hint = "" if everything or wanted else " (use --all to include ended ones)"
         print("no sessions" + (" that failed" if failed_only else "") + hint)
         return
-    show(items, as_json, sessions_table)
+    show(items, as_json, lambda rows: sessions_table(rows, wide))
 
 
 @app.command()
@@ -1191,24 +1253,32 @@ def top(
     sort: str = typer.Option("cpu", "--sort", metavar="cpu|mem|name", help="Order: most CPU, most memory, or name."),
     interval: float = typer.Option(2.0, "--interval", metavar="SECONDS", help="Seconds between refreshes."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help="Admins: that keypair's sessions only."),
+    as_json: bool = typer.Option(False, "--json", help="Print the sessions shown, as JSON, once."),
+    output: str = typer.Option(None, "--output", "-o", metavar="wide|json", help=OUTPUT_HELP),
 ) -> None:
     """Your running sessions and what each uses now, busiest first, refreshed every 2 seconds (q or Ctrl-C
     leaves). CPU % is of one core (200 = two busy cores); MEM is used / allocated; NET and IO count bytes
     since the kernel started; "–" until a first sample arrived. With NO_COLOR each refresh prints a new
     table below the last (no escapes to redraw in place)."""
-    from bai.cli.output import TOP_SORTS, top_table
+    from bai.cli.layout import wants
+    from bai.cli.output import TOP_SORTS, top_sorted, top_table
 
+    wide, as_json = wants(output, as_json)
     by = sort.lower()
     if by not in TOP_SORTS:
         raise typer.BadParameter(f"wants one of {', '.join(TOP_SORTS)}, got {sort!r}", param_hint="--sort")
     if not interval > 0:
         raise typer.BadParameter("wants a number of seconds > 0", param_hint="--interval")
 
+    if as_json:
+        show(top_sorted(call_now(lambda c: c.list_sessions(status=TOP_STATUSES), owner), by), True, list)
+        return
+
     def frame():
         items = call_now(lambda c: c.list_sessions(status=TOP_STATUSES), owner)
         if not items:
             return "no running sessions"
-        return top_table(items, by)
+        return top_table(items, by, wide)
 
     from bai.cli.output import console, emit
 

@@ -75,6 +75,11 @@ READ_CHUNK = 64 * 1024
 MAX_CONNECTIONS = 512  # apps.py: MAX_TUNNELS + MAX_PEER_TUNNELS are 256 each
 
 
+def _run_id(value: object) -> bool:
+    """A run id as a runner's hello may name one."""
+    return isinstance(value, str) and 0 < len(value) <= 64
+
+
 def exit_code_of(value: object) -> int:
     """An exit code a kernel reported: an int (a bool, a float or anything else is 1), clamped to 32 bits."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -143,6 +148,9 @@ class Run:
     steps: list[tuple[str, str]] = field(default_factory=list)
     step: str = "exec"
     interrupted: bool = False  # no further step runs
+    # a run the kernel's runner had from an agent before this one (it said so in its hello, or its records name
+    # it): it runs (or waits) in the kernel already, so it is never started again
+    adopted: bool = False
 
 
 class Channel:
@@ -207,6 +215,12 @@ class Channel:
         """Stop talking to the kernel; a run still going ends (exit 137 unless the exit code is known)."""
         self.lost("\n[the kernel was destroyed]\n")
 
+    async def detach(self) -> None:
+        """The agent stops while the kernel goes on: stop talking to it. A channel whose runs cannot outlive
+        the agent (a docker exec's) ends them as `close` does; a runner's go on in the kernel, for the next
+        agent to re-attach to (RunnerChannel)."""
+        await self.close()
+
     # -- shared --
     def feed(self, record: dict[str, Any]) -> None:
         """Take one record from the kernel: tee output into the log, queue it for the running run. Records
@@ -222,6 +236,9 @@ class Channel:
         elif kind not in CONTROL_RECORDS:
             return
         run = self.current
+        named = record.get("id")
+        if isinstance(named, str) and (run is None or run.id != named):
+            run = self._run_named(named)
         if run is None:
             return  # output with nobody running (reconnect): kept in the log only
         if kind == "finished":
@@ -246,7 +263,59 @@ class Channel:
             return
         run.records.put_nowait(record)
         if kind == "finished":
+            current = self.current is run
             self._finished(run)
+            if current:
+                self._next()
+
+    def _run_named(self, run_id: str) -> Run | None:
+        """The run a record of the kernel names that is not the current one: one still going (or waiting), or one
+        this agent never started (the kernel's runner ran it for an agent before this one: it is adopted, as the
+        current run when there is none). None for one that ended (its records are in the log only)."""
+        run = self.runs.get(run_id)
+        if run is not None:
+            return run if run.state != "finished" else None
+        if len(run_id) > 64:
+            return None
+        run = self._adopt_run(run_id, "query")
+        if self.current is None:
+            self.current = run
+        return run
+
+    def _adopt_run(self, run_id: str, mode: str) -> Run:
+        """A run of the kernel that this agent did not start, as running."""
+        run = Run(run_id, mode, "", state="running", adopted=True)
+        run.started.set()
+        self.runs[run_id] = run
+        return run
+
+    def adopt_runs(self, hello: dict[str, Any]) -> None:
+        """What a runner's hello says it has (see runner.py): the job running (the current run, adopted unless
+        known), the jobs waiting (adopted as waiting, ahead of this agent's own) and the last that ended (their
+        ends, for a client that asks for them after a restart). Malformed parts are ignored."""
+        job = hello.get("job")
+        if isinstance(job, dict) and _run_id(job.get("id")) and job["id"] not in self.runs:
+            mode = "batch" if job.get("kind") == "batch" else "query"
+            run = self._adopt_run(job["id"], mode)
+            if self.current is None:
+                self.current = run
+        queued = hello.get("queued")
+        if isinstance(queued, list):
+            ahead = [q for q in queued[:MAX_WAITING] if _run_id(q) and q not in self.runs]
+            for run_id in reversed(ahead):
+                run = Run(run_id, "query", "", adopted=True)
+                self.runs[run_id] = run
+                self.waiting.appendleft(run)
+        done = hello.get("done")
+        if isinstance(done, list):
+            for item in done[:KEEP_FINISHED]:
+                if not (isinstance(item, list) and len(item) == 2 and _run_id(item[0])) or item[0] in self.runs:
+                    continue
+                run = Run(item[0], "query", "", adopted=True)
+                self.runs[item[0]] = run
+                run.records.put_nowait({"t": "finished", "exit": exit_code_of(item[1])})
+                self._finished(run)
+        if self.current is None:
             self._next()
 
     def _step_ended(self, run: Run, code: int) -> None:
@@ -296,6 +365,8 @@ class Channel:
         self.current = run
         run.state = "running"
         run.started.set()
+        if run.adopted:
+            return  # the kernel runs it already (it was waiting there)
         asyncio.get_running_loop().create_task(self._begin(run, run.code), name=f"run-{run.id}")
 
     async def _begin(self, run: Run, code: str) -> None:
@@ -601,6 +672,7 @@ class RunnerChannel(Channel):
         self.writer = writer
         self.hello = hello
         self._reader_task = asyncio.current_task()
+        self.adopt_runs(hello)
         self.connected.set()
         try:
             await self._read(reader)
@@ -751,10 +823,11 @@ class RunnerChannel(Channel):
         await self.writer.drain()
 
     async def _start(self, mode: str, code: str) -> None:
+        # (the run being started is the current one: its id comes back on its records)
         if mode == "query":
-            await self._send({"op": "query", "code": code})
+            await self._send({"op": "query", "code": code, "id": self.run_id})
         else:
-            await self._send({"op": "batch", "cmd": code})
+            await self._send({"op": "batch", "cmd": code, "id": self.run_id})
 
     async def send_input(self, data: str) -> None:
         await self._send({"op": "input", "data": data})
@@ -763,7 +836,7 @@ class RunnerChannel(Channel):
         await self._send({"op": "input-eof"})
 
     async def interrupt(self) -> None:
-        await self._send({"op": "interrupt"})
+        await self._send({"op": "interrupt", "id": self.run_id})
 
     async def put_file(self, path: str, data: bytes, mode: int | None = None) -> None:
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -851,8 +924,17 @@ class RunnerChannel(Channel):
                 self.connected.set()  # the old runner is still there (one without the restart op, say)
             raise
 
+    async def detach(self) -> None:
+        """The agent stops, the kernel goes on: stop listening and drop the connection, saying nothing to the
+        runs (the runner keeps what they make for the next agent, which re-attaches to them)."""
+        await self._hang_up()
+
     async def close(self) -> None:
         """Stop listening and drop the connection (the socket file stays for the next agent to replace)."""
+        await self._hang_up()
+        await super().close()
+
+    async def _hang_up(self) -> None:
         if self._server is not None:
             self._server.close()
         if self.writer is not None:
@@ -867,4 +949,3 @@ class RunnerChannel(Channel):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await super().close()

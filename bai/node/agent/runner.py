@@ -24,10 +24,10 @@ start-service started).
 Wire protocol: newline-delimited JSON (UTF-8), one object per line.
 
 Agent -> runner (``op``):
-  query       {"op": "query", "code": STR}   run Python source in one persistent
+  query       {"op": "query", "code": STR, "id": ID?}   run Python source in one persistent
               namespace (module ``__main__``); compiled as "<cell>", exec
               semantics (a trailing expression is not echoed).
-  batch       {"op": "batch", "cmd": STR}    run ``/bin/sh -c cmd`` in the
+  batch       {"op": "batch", "cmd": STR, "id": ID?}    run ``/bin/sh -c cmd`` in the
               workdir, in its own process group, stdout/stderr streamed.
   input       {"op": "input", "data": STR}   query: the pending (or next)
               ``input()`` returns data minus one trailing newline.  batch: write
@@ -36,8 +36,11 @@ Agent -> runner (``op``):
               raises EOFError, and so does every later one in the same job
               (inputs sent before it are still read first).  batch: close
               stdin.  Else ignored.
-  interrupt   {"op": "interrupt"}            query: KeyboardInterrupt in the
-              running code; batch: SIGINT to the process group.  Else ignored.
+  interrupt   {"op": "interrupt", "id": ID?}  query: KeyboardInterrupt in the
+              running code; batch: SIGINT to the process group.  Else ignored
+              (and when "id" is given and is not the running job's).
+  A job's "id" (a string of at most 64 characters, the agent's run id) comes
+  back on each of its records (stdout, stderr, waiting-input, finished) as "id".
   put-file    {"op": "put-file", "path": REL, "b64": BASE64, "mode": INT?}
               write a file under the workdir (parents created); absolute paths,
               ".." components and paths resolving outside are refused.
@@ -99,8 +102,16 @@ input/input-eof that arrive while no job executes but one is queued are kept
 for the next job to start (so an input sent right after a batch op is not lost).
 
 Runner -> agent (``t``):
-  hello          {"t": "hello", "pid": INT, "python": "3.11.7", "busy": BOOL}
-                 first message on every connection.
+  hello          {"t": "hello", "pid": INT, "python": "3.11.7", "busy": BOOL,
+                  "job": {"id": ID, "kind": "query"|"batch"} or null, "queued": [ID, ...],
+                  "done": [[ID, EXIT], ...]}
+                 first message on every connection: the job running now and
+                 the jobs waiting (those with an id), and the last jobs that
+                 ended while an agent was connected, with their exit codes (at
+                 most 16), so that an agent that restarted re-attaches to them.
+                 Records of a job made while no agent is connected are kept
+                 (at most 1 MiB of them: older output goes first, with a note)
+                 and sent after the next hello, in order.
   stdout/stderr  {"t": "stdout", "d": STR}  output chunks, sent as produced.
   waiting-input  {"t": "waiting-input", "opts": {"is_password": BOOL}}
                  query code called input() (prompt already sent as stdout) or
@@ -193,6 +204,10 @@ PYTHON_VERSION = "%d.%d.%d" % tuple(sys.version_info[:3])
 READ_CHUNK = 64 * 1024
 OUTPUT_RECORD = 512 * 1024  # characters of output per record (the agent reads lines of at most 4 MiB)
 MAX_LINE = 256 * 1024 * 1024  # --max-line: longer lines are discarded with an error record
+JOB_RECORDS = ("stdout", "stderr", "finished", "waiting-input")  # a job's records: tagged with its id
+MAX_JOB_ID = 64  # characters of a job's id (a longer or non-string one: the job has none)
+BACKLOG_MAX = 1024 * 1024  # bytes of a job's records kept while no agent is connected
+DONE_KEPT = 16  # jobs whose end the hello repeats
 
 
 class _EndOfInput:
@@ -292,8 +307,16 @@ class Runner:
         self.state_lock = threading.Lock()
         self.conn: socket.socket | None = None
         # All fields below are guarded by state_lock.
-        self.jobs: queue.Queue[tuple[str, str]] = queue.Queue()  # (kind, code or command)
+        self.jobs: queue.Queue[tuple[str, str, str | None]] = queue.Queue()  # (kind, code or command, id)
         self.queued = 0  # jobs accepted but not yet started
+        self.queued_ids: list[str] = []  # the ids of those that have one, in order
+        self.current_id: str | None = None  # the running job's id
+        self.done: list[list[Any]] = []  # [id, exit] of the last jobs that ended (DONE_KEPT)
+        # guarded by send_lock: a job's records made while no agent is connected (encoded lines), their size,
+        # and the bytes of output dropped from them (BACKLOG_MAX)
+        self.backlog: list[tuple[bytes, bool]] = []  # (line, is output)
+        self.backlog_bytes = 0
+        self.backlog_dropped = 0
         self.early: list[str | None] = []  # input/input-eof received while a job was queued
         self.inputs: queue.Queue[_Input] = queue.Queue()
         self.current: str | None = None  # "query" / "batch" while executing
@@ -326,6 +349,10 @@ class Runner:
     # -- sending ---------------------------------------------------------
 
     def send(self, obj: dict[str, Any]) -> None:
+        kind = obj.get("t")
+        job = kind in JOB_RECORDS
+        if job and "id" not in obj and self.current_id is not None:
+            obj["id"] = self.current_id
         try:
             data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates: escape them instead
@@ -338,25 +365,75 @@ class Runner:
             old = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
             try:
                 with self.send_lock:
-                    self._send_locked(data + b"\n")
+                    self._send_locked(data + b"\n", job, kind in ("stdout", "stderr"))
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
         else:
             with self.send_lock:
-                self._send_locked(data + b"\n")
+                self._send_locked(data + b"\n", job, kind in ("stdout", "stderr"))
 
-    def _send_locked(self, data: bytes) -> None:
+    def _send_locked(self, data: bytes, job: bool = False, output: bool = False) -> None:
         conn = self.conn
-        if conn is None:
-            return  # nobody listening: drop
-        try:
-            conn.sendall(data)
-        except OSError:
-            self.conn = None
+        if conn is not None:
             try:
-                conn.shutdown(socket.SHUT_RDWR)
+                conn.sendall(data)
+                return
             except OSError:
-                pass
+                self.conn = None
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        if job:  # nobody listening: a job's record waits for the next agent (answers to ops are dropped)
+            self._keep(data, output)
+
+    def _keep(self, data: bytes, output: bool) -> None:
+        """Keep a job's record for the next connection; beyond BACKLOG_MAX the oldest output goes (a job's end
+        and its waiting-input records are always kept: they are small)."""
+        self.backlog.append((data, output))
+        self.backlog_bytes += len(data)
+        if self.backlog_bytes <= BACKLOG_MAX:
+            return
+        kept: list[tuple[bytes, bool]] = []
+        for line, is_output in self.backlog:
+            if is_output and self.backlog_bytes > BACKLOG_MAX // 2:
+                self.backlog_bytes -= len(line)
+                self.backlog_dropped += len(line)
+            else:
+                kept.append((line, is_output))
+        self.backlog = kept
+
+    def _hello(self) -> dict[str, Any]:
+        """The first line of a connection (see the protocol above): at most about 3 KiB."""
+        with self.state_lock:
+            job = {"id": self.current_id, "kind": self.current} if self.current_id is not None else None
+            return {
+                "t": "hello",
+                "pid": self.pid,
+                "python": PYTHON_VERSION,
+                "busy": self.current is not None or self.queued > 0,
+                "job": job,
+                "queued": self.queued_ids[:16],
+                "done": self.done[-DONE_KEPT:],
+            }
+
+    def _flush_backlog(self, conn: socket.socket) -> None:
+        """After the hello (send_lock held): what the jobs said while no agent was connected, in order."""
+        lines = [line for line, _ in self.backlog]
+        if self.backlog_dropped:
+            note = {
+                "t": "stderr",
+                "d": "[%d bytes of output were dropped while the agent was away]\n" % self.backlog_dropped,
+            }
+            first = json.loads(lines[0]) if lines else {}
+            if isinstance(first, dict) and "id" in first:
+                note["id"] = first["id"]
+            lines.insert(0, json.dumps(note).encode() + b"\n")
+        self.backlog, self.backlog_bytes, self.backlog_dropped = [], 0, 0
+        for line in lines:
+            if self.conn is not conn:
+                break
+            self._send_locked(line, True)
 
     # -- connections (runs in the "conn" thread) -------------------------
 
@@ -384,15 +461,11 @@ class Runner:
             self._serve_conn(conn)
 
     def _serve_conn(self, conn: socket.socket) -> None:
-        hello = {
-            "t": "hello",
-            "pid": self.pid,
-            "python": PYTHON_VERSION,
-            "busy": self.current is not None or self.queued > 0,
-        }
+        hello = self._hello()
         with self.send_lock:
             self.conn = conn
             self._send_locked(json.dumps(hello).encode() + b"\n")
+            self._flush_backlog(conn)
         try:
             self._read_loop(conn)
         finally:
@@ -463,9 +536,14 @@ class Runner:
             if not isinstance(msg.get(field), str):
                 self.send({"t": "error", "msg": "%s: %r must be a string" % (op, field)})
                 return
+            job_id = msg.get("id")
+            if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_JOB_ID:
+                job_id = None
             with self.state_lock:
                 self.queued += 1
-                self.jobs.put((op, msg[field]))
+                if job_id is not None:
+                    self.queued_ids.append(job_id)
+                self.jobs.put((op, msg[field], job_id))
         elif op == "input":
             data = msg.get("data")
             if not isinstance(data, str):
@@ -476,7 +554,10 @@ class Runner:
             self._route_input(None)
         elif op == "interrupt":
             with self.state_lock:
-                if self.current == "query" and self.interruptible:
+                named = msg.get("id")
+                if isinstance(named, str) and named != self.current_id:
+                    pass  # a run that is not running (any more): nothing to interrupt
+                elif self.current == "query" and self.interruptible:
                     signal.pthread_kill(self.main_ident, signal.SIGINT)
                 elif self.current == "batch" and self.proc is not None:
                     proc = self.proc
@@ -514,12 +595,15 @@ class Runner:
                     data += "\n"
                 self.stdin_q.put(data)
 
-    def _start_job(self, kind: str) -> queue.Queue[_Input]:
+    def _start_job(self, kind: str, job_id: str | None = None) -> queue.Queue[_Input]:
         """Mark a dequeued job as current and hand it the early input."""
         q: queue.Queue[_Input] = queue.Queue()
         with self.state_lock:
             self.queued -= 1
+            if job_id is not None and job_id in self.queued_ids:
+                self.queued_ids.remove(job_id)
             self.current = kind
+            self.current_id = job_id
             for data in self.early:
                 if kind == "batch" and data is not None and not data.endswith("\n"):
                     data += "\n"
@@ -531,10 +615,17 @@ class Runner:
                 self.stdin_q = q
         return q
 
-    def _end_job(self) -> None:
+    def _end_job(self, code: int) -> None:
+        """The job ended with `code`: its end is sent (tagged with its id), and remembered for the hello."""
+        job_id = self.current_id
+        self.send({"t": "finished", "exit": code})  # (tagged while current_id is still the job's)
         with self.state_lock:
             self.current = None
+            self.current_id = None
             self.proc = self.stdin_q = None
+            if job_id is not None:
+                self.done.append([job_id, code])
+                del self.done[:-DONE_KEPT]
 
     def set_env(self, msg: dict[str, Any]) -> dict[str, Any]:
         global SERVICE_DEFS_DIR
@@ -885,10 +976,10 @@ class Runner:
     def run_forever(self) -> None:
         while True:
             try:
-                kind, payload = self.jobs.get(timeout=1.0)
+                kind, payload, job_id = self.jobs.get(timeout=1.0)
             except queue.Empty:
                 continue
-            stdin_q = self._start_job(kind)
+            stdin_q = self._start_job(kind, job_id)
             self.input_eof = False
             try:
                 if kind == "query":
@@ -898,9 +989,7 @@ class Runner:
             except Exception as e:  # a runner bug must not end the runner: report it as the job's end
                 self.send({"t": "stderr", "d": "bai runner: %s\n" % _short(repr(e))})
                 code = 1
-            finally:
-                self._end_job()
-            self.send({"t": "finished", "exit": code})
+            self._end_job(code)
 
     def run_query(self, source: str) -> int:
         out, err = _Stream(self, "stdout"), _Stream(self, "stderr")

@@ -1448,7 +1448,7 @@ class DockerBackend(BackendBase):
         for kernel in kernels:
             if kernel.settled is not None:
                 kernel.settled.cancel()
-            await kernel.channel.close()
+            await kernel.channel.detach()  # its runs go on: the next agent re-attaches to them
             if kernel.watcher is not None:
                 kernel.watcher.cancel()
         if self.docker is not None:

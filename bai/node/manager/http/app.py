@@ -22,7 +22,7 @@ from bai.common import auth
 from bai.common.problems import Problem, invalid
 from bai.common.stats import usage_of
 from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus
-from bai.node.manager.domain_errors import DomainError
+from bai.node.manager.domain_errors import DomainError, KernelUnreachable
 from bai.node.manager.http.admin_routes import add_admin_routes
 from bai.node.manager.http.app_routes import add_app_routes
 from bai.node.manager.http.config_routes import add_config_routes
@@ -486,6 +486,7 @@ EXECUTE_MAX_INPUT = 64 * 1024  # bytes of one input frame
 EXECUTE_MAX_QUEUED_INPUTS = 64  # input frames waiting for the code to read them
 EXECUTE_MAX_QUEUED_BYTES = 1024 * 1024  # and their bytes together
 EXECUTE_FIRST_FRAME_TIMEOUT = 30.0  # seconds from the upgrade to the first frame (clients send it at once)
+EXECUTE_AGENT_AWAY = 30.0  # seconds a run's stream waits for its kernel's agent to come back (a restart)
 
 
 class InputRefused(Exception):
@@ -574,6 +575,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         # extension) says the input ended (None here): the code's input() raises EOFError
         inputs = InputQueue()
         last_queue = None
+        away_since: float | None = None  # since when the kernel's agent has been unreachable
         while True:
             call = asyncio.ensure_future(
                 services.kernel_ops.execute(row, run_id, mode, code, options, 5.0, kernel_ref=kernel)
@@ -590,10 +592,22 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
                     receiving = asyncio.ensure_future(ws.receive())
             try:
                 result = call.result()
+            except KernelUnreachable as e:
+                # the kernel's agent is away (it restarts): the run goes on in the kernel, and the agent that
+                # comes back re-attaches to it; ask again for a while (mode continue), then give up saying why
+                loop = asyncio.get_running_loop()
+                away_since = away_since or loop.time()
+                if loop.time() - away_since > EXECUTE_AGENT_AWAY:
+                    await ws.send_json(_error_frame(f"{e} (for {EXECUTE_AGENT_AWAY:g} s)"))
+                    return ws
+                await asyncio.sleep(0.5)
+                mode, code = "continue", ""
+                continue
             except (Problem, DomainError) as e:
                 p = as_problem(e)
                 await ws.send_json(_error_frame(p.msg or p.title))
                 return ws
+            away_since = None
             queue = result.get("queue")  # the run waits behind another: say so when where it stands changes
             if result["status"] != "continued" or result["console"] or queue != last_queue:
                 frame = {

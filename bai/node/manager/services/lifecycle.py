@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
@@ -96,6 +95,14 @@ MAX_STRAY_LOOKS = 10_000  # agents whose last heartbeat's kernels are remembered
 STARTING_OR_SCHEDULED = frozenset({S.SCHEDULED, *STARTING})
 DISK_RETRY, DISK_RETRY_MAX = 0.5, 5.0  # seconds between tries of a write that must happen, on a full disk
 FORCED_REMOVE_TIMEOUT = 15.0  # seconds a forced destroy waits for an agent to remove a kernel (then: when it is back)
+
+
+BATCH_AGENT_POLL = 1.0  # seconds between asks for a batch command while its agent is away
+
+
+def batch_run_id(session_id: str) -> str:
+    """The run id of a batch session's command: the same whoever asks (a manager that restarted too)."""
+    return f"batch-{session_id}"
 
 
 def _some(ids: list[str], most: int = 8) -> str:
@@ -226,6 +233,7 @@ class SessionLifecycle:
         self._stray_looks: dict[str, tuple[frozenset[str], int]] = {}  # agent -> (its kernels, _ended_version)
         self._removing: set[str] = set()  # kernels an agent is being told to remove (remove_strays)
         self.starting: set[str] = set()  # sessions whose start (or failed start's end) is under way
+        self._batching: set[str] = set()  # batch sessions whose command is being followed (_follow_batch)
         self.ending: set[str] = set()  # sessions whose kernels are being removed (a destroy under way)
         self._said_stuck: set[str] = set()  # sessions stuck TERMINATING the log has named (end_stuck_destroy)
 
@@ -666,31 +674,76 @@ class SessionLifecycle:
             await self._remove_kernels(leftovers, StatusInfo.FAILED_TO_START)
         await self.transition(sid, S.CANCELLED, StatusInfo.FAILED_TO_START, error, allowed_from=STARTING)
 
+    def resume_batch(self, session_id: str, kernel: Kernel, agent_id: str, fresh: bool = False) -> None:
+        """A running batch session's kernel is on `agent_id` (an agent registered with it: after a restart of
+        the manager, of the agent or of both): follow its command to its end unless that is followed already.
+        The kernel's runner kept the command running under its run id (see runner.py's hello): the agent
+        re-attaches to it, or says it no longer has it (the session then fails saying so). `fresh`: the kernel
+        came up while the manager was away, so the command has not been started: it starts now."""
+        if session_id in self._batching:
+            return
+        self._batching.add(session_id)
+        self.spawn(self._resume_batch(session_id, kernel, agent_id, fresh), f"batch-{session_id}")
+
+    async def _resume_batch(self, session_id: str, kernel: Kernel, agent_id: str, fresh: bool) -> None:
+        try:
+            session = await self.store.get_session(session_id)
+            if session is None or session.status != S.RUNNING or session.type != "batch":
+                return
+            if not fresh:
+                log.info("batch session %s: following its command again after a restart", session.name)
+            await self._follow_batch(session, kernel, agent_id, resume=not fresh)
+        finally:
+            self._batching.discard(session_id)
+
     async def _run_batch(self, session: Session, kernel: Kernel, agent_id: str) -> None:
         """A batch session runs its startup command, then ends by itself with its exit code."""
-        command = session.config["startup_command"]
-        run_id = secrets.token_hex(8)
-        mode, code = "batch", command
-        exit_code = 1
-        await self._run_started(session.id, kernel.id, run_id)
+        self._batching.add(session.id)
         try:
-            while True:
-                run = Execute(kernel.id, run_id, mode, code, {"exec": command}, flush_timeout=30.0)
+            await self._follow_batch(session, kernel, agent_id, resume=False)
+        finally:
+            self._batching.discard(session.id)
+
+    async def _follow_batch(self, session: Session, kernel: Kernel, agent_id: str, resume: bool) -> None:
+        """Start the batch command (unless `resume`: it runs already), follow it to its end and end the session
+        with its exit code. While the kernel's agent is away (it restarts) the command goes on in the kernel:
+        this waits for the agent to come back (the session ends otherwise: agent-lost); a run the agent no
+        longer has (its kernel's runner was started afresh) ends the session as failed, saying so."""
+        command = session.config["startup_command"]
+        run_id = batch_run_id(session.id)  # the same after a restart: the kernel's runner knows it by it
+        mode, code = ("continue", "") if resume else ("batch", command)
+        exit_code = 1
+        lost: str | None = None
+        await self._run_started(session.id, kernel.id, run_id)
+        while True:
+            run = Execute(kernel.id, run_id, mode, code, {"exec": command}, flush_timeout=30.0)
+            try:
                 result = await call(self.link, agent_id, run)
-                if result.status == "finished":
-                    exit_code = result.exit_code if result.exit_code is not None else 1
-                    break
-                mode, code = "continue", ""
-        except (RemoteError, AgentUnavailable) as e:
-            log.warning("batch session %s: %s", session.id, e)
+            except AgentUnavailable:
+                if not await self._still_running(session.id, kernel.id):
+                    return  # ended meanwhile (destroyed, agent-lost): its end is said where it ended
+                await asyncio.sleep(BATCH_AGENT_POLL)
+                mode, code = "continue", ""  # (a batch op sent to an agent that went away is its: not again)
+                continue
+            except RemoteError as e:
+                log.warning("batch session %s: %s", session.id, e)
+                lost = f"the batch command's run was lost: {e.message}"
+                break
+            if result.status == "finished":
+                exit_code = result.exit_code if result.exit_code is not None else 1
+                break
+            mode, code = "continue", ""
         self.runs.end(session.id, run_id, exit_code, self.clock.now().isoformat())
-        ok = exit_code == 0
+        ok = exit_code == 0 and lost is None
         info = StatusInfo.TASK_DONE if ok else StatusInfo.TASK_FAILED
+        data: dict[str, Any] = {"exitCode": exit_code}
+        if lost is not None:
+            data["msg"] = lost
         row = await self.transition(
             session.id,
             S.TERMINATING,
             info,
-            {"exitCode": exit_code},
+            data,
             allowed_from=[S.RUNNING],
             result="SUCCESS" if ok else "FAILURE",
             kernel_updates={kernel.id: KernelChanges(exit_code=exit_code)},
@@ -825,6 +878,12 @@ class SessionLifecycle:
 
     # -- a batch session's run ------------------------------------------------------------------------
 
+    async def _still_running(self, session_id: str, kernel_id: str) -> bool:
+        """The session is RUNNING with this kernel still in it (a batch command waiting for its agent)."""
+        session = await self.store.get_session(session_id)
+        kernel = await self.store.get_kernel(kernel_id)
+        return session is not None and session.status == S.RUNNING and kernel is not None
+
     async def _run_started(self, session_id: str, kernel_id: str, run_id: str) -> None:
         """A run begins: numbered, placed in the kernel's log after what is stored of it now (before the
         kernel is told, so that all of its output comes after)."""
@@ -847,15 +906,19 @@ class SessionLifecycle:
             if kernel.id in theirs:
                 if status == S.ERROR:
                     errored.append(kernel)
+                elif status == S.RUNNING and kernel.cluster_role == "main":
+                    self.resume_batch(kernel.session_id, kernel, agent_id)  # (a batch session's: else nothing)
                 elif status in (S.SCHEDULED, S.PREPARING, S.PULLING):
                     # it came up while the manager was away: the session runs
                     if status == S.SCHEDULED:
                         await self.transition(kernel.session_id, S.PREPARING)
-                    await self.transition(
+                    moved = await self.transition(
                         kernel.session_id,
                         S.RUNNING,
                         kernel_updates={kernel.id: KernelChanges(container_id=containers.get(kernel.id))},
                     )
+                    if moved is not None and kernel.cluster_role == "main":
+                        self.resume_batch(kernel.session_id, kernel, agent_id, fresh=True)
                 continue
             if status in (S.SCHEDULED, S.PREPARING, S.PULLING):
                 await self.transition(
