@@ -86,14 +86,15 @@ class Dashboard(App):
         Binding("e", "events", "Events"),
         Binding("y", "json", "JSON"),
         Binding("ctrl+d", "terminate", "Terminate"),
-        Binding("slash", "filter", "Filter"),
+        # priority: handled as the key arrives, before the keys typed after it (see action_filter)
+        Binding("slash", "filter", "Filter", priority=True),
         Binding("t", "toggle_timestamps", "Time"),
         Binding("w", "toggle_wrap", "Wrap"),
         Binding("G", "log_end", "End"),
         Binding("g", "log_start", "Start", show=False),
         Binding("ctrl+s", "save_log", "Save"),
         Binding("c", "copy_log", "Copy"),
-        Binding("colon", "command", "Cmd", show=False),
+        Binding("colon", "command", "Cmd", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("escape", "back", "Back"),
         Binding("q", "quit", "Quit"),
@@ -398,6 +399,8 @@ class Dashboard(App):
         return None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("filter", "command") and len(self.screen_stack) > 1:
+            return False  # a dialog is open: the key is the dialog's
         if action == "terminate":
             if self.read_only or self.view not in SESSION_VIEWS:
                 return False
@@ -758,7 +761,17 @@ class Dashboard(App):
 
     # -- prompts ----------------------------------------------------------------------------------
 
+    def _typed_in_prompt(self, char: str) -> bool:
+        """`/` and `:` are priority keys (so that the prompt opens before the next key is handled); while the
+        prompt is open they are text in it."""
+        if self.prompt_bar.shown:
+            self.prompt_bar.input.insert_text_at_cursor(char)
+            return True
+        return False
+
     def action_filter(self) -> None:
+        if self._typed_in_prompt("/"):
+            return
         if self.view == "sessions":
             current = self.sessions_view.filter.text
             hint = (
@@ -788,6 +801,9 @@ class Dashboard(App):
         self.prompt_bar.ask("/", current, hint, done)
 
     def action_command(self) -> None:
+        if self._typed_in_prompt(":"):
+            return
+
         def done(value: str | None) -> None:
             self._focus_view()
             if not value:
