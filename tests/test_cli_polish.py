@@ -141,7 +141,7 @@ def test_no_color_means_no_escapes_anywhere(env: dict[str, str]) -> None:
 def test_piped_tables_keep_each_row_on_one_line(env: dict[str, str]) -> None:
     done = bai({**env, "COLUMNS": "40"}, "session", "ls")
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "ID", "IMAGE", "STATUS", "REASON", "SLOTS", "AGE"]
+    assert lines[0].split() == ["NAME", "STATUS", "REASON", "IMAGE", "SLOTS", "AGE"]
     long = [line for line in lines if line.startswith("a-session-with-a-rather-long-name-that-would-fold ")]
     assert len(long) == 1 and "cpu 0.5, mem 512 MiB" in long[0]
     assert all(line == line.rstrip() for line in lines)  # no trailing blanks

@@ -364,7 +364,7 @@ def test_the_policy_table_has_a_pending_column() -> None:
     console.print(policies_table([policy, {**policy, "name": "bench", "max_pending_session_count": 0}]))
     header, default, bench = console.export_text().splitlines()
     at = header.index("PENDING")
-    assert default[at:].split()[0] == "1000" and bench[at:].split()[0] == "any"
+    assert default[at:].split()[0] == "1000" and bench[at:].split()[0] == "unlimited"
 
 
 # -- over HTTP: a node with the simulated backend --------------------------------------------------------------

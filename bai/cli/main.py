@@ -11,6 +11,7 @@ import typer
 
 from bai.cli import jsonout, typer_fast
 from bai.cli.common import call, fail, show
+from bai.cli.layout import OUTPUT_HELP
 from bai.cli.lazy import LazyGroup, lean_command
 
 
@@ -198,11 +199,16 @@ def tui(
 
 
 @agent_app.command("ls")
-def agent_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """List agents with their resource slots."""
+def agent_ls(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    output: str = typer.Option(None, "--output", "-o", metavar="wide|json", help=OUTPUT_HELP),
+) -> None:
+    """List agents: what kernels hold of each beside what its host uses now (-o wide: every column)."""
+    from bai.cli.layout import wants
     from bai.cli.output import agents_table
 
-    show(call(lambda c: c.agents()), as_json, agents_table)
+    wide, as_json = wants(output, as_json)
+    show(call(lambda c: c.agents()), as_json, lambda rows: agents_table(rows, wide))
 
 
 @agent_app.command("info")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from bai.cli.common import no_color
+from bai.cli.words import UNLIMITED, limit, sizes_in
 from bai.common.present import NONE_YET, age, allocated, number, percent, reason, size, slots_text, usage_lines
 
 if TYPE_CHECKING:
@@ -52,6 +54,10 @@ def emit(renderable: Any) -> None:
     if getattr(renderable, "pad_edge", None):  # a table's rows start in the first column, as kubectl's do
         renderable.pad_edge = False
     if out.is_terminal:
+        wider = getattr(renderable, "width", None)  # a laid-out table (bai.cli.layout) wider than the terminal:
+        if isinstance(wider, int) and wider > out.width:  # (-o wide) whole lines, which the terminal wraps
+            out.print(renderable, width=wider, crop=False)
+            return
         out.print(renderable)
         return
     with out.capture() as captured:
@@ -59,21 +65,40 @@ def emit(renderable: Any) -> None:
     sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
-def sessions_table(items: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for col in ("NAME", "ID", "IMAGE", "STATUS", "REASON", "SLOTS", "AGE"):
-        table.add_column(col, overflow="fold", no_wrap=col not in ("REASON", "SLOTS"))
-    for s in items:
-        table.add_row(
-            s["name"],
-            s["id"][:8],
-            s["image"],
-            s["status"],
-            "; ".join(part for part in (reason(s), outcome(s)) if part),
-            slots_text(s["requestedSlots"]),
-            age(s["creationTime"]),
-        )
-    return table
+def sessions_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
+    """`bai session ls`: name, status and why first; the reason takes the width left (see bai.cli.layout)."""
+    from bai.cli import timing
+    from bai.cli.layout import Column, fit
+
+    columns = [Column("NAME", lambda s: s["name"])]
+    if wide or len({owner_of(s) for s in items}) > 1:  # an admin's list: whose each session is
+        columns.append(Column("OWNER", owner_of, rank=1))
+    columns += [
+        Column("ID", lambda s: s["id"][:8], wide=True),
+        Column("STATUS", lambda s: s["status"]),
+        Column("REASON", why, rest=True),
+        Column("IMAGE", lambda s: s["image"], rank=5),
+        Column("SLOTS", lambda s: slots_text(s.get("requestedSlots") or {}), rank=4),
+        Column("AGENT", lambda s: s.get("agent") or "-", wide=True),
+        Column("QUEUED", timing.queued_text, wide=True),
+        Column("RAN", timing.ran_text, wide=True),
+        Column("AGE", lambda s: age(s["creationTime"]), rank=3),
+    ]
+    return fit(columns, items, console().width if width is None else width, wide)
+
+
+def owner_of(s: dict[str, Any]) -> str:
+    """Whose a session is: its owner's user name when the manager says it, else the access key."""
+    return str(s.get("userName") or s.get("accessKey") or "-")
+
+
+def why(s: dict[str, Any]) -> str:
+    """The REASON of `session ls`: `#2 in queue: no-available-instances: …` for a pending session, why it
+    ended, and how its last run ended (`last run: exit 137 FAILURE` while the session lives on)."""
+    text = "; ".join(part for part in (sizes_in(reason(s)), outcome(s)) if part)
+    if s.get("status") == "PENDING" and s.get("queuePosition"):
+        text = f"#{s['queuePosition']} in queue" + (f": {text}" if text else "")
+    return text
 
 
 def result_of(s: dict[str, Any]) -> str:
@@ -82,36 +107,47 @@ def result_of(s: dict[str, Any]) -> str:
     return "" if result == "UNDEFINED" else result
 
 
+def lives(s: dict[str, Any]) -> bool:
+    """The session has not ended: how its last run ended is not how the session did."""
+    from bai.cli.timing import ended
+
+    return not ended(s)
+
+
 def outcome(s: dict[str, Any]) -> str:
-    """`exit 3 FAILURE`: the exit code and result of the session's last run ("" before one ended)."""
+    """`exit 3 FAILURE`: the exit code and result of the session's last run ("" before one ended); while
+    the session lives on, `last run: exit 137 FAILURE` (its run ended, not the session)."""
     code = s.get("exitCode")
     if code is None or f"exit code {code}" in reason(s):  # a batch session's reason says it already
-        return result_of(s)
-    return " ".join(part for part in (f"exit {code}", result_of(s)) if part)
+        text = result_of(s)
+    else:
+        text = " ".join(part for part in (f"exit {code}", result_of(s)) if part)
+    return f"last run: {text}" if text and lives(s) else text
 
 
-def agents_table(items: list[dict[str, Any]]) -> Table:
+def agents_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
     """Agents: what kernels hold of each (ALLOC: held / capacity) beside what the host uses now (USE)."""
-    table = Table(box=None, header_style="bold")
-    for col in ("ID", "STATUS", "BACKEND", "GROUP", "CPU ALLOC", "CPU USE", "MEM ALLOC", "MEM USE", "GPUS", "WARM"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("SEEN", no_wrap=True)
-    for a in items:
-        cap, used = a["availableSlots"], a["occupiedSlots"]
-        table.add_row(
-            a["id"],
-            a["status"] + ("" if a.get("schedulable", True) else " (drained)"),
-            a["backend"],
-            a["scalingGroup"],
-            f"{number(used.get('cpu') or 0)} / {number(cap.get('cpu') or 0)}",
-            host_cpu(a.get("usage")),
-            f"{size(used.get('mem') or 0)} / {size(cap.get('mem') or 0)}",
-            host_mem(a.get("usage")),
-            gpu_summary(a.get("gpus") or []),
-            warm_summary(a.get("warm") or {}),
-            age(a["lastSeen"]),
-        )
-    return table
+    from bai.cli.layout import Column, fit
+
+    def held(slot: str, shown: Any) -> Any:
+        return lambda a: f"{shown(a['occupiedSlots'].get(slot) or 0)} / {shown(a['availableSlots'].get(slot) or 0)}"
+
+    columns = [
+        Column("ID", lambda a: a["id"]),
+        Column("STATUS", lambda a: a["status"] + ("" if a.get("schedulable", True) else " (drained)")),
+        Column("HOSTNAME", lambda a: a.get("hostname") or "-", wide=True),
+        Column("BACKEND", lambda a: a["backend"], rank=9),
+        Column("GROUP", lambda a: a["scalingGroup"], rank=7),
+        Column("CPU ALLOC", held("cpu", number), rank=1),
+        Column("CPU USE", lambda a: host_cpu(a.get("usage")), rank=4),
+        Column("MEM ALLOC", held("mem", size), rank=2),
+        Column("MEM USE", lambda a: host_mem(a.get("usage")), rank=5),
+        Column("GPUS", lambda a: gpu_summary(a.get("gpus") or []), rank=3),
+        Column("WARM", lambda a: warm_summary(a.get("warm") or {}), rank=8),
+        Column("VERSION", lambda a: a.get("version") or "-", wide=True),
+        Column("SEEN", lambda a: age(a["lastSeen"]), rank=6),
+    ]
+    return fit(columns, items, console().width if width is None else width, wide)
 
 
 def host_cpu(usage: dict[str, Any] | None) -> str:
@@ -197,17 +233,21 @@ def kernel_name(k: dict[str, Any]) -> str:
 
 
 def session_details(s: dict[str, Any]) -> list[str]:
+    from bai.cli.timing import started_at, timing_sentence
+
     lines = [
         f"Session     {s['name']} ({s['id']})",
         f"Image       {s['image']}",
         f"Type        {s['type'].lower()}",
-        f"Status      {s['status']}" + (f" ({reason(s)})" if reason(s) else ""),
+        f"Status      {s['status']}" + (f" ({sizes_in(reason(s))})" if reason(s) else ""),
     ]
+    if s.get("accessKey") or s.get("userName"):
+        lines.append(f"Owner       {owner_of(s)}")
     if s.get("queuePosition"):
         lines.append(f"Queue       position {s['queuePosition']} of the pending sessions")
     scheduler = (s.get("statusData") or {}).get("scheduler") or {}
     for p in scheduler.get("failed_predicates") or []:
-        lines.append(f"  blocked   {p['name']}: {p['msg']}")
+        lines.append(f"  blocked   {p['name']}: {sizes_in(p['msg'])}")
     if scheduler.get("retries"):
         lines.append(f"Tried       {scheduler['retries']} times, last at {scheduler.get('last_try', '?')}")
     lines += [
@@ -221,16 +261,25 @@ def session_details(s: dict[str, Any]) -> list[str]:
         *(f"App         {app_line(a)}" for a in s.get("servicePorts") or []),
         f"Created     {s['creationTime']} ({age(s['creationTime'])} ago)",
     ]
+    start, timing = started_at(s), timing_sentence(s)
+    if start is not None:
+        lines.append(f"Started     {start.isoformat()} ({timing})")
+    elif timing:
+        lines.append(f"Queued      {timing.removeprefix('queued ')}")
     if s.get("terminationTime"):
         lines.append(f"Ended       {s['terminationTime']}")
     if s.get("status") in ("RUNNING", "RUNNING_DEGRADED", "RESTARTING") or s.get("usage"):
         usage = usage_lines(s)
         lines.append(f"Usage       {usage[0]}")
         lines += [f"            {line}" for line in usage[1:]]
-    if s.get("exitCode") is not None:
-        lines.append(f"Exit code   {s['exitCode']}")
-    if result_of(s):
-        lines.append(f"Result      {result_of(s)}")
+    if lives(s):  # how its last run ended, not the session: it goes on
+        if outcome(s):
+            lines.append(f"Last run    {outcome(s).removeprefix('last run: ')} (the session goes on)")
+    else:
+        if s.get("exitCode") is not None:
+            lines.append(f"Exit code   {s['exitCode']}")
+        if result_of(s):
+            lines.append(f"Result      {result_of(s)}")
     kernels = s.get("kernels", [])
     if (s.get("clusterSize") or 1) > 1:
         lines.append(f"Cluster     {s['clusterSize']} kernels, {s.get('clusterMode') or 'single-node'}")
@@ -277,18 +326,19 @@ def policies_table(items: list[dict[str, Any]]) -> Table:
     for col in cols:
         table.add_column(col)
     for p in items:
-        slots = slots_text(p["total_resource_slots"]) or "-"
+        slots = slots_text(p["total_resource_slots"])
+        unlisted = p["default_for_unspecified"].lower()
         table.add_row(
             p["name"],
-            str(p["max_concurrent_sessions"] or "any"),
-            slots,
-            p["default_for_unspecified"].lower(),
-            format_duration(p["idle_timeout"]) if p["idle_timeout"] else "never",
-            format_duration(p["max_session_lifetime"]) if p["max_session_lifetime"] else "none",
-            str(p.get("max_vfolder_count") or "any"),
-            size(p["max_vfolder_size"]) if p.get("max_vfolder_size") else "any",
-            str(p.get("max_pending_session_count") or "any"),
-            str(p.get("max_session_networks") or "any"),
+            limit(p["max_concurrent_sessions"]),
+            slots or (UNLIMITED if unlisted == UNLIMITED else "none"),
+            unlisted,
+            limit(p["idle_timeout"], p["idle_timeout"] and format_duration(p["idle_timeout"])),
+            limit(p["max_session_lifetime"], p["max_session_lifetime"] and format_duration(p["max_session_lifetime"])),
+            limit(p.get("max_vfolder_count")),
+            limit(p.get("max_vfolder_size"), p.get("max_vfolder_size") and size(p["max_vfolder_size"])),
+            limit(p.get("max_pending_session_count")),
+            limit(p.get("max_session_networks")),
         )
     return table
 
@@ -306,30 +356,68 @@ def top_sorted(items: list[dict[str, Any]], by: str = "cpu") -> list[dict[str, A
     return sorted(items, key=lambda s: (-((s.get("usage") or {}).get(key) or -1), s["name"]))
 
 
-def top_table(items: list[dict[str, Any]], by: str = "cpu") -> Table:
+def top_table(items: list[dict[str, Any]], by: str = "cpu", wide: bool = False, width: int | None = None) -> Table:
     """One frame of `bai session top`. CPU % is of one core (200 % = two busy cores), as top shows it."""
-    table = Table(box=None, header_style="bold")
-    for col in ("NAME", "STATUS", "CPU %", "MEM USED / ALLOC", "NET IN / OUT", "IO READ / WRITE", "PIDS", "AGENT"):
-        table.add_column(col, no_wrap=True, justify="right" if col in ("CPU %", "PIDS") else "left")
-    for s in top_sorted(items, by):
+    from bai.cli.layout import Column, fit
+
+    def mem(s: dict[str, Any]) -> str:
+        u, alloc = s.get("usage") or {}, allocated(s, "mem")
+        return size(u.get("memBytes")) + (f" / {size(alloc)}" if alloc else "")
+
+    def cpu(s: dict[str, Any]) -> str:
+        value = (s.get("usage") or {}).get("cpuPct")
+        return NONE_YET if value is None else f"{value:.1f}"
+
+    def gpu(s: dict[str, Any]) -> str:
         u = s.get("usage") or {}
-        cpu = u.get("cpuPct")
-        mem_alloc = allocated(s, "mem")
-        mem = size(u.get("memBytes")) + (f" / {size(mem_alloc)}" if mem_alloc else "")
-        table.add_row(
-            s["name"],
-            s["status"],
-            NONE_YET if cpu is None else f"{cpu:.1f}",
-            mem,
-            _pair(u, "netRxBytes", "netTxBytes"),
-            _pair(u, "ioReadBytes", "ioWriteBytes"),
-            NONE_YET if u.get("pids") is None else str(u["pids"]),
-            s.get("agent") or "-",
-        )
-    return table
+        if u.get("gpuPct") is None and u.get("gpuMemBytes") is None:
+            return NONE_YET
+        return f"{percent(u.get('gpuPct'))}, {size(u.get('gpuMemBytes'))}"
+
+    def pids(s: dict[str, Any]) -> str:
+        value = (s.get("usage") or {}).get("pids")
+        return NONE_YET if value is None else str(value)
+
+    columns = [
+        Column("NAME", lambda s: s["name"]),
+        Column("ID", lambda s: s["id"][:8], wide=True),
+        Column("STATUS", lambda s: s["status"]),
+        Column("CPU %", cpu, rank=1, right=True),
+        Column("MEM USED / ALLOC", mem, rank=2),
+        Column("GPU USE, MEM", gpu, wide=True),
+        Column("NET IN / OUT", lambda s: _pair(s.get("usage") or {}, "netRxBytes", "netTxBytes"), rank=5),
+        Column("IO READ / WRITE", lambda s: _pair(s.get("usage") or {}, "ioReadBytes", "ioWriteBytes"), rank=6),
+        Column("PIDS", pids, rank=4, right=True),
+        Column("AGENT", lambda s: s.get("agent") or "-", rank=3),
+        Column("IMAGE", lambda s: s["image"], wide=True),
+    ]
+    return fit(columns, top_sorted(items, by), console().width if width is None else width, wide)
 
 
 def _pair(usage: dict[str, Any], first: str, second: str) -> str:
     if usage.get(first) is None and usage.get(second) is None:
         return NONE_YET
     return f"{size(usage.get(first))} / {size(usage.get(second))}"
+
+
+_UNIT = re.compile(r"(\d) (B|[KMGTP]iB|%)(?!\w)")
+NBSP = "\u00a0"
+
+
+def details_text(lines: list[str], width: int | None = None) -> str:
+    """`session info`'s lines as a terminal of `width` shows them: a long line wraps between words (never
+    inside `23.5 GiB`), its continuation indented under its value (column 12)."""
+    import textwrap
+
+    width = console().width if width is None else width
+    out = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip(" "))
+        indent = " " * (12 if line[10:12] == "  " else lead + 2)  # under the value of `Field       value`
+        glued = _UNIT.sub(lambda m: f"{m.group(1)}{NBSP}{m.group(2)}", line)
+        wrapped = textwrap.wrap(glued, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+        out += [part.replace(NBSP, " ") for part in wrapped]
+    return "\n".join(out)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bai.cli.common import EXIT_NOT_STARTED, call, call_now, fail, no_color, run_async, show
+from bai.cli.layout import OUTPUT_HELP
 from bai.common.cluster import MAX_CLUSTER_SIZE, MODES, SINGLE_NODE
 
 if TYPE_CHECKING:
@@ -78,7 +79,6 @@ FORCED_ONLY = {"SCHEDULED", "PREPARING", "PULLING"}  # live statuses only a forc
 EXIT_STILL_WAITING = 124  # `create --timeout` gave up waiting (the session stays): as timeout(1) exits
 SAME_SIGNAL = 0.25  # seconds: the same signal again this soon is one signal delivered twice
 OWNER_HELP = "Admins: the access key whose session a name refers to (owner_access_key)."
-OUTPUT_HELP = "wide: every column (by default secondary ones go on a narrow terminal); json: as --json."
 
 
 def parse_resources(
@@ -1047,9 +1047,9 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show a session: status and why, resources, kernels and its history."""
-    from bai.cli.output import session_details
+    from bai.cli.output import details_text, session_details
 
-    show(call_now(lambda c: c.get_session(ref), owner), as_json, lambda s: "\n".join(session_details(s)))
+    show(call_now(lambda c: c.get_session(ref), owner), as_json, lambda s: details_text(session_details(s)))
 
 
 @app.command()

@@ -100,20 +100,19 @@ def size(n: float | int | str | None) -> str:
     value = float(n)
     if value == float("inf"):
         return "∞"
-    unit = "B"
-    for name in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(value) < 1024:
-            break
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    at = 0
+    while at < len(units) - 1 and abs(value) >= 1024:
         value /= 1024
-        unit = name
-    if unit == "B":
+        at += 1
+    if at == 0:
         return f"{int(value)} B"
     text = f"{value:.1f}"
+    if text in ("1024.0", "-1024.0") and at < len(units) - 1:  # 1023.96 MiB rounds up: say 1 GiB
+        text, at = text.replace("1024.0", "1"), at + 1
     if text.endswith(".0"):
         text = text[:-2]
-    if text == "1024":  # 1023.96 MiB rounds up: say 1 GiB
-        return size(float(n) + 1)
-    return f"{text} {unit}"
+    return f"{text} {units[at]}"
 
 
 def number(value: Any) -> str:
