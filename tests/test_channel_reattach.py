@@ -1,0 +1,78 @@
+"""An agent that restarted re-attaches to the runs its kernel's runner kept (channel.py `adopt_runs` and records
+that name their run): the run that was going stays one run under its id, runs started after the restart wait
+behind it and never see its output, and the end of a run that finished meanwhile is there for its client."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.test_runs_in_one_session import FakeChannel
+
+
+def rec(kind: str, run_id: str, **fields: Any) -> dict[str, Any]:
+    return {"t": kind, "id": run_id, **fields}
+
+
+async def test_the_run_going_in_the_kernel_is_adopted_and_a_new_one_waits_behind_it() -> None:
+    ch = FakeChannel()
+    ch.adopt_runs({"t": "hello", "busy": True, "job": {"id": "old", "kind": "query"}, "queued": [], "done": []})
+    assert ch.run_id == "old"
+    await ch.start_run("new", "query", "print(1)")
+    assert ch.started == []  # not sent to the kernel: the old run has it
+    waiting = (await ch.next_result("new", 0.05)).to_api()
+    assert waiting["status"] == "continued" and waiting["queue"] == {"behind": "old", "ahead": 1}
+    ch.feed(rec("stdout", "old", d="long 7\n"))
+    ch.feed(rec("stdout", "new", d="stray\n"))  # (a record naming the waiting run before it ran: its own)
+    got = (await ch.next_result("old", 0.05)).to_api()
+    assert got["console"] == [["stdout", "long 7\n"]]
+    ch.feed(rec("finished", "old", exit=4))
+    end = (await ch.next_result("old", 0.05)).to_api()
+    assert (end["status"], end["exitCode"]) == ("finished", 4)
+    assert ch.started == ["print(1)"]  # now the new run starts
+    ch.feed(rec("stdout", "new", d="1\n"))
+    ch.feed(rec("finished", "new", exit=0))
+    mine = (await ch.next_result("new", 0.05)).to_api()
+    assert mine["console"] == [["stdout", "stray\n1\n"]] and mine["exitCode"] == 0
+
+
+async def test_records_of_a_run_nobody_knew_make_it_a_run_and_a_finished_one_is_kept_for_its_client() -> None:
+    ch = FakeChannel()
+    ch.adopt_runs({"t": "hello", "busy": False, "job": None, "queued": [], "done": [["earlier", 3], ["bad"]]})
+    ended = (await ch.next_result("earlier", 0.05)).to_api()
+    assert (ended["status"], ended["exitCode"]) == ("finished", 3)
+    # a job that ended while no agent listened: its records come after the hello, naming it
+    ch.feed(rec("stdout", "b1", d="done\n"))
+    ch.feed(rec("finished", "b1", exit=0))
+    got = (await ch.next_result("b1", 0.05)).to_api()
+    assert got["console"] == [["stdout", "done\n"]] and got["status"] == "finished"
+    assert ch.run_id is None
+    await ch.start_run("next", "query", "x")
+    assert ch.started == ["x"]  # the kernel is free
+
+
+async def test_jobs_waiting_in_the_kernel_are_not_sent_again_and_keep_their_order() -> None:
+    ch = FakeChannel()
+    ch.adopt_runs({"job": {"id": "a", "kind": "batch"}, "queued": ["b", "c"], "done": []})
+    await ch.start_run("d", "query", "mine")
+    ch.feed(rec("finished", "a", exit=0))
+    assert ch.run_id == "b" and ch.started == []  # b was queued in the kernel already
+    ch.feed(rec("finished", "b", exit=0))
+    ch.feed(rec("finished", "c", exit=0))
+    await asyncio.sleep(0)  # (a run is started in a task of its own)
+    assert ch.run_id == "d" and ch.started == ["mine"]
+
+
+async def test_a_hello_of_odd_shapes_adopts_nothing_and_breaks_nothing() -> None:
+    ch = FakeChannel()
+    for hello in (
+        {"job": "x", "queued": "y", "done": 5},
+        {"job": {"id": 5}, "queued": [1, None, "z" * 65], "done": [[1, 2], "x", ["ok", "not a code"]]},
+        {"job": {"id": "z" * 65}},
+    ):
+        ch.adopt_runs(hello)
+    assert ch.run_id is None and list(ch.waiting) == []
+    ended = (await ch.next_result("ok", 0.05)).to_api()
+    assert ended["exitCode"] == 1  # an exit code that is not one counts as a failure
+    await ch.start_run("r", "query", "q")
+    assert ch.started == ["q"]
