@@ -130,6 +130,8 @@ class KernelOps:
             self.runs.end(sid, run_id, None, self.clock.now().isoformat())
             raise
         self.activity.touch(sid)
+        if mode == "continue" and result.status != "finished":
+            self.activity.run_began(sid, run_id)  # (one re-attached after a restart is busy as well)
         if result.status == "finished":
             self.activity.run_ended(sid, run_id)
             exit_code = result.exit_code

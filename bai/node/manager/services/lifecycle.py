@@ -718,8 +718,8 @@ class SessionLifecycle:
         while True:
             run = Execute(kernel.id, run_id, mode, code, {"exec": command}, flush_timeout=30.0)
             try:
-                result = await call(self.link, agent_id, run)
-            except AgentUnavailable:
+                result = await call(self.link, agent_id, run, timeout=run.flush_timeout + 60)
+            except (AgentUnavailable, TimeoutError):
                 if not await self._still_running(session.id, kernel.id):
                     return  # ended meanwhile (destroyed, agent-lost): its end is said where it ended
                 await asyncio.sleep(BATCH_AGENT_POLL)
