@@ -76,3 +76,20 @@ async def test_a_hello_of_odd_shapes_adopts_nothing_and_breaks_nothing() -> None
     assert ended["exitCode"] == 1  # an exit code that is not one counts as a failure
     await ch.start_run("r", "query", "q")
     assert ch.started == ["q"]
+
+
+async def test_a_busy_runner_older_than_run_ids_keeps_its_job_apart_from_new_runs() -> None:
+    ch = FakeChannel()
+    ch.adopt_runs({"t": "hello", "busy": True})  # (no "job": a runner of an earlier bai)
+    earlier = ch.run_id
+    assert earlier is not None and earlier.startswith("earlier-")
+    await ch.start_run("new", "query", "print(1)")
+    assert ch.started == []
+    ch.feed({"t": "stdout", "d": "old output\n"})  # (its records name no run)
+    ch.feed({"t": "finished", "exit": 0})
+    await asyncio.sleep(0)
+    assert ch.started == ["print(1)"]
+    ch.feed({"t": "stdout", "d": "1\n"})
+    ch.feed({"t": "finished", "exit": 0})
+    mine = (await ch.next_result("new", 0.05)).to_api()
+    assert mine["console"] == [["stdout", "1\n"]]

@@ -294,6 +294,10 @@ class Channel:
         known), the jobs waiting (adopted as waiting, ahead of this agent's own) and the last that ended (their
         ends, for a client that asks for them after a restart). Malformed parts are ignored."""
         job = hello.get("job")
+        if "job" not in hello and hello.get("busy") is True and self.current is None:
+            # a runner older than run ids, busy with a job of an agent before this one: the job is a run of its
+            # own (its records name none: they are the current run's), so that new runs wait behind it
+            job = {"id": f"earlier-{secrets.token_hex(4)}", "kind": "query"}
         if isinstance(job, dict) and _run_id(job.get("id")) and job["id"] not in self.runs:
             mode = "batch" if job.get("kind") == "batch" else "query"
             run = self._adopt_run(job["id"], mode)
