@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 import threading
+import zlib
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ MiB = 2**20
 
 def session(name: str, **over: Any) -> dict[str, Any]:
     row = {
-        "id": f"{abs(hash(name)) % 10**8:08d}-a2b4-4fb5-a651-3a9d2a760e05",
+        "id": f"{zlib.crc32(name.encode()) % 10**8:08d}-a2b4-4fb5-a651-3a9d2a760e05",  # the same in every run
         "name": name,
         "image": "bai-python:3.11",
         "type": "INTERACTIVE",
@@ -38,9 +40,20 @@ def session(name: str, **over: Any) -> dict[str, Any]:
         "servicePorts": [],
         "kernels": [],
         "usage": None,
+        "accessKey": "AKIAEXAMPLEEXAMPLE00",
     }
     row.update(over)
+    if "startedAt" not in over:  # when it first ran (the manager's startedAt): two minutes after its creation
+        never_ran = row["status"] in NEVER_RAN or row["status"] == "CANCELLED"
+        row["startedAt"] = None if never_ran else later(row["creationTime"], 120)
     return row
+
+
+NEVER_RAN = ("PENDING", "SCHEDULED", "PREPARING", "PULLING")
+
+
+def later(iso: str, seconds: float) -> str:
+    return (datetime.fromisoformat(iso) + timedelta(seconds=seconds)).isoformat()
 
 
 def usage(cpu: float, mem_mib: float, **more: Any) -> dict[str, Any]:

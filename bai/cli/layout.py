@@ -2,7 +2,8 @@
 whole; secondary ones are dropped, least important first, when the terminal is too narrow for them (never
 squeezed to `A…`); one column (a reason) takes the width left, on one line, cut with `…` at its end.
 
-`-o wide` shows every column (kubectl's `-o wide`): nothing dropped, the lines as long as they need.
+`-o wide` shows every column (kubectl's `-o wide`): nothing dropped nor cut, the lines as long as they need
+(the terminal wraps them).
 """
 
 from __future__ import annotations
@@ -81,8 +82,11 @@ def chosen(columns: Sequence[Column], cells: list[list[str]], width: int, wide: 
         if not droppable:
             break
         keep.remove(max(droppable, key=lambda i: (columns[i].rank, i)))
-    rest = 0 if rest_at is None else max(floor(), min(natural[rest_at], width - fixed(keep)))
-    return keep, rest
+    if rest_at is None:
+        return keep, 0
+    if wide:  # every column whole: the lines as long as they need
+        return keep, natural[rest_at]
+    return keep, max(floor(), min(natural[rest_at], width - fixed(keep)))
 
 
 def fit(columns: Sequence[Column], items: list[dict[str, Any]], width: int, wide: bool = False) -> Table:

@@ -241,6 +241,8 @@ def session_details(s: dict[str, Any]) -> list[str]:
         f"Type        {s['type'].lower()}",
         f"Status      {s['status']}" + (f" ({sizes_in(reason(s))})" if reason(s) else ""),
     ]
+    if lives(s) and outcome(s):  # how its last run ended, not the session: it goes on
+        lines.append(f"Last run    {outcome(s).removeprefix('last run: ')} (the session goes on)")
     if s.get("accessKey") or s.get("userName"):
         lines.append(f"Owner       {owner_of(s)}")
     if s.get("queuePosition"):
@@ -272,10 +274,7 @@ def session_details(s: dict[str, Any]) -> list[str]:
         usage = usage_lines(s)
         lines.append(f"Usage       {usage[0]}")
         lines += [f"            {line}" for line in usage[1:]]
-    if lives(s):  # how its last run ended, not the session: it goes on
-        if outcome(s):
-            lines.append(f"Last run    {outcome(s).removeprefix('last run: ')} (the session goes on)")
-    else:
+    if not lives(s):
         if s.get("exitCode") is not None:
             lines.append(f"Exit code   {s['exitCode']}")
         if result_of(s):
