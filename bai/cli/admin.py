@@ -164,7 +164,9 @@ def _idle_pct(value: str, flag: str) -> float | None:
     return pct
 
 
-MaxSessions = Annotated[int | None, typer.Option("--max-sessions", help="Concurrent sessions per keypair (0 = any).")]
+MaxSessions = Annotated[
+    int | None, typer.Option("--max-sessions", help="Concurrent sessions per keypair (0 = unlimited).")
+]
 SlotsOpt = Annotated[
     list[str] | None, typer.Option("--slots", help="Total slots per keypair, e.g. cpu=4,mem=8g (repeatable).")
 ]
@@ -172,12 +174,15 @@ Unspecified = Annotated[
     str | None, typer.Option("--unspecified", help="Slots not in --slots: unlimited (default) or limited (none).")
 ]
 IdleTimeout = Annotated[
-    str | None, typer.Option("--idle-timeout", help="End interactive sessions idle this long (e.g. 30m; 0 = never).")
+    str | None,
+    typer.Option("--idle-timeout", help="End interactive sessions idle this long (e.g. 30m; 0 = unlimited)."),
 ]
-MaxLifetime = Annotated[str | None, typer.Option("--max-lifetime", help="End sessions older than this (e.g. 8h).")]
-MaxVfolders = Annotated[int | None, typer.Option("--max-vfolders", help="Virtual folders per keypair (0 = any).")]
+MaxLifetime = Annotated[
+    str | None, typer.Option("--max-lifetime", help="End sessions older than this (e.g. 8h; 0 = unlimited).")
+]
+MaxVfolders = Annotated[int | None, typer.Option("--max-vfolders", help="Virtual folders per keypair (0 = unlimited).")]
 VfolderSize = Annotated[
-    str | None, typer.Option("--vfolder-size", help="Size limit of each virtual folder, e.g. 10g (0 = none).")
+    str | None, typer.Option("--vfolder-size", help="Size limit of each virtual folder, e.g. 10g (0 = unlimited).")
 ]
 IdleCpu = Annotated[
     str | None,
@@ -196,7 +201,7 @@ MaxNetworks = Annotated[
     typer.Option(
         "--max-networks",
         help="Sessions of several kernels per keypair at once: each holds a Docker network (one of the daemon's "
-        "address pools) on every agent it runs on (0 = any; default 2).",
+        "address pools) on every agent it runs on (0 = unlimited; default 2).",
     ),
 ]
 MAX_PENDING = (
@@ -206,7 +211,8 @@ MaxPending = Annotated[
     int | None,
     typer.Option(
         "--max-pending",
-        help="Sessions per keypair waiting (PENDING) at once: one more is refused at creation (0 = any; default 1000).",
+        help="Sessions per keypair waiting (PENDING) at once: one more is refused at creation "
+        "(0 = unlimited; default 1000).",
     ),
 ]
 IdleWindow = Annotated[
