@@ -6,6 +6,10 @@ from __future__ import annotations
 
 EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "bai node": ("bai node", "bai node --role manager --listen 0.0.0.0:8091"),
+    "bai node status": ("bai node status", "bai node status --state-dir /srv/bai-test --json"),
+    "bai node stop": ("bai node stop", "bai node stop --state-dir /srv/bai-test"),
+    "bai whoami": ("bai whoami", "bai whoami --json"),
+    "bai quota": ("bai quota", "bai quota --json"),
     "bai watcher": "bai watcher --listen 127.0.0.1:6009",
     "bai client-env": "eval $(bai client-env)",
     "bai tui": "bai tui --read-only",
@@ -84,9 +88,10 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "bai vfolder mkdir": "bai vfolder mkdir data results/run1 --parents",
     "bai vfolder mv": "bai vfolder mv data results/run1 results/best",
     "bai vfolder rm-files": "bai vfolder rm-files data results/run1 --recursive",
-    "bai vfolder upload": "bai vfolder upload data ./train.csv ./images --dst inputs",
+    "bai vfolder upload": "bai vfolder upload data ./train.csv ./images --dest inputs",
     "bai vfolder download": (
-        "bai vfolder download data results/model.pt --dst ./out",
+        "bai vfolder download data results/model.pt --dest ./out",
+        "bai vfolder download data results --dest ./out",
         "bai vfolder download data results/model.pt --force",
     ),
     "bai dotfile add": ("bai dotfile add .bashrc --file ~/.bashrc", "bai dotfile add .vimrc --data 'set nu'"),

@@ -19,6 +19,7 @@ class BaiGroup(LazyGroup):
     """bai's command groups, listed after its own commands; each module is imported when its group is used."""
 
     lazy_groups = {
+        "node": "bai.cli.main:node_app",
         "session": "bai.cli.session:app",
         "agent": "bai.cli.main:agent_app",
         "image": "bai.cli.main:image_app",
@@ -29,6 +30,11 @@ class BaiGroup(LazyGroup):
         "vfolder": "bai.cli.vfolder:app",
         "dotfile": "bai.cli.vfolder:dotfile_app",
     }
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """`node` first (it starts everything else), then bai's own commands, then the other groups."""
+        names = super().list_commands(ctx)
+        return ["node", *(n for n in names if n != "node")] if "node" in names else names
 
 
 app = typer.Typer(
@@ -54,12 +60,28 @@ def _root(
         False, "--version", help="Print bai's version and exit.", is_eager=True, callback=_print_version
     ),
     ca: str = typer.Option(None, "--ca", help="Trust this PEM CA file for an https:// manager (private CA)."),
+    state_dir: str = typer.Option(
+        None,
+        "--state-dir",
+        metavar="DIR",
+        help="Use the keypair of the node of this state folder (as BAI_STATE_DIR=DIR does).",
+    ),
 ) -> None:
     """Compute sessions in containers: a node, a CLI and a dashboard in one program."""
+    if state_dir:
+        if not os.path.isdir(state_dir):
+            raise typer.BadParameter(f"{state_dir}: no such folder", param_hint="--state-dir")
+        os.environ["BAI_STATE_DIR"] = state_dir  # read by bai.common.credentials
     if ca:
         if not os.path.isfile(ca):
             raise typer.BadParameter(f"{ca}: no such file", param_hint="--ca")
         os.environ["BACKEND_CA_FILE"] = ca  # read by bai.client, as BACKEND_* settings are
+
+
+def _node_examples() -> str | None:
+    from bai.cli.examples import epilog_of
+
+    return epilog_of("bai node")
 
 
 # added to `app` by name in BaiGroup.lazy_groups, as the groups of the other modules are
@@ -78,8 +100,12 @@ def _overrides(**flags: tuple[str, str, Any]) -> dict[str, Any]:
     return out
 
 
-@app.command()
+node_app = typer.Typer()  # its help: the callback's doc
+
+
+@node_app.callback(invoke_without_command=True, epilog=_node_examples())
 def node(
+    ctx: typer.Context,
     role: str = typer.Option(None, "--role", help="all (manager and agent in one process), manager or agent."),
     listen: str = typer.Option(None, "--listen", help="HOST:PORT of the HTTP API [default: 127.0.0.1:8091]."),
     state_dir: str = typer.Option(None, "--state-dir", help="Where the node keeps its state [~/.local/share/bai]."),
@@ -99,7 +125,10 @@ def node(
 
     A cluster: `bai node --role manager` on one host, then on each other host the command that
     `bai cluster join-info` prints (`bai node --role agent --manager tcp://… --manager-key … --join-token …`).
+    `bai node status` says whether a node runs for a state folder; `bai node stop` stops it.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from bai.common.config import ConfigError, load
 
     try:
@@ -125,6 +154,28 @@ def node(
     if log_format not in ("human", "json"):
         raise typer.BadParameter("--log-format wants human or json", param_hint="--log-format")
     raise typer.Exit(node_main(cfg, verbose, log_format, debug))
+
+
+@node_app.command("status")
+def node_status(
+    state_dir: str = typer.Option(None, "--state-dir", help="The node's state folder [BAI_STATE_DIR / config]."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Whether a node runs for a state folder: its pid, role, endpoint and uptime (exit 1: none runs)."""
+    from bai.cli.nodectl import status
+
+    raise typer.Exit(status(state_dir, as_json))
+
+
+@node_app.command("stop")
+def node_stop(
+    state_dir: str = typer.Option(None, "--state-dir", help="The node's state folder [BAI_STATE_DIR / config]."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for it to exit."),
+) -> None:
+    """Stop the node of a state folder (SIGTERM, as Ctrl-C does) and wait until it has exited (exit 1: none runs)."""
+    from bai.cli.nodectl import stop
+
+    raise typer.Exit(stop(state_dir, timeout))
 
 
 @app.command()
@@ -174,6 +225,30 @@ def client_env() -> None:
     print(f"export BACKEND_ENDPOINT={shlex.quote(creds.endpoint)}")
     print(f"export BACKEND_ACCESS_KEY={shlex.quote(creds.access_key)}")
     print(f"export BACKEND_SECRET_KEY={shlex.quote(creds.secret_key)}")
+
+
+@app.command()
+def whoami(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Who you are to the manager: access key, role (admin or user), endpoint and resource policy."""
+    from bai.cli.me import whoami_lines, whoami_of
+
+    me = call(whoami_of)
+    if as_json:
+        print(jsonout.dumps(me))
+        return
+    print("\n".join(whoami_lines(me)))
+
+
+@app.command()
+def quota(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Your resource policy's limits beside what your sessions hold now (sessions, queued ones, slots)."""
+    from bai.cli.me import quota_lines
+
+    found = call(lambda c: c.request("GET", "/bai/quota"))
+    if as_json:
+        print(jsonout.dumps(found))
+        return
+    print("\n".join(quota_lines(found)))
 
 
 @app.command()
@@ -299,15 +374,45 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     for reg in cfg["images"]["registries"].values():  # a registry's password is not for the screen
         if reg.get("password"):
             reg["password"] = "********"
+    client_side = _client_settings()
     if as_json:
-        print(json.dumps({"files": [str(p) for p in used], "config": cfg, "sources": sources}, indent=2))
+        out = {"files": [str(p) for p in used], "config": cfg, "sources": sources, "client": client_side}
+        print(json.dumps(out, indent=2))
         return
     import tomli_w
 
     looked = ", ".join(str(p) for p in config_files())
-    print(f"# file: {used[0] if used else '(none: defaults only)'}   (first found of: {looked})")
+    print("# node settings (what `bai node` / `bai watcher` here read; the CLI itself reads none of them)")
+    print(f"#   file: {used[0] if used else '(none: defaults only)'}   (first found of: {looked})")
+    print("# client settings (what this CLI connects with):")
+    if client_side["endpoint"] is None:
+        print(f"#   none: no keypair in the environment (BACKEND_*) nor at {client_side['file']}")
+    else:
+        print(f"#   endpoint {client_side['endpoint']}, keypair {client_side['accessKey']}")
+        print(f"#   from: {', '.join(client_side['from'])}")
     for line in tomli_w.dumps(cfg).splitlines():
         print(_with_source(line, sources))
+
+
+def _client_settings() -> dict[str, Any]:
+    """Where this CLI's endpoint and keypair come from: BACKEND_* variables and/or the credentials file."""
+    from bai.common import credentials
+
+    path = credentials.credentials_path()
+    creds = credentials.load()
+    origins = []
+    if os.environ.get("BACKEND_ACCESS_KEY") or os.environ.get("SORNA_ACCESS_KEY"):
+        origins.append("environment (BACKEND_ACCESS_KEY / BACKEND_SECRET_KEY)")
+    if os.environ.get("BACKEND_ENDPOINT") or os.environ.get("SORNA_ENDPOINT"):
+        origins.append("environment (BACKEND_ENDPOINT)")
+    if path.is_file() and len(origins) < 2:
+        origins.append(f"{path}" + (" (BAI_STATE_DIR)" if os.environ.get("BAI_STATE_DIR") else ""))
+    return {
+        "endpoint": creds.endpoint if creds else None,
+        "accessKey": creds.access_key if creds else None,
+        "from": origins if creds else [],
+        "file": str(path),
+    }
 
 
 _section = ""

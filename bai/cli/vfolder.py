@@ -10,6 +10,7 @@ import typer
 
 from bai.cli import jsonout
 from bai.cli.common import call, client, fail, no_color, run_async, show
+from bai.cli.complete import complete_folders
 
 app = typer.Typer(
     help="Virtual folders: files that outlive sessions, mounted at /home/work/NAME.", no_args_is_help=True
@@ -17,6 +18,7 @@ app = typer.Typer(
 dotfile_app = typer.Typer(help="Dotfiles written into every new kernel's home (e.g. .bashrc).", no_args_is_help=True)
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+FolderName = Annotated[str, typer.Argument(help="The vfolder.", autocompletion=complete_folders)]
 
 
 def _table(items: list[dict[str, Any]]):
@@ -75,7 +77,7 @@ def ls(
 
 
 @app.command("info")
-def info(name: str, as_json: AsJson = False) -> None:
+def info(name: FolderName, as_json: AsJson = False) -> None:
     """A folder: where it lives, who may use it, and how much it holds."""
     from bai.common.present import size
 
@@ -93,7 +95,7 @@ def info(name: str, as_json: AsJson = False) -> None:
 
 
 @app.command("rename")
-def rename(name: str, new_name: str) -> None:
+def rename(name: FolderName, new_name: str) -> None:
     """Give a folder another name (owner only)."""
     call(lambda c: c.vfolder_action(name, "rename", new_name=new_name))
     print(f"folder {name} is now {new_name}")
@@ -101,7 +103,7 @@ def rename(name: str, new_name: str) -> None:
 
 @app.command("set")
 def set_options(
-    name: str,
+    name: FolderName,
     permission: Annotated[str | None, typer.Option("--permission", "-p", help="ro (mounts read-only) or rw.")] = None,
     cloneable: Annotated[bool | None, typer.Option("--cloneable/--not-cloneable", help="May it be cloned.")] = None,
 ) -> None:
@@ -112,7 +114,7 @@ def set_options(
 
 @app.command("clone")
 def clone(
-    name: str,
+    name: FolderName,
     target: str,
     host: Annotated[str | None, typer.Option("--host", help="vfolder host [the default host].")] = None,
     permission: Annotated[str, typer.Option("--permission", "-p", help="The copy's own permission.")] = "rw",
@@ -124,7 +126,7 @@ def clone(
 
 @app.command("invite")
 def invite(
-    name: str,
+    name: FolderName,
     who: Annotated[list[str], typer.Argument(help="Access keys or user ids.")],
     permission: Annotated[str, typer.Option("--permission", "-p", help="ro (read-only) or rw.")] = "ro",
 ) -> None:
@@ -164,14 +166,14 @@ def reject(invitation: str) -> None:
 
 
 @app.command("leave")
-def leave(name: str) -> None:
+def leave(name: FolderName) -> None:
     """Stop using a folder shared with you."""
     call(lambda c: c.vfolder_action(name, "leave"))
     print(f"left folder {name}")
 
 
 @app.command("rm")
-def rm(name: str) -> None:
+def rm(name: FolderName) -> None:
     """Move a folder to the trash (`bai vfolder purge` deletes it for good, `restore` brings it back)."""
     call(lambda c: c.delete_vfolder(name))
     print(f"folder {name} is in the trash")
@@ -193,7 +195,7 @@ def purge(name: str) -> None:
 
 @app.command("share")
 def share(
-    name: str,
+    name: FolderName,
     who: Annotated[list[str], typer.Argument(help="Access keys or user ids.")],
     permission: Annotated[str, typer.Option("--permission", "-p", help="ro (read-only) or rw.")] = "ro",
 ) -> None:
@@ -203,14 +205,16 @@ def share(
 
 
 @app.command("unshare")
-def unshare(name: str, who: Annotated[list[str], typer.Argument(help="Access keys or user ids.")]) -> None:
+def unshare(name: FolderName, who: Annotated[list[str], typer.Argument(help="Access keys or user ids.")]) -> None:
     """Stop sharing a folder with keypairs."""
     done = call(lambda c: c.vfolder_action(name, "unshare", "DELETE", access_keys=who))
     print(f"folder {name} no longer shared with {', '.join(done['unshared_from'])}")
 
 
 @app.command("ls-files")
-def ls_files(name: str, path: Annotated[str, typer.Argument(help="A folder inside it.")] = "", as_json: AsJson = False):
+def ls_files(
+    name: FolderName, path: Annotated[str, typer.Argument(help="A folder inside it.")] = "", as_json: AsJson = False
+):
     """The files in a folder (or in a folder inside it)."""
     items = call(lambda c: c.vfolder_files(name, path))
 
@@ -232,7 +236,7 @@ def ls_files(name: str, path: Annotated[str, typer.Argument(help="A folder insid
 
 @app.command("mkdir")
 def mkdir(
-    name: str,
+    name: FolderName,
     path: str,
     parents: Annotated[bool, typer.Option("--parents", "-p", help="Make missing parent folders too.")] = False,
 ) -> None:
@@ -241,14 +245,14 @@ def mkdir(
 
 
 @app.command("mv")
-def mv(name: str, src: str, dst: str) -> None:
+def mv(name: FolderName, src: str, dst: str) -> None:
     """Rename or move a file or folder inside a folder."""
     call(lambda c: c.vfolder_action(name, "rename-file", target_path=src, new_path=dst))
 
 
 @app.command("rm-files")
 def rm_files(
-    name: str,
+    name: FolderName,
     paths: list[str],
     recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Folders and what they hold.")] = False,
 ) -> None:
@@ -283,17 +287,20 @@ def _progress(total: int, what: str):
 
 @app.command("upload")
 def upload(
-    name: str,
+    name: FolderName,
     sources: Annotated[list[Path], typer.Argument(help="Files or folders to upload.")],
-    dst: Annotated[str, typer.Option("--dst", help="Folder inside the vfolder to put them in.")] = "",
+    dest: Annotated[str, typer.Option("--dest", "-d", help="Folder inside the vfolder to put them in.")] = "",
+    dst: Annotated[str | None, typer.Option("--dst", hidden=True, help="Old name of --dest.")] = None,
 ) -> None:
     """Upload files and folders (whole trees); each file appears only once it is complete."""
+    if dst is not None:
+        dest = dst
     plan: list[tuple[Path, str]] = []
     folders: list[str] = []
     for src in sources:
         if not src.exists():
             fail(f"{src}: no such file or folder")
-        base = f"{dst.strip('/')}/{src.name}" if dst.strip("/") else src.name
+        base = f"{dest.strip('/')}/{src.name}" if dest.strip("/") else src.name
         if src.is_dir():
             folders.append(base)
             for path in sorted(src.rglob("*")):
@@ -327,32 +334,39 @@ def upload(
 
 @app.command("download")
 def download(
-    name: str,
-    paths: Annotated[list[str], typer.Argument(help="Files in the folder.")],
-    dst: Annotated[Path, typer.Option("--dst", help="Local folder to write into.")] = Path("."),
+    name: FolderName,
+    paths: Annotated[list[str], typer.Argument(help="Files or folders in the vfolder (a folder: its whole tree).")],
+    dest: Annotated[Path, typer.Option("--dest", "-d", help="Local folder to write into.")] = Path("."),
+    dst: Annotated[Path | None, typer.Option("--dst", hidden=True, help="Old name of --dest.")] = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Overwrite local files that exist.")] = False,
 ) -> None:
-    """Download files into a local folder; an existing local file is an error unless --force."""
-    targets = [dst / Path(p).name for p in paths]
-    for target in targets:
-        if target.is_dir():
-            fail(f"{target} is a folder; not overwriting it")
-        if target.exists() and not force:
-            fail(f"{target} exists already; not overwriting it (--force does)")
-    if not dst.is_dir():
-        fail(f"{dst}: no such folder")
+    """Download files, and folders as folder trees, into a local folder; an existing local file is an
+    error unless --force."""
+    from bai.cli.transfers import download_plan, local_targets
 
-    async def go() -> int:
-        total = 0
+    if dst is not None:
+        dest = dst
+    if not dest.is_dir():
+        fail(f"{dest}: no such folder")
+
+    async def go() -> tuple[int, int, int]:
         async with client() as c:
-            for p in paths:
-                total += await c.download_file(name, p, dst / Path(p).name)
-        return total
+            plan = await download_plan(c, name, paths)
+            problem = local_targets(plan, dest, force)
+            if problem:
+                fail(problem)
+            total = 0
+            for folder in plan.folders:
+                (dest / folder).mkdir(parents=True, exist_ok=True)
+            for remote, local in plan.files:
+                total += await c.download_file(name, remote, dest / local)
+            return len(plan.files), total, plan.skipped
 
-    received = run_async(go())
+    count, received, skipped = run_async(go())
     from bai.common.present import size
 
-    print(f"downloaded {len(paths)} files ({size(received)}) to {dst}")
+    note = f"; {skipped} links skipped" if skipped else ""
+    print(f"downloaded {count} files ({size(received)}) to {dest}{note}")
 
 
 @dotfile_app.command("add")

@@ -7,6 +7,7 @@ import errno
 import hashlib
 import logging
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -265,9 +266,7 @@ async def start_manager(
     stops["dispatcher"] = manager.dispatcher.stop
     manager.timers.start()
     stops["timers"] = manager.timers.stop
-    shown_host = host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-    endpoint = f"{'https' if cfg['node']['tls_cert'] else 'http'}://{shown_host}:{port}"
-    cred_path = credentials.save(credentials.Credentials(endpoint, access_key, secret_key))
+    endpoint = api_endpoint(cfg, host, port)
     lines = [f"  endpoint  {endpoint}", f"  state     {state_dir}"]
     if not cfg["node"]["tls_cert"] and not is_loopback(host):
         warning = (
@@ -280,8 +279,40 @@ async def start_manager(
         lines.append(
             f"  link      {settings['cluster']['endpoint']} (agents: `bai cluster join-info` says how to join)"
         )
-    lines.append(f"  keypair   {access_key} (saved to {cred_path})")
+    lines += _save_credentials(credentials.Credentials(endpoint, access_key, secret_key), state_dir)
     return lines
+
+
+def api_endpoint(cfg: dict[str, Any], host: str, port: int) -> str:
+    """The URL clients on this host reach the API at (a wildcard address: the loopback one)."""
+    shown_host = host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    return f"{'https' if cfg['node']['tls_cert'] else 'http'}://{shown_host}:{port}"
+
+
+def _save_credentials(creds: credentials.Credentials, state_dir: Path) -> list[str]:
+    """Save the admin keypair in the state folder (and the shared file when it may); banner lines that say
+    where, and how the CLI finds keys the shared file does not hold."""
+    from bai.common import nodefile
+
+    owner = credentials.shared_owner()
+    owner_runs = owner is not None and owner != state_dir and nodefile.running(owner) is not None
+    own, shared = credentials.save_for_node(creds, state_dir, owner_runs)
+    if shared is not None:
+        return [f"  keypair   {creds.access_key} (saved to {shared})"]
+    return [
+        f"  keypair   {creds.access_key} (saved to {own}; {credentials.shared_path()} holds the node of {owner})",
+        f"  client    export BAI_STATE_DIR={shlex.quote(str(state_dir))}   (or: bai --state-dir {state_dir} …)",
+    ]
+
+
+def _write_node_file(state_dir: Path, role: str, endpoint: str) -> None:
+    from datetime import UTC, datetime
+
+    from bai.common import nodefile
+
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    info = {"pid": os.getpid(), "role": role, "endpoint": endpoint, "started": started, "version": __version__}
+    nodefile.write(state_dir, {**info, "state_dir": str(state_dir)})
 
 
 async def start_agent(
@@ -429,13 +460,18 @@ async def run_node(cfg: dict[str, Any]) -> None:
         say(f"bai node {__version__} ({title})")
         for line in lines:
             say(line)
-        say("ready; Ctrl-C stops the node")
+        say("ready; Ctrl-C (or `bai node stop` beside it) stops the node")
+        endpoint = "" if role == "agent" else api_endpoint(cfg, *hostport(cfg["node"]["listen"], "--listen"))
+        _write_node_file(state_dir, role, endpoint)
         ready.set()
         log.info("node %s ready (%s): %s", __version__, title, "; ".join(line.strip() for line in lines))
 
         await stop.wait()
         say("stopping…")
     finally:
+        from bai.common import nodefile
+
+        nodefile.remove(state_dir, os.getpid())
         for step in shutdown_order:
             if step in stops:
                 try:
