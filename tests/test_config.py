@@ -165,7 +165,8 @@ def show(isolated: Path, monkeypatch: pytest.MonkeyPatch, text: str | None = Non
 
 def test_config_show_is_toml_of_the_defaults(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = show(isolated, monkeypatch)
-    assert out.startswith("# file: (none: defaults only)")
+    assert out.startswith("# node settings (read by `bai node` and `bai watcher`")
+    assert "#   file: (none: defaults only)" in out
     assert tomllib.loads(out) == DEFAULTS  # the `# default` notes are TOML comments
 
 
@@ -278,3 +279,47 @@ def test_image_registries_and_allowed_networks(isolated: Path, monkeypatch: pyte
     assert cfg["images"]["aliases"] == DEFAULTS["images"]["aliases"]
     assert cfg["scaling_groups"]["default"]["allowed_networks"] == ["bridge"]
     assert cfg["scaling_groups"]["default"]["policy"] == "fifo"
+
+
+def test_config_show_tells_the_clients_settings_from_the_nodes(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a client machine the file is the node's; the CLI's own endpoint and keypair come from elsewhere."""
+    monkeypatch.delenv("BAI_STATE_DIR", raising=False)
+    for key in ("BACKEND_ENDPOINT", "BACKEND_ACCESS_KEY", "BACKEND_SECRET_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    out = show(isolated, monkeypatch, '[node]\nlisten = "0.0.0.0:9000"\n')
+    assert f"#   file: {Path.cwd() / 'bai.toml'}" in out
+    assert "#   none: no keypair in the environment (BACKEND_*) nor at" in out
+    monkeypatch.setenv("BACKEND_ENDPOINT", "https://bai.example:8091")
+    monkeypatch.setenv("BACKEND_ACCESS_KEY", "AKIACLIENT0000000000")
+    monkeypatch.setenv("BACKEND_SECRET_KEY", "s" * 40)
+    out = show(isolated, monkeypatch)
+    assert "#   endpoint https://bai.example:8091, keypair AKIACLIENT0000000000" in out
+    assert "#   from: environment (BACKEND_ACCESS_KEY / BACKEND_SECRET_KEY), environment (BACKEND_ENDPOINT)" in out
+    assert tomllib.loads(out)["node"]["listen"] == "0.0.0.0:9000"
+
+
+def test_a_node_of_another_state_dir_leaves_a_running_nodes_shared_keys_alone(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bai.common import credentials
+    from bai.common.credentials import Credentials
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("BAI_STATE_DIR", raising=False)
+    one, two = tmp_path / "one", tmp_path / "two"
+    first = Credentials("http://127.0.0.1:1", "AKIAONE0000000000000", "a" * 40)
+    second = Credentials("http://127.0.0.1:2", "AKIATWO0000000000000", "b" * 40)
+    own, shared = credentials.save_for_node(first, one, owner_runs=False)
+    assert own == one / "credentials.toml" and shared == credentials.shared_path()  # free: taken
+    own, shared = credentials.save_for_node(second, two, owner_runs=True)
+    assert shared is None and credentials.load() == first  # the first node runs: its keys stay the default
+    monkeypatch.setenv("BAI_STATE_DIR", str(two))
+    assert credentials.load() == second and credentials.credentials_path() == two / "credentials.toml"
+    monkeypatch.delenv("BAI_STATE_DIR")
+    _, shared = credentials.save_for_node(second, two, owner_runs=False)  # the first stopped: taken over
+    assert shared is not None and credentials.load() == second
+    default = credentials.default_state_dir()
+    _, shared = credentials.save_for_node(first, default, owner_runs=True)  # the default node always writes it
+    assert shared is not None and credentials.load() == first

@@ -19,7 +19,6 @@ class BaiGroup(LazyGroup):
     """bai's command groups, listed after its own commands; each module is imported when its group is used."""
 
     lazy_groups = {
-        "node": "bai.cli.main:node_app",
         "session": "bai.cli.session:app",
         "agent": "bai.cli.main:agent_app",
         "image": "bai.cli.main:image_app",
@@ -32,7 +31,8 @@ class BaiGroup(LazyGroup):
     }
 
     def list_commands(self, ctx: Any) -> list[str]:
-        """`node` first (it starts everything else), then bai's own commands, then the other groups."""
+        """`node` first (it starts everything else; a group of its own, added below), then bai's own commands,
+        then the other groups."""
         names = super().list_commands(ctx)
         return ["node", *(n for n in names if n != "node")] if "node" in names else names
 
@@ -176,6 +176,9 @@ def node_stop(
     from bai.cli.nodectl import stop
 
     raise typer.Exit(stop(state_dir, timeout))
+
+
+app.add_typer(node_app, name="node")
 
 
 @app.command()
@@ -382,7 +385,7 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     import tomli_w
 
     looked = ", ".join(str(p) for p in config_files())
-    print("# node settings (what `bai node` / `bai watcher` here read; the CLI itself reads none of them)")
+    print("# node settings (read by `bai node` and `bai watcher` on this machine, not by the other commands)")
     print(f"#   file: {used[0] if used else '(none: defaults only)'}   (first found of: {looked})")
     print("# client settings (what this CLI connects with):")
     if client_side["endpoint"] is None:
