@@ -228,6 +228,12 @@ def test_no_limit_is_unlimited_and_sizes_have_one_form() -> None:
     assert default.split()[1:] == ["unlimited"] * 9  # sessions, slots, unlisted slots, timeouts, folders, queue
     assert small.split()[1:4] == ["3", "unlimited", "unlimited"] and "30m" in small and "1 GiB" in small
     assert sizes_in("mem 23.54GiB requested, 512MiB free, 100B") == "mem 23.5 GiB requested, 512 MiB free, 100 B"
+    narrow = Console(width=80, color_system=None)
+    with narrow.capture() as captured:
+        narrow.print(policies_table([policy], width=80))
+    header = captured.get().splitlines()[0]
+    assert re.split(r"\s{2,}", header)[:3] == ["NAME", "MAX SESSIONS", "TOTAL SLOTS"] and "…" not in header
+    assert len(header) <= 80 and "NETWORKS" not in header
 
 
 def test_a_pending_sessions_reason_leads_with_its_place_and_times_are_apart() -> None:

@@ -7,11 +7,13 @@ from typing import Annotated, Any
 import typer
 
 from bai.cli.common import call, show
+from bai.cli.layout import OUTPUT_HELP
 
 keypair_app = typer.Typer(help="Keypairs (admins): who may use the cluster.", no_args_is_help=True)
 policy_app = typer.Typer(help="Resource policies (admins): how much a keypair may use.", no_args_is_help=True)
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+Output = Annotated[str | None, typer.Option("--output", "-o", metavar="wide|json", help=OUTPUT_HELP)]
 
 
 @keypair_app.command("create")
@@ -33,11 +35,13 @@ def keypair_create(
 
 
 @keypair_app.command("ls")
-def keypair_ls(as_json: AsJson = False) -> None:
+def keypair_ls(as_json: AsJson = False, output: Output = None) -> None:
     """List keypairs (without their secrets)."""
+    from bai.cli.layout import wants
     from bai.cli.output import keypairs_table
 
-    show(call(lambda c: c.keypairs()), as_json, keypairs_table)
+    wide, as_json = wants(output, as_json)
+    show(call(lambda c: c.keypairs()), as_json, lambda rows: keypairs_table(rows, wide))
 
 
 @keypair_app.command("set-policy")
@@ -279,8 +283,10 @@ def _show_policy(policy: dict[str, Any], as_json: bool) -> None:
 
 
 @policy_app.command("ls")
-def policy_ls(as_json: AsJson = False) -> None:
-    """List resource policies."""
+def policy_ls(as_json: AsJson = False, output: Output = None) -> None:
+    """List resource policies (`unlimited` where a limit is 0)."""
+    from bai.cli.layout import wants
     from bai.cli.output import policies_table
 
-    show(call(lambda c: c.policies()), as_json, policies_table)
+    wide, as_json = wants(output, as_json)
+    show(call(lambda c: c.policies()), as_json, lambda rows: policies_table(rows, wide))

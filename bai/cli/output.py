@@ -195,13 +195,17 @@ def gpu_lines(gpus: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def images_table(items: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for col in ("NAME", "ALIASES", "AGENT", "SIZE"):
-        table.add_column(col)
-    for i in items:
-        table.add_row(i["name"], ", ".join(i.get("aliases", [])), i["agent"], size(i.get("size") or 0))
-    return table
+def images_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
+    """`bai image ls`: names whole; the aliases take the width left."""
+    from bai.cli.layout import Column, fit
+
+    columns = [
+        Column("NAME", lambda i: i["name"]),
+        Column("SIZE", lambda i: size(i.get("size") or 0), rank=1, right=True),
+        Column("AGENT", lambda i: i["agent"], rank=2),
+        Column("ALIASES", lambda i: ", ".join(i.get("aliases", [])), rest=True),
+    ]
+    return fit(columns, items, console().width if width is None else width, wide)
 
 
 def app_line(a: dict[str, Any]) -> str:
@@ -300,46 +304,45 @@ def session_details(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def keypairs_table(items: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for col in ("ACCESS KEY", "USER", "ADMIN", "ACTIVE", "POLICY", "CREATED"):
-        table.add_column(col, no_wrap=True)
-    for k in items:
-        table.add_row(
-            k["accessKey"],
-            k["userId"],
-            "yes" if k["isAdmin"] else "",
-            "yes" if k["isActive"] else "no",
-            k["resourcePolicy"],
-            age(k["createdAt"]) + " ago",
-        )
-    return table
+def keypairs_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
+    from bai.cli.layout import Column, fit
+
+    columns = [
+        Column("ACCESS KEY", lambda k: k["accessKey"]),
+        Column("USER", lambda k: k["userId"], rank=1),
+        Column("ADMIN", lambda k: "yes" if k["isAdmin"] else "", rank=3),
+        Column("ACTIVE", lambda k: "yes" if k["isActive"] else "no", rank=2),
+        Column("POLICY", lambda k: k["resourcePolicy"], rank=2),
+        Column("CREATED", lambda k: age(k["createdAt"]) + " ago", rank=4),
+    ]
+    return fit(columns, items, console().width if width is None else width, wide)
 
 
-def policies_table(items: list[dict[str, Any]]) -> Table:
+def policies_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
+    """Resource policies: each limit, `unlimited` where there is none."""
+    from bai.cli.layout import Column, fit
     from bai.common.durations import format_duration
 
-    table = Table(box=None, header_style="bold")
-    cols = ("NAME", "MAX SESSIONS", "TOTAL SLOTS", "OTHER SLOTS", "IDLE TIMEOUT", "MAX LIFETIME")
-    cols += ("VFOLDERS", "FOLDER SIZE", "PENDING", "NETWORKS")
-    for col in cols:
-        table.add_column(col)
-    for p in items:
-        slots = slots_text(p["total_resource_slots"])
+    def slots(p: dict[str, Any]) -> str:
         unlisted = p["default_for_unspecified"].lower()
-        table.add_row(
-            p["name"],
-            limit(p["max_concurrent_sessions"]),
-            slots or (UNLIMITED if unlisted == UNLIMITED else "none"),
-            unlisted,
-            limit(p["idle_timeout"], p["idle_timeout"] and format_duration(p["idle_timeout"])),
-            limit(p["max_session_lifetime"], p["max_session_lifetime"] and format_duration(p["max_session_lifetime"])),
-            limit(p.get("max_vfolder_count")),
-            limit(p.get("max_vfolder_size"), p.get("max_vfolder_size") and size(p["max_vfolder_size"])),
-            limit(p.get("max_pending_session_count")),
-            limit(p.get("max_session_networks")),
-        )
-    return table
+        return slots_text(p["total_resource_slots"]) or (UNLIMITED if unlisted == UNLIMITED else "none")
+
+    def seconds(key: str) -> Any:
+        return lambda p: limit(p.get(key), p.get(key) and format_duration(p[key]))
+
+    columns = [
+        Column("NAME", lambda p: p["name"]),
+        Column("MAX SESSIONS", lambda p: limit(p["max_concurrent_sessions"]), rank=1),
+        Column("TOTAL SLOTS", slots, rank=2),
+        Column("OTHER SLOTS", lambda p: p["default_for_unspecified"].lower(), rank=5),
+        Column("IDLE TIMEOUT", seconds("idle_timeout"), rank=3),
+        Column("MAX LIFETIME", seconds("max_session_lifetime"), rank=4),
+        Column("VFOLDERS", lambda p: limit(p.get("max_vfolder_count")), rank=7),
+        Column("FOLDER SIZE", lambda p: limit(p.get("max_vfolder_size"), size(p.get("max_vfolder_size"))), rank=8),
+        Column("PENDING", lambda p: limit(p.get("max_pending_session_count")), rank=6),
+        Column("NETWORKS", lambda p: limit(p.get("max_session_networks")), rank=9),
+    ]
+    return fit(columns, items, console().width if width is None else width, wide)
 
 
 # -- bai session top ---------------------------------------------------------------------------------------
