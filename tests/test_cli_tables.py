@@ -240,6 +240,9 @@ def test_a_pending_sessions_reason_leads_with_its_place_and_times_are_apart() ->
     now = datetime.now(UTC)
     train, notebook, waiting, etl = rows(now)
     assert why(waiting).startswith("#2 in queue: no-available-instances: cpu 8 requested")
+    listed = {**waiting, "queuePosition": None, "statusData": {"scheduler": {"msg": "no room", "position": 3}}}
+    assert why(listed) == "#3 in queue: no-available-instances: no room"  # a list item: the scheduler's word
+    assert why({**listed, "status": "CANCELLED"}) == "no-available-instances: no room"
     assert why(notebook) == "last run: exit 137 FAILURE" and why(etl) == "task-failed: exit code 3; FAILURE"
     assert timing_sentence(train, now) == "queued 2m 0s, running 2h 8m"
     assert timing_sentence(etl, now) == "queued 30s, ran 1h 2m"

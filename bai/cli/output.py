@@ -96,9 +96,19 @@ def why(s: dict[str, Any]) -> str:
     """The REASON of `session ls`: `#2 in queue: no-available-instances: …` for a pending session, why it
     ended, and how its last run ended (`last run: exit 137 FAILURE` while the session lives on)."""
     text = "; ".join(part for part in (sizes_in(reason(s)), outcome(s)) if part)
-    if s.get("status") == "PENDING" and s.get("queuePosition"):
-        text = f"#{s['queuePosition']} in queue" + (f": {text}" if text else "")
+    if queue_position(s):
+        text = f"#{queue_position(s)} in queue" + (f": {text}" if text else "")
     return text
+
+
+def queue_position(s: dict[str, Any]) -> int | None:
+    """A pending session's place in the queue: `queuePosition` (a detail), else where the scheduler last put
+    it (`statusData.scheduler.position`, in list items too); None for any other status."""
+    if s.get("status") != "PENDING":
+        return None
+    scheduler = (s.get("statusData") or {}).get("scheduler")
+    position = s.get("queuePosition") or (scheduler.get("position") if isinstance(scheduler, dict) else None)
+    return position if isinstance(position, int) and position > 0 else None
 
 
 def result_of(s: dict[str, Any]) -> str:
@@ -249,8 +259,8 @@ def session_details(s: dict[str, Any]) -> list[str]:
         lines.append(f"Last run    {outcome(s).removeprefix('last run: ')} (the session goes on)")
     if s.get("accessKey") or s.get("userName"):
         lines.append(f"Owner       {owner_of(s)}")
-    if s.get("queuePosition"):
-        lines.append(f"Queue       position {s['queuePosition']} of the pending sessions")
+    if queue_position(s):
+        lines.append(f"Queue       position {queue_position(s)} of the pending sessions")
     scheduler = (s.get("statusData") or {}).get("scheduler") or {}
     for p in scheduler.get("failed_predicates") or []:
         lines.append(f"  blocked   {p['name']}: {sizes_in(p['msg'])}")
