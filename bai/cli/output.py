@@ -265,7 +265,8 @@ def session_details(s: dict[str, Any]) -> list[str]:
     for p in scheduler.get("failed_predicates") or []:
         lines.append(f"  blocked   {p['name']}: {sizes_in(p['msg'])}")
     if scheduler.get("retries"):
-        lines.append(f"Tried       {scheduler['retries']} times, last at {scheduler.get('last_try', '?')}")
+        times = "once" if scheduler["retries"] == 1 else f"{scheduler['retries']} times"
+        lines.append(f"Tried       {times}, last at {scheduler.get('last_try', '?')}")
     lines += [
         f"Resources   {slots_text(s['requestedSlots'])}",
         f"Agent       {s.get('agent') or '-'}",
