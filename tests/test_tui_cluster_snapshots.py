@@ -43,7 +43,9 @@ def test_detail_of_a_cluster_session(snap_compare, size) -> None:
         await until(pilot, lambda: len(app.sessions_view.sync.keys) == 12, what="the sessions drawn")
         app.sessions_view.filter = app.sessions_view.filter.parse("name:dist-train")
         app.sessions_view.refresh_view()
-        await pilot.press("d")
+        await pilot.press("d")  # which kernel: Enter takes main1, highlighted first
+        await until(pilot, lambda: type(app.screen).__name__ == "KernelScreen", what="the kernel picker")
+        await pilot.press("enter")
         await until(pilot, lambda: app.detail_view.detail is not None, what="the details")
         await pilot.pause(0.3)
         app.detail_view.query_one("#detail-scroll").scroll_end(animate=False)  # the kernels in view at 80×24

@@ -261,16 +261,28 @@ async def test_ctrl_s_saves_the_log_never_over_a_file_and_c_copies_it(tmp_path: 
 
 
 @pytest.mark.parametrize("view", ["sessions", "logs"])
-async def test_the_footer_shows_the_new_keys(view: str) -> None:
+@pytest.mark.parametrize("width", [120, 80])
+async def test_the_footer_shows_the_new_keys_where_they_fit(view: str, width: int) -> None:
+    """From 100 columns the footer shows e, y (and in the logs Ctrl-s, c); at 80 it keeps the others (the
+    keys still work, and ? lists them)."""
     app = Dashboard(FakeClient(), clock=frozen_clock)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=(width, 30)) as pilot:
         await started(pilot, app)
         if view == "logs":
             await pilot.press("l")
         await pilot.pause(0.1)
-        keys = {key for key, b in app.active_bindings.items() if app.check_action(b.binding.action, ()) is not False}
-        wanted = {"e", "y"} if view == "sessions" else {"ctrl+s", "c", "e", "y"}
-        assert wanted <= keys, keys
+        shown = {
+            key
+            for key, b in app.active_bindings.items()
+            if b.binding.show and app.check_action(b.binding.action, ()) is not False
+        }
+        new = {"e", "y"} if view == "sessions" else {"ctrl+s", "c", "e", "y"}
+        assert (new <= shown) == (width >= 100) and not (new & shown and width < 100), shown
+        assert {"slash", "question_mark", "q"} <= shown
+        await pilot.press("y")
+        assert app.view == "json"  # hidden from the footer at 80, the key still works
+        await pilot.press("question_mark")
+        assert "its JSON, as GET /session/{id} returns it" in plain(app.screen.query("Static").first())
 
 
 async def test_a_live_session_shows_its_last_run_apart_from_its_fate() -> None:

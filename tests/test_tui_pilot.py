@@ -179,7 +179,7 @@ def notes(app: Dashboard) -> list[str]:
 async def test_shell_key_opens_a_shell_in_a_running_session(sim_node: Node) -> None:
     calls: list[str] = []
 
-    async def shell_runner(session_id: str) -> int:
+    async def shell_runner(session_id: str, kernel: str | None) -> int:
         calls.append(session_id)
         return 7
 
@@ -227,7 +227,7 @@ async def test_shell_key_opens_a_shell_in_a_running_session(sim_node: Node) -> N
 async def test_shell_runner_failure_and_read_only(sim_node: Node) -> None:
     from bai.client.api import APIError
 
-    async def refused(session_id: str) -> int:
+    async def refused(session_id: str, kernel: str | None) -> int:
         raise APIError(409, "no terminal here")
 
     app = Dashboard(node_client(sim_node), shell_runner=refused)
@@ -242,7 +242,7 @@ async def test_shell_runner_failure_and_read_only(sim_node: Node) -> None:
 
     calls: list[str] = []
 
-    async def runner(session_id: str) -> int:
+    async def runner(session_id: str, kernel: str | None) -> int:
         calls.append(session_id)
         return 0
 

@@ -77,3 +77,55 @@ def test_sessions_sorted_filtered_with_the_whole_reason(snap_compare) -> None:
         await pilot.pause(0.3)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_kernel_picker_of_a_cluster_session(snap_compare, size) -> None:
+    """`l` on a session of three kernels: which kernel, main1 highlighted."""
+    app = Dashboard(FakeClient(cluster=True), clock=frozen_clock)
+
+    async def before(pilot) -> None:
+        await until(pilot, lambda: len(app.sessions_view.sync.keys) == len(sessions()) + 1, what="the sessions")
+        app.sessions_view.filter = app.sessions_view.filter.parse("name:dist-train")
+        app.sessions_view.refresh_view()
+        await pilot.press("l")
+        await until(pilot, lambda: type(app.screen).__name__ == "KernelScreen", what="the picker")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_events_view(snap_compare, size) -> None:
+    """`e`: the session's transitions, then its lifecycle events."""
+    client = FakeClient()
+    client.events.lifecycle = [
+        ("session_terminated", {"sessionName": "flaky-job", "reason": "task-failed", "exitCode": 3})
+    ]
+    app = Dashboard(client, clock=frozen_clock)
+
+    async def before(pilot) -> None:
+        await _loaded(pilot, app)
+        app.sessions_view.filter = app.sessions_view.filter.parse("name:flaky-job")
+        app.sessions_view.refresh_view()
+        await pilot.press("e")
+        await until(pilot, lambda: bool(app.events_view.events), what="the events")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_json_view(snap_compare, size) -> None:
+    """`y`: the session as GET /session/{id} returns it."""
+    app = dashboard()
+
+    async def before(pilot) -> None:
+        await _loaded(pilot, app)
+        app.sessions_view.filter = app.sessions_view.filter.parse("name:notebook-ana")
+        app.sessions_view.refresh_view()
+        await pilot.press("y")
+        await until(pilot, lambda: app.json_view.data is not None, what="the JSON")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)

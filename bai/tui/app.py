@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -65,6 +66,7 @@ LOG_FLUSH = 0.1  # seconds between feeds of the log view
 LOG_FLUSH_BUSY = 0.5  # ... after a feed of more than LOG_BUSY_BYTES of output
 LOG_BUSY_BYTES = 16 * 1024
 COMPACT_FOOTER_BELOW = 100  # columns
+WIDE_FOOTER_KEYS = ("e", "y", "ctrl+s", "c")  # in the footer from 100 columns; narrower, in ? help only
 
 
 class Dashboard(App):
@@ -173,8 +175,15 @@ class Dashboard(App):
         self._fit_footer(event.size.width)
 
     def _fit_footer(self, width: int) -> None:
-        """Under 100 columns the keys go closer together: every key of a view fits in 80."""
-        self.query_one(Footer).compact = width < COMPACT_FOOTER_BELOW
+        """Under 100 columns the keys go closer together, and those of WIDE_FOOTER_KEYS leave the footer
+        (they still work; ? lists them): every other key of a view fits in 80."""
+        wide = width >= COMPACT_FOOTER_BELOW
+        self.query_one(Footer).compact = not wide
+        keys = self._bindings.key_to_bindings
+        if any(b.show != wide for key in WIDE_FOOTER_KEYS for b in keys.get(key, [])):
+            for key in WIDE_FOOTER_KEYS:
+                keys[key] = [replace(b, show=wide) for b in keys.get(key, [])]
+            self.refresh_bindings()
 
     @property
     def agents_view(self) -> AgentsView:

@@ -123,9 +123,11 @@ class KernelScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         width = max(len(name) for name, _ in self.kernels)
-        options = [
-            Option(Text.assemble((f"{name:<{width}}", "bold"), f"  {about}"), id=name) for name, about in self.kernels
-        ]
+        options = []
+        for name, about in self.kernels:
+            line = Text(f"{name:<{width}}  {about}")
+            line.stylize("bold", 0, len(name))
+            options.append(Option(line, id=name))
         with Vertical():
             yield Static(Text(f"{self.what.capitalize()} of which kernel of {self.session}?", style="bold"))
             yield OptionList(*options, id="kernels")

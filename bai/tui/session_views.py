@@ -57,7 +57,7 @@ class EventsView(View):
         if self.session_id is None:
             body.update(Text("No session chosen: pick one in the sessions view (2) and press e."))
             return
-        table = Table(box=None, header_style="bold", title_justify="left", title_style="bold")
+        table = Table(box=None, header_style="bold", title_justify="left", title_style="bold", padding=(0, 2, 0, 0))
         table.title = f"Events of {self.session_name}"
         table.add_column("AT (UTC)", no_wrap=True, style="dim")
         table.add_column("EVENT", no_wrap=True)
