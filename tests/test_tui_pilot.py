@@ -603,9 +603,11 @@ def test_cli_starts_the_dashboard_and_quits_on_q(sim_node: Node) -> None:
 
 def test_cli_shell_key_gives_the_terminal_to_a_shell_and_takes_it_back(local_node: Node) -> None:
     """`s` in `bai tui` in a real terminal (tmux): the dashboard gives way to the session's shell (at the
-    terminal's size), and comes back with the shell's exit status when it ends."""
+    terminal's size), and comes back with the shell's exit status when it ends; right after, keys typed
+    at once after `/` all go into the filter, and Ctrl-d acts on the row highlighted then."""
     need_tmux()
     local_node.cli("session", "create", "--name", "shelly", "python", check=True)
+    local_node.cli("session", "create", "--name", "other-one", "python", check=True)
     name = f"bai-tui-shell-{local_node.port}"
     env_args = [f"{k}={v}" for k, v in local_node.env.items() if k.startswith(("XDG_", "BAI_"))]
     cmd = ["env", *env_args, sys.executable, "-m", "bai", "tui"]
@@ -639,6 +641,15 @@ def test_cli_shell_key_gives_the_terminal_to_a_shell_and_takes_it_back(local_nod
         # back: the dashboard redraws (the note on the status is checked by the pilot test above; a toast
         # may be gone by the time a loaded machine captures the pane)
         wait(lambda s: "● connected" in s and "shelly" in s and "hi-42" not in s, "the dashboard")
+        keys("/name:other-one")  # one burst, as typed by a fast hand: every key goes into the filter
+        wait(lambda s: "name:other-one" in s, "the typed filter")
+        keys("Enter")
+        wait(lambda s: "filter /name:other-one" in s and "shelly" not in s, "the filtered table")
+        keys("C-d")
+        wait(lambda s: "Terminate session other-one" in s, "the question about the highlighted row")
+        keys("n", "Escape")
+        wait(lambda s: "shelly" in s and "filter /" not in s, "the whole table")
+        keys("g")
         keys("d")
         wait(lambda s: "Kernels" in s, "the describe view")
         keys("q")
@@ -650,3 +661,4 @@ def test_cli_shell_key_gives_the_terminal_to_a_shell_and_takes_it_back(local_nod
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
         local_node.cli("session", "destroy", "shelly")
+        local_node.cli("session", "destroy", "other-one")
