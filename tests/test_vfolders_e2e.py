@@ -67,9 +67,9 @@ def test_a_kernel_writes_the_host_reads_and_a_second_kernel_sees_it(vnode: Node,
     assert [(f["name"], f["type"], f["size"]) for f in listed] == [("result.txt", "file", 16)]
     dl = tmp_path / "dl"
     dl.mkdir()
-    vnode.cli("vfolder", "download", "shared-data", "out/result.txt", "--dst", str(dl), check=True)
+    vnode.cli("vfolder", "download", "shared-data", "out/result.txt", "--dest", str(dl), check=True)
     assert (dl / "result.txt").read_text() == "42 from kernel 1"
-    again = vnode.cli("vfolder", "download", "shared-data", "out/result.txt", "--dst", str(dl))
+    again = vnode.cli("vfolder", "download", "shared-data", "out/result.txt", "--dest", str(dl))
     assert again.returncode != 0 and "not overwriting" in again.stderr
 
 
