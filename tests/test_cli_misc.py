@@ -214,3 +214,12 @@ def test_statuses_complete_in_lists() -> None:
     assert complete_statuses("running,pe") == ["running,pending"]
     assert "running,running" not in complete_statuses("running,r")
     assert "terminated" in complete_statuses("")
+
+
+@pytest.mark.skipif(not BAI_SCRIPT.exists(), reason="the bai script is not installed beside this Python")
+def test_image_names_and_aliases_complete_from_the_manager(node: Node) -> None:
+    images = node.json("image", "ls")
+    assert images, "the local node lists its images"
+    first = images[0]["name"]
+    done = _complete(node.env, f"bai image rm {first[:3]}", 3)
+    assert done.returncode == 0 and first in done.stdout.split(), (done.stdout, done.stderr)

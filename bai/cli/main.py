@@ -314,6 +314,12 @@ def agent_info(agent_id: str, as_json: bool = typer.Option(False, "--json", help
     print("Warm      " + (", ".join(f"{n} {image}" for image, n in sorted(warm.items())) or "none"))
 
 
+def _complete_images(incomplete: str) -> list[str]:
+    from bai.cli.complete import complete_images
+
+    return complete_images(incomplete)
+
+
 @image_app.command("ls")
 def image_ls(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the images the agents can run."""
@@ -336,7 +342,7 @@ def image_pull(
 
 @image_app.command("rm")
 def image_rm(
-    image: str,
+    image: str = typer.Argument(..., help="The image (name or alias).", autocompletion=_complete_images),
     agent: str = typer.Option(None, "--agent", help="Remove from this agent only [every agent that has it]."),
 ) -> None:
     """Remove an image from the agents (admins)."""
@@ -347,7 +353,7 @@ def image_rm(
 @image_app.command("alias")
 def image_alias(
     alias: str = typer.Argument(None, help="The name users give, e.g. python or pytorch."),
-    image: str = typer.Argument(None, help="The image it stands for."),
+    image: str = typer.Argument(None, help="The image it stands for.", autocompletion=_complete_images),
     remove: bool = typer.Option(False, "--remove", help="Remove the alias."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
