@@ -75,6 +75,28 @@ def test_a_stale_node_file_is_not_a_running_node(tmp_path: Path) -> None:
     env = {**os.environ, "BAI_STATE_DIR": str(state)}
     result = bai(env, "node", "status", "--json")
     assert result.returncode == 1 and json.loads(result.stdout)["running"] is False
+    # a pid reused by another program is not the node: nothing is sent a signal
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        (state / "node.json").write_text(json.dumps({"pid": other.pid, "role": "all", "endpoint": "", "started": ""}))
+        stopped = bai(env, "node", "stop")
+        assert stopped.returncode == 1 and "no node runs for" in stopped.stderr
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_uptime_reads_as_people_say_it() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from bai.cli.nodectl import uptime_text
+
+    now = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
+    assert uptime_text((now - timedelta(seconds=40)).isoformat(), now) == "40s"
+    assert uptime_text((now - timedelta(minutes=3, seconds=12)).isoformat(), now) == "3m 12s"
+    assert uptime_text((now - timedelta(hours=2, minutes=5)).isoformat(), now) == "2h 05m"
+    assert uptime_text("not a time", now) == "unknown"
 
 
 # -- two nodes under one HOME --------------------------------------------------------------------------------

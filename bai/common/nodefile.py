@@ -57,7 +57,20 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
+def is_bai(pid: int) -> bool:
+    """Whether process `pid` runs bai (a file left by a node killed with -9 may name a pid reused since by
+    another program, which must not be taken for the node, let alone sent SIGTERM)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc, or not ours to read: the pid is all there is to go by
+    return b"bai" in cmdline
+
+
 def running(state_dir: Path) -> dict[str, Any] | None:
     """The node.json of a node that runs now for `state_dir` (None: none does, or the file is stale)."""
     info = read(state_dir)
-    return info if info is not None and alive(int(info["pid"])) else None
+    if info is None:
+        return None
+    pid = int(info["pid"])
+    return info if alive(pid) and is_bai(pid) else None
