@@ -245,3 +245,30 @@ def test_image_names_and_aliases_complete_from_the_manager(node: Node) -> None:
     first = images[0]["name"]
     done = _complete(node.env, f"bai image rm {first[:3]}", 3)
     assert done.returncode == 0 and first in done.stdout.split(), (done.stdout, done.stderr)
+
+
+def test_keypair_create_prints_exports_a_user_can_paste(node: Node) -> None:
+    shown = node.cli("keypair", "create", "--user", "paste@example.com", check=True).stdout
+    assert "…" not in shown
+    exports = [line.strip() for line in shown.splitlines() if line.strip().startswith("export ")]
+    assert [e.split("=")[0] for e in exports] == [
+        "export BACKEND_ENDPOINT",
+        "export BACKEND_ACCESS_KEY",
+        "export BACKEND_SECRET_KEY",
+    ]
+    script = "; ".join([*exports, f"{sys.executable} -m bai whoami --json"])
+    env = {k: v for k, v in node.env.items() if not k.startswith("BACKEND_")}
+    env["HOME"] = str(node.base / "elsewhere")  # no saved credentials: only what was pasted
+    who = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert who.returncode == 0, who.stderr
+    assert json.loads(who.stdout)["role"] == "user"
+
+
+@pytest.mark.skipif(not BAI_SCRIPT.exists(), reason="the bai script is not installed beside this Python")
+def test_session_names_images_and_statuses_complete(node: Node) -> None:
+    node.cli("session", "create", "python", "--name", "complete-sess", check=True)
+    assert _complete(node.env, "bai session info complete-", 3).stdout.split() == ["complete-sess"]
+    assert _complete(node.env, "bai session destroy complete-", 3).stdout.split() == ["complete-sess"]
+    assert "running" in _complete(node.env, "bai session ls --status run", 4).stdout.split()
+    images = _complete(node.env, "bai session run ", 3).stdout.split()
+    assert images, "no image names completed"

@@ -31,7 +31,16 @@ def keypair_create(
     print(f"access key  {created['accessKey']}")
     print(f"secret key  {created['secretKey']}")
     print(f"policy      {created['resourcePolicy']}" + ("  (admin)" if created["isAdmin"] else ""))
-    print("use it with: export BACKEND_ACCESS_KEY=… BACKEND_SECRET_KEY=… (and BACKEND_ENDPOINT)")
+    import shlex
+
+    from bai.common import credentials
+
+    saved = credentials.load()
+    endpoint = saved.endpoint if saved is not None else "http://127.0.0.1:8091"
+    print("use it with:")
+    print(f"  export BACKEND_ENDPOINT={shlex.quote(endpoint)}")
+    print(f"  export BACKEND_ACCESS_KEY={shlex.quote(created['accessKey'])}")
+    print(f"  export BACKEND_SECRET_KEY={shlex.quote(created['secretKey'])}")
 
 
 @keypair_app.command("ls")

@@ -31,6 +31,26 @@ Env = Annotated[
     typer.Option("--env", "-e", metavar="KEY=VALUE", help="Environment variable KEY=VALUE (repeatable)."),
 ]
 Name = Annotated[str | None, typer.Option("--name", help="Session name (default: a generated one).")]
+
+
+def _complete_sessions(incomplete: str) -> list[str]:
+    from bai.cli.complete import complete_sessions
+
+    return complete_sessions(incomplete)
+
+
+def _complete_images(incomplete: str) -> list[str]:
+    from bai.cli.complete import complete_images
+
+    return complete_images(incomplete)
+
+
+def _complete_statuses(incomplete: str) -> list[str]:
+    from bai.cli.complete import complete_statuses
+
+    return complete_statuses(incomplete)
+
+
 Network = Annotated[
     str | None,
     typer.Option("--network", help="Docker network (none, bridge, host, ...): only what the scaling group allows."),
@@ -536,7 +556,9 @@ def _job(code: str | None, args: list[str], exec_cmd: str | None) -> tuple[str, 
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def run(
-    image: str = typer.Argument(..., help="Image or alias (`python` is the default Python image)."),
+    image: str = typer.Argument(
+        ..., help="Image or alias (`python` is the default Python image).", autocompletion=_complete_images
+    ),
     args: list[str] = typer.Argument(None, help="FILE... to upload and run, or -- CMD ... to run a command."),
     code: str = typer.Option(None, "-c", "--code", help="Python code to run (query mode)."),
     exec_cmd: str = typer.Option(None, "--exec", metavar="CMD", help="Command to run after uploading FILEs."),
@@ -702,7 +724,7 @@ async def _say_stopped_clean_up(c, owned: Owned) -> None:
 
 @app.command()
 def create(
-    image: str = typer.Argument(..., help="Image or alias."),
+    image: str = typer.Argument(..., help="Image or alias.", autocompletion=_complete_images),
     name: Name = None,
     cpu: Cpu = None,
     mem: Mem = None,
@@ -845,7 +867,7 @@ async def _create_and_wait(
 
 @app.command()
 def exec(  # noqa: A001 - the command is called exec
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     args: list[str] = typer.Argument(None, help="FILE... to upload and run, or -- CMD ... to run a command."),
     code: str = typer.Option(None, "-c", "--code", help="Python code to run (query mode)."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
@@ -905,7 +927,7 @@ def _shell_words(words: list[str], kernel: str | None) -> tuple[list[str], str |
 
 @app.command(context_settings={"allow_interspersed_args": False})
 def shell(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     command: list[str] = typer.Argument(None, help="-- CMD ...: run this instead of the kernel's shell."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     kernel: Kernel = None,
@@ -930,7 +952,7 @@ def shell(
 
 @app.command("app")
 def app_(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     name: str = typer.Argument(..., help="The app (see `bai session apps NAME`), e.g. jupyterlab."),
     bind: str = typer.Option(
         None, "--bind", "-b", metavar="[HOST:]PORT", help="Where to listen (default 127.0.0.1, the app's port if free)."
@@ -960,7 +982,7 @@ def app_(
 
 @app.command("apps")
 def apps_(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -1010,7 +1032,11 @@ def failed(s: dict[str, Any]) -> bool:
 def ls(
     all_: bool = typer.Option(False, "--all", "-a", help="Include terminated and cancelled sessions."),
     status: str = typer.Option(
-        None, "--status", metavar="S[,S...]", help="Only these statuses, e.g. running,pending (any case)."
+        None,
+        "--status",
+        metavar="S[,S...]",
+        help="Only these statuses, e.g. running,pending (any case).",
+        autocompletion=_complete_statuses,
     ),
     failed_only: bool = typer.Option(
         False, "--failed", help="Only sessions that ended with an error or a non-zero exit (ended ones included)."
@@ -1042,7 +1068,7 @@ def ls(
 
 @app.command()
 def info(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -1054,7 +1080,7 @@ def info(
 
 @app.command()
 def explain(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -1066,7 +1092,9 @@ def explain(
 
 @app.command()
 def events(
-    ref: str = typer.Argument(None, help="Session name or id (default: every session you can see)."),
+    ref: str = typer.Argument(
+        None, help="Session name or id (default: every session you can see).", autocompletion=_complete_sessions
+    ),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep listening after the session ended."),
 ) -> None:
@@ -1088,7 +1116,7 @@ def events(
 
 @app.command()
 def logs(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new output until the session ends."),
     tail: int = typer.Option(None, "--tail", "-n", help="Only the last N lines."),
@@ -1128,7 +1156,7 @@ def logs(
 
 @app.command("files")
 def ls_files(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     path: str = typer.Argument("/home/work", help="A folder in the kernel (relative paths are under /home/work)."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -1161,7 +1189,7 @@ def ls_files(
 
 @app.command()
 def destroy(
-    refs: list[str] = typer.Argument(..., help="Session names or ids."),
+    refs: list[str] = typer.Argument(..., help="Session names or ids.", autocompletion=_complete_sessions),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
     force: bool = typer.Option(False, "--force", "-f", help="Also destroy sessions that are starting or stuck."),
 ) -> None:
@@ -1191,7 +1219,7 @@ def _each(refs: list[str], owner: str | None, done: str, action) -> int:
 
 @app.command()
 def download(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     paths: list[str] = typer.Argument(..., help="Files or folders in the kernel (relative ones are under /home/work)."),
     dest: Path = typer.Option(Path("."), "--dest", "-d", help="Where to put them."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
@@ -1211,7 +1239,7 @@ def download(
 
 @app.command()
 def restart(
-    refs: list[str] = typer.Argument(..., help="Session names or ids."),
+    refs: list[str] = typer.Argument(..., help="Session names or ids.", autocompletion=_complete_sessions),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
 ) -> None:
     """Restart sessions' kernels: the code starts afresh (a new Python namespace), runs going on end; the
@@ -1221,7 +1249,7 @@ def restart(
 
 @app.command()
 def rename(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     name: str = typer.Argument(..., help="Its new name."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
 ) -> None:
@@ -1233,7 +1261,7 @@ def rename(
 
 @app.command()
 def commit(
-    ref: str = typer.Argument(..., help="Session name or id."),
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
     image: str = typer.Option(None, "--image", help="The image's name:tag (default: bai-commit/SESSION:TIME)."),
     owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
 ) -> None:
