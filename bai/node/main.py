@@ -22,8 +22,9 @@ from bai import __version__
 from bai.common import credentials
 from bai.common.auth import Keypair
 from bai.common.config import ConfigError, data_dir, parse_hostport
+from bai.common.present import slots_text
 from bai.common.service_ports import parse_range
-from bai.common.slots import format_slots
+from bai.common.slots import to_wire
 
 if TYPE_CHECKING:
     import ssl
@@ -360,7 +361,7 @@ async def start_agent(
     stops["agent"] = agent.stop
     gpus = ", ".join(f"{g.index}: {g.name} ({g.memory_total / 2**30:.0f} GiB)" for g in nvml.gpus)
     gpu_line = f"  gpus      {gpus}" if nvml.gpus else f"  gpus      none ({nvml.error or 'no devices'})"
-    lines = [f"  backend   {backend_text}", f"  agent     {agent_id}: {format_slots(slots)}", gpu_line]
+    lines = [f"  backend   {backend_text}", f"  agent     {agent_id}: {slots_text(to_wire(slots))}", gpu_line]
     if warm:
         pooled = ", ".join(f"{image} x{n}" for image, n in sorted(warm.items()))
         counted = "counted against the slots" if cfg["agent"]["warm_pool_reserve"] else "not counted in the slots"
