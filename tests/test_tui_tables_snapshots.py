@@ -129,3 +129,15 @@ def test_json_view(snap_compare, size) -> None:
         await pilot.pause(0.3)
 
     assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+def test_filter_prompt_while_typing(snap_compare) -> None:
+    """At 80×24: `/` and a filter being typed, the hint above it, over the footer."""
+    app = dashboard()
+
+    async def before(pilot) -> None:
+        await _loaded(pilot, app)
+        await pilot.press("slash", *"status:run")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=before)

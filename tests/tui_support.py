@@ -27,6 +27,8 @@ UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{
 AGO = {
     "creationTime": timedelta(minutes=12),
     "created_at": timedelta(minutes=12),
+    "startedAt": timedelta(minutes=11, seconds=58),  # after 2 s in the queue
+    "started_at": timedelta(minutes=11, seconds=58),
     "statusChanged": timedelta(minutes=7),
     "terminationTime": timedelta(minutes=3),
     "lastSeen": timedelta(seconds=2),

@@ -22,9 +22,9 @@ class PromptBar(Vertical):
     """A hint and an input over the footer, shown by `ask`; the answer goes to the `ask`'s callback."""
 
     DEFAULT_CSS = """
-    PromptBar { height: auto; dock: bottom; background: $surface; padding: 0 1; display: none; }
+    PromptBar { height: auto; background: $surface; padding: 0 1; display: none; }
     PromptBar.shown { display: block; }
-    PromptBar Input { width: 100%; }
+    PromptBar Input, PromptBar Input:focus { width: 100%; height: 1; border: none; padding: 0 1; background: $boost; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
