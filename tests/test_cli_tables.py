@@ -19,8 +19,8 @@ import pytest
 
 from bai.cli.layout import Column, fit, wants
 from bai.cli.output import policies_table, sessions_table, why
-from bai.cli.timing import timing_sentence
 from bai.cli.words import sizes_in
+from bai.common.timing import timing_sentence
 from tests.cli_fake import AGENT, Fake, GiB, cli_env, serve, session, usage
 
 GOLDENS = Path(__file__).parent / "cli_tables_goldens"

@@ -67,8 +67,8 @@ def emit(renderable: Any) -> None:
 
 def sessions_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
     """`bai session ls`: name, status and why first; the reason takes the width left (see bai.cli.layout)."""
-    from bai.cli import timing
     from bai.cli.layout import Column, fit
+    from bai.common import timing
 
     columns = [Column("NAME", lambda s: s["name"])]
     if wide or len({owner_of(s) for s in items}) > 1:  # an admin's list: whose each session is
@@ -119,7 +119,7 @@ def result_of(s: dict[str, Any]) -> str:
 
 def lives(s: dict[str, Any]) -> bool:
     """The session has not ended: how its last run ended is not how the session did."""
-    from bai.cli.timing import ended
+    from bai.common.timing import ended
 
     return not ended(s)
 
@@ -247,7 +247,7 @@ def kernel_name(k: dict[str, Any]) -> str:
 
 
 def session_details(s: dict[str, Any]) -> list[str]:
-    from bai.cli.timing import started_at, timing_sentence
+    from bai.common.timing import started_at, timing_sentence
 
     lines = [
         f"Session     {s['name']} ({s['id']})",

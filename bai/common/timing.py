@@ -1,5 +1,5 @@
-"""How long a session waited and how long it ran, apart: from its `startedAt` (when it first ran), else
-(a detail) the time of its first transition to RUNNING; a session that never ran only queued."""
+"""How long a session waited and how long it ran, apart (for the CLI and the dashboard): from its `startedAt`
+(when it first ran), else (a detail) the time of its first transition to RUNNING; one that never ran only queued."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from bai.common.present import utc_now
 ENDED = ("TERMINATED", "CANCELLED", "ERROR")
 
 
-def _time(iso: str | None) -> datetime | None:
+def parse_time(iso: str | None) -> datetime | None:
     if not iso:
         return None
     try:
@@ -22,12 +22,12 @@ def _time(iso: str | None) -> datetime | None:
 
 def started_at(s: dict[str, Any]) -> datetime | None:
     """When the session first ran; None when it never did (or nothing says when)."""
-    start = _time(s.get("startedAt"))
+    start = parse_time(s.get("startedAt"))
     if start is not None:
         return start
     for t in s.get("transitions") or []:
         if t.get("status") == "RUNNING":
-            return _time(t.get("at"))
+            return parse_time(t.get("at"))
     return None
 
 
@@ -52,9 +52,9 @@ def queued_and_ran(s: dict[str, Any], now: datetime | None = None) -> tuple[floa
     the first None when its creation time is unknown. A session still queued waited until now; an ended one
     that never ran, until it ended."""
     now = now or utc_now()
-    created = _time(s.get("creationTime"))
+    created = parse_time(s.get("creationTime"))
     start = started_at(s)
-    end = (_time(s.get("terminationTime") or s.get("statusChanged")) if ended(s) else None) or now
+    end = (parse_time(s.get("terminationTime") or s.get("statusChanged")) if ended(s) else None) or now
     if start is None:
         return (None if created is None else (end - created).total_seconds()), None
     queued = None if created is None else max(0.0, (start - created).total_seconds())

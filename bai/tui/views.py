@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Static
 
 from bai.common.present import age, explain_lines, utc_now
 from bai.common.slots import from_wire
+from bai.common.timing import duration, parse_time, started_at
 from bai.tui.model import GROUPS, ClusterModel, Filter, LogBuffer, group_of, is_failed
 from bai.tui.tables import DOWN, UP, Column, KeyTable, TableSync, fit_columns
 from bai.tui.widgets import NO_FIGURE, LogView, bar, bytes_label, compact, cpu_label, gauge, separator
@@ -207,48 +208,15 @@ def gauge_column(figures: list[Figure], width: int) -> list[Text]:
     return [gauge(value, cap, bar_width, label.rjust(label_width)) for value, cap, label in figures]
 
 
-def duration(seconds: float) -> str:
-    """45s, 2m 3s, 1h 5m, 3d 2h."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
-
-
-def _time(iso: str | None) -> datetime | None:
-    if not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-
-
-def started_at(s: dict[str, Any]) -> datetime | None:
-    """When the session first ran: its `startedAt`, else (a detail) its first transition to RUNNING; None when
-    it never ran, or when neither says."""
-    start = _time(s.get("startedAt"))
-    if start is not None:
-        return start
-    for t in s.get("transitions") or []:
-        if t.get("status") == "RUNNING":
-            return _time(t.get("at"))
-    return None
-
-
 def queue_and_run(s: dict[str, Any], now: datetime) -> str:
     """`queued 2m 1s, ran 19m 2s` (`running` while it runs): the time it waited and the time it ran, apart;
     "" when it is not known when it started (then only its age is shown)."""
     start = started_at(s)
-    created = _time(s.get("creationTime"))
+    created = parse_time(s.get("creationTime"))
     if start is None:
         return ""
     finished = group_of(s["status"]) == "finished"
-    end = (_time(s.get("terminationTime") or s.get("statusChanged")) if finished else now) or now
+    end = (parse_time(s.get("terminationTime") or s.get("statusChanged")) if finished else now) or now
     parts = []
     if created is not None and (start - created).total_seconds() >= 1:
         parts.append(f"queued {duration((start - created).total_seconds())}")
@@ -259,7 +227,7 @@ def queue_and_run(s: dict[str, Any], now: datetime) -> str:
 def run_timing(s: dict[str, Any], now: datetime) -> str:
     """A finished session's `queued 5s, ran 2m 3s · ended 14:02` (UTC; with the date when not within the last
     20 hours): how long it waited and how long it ran, apart, when it is known that it started."""
-    end = _time(s.get("terminationTime") or s.get("statusChanged"))
+    end = parse_time(s.get("terminationTime") or s.get("statusChanged"))
     if end is None:
         return ""
     parts = [queue_and_run(s, now)]
@@ -335,7 +303,7 @@ class Sort:
 
 
 def _epoch(iso: str | None) -> float | None:
-    t = _time(iso)
+    t = parse_time(iso)
     return None if t is None else t.timestamp()
 
 
