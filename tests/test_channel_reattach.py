@@ -93,3 +93,44 @@ async def test_a_busy_runner_older_than_run_ids_keeps_its_job_apart_from_new_run
     ch.feed({"t": "finished", "exit": 0})
     mine = (await ch.next_result("new", 0.05)).to_api()
     assert mine["console"] == [["stdout", "1\n"]]
+
+
+async def test_a_caller_that_missed_answers_gets_them_again_and_a_read_end_is_kept() -> None:
+    ch = FakeChannel()
+    await ch.start_run("r", "query", "loop()")
+    ch.feed(rec("stdout", "r", d="0\n"))
+    first = await ch.next_result("r", 0.05)
+    assert first.seq == 1 and first.console == [["stdout", "0\n"]]
+    ch.feed(rec("stdout", "r", d="1\n"))
+    lost = await ch.next_result("r", 0.05)  # (an answer to a manager that stopped: nobody read it)
+    assert lost.seq == 2
+    ch.feed(rec("stdout", "r", d="2\n"))
+    ch.feed(rec("finished", "r", exit=4))
+    lost_end = await ch.next_result("r", 0.05)
+    assert (lost_end.status, lost_end.exit_code) == ("finished", 4)
+    # the client re-attaches saying it saw answer 1: it gets the rest, the end included, in order
+    again = await ch.next_result("r", 0.05, after=first.seq)
+    assert again.console == [["stdout", "1\n2\n"]] and (again.status, again.exit_code) == ("finished", 4)
+    seen_all = await ch.next_result("r", 0.05, after=again.seq)  # it saw everything: the end again, no output
+    assert (seen_all.status, seen_all.exit_code, seen_all.console) == ("finished", 4, [])
+    await ch.start_run("r", "query", "loop()")  # a start said again is not a second run
+    assert ch.started == ["loop()"]
+    try:
+        await ch.next_result("r", 0.05)  # (without `after`: as before, a run whose end was read is gone)
+    except Exception as e:  # noqa: BLE001
+        assert "no run r" in str(e)
+    else:
+        raise AssertionError("a plain poll of a finished run answered")
+
+
+async def test_kept_answers_are_bounded() -> None:
+    from bai.node.agent.channel import KEEP_ANSWER_CHARS
+
+    ch = FakeChannel()
+    await ch.start_run("big", "query", "flood()")
+    for _ in range(12):
+        ch.feed(rec("stdout", "big", d="x" * 100_000))
+        await ch.next_result("big", 0.05)
+    kept = ch.runs["big"].answers
+    assert sum(len(t) for a in kept for _, t in a.console) <= KEEP_ANSWER_CHARS
+    assert kept[-1].seq == 12  # the newest kept

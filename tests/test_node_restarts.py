@@ -99,18 +99,6 @@ def kinds(**known_bugs: str) -> pytest.MarkDecorator:
     )
 
 
-# Known bugs in bai/ (reported; the tests say what a user would see once they are fixed):
-ORPHANED_CALL = (
-    "a manager-only restart: the agent's execute call of the manager that stopped goes on and takes the run's "
-    "next records (its output, its end) for an answer nobody reads: a batch command that ends while the "
-    "manager is down ends its session 'the batch command's run was lost: no run batch-... in this kernel' "
-    "(exit 1), and an exec's client misses the lines printed just after the manager stopped"
-)
-HUNG_UP_TERMINAL = (
-    "an agent-only restart ends an open terminal with exit 129 (its shell was hung up) and no word of why"
-)
-
-
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
@@ -173,7 +161,7 @@ BATCH = {
 }
 
 
-@kinds(manager=ORPHANED_CALL)
+@kinds()
 def test_a_batch_session_ends_with_its_commands_exit_code_after_a_restart(target: Target) -> None:
     api = target.api
     names = {code: _name(f"batch{code}-{target.where}") for code in BATCH}
@@ -202,7 +190,7 @@ def test_a_batch_session_ends_with_its_commands_exit_code_after_a_restart(target
             api.cli("session", "destroy", name)
 
 
-@kinds(manager=ORPHANED_CALL)
+@kinds()
 def test_an_exec_goes_on_across_a_restart_and_the_next_waits_behind_it(target: Target) -> None:
     api = target.api
     name = _name(f"exec-{target.where}")
@@ -230,7 +218,7 @@ def test_an_exec_goes_on_across_a_restart_and_the_next_waits_behind_it(target: T
         api.cli("session", "destroy", name)
 
 
-@kinds(agent=HUNG_UP_TERMINAL)
+@kinds()
 def test_a_terminal_open_across_a_restart_ends_saying_so_and_a_new_one_works(target: Target) -> None:
     t = target
     api = t.api

@@ -452,8 +452,9 @@ async def _stream(
 
     from bai.client.api import APIError
 
+    seen = [0]  # the seq of the last frame printed
     try:
-        outcome = await _follow(c, session_id, mode, code, options, owned, loop, run_id, kernel)
+        outcome = await _follow(c, session_id, mode, code, options, owned, loop, run_id, kernel, seen=seen)
         if outcome is not None:
             return outcome
         print(
@@ -464,7 +465,9 @@ async def _stream(
         while loop.time() < deadline:
             await asyncio.sleep(0.5)
             try:
-                outcome = await _follow(c, session_id, "continue", "", {}, None, loop, run_id, kernel, again=True)
+                outcome = await _follow(
+                    c, session_id, "continue", "", {}, None, loop, run_id, kernel, again=True, seen=seen
+                )
             except APIError as e:
                 if e.status and 400 <= e.status < 500:  # the session is gone or ended: nothing to re-attach to
                     print(f"bai: error: run {run_id} cannot be re-attached: {e}", file=sys.stderr)
@@ -485,21 +488,35 @@ async def _stream(
 
 
 async def _follow(
-    c, session_id, mode, code, options, owned: Owned | None, loop, run_id, kernel=None, again: bool = False
+    c,
+    session_id,
+    mode,
+    code,
+    options,
+    owned: Owned | None,
+    loop,
+    run_id,
+    kernel=None,
+    again: bool = False,
+    seen: list[int] | None = None,
 ) -> int | None:
     """One execution stream: the run's exit code (1 after an error frame), or None when the stream ended
-    before the run did. `again`: re-attaching (say so once the manager answers)."""
+    before the run did. `again`: re-attaching (say so once the manager answers). `seen`: [the `seq` of the last
+    frame printed], kept up to date (re-attaching asks for what came after it)."""
     from bai.client.api import APIError
 
     sent = False
+    seen = seen if seen is not None else [0]
     try:
         async with c.execute(session_id, kernel) as stream:
             if owned is not None:
                 owned.ran, owned.run_id = True, run_id  # from here on the code may be running
-            await stream.start(mode, code, options, run_id=run_id)
+            await stream.start(mode, code, options, run_id=run_id, after=seen[0] if again else None)
             sent = True
             queued = None
             async for frame in stream.frames():
+                if isinstance(frame.get("seq"), int):
+                    seen[0] = max(seen[0], frame["seq"])
                 if again:
                     again = False
                     if frame.get("status") != "error":

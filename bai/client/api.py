@@ -676,13 +676,21 @@ class ExecStream:
             await self.ws.close()
 
     async def start(
-        self, mode: str, code: str = "", options: dict[str, Any] | None = None, run_id: str | None = None
+        self,
+        mode: str,
+        code: str = "",
+        options: dict[str, Any] | None = None,
+        run_id: str | None = None,
+        after: int | None = None,
     ) -> None:
-        """Send the code; `run_id` names the run (to interrupt just it), else the manager picks one."""
+        """Send the code; `run_id` names the run (to interrupt just it), else the manager picks one. Re-attaching
+        (mode continue): `after`, the `seq` of the last frame seen (the output after it comes again)."""
         assert self.ws is not None
         first: dict[str, Any] = {"code": code, "mode": mode, "options": options or {}}
         if run_id is not None:
             first["runId"] = run_id
+        if after is not None:
+            first["after"] = after
         if self.kernel is not None:
             first["kernel"] = self.kernel
         await self.ws.send_str(json.dumps(first))

@@ -81,6 +81,9 @@ log = logging.getLogger("bai.agent")
 LOG_FLUSH_INTERVAL = 0.05
 LOG_FLUSH_BYTES = 256 * 1024
 MAX_TERMINALS = 16  # per kernel: each is a process a user keeps running
+TERMINAL_AGENT_STOPPED = (
+    "the agent of its kernel stopped (a restart?): the session goes on; open a terminal again once the node is back"
+)
 ENDED_KERNEL_GRACE = 60.0  # seconds an ended kernel's last output stays collectable
 RESTART_TIMEOUT = 30.0  # seconds a restarted kernel's runner has to connect again
 POOL_WAIT = 10.0  # seconds a session waits for a warm kernel that is starting before it starts cold
@@ -183,6 +186,7 @@ class Agent:
         # kernel id -> (run id, the kernel's OOM-kill count when the run started), where the backend counts
         self._oom_at_start: dict[str, tuple[str, int]] = {}
         self._terminals: dict[str, int] = {}  # kernel id -> terminals open in it
+        self._terminal_streams: set[Any] = set()  # the streams of the terminals open now (ended when it stops)
         # dial id -> what the `peer-dialed` stream of a kernel's connection to another agent's kernel delivers:
         # (the stream, its error, an Event set once the connection is done with the stream)
         self._dials: dict[str, asyncio.Future[tuple[LinkStream, str, asyncio.Event]]] = {}
@@ -300,6 +304,10 @@ class Agent:
         self._stats_task = self.background.spawn(self._stats_loop(), f"kernel-stats-{self.id}")
 
     async def stop(self) -> None:
+        # a terminal is a connection to this process: it ends, saying why (its kernel and session go on)
+        for stream in list(self._terminal_streams):
+            with contextlib.suppress(Exception):
+                await stream.close(TERMINAL_AGENT_STOPPED)
         if self._stats_task is not None:
             self._stats_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -483,10 +491,12 @@ class Agent:
         if self._terminals.get(kid, 0) >= MAX_TERMINALS:
             raise KernelStartError(f"a kernel has at most {MAX_TERMINALS} terminals open at once")
         self._terminals[kid] = self._terminals.get(kid, 0) + 1
+        self._terminal_streams.add(stream)
         try:
             terminal = await self.backend.open_terminal(kernel, command, rows, cols)
             await serve_terminal(terminal, stream)
         finally:
+            self._terminal_streams.discard(stream)
             self._terminals[kid] -= 1
             if not self._terminals[kid]:
                 del self._terminals[kid]
@@ -786,7 +796,7 @@ class Agent:
             await channel.send_eof()
         elif mode != "continue":
             raise ChannelError(f"unknown execution mode {mode!r}")
-        result = await channel.next_result(run_id, call.flush_timeout)
+        result = await channel.next_result(run_id, call.flush_timeout, after=call.after)
         await self._say_if_oom(kernel, result)
         return result
 

@@ -23,11 +23,13 @@ import os
 import secrets
 import socket
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from bai.common.logs import LogThrottle
 from bai.node.link.messages import QueuePlace, RunResult
@@ -53,6 +55,9 @@ NO_RUNNER = "this kernel has no runner (no Python in the image): apps need one"
 MAX_WAITING = 32  # runs waiting behind the running one, per kernel
 QUEUE_NOTICE = 1.0  # seconds a waiting run's poll is held at most before it is answered with its place
 KEEP_FINISHED = MAX_WAITING + 16  # finished runs whose end is not read yet (older ones are forgotten)
+KEEP_ANSWERS = 16  # a run's last answers, for a caller that did not get them (Execute.after) ...
+KEEP_ANSWER_CHARS = 256 * 1024  # ... of at most this much output together (the newest always kept)
+KEEP_ANSWERED = 16  # runs whose end was read: kept (with their last answers) for such a caller
 MAX_BUFFERED = 8 * 1024 * 1024  # output characters kept for a run whose client is not reading
 MAX_KERNEL_BUFFERED = 2 * MAX_BUFFERED  # ... and for all the runs of a kernel (KEEP_FINISHED may be unread)
 RECORD_COST = 64  # what each queued record counts against MAX_BUFFERED besides its output characters
@@ -73,6 +78,19 @@ STREAM_LIMIT = 64 * 1024
 MAX_RUNNER_LINE = 4 * 1024 * 1024
 READ_CHUNK = 64 * 1024
 MAX_CONNECTIONS = 512  # apps.py: MAX_TUNNELS + MAX_PEER_TUNNELS are 256 each
+
+
+def _merged(answers: list[RunResult]) -> RunResult:
+    """Answers of a run given again as one: their output in order, the last one's status."""
+    console: list[list[str]] = []
+    for answer in answers:
+        for kind, text in answer.console:
+            if console and console[-1][0] == kind:
+                console[-1][1] += text
+            else:
+                console.append([kind, text])
+    last = answers[-1]
+    return msgspec.structs.replace(last, console=console)
 
 
 def _run_id(value: object) -> bool:
@@ -151,6 +169,8 @@ class Run:
     # a run the kernel's runner had from an agent before this one (it said so in its hello, or its records name
     # it): it runs (or waits) in the kernel already, so it is never started again
     adopted: bool = False
+    answers: deque[RunResult] = field(default_factory=lambda: deque(maxlen=KEEP_ANSWERS))  # its last answers
+    seq: int = 0  # answers given so far (each answer's `seq`: 1, 2, …)
 
 
 class Channel:
@@ -164,6 +184,7 @@ class Channel:
         self.current: Run | None = None
         self.waiting: deque[Run] = deque()
         self.runs: dict[str, Run] = {}  # waiting, running and finished-but-unread runs by id
+        self.answered: OrderedDict[str, Run] = OrderedDict()  # runs whose end was read (KEEP_ANSWERED)
         self._ending = False  # the kernel went away: waiting runs end instead of starting
         self.buffered = 0  # what all its runs hold unread (the sum of their `buffered`)
         self.exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -404,8 +425,8 @@ class Channel:
         `steps`: a batch run's steps (clean, build, exec: see agent/batch.py) instead of `code`."""
         if mode == "query" and not self.supports_query:
             raise ChannelError("this kernel's image has no Python: only commands (batch mode) can run")
-        if run_id in self.runs:
-            return
+        if run_id in self.runs or run_id in self.answered:
+            return  # (a start said again: by a caller that did not hear it was taken)
         run = Run(run_id, mode, code)
         if steps:
             run.steps = list(steps)
@@ -472,12 +493,38 @@ class Channel:
             state = self.runs[run_id].state if run_id in self.runs else "unknown"
             raise ChannelError(f"run {run_id} is not running ({state}): it cannot take input")
 
-    async def next_result(self, run_id: str, flush_timeout: float) -> RunResult:
+    async def next_result(self, run_id: str, flush_timeout: float, after: int | None = None) -> RunResult:
         """Gather records of the run until a control record, or until output pauses / the timeout.
-        A run still waiting its turn gets `continued` with where it stands in `queue`."""
+        A run still waiting its turn gets `continued` with where it stands in `queue`. `after`: the last answer
+        the caller saw; the kept answers after it come first, as one (of a run whose end was read, too)."""
         run = self.runs.get(run_id)
+        if after is not None:
+            kept = run or self.answered.get(run_id)
+            if kept is not None:
+                missed = [a for a in kept.answers if a.seq > after]
+                if missed:
+                    return _merged(missed)
+                if run is None and kept.answers:  # the caller saw its end: the end again
+                    last = kept.answers[-1]
+                    return RunResult(run_id, last.status, [], last.exit_code, last.options, seq=last.seq)
         if run is None:
             raise ChannelError(f"no run {run_id} in this kernel")
+        result = await self._gather(run, flush_timeout)
+        run.seq += 1
+        result = msgspec.structs.replace(result, seq=run.seq)
+        if result.console or result.status != "continued":  # (an empty poll is not worth keeping)
+            run.answers.append(result)
+            chars = sum(len(text) for a in run.answers for _, text in a.console)
+            while len(run.answers) > 1 and chars > KEEP_ANSWER_CHARS:
+                chars -= sum(len(text) for _, text in run.answers.popleft().console)
+        if result.status == "finished":
+            self.answered[run_id] = run
+            while len(self.answered) > KEEP_ANSWERED:
+                self.answered.popitem(last=False)
+        return result
+
+    async def _gather(self, run: Run, flush_timeout: float) -> RunResult:
+        run_id = run.id
         console: list[list[str]] = []
         status = "continued"
         exit_code = None

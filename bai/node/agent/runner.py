@@ -314,7 +314,7 @@ class Runner:
         self.done: list[list[Any]] = []  # [id, exit] of the last jobs that ended (DONE_KEPT)
         # guarded by send_lock: a job's records made while no agent is connected (encoded lines), their size,
         # and the bytes of output dropped from them (BACKLOG_MAX)
-        self.backlog: list[tuple[bytes, bool]] = []  # (line, is output)
+        self.backlog: list[tuple[bytes, bool, str | None]] = []  # (line, is output, its job's id)
         self.backlog_bytes = 0
         self.backlog_dropped = 0
         self.early: list[str | None] = []  # input/input-eof received while a job was queued
@@ -365,14 +365,14 @@ class Runner:
             old = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
             try:
                 with self.send_lock:
-                    self._send_locked(data + b"\n", job, kind in ("stdout", "stderr"))
+                    self._send_locked(data + b"\n", job, kind in ("stdout", "stderr"), obj.get("id"))
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
         else:
             with self.send_lock:
-                self._send_locked(data + b"\n", job, kind in ("stdout", "stderr"))
+                self._send_locked(data + b"\n", job, kind in ("stdout", "stderr"), obj.get("id"))
 
-    def _send_locked(self, data: bytes, job: bool = False, output: bool = False) -> None:
+    def _send_locked(self, data: bytes, job: bool = False, output: bool = False, job_id: str | None = None) -> None:
         conn = self.conn
         if conn is not None:
             try:
@@ -385,26 +385,28 @@ class Runner:
                 except OSError:
                     pass
         if job:  # nobody listening: a job's record waits for the next agent (answers to ops are dropped)
-            self._keep(data, output)
+            self._keep(data, output, job_id)
 
-    def _keep(self, data: bytes, output: bool) -> None:
+    def _keep(self, data: bytes, output: bool, job_id: str | None) -> None:
         """Keep a job's record for the next connection; beyond BACKLOG_MAX the oldest output goes (a job's end
         and its waiting-input records are always kept: they are small)."""
-        self.backlog.append((data, output))
+        self.backlog.append((data, output, job_id))
         self.backlog_bytes += len(data)
         if self.backlog_bytes <= BACKLOG_MAX:
             return
-        kept: list[tuple[bytes, bool]] = []
-        for line, is_output in self.backlog:
-            if is_output and self.backlog_bytes > BACKLOG_MAX // 2:
-                self.backlog_bytes -= len(line)
-                self.backlog_dropped += len(line)
+        kept: list[tuple[bytes, bool, str | None]] = []
+        for entry in self.backlog:
+            if entry[1] and self.backlog_bytes > BACKLOG_MAX // 2:
+                self.backlog_bytes -= len(entry[0])
+                self.backlog_dropped += len(entry[0])
             else:
-                kept.append((line, is_output))
+                kept.append(entry)
         self.backlog = kept
 
     def _hello(self) -> dict[str, Any]:
-        """The first line of a connection (see the protocol above): at most about 3 KiB."""
+        """The first line of a connection (see the protocol above): at most about 3 KiB. (send_lock held: the
+        jobs whose records wait in the backlog are not said ended here: their records, their end last, follow.)"""
+        waiting = {entry[2] for entry in self.backlog}
         with self.state_lock:
             job = {"id": self.current_id, "kind": self.current} if self.current_id is not None else None
             return {
@@ -414,12 +416,12 @@ class Runner:
                 "busy": self.current is not None or self.queued > 0,
                 "job": job,
                 "queued": self.queued_ids[:16],
-                "done": self.done[-DONE_KEPT:],
+                "done": [d for d in self.done if d[0] not in waiting][-DONE_KEPT:],
             }
 
     def _flush_backlog(self, conn: socket.socket) -> None:
         """After the hello (send_lock held): what the jobs said while no agent was connected, in order."""
-        lines = [line for line, _ in self.backlog]
+        lines = [entry[0] for entry in self.backlog]
         if self.backlog_dropped:
             note = {
                 "t": "stderr",
@@ -461,8 +463,8 @@ class Runner:
             self._serve_conn(conn)
 
     def _serve_conn(self, conn: socket.socket) -> None:
-        hello = self._hello()
         with self.send_lock:
+            hello = self._hello()
             self.conn = conn
             self._send_locked(json.dumps(hello).encode() + b"\n")
             self._flush_backlog(conn)
@@ -616,16 +618,20 @@ class Runner:
         return q
 
     def _end_job(self, code: int) -> None:
-        """The job ended with `code`: its end is sent (tagged with its id), and remembered for the hello."""
-        job_id = self.current_id
-        self.send({"t": "finished", "exit": code})  # (tagged while current_id is still the job's)
+        """The job ended with `code`: it is no longer current (input that comes once its end is known is the next
+        job's), then its end is sent, tagged with its id, and remembered for the hello."""
         with self.state_lock:
+            job_id = self.current_id
             self.current = None
             self.current_id = None
             self.proc = self.stdin_q = None
             if job_id is not None:
                 self.done.append([job_id, code])
                 del self.done[:-DONE_KEPT]
+        end: dict[str, Any] = {"t": "finished", "exit": code}
+        if job_id is not None:
+            end["id"] = job_id
+        self.send(end)
 
     def set_env(self, msg: dict[str, Any]) -> dict[str, Any]:
         global SERVICE_DEFS_DIR

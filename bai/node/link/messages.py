@@ -314,6 +314,7 @@ class RunResult(Message):
     options: dict[str, Any] | None = None  # waiting-input: {"is_password": …} (Backend.AI's, free-form)
     queue: QueuePlace | None = None  # a run waiting its turn
     cancelled: bool = False  # it left the queue before it ran
+    seq: int = 0  # the answer's number within its run (1, 2, …): what a caller says it saw (Execute.after)
 
     def to_api(self) -> dict[str, Any]:
         """Backend.AI's execution result object (bai adds `queue` while a run waits)."""
@@ -341,6 +342,9 @@ class Execute(Call[RunResult]):
     code: str = ""
     options: dict[str, Any] = {}  # Backend.AI's run options: free-form (the kernel reads what it knows)
     flush_timeout: float = 2.0
+    # continue: the last answer (RunResult.seq) the caller saw; the answers after it that the agent kept (a caller
+    # that restarted, or whose answer was lost with its connection) come again first. None: nothing to catch up
+    after: int | None = None
 
 
 class Interrupt(Call[bool]):

@@ -298,6 +298,7 @@ async def execute_http(request: web.Request) -> web.Response:
     run_id = parse_run_id(body.get("runId"))
     kernel = parse_kernel_ref(body.get("kernel") or request.query.get("kernel"))  # bai's: main1 when absent
     result = await services.kernel_ops.execute(row, run_id, mode, code, options, 2.0, kernel_ref=kernel)
+    result.pop("seq", None)  # (the execute stream's: Backend.AI's polling result has none)
     return web.json_response({"result": result})
 
 
@@ -528,8 +529,8 @@ def _error_frame(msg: str) -> dict[str, Any]:
     return {"status": "error", "msg": msg, "console": [], "exitCode": None}
 
 
-def _first_frame(first: WSMessage, request: web.Request) -> tuple[str, str, dict[str, Any], Any, Any]:
-    """(mode, code, options, run id, kernel ref) of the execute WebSocket's first frame, or a Problem."""
+def _first_frame(first: WSMessage, request: web.Request) -> tuple[str, str, dict[str, Any], Any, Any, int | None]:
+    """(mode, code, options, run id, kernel ref, after) of the execute WebSocket's first frame, or a Problem."""
     if first.type != WSMsgType.TEXT:
         raise invalid("the first frame must be a text frame holding a JSON object")
     body = decode_json(first.data, "the first frame", EXECUTE_MAX_FRAME)
@@ -538,7 +539,10 @@ def _first_frame(first: WSMessage, request: web.Request) -> tuple[str, str, dict
     mode, code, options = parse_execute(body, default_mode="query")
     run_id = parse_run_id(body.get("runId"))  # bai's clients name their run (to interrupt it)
     kernel = parse_kernel_ref(body.get("kernel") or request.query.get("kernel"))  # main1 when absent
-    return mode, code, options, run_id, kernel
+    after = body.get("after")  # bai's clients re-attaching to their run: the last answer (`seq`) they saw
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**31):
+        raise invalid("after must be the seq (a whole number from 0) of the last frame of the run seen")
+    return mode, code, options, run_id, kernel, after
 
 
 def _gone(msg: WSMessage) -> bool:
@@ -565,7 +569,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         if _gone(first):
             return ws
         try:
-            mode, code, options, run_id, kernel = _first_frame(first, request)
+            mode, code, options, run_id, kernel, seen = _first_frame(first, request)
         except (Problem, DomainError) as e:
             p = as_problem(e)
             await ws.send_json(_error_frame(p.msg or p.title))
@@ -578,7 +582,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
         away_since: float | None = None  # since when the kernel's agent has been unreachable
         while True:
             call = asyncio.ensure_future(
-                services.kernel_ops.execute(row, run_id, mode, code, options, 5.0, kernel_ref=kernel)
+                services.kernel_ops.execute(row, run_id, mode, code, options, 5.0, kernel_ref=kernel, after=seen)
             )
             while not call.done():
                 await asyncio.wait({call, receiving}, return_when=asyncio.FIRST_COMPLETED)
@@ -601,13 +605,13 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
                     await ws.send_json(_error_frame(f"{e} (for {EXECUTE_AGENT_AWAY:g} s)"))
                     return ws
                 await asyncio.sleep(0.5)
-                mode, code = "continue", ""
-                continue
+                continue  # (the same call again: a start the agent took already is not started twice)
             except (Problem, DomainError) as e:
                 p = as_problem(e)
                 await ws.send_json(_error_frame(p.msg or p.title))
                 return ws
             away_since = None
+            seen = result.get("seq") or seen
             queue = result.get("queue")  # the run waits behind another: say so when where it stands changes
             if result["status"] != "continued" or result["console"] or queue != last_queue:
                 frame = {
@@ -617,6 +621,7 @@ async def execute_ws(request: web.Request) -> web.StreamResponse:
                     "options": result["options"],
                     "files": [],
                     "runId": run_id,
+                    "seq": result.get("seq"),  # bai's: what a client that re-attaches says it saw (`after`)
                 }
                 if queue is not None:
                     frame["queue"] = queue

@@ -112,8 +112,11 @@ class KernelOps:
         options: dict[str, Any],
         flush: float,
         kernel_ref: str | None = None,
+        after: int | None = None,
     ) -> dict[str, Any]:
-        """Run code in the session's kernel `kernel_ref` (main1 when None; see SessionReads.kernel_for)."""
+        """Run code in the session's kernel `kernel_ref` (main1 when None; see SessionReads.kernel_for).
+        `after` (continue): the last answer the caller saw (its `seq`): answers after it the agent kept come
+        again first. The result has the answer's `seq` (the execute stream sends it; the polling API does not)."""
         require_running(session, "running code")
         kernel = await self.reads.kernel_for(session, kernel_ref)
         sid = session.id
@@ -123,7 +126,7 @@ class KernelOps:
             after = await newest_seq(self.store, kernel.id)  # its output comes after what is stored now
             self.runs.start(sid, kernel.id, run_id, after, self.clock.now().isoformat())
         try:
-            run = Execute(kernel.id, run_id, mode, code, options, flush)
+            run = Execute(kernel.id, run_id, mode, code, options, flush, after=after if mode == "continue" else None)
             result = await _ask(self.link, session, kernel, "running code needs a running kernel", run, flush + 60)
         except DomainError:
             self.activity.run_ended(sid, run_id)
@@ -144,6 +147,7 @@ class KernelOps:
                 if await self.full_disk.attempt("run results", recorded):
                     self.changes.publish("run_finished", {"ids": [sid]})
         api: dict[str, Any] = result.to_api()
+        api["seq"] = result.seq
         return api
 
     async def interrupt(self, session: Session, run_id: str | None = None) -> bool:

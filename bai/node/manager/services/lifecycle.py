@@ -714,21 +714,23 @@ class SessionLifecycle:
         mode, code = ("continue", "") if resume else ("batch", command)
         exit_code = 1
         lost: str | None = None
+        seen = 0  # the last answer heard (a resumed follower missed what the one before it heard: asked again)
         await self._run_started(session.id, kernel.id, run_id)
         while True:
-            run = Execute(kernel.id, run_id, mode, code, {"exec": command}, flush_timeout=30.0)
+            after = seen if mode == "continue" else None
+            run = Execute(kernel.id, run_id, mode, code, {"exec": command}, flush_timeout=30.0, after=after)
             try:
                 result = await call(self.link, agent_id, run, timeout=run.flush_timeout + 60)
             except (AgentUnavailable, TimeoutError):
                 if not await self._still_running(session.id, kernel.id):
                     return  # ended meanwhile (destroyed, agent-lost): its end is said where it ended
                 await asyncio.sleep(BATCH_AGENT_POLL)
-                mode, code = "continue", ""  # (a batch op sent to an agent that went away is its: not again)
-                continue
+                continue  # (the same call again: an agent that took the start already does not start it twice)
             except RemoteError as e:
                 log.warning("batch session %s: %s", session.id, e)
                 lost = f"the batch command's run was lost: {e.message}"
                 break
+            seen = max(seen, result.seq)
             if result.status == "finished":
                 exit_code = result.exit_code if result.exit_code is not None else 1
                 break
