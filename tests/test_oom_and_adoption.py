@@ -143,9 +143,13 @@ def test_a_node_killed_during_ten_creates_gets_python_back_in_each(tmp_path, pyt
         for p in creates:
             _, err = p.communicate(timeout=60)
             assert p.returncode == 0, err
-        # kill -9 as soon as kernels are being started (within about a second)
+        # kill -9 as soon as kernels are being started: some created, one at least started (on a loaded machine
+        # containers are created well before they run: a kill before any runs leaves nothing to survive)
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline and len(node.leftover_containers()) < 3:
+            time.sleep(0.02)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and not _running_containers(node):
             time.sleep(0.02)
         node.kill()
         caught = len(node.leftover_containers())
@@ -169,3 +173,14 @@ def test_a_node_killed_during_ten_creates_gets_python_back_in_each(tmp_path, pyt
     finally:
         _destroy_all(node, names)
         stop_removing_containers(node)
+
+
+def _running_containers(node: Node) -> list[str]:
+    """This node's containers that run now (not only created)."""
+    out = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=bai.agent-id={node.agent_id}", "--filter", "status=running"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
