@@ -92,9 +92,9 @@ def admin_only(request: web.Request, what: str) -> None:
 
 
 def no_groups(what: str) -> Problem:
-    return Problem(
-        "not-implemented", "Not implemented.", f"{what}: bai has no groups (projects) nor domains, only keypairs"
-    )
+    """A request for a group's (project's) or domain's thing: a 400 (what it names does not exist here), never a
+    5xx (an input may not make the server look broken)."""
+    return invalid(f"{what}: bai has no groups (projects) nor domains, only keypairs (leave the group out)")
 
 
 async def create(request: web.Request) -> web.Response:
