@@ -70,19 +70,29 @@ def call_now(fn: Callable[[Any], Coroutine[Any, Any, Any]], owner: str | None = 
 
     c = client(owner)
     c.blocking = True
-    coro = fn(c)
+    try:
+        answered, value = answer_blocking(fn(c))
+    except APIError as e:
+        fail(str(e))
+    return value if answered else call(fn, owner)
+
+
+NOT_BLOCKING = (False, None)
+
+
+def answer_blocking(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
+    """Run a request of a blocking client (`Client.blocking`) without an event loop: (True, its value), or
+    NOT_BLOCKING when it awaits more than plain requests (it is closed unrun: ask again with an event loop)."""
     try:
         coro.send(None)
     except StopIteration as done:
-        return done.value
-    except APIError as e:
-        fail(str(e))
+        return True, done.value
     except RuntimeError as e:  # "no running event loop": it awaited more than plain requests
         if "event loop" not in str(e):
             raise
     else:
         coro.close()  # it suspended: it awaits more than plain requests
-    return call(fn, owner)
+    return NOT_BLOCKING
 
 
 def show(items: Any, as_json: bool, render: Callable[[Any], Any]) -> None:

@@ -21,6 +21,7 @@ def ask(fetch: Callable[[Any], Coroutine[Any, Any, Any]], timeout: float = TIMEO
 
     def work() -> None:
         try:
+            from bai.cli.common import answer_blocking
             from bai.client import Client
             from bai.common import credentials
 
@@ -29,13 +30,9 @@ def ask(fetch: Callable[[Any], Coroutine[Any, Any, Any]], timeout: float = TIMEO
                 return
             c = Client(creds)
             c.blocking = True
-            coro = fetch(c)
-            try:
-                coro.send(None)
-            except StopIteration as done:
-                box.append(done.value)
-            else:
-                coro.close()  # it needs an event loop: not for completion
+            answered, value = answer_blocking(fetch(c))  # (one that needs an event loop: not for completion)
+            if answered:
+                box.append(value)
         except Exception:  # any failure: no candidates
             return
 
