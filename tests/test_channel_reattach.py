@@ -134,3 +134,13 @@ async def test_kept_answers_are_bounded() -> None:
     kept = ch.runs["big"].answers
     assert sum(len(t) for a in kept for _, t in a.console) <= KEEP_ANSWER_CHARS
     assert kept[-1].seq == 12  # the newest kept
+
+
+async def test_a_kernel_naming_endless_runs_makes_the_agent_hold_a_bounded_number() -> None:
+    from bai.node.agent.channel import MAX_WAITING
+
+    ch = FakeChannel()
+    for i in range(10 * MAX_WAITING):
+        ch.feed(rec("stdout", f"made-up-{i}", d="x\n"))
+    assert len(ch.runs) <= MAX_WAITING
+    assert sum(text == "x\n" for _, text in ch.log) == 10 * MAX_WAITING  # (all of it still in the kernel's log)

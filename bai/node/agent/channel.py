@@ -296,8 +296,8 @@ class Channel:
         run = self.runs.get(run_id)
         if run is not None:
             return run if run.state != "finished" else None
-        if len(run_id) > 64:
-            return None
+        if len(run_id) > 64 or sum(r.adopted and r.state != "finished" for r in self.runs.values()) >= MAX_WAITING:
+            return None  # (the kernel's to make up: it cannot make the agent hold runs without end)
         run = self._adopt_run(run_id, "query")
         if self.current is None:
             self.current = run
