@@ -1113,7 +1113,7 @@ class LogsView(View):
         status = Text()
         if self.session_id is None:
             status.append("No session chosen: pick one in the sessions view (2) and press l.")
-            self.query_one("#logs-status", Static).update(status)
+            self._show_status(status)
             return
         status.append("Logs ", style="bold")
         status.append(self.session_name)
@@ -1136,4 +1136,8 @@ class LogsView(View):
         flags = [name for name, on in (("ts", view.timestamps), ("wrap", view.wrap_lines)) if on]
         if flags:
             status.append(" · " + " ".join(flags), style="cyan")
-        self.query_one("#logs-status", Static).update(status)
+        self._show_status(status)
+
+    def _show_status(self, status: Text) -> None:
+        for line in self.query("#logs-status").results(Static):  # (none while the view is being laid out again)
+            line.update(status)
