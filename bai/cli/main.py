@@ -117,6 +117,12 @@ def node(
     agent_id: str = typer.Option(None, "--agent-id", help="Agent: its id [host name + state folder]."),
     tls_cert: str = typer.Option(None, "--tls-cert", help="Serve the API over HTTPS with this PEM certificate."),
     tls_key: str = typer.Option(None, "--tls-key", help="The certificate's PEM private key."),
+    database: str = typer.Option(
+        None,
+        "--database",
+        help="Manager: its database, a SQLite file or postgresql://USER@HOST:PORT/DB (password: ?password_file="
+        "PATH or ?password_env=NAME) [<state dir>/bai.db].",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the node does."),
     debug: bool = typer.Option(False, "--debug", help="Log everything, libraries included."),
     log_format: str = typer.Option("human", "--log-format", help="human (lines) or json (one object per line)."),
@@ -145,6 +151,7 @@ def node(
                 agent_id=("agent", "id", agent_id),
                 tls_cert=("node", "tls_cert", tls_cert),
                 tls_key=("node", "tls_key", tls_key),
+                database=("manager", "database", database),
             )
         )
     except ConfigError as e:
@@ -383,9 +390,18 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     for reg in cfg["images"]["registries"].values():  # a registry's password is not for the screen
         if reg.get("password"):
             reg["password"] = "********"
+    database = _database_settings(cfg)
+    if cfg["manager"]["database"]:  # the URL as bai reads it: never a password
+        cfg["manager"]["database"] = database["shown"]
     client_side = _client_settings()
     if as_json:
-        out = {"files": [str(p) for p in used], "config": cfg, "sources": sources, "client": client_side}
+        out = {
+            "files": [str(p) for p in used],
+            "config": cfg,
+            "sources": sources,
+            "client": client_side,
+            "database": database,
+        }
         print(json.dumps(out, indent=2))
         return
     import tomli_w
@@ -399,8 +415,29 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     else:
         print(f"#   endpoint {client_side['endpoint']}, keypair {client_side['accessKey']}")
         print(f"#   from: {', '.join(client_side['from'])}")
+    where = f"#   manager database: {database['shown']}"
+    if database["password_from"]:
+        where += f", password from {database['password_from']}"
+    print(where + (f" (not usable here: {database['error']})" if database["error"] else ""))
     for line in tomli_w.dumps(cfg).splitlines():
         print(_with_source(line, sources))
+
+
+def _database_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The manager's database as `bai config show` tells it: engine, `shown` (no password), where the
+    password comes from, and why it cannot be used from here ("" when it can)."""
+    from pathlib import Path
+
+    from bai.common.config import data_dir
+    from bai.common.dburl import DatabaseURLError, locate, redact
+
+    value = str(cfg["manager"]["database"])
+    state_dir = Path(cfg["node"]["state_dir"] or data_dir()).expanduser().absolute()
+    try:
+        where = locate(value, state_dir)
+    except DatabaseURLError as e:
+        return {"engine": None, "shown": redact(value), "password_from": "", "error": redact(str(e))}
+    return {"engine": where.engine, "shown": where.shown, "password_from": where.password_from, "error": ""}
 
 
 def _client_settings() -> dict[str, Any]:

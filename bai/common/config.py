@@ -100,6 +100,11 @@ DEFAULTS: dict[str, Any] = {
         "stale_after": 30.0,  # seconds without a status from the agent before it counts as stuck
     },
     "manager": {
+        # the manager's database (see bai/common/dburl.py): "" = the embedded SQLite file <state dir>/bai.db;
+        # sqlite:///ABS/PATH.db or a plain path = that SQLite file; postgresql://USER@HOST:PORT/DB?... (or
+        # postgres://) = PostgreSQL, its password never in the URL: ?password_file=PATH or ?password_env=NAME
+        # (or libpq's PGPASSWORD / PGPASSFILE / ~/.pgpass); other parameters (sslmode, ...) go to the driver
+        "database": "",
         "tick": 10.0,  # seconds between scheduling rounds when no event wakes the dispatcher
         "hooks": [],  # modules with hook functions (see bai/node/manager/services/hooks.py)
         "hook_timeout": 2.0,
@@ -198,6 +203,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "node.http_idle_timeout": (0.0, 86400.0),
     "manager.app_idle_timeout": (0.0, 7 * 86400.0),
 }
+# the manager's database: a path or URL that bai/common/dburl.py reads (no password in it)
+DATABASE = "manager.database"
 # [images.registries.NAME]: url HOST[:PORT] or https://HOST[:PORT] (http:// = insecure); credentials
 # (password or password_file) stay with the manager, which hands an agent what one pull needs
 REGISTRIES = "images.registries"
@@ -269,6 +276,14 @@ def check(data: Mapping[str, Any], file: Path, schema: Mapping[str, Any] = DEFAU
                 if not reg.get("url"):
                     raise ConfigError(f"{file}: [{REGISTRIES}.{name}] needs url (HOST[:PORT] or https://HOST[:PORT])")
             continue
+        if dotted == DATABASE and isinstance(value, str):
+            from bai.common.dburl import DatabaseURLError
+            from bai.common.dburl import check as check_database
+
+            try:
+                check_database(value)
+            except DatabaseURLError as e:
+                raise ConfigError(f"{where}: {e}") from None
         if dotted in DURATIONS:
             try:
                 duration_seconds(value)
