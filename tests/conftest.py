@@ -16,6 +16,53 @@ from tests.nodeproc import (
     stop_removing_containers,
 )
 
+# the modules whose tests drive the manager through tests/harness.py: each of their tests runs on both state
+# engines (SQLite, and a database of the tests' own PostgreSQL server: tests/pgserver.py)
+BOTH_ENGINES = {
+    "test_apps_service", "test_attack_http", "test_attack_terminal", "test_clock_dates", "test_cluster_lifecycle",
+    "test_create_burst", "test_forced_end", "test_idle_utilization", "test_lifecycle", "test_link_messages_typed",
+    "test_owner_limits", "test_pending_limit", "test_policy_refusal", "test_projection", "test_reconcile",
+    "test_scheduling_inproc", "test_stats_agent", "test_stats_manager", "test_status_sweep", "test_terminal_inproc",
+}  # fmt: skip
+
+
+def _uses_harness(metafunc: pytest.Metafunc) -> bool:
+    """Whether a test builds a Harness, itself or through a fixture of its module (the others, real nodes,
+    would only run twice against the same state)."""
+    import inspect
+
+    for obj in [metafunc.function, *(getattr(metafunc.module, n, None) for n in metafunc.fixturenames)]:
+        target = getattr(obj, "__wrapped__", obj)
+        if callable(target):
+            try:
+                if "Harness(" in inspect.getsource(target):
+                    return True
+            except (OSError, TypeError):
+                continue
+    return False
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if (
+        "state_engine" in metafunc.fixturenames
+        and metafunc.module.__name__.rpartition(".")[2] in BOTH_ENGINES
+        and _uses_harness(metafunc)
+        and metafunc.definition.get_closest_marker("sqlite_only") is None
+    ):
+        metafunc.parametrize("state_engine", ["sqlite", "postgresql"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def state_engine(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The state engine a Harness made by this test uses (both, for the modules of BOTH_ENGINES)."""
+    from tests import harness
+
+    engine = getattr(request, "param", "sqlite")
+    harness.ENGINE = engine
+    yield engine
+    harness.ENGINE = "sqlite"
+
+
 # every session test runs on both kernel backends, over both links (in-process, and ZeroMQ between
 # a manager process and an agent process)
 NODES = ["docker", "local", "docker-zmq", "local-zmq"]

@@ -9,8 +9,9 @@ process starts, so a test that drives sessions through their lifecycle runs in m
         row = await h.wait("job-1", "TERMINATED")
         assert row.result == "FAILURE"
 
-What is real: the Store (SQLite in tmp_path), Sessions, Agents, Images, AgentEvents, the Dispatcher's
-round and the Timers' sweep, the Agent and its link. What is not: kernels (SimBackend: query code and
+What is real: the Store (SQLite in tmp_path, or a database of the tests' PostgreSQL server: `engine`, by
+default `ENGINE`, which tests/conftest.py sets for the modules it runs on both engines), Sessions, Agents,
+Images, AgentEvents, the Dispatcher's round and the Timers' sweep, the Agent and its link. What is not: kernels (SimBackend: query code and
 batch commands are answered without running anything, see bai/node/agent/backends/sim.py), the HTTP
 API, the ZeroMQ link, time (a ManualClock: nothing happens because time passes unless the test calls
 `schedule()` or `sweep()` after `advance()`), heartbeats (sent when the test calls `heartbeat()`).
@@ -50,9 +51,12 @@ from bai.node.manager.http.requests import parse_create
 from bai.node.manager.services.hooks import Hooks
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.state import Store
+from bai.node.manager.state.postgres import PgStore
 from bai.node.manager.state.records import NewKeypair, PolicyFields, Session
 
 S = SessionStatus
+_PG_DATABASES: dict[Path, str] = {}  # a harness's folder -> its PostgreSQL database, as the SQLite file is in it
+ENGINE = "sqlite"  # the state's engine of a Harness not told one (tests/conftest.py's state_engine sets it)
 CREATE_STEP = 0.001  # seconds the clock moves with each create
 START = datetime(2020, 1, 1, tzinfo=UTC)  # the clock's time when a harness starts (unless told)
 STAT_INTERVAL = 3600.0  # the agents' statistics rounds: the tests send them (`send_stats`), as heartbeats
@@ -130,8 +134,10 @@ class Harness:
         lost_grace: float = 0.01,
         start_timeout: float = 5.0,
         start: datetime | None = None,
+        engine: str | None = None,
     ) -> None:
         self.base = tmp_path
+        self.engine = engine or ENGINE  # the state's engine: "sqlite" (a file in tmp_path) or "postgresql"
         self.cfg = merge(DEFAULTS, config or {})
         self.cfg["manager"]["lost_grace"] = lost_grace
         self.cfg["manager"]["preparing_timeout"] = start_timeout
@@ -147,7 +153,16 @@ class Harness:
 
     async def __aenter__(self) -> Harness:
         cfg = self.cfg
-        self.store = store = await Store.open(self.base / "bai.db", clock=self.clock)
+        if self.engine == "postgresql":
+            from tests import pgserver
+
+            self.base.mkdir(parents=True, exist_ok=True)  # (the folder hosts are in it)
+            url = _PG_DATABASES.get(self.base)  # (a harness again on the same folder: a manager restart)
+            if url is None:
+                url = _PG_DATABASES[self.base] = pgserver.shared().new_database("h")
+            self.store = store = await PgStore.open_url(url, "the harness's database", clock=self.clock)
+        else:
+            self.store = store = await Store.open(self.base / "bai.db", clock=self.clock)
         try:
             await self._build(cfg, store)
         except BaseException:

@@ -112,6 +112,7 @@ async def _traced(store: Store, access_key: str) -> tuple[PendingQueue, list[str
     return queue, statements
 
 
+@pytest.mark.sqlite_only  # (SQLite's plan; on PostgreSQL, tests/test_postgres_store.py checks its own)
 async def test_the_count_is_one_range_of_an_index_and_stops_at_the_limit(tmp_path: Path) -> None:
     """What the check asks SQLite: once the limits are in memory, only a count over the (access_key, status)
     index that reads at most `limit` entries, however many sessions the store holds; an unlimited keypair,

@@ -28,6 +28,7 @@ from bai.node.manager.state import (
     StorageFull,
 )
 from bai.node.manager.state import Store as SQLiteStore
+from bai.node.manager.state.postgres import PgStore
 from bai.node.manager.state.records import (
     Agent,
     AgentCapacity,
@@ -54,6 +55,7 @@ from bai.node.manager.state.records import (
     VFolder,
     stamp,
 )
+from tests import pgserver
 
 
 class State(SessionState, AgentState, AccountState, FolderState, ImageState, LogState, Protocol):
@@ -69,7 +71,20 @@ async def sqlite_state(tmp_path: Path) -> AsyncIterator[Any]:
         await store.close()
 
 
-IMPLEMENTATIONS: dict[str, Callable[[Path], AbstractAsyncContextManager[Any]]] = {"sqlite": sqlite_state}
+@asynccontextmanager
+async def postgres_state(tmp_path: Path) -> AsyncIterator[Any]:
+    server = pgserver.shared()
+    store = await PgStore.open_url(server.new_database(), "the test database", log_max_bytes=64 * 1024)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+IMPLEMENTATIONS: dict[str, Callable[[Path], AbstractAsyncContextManager[Any]]] = {
+    "sqlite": sqlite_state,
+    "postgresql": postgres_state,
+}
 T2020 = datetime(2020, 1, 1, 12, 0, tzinfo=UTC)
 T2040 = datetime(2040, 6, 30, 23, 59, 59, 123456, tzinfo=UTC)
 SLOTS = {"cpu": "4", "mem": "8589934592"}

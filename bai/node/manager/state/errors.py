@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["StateError", "StorageFull", "UnknownPolicy"]
+__all__ = ["DatabaseUnavailable", "StateError", "StorageFull", "UnknownPolicy"]
 
 
 class StateError(Exception):
@@ -34,3 +34,14 @@ class UnknownPolicy(StateError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class DatabaseUnavailable(StateError):
+    """The database server cannot be reached (it is down, or the network between): nothing of the call was
+    done, or, for a write whose COMMIT was under way when the connection broke, it may have been. Names the
+    database as shown to people (never its password)."""
+
+    def __init__(self, shown: str, cause: BaseException | None = None) -> None:
+        reason = f": {str(cause).strip().splitlines()[0]}" if cause is not None and str(cause).strip() else ""
+        super().__init__(f"the database {shown} cannot be reached{reason}")
+        self.shown = shown

@@ -232,12 +232,13 @@ def _group_transactions(
 class Database:
     """A SQLite database file, open in a thread of its own."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, thread_name: str = "") -> None:
         self.path = path
+        self.shown = str(path)  # how messages name the database
         self._calls: SimpleQueue[Call] = SimpleQueue()
-        self._connection: sqlite3.Connection | None = None  # used in the database's thread only
+        self._connection: Any = None  # (a sqlite3.Connection here) used in the database's thread only
         self._open = False
-        self._thread = threading.Thread(target=self._serve, name=f"sqlite {path.name}", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=thread_name or f"sqlite {path.name}", daemon=True)
         # the keypairs that have dotfiles, read when first needed; None again (read afresh) whenever a transaction
         # writes dotfiles, before it writes them (so a rolled-back write leaves it unknown). Database thread only.
         self.dotfile_owners: set[str] | None = None
@@ -350,7 +351,7 @@ class Database:
         """fn(conn, *args) in the database's thread, outside any transaction (reads, or work that makes its
         own with `in_transaction`); await it for the result."""
         if not self._open:
-            raise sqlite3.ProgrammingError(f"the database {self.path} is closed")
+            raise sqlite3.ProgrammingError(f"the database {self.shown} is closed")
         future = asyncio.get_running_loop().create_future()
         self._calls.put((future, fn, args))
         return future

@@ -234,7 +234,10 @@ class Keypairs(Queries):
             return name, 0, 0
 
         def count(conn: sqlite3.Connection) -> int:
-            sql = "SELECT COUNT(*) FROM (SELECT 1 FROM sessions WHERE access_key = ? AND status = 'PENDING' LIMIT ?)"
+            sql = (
+                "SELECT COUNT(*) FROM (SELECT 1 FROM sessions WHERE access_key = ? AND status = 'PENDING' LIMIT ?) "
+                "AS queued"
+            )
             return int(conn.execute(sql, (access_key, limit)).fetchone()[0])
 
         return name, limit, await self.db.run(count)

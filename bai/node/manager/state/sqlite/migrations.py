@@ -8,7 +8,9 @@ user_version 0, whatever it holds, so each of these steps adds only what is miss
 `add_column`). Steps from 8 on run on databases known to have the version before, and need no such care.
 
 To change the schema: change SCHEMA (what a new database gets), append a Step that makes the same change to a
-database at the version before, and raise LATEST. `tests/test_store.py` checks that both give the same tables.
+database at the version before (in SQLite, and in PostgreSQL as its `postgres` statements: PostgreSQL databases
+are made from this SCHEMA too, see state/postgres/schema.py), and raise LATEST. `tests/test_store.py` checks
+that both give the same tables.
 """
 
 from __future__ import annotations
@@ -195,6 +197,9 @@ class Step:
     summary: str
     apply: Callable[[sqlite3.Connection], None]  # inside the step's transaction
     before: Callable[[sqlite3.Connection], None] | None = None  # outside it, before (a VACUUM); safe to repeat
+    # the same change in PostgreSQL, statement by statement (state/postgres/schema.py): every step after 13,
+    # the version a PostgreSQL database starts at, has one
+    postgres: tuple[str, ...] | None = None
 
 
 def statements(script: str) -> Iterator[str]:

@@ -473,14 +473,14 @@ class Sessions(Queries):
         def fn(conn: sqlite3.Connection) -> list[Session]:
             # indexed look-ups (id, owner+name, id range for a prefix) rather than one OR that scans
             only_id_owner = " AND access_key = :ids" if id_owner is not None else ""
-            matches = "SELECT rowid FROM sessions WHERE id = :ref" + only_id_owner
+            matches = "SELECT id FROM sessions WHERE id = :ref" + only_id_owner
             if access_key is not None:
-                matches += " UNION SELECT rowid FROM sessions WHERE access_key = :names AND name = :ref"
+                matches += " UNION SELECT id FROM sessions WHERE access_key = :names AND name = :ref"
             else:
-                matches += " UNION SELECT rowid FROM sessions WHERE name = :ref"
+                matches += " UNION SELECT id FROM sessions WHERE name = :ref"
             if len(ref) >= 8:
-                matches += " UNION SELECT rowid FROM sessions WHERE id >= :ref AND id < :ref || '~'" + only_id_owner
-            sql = f"SELECT * FROM sessions WHERE rowid IN ({matches})"
+                matches += " UNION SELECT id FROM sessions WHERE id >= :ref AND id < :ref || '~'" + only_id_owner
+            sql = f"SELECT * FROM sessions WHERE id IN ({matches})"
             if active_only:
                 sql += f" AND status IN ({','.join(repr(s.value) for s in ACTIVE_STATUSES)})"
             params = {"ref": ref, "names": access_key, "ids": id_owner}
@@ -494,7 +494,8 @@ class Sessions(Queries):
         """Sessions in queue order (`newest`: the latest first); `limit` -1 means all of them."""
 
         def fn(conn: sqlite3.Connection) -> list[Session]:
-            clauses, params = [], []
+            clauses: list[str] = []
+            params: list[Any] = []
             if access_key is not None:
                 clauses.append("access_key = ?")
                 params.append(access_key)
@@ -503,8 +504,11 @@ class Sessions(Queries):
                 clauses.append(f"status IN ({','.join('?' * len(values))})")
                 params.extend(values)
             where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-            sql = f"SELECT * FROM sessions {where} ORDER BY seq {'DESC' if newest else ''} LIMIT ?"
-            return [_session(r) for r in conn.execute(sql, (*params, limit)).fetchall()]
+            sql = f"SELECT * FROM sessions {where} ORDER BY seq {'DESC' if newest else ''}"
+            if limit >= 0:
+                sql += " LIMIT ?"
+                params.append(limit)
+            return [_session(r) for r in conn.execute(sql, params).fetchall()]
 
         return await self.db.run(fn)
 

@@ -1,0 +1,260 @@
+"""The PostgreSQL database object: the same one-thread design as SQLite's (`sqlite.db.Database`: every call one
+hop to the database's thread, consecutive transactions committed together), over a psycopg 3 connection.
+
+The queries are written once, in the dialect both engines share (`sqlite/*_queries.py`); `Connection` here
+gives them what they use of sqlite3's connection (`execute`, `executemany`, `in_transaction`, rows read by
+index or by name) and translates the little that differs: `?` / `:name` parameters, `BEGIN IMMEDIATE`, the
+JSON array function, a byte length. Errors come out as the state layer's (`StorageFull` for a full disk,
+`DatabaseUnavailable` for a server that cannot be reached) or as sqlite3's IntegrityError, so the queries'
+own handling of a conflict is the same for both.
+
+Several managers share one database: every transaction takes one advisory lock first (`WRITE_LOCK`), so that
+writes are serialized across them as SQLite serializes them in one file; reads take no lock (each statement
+sees what was committed before it).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from bai.node.manager.state.errors import DatabaseUnavailable, StorageFull
+from bai.node.manager.state.sqlite.db import Database
+
+WRITE_LOCK = 0x6261690001  # the advisory lock every transaction takes ("bai" 1)
+CONNECT_TIMEOUT = 5  # seconds to reach the server
+
+
+class Row(tuple[Any, ...]):
+    """A row read by index or by column name, as sqlite3.Row (one subclass per shape of result)."""
+
+    _index: dict[str, int] = {}
+    _keys: list[str] = []
+
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is str:
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return self._keys
+
+
+_row_types: dict[tuple[str, ...], type[Row]] = {}
+
+
+def _row_type(names: tuple[str, ...]) -> type[Row]:
+    known = _row_types.get(names)
+    if known is None:
+        if len(_row_types) > 1024:
+            _row_types.clear()
+        known = _row_types[names] = type(
+            "Row", (Row,), {"_index": {n: i for i, n in enumerate(names)}, "_keys": list(names)}
+        )
+    return known
+
+
+def _row_factory(cursor: Any) -> Any:
+    description = cursor.description
+    if description is None:
+        return tuple
+    make = _row_type(tuple(d.name for d in description))
+    return lambda values: make(values)
+
+
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"[^\"]*\"|\?|:[A-Za-z_]\w*|%")
+_REWRITES = (
+    (re.compile(r"length\(CAST\((\w+) AS BLOB\)\)"), r"octet_length(\1)"),
+    (re.compile(r"json_each\(\?\)"), "json_array_elements_text(?::json)"),
+)
+_translated: dict[str, tuple[str, bool]] = {}
+
+
+def translate(sql: str) -> tuple[str, bool]:
+    """A statement of the shared dialect in PostgreSQL's (parameters as psycopg's), and whether its
+    parameters are named."""
+    known = _translated.get(sql)
+    if known is not None:
+        return known
+    out = sql
+    for pattern, replacement in _REWRITES:
+        out = pattern.sub(replacement, out)
+    named = False
+
+    def token(m: re.Match[str]) -> str:
+        nonlocal named
+        text = m.group(0)
+        if text == "?":
+            return "%s"
+        if text == "%":
+            return "%%"
+        if text.startswith(":"):
+            if m.start() > 0 and out[m.start() - 1] == ":":  # a ::cast
+                return text
+            named = True
+            return f"%({text[1:]})s"
+        return text.replace("%", "%%")  # a quoted literal or name, as it is (psycopg reads % in it too)
+
+    out = _TOKENS.sub(token, out)
+    if len(_translated) > 4096:
+        _translated.clear()
+    _translated[sql] = (out, named)
+    return out, named
+
+
+def _value(v: Any) -> Any:
+    if type(v) is bool:
+        return int(v)  # (SQLite has no booleans: the columns are integers)
+    if type(v) is str and "\x00" in v:
+        return v.replace("\x00", "\ufffd")  # (PostgreSQL's text cannot hold NUL)
+    return v
+
+
+def _params(params: Any) -> Any:
+    if isinstance(params, Mapping):
+        return {k: _value(v) for k, v in params.items()}
+    return [_value(v) for v in params]
+
+
+class Cursor:
+    """What a statement gives back: its rows and how many it changed (sqlite3's cursor, as the queries use it)."""
+
+    __slots__ = ("_cursor",)
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone() if self._cursor.description is not None else None
+
+    def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall() if self._cursor.description is not None else []
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cursor) if self._cursor.description is not None else iter(())
+
+    def close(self) -> None:
+        self._cursor.close()
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cursor.rowcount)
+
+
+class Connection:
+    """A psycopg connection as the shared queries use sqlite3's (see the module's doc), reconnecting between
+    transactions when the server went away and came back."""
+
+    def __init__(self, dsn: str, shown: str) -> None:
+        self.dsn = dsn
+        self.shown = shown
+        self._conn: Any = None
+        self._connect()
+
+    def _connect(self) -> None:
+        import psycopg
+
+        try:
+            self._conn = psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, row_factory=_row_factory
+            )
+        except psycopg.OperationalError as e:
+            raise DatabaseUnavailable(self.shown, e) from None
+        self._conn.prepare_threshold = 2  # statements run twice are prepared (the server keeps their plans)
+
+    @property
+    def in_transaction(self) -> bool:
+        import psycopg.pq
+
+        if self._conn is None or self._conn.closed:
+            return False
+        return bool(self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
+
+    def _ready(self) -> Any:
+        """The connection, made again when it was lost outside a transaction."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            if self._conn is not None and not self._conn.closed:
+                self._conn.close()
+            self._conn = None
+            self._connect()
+        return self._conn
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Cursor:
+        if sql == "BEGIN IMMEDIATE":
+            conn = self._ready()
+            self._run(conn, "BEGIN", ())
+            return self._run(conn, "SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        text, _ = translate(sql)
+        conn = self._conn if self.in_transaction else self._ready()
+        return self._run(conn, text, _params(params))
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Cursor:
+        text, _ = translate(sql)
+        conn = self._conn if self.in_transaction else self._ready()
+        cursor = conn.cursor()
+        try:
+            cursor.executemany(text, [_params(r) for r in rows])
+        except Exception as e:  # noqa: BLE001 (translated)
+            raise self._error(e) from e
+        return Cursor(cursor)
+
+    def _run(self, conn: Any, text: str, params: Any) -> Cursor:
+        try:
+            return Cursor(conn.execute(text, params))
+        except Exception as e:  # noqa: BLE001 (translated)
+            raise self._error(e) from e
+
+    def _error(self, e: Exception) -> Exception:
+        import psycopg
+
+        if isinstance(e, psycopg.errors.IntegrityError):
+            return sqlite3.IntegrityError(str(e))
+        if getattr(e, "sqlstate", None) in ("53100", "53400"):  # disk_full, configuration_limit_exceeded
+            full = StorageFull(f"{StorageFull.where} ({self.shown}) is on a full disk: {e}")
+            full.__cause__ = e
+            return full
+        if isinstance(e, psycopg.OperationalError) and (self._conn is None or self._conn.broken or self._conn.closed):
+            return DatabaseUnavailable(self.shown, e)
+        return e
+
+    def close(self) -> None:
+        if self._conn is not None and not self._conn.closed:
+            self._conn.close()
+
+
+class PgDatabase(Database):
+    """A PostgreSQL database, served by a thread of its own as `Database` serves a SQLite file."""
+
+    def __init__(self, dsn: str, shown: str) -> None:
+        from pathlib import Path
+
+        super().__init__(Path("postgresql"), thread_name=f"postgresql {shown}")
+        self.dsn = dsn
+        self.shown = shown
+
+    @classmethod
+    async def open_url(cls, dsn: str, shown: str) -> PgDatabase:
+        """Connect, and bring the schema to the latest version (SchemaTooNew, before changing anything, for a
+        database of a newer bai; DatabaseUnavailable when the server cannot be reached)."""
+        db = cls(dsn, shown)
+        db._thread.start()
+        db._open = True
+        try:
+            await db.run(db._connect_pg)
+        except BaseException:
+            await db.close()
+            raise
+        return db
+
+    def _connect_pg(self, _unopened: None) -> None:
+        from bai.node.manager.state.postgres import schema
+
+        conn = Connection(self.dsn, self.shown)
+        self._connection = conn
+        schema.migrate(conn, self.shown)
+
+    async def reclaim_space(self, min_free_pages: int = 0) -> dict[str, int]:
+        """Nothing to do: PostgreSQL's autovacuum gives space back to the database itself."""
+        return {}
