@@ -13,9 +13,10 @@ What is real: the Store (SQLite in tmp_path, or a database of the tests' Postgre
 default `ENGINE`, which tests/conftest.py sets for the modules it runs on both engines), Sessions, Agents,
 Images, AgentEvents, the Dispatcher's round and the Timers' sweep, the Agent and its link. What is not:
 kernels (SimBackend: query code and batch commands are answered without running anything, see
-bai/node/agent/backends/sim.py), the HTTP API, the ZeroMQ link, time (a ManualClock: nothing happens because time passes unless the test calls
-`schedule()` or `sweep()` after `advance()`), heartbeats (sent when the test calls `heartbeat()`).
-The dispatcher's and the timers' loops are not started: the test decides when a round runs.
+bai/node/agent/backends/sim.py), the HTTP API, the ZeroMQ link, time (a ManualClock: nothing happens because
+time passes unless the test calls `schedule()` or `sweep()` after `advance()`), heartbeats (sent when the test
+calls `heartbeat()`). The dispatcher's and the timers' loops are not started: the test decides when a round
+runs.
 
 Like Nomad's scheduler test harness: the real state store and the real planner's code, with the
 outside (clients, time) in the test's hands. Session names follow the API's rules (4-64 characters).
