@@ -169,6 +169,31 @@ def hostport(value: str, flag: str) -> tuple[str, int]:
         raise NodeError(str(e)) from None
 
 
+async def open_store(cfg: dict[str, Any], state_dir: Path, log_max_bytes: int) -> Any:
+    """The manager's state where `[manager] database` says (the embedded SQLite file by default), its schema
+    brought to this bai's version; NodeError, with a line that names the database (never its password), when
+    it cannot be opened."""
+    from bai.common.dburl import DatabaseURLError, locate, redact
+    from bai.node.manager.state import SchemaTooNew, StateError, Store
+
+    try:
+        where = locate(str(cfg["manager"]["database"]), state_dir)
+    except DatabaseURLError as e:
+        raise NodeError(f"[manager] database: {e}") from None
+    try:
+        if where.engine == "postgresql":
+            from bai.node.manager.state.postgres import PgStore
+
+            store: Any = await PgStore.open_url(where.dsn, where.shown, log_max_bytes=log_max_bytes)
+        else:
+            assert where.path is not None
+            store = await Store.open(where.path, log_max_bytes=log_max_bytes)
+    except (SchemaTooNew, StateError) as e:
+        raise NodeError(redact(str(e))) from None
+    log.info("the manager's database: %s", where.shown)
+    return store
+
+
 async def start_manager(
     cfg: dict[str, Any],
     state_dir: Path,
@@ -185,17 +210,12 @@ async def start_manager(
     from bai.node.manager.services.hooks import Hooks
     from bai.node.manager.services.timers import log_settings
     from bai.node.manager.services.vfolder_service import VFolders
-    from bai.node.manager.state import SchemaTooNew, Store
-
     host, port = hostport(cfg["node"]["listen"], "--listen")
     try:
         log_max_bytes, log_retention = log_settings(cfg)
     except ValueError as e:
         raise NodeError(str(e)) from None
-    try:
-        store = await Store.open(state_dir / "bai.db", log_max_bytes=log_max_bytes)
-    except SchemaTooNew as e:
-        raise NodeError(str(e)) from None
+    store = await open_store(cfg, state_dir, log_max_bytes)
     stops["store"] = store.close
     fresh = Keypair.generate()
     access_key, secret_key = await store.ensure_admin_keypair(fresh.access_key, fresh.secret_key, Clock().now())
@@ -269,6 +289,8 @@ async def start_manager(
     stops["timers"] = manager.timers.stop
     endpoint = api_endpoint(cfg, host, port)
     lines = [f"  endpoint  {endpoint}", f"  state     {state_dir}"]
+    if store.db.shown != str(state_dir / "bai.db"):
+        lines.append(f"  database  {store.db.shown}")
     if not cfg["node"]["tls_cert"] and not is_loopback(host):
         warning = (
             f"listening on {host} without TLS: requests and answers can be read and altered on the wire "
