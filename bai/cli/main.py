@@ -21,6 +21,7 @@ class BaiGroup(LazyGroup):
     lazy_groups = {
         "session": "bai.cli.session:app",
         "agent": "bai.cli.main:agent_app",
+        "manager": "bai.cli.managers:app",
         "image": "bai.cli.main:image_app",
         "config": "bai.cli.main:config_app",
         "keypair": "bai.cli.admin:keypair_app",

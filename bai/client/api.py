@@ -444,6 +444,9 @@ class Client:
     async def cluster(self) -> dict[str, Any]:
         return await self.request("GET", "/bai/admin/cluster")
 
+    async def manager_status(self) -> dict[str, Any]:
+        return await self.request("GET", "/manager/status")
+
     async def agents(self) -> list[dict[str, Any]]:
         return (await self.request("GET", "/bai/agents"))["items"]
 

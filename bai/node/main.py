@@ -7,6 +7,7 @@ import errno
 import hashlib
 import logging
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -194,6 +195,74 @@ async def open_store(cfg: dict[str, Any], state_dir: Path, log_max_bytes: int) -
     return store
 
 
+async def start_leadership(
+    cfg: dict[str, Any], store: Any, manager: Any, endpoint: str, cluster: dict[str, str] | None
+) -> Any:
+    """Which manager of the database runs the scheduling rounds, the timers and the agents' reconciliation
+    (services/leadership.py): with PostgreSQL, the holder of the leader lease, the others relaying what
+    changes to each other (services/cluster_events.py); with SQLite, this one, always."""
+    from bai import __version__
+    from bai.node.manager.services.leadership import Leadership
+    from bai.node.manager.state.postgres.cluster_queries import ManagerInfo
+
+    host = socket.gethostname()
+    me = ManagerInfo(
+        f"{host}-{secrets.token_hex(3)}", host, endpoint, (cluster or {}).get("endpoint", "in-process"),
+        os.getpid(), __version__,
+    )  # fmt: skip
+    events = manager.agent_events
+    services = manager.services
+    shared = hasattr(store, "renew_lease")  # (PostgreSQL: several managers may share the database)
+
+    async def lead() -> None:
+        manager.dispatcher.start()
+        manager.timers.start()
+        if shared:
+            await events.take_over()
+
+    async def follow() -> None:
+        await manager.dispatcher.stop()
+        await manager.timers.stop()
+
+    leadership = Leadership(store if shared else None, me, store.db.shown, lead, follow)
+    events.leading = lambda: leadership.leading
+    services.leadership = leadership
+    if shared:
+        from bai.node.manager.services.cluster_events import ClusterEvents
+        from bai.node.manager.state.postgres.notify import Notifier
+
+        notifier = Notifier(store.db, store.db.dsn, store.db.shown)
+
+        async def keypairs() -> None:
+            store._limits_changed()
+            await store.load_keypairs()
+
+        async def dotfiles() -> None:
+            def clear(_conn: Any) -> None:
+                store.db.dotfile_owners = None
+
+            await store.db.run(clear)
+
+        caches = {
+            "keypairs": keypairs, "resource_policies": keypairs, "dotfiles": dotfiles,
+            "image_aliases": services.images.load,
+        }  # fmt: skip
+        relay = ClusterEvents(me.id, services.hubs, manager.wake, store.get_session, notifier.send, caches)
+        relay.attach()
+        notifier.start(relay.received)
+        manager.background.spawn(_stop_on_close(notifier, relay), "cluster-events")
+    await leadership.start()
+    return leadership
+
+
+async def _stop_on_close(notifier: Any, relay: Any) -> None:
+    try:
+        await asyncio.Event().wait()
+    finally:
+        notifier.stop()
+        await relay.close()
+
+
 async def start_manager(
     cfg: dict[str, Any],
     state_dir: Path,
@@ -210,6 +279,7 @@ async def start_manager(
     from bai.node.manager.services.hooks import Hooks
     from bai.node.manager.services.timers import log_settings
     from bai.node.manager.services.vfolder_service import VFolders
+
     host, port = hostport(cfg["node"]["listen"], "--listen")
     try:
         log_max_bytes, log_retention = log_settings(cfg)
@@ -283,11 +353,9 @@ async def start_manager(
             f"the agent link cannot listen: {e} (choose another address with --link-listen HOST:PORT)"
         ) from None
     stops["link"] = link.close
-    manager.dispatcher.start()
-    stops["dispatcher"] = manager.dispatcher.stop
-    manager.timers.start()
-    stops["timers"] = manager.timers.stop
     endpoint = api_endpoint(cfg, host, port)
+    leadership = await start_leadership(cfg, store, manager, endpoint, cluster)
+    stops["leadership"] = leadership.stop
     lines = [f"  endpoint  {endpoint}", f"  state     {state_dir}"]
     if store.db.shown != str(state_dir / "bai.db"):
         lines.append(f"  database  {store.db.shown}")

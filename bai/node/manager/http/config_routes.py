@@ -39,15 +39,29 @@ async def vfolder_types(request: web.Request) -> web.Response:
 async def manager_status(request: web.Request) -> web.Response:
     if not request["is_admin"]:
         raise Problem("insufficient-privilege", "Insufficient privilege.", "only admin keypairs may do this")
-    counts = await services_of(request).state.count_sessions_by_status()
+    services = services_of(request)
+    counts = await services.state.count_sessions_by_status()
     active = sum(n for status, n in counts.items() if status in {s.value for s in ACTIVE_STATUSES})
-    node = {"id": "manager", "num_proc": 1, "service_addr": request.host, "heartbeat_timeout": None}
+    leadership = services.leadership
+    managers = await leadership.managers() if leadership is not None else []
+    nodes = [
+        {"id": m["id"], "num_proc": 1, "service_addr": m["api"], "heartbeat_timeout": None, "status": "running"}
+        for m in managers
+    ] or [
+        {"id": "manager", "num_proc": 1, "service_addr": request.host, "heartbeat_timeout": None, "status": "running"}
+    ]
     return web.json_response(
         {
-            "nodes": [{**node, "status": "running"}],
+            "nodes": nodes,
             "status": "running",
             "active_sessions": active,
             "version": __version__,
+            # bai's: every manager of the database, which one leads and since when, and the database
+            "managers": managers,
+            "leader": leadership.leader if leadership is not None else None,
+            "self": leadership.me.id if leadership is not None else None,
+            "database": leadership.database if leadership is not None else None,
+            "databaseError": leadership.database_error if leadership is not None else None,
         }
     )
 

@@ -4,6 +4,7 @@ application, and reached by handlers through `services_of(request)`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from bai.common.clock import Clock
 from bai.node.manager.rules.admission import Admission
@@ -45,3 +46,4 @@ class Services:
     admission: Admission = field(default_factory=Admission)  # the configuration's rules (registries, groups)
     stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book the lifecycle keeps)
     clock: Clock = field(default_factory=Clock)  # the manager's one clock (a session's age as shown)
+    leadership: Any = None  # (services/leadership.Leadership) the managers of the database, and which leads

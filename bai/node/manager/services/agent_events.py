@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -61,6 +62,11 @@ class AgentEvents:
         self.peers = peers  # None: kernels' PeerDial events are refused (by the agent's timeout)
         self._lost: dict[str, asyncio.Task[Any]] = {}  # agent id -> the grace period running out
         self._unreadable = LogThrottle(log)  # events bai cannot decode: an agent may send them at any rate
+        # whether this manager leads the managers of its database (services/leadership.py): only the leader
+        # changes the state for what agents say (reconciles, stores output, ends sessions); the others keep
+        # their view of the agents (registrations, heartbeats, statistics) to serve calls and reads
+        self.leading: Callable[[], bool] = lambda: True
+        self._registrations: dict[str, Registration] = {}  # the last of each agent (reconciled on taking the lead)
 
     async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
         """Record the agent and reconcile its kernels with ours."""
@@ -68,12 +74,32 @@ class AgentEvents:
         if lost is not None:  # back within the grace period: its sessions carry on
             lost.cancel()
         joined = Registration.from_wire({**registration, "id": agent_id})
+        self._registrations[agent_id] = joined
         await self.agents.joined(agent_id, joined, self.vfolders.hosts if self.vfolders is not None else {})
+        if not self.leading():
+            return JoinAnswer([]).to_wire()  # (the leader reconciles the agent's kernels)
         destroy = await self.sessions.reconcile(agent_id, joined.kernels)
         self.wake()
         return JoinAnswer(destroy).to_wire()
 
+    async def take_over(self) -> None:
+        """This manager took the lead: reconcile every agent it knows (what the last leader may not have done),
+        as each did when it registered."""
+        for agent_id, joined in list(self._registrations.items()):
+            try:
+                destroy = await self.sessions.reconcile(agent_id, joined.kernels)
+            except Exception as e:  # noqa: BLE001 (the others go on)
+                log.warning("reconciling agent %s on taking the lead: %s", agent_id, e)
+                continue
+            for kernel_id in destroy:
+                log.info("agent %s runs kernel %s of no live session (seen on taking the lead)", agent_id, kernel_id)
+        self.wake()
+
     async def agent_left(self, agent_id: str, reason: str) -> None:
+        self._registrations.pop(agent_id, None)
+        if not self.leading():
+            self.stats.agent_left(agent_id)
+            return  # (the leader marks it and runs its grace period)
         await self.agents.left(agent_id, reason)
         self.stats.agent_left(agent_id)  # its host's figures are no longer news
         if reason == "lost":
@@ -102,16 +128,20 @@ class AgentEvents:
         match event:
             case Heartbeat():
                 await self.agents.heartbeat(agent_id, event)
+                if not self.leading():
+                    return
                 # kernels it still runs of sessions that have ended (a removal that failed): removed
                 await self.sessions.remove_strays(agent_id, event.kernels if isinstance(event.kernels, list) else [])
+            case KernelStats():
+                await self.sessions.kernel_stats(agent_id, event)
+            case _ if not self.leading():
+                return  # (the leader stores it, and acts on it)
             case KernelLogs():
                 await self.sessions.kernel_logs(event.chunks)
             case KernelPulling():
                 await self.sessions.kernel_pulling(event)
             case KernelTerminated():
                 await self.sessions.kernel_terminated(event)
-            case KernelStats():
-                await self.sessions.kernel_stats(agent_id, event)
             case PeerDial():
                 if self.peers is not None:
                     self.peers.dial(agent_id, event)  # in the background: the events after it go on

@@ -44,8 +44,16 @@ class EventHub(Generic[T]):
     def __init__(self, backlog: int = MAX_BACKLOG) -> None:
         self.backlog = backlog
         self._subscribers: set[Subscription[T]] = set()
+        # told of every event published here (the other managers of the database: services/cluster_events.py)
+        self.relays: list[Callable[[str, T], None]] = []
 
     def publish(self, name: str, what: T) -> None:
+        self.publish_here(name, what)
+        for relay in self.relays:
+            relay(name, what)
+
+    def publish_here(self, name: str, what: T) -> None:
+        """Publish to this manager's subscribers only (an event another manager relayed)."""
         for q in list(self._subscribers):
             try:
                 q.put_nowait((name, what))
@@ -99,8 +107,14 @@ class LogHub:
 
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
+        self.relays: list[Callable[[str], None]] = []  # (as EventHub's)
 
     def notify(self, kernel_id: str) -> None:
+        self.notify_here(kernel_id)
+        for relay in self.relays:
+            relay(kernel_id)
+
+    def notify_here(self, kernel_id: str) -> None:
         event = self._events.pop(kernel_id, None)
         if event is not None:
             event.set()

@@ -11,9 +11,16 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._target: Callable[[], None] = lambda: None
+        self.relays: list[Callable[[], None]] = []  # told too (the leader, when another manager runs the rounds)
 
     def bind(self, target: Callable[[], None]) -> None:
         self._target = target
 
     def __call__(self) -> None:
+        self._target()
+        for relay in self.relays:
+            relay()
+
+    def here(self) -> None:
+        """Wake this manager's dispatcher only (a wake-up another manager relayed)."""
         self._target()

@@ -10,14 +10,15 @@
 from __future__ import annotations
 
 from bai.common.clock import Clock
+from bai.node.manager.state.postgres.cluster_queries import Cluster
 from bai.node.manager.state.postgres.db import PgDatabase
 from bai.node.manager.state.sqlite import LOG_MAX_BYTES, Store
 
 __all__ = ["PgDatabase", "PgStore"]
 
 
-class PgStore(Store):
-    """The manager's state in a PostgreSQL database."""
+class PgStore(Store, Cluster):
+    """The manager's state in a PostgreSQL database, and the managers that share it (`Cluster`)."""
 
     @classmethod
     async def open_url(

@@ -56,6 +56,7 @@ def migrate(conn: Any, shown: str) -> None:
     each in one transaction with its version (under MIGRATION_LOCK: managers starting together take turns).
     SchemaTooNew, before anything changes, for a database of a newer bai."""
     from bai.common.clock import Clock
+    from bai.node.manager.state.postgres.cluster_queries import CLUSTER_TABLES
     from bai.node.manager.state.records import stamp
 
     version = version_of(conn)
@@ -64,6 +65,11 @@ def migrate(conn: Any, shown: str) -> None:
             f"the database {shown} has schema version {version}, newer than this bai knows (version {LATEST}): "
             "a newer bai wrote it. Run that bai, or point this one at another database."
         )
+    for statement in CLUSTER_TABLES:  # (PostgreSQL's own: the managers of one database, not versioned state)
+        conn.execute("BEGIN")
+        conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        conn.execute(statement)
+        conn.execute("COMMIT")
     if version == LATEST:
         return
     now = stamp(Clock().now())
