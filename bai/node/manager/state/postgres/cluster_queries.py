@@ -73,10 +73,12 @@ class Cluster(Queries):
 
     async def announce_manager(self, me: ManagerInfo) -> None:
         def fn(conn: Any) -> None:
+            # an earlier run of this manager (the same API address) and managers gone for a day are forgotten
             conn.execute(
-                "INSERT INTO bai_managers VALUES (?, ?, ?, ?, ?, ?, clock_timestamp(), clock_timestamp()) "
-                "ON CONFLICT(id) DO UPDATE SET host=excluded.host, api=excluded.api, link=excluded.link, "
-                "pid=excluded.pid, version=excluded.version, started_at=excluded.started_at, last_seen=excluded.last_seen",
+                "DELETE FROM bai_managers WHERE api=? OR last_seen < clock_timestamp() - interval '1 day'", (me.api,)
+            )
+            conn.execute(
+                "INSERT INTO bai_managers VALUES (?, ?, ?, ?, ?, ?, clock_timestamp(), clock_timestamp())",
                 (me.id, me.host, me.api, me.link, me.pid, me.version),
             )
 
