@@ -77,7 +77,7 @@ class PostgresServer:
             port = _free_port()
             process = subprocess.Popen(
                 [*prefix, str(where / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
-                 "-c", f"unix_socket_directories={root}", "-c", "fsync=off", "-c", "synchronous_commit=off",
+                 "-c", f"unix_socket_directories={root}", "-c", "fsync=off",
                  "-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "shared_buffers=64MB"],
                 stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "wb"),  # noqa: SIM115 (the server's)
             )  # fmt: skip
@@ -120,9 +120,24 @@ class PostgresServer:
         return self.url(name)
 
     def kill(self) -> None:
-        """Stop the server at once (SIGKILL), as a crash would; `restart()` brings it back on the same port."""
-        self.process.kill()
-        self.process.wait()
+        """Stop the server at once (SIGKILL to the postmaster, as a crash would; its children then end as they
+        find it gone); `restart()` brings it back on the same port."""
+        import signal
+
+        pid_file = self.root / "data" / "postmaster.pid"
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        self.process.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # (its backends end by themselves; the port is free once they have)
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    pass
+            except OSError:
+                break
+            time.sleep(0.05)
+        if pid_file.exists():
+            pid_file.unlink()
 
     def restart(self) -> None:
         where = bin_dir()

@@ -44,8 +44,11 @@ def postgres_schema(script: str) -> list[str]:
 
 def version_of(conn: Any) -> int:
     """The schema version of the database (0: nothing of bai's in it yet)."""
-    row = conn.execute("SELECT to_regclass('bai_schema')").fetchone()
-    if row is None or row[0] is None:
+    # (a parameter, not a constant: a prepared statement would keep a constant's answer from when it was planned)
+    row = conn.execute(
+        "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = ?", ("bai_schema",)
+    ).fetchone()
+    if row is None:
         return 0
     row = conn.execute("SELECT MAX(version) FROM bai_schema").fetchone()
     return int(row[0] or 0)
@@ -55,9 +58,7 @@ def migrate(conn: Any, shown: str) -> None:
     """Make the schema of a new database, or bring an existing one to `LATEST` through the numbered steps,
     each in one transaction with its version (under MIGRATION_LOCK: managers starting together take turns).
     SchemaTooNew, before anything changes, for a database of a newer bai."""
-    from bai.common.clock import Clock
     from bai.node.manager.state.postgres.cluster_queries import CLUSTER_TABLES
-    from bai.node.manager.state.records import stamp
 
     version = version_of(conn)
     if version > LATEST:
@@ -65,13 +66,25 @@ def migrate(conn: Any, shown: str) -> None:
             f"the database {shown} has schema version {version}, newer than this bai knows (version {LATEST}): "
             "a newer bai wrote it. Run that bai, or point this one at another database."
         )
-    for statement in CLUSTER_TABLES:  # (PostgreSQL's own: the managers of one database, not versioned state)
-        conn.execute("BEGIN")
+    if version < LATEST:
+        _migrate(conn)
+    # (PostgreSQL's own, after the schema: the managers of one database, the triggers that tell them of changes)
+    conn.execute("BEGIN")
+    try:
         conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-        conn.execute(statement)
+        for statement in CLUSTER_TABLES:
+            conn.execute(statement)
         conn.execute("COMMIT")
-    if version == LATEST:
-        return
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _migrate(conn: Any) -> None:
+    from bai.common.clock import Clock
+    from bai.node.manager.state.records import stamp
+
     now = stamp(Clock().now())
     conn.execute("BEGIN")
     try:

@@ -1,0 +1,127 @@
+"""What is PostgreSQL's own in the state layer (the rest is tests/test_state_contract.py, on both engines): the
+same tables and columns as SQLite's at the same version, a newer database refused before anything changes,
+managers starting together making the schema once, a server that goes away and comes back, the lease, and a
+node that names its database without its password."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from bai.node.manager.state import SchemaTooNew, Store
+from bai.node.manager.state.errors import DatabaseUnavailable
+from bai.node.manager.state.postgres import PgStore
+from bai.node.manager.state.postgres.cluster_queries import ManagerInfo
+from bai.node.manager.state.postgres.schema import LATEST
+from bai.node.manager.state.records import NewKeypair
+from tests import pgserver
+from tests.pgserver import PostgresServer
+
+
+def _columns_pg(url: str) -> dict[str, list[str]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema='public' "
+            "ORDER BY table_name, ordinal_position"
+        ).fetchall()
+    out: dict[str, list[str]] = {}
+    for table, column in rows:
+        if table.startswith("bai_") or column == "rowid":
+            continue  # (PostgreSQL's own: the managers, the lease, the version; SQLite's implicit row ids)
+        out.setdefault(table, []).append(column)
+    return out
+
+
+async def test_a_new_database_has_sqlites_tables_and_columns_at_the_same_version(tmp_path: Path) -> None:
+    url = pgserver.shared().new_database()
+    store = await PgStore.open_url(url, "the test database")
+    await store.close()
+    lite = await Store.open(tmp_path / "bai.db")
+    await lite.close()
+    conn = sqlite3.connect(tmp_path / "bai.db")
+    tables = [
+        r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")
+    ]
+    expected = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")] for t in tables}
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    assert _columns_pg(url) == expected
+    with psycopg.connect(url) as pg:
+        assert pg.execute("SELECT MAX(version) FROM bai_schema").fetchone()[0] == version == LATEST
+
+
+async def test_a_database_of_a_newer_bai_is_refused_and_left_as_it_is() -> None:
+    url = pgserver.shared().new_database()
+    await (await PgStore.open_url(url, "db-x")).close()
+    with psycopg.connect(url, autocommit=True) as pg:
+        pg.execute("INSERT INTO bai_schema VALUES (%s, 'later')", (LATEST + 1,))
+    with pytest.raises(SchemaTooNew) as caught:
+        await PgStore.open_url(url, "db-x")
+    assert f"schema version {LATEST + 1}" in str(caught.value) and "db-x" in str(caught.value)
+    with psycopg.connect(url) as pg:
+        assert pg.execute("SELECT COUNT(*) FROM bai_schema").fetchone()[0] == 2
+
+
+async def test_managers_starting_together_make_the_schema_once() -> None:
+    url = pgserver.shared().new_database()
+    stores = await asyncio.gather(*(PgStore.open_url(url, "db") for _ in range(4)))
+    for store in stores:
+        await store.close()
+    with psycopg.connect(url) as pg:
+        assert pg.execute("SELECT COUNT(*) FROM bai_schema").fetchone()[0] == 1
+        assert pg.execute("SELECT COUNT(*) FROM resource_policies").fetchone()[0] == 1
+
+
+async def test_the_lease_is_held_by_one_manager_until_it_expires() -> None:
+    url = pgserver.shared().new_database()
+    a, b = await PgStore.open_url(url, "db"), await PgStore.open_url(url, "db")
+    try:
+        for store, name in ((a, "m-a"), (b, "m-b")):
+            await store.announce_manager(ManagerInfo(name, "h", f"http://{name}", "tcp://x", 1, "0"))
+        first = await a.renew_lease("m-a", ttl=0.5)
+        assert first.mine and not (await b.renew_lease("m-b", ttl=0.5)).mine
+        assert (await a.renew_lease("m-a", ttl=0.5)).since == first.since  # renewed, not taken again
+        await asyncio.sleep(0.7)  # m-a stops renewing: the lease expires, m-b takes it
+        taken = await b.renew_lease("m-b", ttl=5)
+        assert taken.mine and taken.holder == "m-b"
+        assert not (await a.renew_lease("m-a", ttl=5)).mine
+        seen = {m.info.id: m.leader for m in await a.managers()}
+        assert seen == {"m-a": False, "m-b": True}
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_server_that_goes_away_is_named_and_the_store_recovers_when_it_returns() -> None:
+    server = PostgresServer.start()
+    try:
+        store = await PgStore.open_url(server.new_database(), "postgresql://bai@db1/bai")
+        await store.create_keypair(
+            NewKeypair("AKTEST1", "s", "u@x", False, "default"), __import__("datetime").datetime(2030, 1, 1)
+        )
+        server.kill()
+        with pytest.raises(DatabaseUnavailable) as caught:
+            await store.list_sessions(None, None)
+        assert "postgresql://bai@db1/bai" in str(caught.value)
+        server.restart()
+        assert await store.list_sessions(None, None) == []
+        assert (await store.keypair("AKTEST1")) is not None
+        await store.close()
+    finally:
+        server.stop()
+
+
+def test_a_node_names_its_database_without_the_password_and_refuses_one_in_the_url(tmp_path: Path) -> None:
+    server = pgserver.shared()
+    result = subprocess.run(
+        [sys.executable, "-m", "bai", "node", "--state-dir", str(tmp_path), "--database",
+         f"postgresql://postgres:hunter2@127.0.0.1:{server.port}/postgres"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0 and "hunter2" not in result.stdout + result.stderr
+    assert "password_file" in result.stdout + result.stderr
