@@ -96,6 +96,14 @@ def header_text(
         text.append(f"  quota unknown: {error}", style="dim")
     else:
         text.append("  quota …", style="dim")
+    manager = (quota or {}).get("manager") or {}
+    if manager.get("leader") and manager.get("self") and stale is None:  # (several managers share one database)
+        if manager["leader"] != manager["self"]:
+            shown = Text(f"via {manager['self']} · leader {manager['leader']}", style="dim")
+            pad = width - text.cell_len - shown.cell_len
+            if pad >= 2:
+                text.append(" " * pad)
+                text.append_text(shown)
     if stale is not None:
         marker = Text(f"⚠ stale {int(stale)}s — reconnecting", style="bold yellow")
         pad = width - text.cell_len - marker.cell_len

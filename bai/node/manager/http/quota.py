@@ -23,6 +23,8 @@ only their own keypair (an administrator too; `/bai/admin/keypairs` lists the ot
 
 from __future__ import annotations
 
+from typing import Any
+
 from decimal import Decimal
 
 from aiohttp import web
@@ -60,5 +62,13 @@ async def my_quota(request: web.Request) -> web.Response:
             "sessionNetworks": sum(1 for s in holding if (s.cluster_size or 1) > 1),
             "maxPendingSessions": int(policy.max_pending_session_count or 0) if policy else 0,
             "pendingSessions": await services.state.count_sessions_of(access_key, [SessionStatus.PENDING]),
+            # the manager answering, and the one leading the managers of its database (the dashboard's header)
+            "manager": _managers(services.leadership),
         }
     )
+
+
+def _managers(leadership: Any) -> dict[str, Any] | None:
+    if leadership is None:
+        return None
+    return {"self": leadership.me.id, "leader": leadership.leader, "database": leadership.database}
