@@ -112,8 +112,12 @@ def node(
     state_dir: str = typer.Option(None, "--state-dir", help="Where the node keeps its state [~/.local/share/bai]."),
     backend: str = typer.Option(None, "--backend", help="Kernel backend: auto, docker or local."),
     link_listen: str = typer.Option(None, "--link-listen", help="Manager: HOST:PORT for agents [127.0.0.1:5002]."),
-    manager: str = typer.Option(None, "--manager", help="Agent: the manager's link, tcp://HOST:PORT."),
-    manager_key: str = typer.Option(None, "--manager-key", help="Agent: the manager's public key."),
+    manager: list[str] = typer.Option(
+        None, "--manager", help="Agent: the manager's link, tcp://HOST:PORT (repeat it for several managers)."
+    ),
+    manager_key: list[str] = typer.Option(
+        None, "--manager-key", help="Agent: the manager's public key (once for all managers, or once per --manager)."
+    ),
     join_token: str = typer.Option(None, "--join-token", help="Agent: the cluster's join token."),
     agent_id: str = typer.Option(None, "--agent-id", help="Agent: its id [host name + state folder]."),
     tls_cert: str = typer.Option(None, "--tls-cert", help="Serve the API over HTTPS with this PEM certificate."),
@@ -146,8 +150,13 @@ def node(
                 state_dir=("node", "state_dir", state_dir),
                 backend=("node", "backend", backend),
                 link_listen=("node", "link_listen", link_listen),
-                manager=("node", "manager", manager),
-                manager_key=("agent", "manager_key", manager_key),
+                # once: a string, as in bai.toml; repeated: a list (several managers of one database)
+                manager=("node", "manager", (manager[0] if len(manager) == 1 else manager) if manager else None),
+                manager_key=(
+                    "agent",
+                    "manager_key",
+                    (manager_key[0] if len(manager_key) == 1 else manager_key) if manager_key else None,
+                ),
                 join_token=("agent", "join_token", join_token),
                 agent_id=("agent", "id", agent_id),
                 tls_cert=("node", "tls_cert", tls_cert),

@@ -22,7 +22,8 @@ DEFAULTS: dict[str, Any] = {
         "state_dir": "",  # empty: $XDG_DATA_HOME/bai or ~/.local/share/bai
         "backend": "auto",  # auto | docker | local (agents of a cluster: docker unless told)
         "link_listen": "127.0.0.1:5002",  # role manager: where agents connect
-        "manager": "",  # role agent: tcp://HOST:PORT of the manager's link
+        # role agent: tcp://HOST:PORT of the manager's link, or a list of them (several managers of one database)
+        "manager": "",
         # serve the API over HTTPS (both needed; PEM files); clients verify it (`bai --ca FILE` for a
         # private CA)
         "tls_cert": "",
@@ -205,6 +206,8 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 # the manager's database: a path or URL that bai/common/dburl.py reads (no password in it)
 DATABASE = "manager.database"
+# an agent's managers: one tcp://HOST:PORT, or a non-empty list of them (several managers of one database)
+MANAGERS = "node.manager"
 # [images.registries.NAME]: url HOST[:PORT] or https://HOST[:PORT] (http:// = insecure); credentials
 # (password or password_file) stay with the manager, which hands an agent what one pull needs
 REGISTRIES = "images.registries"
@@ -275,6 +278,10 @@ def check(data: Mapping[str, Any], file: Path, schema: Mapping[str, Any] = DEFAU
                 check(reg, file, REGISTRY, f"{REGISTRIES}.{name}")
                 if not reg.get("url"):
                     raise ConfigError(f"{file}: [{REGISTRIES}.{name}] needs url (HOST[:PORT] or https://HOST[:PORT])")
+            continue
+        if dotted == MANAGERS and not isinstance(value, str):
+            if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+                raise ConfigError(f'{where}: expected "tcp://HOST:PORT" or a non-empty list of them, got {value!r}')
             continue
         if dotted == DATABASE and isinstance(value, str):
             from bai.common.dburl import DatabaseURLError

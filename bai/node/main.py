@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from bai.node.agent.backends.base import Backend
     from bai.node.link.base import AgentLink, ManagerLink
+    from bai.node.link.fanout import FanoutAgentLink
     from bai.node.link.zmq import ZmqAgentLink
     from bai.node.manager.services.vfolder_service import VFolders
 
@@ -463,28 +464,54 @@ async def start_agent(
     return lines
 
 
-def zmq_agent_link_factory(cfg: dict[str, Any]) -> Callable[[str], ZmqAgentLink]:
+def zmq_agent_link_factory(cfg: dict[str, Any]) -> Callable[[str], ZmqAgentLink | FanoutAgentLink]:
+    """How the agent links to its managers: `[node] manager` (one tcp://HOST:PORT, or a list: several managers
+    of one database) with `[agent] manager_key` (one key for all, or a list: one per manager, in order). One
+    manager: a plain ZmqAgentLink; several: a FanoutAgentLink over one ZmqAgentLink each."""
+    from functools import partial
+
+    from bai.node.link.fanout import FanoutAgentLink
     from bai.node.link.zmq import ZmqAgentLink
 
-    manager = cfg["node"]["manager"]
-    key, token = cfg["agent"]["manager_key"], cfg["agent"]["join_token"]
-    if not manager or not key or not token:
+    given, given_keys = cfg["node"]["manager"], cfg["agent"]["manager_key"]
+    managers = [given] if isinstance(given, str) else list(given)
+    keys = [given_keys] if isinstance(given_keys, str) else list(given_keys)
+    token = cfg["agent"]["join_token"]
+    if not managers or not keys or not all(managers) or not all(keys) or not token:
         raise NodeError(
             "an agent needs --manager tcp://HOST:PORT, --manager-key and --join-token "
             "(run `bai cluster join-info` where the manager runs)"
         )
-    host, port = hostport(manager, "--manager")
+    if len(keys) not in (1, len(managers)):
+        raise NodeError(
+            f"{len(managers)} managers but {len(keys)} manager keys: give --manager-key once (the managers of one "
+            "database share it) or once per --manager, in the same order"
+        )
+    endpoints = []
+    for manager in managers:
+        host, port = hostport(manager, "--manager")
+        endpoints.append(f"tcp://{host}:{port}")
+    if len(set(endpoints)) < len(endpoints):
+        raise NodeError(f"a manager is named twice: {', '.join(managers)}")
     from zmq.utils import z85
 
-    try:
-        if len(key) != 40 or len(z85.decode(key)) != 32:
-            raise ValueError
-    except ValueError:
-        raise NodeError(
-            "--manager-key is not a CURVE public key (40 characters, as `bai cluster join-info` prints it)"
-        ) from None
+    for key in keys:
+        try:
+            if len(key) != 40 or len(z85.decode(key)) != 32:
+                raise ValueError
+        except ValueError:
+            raise NodeError(
+                "--manager-key is not a CURVE public key (40 characters, as `bai cluster join-info` prints it)"
+            ) from None
     interval = float(cfg["link"]["heartbeat_interval"])
-    return lambda agent_id: ZmqAgentLink(agent_id, f"tcp://{host}:{port}", key, token, heartbeat_interval=interval)
+    if len(endpoints) == 1:
+        endpoint, key = endpoints[0], keys[0]
+        return lambda agent_id: ZmqAgentLink(agent_id, endpoint, key, token, heartbeat_interval=interval)
+    keyed = list(zip(endpoints, keys * len(endpoints) if len(keys) == 1 else keys, strict=True))
+    return lambda agent_id: FanoutAgentLink(
+        [partial(ZmqAgentLink, agent_id, ep, key, token, heartbeat_interval=interval) for ep, key in keyed],
+        names=endpoints,
+    )
 
 
 async def run_node(cfg: dict[str, Any]) -> None:
@@ -545,7 +572,8 @@ async def run_node(cfg: dict[str, Any]) -> None:
                 raise NodeError(f"the manager refused this agent: {e}") from None
             except LinkUnavailable as e:
                 raise NodeError(f"no manager answered at {cfg['node']['manager']}: {e}") from None
-            lines.append(f"  manager   {cfg['node']['manager']}")
+            managers = cfg["node"]["manager"]
+            lines.append(f"  manager   {managers if isinstance(managers, str) else ', '.join(managers)}")
             title = "role agent"
 
         say(f"bai node {__version__} ({title})")
