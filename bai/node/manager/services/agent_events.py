@@ -17,6 +17,7 @@ from bai.common.logs import LogThrottle
 from bai.node.link.messages import (
     Heartbeat,
     JoinAnswer,
+    KernelInfo,
     KernelLogs,
     KernelPulling,
     KernelStats,
@@ -67,6 +68,7 @@ class AgentEvents:
         # their view of the agents (registrations, heartbeats, statistics) to serve calls and reads
         self.leading: Callable[[], bool] = lambda: True
         self._registrations: dict[str, Registration] = {}  # the last of each agent (reconciled on taking the lead)
+        self._beats: dict[str, list[str]] = {}  # the kernels each agent's last heartbeat named
 
     async def agent_joined(self, agent_id: str, registration: dict[str, Any]) -> dict[str, Any]:
         """Record the agent and reconcile its kernels with ours."""
@@ -87,7 +89,7 @@ class AgentEvents:
         as each did when it registered."""
         for agent_id, joined in list(self._registrations.items()):
             try:
-                destroy = await self.sessions.reconcile(agent_id, joined.kernels)
+                destroy = await self.sessions.reconcile(agent_id, await self._kernels_now(agent_id, joined))
             except Exception as e:  # noqa: BLE001 (the others go on)
                 log.warning("reconciling agent %s on taking the lead: %s", agent_id, e)
                 continue
@@ -95,8 +97,29 @@ class AgentEvents:
                 log.info("agent %s runs kernel %s of no live session (seen on taking the lead)", agent_id, kernel_id)
         self.wake()
 
+    async def _kernels_now(self, agent_id: str, joined: Registration) -> list[KernelInfo]:
+        """The kernels an agent has now: those its last heartbeat named (its registration may be older than
+        the kernels started since), each with its container as registered or as stored."""
+        beat = self._beats.get(agent_id)
+        if beat is None:
+            return list(joined.kernels)
+        known = {k.kernel_id: k for k in joined.kernels}
+        out: list[KernelInfo] = []
+        for kernel_id in beat:
+            info = known.get(kernel_id)
+            if info is None:
+                stored = await self.sessions.store.get_kernel(kernel_id)
+                info = KernelInfo(
+                    kernel_id=kernel_id,
+                    session_id=stored.session_id if stored is not None else "",
+                    container_id=stored.container_id if stored is not None else None,
+                )
+            out.append(info)
+        return out
+
     async def agent_left(self, agent_id: str, reason: str) -> None:
         self._registrations.pop(agent_id, None)
+        self._beats.pop(agent_id, None)
         if not self.leading():
             self.stats.agent_left(agent_id)
             return  # (the leader marks it and runs its grace period)
@@ -128,6 +151,8 @@ class AgentEvents:
         match event:
             case Heartbeat():
                 await self.agents.heartbeat(agent_id, event)
+                if isinstance(event.kernels, list):
+                    self._beats[agent_id] = [k for k in event.kernels if isinstance(k, str)]
                 if not self.leading():
                     return
                 # kernels it still runs of sessions that have ended (a removal that failed): removed
