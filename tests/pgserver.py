@@ -80,7 +80,8 @@ class PostgresServer:
             process = subprocess.Popen(
                 [*prefix, str(where / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
                  "-c", f"unix_socket_directories={root}", "-c", f"fsync={'on' if durable else 'off'}",
-                 "-c", f"full_page_writes={'on' if durable else 'off'}", "-c", "max_connections=300", "-c", "shared_buffers=64MB"],
+                 "-c", f"full_page_writes={'on' if durable else 'off'}", "-c", "max_connections=300",
+                 "-c", "shared_buffers=64MB"],
                 stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "wb"),  # noqa: SIM115 (the server's)
             )  # fmt: skip
             server = cls(root, port, process)

@@ -23,9 +23,8 @@ only their own keypair (an administrator too; `/bai/admin/keypairs` lists the ot
 
 from __future__ import annotations
 
-from typing import Any
-
 from decimal import Decimal
+from typing import Any
 
 from aiohttp import web
 
