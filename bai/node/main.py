@@ -571,7 +571,9 @@ async def run_node(cfg: dict[str, Any]) -> None:
             except LinkRefused as e:
                 raise NodeError(f"the manager refused this agent: {e}") from None
             except LinkUnavailable as e:
-                raise NodeError(f"no manager answered at {cfg['node']['manager']}: {e}") from None
+                given = cfg["node"]["manager"]
+                where = ", ".join(given) if isinstance(given, list) else given
+                raise NodeError(f"no manager answered at {where}: {e}") from None
             managers = cfg["node"]["manager"]
             lines.append(f"  manager   {managers if isinstance(managers, str) else ', '.join(managers)}")
             title = "role agent"
