@@ -125,3 +125,23 @@ def test_a_node_names_its_database_without_the_password_and_refuses_one_in_the_u
     )  # fmt: skip
     assert result.returncode != 0 and "hunter2" not in result.stdout + result.stderr
     assert "password_file" in result.stdout + result.stderr
+
+
+def test_a_node_whose_database_is_down_answers_503_naming_it_and_recovers(tmp_path: Path) -> None:
+    from tests.nodeproc import Node
+
+    server = PostgresServer.start()
+    node = Node(tmp_path / "node", "local", args=("--database", server.new_database()))
+    try:
+        node.start()
+        node.cli("session", "ls", check=True)
+        server.kill()
+        down = node.cli("session", "ls", "-a")
+        assert down.returncode != 0 and "cannot be reached" in down.stderr and f":{server.port}/" in down.stderr
+        assert "Traceback" not in down.stderr
+        server.restart()
+        node.cli("session", "create", "python", "--name", "after-db", "--detach", check=True)
+        assert any(s["name"] == "after-db" for s in node.json("session", "ls", "-a"))
+    finally:
+        node.stop()
+        server.stop()

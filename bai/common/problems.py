@@ -17,6 +17,7 @@ STATUS_OF = {
     "insufficient-privilege": 403,
     "quota-exceeded": 412,
     "instance-not-available": 503,
+    "database-unavailable": 503,  # bai's: the manager's database server cannot be reached
     "not-implemented": 501,
     "internal-server-error": 500,
     "insufficient-storage": 507,

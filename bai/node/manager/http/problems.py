@@ -6,6 +6,7 @@ from __future__ import annotations
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import SessionStatus
 from bai.node.link.base import AgentUnavailable, RemoteError
+from bai.node.manager.state.errors import DatabaseUnavailable
 from bai.node.manager.domain_errors import (
     AppFailed,
     AppNotFound,
@@ -87,6 +88,8 @@ def link_problem(error: BaseException) -> Problem | None:
     silent, or refusing), or None for any other exception: never a 500 for what an agent did."""
     if isinstance(error, AgentUnavailable):
         return Problem("instance-not-available", "Instance not available.", str(error) or "the agent is away")
+    if isinstance(error, DatabaseUnavailable):  # (PostgreSQL down: running kernels go on; this request waits)
+        return Problem("database-unavailable", "The database cannot be reached.", f"{error}; try again shortly")
     if isinstance(error, TimeoutError):
         return Problem("instance-not-available", "Instance not available.", str(error) or "no answer in time")
     if isinstance(error, RemoteError):
