@@ -6,7 +6,6 @@ from __future__ import annotations
 from bai.common.problems import Problem, invalid, no_session
 from bai.common.status import SessionStatus
 from bai.node.link.base import AgentUnavailable, RemoteError
-from bai.node.manager.state.errors import DatabaseUnavailable
 from bai.node.manager.domain_errors import (
     AppFailed,
     AppNotFound,
@@ -22,6 +21,7 @@ from bai.node.manager.domain_errors import (
     NotRunning,
     SessionNotFound,
 )
+from bai.node.manager.state.errors import DatabaseUnavailable
 
 S = SessionStatus
 WAITING = frozenset({S.PENDING, S.SCHEDULED, S.PREPARING, S.PULLING, S.RESTARTING})
