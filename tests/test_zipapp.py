@@ -27,7 +27,8 @@ def pyz(tmp_path_factory) -> Path:
         timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert out.stat().st_size < 15 * 1024 * 1024, "the zipapp should stay under 15 MB"
+    # (19 MB: psycopg's binary wheel, the PostgreSQL driver, carries its own libpq, about 4 MB)
+    assert out.stat().st_size < 19 * 1024 * 1024, "the zipapp should stay under 19 MB"
     return out
 
 

@@ -52,6 +52,7 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "bai session rename": "bai session rename nb notebook",
     "bai session commit": "bai session commit nb --image my-env:v1",
     "bai agent ls": "bai agent ls",
+    "bai manager ls": "bai manager ls",
     "bai agent info": "bai agent info host1",
     "bai image ls": "bai image ls --json",
     "bai image pull": "bai image pull python:3.11-slim --agent host1",

@@ -522,7 +522,7 @@ async def run_node(cfg: dict[str, Any]) -> None:
         cfg["node"]["backend"] = "docker"  # agents run containers unless told to use local processes
     state_dir = state_dir_of(cfg)
     # what to stop, in this order, on the way out: requests first, the database last
-    shutdown_order = ("http", "timers", "dispatcher", "background", "agent", "link", "store")
+    shutdown_order = ("http", "leadership", "background", "agent", "link", "store")  # (leadership: rounds, timers)
     stops: dict[str, Any] = {}
     # from the start: a signal while starting cancels the start (an agent may wait long for its manager)
     # and still ends in the clean shutdown below; once ready, it ends the wait
