@@ -29,6 +29,7 @@ class BaiGroup(LazyGroup):
         "policy": "bai.cli.admin:policy_app",
         "vfolder": "bai.cli.vfolder:app",
         "dotfile": "bai.cli.vfolder:dotfile_app",
+        "db": "bai.cli.db:app",
     }
 
     def list_commands(self, ctx: Any) -> list[str]:
