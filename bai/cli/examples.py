@@ -53,6 +53,7 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "bai session commit": "bai session commit nb --image my-env:v1",
     "bai agent ls": "bai agent ls",
     "bai manager ls": "bai manager ls",
+    "bai db copy": "bai db copy ~/.local/share/bai/bai.db 'postgresql://bai@db1/bai?password_file=/etc/bai/db-password'",
     "bai agent info": "bai agent info host1",
     "bai image ls": "bai image ls --json",
     "bai image pull": "bai image pull python:3.11-slim --agent host1",
