@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psycopg
 import pytest
 
@@ -162,6 +163,13 @@ async def test_a_copied_state_reads_the_same_and_takes_new_writes_without_collis
         assert [t for _, t in after["logs"][nul_kernel]] == ["one\n", "nul\ufffdhere\n"]
         after["logs"][nul_kernel] = before["logs"][nul_kernel] = None
         after["chunks"][nul_kernel] = before["chunks"][nul_kernel] = None
+        # NUL is 1 byte in UTF-8, U+FFFD 3: the log's kept bytes count what the destination holds
+        kept_before, kept_after = before["log_state"].pop(nul_kernel), after["log_state"].pop(nul_kernel)
+        assert kept_after == msgspec.structs.replace(kept_before, bytes=kept_before.bytes + 2)
+        assert kept_after.bytes == len(b"one\n") + len("nul\ufffdhere\n".encode())
+        with psycopg.connect(database) as conn:
+            sizes = conn.execute("SELECT size, data FROM kernel_logs WHERE kernel_id = %s", (nul_kernel,)).fetchall()
+        assert all(size == len(data.encode()) for size, data in sizes), sizes
         for key in before:
             assert after[key] == before[key], key
         assert dst.active_keypair("AK1") is not None and dst.active_keypair("AK2") is not None

@@ -141,12 +141,14 @@ def _copy(
                 _refuse_unless_empty(conn, tables, columns, dst.shown)
                 counts: list[TableCount] = []
                 nuls = 0
+                grown: dict[str, int] = {}  # kernel id -> bytes its log grew by (NUL -> U+FFFD)
                 for table in tables:
                     if table not in columns:
                         raise CopyError(f"the destination {dst.shown} has no table {table}: is it of another bai?")
-                    copied, replaced = _copy_table(source, conn, table, columns[table], method)
+                    copied, replaced = _copy_table(source, conn, table, columns[table], method, grown)
                     nuls += replaced
                     progress(f"{table}: {copied} rows" + (f" ({replaced} NUL replaced)" if replaced else ""))
+                _grow_log_totals(conn, grown)
                 _set_sequences(source, conn, tables)
                 for table in tables:
                     have = int(source.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0])
@@ -200,7 +202,7 @@ def _refuse_unless_empty(conn: Any, tables: Sequence[str], columns: dict[str, li
 
 
 def _copy_table(
-    source: sqlite3.Connection, conn: Any, table: str, dst_columns: list[str], method: str
+    source: sqlite3.Connection, conn: Any, table: str, dst_columns: list[str], method: str, grown: dict[str, int]
 ) -> tuple[int, int]:
     """Copy one table's rows; (rows copied, NUL characters replaced)."""
     src_columns = [r[1] for r in source.execute(f'PRAGMA table_info("{table}")')]
@@ -216,7 +218,8 @@ def _copy_table(
         conn.execute("DELETE FROM resource_policies")  # (the schema's default: the source's replaces it)
     cursor = source.execute(f'SELECT {select} FROM "{table}"')
     counter = [0, 0]  # rows, NULs
-    rows = _clean(cursor, counter)
+    sizes = _LogSizes(names, grown) if table == "kernel_logs" else None
+    rows = _clean(cursor, counter, sizes)
     column_list = ", ".join(f'"{n}"' for n in names)
     if method == "copy":
         with conn.cursor() as cur, cur.copy(f'COPY "{table}" ({column_list}) FROM STDIN') as copy:
@@ -239,7 +242,36 @@ def _copy_table(
     return counter[0], counter[1]
 
 
-def _clean(cursor: sqlite3.Cursor, counter: list[int]) -> Iterator[tuple[Any, ...]]:
+class _LogSizes:
+    """The byte counts of logs whose NULs became U+FFFD (1 byte in UTF-8 -> 3): each such `kernel_logs` row's
+    `size`, and its kernel's total in `kernel_log_sizes`, made to count the bytes the destination holds (what
+    keeping a log within log_max_bytes adds up)."""
+
+    def __init__(self, names: list[str], grown: dict[str, int]) -> None:
+        self.kernel = names.index("kernel_id")
+        self.size = names.index("size")
+        self.data = names.index("data")
+        self.grown = grown  # kernel id -> bytes its rows grew by
+
+    def fix(self, before: tuple[Any, ...], after: list[Any]) -> None:
+        data = before[self.data]
+        if type(data) is not str or "\x00" not in data:
+            return
+        grown = len(after[self.data].encode()) - len(data.encode())
+        if after[self.size] is not None:
+            after[self.size] = int(after[self.size]) + grown
+        kernel = str(before[self.kernel])
+        self.grown[kernel] = self.grown.get(kernel, 0) + grown
+
+
+def _grow_log_totals(conn: Any, grown: dict[str, int]) -> None:
+    """The kernels' totals in kernel_log_sizes grown as their rows were (after every table is in: the source
+    may list kernel_log_sizes before or after kernel_logs)."""
+    for kernel, n in sorted(grown.items()):
+        conn.execute("UPDATE kernel_log_sizes SET bytes = bytes + %s WHERE kernel_id = %s", (n, kernel))
+
+
+def _clean(cursor: sqlite3.Cursor, counter: list[int], sizes: _LogSizes | None) -> Iterator[tuple[Any, ...]]:
     """The rows, text holding NUL made PostgreSQL's (U+FFFD), counting rows and NULs in `counter`."""
     while True:
         batch = cursor.fetchmany(BATCH)
@@ -254,6 +286,8 @@ def _clean(cursor: sqlite3.Cursor, counter: list[int]) -> Iterator[tuple[Any, ..
                         counter[1] += v.count("\x00")
                         v = v.replace("\x00", NUL_REPLACEMENT)
                     out.append(v)
+                if sizes is not None:
+                    sizes.fix(row, out)
                 yield tuple(out)
             else:
                 yield row
