@@ -147,7 +147,10 @@ def _copy(
                         raise CopyError(f"the destination {dst.shown} has no table {table}: is it of another bai?")
                     copied, replaced = _copy_table(source, conn, table, columns[table], method, grown)
                     nuls += replaced
-                    progress(f"{table}: {copied} rows" + (f" ({replaced} NUL replaced)" if replaced else ""))
+                    progress(
+                        f"{table}: {copied} row{'' if copied == 1 else 's'}"
+                        + (f" ({replaced} NUL replaced)" if replaced else "")
+                    )
                 _grow_log_totals(conn, grown)
                 _set_sequences(source, conn, tables)
                 for table in tables:
