@@ -53,11 +53,9 @@ import asyncio
 import collections
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -495,32 +493,10 @@ def import_cost(module: str, runs: int = 5) -> tuple[float, float]:
 
 
 def start_durable() -> PostgresServer:
-    """A server as tests/pgserver.py starts one, but with fsync, synchronous_commit and full_page_writes on."""
-    where = pgserver.bin_dir()
-    if where is None:
+    """A server as tests/pgserver.py starts one for the tests, with fsync and full_page_writes on."""
+    if not pgserver.available():
         raise SystemExit("PostgreSQL is not installed (Debian: apt-get install postgresql)")
-    root = Path(tempfile.mkdtemp(prefix="bai-pg-bench-"))
-    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    if prefix:
-        shutil.chown(root, "postgres", "postgres")
-    data = root / "data"
-    subprocess.run(
-        [*prefix, str(where / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
-         "--locale=C", "--no-sync", "--no-instructions"],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    port = pgserver._free_port()
-    process = subprocess.Popen(
-        [*prefix, str(where / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
-         "-c", f"unix_socket_directories={root}", "-c", "fsync=on", "-c", "synchronous_commit=on",
-         "-c", "full_page_writes=on", "-c", "max_connections=300", "-c", "shared_buffers=128MB"],
-        stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "wb"),  # noqa: SIM115 (the server's)
-    )  # fmt: skip
-    server = PostgresServer(root, port, process)
-    if not server._wait_ready():
-        server.stop(remove=False)
-        raise SystemExit(f"PostgreSQL did not start: {(root / 'server.log').read_text()[-2000:]}")
-    return server
+    return PostgresServer.start(durable=True)
 
 
 async def measure(server: PostgresServer, args: argparse.Namespace) -> None:

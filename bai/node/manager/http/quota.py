@@ -70,4 +70,4 @@ async def my_quota(request: web.Request) -> web.Response:
 def _managers(leadership: Any) -> dict[str, Any] | None:
     if leadership is None:
         return None
-    return {"self": leadership.me.id, "leader": leadership.leader, "database": leadership.database}
+    return {"self": leadership.me.id, "leader": leadership.leader}  # (the database: admins, /manager/status)

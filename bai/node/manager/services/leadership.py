@@ -60,7 +60,6 @@ class Leadership:
         self.database_error: str | None = None  # why the last renewal failed (None: it did not)
         self._renewed = 0.0  # time.monotonic() of the last renewal that succeeded
         self._task: asyncio.Task[None] | None = None
-        self.started = time.time()
 
     async def start(self) -> None:
         if self.cluster is None:

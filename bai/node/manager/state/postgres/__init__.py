@@ -26,12 +26,4 @@ class PgStore(Store, Cluster):
     ) -> PgStore:
         """Connect (DatabaseUnavailable: the server cannot be reached), bring the schema to the latest version
         (SchemaTooNew: a newer bai's database), cut every log to `log_max_bytes`, read the active keypairs."""
-        db = await PgDatabase.open_url(dsn, shown)
-        store = cls(db, log_max_bytes)
-        try:
-            await store.cut_logs_to_bound((clock or Clock()).now())
-            await store.load_keypairs()
-        except BaseException:
-            await db.close()
-            raise
-        return store
+        return await cls.over(await PgDatabase.open_url(dsn, shown), log_max_bytes, clock)

@@ -69,22 +69,19 @@ _REWRITES = (
     (re.compile(r"length\(CAST\((\w+) AS BLOB\)\)"), r"octet_length(\1)"),
     (re.compile(r"json_each\(\?\)"), "json_array_elements_text(?::json)"),
 )
-_translated: dict[str, tuple[str, bool]] = {}
+_translated: dict[str, str] = {}
 
 
-def translate(sql: str) -> tuple[str, bool]:
-    """A statement of the shared dialect in PostgreSQL's (parameters as psycopg's), and whether its
-    parameters are named."""
+def translate(sql: str) -> str:
+    """A statement of the shared dialect in PostgreSQL's (parameters as psycopg's)."""
     known = _translated.get(sql)
     if known is not None:
         return known
     out = sql
     for pattern, replacement in _REWRITES:
         out = pattern.sub(replacement, out)
-    named = False
 
     def token(m: re.Match[str]) -> str:
-        nonlocal named
         text = m.group(0)
         if text == "?":
             return "%s"
@@ -93,15 +90,14 @@ def translate(sql: str) -> tuple[str, bool]:
         if text.startswith(":"):
             if m.start() > 0 and out[m.start() - 1] == ":":  # a ::cast
                 return text
-            named = True
             return f"%({text[1:]})s"
         return text.replace("%", "%%")  # a quoted literal or name, as it is (psycopg reads % in it too)
 
     out = _TOKENS.sub(token, out)
     if len(_translated) > 4096:
         _translated.clear()
-    _translated[sql] = (out, named)
-    return out, named
+    _translated[sql] = out
+    return out
 
 
 def _value(v: Any) -> Any:
@@ -186,12 +182,12 @@ class Connection:
             conn = self._ready()
             self._run(conn, "BEGIN", ())
             return self._run(conn, "SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-        text, _ = translate(sql)
+        text = translate(sql)
         conn = self._conn if self.in_transaction else self._ready()
         return self._run(conn, text, _params(params))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Cursor:
-        text, _ = translate(sql)
+        text = translate(sql)
         conn = self._conn if self.in_transaction else self._ready()
         cursor = conn.cursor()
         try:

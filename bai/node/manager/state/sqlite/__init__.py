@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
 from bai.common.clock import Clock
 from bai.node.manager.state.sqlite.agent_queries import Agents
@@ -47,6 +48,12 @@ class Store(Keypairs, Agents, Sessions, Vfolders, Images, Logs):
         and the active keypairs read into memory."""
         # the -wal file is disk too: checkpoint it at about a quarter of the log bound
         db = await Database.open(path, max_wal_bytes=log_max_bytes // 4)
+        return await cls.over(db, log_max_bytes, clock)
+
+    @classmethod
+    async def over(cls, db: Database, log_max_bytes: int, clock: Clock | None) -> Self:
+        """The store over an open database: every log cut to `log_max_bytes` (stamped with `clock`'s time), the
+        active keypairs read into memory (the database closed again should that fail)."""
         store = cls(db, log_max_bytes)
         try:
             await store.cut_logs_to_bound((clock or Clock()).now())
