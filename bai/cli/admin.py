@@ -36,7 +36,7 @@ def keypair_create(
     from bai.common import credentials
 
     saved = credentials.load()
-    endpoint = saved.endpoint if saved is not None else "http://127.0.0.1:8091"
+    endpoint = ",".join(saved.endpoints) if saved is not None else "http://127.0.0.1:8091"
     print("use it with:")
     print(f"  export BACKEND_ENDPOINT={shlex.quote(endpoint)}")
     print(f"  export BACKEND_ACCESS_KEY={shlex.quote(created['accessKey'])}")

@@ -29,7 +29,10 @@ def client(owner: str | None = None):
     from bai.client import Client
     from bai.common import credentials
 
-    creds = credentials.load()
+    try:
+        creds = credentials.load()
+    except credentials.BadEndpoint as e:
+        fail(str(e), code=2)
     if creds is None:
         fail(
             f"no credentials: start `bai node` on this machine (it saves them to {credentials.credentials_path()}) "
@@ -37,7 +40,15 @@ def client(owner: str | None = None):
         )
     c = Client(creds)
     c.owner = owner or None
+    c.on_move = say_moved
     return c
+
+
+def say_moved(old: str, new: str) -> None:
+    """The line the CLI prints (to stderr) when its client moves to another manager."""
+    from bai.client.endpoints import move_line
+
+    print(f"bai: {move_line(old, new)}", file=sys.stderr, flush=True)
 
 
 def run_async(coro) -> Any:

@@ -240,10 +240,13 @@ def client_env() -> None:
 
     from bai.common import credentials
 
-    creds = credentials.load()
+    try:
+        creds = credentials.load()
+    except credentials.BadEndpoint as e:
+        fail(str(e), code=2)
     if creds is None:
         fail(f"no saved credentials at {credentials.credentials_path()}: start `bai node` once first")
-    print(f"export BACKEND_ENDPOINT={shlex.quote(creds.endpoint)}")
+    print(f"export BACKEND_ENDPOINT={shlex.quote(','.join(creds.endpoints))}")
     print(f"export BACKEND_ACCESS_KEY={shlex.quote(creds.access_key)}")
     print(f"export BACKEND_SECRET_KEY={shlex.quote(creds.secret_key)}")
 
@@ -274,21 +277,26 @@ def quota(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
 
 @app.command()
 def tui(
-    endpoint: str = typer.Option(None, "--endpoint", help="The manager's URL [saved credentials / BACKEND_ENDPOINT]."),
+    endpoint: str = typer.Option(
+        None,
+        "--endpoint",
+        help="The manager's URL, or several separated by commas (the next is used when one does not answer) "
+        "[saved credentials / BACKEND_ENDPOINT].",
+    ),
     read_only: bool = typer.Option(False, "--read-only", help="Watch only: hide actions such as terminate."),
 ) -> None:
     """A live dashboard: agents and their slots, sessions and why they wait, kernel logs (? lists the keys)."""
-    import dataclasses
-
-    from bai.cli.common import client
+    from bai.cli.common import client, say_moved
     from bai.client import APIError, Client
+    from bai.common.credentials import BadEndpoint, with_endpoints
 
     c = client()
     if endpoint:
         try:
-            c = Client(dataclasses.replace(c.creds, endpoint=endpoint))
-        except APIError as e:
-            fail(str(e))
+            c = Client(with_endpoints(c.creds, endpoint))
+        except (APIError, BadEndpoint) as e:
+            fail(str(e), code=2)
+        c.on_move = say_moved
     from bai.tui.app import run
 
     run(c, read_only=read_only)
@@ -424,7 +432,8 @@ def config_show(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     if client_side["endpoint"] is None:
         print(f"#   none: no keypair in the environment (BACKEND_*) nor at {client_side['file']}")
     else:
-        print(f"#   endpoint {client_side['endpoint']}, keypair {client_side['accessKey']}")
+        ends = client_side["endpoints"]
+        print(f"#   endpoint{'s' if len(ends) > 1 else ''} {', '.join(ends)}, keypair {client_side['accessKey']}")
         print(f"#   from: {', '.join(client_side['from'])}")
     where = f"#   manager database: {database['shown']}"
     if database["password_from"]:
@@ -456,7 +465,10 @@ def _client_settings() -> dict[str, Any]:
     from bai.common import credentials
 
     path = credentials.credentials_path()
-    creds = credentials.load()
+    try:
+        creds = credentials.load()
+    except credentials.BadEndpoint as e:
+        fail(str(e), code=2)
     origins = []
     if os.environ.get("BACKEND_ACCESS_KEY") or os.environ.get("SORNA_ACCESS_KEY"):
         origins.append("environment (BACKEND_ACCESS_KEY / BACKEND_SECRET_KEY)")
@@ -466,6 +478,7 @@ def _client_settings() -> dict[str, Any]:
         origins.append(f"{path}" + (" (BAI_STATE_DIR)" if os.environ.get("BAI_STATE_DIR") else ""))
     return {
         "endpoint": creds.endpoint if creds else None,
+        "endpoints": list(creds.endpoints) if creds else [],
         "accessKey": creds.access_key if creds else None,
         "from": origins if creds else [],
         "file": str(path),

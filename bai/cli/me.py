@@ -24,7 +24,7 @@ async def whoami_of(c: Any) -> dict[str, Any]:
     return {
         "accessKey": quota["accessKey"],
         "role": role,
-        "endpoint": c.creds.endpoint,
+        "endpoint": c.endpoint,
         "resourcePolicy": quota["resourcePolicy"],
     }
 

@@ -4,6 +4,12 @@ The CLI and the dashboard use only this module to talk to a manager. Plain reque
 standard library's http.client (in a worker thread), which imports in a few milliseconds; aiohttp
 (about 150 ms to import) is loaded only for the WebSocket of streaming execution and for uploads;
 `overlap_import` imports it while a first request is under way.
+
+A client may be given several managers (`Credentials.endpoints`, see bai.client.endpoints): a request that
+cannot connect tries the next ones; one that broke after it was sent is retried there only when it is a
+GET or HEAD (a POST might otherwise run twice), and the next request starts there anyway. HTTP error
+answers are answers. A broken session event stream or followed log goes on through the next manager
+(the log from where it broke); the dashboard's stream and streaming runs re-attach themselves.
 """
 
 from __future__ import annotations
@@ -12,16 +18,23 @@ import codecs
 import http.client
 import json
 import os
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 from bai import API_VERSION
+from bai.client.endpoints import Endpoint, Endpoints
 from bai.common import auth
 from bai.common.credentials import Credentials
 
 if TYPE_CHECKING:
     import aiohttp
+    import yarl
+
+T = TypeVar("T")
+SAFE_METHODS = ("GET", "HEAD")  # retried on the next manager after a break: they change nothing
+CONNECT_TIMEOUT = 10.0  # seconds to open a connection to a manager before trying the next one
+LOG_CATCH_UP_PAGE = 1 << 20  # bytes a page of the log a resumed follow reads up to where it broke
 
 
 async def overlap_import(first_request) -> Any:
@@ -76,10 +89,32 @@ def _error_from(status: int, reason: str, text: str) -> APIError:
         return APIError(status, reason or "error", text[:500])
 
 
-def _read_event(resp: http.client.HTTPResponse) -> list[bytes]:
+BROKEN = (OSError, http.client.HTTPException)  # what a connection raises when it breaks mid-way
+
+
+class _Lines:
+    """The lines of a streamed response, read with read1: HTTPResponse.readline takes a connection that
+    closed between two chunks for the stream's end, read1 raises IncompleteRead."""
+
+    def __init__(self, resp: http.client.HTTPResponse) -> None:
+        self.resp = resp
+        self.buf = b""
+
+    def readline(self) -> bytes:
+        while (end := self.buf.find(b"\n")) < 0:
+            more = self.resp.read1(65536)
+            if not more:
+                line, self.buf = self.buf, b""
+                return line
+            self.buf += more
+        line, self.buf = self.buf[: end + 1], self.buf[end + 1 :]
+        return line
+
+
+def _read_event(resp: _Lines) -> list[bytes]:
     """The lines of the next Server-Sent Event, up to its blank line (one thread hop per event);
     an empty list at the end of the stream."""
-    lines = []
+    lines: list[bytes] = []
     while line := resp.readline():
         if line in (b"\n", b"\r\n"):
             if lines:
@@ -121,13 +156,10 @@ class Client:
 
     def __init__(self, creds: Credentials) -> None:
         self.creds = creds
-        self.endpoint = creds.endpoint.rstrip("/")
-        parts = urlsplit(self.endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise APIError(0, f"bad endpoint {creds.endpoint!r}", "use http://HOST:PORT")
-        self.scheme = parts.scheme
-        self.host = parts.netloc
-        self.prefix = parts.path.rstrip("/")
+        try:
+            self.ends = Endpoints(creds.endpoints)
+        except ValueError as e:
+            raise APIError(0, f"bad endpoint {str(e)!r}", "use http://HOST:PORT") from None
         self._http: aiohttp.ClientSession | None = None
         self._ssl: Any = None
         # admins: act on this keypair's sessions (Backend.AI's owner_access_key), names included
@@ -135,6 +167,36 @@ class Client:
         # plain requests block the calling thread instead of a worker's (no event loop needed): for one
         # request from the CLI (bai.cli.common.call_now); streams, uploads and WebSockets still need one
         self.blocking = False
+
+    @property
+    def endpoint(self) -> str:
+        """The URL of the manager in use now (the first given, until it stops answering)."""
+        return self.ends.current.url
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return tuple(e.url for e in self.ends.all)
+
+    @property
+    def scheme(self) -> str:
+        return self.ends.current.scheme
+
+    @property
+    def host(self) -> str:
+        return self.ends.current.host
+
+    @property
+    def prefix(self) -> str:
+        return self.ends.current.prefix
+
+    @property
+    def on_move(self) -> Callable[[str, str], None] | None:
+        """Told (old URL, new URL) once each time the client moves to another manager (from any thread)."""
+        return self.ends.on_move
+
+    @on_move.setter
+    def on_move(self, fn: Callable[[str, str], None] | None) -> None:
+        self.ends.on_move = fn
 
     async def __aenter__(self) -> Client:
         return self
@@ -147,7 +209,8 @@ class Client:
         import aiohttp
 
         if self._http is None:
-            connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.scheme == "https" else None
+            https = any(e.scheme == "https" for e in self.ends.all)
+            connector = aiohttp.TCPConnector(ssl=self.ssl_context) if https else None
             self._http = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), connector=connector
             )
@@ -159,9 +222,12 @@ class Client:
 
     # -- plumbing ----------------------------------------------------------------------------------
 
-    def _headers(self, method: str, path: str, ctype: str, send_ctype: bool = True) -> dict[str, str]:
+    def _headers(
+        self, method: str, path: str, ctype: str, send_ctype: bool = True, host: str | None = None
+    ) -> dict[str, str]:
+        """Signed headers of a request to `path` (the full path) of the manager at `host` [the current one]."""
         date = auth.now_header()
-        signature = auth.sign(self.creds.secret_key, method, path, date, self.host, ctype, API_VERSION)
+        signature = auth.sign(self.creds.secret_key, method, path, date, host or self.host, ctype, API_VERSION)
         headers = {
             "Date": date,
             "X-BackendAI-Version": API_VERSION,
@@ -173,26 +239,42 @@ class Client:
         return headers
 
     def _path(self, path: str, params: dict[str, Any] | None) -> str:
+        """The path and query of a request, without the endpoint's own path (`Endpoint.prefix`)."""
         if self.owner and path.startswith(OWNER_SCOPED):
             params = {**(params or {}), "owner_access_key": self.owner}
         query = urlencode({k: v for k, v in (params or {}).items() if v is not None})
-        return self.prefix + path + (f"?{query}" if query else "")
+        return path + (f"?{query}" if query else "")
 
-    def _url(self, full_path: str) -> str:
-        return f"{self.scheme}://{self.host}{full_path}"
-
-    def _unreachable(self, e: Exception) -> APIError:
+    def _unreachable(self, e: Exception, endpoint: str | None = None) -> APIError:
         import ssl
 
+        endpoint = endpoint or self.endpoint
         if isinstance(e, ssl.SSLCertVerificationError):
             hint = f"{e.verify_message}: trust its CA with `bai --ca FILE` (or BACKEND_CA_FILE)"
-            return APIError(0, f"the manager at {self.endpoint} has a certificate bai does not trust", hint)
-        return APIError(0, f"cannot reach the manager at {self.endpoint}", str(e))
+            return APIError(0, f"the manager at {endpoint} has a certificate bai does not trust", hint)
+        return APIError(0, f"cannot reach the manager at {endpoint}", str(e) or type(e).__name__)
+
+    def _none_answered(self, failures: list[tuple[int, Exception]]) -> APIError:
+        """The error when no manager could be reached: each one tried, and why."""
+        if len(failures) == 1:
+            i, e = failures[0]
+            return self._unreachable(e, self.ends[i].url)
+        why = "; ".join(f"{self.ends[i].url}: {str(e) or type(e).__name__}" for i, e in failures)
+        return APIError(0, f"cannot reach the manager at {self.ends.names([i for i, _ in failures])}", why)
 
     def _broke_off(self, what: str, e: Exception) -> APIError:
         if isinstance(e, OSError):
             return self._unreachable(e)
         return APIError(0, f"the {what} broke off", str(e) or type(e).__name__)
+
+    def _sent_but_broke(self, method: str, endpoint: str, e: Exception) -> APIError:
+        """A request that is not retried (it may have been done) broke after it was sent."""
+        return APIError(
+            0,
+            f"the manager at {endpoint} broke off the {method} request",
+            f"{str(e) or type(e).__name__}; it may or may not have been done"
+            " (the next request goes to the next manager)",
+        )
 
     @property
     def ssl_context(self):
@@ -203,33 +285,117 @@ class Client:
             self._ssl = ssl.create_default_context(cafile=os.environ.get("BACKEND_CA_FILE") or None)
         return self._ssl
 
-    def _connect(self) -> http.client.HTTPConnection:
-        if self.scheme == "https":
-            return http.client.HTTPSConnection(self.host, timeout=None, context=self.ssl_context)
-        return http.client.HTTPConnection(self.host, timeout=None)
-
-    def _open(self, method: str, full: str, body: bytes | None, ctype: str) -> http.client.HTTPResponse:
-        """Send a signed request and return the response once its headers are in (blocking)."""
-        conn = self._connect()
+    def _connect_to(self, ep: Endpoint) -> http.client.HTTPConnection:
+        """A connection to `ep`, made (OSError when it cannot be: refused, timed out, no such host)."""
+        conn: http.client.HTTPConnection
+        if ep.scheme == "https":
+            conn = http.client.HTTPSConnection(ep.host, timeout=CONNECT_TIMEOUT, context=self.ssl_context)
+        else:
+            conn = http.client.HTTPConnection(ep.host, timeout=CONNECT_TIMEOUT)
         try:
-            conn.request(method, full, body=body, headers=self._headers(method, full, ctype))
-            resp = conn.getresponse()
-        except OSError as e:
+            conn.connect()
+        except BaseException:
             conn.close()
-            raise self._unreachable(e) from None
-        if resp.status >= 400:
-            text = resp.read().decode(errors="replace")
-            conn.close()
-            raise _error_from(resp.status, resp.reason, text)
-        return resp
+            raise
+        if conn.sock is not None:
+            conn.sock.settimeout(None)  # a long stream may be quiet for a long time
+        return conn
+
+    def _connect(self) -> tuple[int, http.client.HTTPConnection]:
+        """A connection to the first manager that takes one (from the current one on)."""
+        failures: list[tuple[int, Exception]] = []
+        for i in self.ends.order():
+            try:
+                return i, self._connect_to(self.ends[i])
+            except OSError as e:
+                failures.append((i, e))
+        raise self._none_answered(failures)
+
+    def _send(self, method: str, rel: str, body: bytes | None, ctype: str) -> tuple[int, http.client.HTTPResponse]:
+        """Send a signed request (`rel`: path and query) and return (which manager answered, its response)
+        once the headers are in (blocking). Tries the managers in order as the module says."""
+        failures: list[tuple[int, Exception]] = []
+        for i in self.ends.order():
+            ep = self.ends[i]
+            try:
+                conn = self._connect_to(ep)
+            except OSError as e:
+                failures.append((i, e))
+                continue
+            full = ep.prefix + rel
+            try:
+                conn.request(method, full, body=body, headers=self._headers(method, full, ctype, host=ep.host))
+                resp = conn.getresponse()
+            except BROKEN as e:
+                conn.close()
+                self.ends.broke(i)
+                if method not in SAFE_METHODS:
+                    raise self._sent_but_broke(method, ep.url, e) from None
+                failures.append((i, e))
+                continue
+            self.ends.answered(i)
+            if resp.status >= 400:
+                text = resp.read().decode(errors="replace")
+                conn.close()
+                raise _error_from(resp.status, resp.reason, text)
+            return i, resp
+        raise self._none_answered(failures)
+
+    def _open(self, method: str, rel: str, body: bytes | None, ctype: str) -> http.client.HTTPResponse:
+        """Send a signed request and return the response once its headers are in (blocking)."""
+        return self._send(method, rel, body, ctype)[1]
 
     def _call(self, method: str, full: str, body: bytes | None, ctype: str) -> Any:
-        resp = self._open(method, full, body, ctype)
-        try:
-            data = resp.read()
-        finally:
-            resp.close()
-        return json.loads(data) if data and resp.status != 204 else None
+        for tries_left in range(len(self.ends) - 1, -1, -1):
+            i, resp = self._send(method, full, body, ctype)
+            try:
+                data = resp.read()
+            except BROKEN as e:  # the answer broke off: a GET is asked again of the next manager
+                self.ends.broke(i)
+                if method in SAFE_METHODS and tries_left:
+                    continue
+                raise self._broke_off("answer", e) from None
+            finally:
+                resp.close()
+            return json.loads(data) if data and resp.status != 204 else None
+        raise AssertionError("unreachable")
+
+    async def _aio(
+        self,
+        method: str,
+        rel: str,
+        ctype: str,
+        send: Callable[[yarl.URL, dict[str, str]], Awaitable[T]],
+        send_ctype: bool = False,
+    ) -> T:
+        """`send(url, signed headers)` through aiohttp, trying the managers in order as the module says;
+        `send` turns error answers into APIErrors (they are answers: no other manager is tried)."""
+        import aiohttp
+        import yarl
+
+        failures: list[tuple[int, Exception]] = []
+        for i in self.ends.order():
+            ep = self.ends[i]
+            full = ep.prefix + rel
+            headers = self._headers(method, full, ctype, send_ctype=send_ctype, host=ep.host)
+            url = yarl.URL(f"{ep.scheme}://{ep.host}{full}", encoded=True)  # as signed: not re-quoted
+            try:
+                result = await send(url, headers)
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as e:
+                failures.append((i, e))
+                continue
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+                self.ends.broke(i)
+                if method not in SAFE_METHODS:
+                    raise self._sent_but_broke(method, ep.url, e) from None
+                failures.append((i, e))
+                continue
+            except APIError:
+                self.ends.answered(i)
+                raise
+            self.ends.answered(i)
+            return result
+        raise self._none_answered(failures)
 
     async def request(
         self, method: str, path: str, *, json_body: Any = None, params: dict[str, Any] | None = None
@@ -310,22 +476,62 @@ class Client:
     async def follow_logs(
         self, ref: str, tail: int | None = None, since_time: str | None = None, kernel: str | None = None
     ) -> AsyncIterator[str]:
-        params = {"follow": "true", "tail": tail, "sinceTime": since_time, "kernel": kernel}
-        full = self._path(f"/session/{ref}/logs", params)
-        resp = await _in_thread(self._open, "GET", full, None, "text/plain")
+        """A session's output as it comes, until the session ends. With several managers a broken stream
+        goes on through the next one from where it broke: the log is read as from cursor `since` (after
+        `tail` lines, read first as a page), and the bytes already shown are skipped in pages of it."""
+        since = None
+        if tail is not None and len(self.ends) > 1:
+            page = await self.log_page(ref, tail=tail, since_time=since_time, kernel=kernel)
+            yield page["logs"]
+            if page.get("purged"):
+                return
+            tail, since = None, page["next"]
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        try:
-            while chunk := await _in_thread(resp.read1, 65536):
-                yield decoder.decode(chunk)
-        except OSError as e:
-            raise self._unreachable(e) from None
-        finally:
-            _abort(resp)
+        idle_breaks = 0
+        while True:
+            params = {"follow": "true", "tail": tail, "since": since, "sinceTime": since_time, "kernel": kernel}
+            i, resp = await _in_thread(
+                self._send, "GET", self._path(f"/session/{ref}/logs", params), None, "text/plain"
+            )
+            got = 0  # bytes of this stream, after `since`
+            try:
+                while chunk := await _in_thread(resp.read1, 65536):
+                    got += len(chunk)
+                    yield decoder.decode(chunk)
+                return
+            except BROKEN as e:
+                self.ends.broke(i)
+                idle_breaks = 0 if got else idle_breaks + 1
+                if len(self.ends) == 1 or idle_breaks > len(self.ends):
+                    raise self._unreachable(e, self.ends[i].url) from None
+            finally:
+                _abort(resp)
+            since, rest = await self._log_after(ref, since or 0, got, since_time, kernel)
+            if rest:
+                yield decoder.decode(rest)
+
+    async def _log_after(
+        self, ref: str, since: int, skip: int, since_time: str | None, kernel: str | None
+    ) -> tuple[int, bytes]:
+        """Where a followed log that broke after `skip` bytes (after cursor `since`) goes on: (the cursor
+        to follow from, the bytes after the first `skip` up to it), read in pages."""
+        rest = b""
+        while True:
+            page = await self.log_page(ref, since=since, limit=LOG_CATCH_UP_PAGE, since_time=since_time, kernel=kernel)
+            data = page["logs"].encode() if not page.get("purged") else b""
+            since = page["next"]
+            if skip < len(data):
+                rest += data[skip:]
+            skip = max(0, skip - len(data))
+            if not page.get("more") or page.get("purged"):
+                return since, rest
 
     async def events(self, ref: str | None = None, until_end: bool = True) -> AsyncIterator[tuple[str, dict]]:
-        """Session lifecycle events (Server-Sent Events) as (event name, data)."""
+        """Session lifecycle events (Server-Sent Events) as (event name, data). With several managers a
+        broken stream goes on through the next one (the events of the moment between are not seen again;
+        a session that ended meanwhile has its final event sent at once)."""
         params = {"sessionName": ref, "scope": "session", "follow": "false" if until_end and ref else None}
-        async for item in self._sse(self._path("/events/session", params)):
+        async for item in self._sse(self._path("/events/session", params), resume=True):
             yield item
 
     async def dashboard_events(
@@ -350,53 +556,60 @@ class Client:
         async for item in self._sse(self._path("/bai/events", params)):
             yield item
 
-    async def _sse(self, full: str) -> AsyncIterator[tuple[str, dict]]:
-        """Read Server-Sent Events; each event's data is JSON. Reading happens in a worker thread."""
-        resp = await _in_thread(self._open, "GET", full, None, "application/octet-stream")
-        name, data = "message", []
-        try:
-            while True:
-                lines = await _in_thread(_read_event, resp)
-                if not lines:
-                    return
-                for line in lines:
-                    text = line.decode().rstrip("\r\n")
-                    if text.startswith("event:"):
-                        name = text[6:].strip()
-                    elif text.startswith("data:"):
-                        data.append(text[5:].strip())
-                if data:
-                    yield name, json.loads("\n".join(data))
-                name, data = "message", []
-        except OSError as e:
-            raise self._unreachable(e) from None
-        finally:
-            _abort(resp)
+    async def _sse(self, full: str, resume: bool = False) -> AsyncIterator[tuple[str, dict]]:
+        """Read Server-Sent Events; each event's data is JSON. Reading happens in a worker thread. A broken
+        stream makes the next request start at the next manager; with `resume` (and several managers) the
+        stream is opened again there (it goes on; an error when it breaks again at once everywhere)."""
+        idle_breaks = 0
+        while True:
+            i, resp = await _in_thread(self._send, "GET", full, None, "application/octet-stream")
+            name, data = "message", []
+            seen = False
+            reader = _Lines(resp)
+            try:
+                while True:
+                    lines = await _in_thread(_read_event, reader)
+                    if not lines:
+                        return
+                    for line in lines:
+                        text = line.decode().rstrip("\r\n")
+                        if text.startswith("event:"):
+                            name = text[6:].strip()
+                        elif text.startswith("data:"):
+                            data.append(text[5:].strip())
+                    if data:
+                        seen = True
+                        yield name, json.loads("\n".join(data))
+                    name, data = "message", []
+            except BROKEN as e:
+                self.ends.broke(i)
+                idle_breaks = 0 if seen else idle_breaks + 1
+                if not resume or len(self.ends) == 1 or idle_breaks > len(self.ends):
+                    raise self._unreachable(e, self.ends[i].url) from None
+            finally:
+                _abort(resp)
 
     async def upload(self, ref: str, files: list[tuple[str, bytes]]) -> None:
         import aiohttp
 
-        form = aiohttp.FormData()
-        for name, content in files:
-            form.add_field("src", content, filename=name, content_type="application/octet-stream")
-        full = self._path(f"/session/{ref}/upload", None)
-        headers = self._headers("POST", full, "multipart/form-data", send_ctype=False)
-        try:
-            async with self.http.post(self._url(full), data=form, headers=headers) as resp:
+        async def send(url: yarl.URL, headers: dict[str, str]) -> None:
+            form = aiohttp.FormData()  # (a form is sent once: a fresh one for each manager tried)
+            for name, content in files:
+                form.add_field("src", content, filename=name, content_type="application/octet-stream")
+            async with self.http.post(url, data=form, headers=headers) as resp:
                 if resp.status >= 400:
                     raise _error_from(resp.status, resp.reason or "", await resp.text())
-        except aiohttp.ClientConnectionError as e:
-            raise self._unreachable(e) from None
+
+        await self._aio("POST", self._path(f"/session/{ref}/upload", None), "multipart/form-data", send)
 
     async def download(self, ref: str, paths: list[str]) -> list[bytes]:
         """Files of a session's kernel (Backend.AI's `session download`): one tar archive per path."""
         import aiohttp
 
-        full = self._path(f"/session/{ref}/download", None)
         body = json.dumps({"files": paths}).encode()
-        headers = self._headers("GET", full, "application/json")
-        try:
-            async with self.http.get(self._url(full), data=body, headers=headers) as resp:
+
+        async def send(url: yarl.URL, headers: dict[str, str]) -> list[bytes]:
+            async with self.http.get(url, data=body, headers=headers) as resp:
                 if resp.status >= 400:
                     raise _error_from(resp.status, resp.reason or "", await resp.text())
                 reader = aiohttp.MultipartReader.from_response(resp)
@@ -404,8 +617,8 @@ class Client:
                 while (part := await reader.next()) is not None:
                     archives.append(bytes(await part.read(decode=False)))
                 return archives
-        except aiohttp.ClientConnectionError as e:
-            raise self._unreachable(e) from None
+
+        return await self._aio("GET", self._path(f"/session/{ref}/download", None), "application/json", send, True)
 
     async def restart_session(self, ref: str) -> None:
         """Restart a session's kernel (a fresh Python namespace; the session stays)."""
@@ -527,7 +740,7 @@ class Client:
         target = _token_target(grant)
 
         def send() -> int:
-            conn = self._connect()
+            i, conn = self._connect()
             offset = 0
             try:
                 with source.open("rb") as f:
@@ -545,7 +758,8 @@ class Client:
                         offset = int(resp.headers.get("Upload-Offset", offset + len(data)))
                         if progress is not None:
                             progress(len(data))
-            except (http.client.HTTPException, OSError) as e:
+            except BROKEN as e:
+                self.ends.broke(i)
                 raise self._broke_off("upload", e) from None
             finally:
                 conn.close()
@@ -559,7 +773,7 @@ class Client:
         target = _token_target(grant)
 
         def fetch() -> int:
-            conn = self._connect()
+            i, conn = self._connect()
             tmp = dest.with_name(f".{dest.name}.part")
             received = 0
             try:
@@ -578,7 +792,8 @@ class Client:
                 if resp.length not in (None, 0):
                     raise APIError(0, "the download ended early", f"{received} bytes received")
                 tmp.replace(dest)
-            except (http.client.HTTPException, OSError) as e:
+            except BROKEN as e:
+                self.ends.broke(i)
                 raise self._broke_off("download", e) from None
             finally:
                 conn.close()
@@ -611,21 +826,25 @@ class Client:
     ) -> aiohttp.ClientWebSocketResponse:
         """A WebSocket to a terminal in the session (`GET /stream/session/{id}/pty`, Backend.AI's frames), in its
         kernel `kernel` (main1, sub1 … or an id; the main one when None)."""
-        import aiohttp
-        import yarl
-
         params: dict[str, Any] = {"rows": rows, "cols": cols, "kernel": kernel}
         if command:
             params["command"] = json.dumps(command)
-        full = self._path(f"/stream/session/{session_id}/pty", params)
-        headers = self._headers("GET", full, "application/octet-stream", send_ctype=False)
-        url = yarl.URL(self._url(full), encoded=True)  # as signed: not re-quoted
-        try:
-            return await self.http.ws_connect(url, headers=headers, autoping=True, max_msg_size=0)
-        except aiohttp.WSServerHandshakeError as e:
-            raise APIError(e.status, e.message or "cannot open the terminal") from None
-        except aiohttp.ClientConnectionError as e:
-            raise self._unreachable(e) from None
+        return await self._websocket(
+            self._path(f"/stream/session/{session_id}/pty", params), "cannot open the terminal"
+        )
+
+    async def _websocket(self, rel: str, refused: str) -> aiohttp.ClientWebSocketResponse:
+        """A WebSocket to `rel` (path and query) of the first manager that answers; `refused`: the error's
+        title when the manager refuses it without saying why."""
+        import aiohttp
+
+        async def send(url: yarl.URL, headers: dict[str, str]) -> aiohttp.ClientWebSocketResponse:
+            try:
+                return await self.http.ws_connect(url, headers=headers, autoping=True, max_msg_size=0)
+            except aiohttp.WSServerHandshakeError as e:
+                raise APIError(e.status, e.message or refused) from None
+
+        return await self._aio("GET", rel, "application/octet-stream", send)
 
     async def apps(self, ref: str) -> list[dict[str, Any]]:
         """The session's apps (Backend.AI's `servicePorts` items, with bai's `host_ports`)."""
@@ -637,18 +856,8 @@ class Client:
 
     async def app_tunnel(self, session_id: str, app: str) -> aiohttp.ClientWebSocketResponse:
         """A WebSocket carrying one TCP connection to the app (`GET /stream/session/{id}/tcpproxy`)."""
-        import aiohttp
-        import yarl
-
-        full = self._path(f"/stream/session/{session_id}/tcpproxy", {"app": app})
-        headers = self._headers("GET", full, "application/octet-stream", send_ctype=False)
-        url = yarl.URL(self._url(full), encoded=True)  # as signed: not re-quoted
-        try:
-            return await self.http.ws_connect(url, headers=headers, autoping=True, max_msg_size=0)
-        except aiohttp.WSServerHandshakeError as e:
-            raise APIError(e.status, e.message or f"cannot reach the app {app}") from None
-        except aiohttp.ClientConnectionError as e:
-            raise self._unreachable(e) from None
+        rel = self._path(f"/stream/session/{session_id}/tcpproxy", {"app": app})
+        return await self._websocket(rel, f"cannot reach the app {app}")
 
 
 class ExecStream:
@@ -659,19 +868,13 @@ class ExecStream:
         self.session_id = session_id
         self.kernel = kernel
         self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self._index = 0  # the manager it is open to
 
     async def __aenter__(self) -> ExecStream:
-        import aiohttp
-
         client = self.client
-        full = client._path(f"/stream/session/{self.session_id}/execute", None)
-        headers = client._headers("GET", full, "application/octet-stream", send_ctype=False)
-        try:
-            self.ws = await client.http.ws_connect(client._url(full), headers=headers, autoping=True, max_msg_size=0)
-        except aiohttp.WSServerHandshakeError as e:
-            raise APIError(e.status, e.message or "cannot open the execution stream") from None
-        except aiohttp.ClientConnectionError as e:
-            raise client._unreachable(e) from None
+        rel = client._path(f"/stream/session/{self.session_id}/execute", None)
+        self.ws = await client._websocket(rel, "cannot open the execution stream")
+        self._index = client.ends.order()[0]  # the one that answered (it is the current one now)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -718,4 +921,6 @@ class ExecStream:
                 if frame.get("status") in ("finished", "error"):
                     return
             elif msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSE):
-                return
+                break
+        # the stream ended before the run did (a caller re-attaches): the next request tries the next manager
+        self.client.ends.broke(self._index)

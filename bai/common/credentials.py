@@ -5,6 +5,10 @@ Each node keeps its admin keypair in its state folder (`STATE/credentials.toml`)
 always writes it, as does a node of another state folder while no other running node's keys are in it.
 So two nodes under one HOME do not overwrite each other: the CLI reaches the second with
 `BAI_STATE_DIR=STATE` (or `bai --state-dir STATE …`), which reads that state folder's file instead.
+
+Several managers of one database each serve the whole API: a client may be given all of them, as the
+file's `endpoint = ["http://A:8091", "http://B:8091"]` or `BACKEND_ENDPOINT=http://A:8091,http://B:8091`
+(the official client's form); it uses the first that answers (bai.client.endpoints).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import tomli_w
 
@@ -22,13 +28,65 @@ FILE_NAME = "credentials.toml"
 STATE_DIR_ENV = "BAI_STATE_DIR"
 
 
+class BadEndpoint(ValueError):
+    """An endpoint that is not http(s)://HOST:PORT (its message names the entry and where it came from)."""
+
+
 @dataclass(frozen=True)
 class Credentials:
-    """Where the CLI connects and with which keypair (saved by the node for local use)."""
+    """Where the CLI connects and with which keypair (saved by the node for local use).
+
+    `endpoints`: every manager the client may use, in order (empty when made with one `endpoint`: then
+    just that one); `endpoint` is the first of them."""
 
     endpoint: str
     access_key: str
     secret_key: str
+    endpoints: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            object.__setattr__(self, "endpoints", (self.endpoint,))
+        elif self.endpoint != self.endpoints[0]:
+            object.__setattr__(self, "endpoint", self.endpoints[0])
+
+
+def parse_endpoints(value: object, origin: str = "endpoint") -> tuple[str, ...]:
+    """The manager URLs of `value`: one URL, several separated by commas, or a list of them (TOML's), each
+    http(s)://HOST:PORT (a path after it is kept; a trailing / is dropped). BadEndpoint names a bad entry
+    and `origin` (where the value came from)."""
+    if isinstance(value, str):
+        items: list[Any] = value.split(",")
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise BadEndpoint(f"{origin}: wants a URL or a list of URLs, got {value!r}")
+    found = []
+    for item in items:
+        if not isinstance(item, str):
+            raise BadEndpoint(f"{origin}: {item!r} is not a URL (use http://HOST:PORT)")
+        url = item.strip().rstrip("/")
+        if not url:
+            continue
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            parts, port = None, None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+            raise BadEndpoint(f"{origin}: bad endpoint {item.strip()!r} (use http://HOST:PORT or https://HOST:PORT)")
+        if parts.query or parts.fragment:
+            raise BadEndpoint(f"{origin}: bad endpoint {item.strip()!r} (no ?query or #fragment: http://HOST:PORT)")
+        found.append(url)
+    if not found:
+        raise BadEndpoint(f"{origin}: no endpoint given (use http://HOST:PORT, several separated by commas)")
+    return tuple(found)
+
+
+def with_endpoints(creds: Credentials, value: object, origin: str = "--endpoint") -> Credentials:
+    """`creds` with the endpoints of `value` (as parse_endpoints reads it) instead of its own."""
+    urls = parse_endpoints(value, origin)
+    return Credentials(urls[0], creds.access_key, creds.secret_key, urls)
 
 
 def shared_path() -> Path:
@@ -53,7 +111,8 @@ def save(creds: Credentials, path: Path | None = None, state_dir: Path | None = 
     node's state folder, noted in the file (the shared file names whose keys it holds)."""
     path = path or shared_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    keys = {"endpoint": creds.endpoint, "access_key": creds.access_key, "secret_key": creds.secret_key}
+    endpoint: str | list[str] = creds.endpoint if len(creds.endpoints) == 1 else list(creds.endpoints)
+    keys = {"endpoint": endpoint, "access_key": creds.access_key, "secret_key": creds.secret_key}
     if state_dir is not None:
         keys["state_dir"] = str(state_dir)
     text = "# written by `bai node`: the admin keypair of this node\n" + tomli_w.dumps(keys)
@@ -99,23 +158,26 @@ def _read(path: Path) -> dict[str, object] | None:
 
 
 def load() -> Credentials | None:
-    """Credentials from BACKEND_* environment variables, else from the saved file (`credentials_path`)."""
+    """Credentials from BACKEND_* environment variables, else from the saved file (`credentials_path`).
+
+    BadEndpoint when an endpoint (BACKEND_ENDPOINT's or the file's) is not http(s)://HOST:PORT."""
     env = os.environ
     access = env.get("BACKEND_ACCESS_KEY") or env.get("SORNA_ACCESS_KEY")
     secret = env.get("BACKEND_SECRET_KEY") or env.get("SORNA_SECRET_KEY")
-    endpoint = env.get("BACKEND_ENDPOINT") or env.get("SORNA_ENDPOINT")
+    env_name = "BACKEND_ENDPOINT" if env.get("BACKEND_ENDPOINT") else "SORNA_ENDPOINT"
+    endpoint = env.get(env_name)
+    urls = parse_endpoints(endpoint, env_name) if endpoint else None
     saved = None
     path = credentials_path()
     if path.is_file():
         with path.open("rb") as f:
             data = tomllib.load(f)
-        saved = Credentials(data["endpoint"], data["access_key"], data["secret_key"])
+        keys = (data.get("access_key"), data.get("secret_key"))
+        if not all(isinstance(k, str) and k for k in keys):
+            raise BadEndpoint(f"{path}: wants access_key and secret_key")
+        saved_urls = parse_endpoints(data.get("endpoint"), f"{path}: endpoint") if urls is None else urls
+        saved = Credentials(saved_urls[0], str(keys[0]), str(keys[1]), saved_urls)
     if access and secret:
-        return Credentials(
-            (endpoint or (saved.endpoint if saved else "http://127.0.0.1:8091")).split(",")[0],
-            access,
-            secret,
-        )
-    if saved and endpoint:
-        return Credentials(endpoint.split(",")[0], saved.access_key, saved.secret_key)
+        urls = urls or (saved.endpoints if saved else ("http://127.0.0.1:8091",))
+        return Credentials(urls[0], access, secret, urls)
     return saved

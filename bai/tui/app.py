@@ -13,6 +13,7 @@ dashboard's own event loop) until the session ends or the dashboard exits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -28,6 +29,7 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Static
 
 from bai.cli.apps import Forward, app_port, open_forward, watch_session
 from bai.client.api import APIError, Client
+from bai.client.endpoints import move_line
 from bai.common.present import utc_now
 from bai.tui.header import Header
 from bai.tui.logfile import save_log
@@ -146,6 +148,9 @@ class Dashboard(App):
     # -- layout -----------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        # the client moves to another manager from a worker thread, or this one: say so here, in the app's loop
+        self._client_loop = asyncio.get_running_loop()
+        self.client.on_move = self._client_moved
         yield Static(id="topbar")
         yield Header(self.client, self.clock, id="header")  # who, quota, stale while disconnected
         with ContentSwitcher(initial=self.start_view):
@@ -278,6 +283,25 @@ class Dashboard(App):
             view.state = f"{view.state.split(';')[0]}; retry in {delay:g}s"
             view.refresh_view()
             await asyncio.sleep(delay)
+
+    def _client_moved(self, old: str, new: str) -> None:
+        """The client's `on_move` (called from any thread): the note and the top bar, in the app's loop."""
+        try:
+            here = asyncio.get_running_loop() is self._client_loop
+        except RuntimeError:  # a worker thread
+            here = False
+        if here:
+            self._show_move(old, new)
+        else:
+            with contextlib.suppress(RuntimeError):  # (the dashboard's loop has closed)
+                self._client_loop.call_soon_threadsafe(self._show_move, old, new)
+
+    def _show_move(self, old: str, new: str) -> None:
+        self.notify(move_line(old, new), severity="warning", timeout=10)
+        try:
+            self._draw_topbar()
+        except NoMatches:  # (closing)
+            pass
 
     # -- drawing ----------------------------------------------------------------------------------
 
