@@ -216,17 +216,19 @@ async def start_leadership(
     shared = hasattr(store, "renew_lease")  # (PostgreSQL: several managers may share the database)
 
     async def lead() -> None:
+        if shared:  # (before the first round: a start of this leader's own is not taken for the last one's)
+            await events.take_over()
         manager.dispatcher.start()
         manager.timers.start()
-        if shared:
-            await events.take_over()
 
     async def follow() -> None:
         await manager.dispatcher.stop()
         await manager.timers.stop()
 
     leadership = Leadership(store if shared else None, me, store.db.shown, lead, follow)
-    events.leading = lambda: leadership.leading
+    events.leading = leadership.holds  # (not once its lease may have expired: see Leadership.holds)
+    manager.dispatcher.may_act = leadership.holds
+    manager.timers.may_act = leadership.holds
     services.leadership = leadership
     if shared:
         from bai.node.manager.services.cluster_events import ClusterEvents

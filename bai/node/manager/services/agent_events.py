@@ -35,6 +35,9 @@ from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.services.wakeup import Wakeup
 
 log = logging.getLogger("bai.manager")
+STARTING = ("SCHEDULED", "PREPARING", "PULLING")  # a session's statuses on its way to running
+ADOPT_GRACE = 5.0  # seconds past a start's timeout that a new leader waits for kernels the last one was starting
+ADOPT_POLL = 0.5
 
 
 class AgentEvents:
@@ -86,15 +89,62 @@ class AgentEvents:
 
     async def take_over(self) -> None:
         """This manager took the lead: reconcile every agent it knows (what the last leader may not have done),
-        as each did when it registered."""
+        as each did when it registered.
+
+        The last leader may have died starting sessions: one still SCHEDULED was never sent to its agent (its
+        start moves it to PREPARING first), so it is started here; one PREPARING or PULLING may be coming up on
+        its agent, whose answer went to the dead leader. An agent with such kernels is reconciled once each
+        shows in its heartbeats (or once a start would have timed out), not before: reconciling now would
+        cancel every session whose kernel is still being made."""
         for agent_id, joined in list(self._registrations.items()):
             try:
-                destroy = await self.sessions.reconcile(agent_id, await self._kernels_now(agent_id, joined))
+                inherited = await self._inherited_starts(agent_id)
+                if inherited:
+                    self.background.spawn(self._adopt_then_reconcile(agent_id, inherited), f"take-over-{agent_id}")
+                    continue
+                await self._reconcile_now(agent_id, joined)
             except Exception as e:  # noqa: BLE001 (the others go on)
                 log.warning("reconciling agent %s on taking the lead: %s", agent_id, e)
+        self.wake()
+
+    async def _reconcile_now(self, agent_id: str, joined: Registration) -> None:
+        destroy = await self.sessions.reconcile(agent_id, await self._kernels_now(agent_id, joined))
+        for kernel_id in destroy:
+            log.info("agent %s runs kernel %s of no live session (seen on taking the lead)", agent_id, kernel_id)
+
+    async def _inherited_starts(self, agent_id: str) -> list[Any]:
+        """The kernels on `agent_id` of sessions starting with no start of theirs under way here."""
+        starting = await self.sessions.store.kernels_where(STARTING, agent_id)
+        return [k for k in starting if not self.sessions.is_starting(k.session_id)]
+
+    async def _adopt_then_reconcile(self, agent_id: str, inherited: list[Any]) -> None:
+        """Start the inherited sessions still SCHEDULED; once no kernel of the agent is starting without its
+        heartbeat naming it (or after a start's time), reconcile the agent."""
+        started: set[str] = set()
+        for kernel in inherited:
+            if kernel.status != "SCHEDULED" or kernel.session_id in started:
                 continue
-            for kernel_id in destroy:
-                log.info("agent %s runs kernel %s of no live session (seen on taking the lead)", agent_id, kernel_id)
+            started.add(kernel.session_id)
+            row = await self.sessions.store.get_session(kernel.session_id)
+            if row is None:
+                continue
+            placed = {k.id: k.agent_id or "" for k in await self.sessions.store.kernels_of(row.id)}
+            log.info("session %s was scheduled by the last leader and never started: starting it", row.id)
+            self.background.spawn(self.sessions._start_session(row, placed), f"start-{row.id}")
+        deadline = asyncio.get_running_loop().time() + self.sessions.start_timeout + ADOPT_GRACE
+        while asyncio.get_running_loop().time() < deadline and self.leading():
+            beat = set(self._beats.get(agent_id) or ())
+            waiting = [k for k in await self.sessions.store.kernels_where(STARTING, agent_id) if k.id not in beat]
+            if not waiting:
+                break
+            await asyncio.sleep(ADOPT_POLL)
+        joined = self._registrations.get(agent_id)
+        if joined is None or not self.leading():
+            return  # (it left meanwhile: its registration reconciles it; or this one follows now)
+        try:
+            await self._reconcile_now(agent_id, joined)
+        except Exception as e:  # noqa: BLE001 (said; the agent's next registration reconciles it)
+            log.warning("reconciling agent %s on taking the lead: %s", agent_id, e)
         self.wake()
 
     async def _kernels_now(self, agent_id: str, joined: Registration) -> list[KernelInfo]:

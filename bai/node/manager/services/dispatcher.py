@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -103,6 +104,8 @@ class Dispatcher:
         self.full_disk = FullDiskWarnings(log)  # rounds on a full disk: warned about once, tried again at the tick
         self._due: datetime | None = None  # the next time a pending session's situation changes by itself
         self._next_round = 0.0  # (loop time) not before: the pace under a stream of wake-ups
+        # whether this manager may schedule now (services/leadership.py: False once its lease may have expired)
+        self.may_act: Callable[[], bool] = lambda: True
         wake.bind(self.wake)
 
     def wake(self) -> None:
@@ -239,6 +242,8 @@ class Dispatcher:
         return out
 
     async def round(self) -> None:
+        if not self.may_act():
+            return
         now = self.clock.now()
         snapshot, rows = await self.snapshot(now)
         self._due = self._next_due(snapshot, now)
@@ -282,6 +287,8 @@ class Dispatcher:
             history.append(
                 _history(sid, "scheduled", StatusInfo.SCHEDULED, "", ",".join(sorted(set(agents.values()))), [])
             )
+        if not self.may_act():  # (it lost the lead while it read: another manager schedules these)
+            return
         await self.sessions.apply_round(placements, cancels, pending, history)
 
     async def _record_error(self, exc: Exception) -> None:

@@ -70,9 +70,21 @@ class Leadership:
         await self._round()  # (leads at once when nobody else does)
         self._task = asyncio.create_task(self._loop(), name="leadership")
 
+    def holds(self) -> bool:
+        """Whether this manager may act as the leader now: it leads, and its last renewal is recent enough that
+        its lease cannot have expired (a manager frozen past its lease, e.g. SIGSTOPped or starved, wakes with
+        `leading` still set while another leads; it must not act before its next renewal tells it so)."""
+        if not self.leading:
+            return False
+        return self.cluster is None or time.monotonic() - self._renewed < self.ttl - self.renew
+
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.renew)
+            if self.leading and not self.holds():  # (it was frozen: another may lead now)
+                log.warning("this manager (%s) did not renew its lease in time: it follows until it renews", self.me.id)
+                self.leading = False
+                await self._follow()
             try:
                 await self._round()
             except asyncio.CancelledError:

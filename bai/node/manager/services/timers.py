@@ -208,6 +208,8 @@ class Timers:
         self.background = Background(log)
         self.full_disk = FullDiskWarnings(log)  # purging logs (and ending sessions) on a full disk: said once
         self.since = self.clock.now()  # stuck sessions are judged on what happened since
+        # whether this manager may end sessions now (services/leadership.py: False once its lease may have expired)
+        self.may_act: Callable[[], bool] = lambda: True
 
     def start(self) -> None:
         self.background.spawn(self._loop(), "timers")
@@ -249,6 +251,8 @@ class Timers:
         return purged
 
     async def sweep(self, now: datetime) -> None:
+        if not self.may_act():
+            return
         await self.sweep_starts(now)
         await self.sweep_terminating(now)
         await self.sweep_limits(now)
