@@ -164,7 +164,7 @@ def _databases() -> list[object]:
     """The node's open `Database` objects (bai/node/manager/state/sqlite/db.py), found among the live objects."""
     import gc
 
-    return [o for o in gc.get_objects() if type(o).__name__ == "Database" and hasattr(o, "_calls")]
+    return [o for o in gc.get_objects() if type(o).__name__ in ("Database", "PgDatabase") and hasattr(o, "_calls")]
 
 
 def run_profiled(out_dir: Path, argv: list[str]) -> None:

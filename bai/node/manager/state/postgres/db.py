@@ -3,7 +3,7 @@ hop to the database's thread, consecutive transactions committed together), over
 
 The queries are written once, in the dialect both engines share (`sqlite/*_queries.py`); `Connection` here
 gives them what they use of sqlite3's connection (`execute`, `executemany`, `in_transaction`, rows read by
-index or by name) and translates the little that differs: `?` / `:name` parameters, `BEGIN IMMEDIATE`, the
+index or by name) and translates the little that differs: `?` / `:name` parameters (numbered, `$1`), `BEGIN IMMEDIATE`, the
 JSON array function, a byte length. Errors come out as the state layer's (`StorageFull` for a full disk,
 `DatabaseUnavailable` for a server that cannot be reached) or as sqlite3's IntegrityError, so the queries'
 own handling of a conflict is the same for both.
@@ -25,6 +25,8 @@ from bai.node.manager.state.sqlite.db import Database
 
 WRITE_LOCK = 0x6261690001  # the advisory lock every transaction takes ("bai" 1)
 CONNECT_TIMEOUT = 5  # seconds to reach the server
+_BEGIN = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+PREPARED_MAX = 1024  # statements kept prepared by the connection (psycopg's default of 100 is too few)
 
 
 class Row(tuple[Any, ...]):
@@ -42,26 +44,33 @@ class Row(tuple[Any, ...]):
         return self._keys
 
 
-_row_types: dict[tuple[str, ...], type[Row]] = {}
+_row_types: dict[tuple[bytes, ...], type[Row]] = {}
+_TUPLES_OK = 2  # (libpq's PGRES_TUPLES_OK: a result with rows)
 
 
-def _row_type(names: tuple[str, ...]) -> type[Row]:
+def _row_type(names: tuple[bytes, ...]) -> type[Row]:
     known = _row_types.get(names)
     if known is None:
         if len(_row_types) > 1024:
             _row_types.clear()
-        known = _row_types[names] = type(
-            "Row", (Row,), {"_index": {n: i for i, n in enumerate(names)}, "_keys": list(names)}
-        )
+        keys = [n.decode() for n in names]
+        known = _row_types[names] = type("Row", (Row,), {"_index": {n: i for i, n in enumerate(keys)}, "_keys": keys})
     return known
 
 
+def _has_rows(cursor: Any) -> bool:
+    """Whether the statement's result has rows to read (a SELECT, or RETURNING), from libpq's result itself
+    (psycopg's `description` makes a Column object per column each time it is read)."""
+    res = cursor.pgresult
+    return res is not None and res.status == _TUPLES_OK
+
+
 def _row_factory(cursor: Any) -> Any:
-    description = cursor.description
-    if description is None:
+    res = cursor.pgresult
+    if res is None or res.status != _TUPLES_OK:
         return tuple
-    make = _row_type(tuple(d.name for d in description))
-    return lambda values: make(values)
+    fname = res.fname
+    return _row_type(tuple(fname(i) for i in range(res.nfields)))
 
 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\"[^\"]*\"|\?|:[A-Za-z_]\w*|%")
@@ -69,35 +78,44 @@ _REWRITES = (
     (re.compile(r"length\(CAST\((\w+) AS BLOB\)\)"), r"octet_length(\1)"),
     (re.compile(r"json_each\(\?\)"), "json_array_elements_text(?::json)"),
 )
-_translated: dict[str, str] = {}
+_translated: dict[str, tuple[str, tuple[str, ...] | None]] = {}
 
 
-def translate(sql: str) -> str:
-    """A statement of the shared dialect in PostgreSQL's (parameters as psycopg's)."""
+def translate(sql: str) -> tuple[str, tuple[str, ...] | None]:
+    """A statement of the shared dialect as PostgreSQL's: (the statement with numbered parameters ($1, $2, …),
+    the names of its `:name` parameters in the order of their numbers, or None for `?` ones). Numbered here,
+    the statement goes to the server as it is (psycopg's raw cursor: no parsing of `%s` placeholders on every
+    call, whose cache holds 128 statements)."""
     known = _translated.get(sql)
     if known is not None:
         return known
     out = sql
     for pattern, replacement in _REWRITES:
         out = pattern.sub(replacement, out)
+    numbers: dict[str, int] = {}
+    count = 0
 
     def token(m: re.Match[str]) -> str:
+        nonlocal count
         text = m.group(0)
         if text == "?":
-            return "%s"
-        if text == "%":
-            return "%%"
+            count += 1
+            return f"${count}"
         if text.startswith(":"):
             if m.start() > 0 and out[m.start() - 1] == ":":  # a ::cast
                 return text
-            return f"%({text[1:]})s"
-        return text.replace("%", "%%")  # a quoted literal or name, as it is (psycopg reads % in it too)
+            name = text[1:]
+            if name not in numbers:
+                numbers[name] = len(numbers) + 1
+            return f"${numbers[name]}"
+        return text  # a quoted literal or name, or a %, as it is
 
-    out = _TOKENS.sub(token, out)
+    text = _TOKENS.sub(token, out)
+    known = (text, tuple(numbers) if numbers else None)
     if len(_translated) > 4096:
         _translated.clear()
-    _translated[sql] = out
-    return out
+    _translated[sql] = known
+    return known
 
 
 def _value(v: Any) -> Any:
@@ -108,10 +126,14 @@ def _value(v: Any) -> Any:
     return v
 
 
-def _params(params: Any) -> Any:
+_PLAIN = frozenset({int, float, type(None), bytes})
+
+
+def _params(params: Any, names: tuple[str, ...] | None = None) -> Any:
     if isinstance(params, Mapping):
-        return {k: _value(v) for k, v in params.items()}
-    return [_value(v) for v in params]
+        return [_value(params[k]) for k in names or ()]
+    plain = _PLAIN
+    return [v if type(v) in plain or (type(v) is str and "\x00" not in v) else _value(v) for v in params]
 
 
 class Cursor:
@@ -123,13 +145,13 @@ class Cursor:
         self._cursor = cursor
 
     def fetchone(self) -> Any:
-        return self._cursor.fetchone() if self._cursor.description is not None else None
+        return self._cursor.fetchone() if _has_rows(self._cursor) else None
 
     def fetchall(self) -> list[Any]:
-        return self._cursor.fetchall() if self._cursor.description is not None else []
+        return self._cursor.fetchall() if _has_rows(self._cursor) else []
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._cursor) if self._cursor.description is not None else iter(())
+        return iter(self._cursor) if _has_rows(self._cursor) else iter(())
 
     def close(self) -> None:
         self._cursor.close()
@@ -154,11 +176,13 @@ class Connection:
 
         try:
             self._conn = psycopg.connect(
-                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, row_factory=_row_factory
-            )
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, row_factory=_row_factory,
+                cursor_factory=psycopg.RawCursor,
+            )  # fmt: skip
         except psycopg.OperationalError as e:
             raise DatabaseUnavailable(self.shown, e) from None
         self._conn.prepare_threshold = 2  # statements run twice are prepared (the server keeps their plans)
+        self._conn.prepared_max = PREPARED_MAX
 
     @property
     def in_transaction(self) -> bool:
@@ -180,18 +204,17 @@ class Connection:
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Cursor:
         if sql == "BEGIN IMMEDIATE":
             conn = self._ready()
-            self._run(conn, "BEGIN", ())
-            return self._run(conn, "SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-        text = translate(sql)
+            return self._run(conn, _BEGIN, None)  # (one round trip: two statements, no parameters)
+        text, names = translate(sql)
         conn = self._conn if self.in_transaction else self._ready()
-        return self._run(conn, text, _params(params))
+        return self._run(conn, text, _params(params, names))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Cursor:
-        text = translate(sql)
+        text, names = translate(sql)
         conn = self._conn if self.in_transaction else self._ready()
         cursor = conn.cursor()
         try:
-            cursor.executemany(text, [_params(r) for r in rows])
+            cursor.executemany(text, [_params(r, names) for r in rows])
         except Exception as e:  # noqa: BLE001 (translated)
             raise self._error(e) from e
         return Cursor(cursor)
