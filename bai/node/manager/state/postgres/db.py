@@ -3,8 +3,8 @@ hop to the database's thread, consecutive transactions committed together), over
 
 The queries are written once, in the dialect both engines share (`sqlite/*_queries.py`); `Connection` here
 gives them what they use of sqlite3's connection (`execute`, `executemany`, `in_transaction`, rows read by
-index or by name) and translates the little that differs: `?` / `:name` parameters (numbered, `$1`), `BEGIN IMMEDIATE`, the
-JSON array function, a byte length. Errors come out as the state layer's (`StorageFull` for a full disk,
+index or by name) and translates the little that differs: `?` / `:name` parameters (numbered, `$1`), `BEGIN
+IMMEDIATE`, the JSON array function, a byte length. Errors come out as the state layer's (`StorageFull` for a full disk,
 `DatabaseUnavailable` for a server that cannot be reached) or as sqlite3's IntegrityError, so the queries'
 own handling of a conflict is the same for both.
 
