@@ -212,6 +212,9 @@ class Connection:
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Cursor:
         text, names = translate(sql)
         conn = self._conn if self.in_transaction else self._ready()
+        rows = list(rows)
+        if len(rows) == 1:  # (the usual case, one kernel: psycopg's executemany goes through a pipeline)
+            return self._run(conn, text, _params(rows[0], names))
         cursor = conn.cursor()
         try:
             cursor.executemany(text, [_params(r, names) for r in rows])
