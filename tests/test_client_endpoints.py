@@ -312,18 +312,25 @@ def test_a_followed_log_goes_on_through_the_next_manager(node: Node, forwarder: 
             assert line, "the log ended early"
             seen.append(line)
         forwarder.close()
-        rest, err = proc.communicate(timeout=60)
+        watchdog = threading.Timer(60, proc.kill)  # (a hung follow fails the test, never hangs it)
+        watchdog.start()
+        rest = proc.stdout.read()  # (not communicate: it would skip what this reader has buffered)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.wait()
+        watchdog.cancel()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
-    assert "".join(seen) + rest == "".join(f"line {i}\n" for i in range(1, 61))  # each line once, in order
+    got = ("".join(seen) + rest).splitlines()
+    assert got == [f"line {i}" for i in range(1, 61)], (got, err)  # each line once, in order
     assert moves(err) == [f"bai: the manager at {forwarder.endpoint} does not answer; moved to {node.endpoint}"]
 
 
 def test_session_events_go_on_through_the_next_manager(node: Node, forwarder: Forwarder) -> None:
-    node.cli("session", "create", "--name", "events-move", "--type", "batch", "--startup-command", "sleep 3",
+    node.cli("session", "create", "--name", "events-move", "--type", "batch", "--startup-command", "sleep 6",
              "python", check=True)  # fmt: skip
     env = env_with(node, [forwarder.endpoint, node.endpoint])
     proc = subprocess.Popen(
@@ -334,8 +341,11 @@ def test_session_events_go_on_through_the_next_manager(node: Node, forwarder: Fo
         text=True,
     )
     try:
-        time.sleep(1.5)  # the stream is open through the forwarder
-        assert proc.poll() is None
+        deadline = time.monotonic() + 30
+        while not forwarder.writers:  # the stream is open through the forwarder
+            assert time.monotonic() < deadline and proc.poll() is None, "the events never came through A"
+            time.sleep(0.05)
+        time.sleep(0.3)
         forwarder.close()
         out, err = proc.communicate(timeout=60)
     finally:
