@@ -22,10 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.nodeproc import LINK_CONFIG, Node, admin_keys, free_port, signed_request
+from tests.nodeproc import Node, admin_keys, free_port, signed_request
 
 # statuses a session passes through on its own way to running or to its end: a count waits until none is in one
 MOVING = ("SCHEDULED", "PREPARING", "PULLING", "TERMINATING")
+# heartbeats as tests/nodeproc.py's LINK_CONFIG, but an agent is lost after 5 s of silence, not 1.5: these tests
+# start tens of kernels at once on small machines, and an agent starved that long is not what they are about
+LINK_CONFIG = "[link]\nheartbeat_interval = 0.5\nmissed_heartbeats = 10\n[manager]\nlost_grace = 10.0\n"
 LIVE = ("SCHEDULED", "PREPARING", "PULLING", "RUNNING", "RUNNING_DEGRADED", "RESTARTING", "TERMINATING")
 
 
@@ -175,9 +178,9 @@ class Managers:
         """The index of the manager that leads (one of `among`) once one does and the others that answer follow."""
         wanted = set(range(len(self.managers)) if among is None else among)
 
-        def one() -> int | None:
-            found = self.leader()
-            return found if found in wanted else None
+        def one() -> int | None:  # (only `among` are asked: a frozen manager would hold the question up)
+            leading = [i for i in sorted(wanted) if self.leads(i)]
+            return leading[0] if len(leading) == 1 else None
 
         found = wait_for(lambda: (i := one()) is not None and (i,), timeout, 0.2)
         return found[0] if found else None
@@ -201,11 +204,18 @@ class Managers:
         return self.call(i, "POST", "/session", body)
 
     def create_many(
-        self, names: list[str], through: Callable[[int], int], workers: int = 16, on_accept: Callable[[int], None] = lambda n: None, **config: Any
+        self,
+        names: list[str],
+        through: Callable[[int], int],
+        workers: int = 16,
+        on_accept: Callable[[int], None] = lambda n: None,
+        others: bool = True,
+        **config: Any,
     ) -> dict[str, set[str]]:
         """Create sessions of `names` concurrently (`workers` at a time), name k through manager `through(k)`;
         a create that fails (its manager was killed meanwhile) is sent again through the others, as a client
-        given every manager would (get-or-create by name). Returns the ids each name was answered with
+        given every manager would (get-or-create by name; not with `others` False: a frozen manager would
+        hold it up). Returns the ids each name was answered with
         (`on_accept(accepted so far)` after each)."""
         answers: dict[str, set[str]] = {}
         lock = threading.Lock()
@@ -216,7 +226,7 @@ class Managers:
             deadline = time.monotonic() + 30
             attempt = 0
             while time.monotonic() < deadline:
-                i = (first + attempt) % count
+                i = (first + attempt) % count if others else first
                 attempt += 1
                 code, body = self.create(i, name, **dict(config))
                 if code in (200, 201) and isinstance(body, dict) and body.get("sessionId"):
@@ -250,7 +260,9 @@ class Managers:
     def described(self, *statuses: str) -> list[tuple[str, str, str, str]]:
         """(name, status, status_info, status_data) of the sessions in `statuses` (for failure messages)."""
         marks = ",".join(["%s"] * len(statuses))
-        rows = self.sql(f"SELECT name, status, status_info, status_data FROM sessions WHERE status IN ({marks})", statuses)
+        rows = self.sql(
+            f"SELECT name, status, status_info, status_data FROM sessions WHERE status IN ({marks})", statuses
+        )
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     def statuses(self) -> Counter[str]:
@@ -264,7 +276,8 @@ class Managers:
         """kernel id -> session id, for the kernels of sessions that hold an agent's resources."""
         marks = ",".join(["%s"] * len(LIVE))
         rows = self.sql(
-            f"SELECT k.id, k.session_id FROM kernels k JOIN sessions s ON s.id = k.session_id WHERE s.status IN ({marks})",
+            "SELECT k.id, k.session_id FROM kernels k JOIN sessions s ON s.id = k.session_id "
+            f"WHERE s.status IN ({marks})",
             LIVE,
         )
         return {r[0]: r[1] for r in rows}
@@ -277,7 +290,10 @@ class Managers:
             return None if any(counts[s] for s in MOVING) or not also(counts) else counts
 
         counts = wait_for(done, timeout, 0.3)
-        assert counts, f"sessions still on their way after {timeout} s: {self.statuses()}"
+        assert counts, (
+            f"sessions still on their way after {timeout} s: {self.statuses()}; "
+            f"ended: {self.described('CANCELLED', 'ERROR')[:3]}"
+        )
         return counts
 
     def containers(self) -> list[str]:

@@ -59,7 +59,9 @@ def test_the_leader_killed_under_load_loses_nothing_and_runs_nothing_twice(clust
 
     def burst() -> None:
         names = [f"burst-{i}" for i in range(BURST)]
-        answers.update(m.create_many(names, through=lambda k: k % 2, on_accept=lambda n: n >= KILL_AFTER and enough.set()))
+        answers.update(
+            m.create_many(names, through=lambda k: k % 2, on_accept=lambda n: n >= KILL_AFTER and enough.set())
+        )
 
     sender = threading.Thread(target=burst)
     sender.start()
