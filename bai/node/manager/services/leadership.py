@@ -84,6 +84,7 @@ class Leadership:
             if self.leading and not self.holds():  # (it was frozen: another may lead now)
                 log.warning("this manager (%s) did not renew its lease in time: it follows until it renews", self.me.id)
                 self.leading = False
+                self.leader = None  # (who leads is known again at the next renewal)
                 await self._follow()
             try:
                 await self._round()
@@ -98,6 +99,8 @@ class Leadership:
             lease = await asyncio.wait_for(self.cluster.renew_lease(self.me.id, self.ttl), self.ttl / 2)
         except Exception as e:  # noqa: BLE001 (the database cannot be reached, or too slowly)
             self.database_error = str(e) or type(e).__name__
+            if self.leader == self.me.id and not self.holds():
+                self.leader = None  # (its lease may have expired: it does not say it leads)
             if self.leading and time.monotonic() - self._renewed > self.ttl - 2 * self.renew:
                 log.warning("stepping down as leader: the database %s does not answer (%s)", self.database, e)
                 self.leading = False
