@@ -170,11 +170,11 @@ def keepalive_client(creds: Any, connections: int) -> Any:
                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                     skip_auto_headers=("User-Agent",),
                 )
-            full = self._path(path, params)
+            full = self.prefix + self._path(path, params)
             body = json.dumps(json_body).encode() if json_body is not None else None
             ctype = "application/json" if json_body is not None else "text/plain"
             headers = self._headers(method, full, ctype)
-            url = yarl.URL(self._url(full), encoded=True)  # exactly the path that was signed
+            url = yarl.URL(f"{self.scheme}://{self.host}{full}", encoded=True)  # exactly the path that was signed
             try:
                 async with self._pool.request(method, url, data=body, headers=headers) as resp:
                     data = await resp.read()
