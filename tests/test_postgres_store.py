@@ -14,8 +14,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from bai.common.status import SessionStatus
 from bai.node.manager.state import SchemaTooNew, Store
-from bai.node.manager.state.errors import DatabaseUnavailable
+from bai.node.manager.state.errors import DatabaseUnavailable, NotLeading
 from bai.node.manager.state.postgres import PgStore
 from bai.node.manager.state.postgres.cluster_queries import ManagerInfo
 from bai.node.manager.state.postgres.schema import LATEST
@@ -92,6 +93,34 @@ async def test_the_lease_is_held_by_one_manager_until_it_expires() -> None:
         assert not (await a.renew_lease("m-a", ttl=5)).mine
         seen = {m.info.id: m.leader for m in await a.managers()}
         assert seen == {"m-a": False, "m-b": True}
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_scheduling_round_of_a_manager_whose_lease_is_gone_is_refused_and_stores_nothing() -> None:
+    """A leader frozen past its lease wakes believing it leads: the database, where the next leader's lease is,
+    refuses its round (nothing scheduled), while the new leader's round is stored."""
+    from datetime import UTC, datetime
+
+    from tests.test_state_contract import SID1, create
+
+    url = pgserver.shared().new_database()
+    a, b = await PgStore.open_url(url, "db"), await PgStore.open_url(url, "db")
+    a.db.fence_holder, b.db.fence_holder = "m-a", "m-b"
+    try:
+        await create(a)
+        assert (await a.renew_lease("m-a", ttl=0.3)).mine
+        await asyncio.sleep(0.5)  # m-a is frozen: its lease expires, m-b takes it
+        assert (await b.renew_lease("m-b", ttl=5)).mine
+        now = datetime.now(UTC)
+        with pytest.raises(NotLeading, match="m-a"):
+            await a.apply_round([(SID1, {f"{SID1}-main1": "agent-a"})], [], [], [], now)
+        row = await b.get_session(SID1)
+        assert row is not None and row.status == SessionStatus.PENDING  # nothing of m-a's round stored
+        scheduled, _ = await b.apply_round([(SID1, {f"{SID1}-main1": "agent-b"})], [], [], [], now)
+        assert [r.id for r in scheduled] == [SID1]
+        assert [k.agent_id for k in await b.kernels_of(SID1)] == ["agent-b"]
     finally:
         await a.close()
         await b.close()

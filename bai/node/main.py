@@ -214,6 +214,8 @@ async def start_leadership(
     events = manager.agent_events
     services = manager.services
     shared = hasattr(store, "renew_lease")  # (PostgreSQL: several managers may share the database)
+    if shared:  # a scheduling round is stored only while this manager holds the lease (state/postgres/db.py fence)
+        store.db.fence_holder = me.id
 
     async def lead() -> None:
         if shared:  # (before the first round: a start of this leader's own is not taken for the last one's)

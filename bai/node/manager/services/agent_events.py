@@ -108,7 +108,8 @@ class AgentEvents:
         self.wake()
 
     async def _reconcile_now(self, agent_id: str, joined: Registration) -> None:
-        destroy = await self.sessions.reconcile(agent_id, await self._kernels_now(agent_id, joined))
+        kernels = await self._kernels_now(agent_id, joined)
+        destroy = await self.sessions.reconcile(agent_id, kernels, leave_starts=True)  # (its starts since are its own)
         for kernel_id in destroy:
             log.info("agent %s runs kernel %s of no live session (seen on taking the lead)", agent_id, kernel_id)
 

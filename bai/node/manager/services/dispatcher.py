@@ -21,6 +21,7 @@ from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.wakeup import Wakeup
 from bai.node.manager.state import State
+from bai.node.manager.state.errors import NotLeading
 from bai.node.manager.state.records import Kernel, SchedulingAttempt, Session
 from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_SESSION_NETWORKS
 from bai.node.manager.state.sqlite.session_queries import cluster_order
@@ -289,7 +290,10 @@ class Dispatcher:
             )
         if not self.may_act():  # (it lost the lead while it read: another manager schedules these)
             return
-        await self.sessions.apply_round(placements, cancels, pending, history)
+        try:
+            await self.sessions.apply_round(placements, cancels, pending, history)
+        except NotLeading as e:  # (frozen past its lease: the database refused the round; the next leader's counts)
+            log.warning("scheduling round not stored: %s", e)
 
     async def _record_error(self, exc: Exception) -> None:
         with contextlib.suppress(Exception):

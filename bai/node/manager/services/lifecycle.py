@@ -894,11 +894,13 @@ class SessionLifecycle:
 
     # -- what agents tell us ----------------------------------------------------------------------
 
-    async def reconcile(self, agent_id: str, kernels: list[KernelInfo]) -> list[str]:
+    async def reconcile(self, agent_id: str, kernels: list[KernelInfo], *, leave_starts: bool = False) -> list[str]:
         """An agent (re-)registered with `kernels` (kernel_id, container_id): sessions whose kernel it has
         run on (or start running), those whose kernel it lost end. Returns the kernels it has that we do
         not know or whose session has ended (ERROR, TERMINATED, CANCELLED), to destroy: a session in ERROR
-        whose kernel comes back ends (TERMINATED, its reason kept) and its slots are free."""
+        whose kernel comes back ends (TERMINATED, its reason kept) and its slots are free. `leave_starts`: a session
+        whose start is under way here is left to that start (the agent may not have made its kernel yet: a
+        new leader's view of an agent that did not restart); an agent that registers again lost them all."""
         theirs = {k.kernel_id for k in kernels}
         ours = await self.store.kernels_where([s.value for s in OCCUPYING_STATUSES], agent_id)
         containers = {k.kernel_id: k.container_id for k in kernels}
@@ -923,6 +925,8 @@ class SessionLifecycle:
                         self.resume_batch(kernel.session_id, kernel, agent_id, fresh=True)
                 continue
             if status in (S.SCHEDULED, S.PREPARING, S.PULLING):
+                if leave_starts and self.is_starting(kernel.session_id):
+                    continue  # (a start of this manager's is under way: its own answer decides, not this list)
                 await self.transition(
                     kernel.session_id,
                     S.CANCELLED,

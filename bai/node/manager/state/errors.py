@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["DatabaseUnavailable", "StateError", "StorageFull", "UnknownPolicy"]
+__all__ = ["DatabaseUnavailable", "NotLeading", "StateError", "StorageFull", "UnknownPolicy"]
 
 
 class StateError(Exception):
@@ -45,3 +45,9 @@ class DatabaseUnavailable(StateError):
         reason = f": {str(cause).strip().splitlines()[0]}" if cause is not None and str(cause).strip() else ""
         super().__init__(f"the database {shown} cannot be reached{reason}")
         self.shown = shown
+
+
+class NotLeading(StateError):
+    """A write that only the leader of several managers may make (a scheduling round), refused because this
+    manager no longer holds the leader lease in the database: nothing of it was stored. (A manager frozen past
+    its lease wakes believing it leads; the database, where the next leader's lease is, knows better.)"""

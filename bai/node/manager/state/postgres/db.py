@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from bai.node.manager.state.errors import DatabaseUnavailable, StorageFull
+from bai.node.manager.state.errors import DatabaseUnavailable, NotLeading, StorageFull
 from bai.node.manager.state.sqlite.db import Database
 
 WRITE_LOCK = 0x6261690001  # the advisory lock every transaction takes ("bai" 1)
@@ -276,6 +276,21 @@ class PgDatabase(Database):
         conn = Connection(self.dsn, self.shown)
         self._connection = conn
         schema.migrate(conn, self.shown)
+
+    def fence(self, conn: Any) -> None:
+        """Raise NotLeading unless `fence_holder` holds the leader lease now (the database's clock). Every
+        transaction takes the write lock first, and the lease is renewed or taken over in transactions too, so
+        the answer holds until this one commits."""
+        if self.fence_holder is None:
+            return
+        from bai.node.manager.state.postgres.cluster_queries import LEASE
+
+        held = conn.execute(
+            "SELECT 1 FROM bai_lease WHERE name=? AND holder=? AND expires_at > clock_timestamp()",
+            (LEASE, self.fence_holder),
+        ).fetchone()
+        if held is None:
+            raise NotLeading(f"this manager ({self.fence_holder}) no longer holds the leader lease in {self.shown}")
 
     async def reclaim_space(self, min_free_pages: int = 0) -> dict[str, int]:
         """Nothing to do: PostgreSQL's autovacuum gives space back to the database itself."""

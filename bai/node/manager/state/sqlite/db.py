@@ -242,6 +242,8 @@ class Database:
         # the keypairs that have dotfiles, read when first needed; None again (read afresh) whenever a transaction
         # writes dotfiles, before it writes them (so a rolled-back write leaves it unknown). Database thread only.
         self.dotfile_owners: set[str] | None = None
+        # several managers of one database: the manager whose lease fences the leader's writes (see `fence`)
+        self.fence_holder: str | None = None
 
     @classmethod
     async def open(cls, path: Path, *, max_wal_bytes: int = WAL_PAGES * 4096) -> Database:
@@ -355,6 +357,10 @@ class Database:
         future = asyncio.get_running_loop().create_future()
         self._calls.put((future, fn, args))
         return future
+
+    def fence(self, conn: sqlite3.Connection) -> None:
+        """Inside a transaction that only the leader may commit: raise NotLeading unless this manager still holds
+        the leader lease. Nothing to check for a SQLite file (one manager)."""
 
     def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         """fn(conn) inside one BEGIN IMMEDIATE … COMMIT in the database's thread (see `in_transaction`)."""

@@ -354,12 +354,14 @@ class Sessions(Queries):
         placements: (session id, {kernel id: agent id}) → SCHEDULED; cancels: (id, status_info, data)
         → CANCELLED; pending: (id, status_info, data) recorded on sessions still PENDING; history:
         rows for `scheduling_history` (merged with the session's last row when nothing changed).
-        Returns the rows that were scheduled and cancelled (sessions no longer PENDING are skipped).
+        Returns the rows that were scheduled and cancelled (sessions no longer PENDING are skipped). Raises
+        NotLeading (nothing stored) when several managers share the database and this one's lease is gone.
         """
 
         at = stamp(now)
 
         def fn(conn: sqlite3.Connection) -> tuple[list[Session], list[Session]]:
+            self.db.fence(conn)  # (several managers: only the leader's round is stored)
             scheduled, cancelled = [], []
             for session_id, agents in placements:
                 updates = {kid: KernelChanges(agent_id=agent) for kid, agent in agents.items()}
