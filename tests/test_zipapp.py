@@ -70,21 +70,31 @@ def test_the_zipapp_runs_from_anywhere_and_keeps_one_extraction(pyz: Path, clean
 
 @pytest.fixture
 def pyz_node(pyz: Path, clean_env: dict, tmp_path: Path) -> Iterator[tuple[Path, dict, Path]]:
-    port = free_port()
     work = tmp_path / "work"
     work.mkdir()
-    log = (tmp_path / "node.log").open("w")
-    proc = subprocess.Popen(
-        [str(pyz), "node", "--backend", "local", "--listen", f"127.0.0.1:{port}"],
-        env=clean_env,
-        cwd=work,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 60
-    while "ready" not in (tmp_path / "node.log").read_text():
-        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "node.log").read_text()
-        time.sleep(0.2)
+    node_log = tmp_path / "node.log"
+    for _attempt in range(3):  # a free port can be taken by another test before the node binds it
+        port = free_port()
+        with node_log.open("w") as log:
+            proc = subprocess.Popen(
+                [str(pyz), "node", "--backend", "local", "--listen", f"127.0.0.1:{port}"],
+                env=clean_env,
+                cwd=work,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        # the banner's own line: "already in use" holds the word too
+        while not any(line.startswith("ready;") for line in node_log.read_text().splitlines()):
+            if proc.poll() is not None:
+                break
+            assert time.monotonic() < deadline, node_log.read_text()
+            time.sleep(0.2)
+        if proc.poll() is None:
+            break
+        assert "already in use" in node_log.read_text(), node_log.read_text()
+    else:
+        pytest.fail("no free port for the node in three tries")
     yield pyz, clean_env, work
     proc.terminate()
     proc.wait(30)
