@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -39,9 +38,25 @@ class Background:
             await asyncio.wait(list(self._tasks), timeout=timeout)
 
     async def close(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._tasks)
+
+
+async def cancel_and_wait(
+    *tasks: asyncio.Future[Any] | None, expected: tuple[type[BaseException], ...] = (Exception,)
+) -> None:
+    """Cancel `tasks` and wait until each has ended. Their own ends are theirs: a CancelledError, or an
+    exception of `expected`, is taken as the end; another is raised here. A cancellation of the caller itself
+    goes on from here (`with suppress(CancelledError): await task` would swallow it, and a loop stopped while
+    it waits in such a step runs on: a node's stop then hangs)."""
+    live = [t for t in tasks if t is not None and t is not asyncio.current_task()]
+    for task in live:
+        task.cancel()
+    if not live:
+        return
+    await asyncio.wait(live)
+    for task in live:
+        if task.cancelled():
+            continue
+        e = task.exception()
+        if e is not None and not isinstance(e, expected):
+            raise e

@@ -17,7 +17,7 @@ from typing import Any
 
 from bai import __version__
 from bai.common import slots as slotlib
-from bai.common.background import Background
+from bai.common.background import Background, cancel_and_wait
 from bai.common.cluster import CLUSTER_PORTS, kernel_name
 from bai.common.images import registry_of
 from bai.common.logs import LogThrottle
@@ -131,9 +131,7 @@ class LogShipper:
                 log.exception("shipping logs failed")
 
     async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task, expected=())
         await self.flush()
 
 
@@ -308,11 +306,8 @@ class Agent:
         for stream in list(self._terminal_streams):
             with contextlib.suppress(Exception):
                 await stream.close(TERMINAL_AGENT_STOPPED)
-        if self._stats_task is not None:
-            self._stats_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._stats_task
-            self._stats_task = None
+        await cancel_and_wait(self._stats_task, expected=())
+        self._stats_task = None
         await self.pool.close()  # ready warm kernels stay running: the next start adopts them
         await self.background.close()
         await self.removals.drain(REMOVAL_GRACE)

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from bai.common.background import cancel_and_wait
 from bai.common.logs import LogThrottle
 from bai.node.link.messages import QueuePlace, RunResult
 
@@ -996,7 +997,4 @@ class RunnerChannel(Channel):
         self._refused.close()
         self._odd.close()
         task = self._reader_task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(task)  # (not when it is the reader itself that closes)

@@ -18,7 +18,7 @@ import secrets
 import time
 from collections.abc import Callable
 
-from bai.common.background import Background
+from bai.common.background import Background, cancel_and_wait
 from bai.node.agent import warm_pool
 from bai.node.agent.backends.base import Backend, Kernel, KernelSpec
 
@@ -129,17 +129,11 @@ class WarmPool:
         """Stop refilling; creations under way are cancelled (the backend removes what they made). The ready
         kernels stay running for the next start of the agent to adopt."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task, expected=())
         for image in list(self.waiting):
             while self._hand_to_waiter(image, None):
                 pass
-        for task in list(self._creations):
-            task.cancel()
-        for task in list(self._creations):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._creations)
         await self.background.close()
 
     # -- inside ---------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from bai.common.background import cancel_and_wait
 from bai.node.link.streams import LinkStream, StreamClosed
 
 log = logging.getLogger("bai.agent.terminal")
@@ -403,9 +404,5 @@ async def serve(terminal: Terminal, stream: LinkStream) -> None:
             with contextlib.suppress(StreamClosed):
                 task.result()
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, StreamClosed):
-                await task
+        await cancel_and_wait(*tasks, expected=(StreamClosed,))
         await terminal.close()

@@ -10,11 +10,11 @@ its receiver cannot decode.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 from typing import Any
 
+from bai.common.background import cancel_and_wait
 from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
 from bai.node.link.streams import InprocStream, LinkStream
 from bai.node.link.wire import carried, pack, unpack
@@ -122,9 +122,7 @@ class InprocManagerLink:
                 if self._events.empty():
                     break
                 await asyncio.sleep(0.001)
-            self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
+            await cancel_and_wait(self._pump, expected=())
 
 
 class InprocAgentLink:
@@ -163,9 +161,7 @@ class InprocAgentLink:
         """Vanish without a goodbye (as a killed agent does): no more heartbeats, no calls reach it. The
         manager hears nothing (a network link would time it out; here the caller says `agent_left`)."""
         if self._heartbeats is not None:
-            self._heartbeats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeats
+            await cancel_and_wait(self._heartbeats, expected=())
         self.hub.manager.agents.pop(self.agent_id, None)
         await self.hub.manager._end_streams(self.agent_id, f"agent {self.agent_id} is lost")
 

@@ -55,6 +55,7 @@ from typing import Any, cast
 import zmq
 import zmq.asyncio
 
+from bai.common.background import cancel_and_wait
 from bai.node.link.base import AgentHandler, AgentUnavailable, ManagerHandler, RemoteError
 from bai.node.link.keys import ManagerSecrets
 from bai.node.link.streams import WINDOW, LinkStream, StreamClosed
@@ -146,12 +147,7 @@ def _keepalive(sock: zmq.Socket[Any]) -> None:
 
 
 async def _cancel(tasks: list[asyncio.Task[Any] | None]) -> None:
-    live = [t for t in tasks if t is not None and not t.done()]
-    for t in live:
-        t.cancel()
-    for t in live:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await t
+    await cancel_and_wait(*(t for t in tasks if t is not None and not t.done()))
 
 
 # -- streams ------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from bai.common import safejson
 from bai.common import service_ports as apps
+from bai.common.background import cancel_and_wait
 from bai.common.problems import invalid
 from bai.node.link.streams import MAX_FRAME, LinkStream, StreamClosed
 from bai.node.manager.http.context import SETTINGS, services_of, session_of
@@ -162,11 +163,7 @@ async def relay(ws: web.WebSocketResponse, stream: LinkStream, idle_timeout: flo
             return down.result()
         return None
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, StreamClosed, ConnectionError, Exception):
-                await task
+        await cancel_and_wait(*tasks)
 
 
 def add_app_routes(app: web.Application) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from bai.common import safejson
+from bai.common.background import cancel_and_wait
 from bai.common.problems import invalid
 from bai.common.status import ACTIVE_STATUSES, SessionStatus
 from bai.node.link.streams import MAX_FRAME as LINK_FRAME
@@ -155,11 +156,7 @@ async def relay(
             with contextlib.suppress(StreamClosed, ConnectionError):
                 task.result()
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, StreamClosed, ConnectionError):
-                await task
+        await cancel_and_wait(*tasks, expected=(StreamClosed, ConnectionError))
 
 
 class FrameError(ValueError):
