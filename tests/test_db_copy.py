@@ -209,6 +209,26 @@ async def test_a_destination_holding_state_is_refused_and_left_as_it_was(tmp_pat
     assert counts(database) == held
 
 
+async def test_a_destination_a_manager_serves_now_is_refused_and_one_that_stopped_is_not(
+    tmp_path: Path, database: str
+) -> None:
+    from bai.node.manager.state.postgres.cluster_queries import ManagerInfo
+
+    source = tmp_path / "bai.db"
+    await make_source(source)
+    store = await PgStore.open_url(database, "dst")  # (a manager started on it, before any state of its own)
+    await store.announce_manager(ManagerInfo("m-1", "host-1", "http://127.0.0.1:1", "in-process", 1, "0"))
+    await store.close()
+    with pytest.raises(CopyError, match=r"a manager serves the destination .*\(m-1 on host-1\): stop it"):
+        await copy_state(locate(str(source), tmp_path), locate(database, tmp_path), progress=lambda _: None)
+    assert counts(database)["sessions"] == 0
+    with psycopg.connect(database, autocommit=True) as conn:  # it stopped a minute ago
+        conn.execute("UPDATE bai_managers SET last_seen = clock_timestamp() - interval '1 minute'")
+    report = await copy_state(locate(str(source), tmp_path), locate(database, tmp_path), progress=lambda _: None)
+    copied = {t.name: t.destination for t in report.tables}
+    assert copied["sessions"] == counts(database)["sessions"] == 6
+
+
 async def test_counts_that_differ_fail_the_copy_naming_the_table_and_roll_it_all_back(
     tmp_path: Path, database: str
 ) -> None:

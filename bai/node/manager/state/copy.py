@@ -187,6 +187,9 @@ def _destination_columns(conn: Any) -> dict[str, list[str]]:
     return out
 
 
+LIVE_MANAGER_SECONDS = 10.0  # a manager seen this recently serves the database (it renews every second)
+
+
 def _refuse_unless_empty(conn: Any, tables: Sequence[str], columns: dict[str, list[str]], shown: str) -> None:
     """CopyError naming what the destination holds, unless it holds nothing but the schema's default policy."""
     held: list[str] = []
@@ -202,6 +205,18 @@ def _refuse_unless_empty(conn: Any, tables: Sequence[str], columns: dict[str, li
             f"the destination {shown} already holds {', '.join(held)}; copy into an empty database "
             "(nothing was written)"
         )
+    if "bai_managers" in columns:  # a manager that serves it now would not see the copy (its own state is loaded)
+        live = conn.execute(
+            "SELECT id, host FROM bai_managers WHERE last_seen > clock_timestamp() - make_interval(secs => %s) "
+            "ORDER BY id",
+            (LIVE_MANAGER_SECONDS,),
+        ).fetchall()
+        if live:
+            named = ", ".join(f"{r[0]} on {r[1]}" for r in live)
+            raise CopyError(
+                f"a manager serves the destination {shown} now ({named}): stop it, copy, then start it "
+                "(nothing was written)"
+            )
 
 
 def _copy_table(
