@@ -23,6 +23,7 @@ async def _stubborn_end(started: asyncio.Event) -> None:
 
 async def test_a_loop_cancelled_while_it_closes_its_background_stops() -> None:
     rounds = 0
+    first = asyncio.Event()
 
     async def loop() -> None:
         nonlocal rounds
@@ -32,11 +33,11 @@ async def test_a_loop_cancelled_while_it_closes_its_background_stops() -> None:
             background.spawn(_stubborn_end(started), "round")
             await started.wait()
             rounds += 1
+            first.set()
             await background.close()  # (the loop is cancelled here)
 
     task = asyncio.create_task(loop())
-    while rounds == 0:
-        await asyncio.sleep(0.001)
+    await first.wait()
     await asyncio.sleep(0.01)  # in close, waiting for the round to end
     task.cancel()
     await asyncio.wait_for(asyncio.wait([task]), 2)
