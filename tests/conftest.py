@@ -1,10 +1,17 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
+
+# bytecode for the node and CLI processes the tests start (thousands of them): a machine that sets
+# PYTHONDONTWRITEBYTECODE would compile bai's modules afresh in each (about 0.25 s of CPU), which users, who
+# have bytecode, never do. (__pycache__ folders are ignored by git.)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 from tests.nodeproc import (
     BUSYBOX_IMAGE,

@@ -1,4 +1,8 @@
-"""Sessions end to end through the real CLI against a real node, on both kernel backends."""
+"""Sessions end to end through the real CLI against a real node, on both kernel backends.
+
+What travels the data path (output, input, interrupts, logs) runs on every node of the matrix (each backend,
+in one process and over the ZeroMQ link); the rest on two of them, which between them have each backend and
+each link (`EACH_ONCE`)."""
 
 from __future__ import annotations
 
@@ -6,7 +10,11 @@ import signal
 import time
 from datetime import UTC, datetime
 
+import pytest
+
 from tests.nodeproc import Node, wait_status
+
+EACH_ONCE = pytest.mark.parametrize("node", ["local", "docker-zmq"], indirect=True)
 
 
 def test_run_prints_output_and_exits_zero(node: Node) -> None:
@@ -15,6 +23,7 @@ def test_run_prints_output_and_exits_zero(node: Node) -> None:
     assert result.stdout == "42\n"
 
 
+@EACH_ONCE
 def test_exit_codes_follow_the_code(node: Node) -> None:
     crashed = node.cli("session", "run", "python", "-c", "1/0")
     assert crashed.returncode == 1
@@ -49,6 +58,7 @@ def test_output_streams_before_the_code_ends(node: Node) -> None:
     assert got_second - got_first >= 2.0
 
 
+@EACH_ONCE
 def test_namespace_persists_across_executions(node: Node) -> None:
     name = f"ns-{node.backend}"
     node.cli("session", "create", "python", "--name", name, check=True)
@@ -98,6 +108,7 @@ def test_interrupt_stops_running_code(node: Node) -> None:
     assert "KeyboardInterrupt" in err
 
 
+@EACH_ONCE
 def test_batch_command(node: Node) -> None:
     result = node.cli("session", "run", "python", "--", "sh", "-c", "echo hi; echo oops >&2; exit 4")
     assert result.returncode == 4
@@ -105,6 +116,7 @@ def test_batch_command(node: Node) -> None:
     assert "oops" in result.stderr
 
 
+@EACH_ONCE
 def test_run_a_file(node: Node, tmp_path) -> None:
     script = tmp_path / "job.py"
     script.write_text("import os\nprint('cwd has', sorted(os.listdir('.')))\n")
@@ -113,6 +125,7 @@ def test_run_a_file(node: Node, tmp_path) -> None:
     assert "job.py" in result.stdout
 
 
+@EACH_ONCE
 def test_env_reaches_the_kernel(node: Node) -> None:
     result = node.cli(
         "session",
@@ -129,6 +142,7 @@ def test_env_reaches_the_kernel(node: Node) -> None:
     assert result.stdout == f"hi there env-{node.backend}\n"
 
 
+@EACH_ONCE
 def test_logs_outlive_the_session(node: Node) -> None:
     name = f"logs-{node.backend}"
     node.cli("session", "run", "python", "--name", name, "-c", "print('kept in the log')", check=True)
@@ -157,6 +171,7 @@ def test_logs_follow_streams_until_the_end(node: Node) -> None:
     assert follower.returncode == 0
 
 
+@EACH_ONCE
 def test_destroy_while_running(node: Node) -> None:
     name = f"busy-{node.backend}"
     node.cli("session", "create", "python", "--name", name, check=True)
@@ -177,6 +192,7 @@ def test_destroy_while_running(node: Node) -> None:
     ]
 
 
+@EACH_ONCE
 def test_create_is_get_or_create_by_name(node: Node) -> None:
     name = f"same-{node.backend}"
     first = node.json("session", "create", "python", "--name", name)
@@ -189,6 +205,7 @@ def test_create_is_get_or_create_by_name(node: Node) -> None:
         node.cli("session", "destroy", name, check=True)
 
 
+@EACH_ONCE
 def test_unknown_image_is_refused_or_cancels_with_a_reason(node: Node) -> None:
     name = f"noimg-{node.backend}"
     result = node.cli("session", "run", "nope", "--name", name, "-c", "print(1)")
@@ -208,6 +225,7 @@ def test_unknown_image_is_refused_or_cancels_with_a_reason(node: Node) -> None:
     assert name not in [s["name"] for s in node.json("session", "ls")]  # nothing left running
 
 
+@EACH_ONCE
 def test_ls_and_info_show_sessions(node: Node) -> None:
     name = f"shown-{node.backend}"
     node.cli("session", "create", "python", "--name", name, "--cpu", "0.5", "--mem", "300m", check=True)
@@ -225,6 +243,7 @@ def test_ls_and_info_show_sessions(node: Node) -> None:
     assert name not in node.cli("session", "ls", check=True).stdout
 
 
+@EACH_ONCE
 def test_agent_and_image_listing(node: Node) -> None:
     agents = node.json("agent", "ls")
     assert [a["id"] for a in agents] == [node.agent_id]
@@ -238,6 +257,7 @@ def test_agent_and_image_listing(node: Node) -> None:
         assert any(i["name"] == "bai-python:3.11" or "python" in i["aliases"] for i in images)
 
 
+@EACH_ONCE
 def test_kernel_that_cannot_start_cancels_the_session(node: Node) -> None:
     # a broken PYTHONHOME makes the kernel's Python die at start, in a container or as a process
     name = f"dies-{node.backend}"
@@ -250,6 +270,7 @@ def test_kernel_that_cannot_start_cancels_the_session(node: Node) -> None:
     assert "PREPARING" in [t["status"] for t in info["transitions"]]
 
 
+@EACH_ONCE
 def test_kernel_that_exits_mid_run_ends_the_session(node: Node) -> None:
     name = f"exits-{node.backend}"
     result = node.cli(
@@ -262,6 +283,7 @@ def test_kernel_that_exits_mid_run_ends_the_session(node: Node) -> None:
     assert info["exitCode"] == 5
 
 
+@EACH_ONCE
 def test_a_session_that_does_not_fit_waits_and_says_why(node: Node) -> None:
     big, small, holder = f"huge-{node.backend}", f"small-{node.backend}", f"holder-{node.backend}"
     # all of the agent's memory while another session holds some: it fits the agent, not now (a request
@@ -299,6 +321,7 @@ def test_a_session_that_does_not_fit_waits_and_says_why(node: Node) -> None:
     assert info["status"] == "CANCELLED" and info["statusInfo"] == "user-requested"
 
 
+@EACH_ONCE
 def test_events_follow_a_session_to_its_end(node: Node) -> None:
     name = f"watched-{node.backend}"
     node.cli("session", "create", "python", "--name", name, "--no-wait", check=True)
