@@ -165,6 +165,8 @@ class Connection:
     """A psycopg connection as the shared queries use sqlite3's (see the module's doc), reconnecting between
     transactions when the server went away and came back."""
 
+    writable_ctes = True  # (a statement may change several tables in its WITH: see session_queries._transition)
+
     def __init__(self, dsn: str, shown: str) -> None:
         self.dsn = dsn
         self.shown = shown

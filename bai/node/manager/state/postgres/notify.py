@@ -9,6 +9,7 @@ Payloads are short JSON texts (PostgreSQL takes up to 8000 bytes each); what the
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -74,8 +75,11 @@ class Notifier:
         if not batch:
             return
 
+        # (a JSON array, not text[]: psycopg escapes each element of an array by a regular expression, ~20 ms a batch)
+        texts = json.dumps(batch)
+
         def fn(conn: Any) -> None:
-            conn.execute("SELECT pg_notify(?, x) FROM unnest(?::text[]) AS x", (CHANNEL, batch))
+            conn.execute("SELECT pg_notify(?, x) FROM json_array_elements_text(?::json) AS x", (CHANNEL, texts))
 
         future = self.db.run(fn)
         future.add_done_callback(_quiet)

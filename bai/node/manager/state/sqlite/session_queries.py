@@ -93,22 +93,7 @@ def _transition(
     data = json.dumps(status_data) if status_data else "{}"
     terminated = now if target in _DEAD_TARGETS else None
     started = now if target == SessionStatus.RUNNING else None
-    moved = conn.execute(
-        sql, (target.value, status_info, data, now, terminated, result, started, session_id, *sources)
-    ).fetchall()  # (to the end: the statement is done before the next one)
-    if not moved:
-        before = conn.execute("SELECT status FROM sessions WHERE id=?", (session_id,)).fetchone()
-        if before is None:
-            return None
-        current = SessionStatus(before[0])
-        if (allowed is not None and current not in allowed) or current == target:
-            return None
-        check_transition(current, target)  # raises: the lifecycle forbids that move
-        raise AssertionError(f"session {session_id} did not move from {current} to {target}")
-    conn.execute(
-        "INSERT INTO session_transitions VALUES (?, ?, ?, ?, ?)",
-        (session_id, target.value, status_info, data, now),
-    )
+    move_params = (target.value, status_info, data, now, terminated, result, started, session_id, *sources)
     # every kernel of the session follows it; then each kernel's own updates (which may override that): one
     # statement when one kernel has updates of its own that override none of the common columns (the usual case)
     updates = [(kid, own) for kid, changes in (kernel_updates or {}).items() if (own := _kernel_columns(changes))]
@@ -123,7 +108,34 @@ def _transition(
             params += (kid, value)
         updates = []
     params.append(session_id)
-    rows = conn.execute(_kernels_statement(bool(terminated), own_cols, kernels_out is not None), params).fetchall()
+    kernels_sql = _kernels_statement(bool(terminated), own_cols, kernels_out is not None)
+    combined = getattr(conn, "writable_ctes", False)  # (PostgreSQL: the move, its record, the kernels in one)
+    folded = combined and not updates and kernels_out is None
+    if combined:
+        history = (target.value, status_info, data, now)
+        moved = conn.execute(
+            _combined_statement(sql, kernels_sql if folded else None),
+            (*move_params, *history, *(params if folded else ())),
+        ).fetchall()
+    else:
+        moved = conn.execute(sql, move_params).fetchall()  # (to the end: the statement is done before the next one)
+    if not moved:
+        before = conn.execute("SELECT status FROM sessions WHERE id=?", (session_id,)).fetchone()
+        if before is None:
+            return None
+        current = SessionStatus(before[0])
+        if (allowed is not None and current not in allowed) or current == target:
+            return None
+        check_transition(current, target)  # raises: the lifecycle forbids that move
+        raise AssertionError(f"session {session_id} did not move from {current} to {target}")
+    if not combined:
+        conn.execute(
+            "INSERT INTO session_transitions VALUES (?, ?, ?, ?, ?)",
+            (session_id, target.value, status_info, data, now),
+        )
+    if folded:
+        return _session(moved[0])
+    rows = conn.execute(kernels_sql, params).fetchall()
     for kid, own in updates:
         sets = ", ".join(f"{c}=?" for c in own)
         conn.execute(f"UPDATE kernels SET {sets} WHERE id=? AND session_id=?", (*own.values(), kid, session_id))
@@ -132,6 +144,28 @@ def _transition(
             rows = conn.execute("SELECT * FROM kernels WHERE session_id=?", (session_id,)).fetchall()
         kernels_out.extend(sorted((_kernel(r) for r in rows), key=cluster_order))
     return _session(moved[0])
+
+
+_combined: dict[tuple[str, str | None], str] = {}
+
+
+def _combined_statement(move_sql: str, kernels_sql: str | None) -> str:
+    """PostgreSQL's one statement for a transition (its data-modifying WITH, which SQLite lacks): the move, the
+    transition's record, and (`kernels_sql` given) the kernels following it, each only when the session moved;
+    the session's row as changed. Parameters: the move's, the record's (status, info, data, time), the kernels'."""
+    key = (move_sql, kernels_sql)
+    known = _combined.get(key)
+    if known is None:
+        known = (
+            f"WITH moved AS ({move_sql}), logged AS (INSERT INTO session_transitions "
+            "SELECT id, ?::text, ?::text, ?::text, ?::text FROM moved)"
+        )
+        if kernels_sql is not None:
+            known += f", followed AS ({kernels_sql} AND EXISTS (SELECT 1 FROM moved))"
+        known += " SELECT * FROM moved"
+        if len(_combined) < 512:
+            _combined[key] = known
+    return known
 
 
 def cluster_order(kernel: Kernel) -> tuple[bool, int]:
@@ -175,37 +209,48 @@ def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list
     """Insert a PENDING session (last in the queue) and its kernels, inside the caller's transaction; return
     the session as stored."""
     now = stamp(session.created_at)
-    row = conn.execute(
-        "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
-        "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
-        "created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, "
-        "(SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions)) RETURNING *",
-        (
-            session.id,
-            session.name,
-            session.access_key,
-            session.image,
-            session.type,
-            now,
-            json.dumps(session.requested_slots),
-            json.dumps(session.environ),
-            json.dumps(session.config),
-            session.scaling_group,
-            len(kernels),
-            session.tag,
-            now,
-        ),
-    ).fetchall()[0]  # (to the end: the statement is done before the next one)
-    conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session.id, now))
-    conn.executemany(
-        "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
-        "status_changed, occupied_slots, created_at) VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)",
-        [
-            (k.id, session.id, k.cluster_role, k.cluster_idx, session.image, now, json.dumps(k.slots), now)
-            for k in kernels
-        ],
+    values = (
+        session.id,
+        session.name,
+        session.access_key,
+        session.image,
+        session.type,
+        now,
+        json.dumps(session.requested_slots),
+        json.dumps(session.environ),
+        json.dumps(session.config),
+        session.scaling_group,
+        len(kernels),
+        session.tag,
+        now,
     )
+    kernel_rows = [
+        (k.id, session.id, k.cluster_role, k.cluster_idx, session.image, now, json.dumps(k.slots), now) for k in kernels
+    ]
+    if getattr(conn, "writable_ctes", False) and len(kernel_rows) == 1:  # (PostgreSQL: the three in one statement)
+        row = conn.execute(
+            f"WITH made AS ({_INSERT_SESSION}), logged AS (INSERT INTO session_transitions "
+            "SELECT id, 'PENDING', '', '{}', ?::text FROM made), "
+            f"kernel AS ({_INSERT_KERNEL}) SELECT * FROM made",
+            (*values, now, *kernel_rows[0]),
+        ).fetchall()[0]
+        return _session(row)
+    row = conn.execute(_INSERT_SESSION, values).fetchall()[0]  # (to the end: done before the next one)
+    conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session.id, now))
+    conn.executemany(_INSERT_KERNEL, kernel_rows)
     return _session(row)
+
+
+_INSERT_SESSION = (
+    "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
+    "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
+    "created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, "
+    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions)) RETURNING *"
+)
+_INSERT_KERNEL = (
+    "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
+    "status_changed, occupied_slots, created_at) VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)"
+)
 
 
 def _history_row(h: SchedulingAttempt, now: str) -> tuple[Any, ...]:
