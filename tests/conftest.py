@@ -7,12 +7,6 @@ from collections.abc import Iterator
 
 import pytest
 
-# bytecode for the node and CLI processes the tests start (thousands of them): a machine that sets
-# PYTHONDONTWRITEBYTECODE would compile bai's modules afresh in each (about 0.25 s of CPU), which users, who
-# have bytecode, never do. (__pycache__ folders are ignored by git.)
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-sys.dont_write_bytecode = False
-
 from tests.nodeproc import (
     BUSYBOX_IMAGE,
     PYTHON_IMAGE,
@@ -22,6 +16,12 @@ from tests.nodeproc import (
     require_docker,
     stop_removing_containers,
 )
+
+# bytecode for the node and CLI processes the tests start (thousands of them): a machine that sets
+# PYTHONDONTWRITEBYTECODE would compile bai's modules afresh in each (about 0.25 s of CPU), which users, who
+# have bytecode, never do. (__pycache__ folders are ignored by git.)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # the modules whose tests drive the manager through tests/harness.py: each of their tests runs on both state
 # engines (SQLite, and a database of the tests' own PostgreSQL server: tests/pgserver.py)

@@ -69,6 +69,7 @@ class Keypairs(Queries):
     # access key -> (policy, max_pending_session_count), kept in memory; None: to be read (see pending_queue)
     _queue_limits: QueueLimits | None = None
     _queue_limits_version = 0
+    _policies: dict[str, Policy | None] = {}  # name -> policy read (see `policy`); replaced, not changed
     _active: dict[str, Keypair] = {}  # the active keypairs, by access key (see load_keypairs); replaced, not changed
 
     async def ensure_admin_keypair(self, access_key: str, secret_key: str, now: datetime) -> tuple[str, str]:
@@ -203,9 +204,19 @@ class Keypairs(Queries):
         return await self.db.run(fn)
 
     async def policy(self, name: str) -> Policy | None:
+        """One resource policy (None: no such policy), from memory once read: every create asks it. What is
+        kept is dropped whenever keypairs or policies change (`_limits_changed`: this store's writes, and
+        another manager's, told through the database)."""
+        if name in self._policies:
+            return self._policies[name]
+        version = self._queue_limits_version
         sql = f"SELECT {POLICY_COLUMNS} FROM resource_policies WHERE name=?"
         row = await self.db.run(lambda conn: conn.execute(sql, (name,)).fetchone())
-        return _policy(row) if row is not None else None
+        policy = _policy(row) if row is not None else None
+        if version == self._queue_limits_version:  # no change meanwhile: what was read is still true
+            kept = self._policies if len(self._policies) < 1024 else {}
+            self._policies = {**kept, name: policy}  # (replaced, not changed: the class's empty one stays empty)
+        return policy
 
     async def session_networks_by_keypair(self, statuses: Iterable[Any]) -> dict[str, int]:
         """Per keypair, its sessions of several kernels in these statuses (each holds a session network on
@@ -264,6 +275,7 @@ class Keypairs(Queries):
     def _limits_changed(self) -> None:
         """Keypairs or policies change: the queue limits kept in memory are read again when next needed."""
         self._queue_limits = None
+        self._policies = {}
         self._queue_limits_version += 1
 
     async def save_policy(self, name: str, fields: PolicyFields, *, create: bool, now: datetime) -> bool:
