@@ -21,7 +21,7 @@ from bai.node.manager.state.records import (
     changed_fields,
     stamp,
 )
-from bai.node.manager.state.sqlite.db import Queries, decode
+from bai.node.manager.state.sqlite.db import _JSON_COLUMNS, Queries, decode, load_json
 
 _ENCODED = frozenset({"devices", "service_ports", "last_stat"})  # kernel columns stored as JSON text
 
@@ -108,13 +108,13 @@ def _transition(
             params += (kid, value)
         updates = []
     params.append(session_id)
-    kernels_sql = _kernels_statement(bool(terminated), own_cols, kernels_out is not None)
     combined = getattr(conn, "writable_ctes", False)  # (PostgreSQL: the move, its record, the kernels in one)
-    folded = combined and not updates and kernels_out is None
+    folded = combined and not updates
+    kernels_sql = _kernels_statement(bool(terminated), own_cols, kernels_out is not None and not folded)
     if combined:
         history = (target.value, status_info, data, now)
         moved = conn.execute(
-            _combined_statement(sql, kernels_sql if folded else None),
+            _combined_statement(sql, kernels_sql if folded else None, folded and kernels_out is not None),
             (*move_params, *history, *(params if folded else ())),
         ).fetchall()
     else:
@@ -134,7 +134,11 @@ def _transition(
             (session_id, target.value, status_info, data, now),
         )
     if folded:
-        return _session(moved[0])
+        if kernels_out is None:
+            return _session(moved[0])
+        fields = decode(moved[0])
+        kernels_out.extend(sorted((_kernel_of_json(k) for k in fields.pop("bai_kernels") or ()), key=cluster_order))
+        return Session(**fields)
     rows = conn.execute(kernels_sql, params).fetchall()
     for kid, own in updates:
         sets = ", ".join(f"{c}=?" for c in own)
@@ -146,14 +150,15 @@ def _transition(
     return _session(moved[0])
 
 
-_combined: dict[tuple[str, str | None], str] = {}
+_combined: dict[tuple[str, str | None, bool], str] = {}
 
 
-def _combined_statement(move_sql: str, kernels_sql: str | None) -> str:
+def _combined_statement(move_sql: str, kernels_sql: str | None, kernels_back: bool = False) -> str:
     """PostgreSQL's one statement for a transition (its data-modifying WITH, which SQLite lacks): the move, the
     transition's record, and (`kernels_sql` given) the kernels following it, each only when the session moved;
-    the session's row as changed. Parameters: the move's, the record's (status, info, data, time), the kernels'."""
-    key = (move_sql, kernels_sql)
+    the session's row as changed, with (`kernels_back`) the kernels as changed in a JSON column `bai_kernels`.
+    Parameters: the move's, the record's (status, info, data, time), the kernels'."""
+    key = (move_sql, kernels_sql, kernels_back)
     known = _combined.get(key)
     if known is None:
         known = (
@@ -161,11 +166,20 @@ def _combined_statement(move_sql: str, kernels_sql: str | None) -> str:
             "SELECT id, ?::text, ?::text, ?::text, ?::text FROM moved)"
         )
         if kernels_sql is not None:
-            known += f", followed AS ({kernels_sql} AND EXISTS (SELECT 1 FROM moved))"
-        known += " SELECT * FROM moved"
+            back = " RETURNING *" if kernels_back else ""
+            known += f", followed AS ({kernels_sql} AND EXISTS (SELECT 1 FROM moved){back})"
+        if kernels_back:
+            known += " SELECT moved.*, (SELECT json_agg(followed) FROM followed) AS bai_kernels FROM moved"
+        else:
+            known += " SELECT * FROM moved"
         if len(_combined) < 512:
             _combined[key] = known
     return known
+
+
+def _kernel_of_json(row: dict[str, Any]) -> Kernel:
+    """A kernel from its row as PostgreSQL's json_agg gives it (its columns by name; JSON ones as text)."""
+    return Kernel(**{k: load_json(v) if k in _JSON_COLUMNS and type(v) is str else v for k, v in row.items()})
 
 
 def cluster_order(kernel: Kernel) -> tuple[bool, int]:
