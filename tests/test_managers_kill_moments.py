@@ -197,56 +197,52 @@ def test_the_leader_killed_while_sessions_end_ends_each_once(cluster) -> None:
     assert not m.agent_kernels()
 
 
-@pytest.mark.parametrize("stream", ["logs", "events"])
-def test_a_client_following_through_the_follower_goes_on_when_the_leader_dies(cluster, stream: str) -> None:
+def test_clients_following_through_the_follower_go_on_when_the_leader_dies(cluster) -> None:
+    """A log followed and a session's events followed through the follower, the leader killed under both."""
     m: Managers = cluster().start()
     leader = m.wait_leader(10)
     assert leader is not None
     follower = 1 - leader
     accepted = m.create_many(["ticker"], through=lambda k: follower, type="batch", startupCommand=TICKS)
-    sid = next(iter(accepted["ticker"]))
-    m.settled(20, also=lambda c: c["RUNNING"] == 1)
+    sleeper = 'python -c "import time; time.sleep(120)"'  # (ended by the client, through the new leader)
+    accepted |= m.create_many(["watched"], through=lambda k: follower, type="batch", startupCommand=sleeper)
+    ticker, watched = (next(iter(accepted[n])) for n in ("ticker", "watched"))
+    m.settled(20, also=lambda c: c["RUNNING"] == 2)
 
     from bai.client.api import Client
 
-    seen: list[str] = []
-    killed_at: list[int] = []
+    lines: list[str] = []
+    events: list[str] = []
+    killed = asyncio.Event()
 
-    async def follow() -> None:
+    async def follow_logs() -> None:
         async with Client(m.creds(follower)) as client:
-            if stream == "logs":
-                async for text in client.follow_logs(sid):
-                    seen.append(text)
-                    joined = "".join(seen)
-                    if not killed_at and "tick 40" in joined:
-                        killed_at.append(len(joined))
-                        m.kill(leader)
-            else:
-                async for name, _ in client.events(sid):
-                    seen.append(name)
+            async for text in client.follow_logs(ticker):
+                lines.append(text)
+                if not killed.is_set() and "tick 40" in "".join(lines):
+                    m.kill(leader)
+                    killed.set()
+
+    async def follow_events() -> None:
+        async with Client(m.creds(follower)) as client:
+            async for name, _ in client.events(watched):
+                events.append(name)
 
     async def main() -> None:
-        follower_task = asyncio.create_task(follow())
-        if stream == "events":
-            await asyncio.sleep(1.0)
-            m.kill(leader)
-            killed_at.append(0)
-            await asyncio.to_thread(m.wait_leader, 12, [follower])
-            code, body = await asyncio.to_thread(m.call, follower, "DELETE", "/session/ticker")
-            assert code == 200, body
-        await asyncio.wait_for(follower_task, 40)
+        tasks = [asyncio.create_task(follow_logs()), asyncio.create_task(follow_events())]
+        await asyncio.wait_for(killed.wait(), 20)
+        assert await asyncio.to_thread(m.wait_leader, 12, [follower]) == follower
+        code, body = await asyncio.to_thread(m.call, follower, "DELETE", "/session/watched")
+        assert code == 200, body
+        await asyncio.wait_for(asyncio.gather(*tasks), 40)
 
     asyncio.run(main())
-    assert killed_at, "the leader was not killed"
     assert m.leads(follower) is True
-    if stream == "logs":
-        text = "".join(seen)
-        assert "done" in text.splitlines()[-1] or text.rstrip().endswith("done"), text[-300:]
-        lines = [line for line in text.splitlines() if line.startswith("tick ")]
-        numbers = [int(line.split()[1]) for line in lines]
-        assert numbers == sorted(set(numbers)), "a line came twice or out of order"
-    else:
-        assert seen[-1] in ("session_terminated", "session_success", "session_failure"), seen
+    text = "".join(lines)
+    assert "done" in text.splitlines()[-1] or text.rstrip().endswith("done"), text[-300:]
+    numbers = [int(line.split()[1]) for line in text.splitlines() if line.startswith("tick ")]
+    assert numbers == sorted(set(numbers)), "a line came twice or out of order"
+    assert events[-1] in ("session_terminated", "session_success", "session_failure"), events
     m.check(accepted)
 
 

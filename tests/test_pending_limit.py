@@ -41,10 +41,12 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)  # when these tests' writes are stamped
 MiB = 2**20
 
 
-async def _queue(h: Harness, owner: str, count: int, prefix: str = "wait") -> None:
-    """`count` sessions of `owner` that stay PENDING (no round runs)."""
-    for i in range(count):
-        await h.create(f"{prefix}-{i}", owner=owner, cpu=1, mem="64m")
+async def _queue(h: Harness, owner: str, count: int, prefix: str = "wait", together: int = 1) -> None:
+    """`count` sessions of `owner` that stay PENDING (no round runs), `together` created at once (in the order
+    of their names otherwise)."""
+    for start in range(0, count, together):
+        names = [f"{prefix}-{i}" for i in range(start, min(count, start + together))]
+        await asyncio.gather(*(h.create(name, owner=owner, cpu=1, mem="64m") for name in names))
 
 
 async def _rows_of(h: Harness, owner: str) -> list[Session]:
@@ -319,9 +321,9 @@ async def test_zero_is_unlimited_and_the_default_is_1000(tmp_path: Path) -> None
     async with Harness(tmp_path) as h:
         await h.add_agent("a1", cpu=1, mem="4g")
         unlimited = await h.keypair("bench", await h.policy("unbounded", max_pending_session_count=0))
-        await _queue(h, unlimited, 1005)
+        await _queue(h, unlimited, 1005, together=64)
         ordinary = await h.keypair("ordinary")  # the default policy
-        await _queue(h, ordinary, DEFAULT_PENDING_SESSIONS)
+        await _queue(h, ordinary, DEFAULT_PENDING_SESSIONS, together=64)
         problem = await _refused(h, "one-too-many", ordinary)
         assert "policy default allows 1000" in (problem.msg or "")
         assert len(await _rows_of(h, ordinary)) == DEFAULT_PENDING_SESSIONS
