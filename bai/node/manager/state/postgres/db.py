@@ -6,7 +6,9 @@ gives them what they use of sqlite3's connection (`execute`, `executemany`, `in_
 index or by name) and translates the little that differs: `?` / `:name` parameters (numbered, `$1`), `BEGIN
 IMMEDIATE`, the JSON array function, a byte length. Errors come out as the state layer's (`StorageFull` for a full disk,
 `DatabaseUnavailable` for a server that cannot be reached) or as sqlite3's IntegrityError, so the queries'
-own handling of a conflict is the same for both.
+own handling of a conflict is the same for both. Where PostgreSQL does in one statement what SQLite does in
+several (a data-modifying WITH: a session's transition, its record and its kernels), a query asks
+`writable_ctes` (True here) and sends that one: each statement is a round trip to the server.
 
 Several managers share one database: every transaction takes one advisory lock first (`WRITE_LOCK`), so that
 writes are serialized across them as SQLite serializes them in one file; reads take no lock (each statement
