@@ -362,10 +362,14 @@ def _networks_of(sessions: list[str]) -> list[str]:
     return [n for n in out if any(n.startswith(f"bai-cluster-{sid}-") for sid in sessions)]
 
 
+GRABS = 3  # mallory's sessions of two kernels in each round: two run (her policy's networks), one waits
+
+
 def _flood(node: Node, mallory: dict, alice: dict, rnd: int) -> None:
-    """Five sessions of two kernels by mallory, one by alice: two of mallory's run, alice's too; all end."""
+    """Three sessions of two kernels by mallory, one by alice: two of mallory's run (the third waits for a
+    network), alice's too; all end."""
     ids = []
-    for i in range(5):
+    for i in range(GRABS):
         made = node.json(
             "session", "create", "python", "--name", f"grab-{rnd}-{i}", "--cluster-size", "2", "--cpu", "0.1",
             "--mem", "64m", "--no-wait", as_keypair=mallory,
@@ -378,16 +382,16 @@ def _flood(node: Node, mallory: dict, alice: dict, rnd: int) -> None:
     ids.append(theirs["sessionId"])
 
     def statuses() -> list[str]:
-        return [node.json("session", "info", f"grab-{rnd}-{i}", as_keypair=mallory)["status"] for i in range(5)]
+        return [node.json("session", "info", f"grab-{rnd}-{i}", as_keypair=mallory)["status"] for i in range(GRABS)]
 
     try:
         assert theirs["status"] == "RUNNING", theirs
         settled = lambda s: s.count("RUNNING") >= 2 and set(s) <= {"RUNNING", "PENDING"}  # noqa: E731
         _until(lambda: settled(statuses()), timeout=60)
-        assert sorted(statuses()) == ["PENDING"] * 3 + ["RUNNING"] * 2
+        assert sorted(statuses()) == ["PENDING"] * (GRABS - 2) + ["RUNNING"] * 2
         assert len(_networks_of(ids)) == 1 + 2  # alice's and two of mallory's
     finally:
-        for i in range(5):
+        for i in range(GRABS):
             node.cli("session", "destroy", f"grab-{rnd}-{i}", "--force", as_keypair=mallory)
         node.cli("session", "destroy", f"alices-{rnd}", as_keypair=alice)
     _until(lambda: not _networks_of(ids), timeout=60)
