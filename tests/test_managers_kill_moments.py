@@ -40,6 +40,14 @@ def cluster(tmp_path: Path):
         m.stop()
 
 
+def _started(cluster: Callable[[], Managers]) -> tuple[Managers, int, int]:
+    """Two managers and the agent started: (them, the leader's index, the other's), once one leads."""
+    m = cluster().start()
+    leader = m.wait_leader(10)
+    assert leader is not None, "no manager took the lead"
+    return m, leader, 1 - leader
+
+
 def _running(m: Managers, names: list[str], through: Callable[[int], int] = lambda k: k % 2) -> dict[str, set[str]]:
     accepted = m.create_many(names, through=through)
     m.settled(30, also=lambda c: c["RUNNING"] >= len(names))
@@ -113,10 +121,7 @@ def test_a_manager_killed_while_it_starts_on_an_empty_database(cluster, moment: 
 
 
 def test_the_follower_killed_under_load_loses_nothing(cluster) -> None:
-    m: Managers = cluster().start()
-    leader = m.wait_leader(10)
-    assert leader is not None
-    follower = 1 - leader
+    m, leader, follower = _started(cluster)
     enough = threading.Event()
     answers: dict[str, set[str]] = {}
     sender = threading.Thread(
@@ -199,10 +204,7 @@ def test_the_leader_killed_while_sessions_end_ends_each_once(cluster) -> None:
 
 def test_clients_following_through_the_follower_go_on_when_the_leader_dies(cluster) -> None:
     """A log followed and a session's events followed through the follower, the leader killed under both."""
-    m: Managers = cluster().start()
-    leader = m.wait_leader(10)
-    assert leader is not None
-    follower = 1 - leader
+    m, leader, follower = _started(cluster)
     accepted = m.create_many(["ticker"], through=lambda k: follower, type="batch", startupCommand=TICKS)
     sleeper = 'python -c "import time; time.sleep(120)"'  # (ended by the client, through the new leader)
     accepted |= m.create_many(["watched"], through=lambda k: follower, type="batch", startupCommand=sleeper)
@@ -247,10 +249,7 @@ def test_clients_following_through_the_follower_go_on_when_the_leader_dies(clust
 
 
 def test_a_frozen_leader_that_wakes_does_not_lead(cluster) -> None:
-    m: Managers = cluster().start()
-    leader = m.wait_leader(10)
-    assert leader is not None
-    other = 1 - leader
+    m, leader, other = _started(cluster)
     accepted = _running(m, [f"first-{i}" for i in range(4)])
     m.signal(leader, signal.SIGSTOP)
     try:

@@ -105,13 +105,21 @@ def decode_row(row: sqlite3.Row | None) -> dict[str, Any] | None:
     out = dict(zip(keys, row, strict=True))
     known = _flat_values.get
     for i, key in where:
-        value = row[i]
-        if type(value) is str:
-            flat = known(value)  # (load_json's first look, without its call: most values are known ones)
-            out[key] = flat.copy() if flat is not None else load_json(value)
-        else:
-            out[key] = json.loads(value)
+        out[key] = _json_value(row[i], known)
     return out
+
+
+def decode_mapping(row: dict[str, Any]) -> dict[str, Any]:
+    """A row given as a mapping of its columns (PostgreSQL's json_agg of rows), its JSON columns decoded."""
+    known = _flat_values.get
+    return {k: _json_value(v, known) if k in _JSON_COLUMNS else v for k, v in row.items()}
+
+
+def _json_value(value: Any, known: Callable[[str], Any]) -> Any:
+    if type(value) is str:
+        flat = known(value)  # (load_json's first look, without its call: most values are known ones)
+        return flat.copy() if flat is not None else load_json(value)
+    return json.loads(value)
 
 
 def in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:

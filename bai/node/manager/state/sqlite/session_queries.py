@@ -21,7 +21,7 @@ from bai.node.manager.state.records import (
     changed_fields,
     stamp,
 )
-from bai.node.manager.state.sqlite.db import _JSON_COLUMNS, Queries, decode, load_json
+from bai.node.manager.state.sqlite.db import Queries, decode, decode_mapping
 
 _ENCODED = frozenset({"devices", "service_ports", "last_stat"})  # kernel columns stored as JSON text
 
@@ -179,7 +179,7 @@ def _combined_statement(move_sql: str, kernels_sql: str | None, kernels_back: bo
 
 def _kernel_of_json(row: dict[str, Any]) -> Kernel:
     """A kernel from its row as PostgreSQL's json_agg gives it (its columns by name; JSON ones as text)."""
-    return Kernel(**{k: load_json(v) if k in _JSON_COLUMNS and type(v) is str else v for k, v in row.items()})
+    return Kernel(**decode_mapping(row))
 
 
 def cluster_order(kernel: Kernel) -> tuple[bool, int]:
@@ -243,9 +243,7 @@ def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list
     ]
     if getattr(conn, "writable_ctes", False) and len(kernel_rows) == 1:  # (PostgreSQL: the three in one statement)
         row = conn.execute(
-            f"WITH made AS ({_INSERT_SESSION}), logged AS (INSERT INTO session_transitions "
-            "SELECT id, 'PENDING', '', '{}', ?::text FROM made), "
-            f"kernel AS ({_INSERT_KERNEL}) SELECT * FROM made",
+            _INSERT_AT_ONCE,
             (*values, now, *kernel_rows[0]),
         ).fetchall()[0]
         return _session(row)
@@ -264,6 +262,12 @@ _INSERT_SESSION = (
 _INSERT_KERNEL = (
     "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
     "status_changed, occupied_slots, created_at) VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)"
+)
+# (PostgreSQL: the session, its first record and its one kernel in one statement; parameters in that order)
+_INSERT_AT_ONCE = (
+    f"WITH made AS ({_INSERT_SESSION}), logged AS (INSERT INTO session_transitions "
+    "SELECT id, 'PENDING', '', '{}', ?::text FROM made), "
+    f"kernel AS ({_INSERT_KERNEL}) SELECT * FROM made"
 )
 
 
