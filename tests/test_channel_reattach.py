@@ -51,6 +51,22 @@ async def test_records_of_a_run_nobody_knew_make_it_a_run_and_a_finished_one_is_
     assert ch.started == ["x"]  # the kernel is free
 
 
+async def test_a_client_asking_for_a_run_whose_records_follow_the_hello_waits_for_them() -> None:
+    """The hello names the runs whose records it sends next (one ended while no agent listened): a client
+    that asks before they arrive (a batch session's follower, right after the agent came back) gets them."""
+    ch = FakeChannel()
+    ch.adopt_runs({"t": "hello", "busy": False, "job": None, "queued": [], "done": [], "backlog": ["b1", 7]})
+    asking = asyncio.ensure_future(ch.next_result("b1", 2.0, after=1))
+    await asyncio.sleep(0.05)
+    assert not asking.done()  # not "no run b1 in this kernel"
+    ch.feed(rec("stdout", "b1", d="after\n"))
+    ch.feed(rec("finished", "b1", exit=3))
+    got = (await asking).to_api()
+    assert (got["status"], got["exitCode"], got["console"]) == ("finished", 3, [["stdout", "after\n"]])
+    await ch.start_run("next", "query", "x")
+    assert ch.started == ["x"]  # the kernel is free after it
+
+
 async def test_jobs_waiting_in_the_kernel_are_not_sent_again_and_keep_their_order() -> None:
     ch = FakeChannel()
     ch.adopt_runs({"job": {"id": "a", "kind": "batch"}, "queued": ["b", "c"], "done": []})

@@ -89,7 +89,16 @@ def test_the_leader_killed_under_load_loses_nothing_and_runs_nothing_twice(clust
             runs = await asyncio.gather(*(run_code(client, sid, f"print('alive', {n!r})") for n, sid in ids.items()))
             for (name, _), result in zip(ids.items(), runs, strict=True):
                 assert result.code == 0 and result.out.strip() == f"alive {name}", (name, result)
-            logs = await asyncio.gather(*(client.logs(sid) for sid in ids.values()))
+
+            async def stored(name: str, sid: str) -> str:  # (stored moments after the exec's answer: a busy leader)
+                for _ in range(50):
+                    text = await client.logs(sid)
+                    if f"alive {name}" in text:
+                        break
+                    await asyncio.sleep(0.1)
+                return text
+
+            logs = await asyncio.gather(*(stored(name, sid) for name, sid in ids.items()))
             for name, text in zip(ids, logs, strict=True):
                 assert f"alive {name}" in text, (name, text)
             for sid in list(ids.values())[:3]:

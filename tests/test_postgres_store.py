@@ -174,3 +174,33 @@ def test_a_node_whose_database_is_down_answers_503_naming_it_and_recovers(tmp_pa
     finally:
         node.stop()
         server.stop()
+
+
+async def test_a_leader_busy_with_its_own_database_work_still_renews_its_lease(tmp_path: Path) -> None:
+    """The lease is renewed over a connection of its own (bai/node/main.py start_leadership): a leader whose
+    database queue is held up by its work (a burst of creates, a long transaction) keeps leading, and says who
+    leads, instead of stepping down for a lease that only waited behind its own calls."""
+    import threading
+    import time
+
+    from bai.node.main import start_leadership
+    from tests.harness import Harness
+
+    async with Harness(tmp_path, engine="postgresql") as h:
+        leadership = await start_leadership(h.cfg, h.store, h.manager, "http://127.0.0.1:1", None)
+        try:
+            assert leadership.holds()
+            release = threading.Event()
+            held = h.store.db.run(lambda _conn: release.wait(10))  # the manager's own queue: busy
+            try:
+                began = time.monotonic()
+                while time.monotonic() - began < leadership.ttl + 1:  # past the lease's whole length
+                    await asyncio.sleep(0.5)
+                    assert leadership.holds(), f"the leader stepped down after {time.monotonic() - began:.1f} s"
+                seen = await asyncio.wait_for(leadership.managers(), 2)
+                assert [m["leader"] for m in seen] == [True]
+            finally:
+                release.set()
+                await held
+        finally:
+            await leadership.stop()

@@ -89,10 +89,11 @@ def test_a_job_that_ended_while_the_agent_was_away_is_said_after_the_hello_then_
     time.sleep(1.0)  # it ends meanwhile
     c = runner.reconnect()
     assert runner.hello["job"] is None and runner.hello["busy"] is False
+    assert runner.hello["backlog"] == ["b1"]  # named before its records follow
     records = _until(c, "b1", timeout=5)
     assert _out(records, "b1") == "done\n" and records[-1]["exit"] == 3
     runner.reconnect()  # an agent after that one: the end is in the hello, not sent again
-    assert runner.hello["done"] == [["b1", 3]]
+    assert runner.hello["done"] == [["b1", 3]] and runner.hello["backlog"] == []
     runner.client.send(op="ping")
     assert runner.client.recv() == {"t": "pong"}
 

@@ -227,7 +227,15 @@ async def start_leadership(
         await manager.dispatcher.stop()
         await manager.timers.stop()
 
-    leadership = Leadership(store if shared else None, me, store.db.shown, lead, follow)
+    lease: Any = None  # the lease's own connection (PostgreSQL): its renewals never wait behind this one's work
+    if shared:
+        from bai.node.manager.state.postgres.cluster_queries import Cluster
+        from bai.node.manager.state.postgres.db import PgDatabase
+
+        lease = await PgDatabase.open_beside(store.db, "lease")
+    leadership = Leadership(
+        Cluster(lease) if shared else None, me, store.db.shown, lead, follow, closing=lease.close if lease else None
+    )
     events.leading = leadership.holds  # (not once its lease may have expired: see Leadership.holds)
     manager.dispatcher.may_act = leadership.holds
     manager.timers.may_act = leadership.holds

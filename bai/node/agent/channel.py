@@ -313,8 +313,10 @@ class Channel:
 
     def adopt_runs(self, hello: dict[str, Any]) -> None:
         """What a runner's hello says it has (see runner.py): the job running (the current run, adopted unless
-        known), the jobs waiting (adopted as waiting, ahead of this agent's own) and the last that ended (their
-        ends, for a client that asks for them after a restart). Malformed parts are ignored."""
+        known), the jobs waiting (adopted as waiting, ahead of this agent's own), the jobs whose records follow
+        (adopted as running: a client that asks for one before its records arrive waits for them, even for its
+        end) and the last that ended (their ends, for a client that asks for them after a restart). Malformed
+        parts are ignored."""
         job = hello.get("job")
         if "job" not in hello and hello.get("busy") is True and self.current is None:
             # a runner older than run ids, busy with a job of an agent before this one: the job is a run of its
@@ -332,6 +334,11 @@ class Channel:
                 run = Run(run_id, "query", "", adopted=True)
                 self.runs[run_id] = run
                 self.waiting.appendleft(run)
+        backlog = hello.get("backlog")
+        if isinstance(backlog, list):  # runs whose records follow the hello: known before those arrive
+            for run_id in backlog[:MAX_WAITING]:
+                if _run_id(run_id) and run_id not in self.runs:
+                    self._adopt_run(run_id, "query")
         done = hello.get("done")
         if isinstance(done, list):
             for item in done[:KEEP_FINISHED]:

@@ -104,14 +104,17 @@ for the next job to start (so an input sent right after a batch op is not lost).
 Runner -> agent (``t``):
   hello          {"t": "hello", "pid": INT, "python": "3.11.7", "busy": BOOL,
                   "job": {"id": ID, "kind": "query"|"batch"} or null, "queued": [ID, ...],
-                  "done": [[ID, EXIT], ...]}
+                  "done": [[ID, EXIT], ...], "backlog": [ID, ...]}
                  first message on every connection: the job running now and
                  the jobs waiting (those with an id), and the last jobs that
                  ended while an agent was connected, with their exit codes (at
                  most 16), so that an agent that restarted re-attaches to them.
                  Records of a job made while no agent is connected are kept
                  (at most 1 MiB of them: older output goes first, with a note)
-                 and sent after the next hello, in order.
+                 and sent after the next hello, in order; "backlog" names the
+                 jobs they belong to (at most 16), so that the agent knows
+                 them before their records (a job that ended meanwhile among
+                 them) arrive.
   stdout/stderr  {"t": "stdout", "d": STR}  output chunks, sent as produced.
   waiting-input  {"t": "waiting-input", "opts": {"is_password": BOOL}}
                  query code called input() (prompt already sent as stdout) or
@@ -407,6 +410,7 @@ class Runner:
         """The first line of a connection (see the protocol above): at most about 3 KiB. (send_lock held: the
         jobs whose records wait in the backlog are not said ended here: their records, their end last, follow.)"""
         waiting = {entry[2] for entry in self.backlog}
+        backlog = list(dict.fromkeys(entry[2] for entry in self.backlog if entry[2] is not None))
         with self.state_lock:
             job = {"id": self.current_id, "kind": self.current} if self.current_id is not None else None
             return {
@@ -417,6 +421,7 @@ class Runner:
                 "job": job,
                 "queued": self.queued_ids[:16],
                 "done": [d for d in self.done if d[0] not in waiting][-DONE_KEPT:],
+                "backlog": backlog[:DONE_KEPT],
             }
 
     def _flush_backlog(self, conn: socket.socket) -> None:

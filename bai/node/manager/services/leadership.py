@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from bai.common.background import cancel_and_wait
 from bai.node.manager.state.postgres.cluster_queries import Lease, ManagerInfo, ManagerSeen
 
 log = logging.getLogger("bai.manager")
@@ -46,8 +47,10 @@ class Leadership:
         *,
         renew: float = RENEW,
         ttl: float = TTL,
+        closing: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.cluster = cluster
+        self._closing = closing  # (at the end of `stop`: the connection `cluster` has of its own)
         self.me = me
         self.database = database  # as shown (no password)
         self._lead = lead
@@ -147,13 +150,12 @@ class Leadership:
         }
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         if self.leading:
             self.leading = False
             await self._follow()
         if self.cluster is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.cluster.release_lease(self.me.id), 3)
+        if self._closing is not None:
+            await self._closing()

@@ -274,6 +274,26 @@ class PgDatabase(Database):
             raise
         return db
 
+    @classmethod
+    async def open_beside(cls, other: PgDatabase, purpose: str) -> PgDatabase:
+        """Another connection to `other`'s database, with a thread of its own, for calls that must not wait
+        behind `other`'s queue (the leader lease: a leader busy with its own work still renews it in time).
+        The schema is `other`'s already."""
+        db = cls(other.dsn, other.shown)
+        db._thread.name = f"postgresql {purpose} {other.shown}"
+        db.fence_holder = None  # (its calls are not the leader's writes)
+        db._thread.start()
+        db._open = True
+        try:
+            await db.run(db._connect_only)
+        except BaseException:
+            await db.close()
+            raise
+        return db
+
+    def _connect_only(self, _unopened: None) -> None:
+        self._connection = Connection(self.dsn, self.shown)
+
     def _connect_pg(self, _unopened: None) -> None:
         from bai.node.manager.state.postgres import schema
 
