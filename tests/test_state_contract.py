@@ -362,6 +362,26 @@ async def test_starting_a_session_moves_it_preparing_with_its_kernels_and_its_ow
     assert await state.start_preparing("no-such-session", at) is None
 
 
+async def test_a_round_of_one_kernel_sessions_moves_each_and_answers_each_as_stored(
+    state: State, now: datetime
+) -> None:
+    """(PostgreSQL sends such a round's moves together: each answer must still be its own session's.)"""
+    ids = [f"5e5e5e5e-0000-4000-8000-00000000010{i}" for i in range(5)]
+    for i, sid in enumerate(ids):
+        await create(state, sid, name=f"one-{i}")
+    assert await state.transition(ids[3], S.CANCELLED, "user-requested", now=now) is not None  # not PENDING now
+    placed = [(sid, {f"{sid}-main1": f"agent-{i}"}) for i, sid in enumerate(ids[:4])]
+    scheduled, cancelled = await state.apply_round(placed, [(ids[4], "pending-timeout", {"waited": 9})], [], [], now)
+    assert [r.id for r in scheduled] == ids[:3] and [r.id for r in cancelled] == [ids[4]]
+    for row in scheduled + cancelled:
+        assert row == await state.get_session(row.id)
+    for i, sid in enumerate(ids[:3]):
+        assert [(k.status, k.agent_id) for k in await state.kernels_of(sid)] == [("SCHEDULED", f"agent-{i}")]
+        assert (await state.transitions_of(sid))[-1] == Transition("SCHEDULED", "scheduled", {}, stamp(now))
+    assert [k.status for k in await state.kernels_of(ids[4])] == ["CANCELLED"]
+    assert [k.agent_id for k in await state.kernels_of(ids[3])] == [None]  # (it was not placed)
+
+
 async def test_a_round_places_cancels_and_records_why_sessions_wait(state: State, now: datetime) -> None:
     for sid, name in ((SID1, "placed"), (SID2, "cancelled"), (SID3, "waiting")):
         await create(state, sid, name=name, size=2 if sid == SID1 else 1)

@@ -226,6 +226,11 @@ class Connection:
             raise self._error(e) from e
         return Cursor(cursor)
 
+    def pipeline(self) -> Any:
+        """Inside a transaction: statements sent without waiting for each one's answer, until a result is read
+        (psycopg's pipeline mode); a failed one fails the transaction, as it would alone."""
+        return self._conn.pipeline()
+
     def _run(self, conn: Any, text: str, params: Any) -> Cursor:
         try:
             return Cursor(conn.execute(text, params))

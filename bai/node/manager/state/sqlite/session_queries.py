@@ -6,7 +6,7 @@ import json
 import sqlite3
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
 from bai.node.manager.state.records import (
@@ -89,33 +89,14 @@ def _transition(
     did not move, its status says why: None (nothing changed) for a session that is not there, not in
     `allowed_from` or already at `target`, IllegalTransition for a move the lifecycle forbids."""
     allowed = None if allowed_from is None else frozenset(allowed_from)
-    sql, sources = _move_statement(target, allowed)
-    data = json.dumps(status_data) if status_data else "{}"
-    terminated = now if target in _DEAD_TARGETS else None
-    started = now if target == SessionStatus.RUNNING else None
-    move_params = (target.value, status_info, data, now, terminated, result, started, session_id, *sources)
-    # every kernel of the session follows it; then each kernel's own updates (which may override that): one
-    # statement when one kernel has updates of its own that override none of the common columns (the usual case)
-    updates = [(kid, own) for kid, changes in (kernel_updates or {}).items() if (own := _kernel_columns(changes))]
-    own_cols: tuple[str, ...] = ()
-    params: list[Any] = [target.value, status_info, now]
-    if terminated:
-        params.append(terminated)
-    if len(updates) == 1 and _KERNEL_FOLLOWS.isdisjoint(updates[0][1]):
-        kid, own = updates[0]
-        own_cols = tuple(own)
-        for value in own.values():
-            params += (kid, value)
-        updates = []
-    params.append(session_id)
     combined = getattr(conn, "writable_ctes", False)  # (PostgreSQL: the move, its record, the kernels in one)
+    plan = _plan(session_id, target, status_info, status_data, allowed, kernel_updates, result, now)
+    sql, move_params, data, params, updates = plan.move_sql, plan.move_params, plan.data, plan.params, plan.updates
     folded = combined and not updates
-    kernels_sql = _kernels_statement(bool(terminated), own_cols, kernels_out is not None and not folded)
+    kernels_sql = _kernels_statement(plan.terminated, plan.own_cols, kernels_out is not None and not folded)
     if combined:
-        history = (target.value, status_info, data, now)
         moved = conn.execute(
-            _combined_statement(sql, kernels_sql if folded else None, folded and kernels_out is not None),
-            (*move_params, *history, *(params if folded else ())),
+            *_combined_of(plan, kernels_sql if folded else None, folded and kernels_out is not None)
         ).fetchall()
     else:
         moved = conn.execute(sql, move_params).fetchall()  # (to the end: the statement is done before the next one)
@@ -148,6 +129,84 @@ def _transition(
             rows = conn.execute("SELECT * FROM kernels WHERE session_id=?", (session_id,)).fetchall()
         kernels_out.extend(sorted((_kernel(r) for r in rows), key=cluster_order))
     return _session(moved[0])
+
+
+class _Plan(NamedTuple):
+    """A transition's statements' parameters (see `_transition`)."""
+
+    move_sql: str
+    move_params: tuple[Any, ...]
+    data: str  # the status data as stored
+    params: list[Any]  # the kernels' statement's
+    updates: list[tuple[str, dict[str, Any]]]  # kernels' own updates that take statements of their own
+    own_cols: tuple[str, ...]  # the one kernel's own columns the kernels' statement sets
+    terminated: bool
+    history: tuple[Any, ...]  # the transition's record's (status, info, data, time)
+
+
+def _plan(
+    session_id: str,
+    target: SessionStatus,
+    status_info: str,
+    status_data: dict[str, Any] | None,
+    allowed: frozenset[SessionStatus] | None,
+    kernel_updates: dict[str, KernelChanges] | None,
+    result: str | None,
+    now: str,
+) -> _Plan:
+    sql, sources = _move_statement(target, allowed)
+    data = json.dumps(status_data) if status_data else "{}"
+    terminated = now if target in _DEAD_TARGETS else None
+    started = now if target == SessionStatus.RUNNING else None
+    move_params = (target.value, status_info, data, now, terminated, result, started, session_id, *sources)
+    # every kernel of the session follows it; then each kernel's own updates (which may override that): one
+    # statement when one kernel has updates of its own that override none of the common columns (the usual case)
+    updates = [(kid, own) for kid, changes in (kernel_updates or {}).items() if (own := _kernel_columns(changes))]
+    own_cols: tuple[str, ...] = ()
+    params: list[Any] = [target.value, status_info, now]
+    if terminated:
+        params.append(terminated)
+    if len(updates) == 1 and _KERNEL_FOLLOWS.isdisjoint(updates[0][1]):
+        kid, own = updates[0]
+        own_cols = tuple(own)
+        for value in own.values():
+            params += (kid, value)
+        updates = []
+    params.append(session_id)
+    history = (target.value, status_info, data, now)
+    return _Plan(sql, move_params, data, params, updates, own_cols, bool(terminated), history)
+
+
+def _combined_of(plan: _Plan, kernels_sql: str | None, kernels_back: bool) -> tuple[str, tuple[Any, ...]]:
+    """PostgreSQL's one statement of a transition (`_combined_statement`) and its parameters."""
+    folded = kernels_sql is not None
+    return (
+        _combined_statement(plan.move_sql, kernels_sql, kernels_back),
+        (*plan.move_params, *plan.history, *(plan.params if folded else ())),
+    )
+
+
+def _transitions(conn: sqlite3.Connection, moves: list[tuple[Any, ...]]) -> list[Session | None]:
+    """Several `_transition`s (each its arguments after `conn`, without kernels_out) inside the caller's
+    transaction, in order. PostgreSQL: those whose move is one statement are sent together (its pipeline: one
+    round trip for all, as a scheduling round's placements); a session that did not move is moved again alone,
+    which says why (None, or IllegalTransition)."""
+    pipeline = getattr(conn, "pipeline", None)
+    if pipeline is None or len(moves) < 2:
+        return [_transition(conn, *m) for m in moves]
+    plans = []
+    for session_id, target, info, data, allowed_from, updates, result, now in moves:
+        allowed = None if allowed_from is None else frozenset(allowed_from)
+        plans.append(_plan(session_id, target, info, data, allowed, updates, result, now))
+    if any(p.updates for p in plans):  # (kernels with updates of their own: one statement each, in turn)
+        return [_transition(conn, *m) for m in moves]
+    with pipeline() as sent:
+        cursors = [
+            conn.execute(*_combined_of(p, _kernels_statement(p.terminated, p.own_cols, False), False)) for p in plans
+        ]
+        sent.sync()  # (every answer read: each cursor has its rows)
+        results = [c.fetchall() for c in cursors]
+    return [_session(rows[0]) if rows else _transition(conn, *m) for m, rows in zip(moves, results, strict=True)]
 
 
 _combined: dict[tuple[str, str | None, bool], str] = {}
@@ -219,9 +278,27 @@ def _live_named(conn: sqlite3.Connection, access_key: str, name: str) -> Session
     return None if row is None else _session(row)
 
 
-def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list[NewKernel]) -> Session:
-    """Insert a PENDING session (last in the queue) and its kernels, inside the caller's transaction; return
-    the session as stored."""
+def _create_or_get(conn: sqlite3.Connection, session: NewSession, kernels: list[NewKernel]) -> tuple[Session, bool]:
+    """Inside the caller's transaction: (the new PENDING session as stored, True), or (the owner's active session
+    of that name, False) with nothing inserted (names are unique among live ones). PostgreSQL, one kernel (the
+    usual case): one statement, the check and the insert in its data-modifying WITH (a round trip fewer)."""
+    if getattr(conn, "writable_ctes", False) and len(kernels) == 1:
+        values, kernel_row = _session_values(session, kernels)
+        now = values[5]
+        rows = conn.execute(
+            _CREATE_AT_ONCE, (session.access_key, session.name, *values, now, *kernel_row[0])
+        ).fetchall()
+        fields = decode(rows[0])
+        made = bool(fields.pop("bai_made"))
+        return Session(**fields), made
+    taken = _live_named(conn, session.access_key, session.name)
+    if taken is not None:
+        return taken, False
+    return _insert_session(conn, session, kernels), True
+
+
+def _session_values(session: NewSession, kernels: list[NewKernel]) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """The parameters of a new session's INSERT (_INSERT_SESSION), and of its kernels' (_INSERT_KERNEL)."""
     now = stamp(session.created_at)
     values = (
         session.id,
@@ -241,12 +318,14 @@ def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list
     kernel_rows = [
         (k.id, session.id, k.cluster_role, k.cluster_idx, session.image, now, json.dumps(k.slots), now) for k in kernels
     ]
-    if getattr(conn, "writable_ctes", False) and len(kernel_rows) == 1:  # (PostgreSQL: the three in one statement)
-        row = conn.execute(
-            _INSERT_AT_ONCE,
-            (*values, now, *kernel_rows[0]),
-        ).fetchall()[0]
-        return _session(row)
+    return values, kernel_rows
+
+
+def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list[NewKernel]) -> Session:
+    """Insert a PENDING session (last in the queue) and its kernels, inside the caller's transaction; return
+    the session as stored."""
+    values, kernel_rows = _session_values(session, kernels)
+    now = values[5]
     row = conn.execute(_INSERT_SESSION, values).fetchall()[0]  # (to the end: done before the next one)
     conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session.id, now))
     conn.executemany(_INSERT_KERNEL, kernel_rows)
@@ -263,11 +342,19 @@ _INSERT_KERNEL = (
     "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
     "status_changed, occupied_slots, created_at) VALUES (?, ?, ?, ?, ?, 'PENDING', ?, ?, ?)"
 )
-# (PostgreSQL: the session, its first record and its one kernel in one statement; parameters in that order)
-_INSERT_AT_ONCE = (
-    f"WITH made AS ({_INSERT_SESSION}), logged AS (INSERT INTO session_transitions "
-    "SELECT id, 'PENDING', '', '{}', ?::text FROM made), "
-    f"kernel AS ({_INSERT_KERNEL}) SELECT * FROM made"
+# (PostgreSQL: `_live_named`, then the session, its first record and its one kernel, in one statement; parameters:
+# the owner and name, the session's, the record's time, the kernel's. Its one row: the new session with bai_made 1,
+# or the live one of that name with bai_made 0.)
+_CREATE_AT_ONCE = (
+    f"WITH taken AS (SELECT * FROM sessions WHERE access_key=? AND name=? AND status IN ({_LIVE}) LIMIT 1), "
+    "made AS (INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
+    "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, created_at, seq) "
+    "SELECT ?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, "
+    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions) WHERE NOT EXISTS (SELECT 1 FROM taken) RETURNING *), "
+    "logged AS (INSERT INTO session_transitions SELECT id, 'PENDING', '', '{}', ?::text FROM made), "
+    "kernel AS (INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, status_changed, "
+    "occupied_slots, created_at) SELECT ?, ?, ?, ?, ?, 'PENDING', ?, ?, ? FROM made) "
+    "SELECT *, 1 AS bai_made FROM made UNION ALL SELECT *, 0 FROM taken"
 )
 
 
@@ -325,11 +412,8 @@ class Sessions(Queries):
         that name, insert nothing and return that session's id (names are unique among live ones)."""
 
         def fn(conn: sqlite3.Connection) -> str | None:
-            taken = _live_named(conn, session.access_key, session.name)
-            if taken is not None:
-                return taken.id
-            _insert_session(conn, session, kernels)
-            return None
+            row, made = _create_or_get(conn, session, kernels)
+            return None if made else row.id
 
         return await self.db.transaction(fn)
 
@@ -338,10 +422,7 @@ class Sessions(Queries):
         active session of that name, False) when there is one (and nothing is inserted)."""
 
         def fn(conn: sqlite3.Connection) -> tuple[Session, bool]:
-            taken = _live_named(conn, session.access_key, session.name)
-            if taken is not None:
-                return taken, False
-            return _insert_session(conn, session, kernels), True
+            return _create_or_get(conn, session, kernels)
 
         return await self.db.transaction(fn)
 
@@ -425,28 +506,18 @@ class Sessions(Queries):
 
         def fn(conn: sqlite3.Connection) -> tuple[list[Session], list[Session]]:
             self.db.fence(conn)  # (several managers: only the leader's round is stored)
-            scheduled, cancelled = [], []
-            for session_id, agents in placements:
-                updates = {kid: KernelChanges(agent_id=agent) for kid, agent in agents.items()}
-                row = _transition(
-                    conn,
-                    session_id,
-                    SessionStatus.SCHEDULED,
-                    "scheduled",
-                    {},
-                    [SessionStatus.PENDING],
-                    updates,
-                    None,
-                    at,
-                )
-                if row is not None:
-                    scheduled.append(row)
-            for session_id, info, data in cancels:
-                row = _transition(
-                    conn, session_id, SessionStatus.CANCELLED, info, data, [SessionStatus.PENDING], None, None, at
-                )
-                if row is not None:
-                    cancelled.append(row)
+            pending_only = [SessionStatus.PENDING]
+            placed: list[tuple[Any, ...]] = [
+                (sid, SessionStatus.SCHEDULED, "scheduled", {}, pending_only,
+                 {kid: KernelChanges(agent_id=agent) for kid, agent in agents.items()}, None, at)
+                for sid, agents in placements
+            ]  # fmt: skip
+            ended = [
+                (sid, SessionStatus.CANCELLED, info, data, pending_only, None, None, at) for sid, info, data in cancels
+            ]
+            moved = _transitions(conn, placed + ended)
+            scheduled = [row for row in moved[: len(placed)] if row is not None]
+            cancelled = [row for row in moved[len(placed) :] if row is not None]
             conn.executemany(
                 "UPDATE sessions SET status_info=?, status_data=? WHERE id=? AND status='PENDING'",
                 [(info, json.dumps(data), sid) for sid, info, data in pending],
