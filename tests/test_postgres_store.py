@@ -204,3 +204,37 @@ async def test_a_leader_busy_with_its_own_database_work_still_renews_its_lease(t
                 await held
         finally:
             await leadership.stop()
+
+
+async def test_a_create_checks_its_name_among_the_live_sessions_only_however_long_the_queue() -> None:
+    """A database of schema 13 gets sessions_live_name (step 14); with 3000 live sessions of one owner, the
+    plan PostgreSQL keeps for the create's name check (a generic one, as for a statement prepared early, when
+    the table was small) reads that index, not every live session of the owner (each create slowed as the
+    queue grew)."""
+    from bai.node.manager.state.sqlite.session_queries import _LIVE
+
+    url = pgserver.shared().new_database()
+    store = await PgStore.open_url(url, "db")
+    await store.close()
+    with psycopg.connect(url, autocommit=True) as pg:
+        pg.execute("DROP INDEX sessions_live_name")
+        pg.execute("DELETE FROM bai_schema WHERE version > 13")
+        pg.execute("INSERT INTO bai_schema VALUES (13, '2026-01-01')")
+    store = await PgStore.open_url(url, "db")  # (upgraded)
+    await store.close()
+    with psycopg.connect(url, autocommit=True) as pg:
+        assert pg.execute("SELECT MAX(version) FROM bai_schema").fetchone()[0] == LATEST
+        pg.execute(  # (prepared early, on an empty table: the plan is kept as the queue grows)
+            f"PREPARE live_named(text, text) AS SELECT * FROM sessions WHERE access_key=$1 AND name=$2 "
+            f"AND status IN ({_LIVE})"
+        )
+        for _ in range(6):  # (after five, PostgreSQL keeps a generic plan)
+            pg.execute("EXECUTE live_named('AK', 'n-7')")
+        pg.execute(
+            "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
+            "status_changed, requested_slots, environ, config, created_at, seq) "
+            "SELECT 'id-' || i, 'n-' || i, 'AK', 'img', 'batch', 'PENDING', '', '{}', 't', '{}', '{}', '{}', 't', i "
+            "FROM generate_series(1, 3000) AS i"
+        )
+        plan = "\n".join(r[0] for r in pg.execute("EXPLAIN EXECUTE live_named('AK', 'n-7')").fetchall())
+    assert "sessions_live_name" in plan, plan

@@ -771,3 +771,23 @@ async def test_a_failed_transaction_changes_nothing(store: Store) -> None:
         await store.db.transaction(fn)
     assert await store.image_aliases() == []
     assert await store.set_image_alias("b", "img")  # the connection is not left in a transaction
+
+
+def test_the_live_name_index_lists_the_live_statuses() -> None:
+    """sessions_live_name's condition (a migration's, written out) is the live statuses of the lifecycle: a status
+    added to it needs a step that makes the index again."""
+    from bai.common.status import ACTIVE_STATUSES
+
+    listed = {s.strip().strip("'") for s in schema.LIVE.split(",")}
+    assert listed == {s.value for s in ACTIVE_STATUSES}
+
+
+async def test_the_live_name_check_of_a_create_reads_the_live_sessions_index(store: Store) -> None:
+    await make_session(store)
+    from bai.node.manager.state.sqlite.session_queries import _LIVE
+
+    def plan(conn: sqlite3.Connection) -> str:
+        sql = f"EXPLAIN QUERY PLAN SELECT * FROM sessions WHERE access_key=? AND name=? AND status IN ({_LIVE})"
+        return " ".join(str(tuple(r)) for r in conn.execute(sql, ("AK", "n")).fetchall())
+
+    assert "sessions_live_name" in await store.db.run(plan)

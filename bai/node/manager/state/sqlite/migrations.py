@@ -19,6 +19,16 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+# the statuses of live sessions (bai.common.status.ACTIVE_STATUSES), as the live-name check lists them (so that
+# its condition is the index's own); tests/test_store.py checks that they are ACTIVE_STATUSES
+LIVE = (
+    "'ERROR', 'PENDING', 'PREPARING', 'PULLING', 'RESTARTING', 'RUNNING', 'RUNNING_DEGRADED', 'SCHEDULED', "
+    "'TERMINATING'"
+)
+LIVE_NAME_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS sessions_live_name ON sessions(access_key, name) WHERE status IN ({LIVE})"
+)
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS keypairs (
     access_key TEXT PRIMARY KEY,
@@ -187,6 +197,7 @@ CREATE TABLE IF NOT EXISTS dotfiles (
     PRIMARY KEY (access_key, path)
 );
 """
+SCHEMA += LIVE_NAME_INDEX + ";\n"
 
 
 @dataclass(frozen=True)
@@ -471,6 +482,13 @@ def v13(conn: sqlite3.Connection) -> None:
     add_column(conn, "sessions", "started_at", "TEXT")
 
 
+def v14(conn: sqlite3.Connection) -> None:
+    # the live-name check of every create (names are unique among an owner's live sessions) reads this index only:
+    # PostgreSQL planned it over sessions_owner_status, every live session of the owner (a create slowed as its
+    # queue grew)
+    conn.execute(LIVE_NAME_INDEX)
+
+
 STEPS = [
     Step(1, "keypairs, agents, sessions and their transitions, kernels, kernel logs", script(V1)),
     Step(2, "resource policies, scheduling history", script(V2)),
@@ -485,6 +503,7 @@ STEPS = [
     Step(11, "policies' session networks (max_session_networks)", v11),
     Step(12, "policies' queue bound (max_pending_session_count); sessions by owner and status", v12),
     Step(13, "sessions' first start (started_at)", v13),
+    Step(14, "sessions' live names (an index of the live sessions only)", v14, postgres=(LIVE_NAME_INDEX,)),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))

@@ -22,6 +22,7 @@ from bai.node.manager.state.records import (
     stamp,
 )
 from bai.node.manager.state.sqlite.db import Queries, decode, decode_mapping
+from bai.node.manager.state.sqlite.migrations import LIVE
 
 _ENCODED = frozenset({"devices", "service_ports", "last_stat"})  # kernel columns stored as JSON text
 
@@ -267,7 +268,7 @@ def _kernels_statement(terminated: bool, own: tuple[str, ...], returning: bool) 
     return sql
 
 
-_LIVE = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
+_LIVE = LIVE  # (the statuses of sessions_live_name's condition, as written there: the check reads that index)
 
 
 def _live_named(conn: sqlite3.Connection, access_key: str, name: str) -> Session | None:
