@@ -84,7 +84,9 @@ class ClusterEvents:
                 self.hubs.logs.notify_here(message["id"])
             elif kind == "w":
                 self.wake.here()
-            elif kind == "e" and isinstance(message.get("id"), str):
+            elif kind == "e" and isinstance(message.get("id"), str) and self.hubs.events.watched:
+                # (read only while somebody here watches the events: a follower is told of every move the leader
+                # makes, and each read waits in its database's queue with the creates it serves)
                 self._spawn(self._session_event(str(message.get("n")), message["id"]))
             elif kind == "t" and message.get("t") in self.caches:
                 self._spawn(self.caches[message["t"]]())

@@ -47,6 +47,11 @@ class EventHub(Generic[T]):
         # told of every event published here (the other managers of the database: services/cluster_events.py)
         self.relays: list[Callable[[str, T], None]] = []
 
+    @property
+    def watched(self) -> bool:
+        """Whether anybody here subscribes now (what another manager relays is read only then)."""
+        return bool(self._subscribers)
+
     def publish(self, name: str, what: T) -> None:
         self.publish_here(name, what)
         for relay in self.relays:
