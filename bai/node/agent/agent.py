@@ -793,8 +793,6 @@ class Agent:
             raise ChannelError(f"unknown execution mode {mode!r}")
         result = await channel.next_result(run_id, call.flush_timeout, after=call.after)
         await self._say_if_oom(kernel, result)
-        if result.status == "finished" and self.logs is not None:
-            await self.logs.flush()  # its output is on its way to the log before its end is: read after, it is there
         return result
 
     async def interrupt(self, call: Interrupt) -> bool:
