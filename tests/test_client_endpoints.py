@@ -329,6 +329,46 @@ def test_a_followed_log_goes_on_through_the_next_manager(node: Node, forwarder: 
     assert moves(err) == [f"bai: the manager at {forwarder.endpoint} does not answer; moved to {node.endpoint}"]
 
 
+def test_a_shell_whose_manager_dies_is_opened_again_through_the_next_one(node: Node, forwarder: Forwarder) -> None:
+    """`bai session shell` through a manager that dies: a new shell in the same kernel through the next manager,
+    said on the terminal; what is typed after goes to it, and its exit status is the command's."""
+    node.cli("session", "create", "--name", "shell-move", "python", check=True)
+    env = env_with(node, [forwarder.endpoint, node.endpoint])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bai", "session", "shell", "shell-move"],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out = bytearray()
+    threading.Thread(
+        target=lambda: [out.extend(b) for b in iter(lambda: proc.stdout.read1(4096), b"")], daemon=True
+    ).start()
+
+    def says(text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text.encode() not in out:
+            assert time.monotonic() < deadline and proc.poll() is None, (text, bytes(out), proc.poll())
+            time.sleep(0.05)
+
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"echo one-$((1+1))\n")
+        proc.stdin.flush()
+        says("one-2")
+        forwarder.close()
+        says(f"a new shell, through {node.endpoint}]")
+        proc.stdin.write(b"echo two-$((2+2))\n")
+        proc.stdin.flush()
+        says("two-4")
+        proc.stdin.write(b"exit 5\n")
+        proc.stdin.close()
+        assert proc.wait(30) == 5, bytes(out)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        node.cli("session", "destroy", "shell-move")
+
+
 def test_session_events_go_on_through_the_next_manager(node: Node, forwarder: Forwarder) -> None:
     node.cli("session", "create", "--name", "events-move", "--type", "batch", "--startup-command", "sleep 6",
              "python", check=True)  # fmt: skip

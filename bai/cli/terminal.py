@@ -1,6 +1,8 @@
 """Attach this terminal to a terminal in a kernel (`bai session shell`, the dashboard's `s`): the local
 terminal in raw mode (every key, Ctrl-C / Ctrl-D / Ctrl-Z included, goes to the kernel), window-size
-changes passed on, the remote command's exit status returned."""
+changes passed on, the remote command's exit status returned. With several managers, a shell whose
+connection broke (its manager went away) is opened again through the next one, saying so: a new shell, in
+the same kernel (what ran in the old one went with its connection); a command given is not run again."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import tty
 from typing import Any
 
 EOT = b"\x04"  # Ctrl-D: what a terminal sends at the end of piped input
+MAX_REOPENS = 3  # shells opened again, one attach, after broken connections (one that breaks at once stops)
 
 
 def terminal_size() -> tuple[int, int]:
@@ -45,6 +48,7 @@ async def attach_terminal(
     interactive = os.isatty(fd)
     saved = termios.tcgetattr(fd) if interactive else None
     keys: asyncio.Queue[bytes | tuple[int, int]] = asyncio.Queue()  # keystrokes, or a new (rows, cols)
+    reopened = 0
 
     def readable() -> None:
         try:
@@ -66,10 +70,13 @@ async def attach_terminal(
     async def send_keys() -> None:
         while True:
             item = await keys.get()
-            if isinstance(item, tuple):
-                await ws.send_json({"type": "resize", "rows": item[0], "cols": item[1]})
-            else:
-                await ws.send_json({"type": "stdin", "chars": base64.b64encode(item).decode()})
+            try:
+                if isinstance(item, tuple):
+                    await ws.send_json({"type": "resize", "rows": item[0], "cols": item[1]})
+                else:
+                    await ws.send_json({"type": "stdin", "chars": base64.b64encode(item).decode()})
+            except (ConnectionError, RuntimeError):
+                continue  # (the connection broke: what follows goes to the shell opened next, if any)
 
     out = sys.stdout.buffer
     sender = asyncio.create_task(send_keys())
@@ -79,24 +86,40 @@ async def attach_terminal(
         loop.add_reader(fd, readable)
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGWINCH, resized)
-        async for msg in ws:
-            if msg.type.name != "TEXT":
-                continue
-            frame = json.loads(msg.data)
-            kind = frame.get("type")
-            if kind == "out":
-                out.write(base64.b64decode(frame.get("data", "")))
-                out.flush()
-            elif kind == "exit":
-                code = frame.get("code")
-                return int(code) if isinstance(code, int) else 0
-            elif kind == "error":
+        while True:
+            async for msg in ws:
+                if msg.type.name != "TEXT":
+                    continue
+                frame = json.loads(msg.data)
+                kind = frame.get("type")
+                if kind == "out":
+                    out.write(base64.b64decode(frame.get("data", "")))
+                    out.flush()
+                elif kind == "exit":
+                    code = frame.get("code")
+                    return int(code) if isinstance(code, int) else 0
+                elif kind == "error":
+                    _restore(fd, saved)
+                    print(f"\r\nbai: the terminal ended: {frame.get('data')}", file=sys.stderr)
+                    return 1
+            # the connection broke (its manager went away) with the shell's end unsaid: an interactive shell is
+            # opened again through the next manager (a command is not run twice)
+            broken = client.ends.current.url
+            client.ends.broke_current()
+            again = None
+            if command is None and reopened < MAX_REOPENS:
+                reopened += 1
+                with contextlib.suppress(Exception):
+                    again = await client.terminal(session_id, None, *terminal_size(), kernel=kernel)
+            if again is None:
                 _restore(fd, saved)
-                print(f"\r\nbai: the terminal ended: {frame.get('data')}", file=sys.stderr)
+                print("\r\nbai: the terminal's connection closed", file=sys.stderr)
                 return 1
-        _restore(fd, saved)
-        print("\r\nbai: the terminal's connection closed", file=sys.stderr)
-        return 1
+            await ws.close()
+            ws = again
+            note = f"\r\n[bai: the connection to {broken} broke: a new shell, through {client.ends.current.url}]\r\n"
+            out.write(note.encode())
+            out.flush()
     finally:
         with contextlib.suppress(ValueError, OSError):
             loop.remove_reader(fd)

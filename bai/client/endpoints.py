@@ -75,6 +75,11 @@ class Endpoints:
             if self._current == i:
                 self._current = (i + 1) % len(self.all)
 
+    def broke_current(self) -> None:
+        """A stream through the current manager broke (a WebSocket, after it was open): the next one starts at
+        the next manager."""
+        self.broke(self._current)
+
     def names(self, indexes: list[int] | None = None) -> str:
         """The URLs (of `indexes`, else all), comma-separated: for messages."""
         return ", ".join(self.all[i].url for i in (indexes if indexes is not None else range(len(self.all))))
