@@ -8,7 +8,10 @@
   created through it is scheduled (its next scheduling round), target <= 10 s; `--failovers N` (5) of them,
   creating sessions all along, then the sessions counted: none lost, none twice (target 0).
 
-    .venv/bin/python bench/managers.py [--sessions 2000] [--concurrency 64] [--failovers 5]
+    .venv/bin/python bench/managers.py [--sessions 2000] [--concurrency 64] [--failovers 5] [--rounds 3]
+
+Each round measures the three one after the other; the ratios are taken within a round (this machine's speed
+drifts from one minute to the next: one round alone varied 190-310/s) and their median is reported.
 
 The PostgreSQL server is Debian's, started by the bench in a folder of its own with fsync on (the figures of a
 durable database), on 127.0.0.1. Each phase's nodes are stopped before the next starts. Figures go to stdout.
@@ -147,43 +150,70 @@ async def _all_sessions(node: BenchNode) -> list[dict[str, Any]]:
         return await client.list_sessions(all=True)
 
 
+async def one_round(server: PostgresServer, args: argparse.Namespace, r: int) -> tuple[float, float, float]:
+    """The three phases once, one after the other (each one's nodes stopped before the next starts)."""
+    progress(f"round {r + 1}: one node on SQLite …")
+    node = start_node(CONFIG, "sim", "--link-listen", f"127.0.0.1:{free_port()}")
+    try:
+        sqlite_rate, _ = await creates([node], args.sessions, args.concurrency, "lite")
+    finally:
+        node.stop()
+    progress(f"round {r + 1}: one node on PostgreSQL …")
+    node = manager_node(server.new_database("one"))
+    try:
+        pg_rate, _ = await creates([node], args.sessions, args.concurrency, "pg1")
+    finally:
+        node.stop()
+    progress(f"round {r + 1}: two managers on one PostgreSQL database …")
+    url = server.new_database("two")
+    first = manager_node(url)
+    second = manager_node(url, role="manager")
+    try:
+        two_rate, _ = await creates([first, second], args.sessions, args.concurrency, "pg2")
+    finally:
+        second.stop()
+        first.stop()
+    return sqlite_rate, pg_rate, two_rate
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 async def main_async(args: argparse.Namespace) -> None:
     server = PostgresServer.start(durable=True)
     try:
-        progress("one node on SQLite …")
-        node = start_node(CONFIG, "sim", "--link-listen", f"127.0.0.1:{free_port()}")
-        try:
-            sqlite_rate, _ = await creates([node], args.sessions, args.concurrency, "lite")
-        finally:
-            node.stop()
-        progress("one node on PostgreSQL …")
-        node = manager_node(server.new_database("one"))
-        try:
-            pg_rate, _ = await creates([node], args.sessions, args.concurrency, "pg1")
-        finally:
-            node.stop()
-        progress("two managers on one PostgreSQL database …")
-        url = server.new_database("two")
-        first = manager_node(url)
-        second = manager_node(url, role="manager")
-        try:
-            two_rate, _ = await creates([first, second], args.sessions, args.concurrency, "pg2")
-        finally:
-            second.stop()
-            first.stop()
+        # each round measures its pair in the same minute: the ratios are taken within a round (this machine's
+        # speed drifts between minutes), and their median is reported with the range
+        rounds = [await one_round(server, args, r) for r in range(args.rounds)]
         progress(f"{args.failovers} failovers …")
         fo = await failover(server, args.failovers, args.concurrency)
     finally:
         server.stop()
-    print(f"session creates/s, {args.concurrency} in flight, {args.sessions} each (sim backend):")
-    print(f"  SQLite, one node             {sqlite_rate:8.0f}/s")
-    ratio = pg_rate / sqlite_rate
-    print(f"  PostgreSQL, one node         {pg_rate:8.0f}/s   {ratio:.2f}x SQLite (target >= 0.6x, >= 300/s)")
-    print(f"  PostgreSQL, two managers     {two_rate:8.0f}/s   {two_rate / pg_rate:.2f}x one manager (target >= 1.3x)")
+    sqlite_rates, pg_rates, two_rates = ([r[k] for r in rounds] for k in range(3))
+    pg_ratios = [pg / lite for lite, pg, _ in rounds]
+    two_ratios = [two / pg for _, pg, two in rounds]
+
+    def spread(values: list[float], fmt: str) -> str:
+        return "" if len(values) < 2 else f" ({format(min(values), fmt)}-{format(max(values), fmt)})"
+
+    print(f"session creates/s, {args.concurrency} in flight, {args.sessions} each (sim backend), median of "
+          f"{args.rounds} rounds (range):")  # fmt: skip
+    print(f"  SQLite, one node             {_median(sqlite_rates):8.0f}/s{spread(sqlite_rates, '.0f')}")
+    print(
+        f"  PostgreSQL, one node         {_median(pg_rates):8.0f}/s{spread(pg_rates, '.0f')}   "
+        f"{_median(pg_ratios):.2f}x SQLite{spread(pg_ratios, '.2f')} (target >= 0.6x, >= 300/s)"
+    )
+    print(
+        f"  PostgreSQL, two managers     {_median(two_rates):8.0f}/s{spread(two_rates, '.0f')}   "
+        f"{_median(two_ratios):.2f}x one manager{spread(two_ratios, '.2f')} (target >= 1.3x)"
+    )
     lead = ", ".join(f"{t:.1f}" for t in fo["lead"])
-    rounds = ", ".join(f"{t:.1f}" for t in fo["round"])
+    took = ", ".join(f"{t:.1f}" for t in fo["round"])
     print(f"failover, leader killed -9 ({len(fo['lead'])} times): lease taken after {lead} s")
-    print(f"  next scheduling round on the new leader after {rounds} s (target <= 10 s)")
+    print(f"  next scheduling round on the new leader after {took} s (target <= 10 s)")
     print(f"  sessions accepted {fo['accepted']}: lost {len(fo['lost'])}, twice {len(fo['twice'])} (target 0)")
 
 
@@ -192,6 +222,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--failovers", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="times each pair is measured (median reported)")
     args = parser.parse_args()
     asyncio.run(main_async(args))
 
