@@ -238,3 +238,9 @@ async def test_a_create_checks_its_name_among_the_live_sessions_only_however_lon
         )
         plan = "\n".join(r[0] for r in pg.execute("EXPLAIN EXECUTE live_named('AK', 'n-7')").fetchall())
     assert "sessions_live_name" in plan, plan
+
+
+def test_the_idle_transaction_status_is_libpqs() -> None:
+    from bai.node.manager.state.postgres import db
+
+    assert db._IDLE == psycopg.pq.TransactionStatus.IDLE  # (read as an int on every statement)

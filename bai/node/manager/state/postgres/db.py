@@ -28,6 +28,7 @@ from bai.node.manager.state.sqlite.db import Database
 WRITE_LOCK = 0x6261690001  # the advisory lock every transaction takes ("bai" 1)
 CONNECT_TIMEOUT = 5  # seconds to reach the server
 _BEGIN = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+_IDLE = 0  # libpq's PQTRANS_IDLE (psycopg.pq.TransactionStatus.IDLE): no transaction open
 PREPARED_MAX = 1024  # statements kept prepared by the connection (psycopg's default of 100 is too few)
 
 
@@ -190,11 +191,10 @@ class Connection:
 
     @property
     def in_transaction(self) -> bool:
-        import psycopg.pq
-
         if self._conn is None or self._conn.closed:
             return False
-        return bool(self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
+        # (libpq's own status, an int: psycopg's `info.transaction_status` makes an enum each time, on every statement)
+        return bool(self._conn.pgconn.transaction_status != _IDLE)
 
     def _ready(self) -> Any:
         """The connection, made again when it was lost outside a transaction."""
