@@ -244,3 +244,36 @@ def test_the_idle_transaction_status_is_libpqs() -> None:
     from bai.node.manager.state.postgres import db
 
     assert db._IDLE == psycopg.pq.TransactionStatus.IDLE  # (read as an int on every statement)
+
+
+async def test_one_statement_transactions_sent_together_each_get_their_own_answer() -> None:
+    """PostgreSQL sends a group's one-statement transactions (creates, moves) together: one that fails (a taken
+    key), one whose reading of its answer fails, and the others each get the answer they would have had alone,
+    and only theirs is stored."""
+    import threading
+
+    from bai.node.manager.state.sqlite.db import OneStatement
+
+    def insert(name: str, fail: bool = False) -> OneStatement:
+        def finish(_conn: object, rows: list) -> str:
+            if fail:
+                raise RuntimeError(name)
+            return str(rows[0][0])
+
+        return OneStatement("INSERT INTO image_aliases VALUES (?, 'img') RETURNING alias", (name,), finish)
+
+    store = await PgStore.open_url(pgserver.shared().new_database(), "db")
+    try:
+        gate = threading.Event()
+        busy = store.db.run(lambda _conn: gate.wait(10))  # (the thread busy: what follows is taken at once)
+        fns = [insert("a0"), insert("a1"), insert("a1"), insert("a3"), insert("a4", fail=True), insert("a5")]
+        calls = [store.db.transaction(fn) for fn in fns]
+        gate.set()
+        await busy
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert results[:2] == ["a0", "a1"] and results[3] == "a3" and results[5] == "a5", results
+        assert isinstance(results[2], sqlite3.IntegrityError) and isinstance(results[4], RuntimeError), results
+        assert {a.alias for a in await store.image_aliases()} == {"a0", "a1", "a3", "a5"}
+        assert await store.set_image_alias("after", "img")  # (the connection is not left in a transaction)
+    finally:
+        await store.close()

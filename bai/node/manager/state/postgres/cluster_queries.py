@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bai.node.manager.state.postgres.db import WRITE_LOCK
 from bai.node.manager.state.sqlite.db import Queries
 
 CLUSTER_TABLES = (
@@ -68,6 +69,21 @@ def _iso(value: Any) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
+# (parameters: the manager, the lease's name, its length in seconds) the lease as it is after the statement: taken
+# or renewed by this manager, else as its holder left it. `locked` comes first: the INSERT reads its row from it.
+_RENEW = (
+    f"WITH locked AS (SELECT pg_advisory_xact_lock({WRITE_LOCK}) AS got), "
+    "seen AS (UPDATE bai_managers SET last_seen=clock_timestamp() WHERE id=$1 AND EXISTS (SELECT 1 FROM locked) "
+    "RETURNING 1), "
+    "mine AS (INSERT INTO bai_lease SELECT $2, $1, clock_timestamp(), clock_timestamp() + make_interval(secs => $3) "
+    "FROM locked ON CONFLICT(name) DO UPDATE SET holder=excluded.holder, expires_at=excluded.expires_at, "
+    "since=CASE WHEN bai_lease.holder=excluded.holder THEN bai_lease.since ELSE excluded.since END "
+    "WHERE bai_lease.holder=excluded.holder OR bai_lease.expires_at < clock_timestamp() RETURNING holder, since) "
+    "SELECT holder, since, (SELECT COUNT(*) FROM seen) FROM mine UNION ALL "
+    "SELECT holder, since, 0 FROM bai_lease WHERE name=$2 AND NOT EXISTS (SELECT 1 FROM mine)"
+)
+
+
 class Cluster(Queries):
     """The managers' table and the leader lease."""
 
@@ -85,23 +101,18 @@ class Cluster(Queries):
         await self.db.transaction(fn)
 
     async def renew_lease(self, manager_id: str, ttl: float) -> Lease:
-        """Renew this manager's lease, or take it when it has expired; who holds it now."""
+        """Renew this manager's lease, or take it when it has expired; who holds it now. One statement (its own
+        transaction): the write lock every transaction takes first (so that the lease cannot change while a
+        leader's transaction is under way, see PgDatabase.fence), then this manager seen, then the lease,
+        held for one round trip only (the leader's writes wait for it)."""
 
         def fn(conn: Any) -> Lease:
-            conn.execute("UPDATE bai_managers SET last_seen=clock_timestamp() WHERE id=?", (manager_id,))
-            row = conn.execute(
-                "INSERT INTO bai_lease VALUES (?, ?, clock_timestamp(), clock_timestamp() + make_interval(secs => ?)) "
-                "ON CONFLICT(name) DO UPDATE SET holder=excluded.holder, expires_at=excluded.expires_at, "
-                "since=CASE WHEN bai_lease.holder=excluded.holder THEN bai_lease.since ELSE excluded.since END "
-                "WHERE bai_lease.holder=excluded.holder OR bai_lease.expires_at < clock_timestamp() "
-                "RETURNING holder, since",
-                (LEASE, manager_id, float(ttl)),
-            ).fetchone()
-            if row is None:
+            row = conn.execute(_RENEW, (manager_id, LEASE, float(ttl))).fetchone()
+            if row is None:  # (another took it first, after this statement's snapshot: read it as it is now)
                 row = conn.execute("SELECT holder, since FROM bai_lease WHERE name=?", (LEASE,)).fetchone()
             return Lease(row[0], _iso(row[1]), row[0] == manager_id)
 
-        return await self.db.transaction(fn)
+        return await self.db.run(fn)
 
     async def release_lease(self, manager_id: str) -> None:
         """On a clean stop: let the lease go at once (the next manager takes it at its next renewal)."""

@@ -258,6 +258,8 @@ class Connection:
 class PgDatabase(Database):
     """A PostgreSQL database, served by a thread of its own as `Database` serves a SQLite file."""
 
+    one_statement_writes = True
+
     def __init__(self, dsn: str, shown: str) -> None:
         from pathlib import Path
 

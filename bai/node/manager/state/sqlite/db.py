@@ -18,7 +18,7 @@ import asyncio
 import json
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from queue import SimpleQueue
 from typing import Any, TypeVar
@@ -189,8 +189,38 @@ def _alone(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) ->
         return True, e
 
 
+class OneStatement:
+    """A transaction of one statement whose answer only `finish(conn, rows)` reads (it may run more statements,
+    as a fallback: after the group's statements sent with this one, see below). Called as any transaction's fn
+    (`Database.transaction`); where the connection has a `pipeline` (PostgreSQL), consecutive ones of a group
+    are sent together: one round trip for all of them instead of one each."""
+
+    __slots__ = ("sql", "params", "finish")
+
+    def __init__(self, sql: str, params: Sequence[Any], finish: Callable[[Any, list[Any]], Any]) -> None:
+        self.sql, self.params, self.finish = sql, params, finish
+
+    def __call__(self, conn: Any) -> Any:
+        return self.finish(conn, conn.execute(self.sql, self.params).fetchall())
+
+
+class _PipelineFailed(Exception):
+    """A statement sent with others failed: the group runs again, each on its own, to say which."""
+
+
+def _pipelined(conn: Any, run: list[OneStatement]) -> list[Any]:
+    """The statements of `run` sent together (inside the group's transaction); the rows of each."""
+    try:
+        with conn.pipeline() as sent:
+            cursors = [conn.execute(f.sql, f.params) for f in run]
+            sent.sync()  # (every answer read: each cursor has its rows)
+        return [c.fetchall() for c in cursors]
+    except Exception as e:  # noqa: BLE001 (which one failed is found by running them again, one by one)
+        raise _PipelineFailed() from e
+
+
 def _group_transactions(
-    conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]]
+    conn: sqlite3.Connection, fns: list[Callable[[sqlite3.Connection], Any]], pipelined: bool | None = None
 ) -> list[tuple[bool, Any]]:
     """Run fns in ONE transaction; [(failed, result or exception)] for each, once committed.
 
@@ -199,7 +229,13 @@ def _group_transactions(
     (nothing of it stored, as alone, for it ran on the state it would have had alone), and those after it
     go on in a group of their own. Should the transaction as a whole be lost (a fn that ended it, SQLite
     rolling back by itself as on SQLITE_FULL, a failed COMMIT), every fn not yet committed runs again on
-    its own, so each gets the answer it would have had alone."""
+    its own, so each gets the answer it would have had alone.
+
+    `pipelined` (default: whether the connection has a `pipeline`): consecutive OneStatements are sent together,
+    then each one's `finish` reads its rows, in order. Should one of them fail, the transaction is rolled back
+    and the group runs again without that, so that the one that failed is known."""
+    if pipelined is None:
+        pipelined = getattr(conn, "pipeline", None) is not None
     outcomes: list[tuple[bool, Any]] = []
     i, n = 0, len(fns)
     while i < n:
@@ -208,7 +244,32 @@ def _group_transactions(
         lost = False
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for fn in fns[i:] if i else fns:
+            todo = fns[i:] if i else fns
+            j = 0
+            while j < len(todo):
+                fn = todo[j]
+                run: list[OneStatement] = []
+                if pipelined:
+                    while j + len(run) < len(todo) and isinstance(todo[j + len(run)], OneStatement):
+                        run.append(todo[j + len(run)])  # type: ignore[arg-type]
+                if len(run) > 1:
+                    try:
+                        answers = _pipelined(conn, run)
+                    except _PipelineFailed:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        return outcomes + _group_transactions(conn, fns[i:], pipelined=False)
+                    for f, rows in zip(run, answers, strict=True):
+                        try:
+                            results.append(f.finish(conn, rows))
+                        except BaseException as e:  # noqa: BLE001 (handed to its caller)
+                            error = e
+                            break
+                    if error is not None:
+                        lost = not conn.in_transaction
+                        break
+                    j += len(run)
+                    continue
                 try:
                     result = fn(conn)
                 except BaseException as e:  # noqa: BLE001 (handed to its caller)
@@ -219,6 +280,7 @@ def _group_transactions(
                     lost = True
                     break
                 results.append(result)
+                j += 1
             else:
                 conn.execute("COMMIT")
                 outcomes.extend((False, r) for r in results)
@@ -231,7 +293,8 @@ def _group_transactions(
             outcomes.extend(_alone(conn, fn) for fn in fns[i:])
             return outcomes
         k = i + len(results)  # the fn that raised
-        outcomes.extend(_group_transactions(conn, fns[i:k]) if k - i > 1 else [_alone(conn, f) for f in fns[i:k]])
+        before = _group_transactions(conn, fns[i:k], pipelined) if k - i > 1 else [_alone(conn, f) for f in fns[i:k]]
+        outcomes.extend(before)
         outcomes.append((True, error))
         i = k + 1
     return outcomes
@@ -239,6 +302,10 @@ def _group_transactions(
 
 class Database:
     """A SQLite database file, open in a thread of its own."""
+
+    # whether a transition or a create may be one statement (OneStatement) sent with others: a server's round
+    # trips (PostgreSQL's data-modifying WITH and pipeline); SQLite's statements cost no round trip
+    one_statement_writes = False
 
     def __init__(self, path: Path, *, thread_name: str = "") -> None:
         self.path = path

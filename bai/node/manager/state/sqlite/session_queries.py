@@ -6,7 +6,7 @@ import json
 import sqlite3
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
 from bai.node.manager.state.records import (
@@ -21,7 +21,7 @@ from bai.node.manager.state.records import (
     changed_fields,
     stamp,
 )
-from bai.node.manager.state.sqlite.db import Queries, decode, decode_mapping
+from bai.node.manager.state.sqlite.db import OneStatement, Queries, decode, decode_mapping
 from bai.node.manager.state.sqlite.migrations import LIVE
 
 _ENCODED = frozenset({"devices", "service_ports", "last_stat"})  # kernel columns stored as JSON text
@@ -210,6 +210,23 @@ def _transitions(conn: sqlite3.Connection, moves: list[tuple[Any, ...]]) -> list
     return [_session(rows[0]) if rows else _transition(conn, *m) for m, rows in zip(moves, results, strict=True)]
 
 
+def _one_transition(args: tuple[Any, ...]) -> OneStatement | None:
+    """PostgreSQL: `_transition` (its arguments after `conn`, without kernels_out) as one statement to send with
+    others, when it is one (no kernel has updates of its own that take statements of their own); a session that
+    did not move is moved again alone, which says why."""
+    session_id, target, info, data, allowed_from, updates, result, now = args
+    allowed = None if allowed_from is None else frozenset(allowed_from)
+    plan = _plan(session_id, target, info, data, allowed, updates, result, now)
+    if plan.updates:
+        return None
+    sql, params = _combined_of(plan, _kernels_statement(plan.terminated, plan.own_cols, False), False)
+
+    def finish(conn: Any, rows: list[Any]) -> Session | None:
+        return _session(rows[0]) if rows else _transition(conn, *args)
+
+    return OneStatement(sql, params, finish)
+
+
 _combined: dict[tuple[str, str | None, bool], str] = {}
 
 
@@ -284,18 +301,24 @@ def _create_or_get(conn: sqlite3.Connection, session: NewSession, kernels: list[
     of that name, False) with nothing inserted (names are unique among live ones). PostgreSQL, one kernel (the
     usual case): one statement, the check and the insert in its data-modifying WITH (a round trip fewer)."""
     if getattr(conn, "writable_ctes", False) and len(kernels) == 1:
-        values, kernel_row = _session_values(session, kernels)
-        now = values[5]
-        rows = conn.execute(
-            _CREATE_AT_ONCE, (session.access_key, session.name, *values, now, *kernel_row[0])
-        ).fetchall()
-        fields = decode(rows[0])
-        made = bool(fields.pop("bai_made"))
-        return Session(**fields), made
+        return cast(tuple[Session, bool], _create_at_once(session, kernels)(conn))
     taken = _live_named(conn, session.access_key, session.name)
     if taken is not None:
         return taken, False
     return _insert_session(conn, session, kernels), True
+
+
+def _create_at_once(session: NewSession, kernels: list[NewKernel]) -> OneStatement:
+    """PostgreSQL, a session of one kernel: `_create_or_get` as one statement (to send with others)."""
+    values, kernel_rows = _session_values(session, kernels)
+    params = (session.access_key, session.name, *values, values[5], *kernel_rows[0])
+
+    def finish(_conn: Any, rows: list[Any]) -> tuple[Session, bool]:
+        fields = decode(rows[0])
+        made = bool(fields.pop("bai_made"))
+        return Session(**fields), made
+
+    return OneStatement(_CREATE_AT_ONCE, params, finish)
 
 
 def _session_values(session: NewSession, kernels: list[NewKernel]) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
@@ -412,15 +435,15 @@ class Sessions(Queries):
         """Insert a PENDING session and its kernels; if the owner already has an active session of
         that name, insert nothing and return that session's id (names are unique among live ones)."""
 
-        def fn(conn: sqlite3.Connection) -> str | None:
-            row, made = _create_or_get(conn, session, kernels)
-            return None if made else row.id
-
-        return await self.db.transaction(fn)
+        row, made = await self.create_or_get_session(session, kernels)
+        return None if made else row.id
 
     async def create_or_get_session(self, session: NewSession, kernels: list[NewKernel]) -> tuple[Session, bool]:
         """As `create_session`, in the same one transaction: (the new session's row, True), or (the owner's
         active session of that name, False) when there is one (and nothing is inserted)."""
+
+        if self.db.one_statement_writes and len(kernels) == 1:
+            return cast(tuple[Session, bool], await self.db.transaction(_create_at_once(session, kernels)))
 
         def fn(conn: sqlite3.Connection) -> tuple[Session, bool]:
             return _create_or_get(conn, session, kernels)
@@ -447,11 +470,12 @@ class Sessions(Queries):
         status follows the session's unless given.
         """
         at = stamp(now)
-        return await self.db.transaction(
-            lambda conn: _transition(
-                conn, session_id, target, status_info, status_data, allowed_from, kernel_updates, result, at
-            )
-        )
+        args = (session_id, target, status_info, status_data, allowed_from, kernel_updates, result, at)
+        if self.db.one_statement_writes:
+            one = _one_transition(args)
+            if one is not None:
+                return cast(Session | None, await self.db.transaction(one))
+        return await self.db.transaction(lambda conn: _transition(conn, *args))
 
     async def start_preparing(
         self, session_id: str, now: datetime
