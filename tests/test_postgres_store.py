@@ -277,3 +277,30 @@ async def test_one_statement_transactions_sent_together_each_get_their_own_answe
         assert await store.set_image_alias("after", "img")  # (the connection is not left in a transaction)
     finally:
         await store.close()
+
+
+async def test_reads_queued_among_transactions_see_what_was_queued_before_them() -> None:
+    """A read of one statement (Database.read) queued among transactions goes in their transaction on
+    PostgreSQL: it answers with what was queued before it, not after, and a read alone is answered too."""
+    import threading
+
+    store = await PgStore.open_url(pgserver.shared().new_database(), "db")
+
+    def count() -> asyncio.Future[int]:
+        return store.db.read("SELECT COUNT(*) FROM image_aliases", (), lambda _conn, rows: int(rows[0][0]))
+
+    def insert(name: str) -> asyncio.Future[None]:
+        return store.db.transaction(lambda conn: conn.execute("INSERT INTO image_aliases VALUES (?, 'i')", (name,)))
+
+    try:
+        gate = threading.Event()
+        busy = store.db.run(lambda _conn: gate.wait(10))
+        calls = [count(), insert("x1"), count(), insert("x2"), insert("x1"), count(), insert("x3"), count()]
+        gate.set()
+        await busy
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert [results[i] for i in (0, 2, 5, 7)] == [0, 1, 2, 3], results
+        assert isinstance(results[4], sqlite3.IntegrityError), results  # (a taken name: that one alone fails)
+        assert await count() == 3
+    finally:
+        await store.close()

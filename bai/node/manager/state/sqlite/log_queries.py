@@ -269,10 +269,9 @@ class Logs(Queries):
 
     async def newest_log_seq(self, kernel_id: str) -> int:
         """The seq of a kernel's newest stored chunk; 0: none."""
-        row = await self.db.run(
-            lambda conn: conn.execute("SELECT MAX(seq) FROM kernel_logs WHERE kernel_id=?", (kernel_id,)).fetchone()
+        return await self.db.read(
+            "SELECT MAX(seq) FROM kernel_logs WHERE kernel_id=?", (kernel_id,), lambda _conn, rows: int(rows[0][0] or 0)
         )
-        return int(row[0] or 0)
 
     async def log_state(self, kernel_id: str) -> LogKept | None:
         """What is kept of a kernel's log (bytes kept, bytes dropped, when purged); None: no output yet."""

@@ -689,7 +689,11 @@ class Sessions(Queries):
         return await self.db.run(fn)
 
     async def kernels_of(self, session_id: str) -> list[Kernel]:
-        return (await self.kernels_of_many([session_id])).get(session_id, [])
+        return await self.db.read(
+            "SELECT * FROM kernels WHERE session_id=? ORDER BY cluster_role, cluster_idx",  # main1, sub1, sub2 …
+            (session_id,),
+            lambda _conn, rows: [_kernel(r) for r in rows],
+        )
 
     async def kernels_of_many(self, session_ids: list[str]) -> dict[str, list[Kernel]]:
         """The kernels of several sessions in one read, keyed by session id."""
