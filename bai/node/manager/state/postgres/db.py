@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from bai.node.manager.state.errors import DatabaseUnavailable, NotLeading, StorageFull
@@ -272,14 +272,7 @@ class PgDatabase(Database):
         """Connect, and bring the schema to the latest version (SchemaTooNew, before changing anything, for a
         database of a newer bai; DatabaseUnavailable when the server cannot be reached)."""
         db = cls(dsn, shown)
-        db._thread.start()
-        db._open = True
-        try:
-            await db.run(db._connect_pg)
-        except BaseException:
-            await db.close()
-            raise
-        return db
+        return await db._started(db._connect_pg)
 
     @classmethod
     async def open_beside(cls, other: PgDatabase, purpose: str) -> PgDatabase:
@@ -289,14 +282,18 @@ class PgDatabase(Database):
         db = cls(other.dsn, other.shown)
         db._thread.name = f"postgresql {purpose} {other.shown}"
         db.fence_holder = None  # (its calls are not the leader's writes)
-        db._thread.start()
-        db._open = True
+        return await db._started(db._connect_only)
+
+    async def _started(self, connect: Callable[[None], None]) -> PgDatabase:
+        """This database's thread started, and `connect` run there (the thread ended again if it fails)."""
+        self._thread.start()
+        self._open = True
         try:
-            await db.run(db._connect_only)
+            await self.run(connect)
         except BaseException:
-            await db.close()
+            await self.close()
             raise
-        return db
+        return self
 
     def _connect_only(self, _unopened: None) -> None:
         self._connection = Connection(self.dsn, self.shown)
