@@ -280,14 +280,14 @@ async def test_one_statement_transactions_sent_together_each_get_their_own_answe
 
 
 async def test_reads_queued_among_transactions_see_what_was_queued_before_them() -> None:
-    """A read of one statement (Database.read) queued among transactions goes in their transaction on
+    """A read of one statement (Database.statement) queued among transactions goes in their transaction on
     PostgreSQL: it answers with what was queued before it, not after, and a read alone is answered too."""
     import threading
 
     store = await PgStore.open_url(pgserver.shared().new_database(), "db")
 
     def count() -> asyncio.Future[int]:
-        return store.db.read("SELECT COUNT(*) FROM image_aliases", (), lambda _conn, rows: int(rows[0][0]))
+        return store.db.statement("SELECT COUNT(*) FROM image_aliases", (), lambda _conn, rows: int(rows[0][0]))
 
     def insert(name: str) -> asyncio.Future[None]:
         return store.db.transaction(lambda conn: conn.execute("INSERT INTO image_aliases VALUES (?, 'i')", (name,)))

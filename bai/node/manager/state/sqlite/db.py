@@ -181,13 +181,13 @@ def _is_transaction(call: Call) -> bool:
     return call[1] is in_transaction and len(call[2]) == 1
 
 
-def _read_alone(conn: Any, one: OneStatement) -> Any:
-    """A read (Database.read) with no transaction beside it to go with: as it is, outside any."""
+def _one_alone(conn: Any, one: OneStatement) -> Any:
+    """A statement (Database.statement) with no transaction beside it to go with: as it is, outside any."""
     return one(conn)
 
 
-def _is_read(call: Call) -> bool:
-    return call[1] is _read_alone
+def _is_one(call: Call) -> bool:
+    return call[1] is _one_alone
 
 
 def _alone(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> tuple[bool, Any]:
@@ -387,11 +387,11 @@ class Database:
         False once the stop call has run."""
         i = 0
         while i < len(batch):
-            # a run of transactions (with the reads queued among them, which go in their transaction), or of
-            # other calls (reads with no transaction beside them among those)
+            # a run of transactions (with the statements queued among them, which go in their transaction), or
+            # of other calls (statements with no transaction beside them among those)
             j = i + 1
-            grouped = _is_transaction(batch[i]) or _is_read(batch[i])
-            while j < len(batch) and (_is_transaction(batch[j]) or _is_read(batch[j])) == grouped:
+            grouped = _is_transaction(batch[i]) or _is_one(batch[i])
+            while j < len(batch) and (_is_transaction(batch[j]) or _is_one(batch[j])) == grouped:
                 j += 1
             if grouped and not any(_is_transaction(c) for c in batch[i:j]):
                 grouped = False
@@ -446,12 +446,13 @@ class Database:
         self._calls.put((future, fn, args))
         return future
 
-    def read(self, sql: str, params: Sequence[Any], finish: Callable[[Any, list[Any]], T]) -> asyncio.Future[T]:
-        """A read of one statement, `finish(conn, rows)` its answer, seeing what was queued before it. On a server
-        (`one_statement_writes`), queued among transactions taken together, it goes in their transaction (sent
-        with them: no round trip of its own, and the group is not split in two); alone, as `run`."""
+    def statement(self, sql: str, params: Sequence[Any], finish: Callable[[Any, list[Any]], T]) -> asyncio.Future[T]:
+        """One statement outside any transaction of the caller's (a read seeing what was queued before it),
+        `finish(conn, rows)` its answer. On a server (`one_statement_writes`), queued among
+        transactions taken together, it goes in their transaction (sent with them: no round trip or commit of
+        its own, and the group is not split in two); alone, as `run`."""
         if self.one_statement_writes:
-            return self.run(_read_alone, OneStatement(sql, params, finish))
+            return self.run(_one_alone, OneStatement(sql, params, finish))
         return self.run(lambda conn: finish(conn, conn.execute(sql, params).fetchall()))
 
     def fence(self, conn: sqlite3.Connection) -> None:

@@ -269,7 +269,7 @@ class Logs(Queries):
 
     async def newest_log_seq(self, kernel_id: str) -> int:
         """The seq of a kernel's newest stored chunk; 0: none."""
-        return await self.db.read(
+        return await self.db.statement(
             "SELECT MAX(seq) FROM kernel_logs WHERE kernel_id=?", (kernel_id,), lambda _conn, rows: int(rows[0][0] or 0)
         )
 

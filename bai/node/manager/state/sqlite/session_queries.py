@@ -689,7 +689,7 @@ class Sessions(Queries):
         return await self.db.run(fn)
 
     async def kernels_of(self, session_id: str) -> list[Kernel]:
-        return await self.db.read(
+        return await self.db.statement(
             "SELECT * FROM kernels WHERE session_id=? ORDER BY cluster_role, cluster_idx",  # main1, sub1, sub2 …
             (session_id,),
             lambda _conn, rows: [_kernel(r) for r in rows],
