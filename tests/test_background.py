@@ -66,3 +66,28 @@ async def test_a_task_closing_itself_does_not_wait_for_itself() -> None:
         return "ended"
 
     assert await asyncio.wait_for(closes_itself(), 1) == "ended"
+
+
+async def test_a_task_that_lost_its_cancellation_is_cancelled_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop whose step swallowed the cancellation (Python 3.11's asyncio.wait_for loses one that comes as what
+    it waits for ends) runs on: it is cancelled again, and the stop ends instead of hanging."""
+    from bai.common import background
+
+    monkeypatch.setattr(background, "RECANCEL", 0.05)
+    steps = 0
+
+    async def loop() -> None:
+        nonlocal steps
+        while steps < 200:  # (bounded: a loop that ran on would not hang the test's event loop)
+            steps += 1
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if steps < 3:
+                    continue  # the first cancellations are lost
+                raise
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0.02)
+    await asyncio.wait_for(cancel_and_wait(task), 5)
+    assert task.cancelled() and steps < 200

@@ -41,19 +41,27 @@ class Background:
         await cancel_and_wait(*self._tasks)
 
 
+RECANCEL = 1.0  # seconds a cancelled task may take to end before it is cancelled again
+
+
 async def cancel_and_wait(
     *tasks: asyncio.Future[Any] | None, expected: tuple[type[BaseException], ...] = (Exception,)
 ) -> None:
     """Cancel `tasks` and wait until each has ended. Their own ends are theirs: a CancelledError, or an
     exception of `expected`, is taken as the end; another is raised here. A cancellation of the caller itself
     goes on from here (`with suppress(CancelledError): await task` would swallow it, and a loop stopped while
-    it waits in such a step runs on: a node's stop then hangs)."""
+    it waits in such a step runs on: a node's stop then hangs). A task still going RECANCEL seconds after
+    (it lost its cancellation) is cancelled again, until it ends."""
     live = [t for t in tasks if t is not None and t is not asyncio.current_task()]
     for task in live:
         task.cancel()
     if not live:
         return
-    await asyncio.wait(live)
+    pending: set[asyncio.Future[Any]] = set(live)
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=RECANCEL)
+        for task in pending:  # a cancellation it swallowed (Python 3.11's asyncio.wait_for loses one that comes
+            task.cancel()  # as what it waits for ends): cancelled again
     for task in live:
         if task.cancelled():
             continue

@@ -99,7 +99,8 @@ class Leadership:
     async def _round(self) -> None:
         assert self.cluster is not None
         try:
-            lease = await asyncio.wait_for(self.cluster.renew_lease(self.me.id, self.ttl), self.ttl / 2)
+            async with asyncio.timeout(self.ttl / 2):  # (not wait_for: in 3.11 it may lose a cancellation)
+                lease = await self.cluster.renew_lease(self.me.id, self.ttl)
         except Exception as e:  # noqa: BLE001 (the database cannot be reached, or too slowly)
             self.database_error = str(e) or type(e).__name__
             if self.leader == self.me.id and not self.holds():
