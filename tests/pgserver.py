@@ -9,6 +9,7 @@ are installed, `available()` is False: tests that need the server skip, and fail
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -123,13 +124,21 @@ class PostgresServer:
         return self.url(name)
 
     def kill(self) -> None:
-        """Stop the server at once (SIGKILL to the postmaster, as a crash would; its children then end as they
-        find it gone); `restart()` brings it back on the same port."""
+        """Stop the server at once (SIGKILL to the postmaster and its backends, as a crash of the machine would);
+        `restart()` brings it back on the same port."""
         import signal
+
+        import psutil
 
         pid_file = self.root / "data" / "postmaster.pid"
         pid = int(pid_file.read_text().split()[0])
+        # its backends too: left to notice the postmaster's death, one may still answer a query (a loaded machine)
+        backends = psutil.Process(pid).children(recursive=True)
         os.kill(pid, signal.SIGKILL)
+        for child in backends:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(backends, timeout=10)
         self.process.wait(10)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # (its backends end by themselves; the port is free once they have)
