@@ -160,3 +160,11 @@ async def test_a_kernel_naming_endless_runs_makes_the_agent_hold_a_bounded_numbe
         ch.feed(rec("stdout", f"made-up-{i}", d="x\n"))
     assert len(ch.runs) <= MAX_WAITING
     assert sum(text == "x\n" for _, text in ch.log) == 10 * MAX_WAITING  # (all of it still in the kernel's log)
+
+
+async def test_a_kernel_saying_hello_again_and_again_makes_the_agent_hold_a_bounded_number_of_runs() -> None:
+    ch = FakeChannel()
+    for i in range(100):  # a kernel that reconnects with fresh names each time
+        names = [f"h{i}-{k}" for k in range(40)]
+        ch.adopt_runs({"t": "hello", "busy": False, "job": None, "queued": names[:20], "backlog": names[20:]})
+    assert sum(r.adopted and r.state != "finished" for r in ch.runs.values()) <= 32  # (MAX_WAITING)

@@ -297,12 +297,17 @@ class Channel:
         run = self.runs.get(run_id)
         if run is not None:
             return run if run.state != "finished" else None
-        if len(run_id) > 64 or sum(r.adopted and r.state != "finished" for r in self.runs.values()) >= MAX_WAITING:
+        if len(run_id) > 64 or not self._may_adopt():
             return None  # (the kernel's to make up: it cannot make the agent hold runs without end)
         run = self._adopt_run(run_id, "query")
         if self.current is None:
             self.current = run
         return run
+
+    def _may_adopt(self) -> bool:
+        """Whether another run the kernel names may be adopted: at most MAX_WAITING adopted ones not ended (what
+        a kernel says, in its records or in any number of hellos, cannot make the agent hold runs without end)."""
+        return sum(r.adopted and r.state != "finished" for r in self.runs.values()) < MAX_WAITING
 
     def _adopt_run(self, run_id: str, mode: str) -> Run:
         """A run of the kernel that this agent did not start, as running."""
@@ -330,14 +335,15 @@ class Channel:
         queued = hello.get("queued")
         if isinstance(queued, list):
             ahead = [q for q in queued[:MAX_WAITING] if _run_id(q) and q not in self.runs]
-            for run_id in reversed(ahead):
+            room = MAX_WAITING - sum(r.adopted and r.state != "finished" for r in self.runs.values())
+            for run_id in reversed(ahead[: max(0, room)]):
                 run = Run(run_id, "query", "", adopted=True)
                 self.runs[run_id] = run
                 self.waiting.appendleft(run)
         backlog = hello.get("backlog")
         if isinstance(backlog, list):  # runs whose records follow the hello: known before those arrive
             for run_id in backlog[:MAX_WAITING]:
-                if _run_id(run_id) and run_id not in self.runs:
+                if _run_id(run_id) and run_id not in self.runs and self._may_adopt():
                     self._adopt_run(run_id, "query")
         done = hello.get("done")
         if isinstance(done, list):
