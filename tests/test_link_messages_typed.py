@@ -467,10 +467,11 @@ MESSAGE_TYPES = sorted(
     key=lambda t: t.__name__,
 )
 
+wire_ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)  # (what msgpack carries: nothing else comes in)
 plain = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    wire_ints,
     st.floats(),
     st.text(max_size=8),
     st.binary(max_size=8),
@@ -478,7 +479,7 @@ plain = st.one_of(
 values = st.recursive(
     plain,
     lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=6), st.integers()), inner, max_size=4)
+        st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=6), wire_ints), inner, max_size=4)
     ),
     max_leaves=12,
 )
