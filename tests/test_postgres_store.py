@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -206,6 +207,14 @@ async def test_a_leader_busy_with_its_own_database_work_still_renews_its_lease(t
             await leadership.stop()
 
 
+def _back_to_13(pg: Any) -> None:
+    """A new database made as schema 13 had it: no index of live names, sessions numbered by the greatest + 1."""
+    pg.execute("DROP INDEX sessions_live_name")
+    pg.execute("ALTER TABLE sessions ALTER COLUMN seq DROP IDENTITY")
+    pg.execute("DELETE FROM bai_schema WHERE version > 13")
+    pg.execute("INSERT INTO bai_schema VALUES (13, '2026-01-01')")
+
+
 async def test_a_create_checks_its_name_among_the_live_sessions_only_however_long_the_queue() -> None:
     """A database of schema 13 gets sessions_live_name (step 14); with 3000 live sessions of one owner, the
     plan PostgreSQL keeps for the create's name check (a generic one, as for a statement prepared early, when
@@ -217,9 +226,7 @@ async def test_a_create_checks_its_name_among_the_live_sessions_only_however_lon
     store = await PgStore.open_url(url, "db")
     await store.close()
     with psycopg.connect(url, autocommit=True) as pg:
-        pg.execute("DROP INDEX sessions_live_name")
-        pg.execute("DELETE FROM bai_schema WHERE version > 13")
-        pg.execute("INSERT INTO bai_schema VALUES (13, '2026-01-01')")
+        _back_to_13(pg)
     store = await PgStore.open_url(url, "db")  # (upgraded)
     await store.close()
     with psycopg.connect(url, autocommit=True) as pg:
@@ -302,5 +309,103 @@ async def test_reads_queued_among_transactions_see_what_was_queued_before_them()
         assert [results[i] for i in (0, 2, 5, 7)] == [0, 1, 2, 3], results
         assert isinstance(results[4], sqlite3.IntegrityError), results  # (a taken name: that one alone fails)
         assert await count() == 3
+    finally:
+        await store.close()
+
+
+async def test_managers_creating_the_same_names_at_once_store_each_live_name_once_with_numbers_of_their_own() -> None:
+    """Creates take no write lock (schema 15): two managers creating the same 40 names at the same moment (one
+    and three kernels: both ways of creating) each answer with the one live session of that name, the same one,
+    and every session has a number of its own."""
+    import uuid
+
+    from tests.test_state_contract import kernels_for, new_session
+
+    url = pgserver.shared().new_database()
+    a, b = await PgStore.open_url(url, "db"), await PgStore.open_url(url, "db")
+    try:
+
+        def attempt(store: Store, name: str, size: int) -> Any:
+            sid = str(uuid.uuid4())
+            return store.create_or_get_session(new_session(sid, name=name), kernels_for(sid, size))
+
+        names = [f"n{i}" for i in range(40)]
+        answers = await asyncio.gather(
+            *(attempt(store, n, 1 + 2 * (i % 2)) for i, n in enumerate(names) for store in (a, b, a))
+        )
+        for i in range(len(names)):
+            theirs = answers[3 * i : 3 * i + 3]
+            assert len({row.id for row, _ in theirs}) == 1, theirs  # the one session of that name, to all three
+            assert [made for _, made in theirs].count(True) == 1, theirs
+        rows = await a.list_sessions(None, None)
+        assert sorted(r.name for r in rows) == sorted(names)
+        assert len({r.seq for r in rows}) == len(rows)
+        assert [len(await b.kernels_of(r.id)) for r in rows] == [r.cluster_size for r in rows]
+        made = await attempt(b, "later", 1)
+        assert made[1] and made[0].seq > max(r.seq for r in rows)
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_creates_go_on_while_another_manager_holds_the_write_lock() -> None:
+    """Another manager's transaction holds the write lock (a long scheduling round): this one's creates are
+    stored meanwhile, while a write that must be serialized (a policy) waits for the lock."""
+    import uuid
+
+    from bai.node.manager.state.postgres.db import WRITE_LOCK
+    from tests.test_state_contract import kernels_for, new_session
+
+    url = pgserver.shared().new_database()
+    store = await PgStore.open_url(url, "db")
+    try:
+        with psycopg.connect(url) as other:
+            other.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))  # (held until this transaction ends)
+            sids = [str(uuid.uuid4()) for _ in range(5)]
+            creates = [
+                store.create_or_get_session(new_session(s, name=f"c{i}"), kernels_for(s)) for i, s in enumerate(sids)
+            ]
+            made = await asyncio.wait_for(asyncio.gather(*creates), 10)
+            assert all(m for _, m in made)
+            waiting = asyncio.ensure_future(store.set_image_alias("alias", "img"))
+            await asyncio.sleep(0.5)
+            assert not waiting.done()  # (serialized: behind the other manager's transaction)
+            other.rollback()
+            assert await asyncio.wait_for(waiting, 10)
+        assert {r.name for r in await store.list_sessions(None, None)} == {f"c{i}" for i in range(5)}
+    finally:
+        await store.close()
+
+
+async def test_schema_15_numbers_sessions_past_the_greatest_and_renames_a_live_twin() -> None:
+    """A database of schema 14: the sequence that numbers new sessions starts past the greatest number stored,
+    and a live session whose name an older live one of its owner has (nothing stopped it then) is renamed."""
+    from tests.test_state_contract import SID1, SID2, SID3, create
+
+    url = pgserver.shared().new_database()
+    store = await PgStore.open_url(url, "db")
+    try:
+        for sid, name in ((SID1, "twin"), (SID2, "other")):
+            await create(store, sid, name=name)
+    finally:
+        await store.close()
+    with psycopg.connect(url, autocommit=True) as pg:
+        _back_to_13(pg)
+        pg.execute(
+            "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
+            "status_changed, requested_slots, environ, config, created_at, seq) "
+            "SELECT 'younger-twin', name, access_key, image, type, status, status_info, status_data, status_changed, "
+            "requested_slots, environ, config, created_at, 70 FROM sessions WHERE id = %s",
+            (SID1,),
+        )
+    store = await PgStore.open_url(url, "db")  # (steps 14 and 15)
+    try:
+        twin = await store.get_session("younger-twin")
+        assert twin is not None and twin.name == "twin-younger-"
+        first = await store.get_session(SID1)
+        assert first is not None and first.name == "twin"
+        await create(store, SID3, name="new")
+        new = await store.get_session(SID3)
+        assert new is not None and new.seq == 71
     finally:
         await store.close()

@@ -56,11 +56,20 @@ class Images:
         auth = reg.auth()
         return PullGrant(reg.host, RegistryAuth(**auth) if auth is not None else None)
 
+    def available_unasked(self, image: str) -> bool:
+        """Whether `check_available` passes `image` without asking the agents: not every agent needs it present,
+        some agent has told it has it, or a registry it comes from is named."""
+        return (
+            self.agents.backends_connected() != {"docker"}
+            or self.is_known(image)
+            or imagelib.registry_of(image) is not None
+        )
+
     async def check_available(self, image: str) -> None:
         """Refuse an image no agent has, when every agent needs it present (docker; local and sim
         agents take any Python image name; an image from a registry is pulled when a kernel needs it).
         An image unknown so far is looked for on the agents once more (built since they registered)."""
-        if self.agents.backends_connected() != {"docker"} or self.is_known(image) or imagelib.registry_of(image):
+        if self.available_unasked(image):
             return
         with contextlib.suppress(AgentUnavailable, RemoteError, TimeoutError):
             await self.list()

@@ -353,11 +353,12 @@ class SessionLifecycle:
 
     def _plain(self, req: CreateRequest) -> bool:
         """Whether creating `req` needs nothing but the stored sessions and what is in memory: no folders to
-        mount, no sessions to depend on, no hooks to ask, an image known to be available without asking the
-        agents (see Images.check_available)."""
+        mount, no sessions to depend on, no hooks to ask, an image available without asking the agents (see
+        Images.check_available: a manager with no docker agent of its own, as a follower the agents do not dial,
+        asks none either way)."""
         if req.mounts or req.depends or self.hooks:
             return False
-        return self.images.is_known(req.image) or registry_of(req.image) is not None
+        return self.images.available_unasked(req.image)
 
     async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[Session, bool]:
         groups: set[str] = set()

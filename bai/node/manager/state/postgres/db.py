@@ -12,7 +12,12 @@ several (a data-modifying WITH: a session's transition, its record and its kerne
 
 Several managers share one database: every transaction takes one advisory lock first (`WRITE_LOCK`), so that
 writes are serialized across them as SQLite serializes them in one file; reads take no lock (each statement
-sees what was committed before it).
+sees what was committed before it). Creates are the exception, for they are what many clients send through
+every manager at once: a transaction of creates only (`OneStatement.serialized` False, `BEGIN_UNSERIALIZED`)
+takes no lock, and runs beside the other managers' transactions. What the lock kept true of them the schema
+keeps itself (schema 15): a live name is unique in its index (a second insert of one waits for the first to
+commit, then inserts nothing and reads the first), and a session's number comes from a sequence. A create in a
+transaction with other writes takes the lock with them, as before.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from bai.node.manager.state.errors import DatabaseUnavailable, NotLeading, StorageFull
-from bai.node.manager.state.sqlite.db import Database
+from bai.node.manager.state.sqlite.db import BEGIN_SERIALIZED, BEGIN_UNSERIALIZED, Database
+from bai.node.manager.state.sqlite.migrations import NEXT_SESSION_NUMBER, SESSION_NUMBERS
 
 WRITE_LOCK = 0x6261690001  # the advisory lock every transaction takes ("bai" 1)
 CONNECT_TIMEOUT = 5  # seconds to reach the server
@@ -80,6 +86,9 @@ _TOKENS = re.compile(r"'(?:[^']|'')*'|\"[^\"]*\"|\?|:[A-Za-z_]\w*|%")
 _REWRITES = (
     (re.compile(r"length\(CAST\((\w+) AS BLOB\)\)"), r"octet_length(\1)"),
     (re.compile(r"json_each\(\?\)"), "json_array_elements_text(?::json)"),
+    # a new session's number: the sequence's next (managers creating at once each get their own), not the greatest
+    # + 1 that SQLite's one writer takes
+    (re.compile(re.escape(NEXT_SESSION_NUMBER)), f"nextval('{SESSION_NUMBERS}')"),
 )
 _translated: dict[str, tuple[str, tuple[str, ...] | None]] = {}
 
@@ -169,6 +178,7 @@ class Connection:
     transactions when the server went away and came back."""
 
     writable_ctes = True  # (a statement may change several tables in its WITH: see session_queries._transition)
+    unserialized_writes = True  # (a transaction of creates only takes no write lock: see the module's doc)
 
     def __init__(self, dsn: str, shown: str) -> None:
         self.dsn = dsn
@@ -206,9 +216,11 @@ class Connection:
         return self._conn
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Cursor:
-        if sql == "BEGIN IMMEDIATE":
+        if sql == BEGIN_SERIALIZED:
             conn = self._ready()
             return self._run(conn, _BEGIN, None)  # (one round trip: two statements, no parameters)
+        if sql == BEGIN_UNSERIALIZED:
+            return self._run(self._ready(), "BEGIN", None)
         text, names = translate(sql)
         conn = self._conn if self.in_transaction else self._ready()
         return self._run(conn, text, _params(params, names))
@@ -306,9 +318,9 @@ class PgDatabase(Database):
         schema.migrate(conn, self.shown)
 
     def fence(self, conn: Any) -> None:
-        """Raise NotLeading unless `fence_holder` holds the leader lease now (the database's clock). Every
-        transaction takes the write lock first, and the lease is renewed or taken over in transactions too, so
-        the answer holds until this one commits."""
+        """Raise NotLeading unless `fence_holder` holds the leader lease now (the database's clock). A fenced
+        transaction has taken the write lock first (creates alone are never fenced), and the lease is renewed or
+        taken over in transactions too, so the answer holds until this one commits."""
         if self.fence_holder is None:
             return
         from bai.node.manager.state.postgres.cluster_queries import LEASE

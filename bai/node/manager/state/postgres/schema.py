@@ -92,7 +92,7 @@ def _migrate(conn: Any) -> None:
         version = version_of(conn)  # (another manager may have been faster)
         if version == 0:
             conn.execute(VERSION_TABLE)
-            for statement in postgres_schema(sqlite_schema.SCHEMA):
+            for statement in (*postgres_schema(sqlite_schema.SCHEMA), *sqlite_schema.POSTGRES_SESSION_NUMBERS):
                 conn.execute(statement)
             conn.execute("INSERT INTO bai_schema VALUES (?, ?)", (LATEST, now))
             version = LATEST

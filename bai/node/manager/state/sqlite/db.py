@@ -122,13 +122,27 @@ def _json_value(value: Any, known: Callable[[str], Any]) -> Any:
     return json.loads(value)
 
 
+BEGIN_SERIALIZED = "BEGIN IMMEDIATE"  # a write transaction: SQLite's write lock; on PostgreSQL, the managers' one
+BEGIN_UNSERIALIZED = "BEGIN CONCURRENTLY"  # (PostgreSQL: a transaction of `serialized` False statements only)
+
+
+def _begin_of(conn: Any, fns: Sequence[Any]) -> str:
+    """How a transaction of `fns` begins: serialized with every other writer's, unless it is all statements that
+    need not be (OneStatement.serialized False) on a server several managers share (its connection says so)."""
+    if getattr(conn, "unserialized_writes", False) and all(
+        type(fn) is OneStatement and not fn.serialized for fn in fns
+    ):
+        return BEGIN_UNSERIALIZED
+    return BEGIN_SERIALIZED
+
+
 def in_transaction(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
     """fn(conn) inside one BEGIN IMMEDIATE … COMMIT, in the database's thread.
 
     All or nothing: should fn or the COMMIT fail (a full disk: SQLITE_FULL), the transaction is rolled
     back and the error raised as it is. (SQLite may have rolled it back itself already, as it does on
     SQLITE_FULL: a second ROLLBACK would fail and hide the first error.)"""
-    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(_begin_of(conn, (fn,)))
     try:
         result = fn(conn)
         conn.execute("COMMIT")
@@ -202,12 +216,18 @@ class OneStatement:
     """A transaction of one statement whose answer only `finish(conn, rows)` reads (it may run more statements,
     as a fallback: after the group's statements sent with this one, see below). Called as any transaction's fn
     (`Database.transaction`); where the connection has a `pipeline` (PostgreSQL), consecutive ones of a group
-    are sent together: one round trip for all of them instead of one each."""
+    are sent together: one round trip for all of them instead of one each.
 
-    __slots__ = ("sql", "params", "finish")
+    `serialized` False: the statement keeps what it must true by itself (a unique index, a sequence), so that a
+    transaction of such statements only needs no other manager's writes to wait for on a server several share
+    (`BEGIN_UNSERIALIZED`; SQLite's one writer serializes everything anyway)."""
 
-    def __init__(self, sql: str, params: Sequence[Any], finish: Callable[[Any, list[Any]], Any]) -> None:
-        self.sql, self.params, self.finish = sql, params, finish
+    __slots__ = ("sql", "params", "finish", "serialized")
+
+    def __init__(
+        self, sql: str, params: Sequence[Any], finish: Callable[[Any, list[Any]], Any], *, serialized: bool = True
+    ) -> None:
+        self.sql, self.params, self.finish, self.serialized = sql, params, finish, serialized
 
     def __call__(self, conn: Any) -> Any:
         return self.finish(conn, conn.execute(self.sql, self.params).fetchall())
@@ -252,8 +272,8 @@ def _group_transactions(
         error: BaseException | None = None
         lost = False
         try:
-            conn.execute("BEGIN IMMEDIATE")
             todo = fns[i:] if i else fns
+            conn.execute(_begin_of(conn, todo))
             j = 0
             while j < len(todo):
                 fn = todo[j]
@@ -452,7 +472,7 @@ class Database:
         transactions taken together, it goes in their transaction (sent with them: no round trip or commit of
         its own, and the group is not split in two); alone, as `run`."""
         if self.one_statement_writes:
-            return self.run(_one_alone, OneStatement(sql, params, finish))
+            return self.run(_one_alone, OneStatement(sql, params, finish, serialized=False))  # (a read)
         return self.run(lambda conn: finish(conn, conn.execute(sql, params).fetchall()))
 
     def fence(self, conn: sqlite3.Connection) -> None:

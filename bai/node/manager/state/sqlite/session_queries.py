@@ -22,7 +22,7 @@ from bai.node.manager.state.records import (
     stamp,
 )
 from bai.node.manager.state.sqlite.db import OneStatement, Queries, decode, decode_mapping
-from bai.node.manager.state.sqlite.migrations import LIVE
+from bai.node.manager.state.sqlite.migrations import LIVE, NEXT_SESSION_NUMBER
 
 _ENCODED = frozenset({"devices", "service_ports", "last_stat"})  # kernel columns stored as JSON text
 
@@ -302,10 +302,27 @@ def _create_or_get(conn: sqlite3.Connection, session: NewSession, kernels: list[
     usual case): one statement, the check and the insert in its data-modifying WITH (a round trip fewer)."""
     if getattr(conn, "writable_ctes", False) and len(kernels) == 1:
         return cast(tuple[Session, bool], _create_at_once(session, kernels)(conn))
-    taken = _live_named(conn, session.access_key, session.name)
-    if taken is not None:
-        return taken, False
-    return _insert_session(conn, session, kernels), True
+    return _check_and_insert(conn, session, kernels)
+
+
+def _check_and_insert(conn: sqlite3.Connection, session: NewSession, kernels: list[NewKernel]) -> tuple[Session, bool]:
+    """`_create_or_get` statement by statement. The unique index of live names has the last word: on PostgreSQL a
+    create through another manager (which takes no lock: see postgres/db.py) may store the name between the check
+    and the insert, which then inserts nothing, and the session it stored is read again (each statement sees what
+    was committed before it)."""
+    for _ in range(_CREATE_TRIES):
+        taken = _live_named(conn, session.access_key, session.name)
+        if taken is not None:
+            return taken, False
+        made = _insert_session(conn, session, kernels)
+        if made is not None:
+            return made, True
+    raise sqlite3.IntegrityError(
+        f"session name {session.name!r}: stored and ended again by others {_CREATE_TRIES} times while it was created"
+    )
+
+
+_CREATE_TRIES = 3  # (a name another manager stores, and ends, between each check and insert of this one)
 
 
 def _create_at_once(session: NewSession, kernels: list[NewKernel]) -> OneStatement:
@@ -313,12 +330,15 @@ def _create_at_once(session: NewSession, kernels: list[NewKernel]) -> OneStateme
     values, kernel_rows = _session_values(session, kernels)
     params = (session.access_key, session.name, *values, values[5], *kernel_rows[0])
 
-    def finish(_conn: Any, rows: list[Any]) -> tuple[Session, bool]:
+    def finish(conn: Any, rows: list[Any]) -> tuple[Session, bool]:
+        if not rows:  # another manager's create of that name committed while this one ran: read again
+            return _check_and_insert(conn, session, kernels)
         fields = decode(rows[0])
         made = bool(fields.pop("bai_made"))
         return Session(**fields), made
 
-    return OneStatement(_CREATE_AT_ONCE, params, finish)
+    # (takes no write lock: names are kept unique by the index, numbers by a sequence)
+    return OneStatement(_CREATE_AT_ONCE, params, finish, serialized=False)
 
 
 def _session_values(session: NewSession, kernels: list[NewKernel]) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
@@ -345,12 +365,15 @@ def _session_values(session: NewSession, kernels: list[NewKernel]) -> tuple[tupl
     return values, kernel_rows
 
 
-def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list[NewKernel]) -> Session:
+def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list[NewKernel]) -> Session | None:
     """Insert a PENDING session (last in the queue) and its kernels, inside the caller's transaction; return
-    the session as stored."""
+    the session as stored, or None (nothing inserted) when the owner has a live session of that name."""
     values, kernel_rows = _session_values(session, kernels)
     now = values[5]
-    row = conn.execute(_INSERT_SESSION, values).fetchall()[0]  # (to the end: done before the next one)
+    rows = conn.execute(_INSERT_SESSION, values).fetchall()  # (to the end: done before the next one)
+    if not rows:
+        return None
+    row = rows[0]
     conn.execute("INSERT INTO session_transitions VALUES (?, 'PENDING', '', '{}', ?)", (session.id, now))
     conn.executemany(_INSERT_KERNEL, kernel_rows)
     return _session(row)
@@ -359,8 +382,8 @@ def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list
 _INSERT_SESSION = (
     "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
     "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
-    "created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, "
-    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions)) RETURNING *"
+    f"created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{{}}', ?, ?, ?, ?, ?, ?, ?, ?, {NEXT_SESSION_NUMBER}) "
+    f"ON CONFLICT (access_key, name) WHERE status IN ({_LIVE}) DO NOTHING RETURNING *"
 )
 _INSERT_KERNEL = (
     "INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, "
@@ -373,8 +396,9 @@ _CREATE_AT_ONCE = (
     f"WITH taken AS (SELECT * FROM sessions WHERE access_key=? AND name=? AND status IN ({_LIVE}) LIMIT 1), "
     "made AS (INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
     "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, created_at, seq) "
-    "SELECT ?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, "
-    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions) WHERE NOT EXISTS (SELECT 1 FROM taken) RETURNING *), "
+    f"SELECT ?, ?, ?, ?, ?, 'PENDING', '', '{{}}', ?, ?, ?, ?, ?, ?, ?, ?, {NEXT_SESSION_NUMBER} "
+    f"WHERE NOT EXISTS (SELECT 1 FROM taken) ON CONFLICT (access_key, name) WHERE status IN ({_LIVE}) DO NOTHING "
+    "RETURNING *), "
     "logged AS (INSERT INTO session_transitions SELECT id, 'PENDING', '', '{}', ?::text FROM made), "
     "kernel AS (INSERT INTO kernels(id, session_id, cluster_role, cluster_idx, image, status, status_changed, "
     "occupied_slots, created_at) SELECT ?, ?, ?, ?, ?, 'PENDING', ?, ?, ? FROM made) "
