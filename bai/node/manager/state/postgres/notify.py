@@ -17,6 +17,7 @@ from typing import Any
 
 CHANNEL = "bai_events"
 MAX_PAYLOAD = 7900
+FLUSH_EVERY = 0.05  # seconds notifications wait to go together (each sending commits on its own: a disk flush)
 
 log = logging.getLogger("bai.manager")
 
@@ -67,7 +68,7 @@ class Notifier:
         self._outbox.append(payload)
         if not self._flushing:
             self._flushing = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_later(FLUSH_EVERY, self._flush)
 
     def _flush(self) -> None:
         self._flushing = False

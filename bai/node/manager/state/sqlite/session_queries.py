@@ -509,29 +509,46 @@ class Sessions(Queries):
         nothing changed) when it is no longer SCHEDULED."""
 
         at = stamp(now)
+        S = SessionStatus
 
-        def fn(conn: sqlite3.Connection) -> tuple[Session, list[Kernel], list[Dotfile]] | None:
-            S = SessionStatus
-            kernels: list[Kernel] = []
-            row = _transition(conn, session_id, S.PREPARING, "", {}, [S.SCHEDULED], None, None, at, kernels)
-            if row is None:
-                return None
+        def dotfiles_of(conn: Any, row: Session) -> list[Dotfile]:
             owners = self.db.dotfile_owners  # (most keypairs have none: no read for theirs)
             if owners is None:
                 owners = self.db.dotfile_owners = {
                     r[0] for r in conn.execute("SELECT DISTINCT access_key FROM dotfiles")
                 }
-            dotfiles = []
-            if row.access_key in owners:
-                dotfiles = [
-                    Dotfile(r[0], r[1], r[2])
-                    for r in conn.execute(
-                        "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path",
-                        (row.access_key,),
-                    ).fetchall()
-                ]
-            return row, kernels, dotfiles
+            if row.access_key not in owners:
+                return []
+            return [
+                Dotfile(r[0], r[1], r[2])
+                for r in conn.execute(
+                    "SELECT path, data, permission FROM dotfiles WHERE access_key=? ORDER BY path", (row.access_key,)
+                ).fetchall()
+            ]
 
+        def fn(conn: sqlite3.Connection) -> tuple[Session, list[Kernel], list[Dotfile]] | None:
+            kernels: list[Kernel] = []
+            row = _transition(conn, session_id, S.PREPARING, "", {}, [S.SCHEDULED], None, None, at, kernels)
+            if row is None:
+                return None
+            return row, kernels, dotfiles_of(conn, row)
+
+        if self.db.one_statement_writes:  # (PostgreSQL: the move and its kernels one statement, sent with others)
+            plan = _plan(session_id, S.PREPARING, "", {}, frozenset([S.SCHEDULED]), None, None, at)
+            sql, params = _combined_of(plan, _kernels_statement(plan.terminated, plan.own_cols, False), True)
+
+            def finish(conn: Any, rows: list[Any]) -> tuple[Session, list[Kernel], list[Dotfile]] | None:
+                if not rows:
+                    return fn(conn)  # (it did not move: as a transition alone, which says why)
+                fields = decode(rows[0])
+                kernels = sorted((_kernel_of_json(k) for k in fields.pop("bai_kernels") or ()), key=cluster_order)
+                row = Session(**fields)
+                return row, kernels, dotfiles_of(conn, row)
+
+            return cast(
+                tuple[Session, list[Kernel], list[Dotfile]] | None,
+                await self.db.transaction(OneStatement(sql, params, finish)),
+            )
         return await self.db.transaction(fn)
 
     async def apply_round(
