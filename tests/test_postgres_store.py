@@ -409,3 +409,41 @@ async def test_schema_15_numbers_sessions_past_the_greatest_and_renames_a_live_t
         assert new is not None and new.seq == 71
     finally:
         await store.close()
+
+
+async def test_starts_sent_together_each_get_their_own_kernels_and_dotfiles() -> None:
+    """Sessions going PREPARING at the same moment (one statement each, sent together): each answer has its own
+    session, kernels and owner's dotfiles; one that is not SCHEDULED answers None and moves nothing."""
+    import threading
+    from datetime import UTC, datetime
+
+    from bai.node.manager.state.records import Dotfile
+    from tests.test_state_contract import SID1, SID2, SID3, create
+
+    store = await PgStore.open_url(pgserver.shared().new_database(), "db")
+    try:
+        await create(store, SID1, size=2)
+        await create(store, SID2, name="s2", owner="AK2")
+        await create(store, SID3, name="s3")
+        await store.put_dotfile("AK1", ".bashrc", "b", "644")
+        now = datetime.now(UTC)
+        placed = {f"{SID1}-main1": "a1", f"{SID1}-sub1": "a2"}
+        await store.apply_round([(SID1, placed), (SID2, {f"{SID2}-main1": "a1"})], [], [], [], now)
+        gate = threading.Event()
+        busy = store.db.run(lambda _conn: gate.wait(10))  # (the thread busy: the three are taken at once)
+        calls = [store.start_preparing(sid, now) for sid in (SID1, SID3, SID2)]
+        gate.set()
+        await busy
+        first, third, second = await asyncio.gather(*calls)
+        assert third is None  # (PENDING: not scheduled)
+        assert first is not None and second is not None
+        assert first[0].id == SID1 and [(k.id, k.agent_id) for k in first[1]] == list(placed.items())
+        assert first[2] == [Dotfile(".bashrc", "b", "644")]
+        assert second[0].id == SID2 and [k.id for k in second[1]] == [f"{SID2}-main1"] and second[2] == []
+        assert [(await store.get_session(s)).status for s in (SID1, SID2, SID3)] == [
+            "PREPARING",
+            "PREPARING",
+            "PENDING",
+        ]
+    finally:
+        await store.close()

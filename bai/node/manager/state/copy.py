@@ -136,7 +136,9 @@ def _copy(
             raise CopyError(f"the database {dst.shown} cannot be reached: {_line(e)}") from None
         try:
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))  # (managers' writes wait)
+                # (managers' writes wait, but for creates, which take no lock: a manager started on the destination
+                # meanwhile that creates a session makes the counts differ, and the copy rolls back)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 columns = _destination_columns(conn)
                 _refuse_unless_empty(conn, tables, columns, dst.shown)
                 counts: list[TableCount] = []
