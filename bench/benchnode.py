@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -35,6 +36,7 @@ class BenchNode:
             self.proc.kill()
             self.proc.wait()
         remove_bench_containers()
+        shutil.rmtree(self.folder, ignore_errors=True)  # (its state, configuration and logs)
 
 
 def start_node(config: str, backend: str, *extra: str) -> BenchNode:

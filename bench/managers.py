@@ -103,6 +103,7 @@ async def status(node: BenchNode) -> dict[str, Any]:
 async def failover(server: PostgresServer, rounds: int, concurrency: int) -> dict[str, Any]:
     url = server.new_database("failover")
     nodes = [manager_node(url), manager_node(url)]
+    started = list(nodes)  # (every one, the killed ones too: their folders are removed at the end)
     took_lead: list[float] = []
     took_round: list[float] = []
     accepted: list[str] = []
@@ -132,11 +133,11 @@ async def failover(server: PostgresServer, rounds: int, concurrency: int) -> dic
             accepted += (await load)[1] + [name]
             # the killed one comes back (a follower) on a fresh folder and port
             nodes = [survivor, manager_node(url)]
+            started.append(nodes[1])
         rows = await _all_sessions(nodes[0])
     finally:
-        for n in nodes:
-            if n.proc.poll() is None:
-                n.stop()
+        for n in started:
+            n.stop()
     names = [r["name"] for r in rows]
     lost = sorted(set(accepted) - set(names))
     twice = sorted({n for n in names if names.count(n) > 1})
