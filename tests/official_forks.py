@@ -8,7 +8,8 @@ request's environment, folder and arguments, writes its output to the files name
 point as the program would. The client reads its configuration from the environment when a command
 runs (`ai.backend.client.config.get_config`), never at import, so a child is the command as a user runs it.
 
-Requests and answers are JSON lines on stdin / stdout: {"args", "env", "cwd", "out", "err", "timeout"} ->
+Requests and answers are JSON lines on stdin / stdout: {"program", "args", "env", "cwd", "in", "out", "err",
+"timeout"} (files: the child's stdin, stdout and stderr) ->
 {"code": exit status} or {"timeout": true} (the child's process group killed). Only the standard library.
 """
 
@@ -26,10 +27,10 @@ def run_child(request: dict) -> None:
     code = 1
     try:
         os.setpgid(0, 0)
-        null = os.open(os.devnull, os.O_RDONLY)
+        given = os.open(request["in"], os.O_RDONLY)
         out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         err = os.open(request["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(null, 0)
+        os.dup2(given, 0)
         os.dup2(out, 1)
         os.dup2(err, 2)
         os.chdir(request["cwd"])

@@ -53,23 +53,25 @@ class Official:
         }
         self.cwd = cwd
 
-    def __call__(self, *args: str, timeout: float = 120) -> str:
-        """The command's output (stdout, then stderr), run as a fork of a process that imported the client
-        already (tests/official_forks.py: the same entry point, without its 1.1 s of imports each time); as the
-        program itself while that process is busy (a command run beside another) or cannot start."""
+    def __call__(self, *args: str, input: str | None = None, timeout: float = 120) -> str:
+        """The command's output (stdout, then stderr), given `input` on stdin, run as a fork of a process that
+        imported the client already (tests/official_forks.py: the same entry point, without its 1.1 s of imports
+        each time); as the program itself while that process is busy (a command run beside another) or cannot
+        start."""
         forks = _forks_of(self.program)
         if forks is not None and forks.lock.acquire(blocking=False):
             try:
-                return forks.run(self.program, args, self.env, self.cwd, timeout)
+                return forks.run(self.program, args, self.env, self.cwd, timeout, input)
             finally:
                 forks.lock.release()
-        return self.exec(*args, timeout=timeout)
+        return self.exec(*args, input=input, timeout=timeout)
 
-    def exec(self, *args: str, timeout: float = 120) -> str:
+    def exec(self, *args: str, input: str | None = None, timeout: float = 120) -> str:
         """The command's output, run as the installed program, a process of its own."""
         out = subprocess.run(
-            [self.program, *args], capture_output=True, text=True, env=self.env, cwd=self.cwd, timeout=timeout
-        )
+            [self.program, *args], capture_output=True, text=True, env=self.env, cwd=self.cwd, timeout=timeout,
+            input=input,
+        )  # fmt: skip
         return out.stdout + out.stderr
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
@@ -100,11 +102,15 @@ class _Forks:
             raise RuntimeError("the official client's fork server did not start")
         atexit.register(self.stop)
 
-    def run(self, program: str, args: tuple[str, ...], env: dict[str, str], cwd: Path, timeout: float) -> str:
+    def run(
+        self, program: str, args: tuple[str, ...], env: dict[str, str], cwd: Path, timeout: float, input: str | None
+    ) -> str:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        out, err = self.folder / "out", self.folder / "err"
+        out, err, given = self.folder / "out", self.folder / "err", self.folder / "in"
+        given.write_text(input or "")
         request = {"program": program, "args": list(args), "env": env, "cwd": str(cwd), "timeout": timeout}
-        self.proc.stdin.write(json.dumps({**request, "out": str(out), "err": str(err)}) + "\n")
+        request |= {"out": str(out), "err": str(err), "in": str(given) if input is not None else os.devnull}
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         answer = json.loads(self.proc.stdout.readline())
         text = out.read_text(errors="replace") + err.read_text(errors="replace")

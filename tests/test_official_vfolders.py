@@ -30,11 +30,7 @@ class Client(Official):
             self.env = {**self.env, **keys}
 
     def __call__(self, *args: str, input: str | None = None, timeout: float = 120) -> str:
-        out = subprocess.run(
-            [self.program, *args], capture_output=True, text=True, env=self.env, cwd=self.cwd, timeout=timeout,
-            input=input if input is not None else "",
-        )  # fmt: skip
-        text = out.stdout + out.stderr
+        text = super().__call__(*args, input=input if input is not None else "", timeout=timeout)
         assert "Traceback" not in text, text  # whatever the answer, the client must not crash on it
         return text
 
