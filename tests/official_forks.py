@@ -57,10 +57,22 @@ def run_child(request: dict) -> None:
 
 
 def serve() -> None:
+    """Until stdin ends (the test process closed it, or ended): then the folder of the commands' files goes."""
+    import shutil
+    import tempfile
+
     import ai.backend.cli.__main__  # noqa: F401 (imported once: what each child would otherwise import)
 
-    sys.stdout.write(json.dumps({"ready": True}) + "\n")
-    sys.stdout.flush()
+    folder = tempfile.mkdtemp(prefix="bai-official-")
+    try:
+        sys.stdout.write(json.dumps({"ready": True, "folder": folder}) + "\n")
+        sys.stdout.flush()
+        answer_requests()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def answer_requests() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import tomllib
@@ -90,7 +89,6 @@ class _Forks:
 
     def __init__(self, python: str) -> None:
         self.lock = threading.Lock()
-        self.folder = Path(tempfile.mkdtemp(prefix="bai-official-"))
         self.proc = subprocess.Popen(
             [python, str(Path(__file__).with_name("official_forks.py"))],
             stdin=subprocess.PIPE,
@@ -98,8 +96,10 @@ class _Forks:
             text=True,
         )
         assert self.proc.stdout is not None
-        if json.loads(self.proc.stdout.readline() or "{}").get("ready") is not True:
+        ready = json.loads(self.proc.stdout.readline() or "{}")
+        if ready.get("ready") is not True:
             raise RuntimeError("the official client's fork server did not start")
+        self.folder = Path(ready["folder"])  # (its own: it removes it when its stdin ends, however this one ends)
         atexit.register(self.stop)
 
     def run(
@@ -119,12 +119,13 @@ class _Forks:
         return text
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # (it ends, and removes its folder)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for f in self.folder.iterdir():
-            f.unlink()
-        self.folder.rmdir()
 
 
 _forks: dict[str, _Forks | None] = {}
