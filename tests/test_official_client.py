@@ -135,10 +135,9 @@ def _forks_of(program: str) -> _Forks | None:
     """The fork server for `program`'s interpreter (started on first use), or None where there is none."""
     if program not in _forks:
         python = Path(program).with_name("python")
-        if os.environ.get("BAI_OFFICIAL_FORKS") == "0":  # (every command as the program itself)
-            python = Path("/nonexistent")
+        wanted = os.environ.get("BAI_OFFICIAL_FORKS") != "0"  # ("0": every command as the program itself)
         try:
-            _forks[program] = _Forks(str(python)) if python.exists() and sys.platform == "linux" else None
+            _forks[program] = _Forks(str(python)) if wanted and python.exists() and sys.platform == "linux" else None
         except (OSError, RuntimeError, ValueError):
             _forks[program] = None
     forks = _forks[program]
@@ -188,7 +187,14 @@ def test_session_create_ps_info_logs_ls_destroy(bai_client: Official, docker_nod
     docker_node.cli(
         "session", "exec", name, "-c", "open('made-here.txt', 'w').write('x'); print('log line 7')", check=True
     )
-    assert "log line 7" in bai_client("session", "logs", name)
+    # (the agent ships output every 50 ms: the last line is stored a moment after the exec answers)
+    logs = ""
+    for _ in range(50):
+        logs = bai_client("session", "logs", name)
+        if "log line 7" in logs:
+            break
+        time.sleep(0.1)
+    assert "log line 7" in logs, logs
     assert "made-here.txt" in bai_client("session", "ls", name)
     bai_client("session", "destroy", name)
     assert docker_node.json("session", "info", sid)["status"] == "TERMINATED"

@@ -118,9 +118,9 @@ def _transition(
     if folded:
         if kernels_out is None:
             return _session(moved[0])
-        fields = decode(moved[0])
-        kernels_out.extend(sorted((_kernel_of_json(k) for k in fields.pop("bai_kernels") or ()), key=cluster_order))
-        return Session(**fields)
+        row, kernels = _moved_with_kernels(moved[0])
+        kernels_out.extend(kernels)
+        return row
     rows = conn.execute(kernels_sql, params).fetchall()
     for kid, own in updates:
         sets = ", ".join(f"{c}=?" for c in own)
@@ -252,6 +252,14 @@ def _combined_statement(move_sql: str, kernels_sql: str | None, kernels_back: bo
         if len(_combined) < 512:
             _combined[key] = known
     return known
+
+
+def _moved_with_kernels(row: Any) -> tuple[Session, list[Kernel]]:
+    """A moved session's row as `_combined_statement` gives it with `kernels_back`: the session, and its kernels
+    as changed, in cluster order."""
+    fields = decode(row)
+    kernels = sorted((_kernel_of_json(k) for k in fields.pop("bai_kernels") or ()), key=cluster_order)
+    return Session(**fields), kernels
 
 
 def _kernel_of_json(row: dict[str, Any]) -> Kernel:
@@ -540,9 +548,7 @@ class Sessions(Queries):
             def finish(conn: Any, rows: list[Any]) -> tuple[Session, list[Kernel], list[Dotfile]] | None:
                 if not rows:
                     return fn(conn)  # (it did not move: as a transition alone, which says why)
-                fields = decode(rows[0])
-                kernels = sorted((_kernel_of_json(k) for k in fields.pop("bai_kernels") or ()), key=cluster_order)
-                row = Session(**fields)
+                row, kernels = _moved_with_kernels(rows[0])
                 return row, kernels, dotfiles_of(conn, row)
 
             return cast(
