@@ -249,7 +249,15 @@ async def test_counts_that_differ_fail_the_copy_naming_the_table_and_roll_it_all
     assert "kernel_logs:" in message and "rolled back" in message
     src_logs = int(message.split("kernel_logs: ")[1].split(" ")[0])
     assert f"kernel_logs: {src_logs} in the source, {src_logs - 1} in the destination" in message
-    assert counts(database) == empty and sum(empty.values()) == 1  # the schema's default policy alone
+    assert counts(database) == empty  # the schema's own rows alone (the default policies, domain and project)
+    assert {t for t, n in empty.items() if n} == {
+        "resource_policies",
+        "domains",
+        "projects",
+        "user_resource_policies",
+        "project_resource_policies",
+    }
+    assert sum(empty.values()) == 5
 
 
 async def test_a_schema_newer_than_this_bai_is_refused(tmp_path: Path, database: str) -> None:

@@ -208,7 +208,15 @@ async def test_a_leader_busy_with_its_own_database_work_still_renews_its_lease(t
 
 
 def _back_to_13(pg: Any) -> None:
-    """A new database made as schema 13 had it: no index of live names, sessions numbered by the greatest + 1."""
+    """A new database made as schema 13 had it: no index of live names, sessions numbered by the greatest + 1, no
+    teams (schema 16)."""
+    from bai.node.manager.state.sqlite.team_queries import TEAM_TABLE_NAMES
+
+    for table in TEAM_TABLE_NAMES:
+        pg.execute(f"DROP TABLE {table}")
+    for table, column in (("keypairs", "user_uuid"), ("sessions", "domain_name"), ("sessions", "project_id")):
+        pg.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    pg.execute("ALTER TABLE vfolders DROP COLUMN project_id")
     pg.execute("DROP INDEX sessions_live_name")
     pg.execute("ALTER TABLE sessions ALTER COLUMN seq DROP IDENTITY")
     pg.execute("DELETE FROM bai_schema WHERE version > 13")

@@ -472,8 +472,9 @@ def test_every_failing_predicate_is_reported() -> None:
     d = schedule(snap([bad], [agent("a1")], keypairs=keypairs, deps=deps, groups=groups))
     item = pending_of(d, "bad")
     assert item.status_info == PENDING_FAILED
-    # every one but session_networks: a session of one kernel holds no network (tested in test_owner_limits.py)
-    assert failed_names(item) == [p for p in PREDICATES if p != "session_networks"]
+    # every one but session_networks (a session of one kernel holds no network: tested in test_owner_limits.py) and
+    # user_group_resource_limit (its project has no cap: tested in test_teams_scheduling.py)
+    assert failed_names(item) == [p for p in PREDICATES if p not in ("session_networks", "user_group_resource_limit")]
     assert item.msg.split("; ") == [
         "starts at 2026-11-29T12:05:03+00:00 (in 5m 3s)",
         "waiting for session build (RUNNING)",
@@ -485,8 +486,8 @@ def test_every_failing_predicate_is_reported() -> None:
     assert [p.msg for p in item.predicates if not p.passed] == item.msg.split("; ")
     data = item.status_data(NOW)["scheduler"]
     assert data["retries"] == 1 and data["last_try"] == NOW.isoformat()
-    assert [p["name"] for p in data["failed_predicates"]] == [p for p in PREDICATES if p != "session_networks"]
-    assert data["passed_predicates"] == [{"name": "session_networks"}]
+    assert [p["name"] for p in data["failed_predicates"]] == failed_names(item)
+    assert data["passed_predicates"] == [{"name": "user_group_resource_limit"}, {"name": "session_networks"}]
 
 
 def test_status_data_for_no_available_instances() -> None:

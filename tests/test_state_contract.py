@@ -55,6 +55,7 @@ from bai.node.manager.state.records import (
     VFolder,
     stamp,
 )
+from bai.node.manager.state.team_records import user_uuid
 from tests import pgserver
 
 
@@ -709,14 +710,14 @@ async def test_the_admin_keypair_is_made_once(state: State, now: datetime) -> No
     assert await state.ensure_admin_keypair("AKADMIN", "secret", now) == ("AKADMIN", "secret")
     assert await state.ensure_admin_keypair("AKOTHER", "other", now) == ("AKADMIN", "secret")
     admin = state.active_keypair("AKADMIN")
-    assert admin == Keypair("AKADMIN", "secret", "admin", True, True, "default", stamp(now))
+    assert admin == Keypair("AKADMIN", "secret", "admin", True, True, "default", stamp(now), user_uuid("admin"))
     assert list(await state.keypairs()) == ["AKADMIN"]
 
 
 async def test_a_keypair_round_trip_and_its_cache_follows_each_write(state: State, now: datetime) -> None:
     assert state.active_keypair("AK1") is None and await state.keypair("AK1") is None
     await state.create_keypair(NewKeypair("AK1", "s1", "alice", False, "default"), now)
-    created = Keypair("AK1", "s1", "alice", False, True, "default", stamp(now))
+    created = Keypair("AK1", "s1", "alice", False, True, "default", stamp(now), user_uuid("alice"))
     assert state.active_keypair("AK1") == created  # at once, from memory
     assert await state.keypair("AK1") == created
     assert (await state.keypairs())["AK1"] == created

@@ -243,12 +243,13 @@ async def start_leadership(
     if shared:
         from bai.node.manager.services.cluster_events import ClusterEvents
         from bai.node.manager.state.postgres.notify import Notifier
+        from bai.node.manager.state.sqlite.team_queries import TEAM_TABLE_NAMES
 
         notifier = Notifier(store.db, store.db.dsn, store.db.shown)
 
-        async def keypairs() -> None:
+        async def keypairs() -> None:  # (and the teams, which say which keypairs may sign)
             store._limits_changed()
-            await store.load_keypairs()
+            await store.load_teams()
 
         async def dotfiles() -> None:
             def clear(_conn: Any) -> None:
@@ -258,7 +259,7 @@ async def start_leadership(
 
         caches = {
             "keypairs": keypairs, "resource_policies": keypairs, "dotfiles": dotfiles,
-            "image_aliases": services.images.load,
+            "image_aliases": services.images.load, **dict.fromkeys(TEAM_TABLE_NAMES, keypairs),
         }  # fmt: skip
         relay = ClusterEvents(me.id, services.hubs, manager.wake, store.get_session, notifier.send, caches)
         relay.attach()

@@ -47,7 +47,7 @@ from bai.common.status import StatusInfo
 
 from . import predicates as preds
 from .policies import DrfQueue, check_policy, fifo_order, lifo_order
-from .predicates import KeypairQuota
+from .predicates import KeypairQuota, ProjectQuota
 from .selection import AgentPool, Prepared, Rescale, SlotTable
 from .snapshot import (
     ALLOWED_SESSION_TYPES,
@@ -62,6 +62,7 @@ from .snapshot import (
     PREDICATES,
     RESERVED_TIME,
     SESSION_NETWORKS,
+    USER_GROUP_RESOURCE_LIMIT,
     AgentState,
     Cancel,
     Decisions,
@@ -122,6 +123,7 @@ class _Round:
         self.now = snapshot.now
         self.table = table
         self.quotas: dict[str, KeypairQuota] = {}
+        self.project_quotas: dict[str, ProjectQuota] = {}
         self.decisions = Decisions()
         # per group, filled while considering; turned into `Pending` with positions at the end
         self.left: list[tuple[PendingSession, str, str, tuple[PredicateResult, ...]]] = []
@@ -131,6 +133,13 @@ class _Round:
         if quota is None:
             quota = KeypairQuota(access_key, self.snapshot.keypairs.get(access_key), self.table)
             self.quotas[access_key] = quota
+        return quota
+
+    def project_quota(self, project_id: str) -> ProjectQuota:
+        quota = self.project_quotas.get(project_id)
+        if quota is None:
+            quota = ProjectQuota(self.snapshot.projects.get(project_id), self.table)
+            self.project_quotas[project_id] = quota
         return quota
 
     def run(self) -> Decisions:
@@ -201,8 +210,10 @@ class _Round:
             per_kernel, prepared = self.prepare_each(kernels)
         access_key = session.access_key
         quota = self.quotas.get(access_key) or self.quota(access_key)
+        project = self.project_quota(session.project_id) if self.snapshot.projects else None
         if (
             waiting is not None
+            or (project is not None and project.limited)
             or session.starts_at is not None
             or session.session_type not in self.allowed_types
             or quota.checked
@@ -213,7 +224,7 @@ class _Round:
                 and not _meets_image_min(session, (prepared,) if per_kernel is None else per_kernel)
             )
         ):  # some predicate may fail: evaluate them all
-            failed = self.failed_predicates(session, quota, prepared, per_kernel, waiting)
+            failed = self.failed_predicates(session, quota, prepared, per_kernel, waiting, project)
             if failed:
                 results = tuple(
                     PredicateResult(name, False, failed[name]) if name in failed else _PASSED[name]
@@ -244,6 +255,8 @@ class _Round:
         if per_kernel is not None:
             quota.networks += 1
         quota.placed.append(total)  # summed into quota.occupied when that is next read
+        if project is not None and project.limited:
+            project.add(total)
         placement = _new_object(Placement)  # Placement(session.id, mapping), see `_set_session_id`
         _set_session_id(placement, session.id)
         _set_agents(placement, mapping)
@@ -267,6 +280,7 @@ class _Round:
         prepared: Prepared,
         per_kernel: list[Prepared] | None,
         waiting: str | None,
+        project: ProjectQuota | None = None,
     ) -> dict[str, str] | None:
         """Every predicate, in order: {name: message} of those that fail, or None when all pass."""
         failed: dict[str, str] | None = None
@@ -291,6 +305,13 @@ class _Round:
         if quota.limited and (msg := preds.keypair_resource_limit(quota, prepared.slots, self.table)):
             failed = failed or {}
             failed[KEYPAIR_RESOURCE_LIMIT] = msg
+        if (
+            project is not None
+            and project.limited
+            and (msg := preds.project_resource_limit(project, prepared.slots, self.table))
+        ):
+            failed = failed or {}
+            failed[USER_GROUP_RESOURCE_LIMIT] = msg
         if quota.max_networks > 0 and (msg := preds.session_networks(quota, session)):
             failed = failed or {}
             failed[SESSION_NETWORKS] = msg

@@ -23,6 +23,7 @@ from .snapshot import (
     DependencyState,
     KeypairState,
     PendingSession,
+    ProjectState,
     ScalingGroup,
 )
 
@@ -235,3 +236,45 @@ def keypair_resource_limit(quota: KeypairQuota, request: Mapping[int, int], tabl
     over.sort()
     uses = ", ".join(f"{name} {table.fmt(i, total)} of its {table.fmt(i, limit)}" for name, i, total, limit in over)
     return f"keypair {quota.access_key} would use {uses} (policy {quota.policy_name})"
+
+
+class ProjectQuota:
+    """A project's cap and what its sessions hold during one round (as ints of a `SlotTable`); grows with every
+    session of the project placed in the round."""
+
+    __slots__ = ("name", "limits", "occupied", "limited")
+
+    def __init__(self, state: ProjectState | None, table: SlotTable) -> None:
+        if state is None:
+            self.name, self.limits, self.occupied, self.limited = "", {}, {}, False
+            return
+        self.name = state.name
+        self.limits = {i: n for i, n in table.convert(state.cap).items() if n < INF}
+        self.occupied = table.convert(state.occupied)
+        self.limited = bool(self.limits)
+
+    def add(self, request: Mapping[int, int]) -> None:
+        for i, n in request.items():
+            self.occupied[i] = self.occupied.get(i, 0) + n
+
+
+_SLOT_WORDS = {"cuda.device": "GPUs", "cuda.shares": "GPU shares", "cpu": "CPU cores", "mem": "of memory"}
+
+
+def project_resource_limit(quota: ProjectQuota, request: Mapping[int, int], table: SlotTable) -> str | None:
+    """What the project's sessions hold (with those placed this round) + request <= its cap, for every slot the
+    session asks for: "project ml-team has 8/8 GPUs"."""
+    over = []
+    for i, n in request.items():
+        limit = quota.limits.get(i)
+        if limit is None or n == 0:
+            continue
+        held = quota.occupied.get(i, 0)
+        if held + n > limit:
+            over.append(
+                f"{table.fmt(i, held)}/{table.fmt(i, limit)} {_SLOT_WORDS.get(table.names[i], table.names[i])} "
+                f"(asks {table.fmt(i, n)} more)"
+            )
+    if not over:
+        return None
+    return f"project {quota.name} has {', '.join(sorted(over))}"

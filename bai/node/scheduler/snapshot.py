@@ -75,6 +75,7 @@ IMAGE_MIN_RESOURCES = "image_min_resources"
 CONCURRENCY = "concurrency"
 KEYPAIR_RESOURCE_LIMIT = "keypair_resource_limit"
 SESSION_NETWORKS = "session_networks"  # a bai predicate: the networks of sessions of several kernels
+USER_GROUP_RESOURCE_LIMIT = "user_group_resource_limit"  # Backend.AI's name: a project's (group's) cap
 PREDICATES: tuple[str, ...] = (
     RESERVED_TIME,
     DEPENDENCIES,
@@ -82,6 +83,7 @@ PREDICATES: tuple[str, ...] = (
     IMAGE_MIN_RESOURCES,
     CONCURRENCY,
     KEYPAIR_RESOURCE_LIMIT,
+    USER_GROUP_RESOURCE_LIMIT,
     SESSION_NETWORKS,
 )
 
@@ -131,6 +133,7 @@ class PendingSession:
     image_min: Mapping[str, Decimal] = field(default_factory=dict)  # per kernel, from image labels
     retries: int = 0  # rounds this session has already been considered in
     vfolder_hosts: frozenset[str] = frozenset()  # hosts of the folders it mounts: its agent must see them
+    project_id: str = ""  # the project it was created in (its cap: Snapshot.projects)
 
 
 @dataclass(slots=True)
@@ -171,6 +174,16 @@ class KeypairState:
 
 
 @dataclass(frozen=True, slots=True)
+class ProjectState:
+    """A project with a cap: what its sessions may hold together, and what they hold now."""
+
+    id: str
+    name: str
+    cap: Mapping[str, Decimal]  # a slot not here: unlimited
+    occupied: Mapping[str, Decimal] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class DependencyState:
     """The state of a session another one depends on."""
 
@@ -201,6 +214,7 @@ class Snapshot:
     keypairs: Mapping[str, KeypairState] = field(default_factory=dict)  # a missing key: no limits
     dependencies: Mapping[str, DependencyState] = field(default_factory=dict)  # by session id
     scaling_groups: Mapping[str, ScalingGroup] = field(default_factory=dict)  # missing: defaults
+    projects: Mapping[str, ProjectState] = field(default_factory=dict)  # the projects with a cap, by id
 
 
 # ----------------------------------------------------------------------------------------------

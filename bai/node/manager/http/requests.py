@@ -18,6 +18,7 @@ from bai.common.mounts import MountError, MountRequest, plan_mounts
 from bai.common.names import name_problem
 from bai.common.problems import invalid
 from bai.node.manager.rules.admission import NETWORK_NAME
+from bai.node.manager.state.team_records import DEFAULT_DOMAIN, DEFAULT_PROJECT_ID
 
 SESSION_TYPES = ("interactive", "batch")
 
@@ -44,6 +45,10 @@ class CreateRequest:
     mounts: list[MountRequest] = field(default_factory=list)  # folders, resolved by the registry
     config: dict[str, Any] = field(default_factory=dict)
     cluster_mode: str = SINGLE_NODE  # single-node | multi-node (bai/common/cluster.py)
+    domain: str | None = None  # the domain and project (a name, or an id) asked for; None: the owner's default
+    group: str | None = None
+    domain_name: str = DEFAULT_DOMAIN  # the project it is created in, once the rules found it (lifecycle.create)
+    project_id: str = DEFAULT_PROJECT_ID
 
 
 def _first(body: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -62,6 +67,14 @@ def _text(value: Any, what: str, *, nul: bool = False) -> str | None:
     if not nul and "\0" in value:
         raise invalid(f"{what} contains a NUL byte")
     return value
+
+
+def _name_text(value: Any, what: str) -> str | None:
+    """A domain's or project's name (or id) as a create names it: None, or a string of 1 to 256 characters."""
+    text = _text(value, what)
+    if text is not None and not 0 < len(text.strip()) <= 256:
+        raise invalid(f"{what} must be a name of 1 to 256 characters")
+    return text.strip() if text is not None else None
 
 
 def generate_name() -> str:
@@ -251,6 +264,8 @@ def parse_create(
         if "\0" in str(value):
             raise invalid(f"config.environ.{key} contains a NUL byte")
     scaling_group = _text(_first(config, "scalingGroup", "scaling_group"), "config.scalingGroup") or "default"
+    domain = _name_text(_first(body, "domain", "domainName", "domain_name"), "domain")
+    group = _name_text(_first(body, "group", "groupName", "group_name"), "group")
     tag = _text(body.get("tag"), "tag")
     max_wait = _first(body, "maxWaitSeconds", "max_wait_seconds", default=0)
     if isinstance(max_wait, bool) or not isinstance(max_wait, int | float) or not 0 <= max_wait < float("inf"):
@@ -287,6 +302,8 @@ def parse_create(
         tag=tag,
         network=network,
         starts_at=starts_at,
+        domain=domain,
+        group=group,
         depends=list(dict.fromkeys(depends)),
         mounts=mounts,
         config={

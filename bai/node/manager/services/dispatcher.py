@@ -16,6 +16,7 @@ from bai.common.background import Background
 from bai.common.clock import Clock
 from bai.common.cluster import SINGLE_NODE
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
+from bai.node.manager.rules.access import project_cap
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.lifecycle import SessionLifecycle
@@ -32,6 +33,7 @@ from bai.node.scheduler.snapshot import (
     KernelRequest,
     KeypairState,
     PendingSession,
+    ProjectState,
     ResourcePolicy,
     ScalingGroup,
     Snapshot,
@@ -221,9 +223,32 @@ class Dispatcher:
                     vfolder_hosts=frozenset(m["host"] for m in row.config.get("mounts") or []),
                     image_min=image_minimum(self.agents.labels_of(row.image) or {}),
                     retries=(row.status_data.get("scheduler") or {}).get("retries", 0),
+                    project_id=row.project_id,
                 )
             )
-        return Snapshot(now, pending, agents, keypairs, dependencies, self.groups), pending_rows
+        projects = await self._project_caps({r.project_id for r in pending_rows})
+        snapshot = Snapshot(now, pending, agents, keypairs, dependencies, self.groups, projects)
+        return snapshot, pending_rows
+
+    async def _project_caps(self, project_ids: set[str]) -> dict[str, ProjectState]:
+        """The projects of pending sessions that have a cap, with what their sessions hold now (read only when
+        one has a cap)."""
+        teams = self.store.teams()
+        caps = {}
+        for pid in project_ids:
+            project = teams.projects.get(pid)
+            if project is not None and (cap := project_cap(teams, project)):
+                caps[pid] = (project.name, cap)
+        if not caps:
+            return {}
+        usage = await self.store.project_usage(QUOTA_STATUSES)
+        out = {}
+        for pid, (name, cap) in caps.items():
+            held: dict[str, Decimal] = {}
+            for slots in usage.get(pid, (0, []))[1]:
+                held = slotlib.add(held, slotlib.from_wire(slots))
+            out[pid] = ProjectState(pid, name, cap, held)
+        return out
 
     def _next_due(self, snapshot: Snapshot, now: datetime) -> datetime | None:
         times = [p.starts_at for p in snapshot.pending if p.starts_at and p.starts_at > now]

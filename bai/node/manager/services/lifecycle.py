@@ -51,6 +51,7 @@ from bai.node.link.messages import (
 )
 from bai.node.manager.domain_errors import Conflict, Forbidden, Invalid, KeepsChanging, SessionNotFound
 from bai.node.manager.http.requests import CreateRequest
+from bai.node.manager.rules.access import actor_of, check_scaling_group, project_for
 from bai.node.manager.rules.admission import Admission, admit, check_policy
 from bai.node.manager.rules.placeable import unplaceable, unplaceable_spread
 from bai.node.manager.services.activity import Activity
@@ -161,6 +162,8 @@ def new_session_rows(
         scaling_group=req.scaling_group,
         created_at=now,
         tag=req.tag,
+        domain_name=req.domain_name,
+        project_id=req.project_id,
     )
     return session, kernels
 
@@ -361,6 +364,7 @@ class SessionLifecycle:
         return self.images.available_unasked(req.image)
 
     async def create(self, access_key: str, req: CreateRequest, is_admin: bool = False) -> tuple[Session, bool]:
+        self._place(access_key, req)
         groups: set[str] = set()
         if req.scaling_group not in self.admission.groups:  # a group only agents name
             groups = {a.scaling_group for a in (await self.store.agent_capacities())[1]}
@@ -419,6 +423,17 @@ class SessionLifecycle:
         assert new is not None
         self._enqueued(new)
         return new, True
+
+    def _place(self, access_key: str, req: CreateRequest) -> None:
+        """The project the session is created in (one its owner belongs to, of an active domain) and whether its
+        scaling group is open there (`rules/access.py`): set on the request, or a Problem."""
+        keypair = self.store.active_keypair(access_key)
+        if keypair is None:
+            raise Invalid(f"keypair {access_key} does not exist or is inactive")
+        teams = self.store.teams()
+        project = project_for(teams, actor_of(teams, keypair), req.domain, req.group)
+        check_scaling_group(teams, req.scaling_group, project, access_key)
+        req.domain_name, req.project_id = project.domain_name, project.id
 
     def _enqueued(self, row: Session) -> None:
         """A new session is stored: say so, and have the dispatcher look (one round for many arrivals)."""

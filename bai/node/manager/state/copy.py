@@ -20,8 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from bai.common.dburl import DatabaseLocation, redact
+from bai.node.manager.state.team_records import DEFAULT_PROJECT_ID
 
 BATCH = 5000  # rows read from SQLite at a time
+# the rows a new database's schema makes itself (a default policy, domain, project): not counted as held, and
+# replaced by the source's
+SCHEMA_ROWS = {
+    "resource_policies": "name <> 'default'",
+    "domains": "name <> 'default'",
+    "projects": f"id <> '{DEFAULT_PROJECT_ID}'",
+    "user_resource_policies": "name <> 'default'",
+    "project_resource_policies": "name <> 'default'",
+}
 FIRST_NAMED = ("sessions", "keypairs", "resource_policies", "vfolders", "agents")  # what a refusal names first
 NUL_REPLACEMENT = "\ufffd"  # PostgreSQL's text cannot hold NUL: it becomes U+FFFD
 
@@ -198,7 +208,7 @@ def _refuse_unless_empty(conn: Any, tables: Sequence[str], columns: dict[str, li
     for table in sorted(tables, key=lambda t: (t not in FIRST_NAMED, FIRST_NAMED.index(t) if t in FIRST_NAMED else 0)):
         if table not in columns:
             continue
-        where = " WHERE name <> 'default'" if table == "resource_policies" else ""
+        where = f" WHERE {SCHEMA_ROWS[table]}" if table in SCHEMA_ROWS else ""
         n = int(conn.execute(f'SELECT COUNT(*) FROM "{table}"{where}').fetchone()[0])
         if n:
             held.append(f"{n} {table}" + (" (besides 'default')" if where else ""))
@@ -234,8 +244,8 @@ def _copy_table(
     names = (["rowid"] if with_rowid else []) + src_columns
     select = ", ".join(["rowid"] if with_rowid else []) + (", " if with_rowid else "")
     select += ", ".join(f'"{c}"' for c in src_columns)
-    if table == "resource_policies":
-        conn.execute("DELETE FROM resource_policies")  # (the schema's default: the source's replaces it)
+    if table in SCHEMA_ROWS:
+        conn.execute(f'DELETE FROM "{table}"')  # (the schema's defaults: the source's replace them)
     cursor = source.execute(f'SELECT {select} FROM "{table}"')
     counter = [0, 0]  # rows, NULs
     sizes = _LogSizes(names, grown) if table == "kernel_logs" else None

@@ -40,6 +40,7 @@ from bai.node.manager.state.records import (
     Transition,
     VFolder,
 )
+from bai.node.manager.state.team_records import TeamDirectory, User, UserChanges
 
 
 class SessionReadState(Protocol):
@@ -219,12 +220,48 @@ class AccountState(Protocol):
     async def delete_dotfile(self, access_key: str, path: str) -> bool: ...
 
 
+class TeamState(Protocol):
+    """Domains, projects, users, scaling groups and their associations, users' and projects' policies: all of
+    them in memory (`teams`), each write one transaction after which the copy in memory (and the active keypairs,
+    which follow their users) is current."""
+
+    def teams(self) -> TeamDirectory: ...
+
+    async def load_teams(self) -> None: ...
+
+    async def create_team_record(self, record: Any, now: datetime) -> bool: ...
+
+    async def update_team_record(
+        self, cls: type[Any], key: str, changes: dict[str, Any], now: datetime
+    ) -> bool | None: ...
+
+    async def delete_team_record(self, cls: type[Any], key: str, now: datetime) -> str | None: ...
+
+    async def create_user(
+        self, user: User, password_hash: str | None, projects: Iterable[str], now: datetime
+    ) -> bool: ...
+
+    async def update_user(self, uuid: str, changes: UserChanges, now: datetime) -> bool | None: ...
+
+    async def purge_user(self, uuid: str, now: datetime) -> str | None: ...
+
+    async def password_hash(self, uuid: str) -> str | None: ...
+
+    async def set_members(self, project_id: str, add: Iterable[str], remove: Iterable[str], now: datetime) -> bool: ...
+
+    async def link_scaling_group(self, group: str, kind: str, target: str, linked: bool, now: datetime) -> bool: ...
+
+    async def project_usage(self, statuses: Iterable[str]) -> dict[str, tuple[int, list[dict[str, str]]]]: ...
+
+
 class FolderState(Protocol):
     """Virtual folders' rows, their shares and invitations (their files are the folder hosts')."""
 
     async def create_vfolder(self, folder: NewVFolder, now: datetime) -> bool: ...
 
-    async def vfolders_of(self, access_key: str | None, status: str = "ready") -> list[SeenVFolder]: ...
+    async def vfolders_of(
+        self, access_key: str | None, status: str = "ready", projects: Iterable[str] = ()
+    ) -> list[SeenVFolder]: ...
 
     async def get_vfolder(self, folder_id: str) -> VFolder | None: ...
 
@@ -289,7 +326,7 @@ class LogState(Protocol):
     async def purge_logs(self, ended_before: datetime, now: datetime, batch: int = 50) -> list[str]: ...
 
 
-class State(SessionState, AgentState, AccountState, FolderState, ImageState, LogState, Protocol):
+class State(SessionState, AgentState, AccountState, TeamState, FolderState, ImageState, LogState, Protocol):
     """The whole state, as the services that need several domains take it (whatever implementation: the
     services never name one), and its upkeep."""
 

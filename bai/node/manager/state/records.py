@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from bai.node.manager.state.team_records import DEFAULT_PROJECT_ID
+
 __all__ = [
     "UNSET",
     "Agent",
@@ -94,6 +96,8 @@ class Session(msgspec.Struct, frozen=True):
     terminated_at: str | None
     seq: int  # its place in the queue
     started_at: str | None = None  # when it first became RUNNING (None: it never ran)
+    domain_name: str = "default"  # the domain and project it was created in (team_records)
+    project_id: str = DEFAULT_PROJECT_ID
 
 
 class Kernel(msgspec.Struct, frozen=True):
@@ -132,6 +136,8 @@ class NewSession(msgspec.Struct, frozen=True):
     scaling_group: str
     created_at: datetime
     tag: str | None = None
+    domain_name: str = "default"
+    project_id: str = DEFAULT_PROJECT_ID
 
 
 class NewKernel(msgspec.Struct, frozen=True):
@@ -228,6 +234,7 @@ class Keypair(msgspec.Struct, frozen=True):
     is_active: bool
     resource_policy: str
     created_at: str
+    user_uuid: str = ""  # its user (team_records.User); "": none (not since schema 16)
 
 
 class NewKeypair(msgspec.Struct, frozen=True):
@@ -238,6 +245,7 @@ class NewKeypair(msgspec.Struct, frozen=True):
     user_id: str
     is_admin: bool = False
     resource_policy: str = "default"
+    user_uuid: str = ""  # its user; "": the user of that user id (username or email), made if there is none
 
 
 class Policy(msgspec.Struct, frozen=True):
@@ -319,6 +327,7 @@ class VFolder(msgspec.Struct, frozen=True):
     trashed_at: str | None
     mount_permission: str  # ro | rw | wd: Backend.AI's innate permission
     cloneable: bool
+    project_id: str | None = None  # None: a user's folder; else the project's (its owner "project:<id>")
 
 
 class SeenVFolder(VFolder, frozen=True):
@@ -338,6 +347,7 @@ class NewVFolder(msgspec.Struct, frozen=True):
     usage_mode: str = "general"
     mount_permission: str = "rw"
     cloneable: bool = False
+    project_id: str | None = None
 
 
 class FolderChanges(msgspec.Struct, frozen=True):

@@ -12,6 +12,7 @@ from typing import Any
 
 from bai.node.manager.state.postgres.db import WRITE_LOCK
 from bai.node.manager.state.sqlite.db import Queries
+from bai.node.manager.state.sqlite.team_queries import TEAM_TABLE_NAMES
 
 CLUSTER_TABLES = (
     'CREATE TABLE IF NOT EXISTS bai_managers (id TEXT COLLATE "C" PRIMARY KEY, host TEXT NOT NULL, '
@@ -26,7 +27,7 @@ CLUSTER_TABLES = (
     *(
         f"CREATE OR REPLACE TRIGGER bai_{table}_changed AFTER INSERT OR UPDATE OR DELETE ON {table} "
         "FOR EACH STATEMENT EXECUTE FUNCTION bai_table_changed()"
-        for table in ("keypairs", "resource_policies", "dotfiles", "image_aliases")
+        for table in ("keypairs", "resource_policies", "dotfiles", "image_aliases", *TEAM_TABLE_NAMES)
     ),
 )
 LEASE = "leader"

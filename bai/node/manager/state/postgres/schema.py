@@ -110,8 +110,11 @@ def _migrate(conn: Any) -> None:
         try:
             conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
             if version_of(conn) < step.version:
-                for statement in step.postgres:
-                    conn.execute(statement)
+                if callable(step.postgres):
+                    step.postgres(conn)
+                else:
+                    for statement in step.postgres:
+                        conn.execute(statement)
                 conn.execute("INSERT INTO bai_schema VALUES (?, ?)", (step.version, now))
             conn.execute("COMMIT")
         except BaseException:

@@ -20,6 +20,7 @@ from bai.node.manager.state.sqlite.image_queries import Images
 from bai.node.manager.state.sqlite.keypair_queries import POLICY_FIELDS, Keypairs
 from bai.node.manager.state.sqlite.log_queries import LOG_MAX_BYTES, LOG_PAGE_BYTES, Logs, drop_marker, human_bytes
 from bai.node.manager.state.sqlite.session_queries import Sessions
+from bai.node.manager.state.sqlite.team_queries import Teams
 from bai.node.manager.state.sqlite.vfolder_queries import Vfolders
 
 __all__ = [
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 
-class Store(Keypairs, Agents, Sessions, Vfolders, Images, Logs):
+class Store(Teams, Keypairs, Agents, Sessions, Vfolders, Images, Logs):
     """The manager's state: every domain's queries over one database."""
 
     def __init__(self, db: Database, log_max_bytes: int = LOG_MAX_BYTES) -> None:
@@ -57,7 +58,7 @@ class Store(Keypairs, Agents, Sessions, Vfolders, Images, Logs):
         store = cls(db, log_max_bytes)
         try:
             await store.cut_logs_to_bound((clock or Clock()).now())
-            await store.load_keypairs()
+            await store.load_teams()
         except BaseException:
             await db.close()
             raise

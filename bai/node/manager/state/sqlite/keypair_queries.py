@@ -12,6 +12,7 @@ from typing import Any
 from bai.node.manager.state.errors import UnknownPolicy
 from bai.node.manager.state.records import Dotfile, Keypair, NewKeypair, Policy, PolicyFields, changed_fields, stamp
 from bai.node.manager.state.sqlite.db import Queries, load_json
+from bai.node.manager.state.team_records import DEFAULT_DOMAIN, DEFAULT_PROJECT_ID, TeamDirectory, email_of, user_uuid
 
 POLICY_FIELDS = (
     "max_concurrent_sessions",
@@ -29,21 +30,39 @@ POLICY_FIELDS = (
 )
 DEFAULT_SESSION_NETWORKS = 2  # resource_policies.max_session_networks of a policy that does not say
 DEFAULT_PENDING_SESSIONS = 1000  # resource_policies.max_pending_session_count of a policy that does not say
-KEYPAIR_COLUMNS = "access_key, secret_key, user_id, is_admin, is_active, resource_policy, created_at"
+KEYPAIR_COLUMNS = "access_key, secret_key, user_id, is_admin, is_active, resource_policy, created_at, user_uuid"
 POLICY_COLUMNS = "name, " + ", ".join(POLICY_FIELDS) + ", created_at"
 
 
 def _keypair(r: sqlite3.Row) -> Keypair:
-    return Keypair(r[0], r[1], r[2], bool(r[3]), bool(r[4]), r[5], r[6])
+    return Keypair(r[0], r[1], r[2], bool(r[3]), bool(r[4]), r[5], r[6], r[7])
 
 
 def _policy(r: sqlite3.Row) -> Policy:
     return Policy(r[0], r[1], load_json(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13])
 
 
-def _read_keypairs(conn: sqlite3.Connection, active_only: bool) -> dict[str, Keypair]:
-    sql = f"SELECT {KEYPAIR_COLUMNS} FROM keypairs" + (" WHERE is_active=1" if active_only else "")
-    return {r[0]: _keypair(r) for r in conn.execute(sql + " ORDER BY created_at").fetchall()}
+# the keypairs that sign requests: active ones of active users of active domains (a keypair of no user: bai's
+# before users, until schema 16 gave each one)
+_SIGNING = (
+    "SELECT k.access_key, k.secret_key, k.user_id, k.is_admin, k.is_active, k.resource_policy, k.created_at, "
+    "k.user_uuid FROM keypairs k LEFT JOIN users u ON u.uuid = k.user_uuid "
+    "LEFT JOIN domains d ON d.name = u.domain_name "
+    "WHERE k.is_active=1 AND (u.uuid IS NULL OR (u.status='active' AND COALESCE(d.is_active, 1)=1)) "
+    "ORDER BY k.created_at"
+)
+
+
+def read_keypairs(conn: sqlite3.Connection, active_only: bool) -> dict[str, Keypair]:
+    """Access key -> keypair, oldest first: all of them, or (`active_only`) those that may sign requests (active, of
+    an active user of an active domain)."""
+    if active_only:
+        return {r[0]: _keypair(r) for r in conn.execute(_SIGNING).fetchall()}
+    sql = f"SELECT {KEYPAIR_COLUMNS} FROM keypairs ORDER BY created_at"
+    return {r[0]: _keypair(r) for r in conn.execute(sql).fetchall()}
+
+
+_read_keypairs = read_keypairs
 
 
 def _check_policy(conn: sqlite3.Connection, name: str) -> None:
@@ -63,6 +82,35 @@ class QueueLimits:
         return self.by_key.get(access_key, self.default)
 
 
+def user_for_keypair(conn: sqlite3.Connection, user_id: str, is_admin: bool, now: str) -> str:
+    """The uuid of the user a new keypair of `user_id` belongs to: the user of that username or email, else a
+    new one of the default domain and project (a superadmin for an admin keypair), as bai made users before it had
+    them (`migrations.users_of_keypairs`)."""
+    row = conn.execute(
+        "SELECT uuid FROM users WHERE username=? OR email=? ORDER BY username=? DESC LIMIT 1",
+        (user_id, user_id, user_id),
+    ).fetchone()
+    if row is not None:
+        return str(row[0])
+    uid = user_uuid(user_id)
+    email = email_of(user_id)
+    n = 1
+    while conn.execute("SELECT 1 FROM users WHERE email=?", (email,)).fetchone() is not None:
+        n += 1
+        local, _, host = email_of(user_id).partition("@")
+        email = f"{local}+{n}@{host}"
+    while conn.execute("SELECT 1 FROM users WHERE uuid=?", (uid,)).fetchone() is not None:
+        uid = user_uuid(f"{user_id}#{n}")
+        n += 1
+    conn.execute(
+        "INSERT INTO users(uuid, email, username, role, domain_name, created_at, modified_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (uid, email, user_id, "superadmin" if is_admin else "user", DEFAULT_DOMAIN, now, now),
+    )
+    conn.execute("INSERT INTO project_members(project_id, user_uuid) VALUES (?, ?)", (DEFAULT_PROJECT_ID, uid))
+    return uid
+
+
 class Keypairs(Queries):
     """Keypairs, the resource policies they follow, and their dotfiles."""
 
@@ -70,6 +118,7 @@ class Keypairs(Queries):
     _queue_limits: QueueLimits | None = None
     _queue_limits_version = 0
     _policies: dict[str, Policy | None] = {}  # name -> policy read (see `policy`); replaced, not changed
+    _teams: TeamDirectory = TeamDirectory()  # (Teams': every team record, which keypairs' writes may add users to)
     _active: dict[str, Keypair] = {}  # the active keypairs, by access key (see load_keypairs); replaced, not changed
 
     async def ensure_admin_keypair(self, access_key: str, secret_key: str, now: datetime) -> tuple[str, str]:
@@ -83,10 +132,11 @@ class Keypairs(Queries):
             ).fetchone()
             if row:
                 return (row[0], row[1]), _read_keypairs(conn, True)
+            user = user_for_keypair(conn, "admin", True, at)
             conn.execute(
-                "INSERT INTO keypairs(access_key, secret_key, user_id, is_admin, created_at) "
-                "VALUES (?, ?, 'admin', 1, ?)",
-                (access_key, secret_key, at),
+                "INSERT INTO keypairs(access_key, secret_key, user_id, is_admin, created_at, user_uuid) "
+                "VALUES (?, ?, 'admin', 1, ?, ?)",
+                (access_key, secret_key, at, user),
             )
             return (access_key, secret_key), _read_keypairs(conn, True)
 
@@ -96,9 +146,15 @@ class Keypairs(Queries):
     async def _write_keypairs(self, fn: Any) -> Any:
         """A transaction that changes keypairs (or what they follow) and returns (its answer, the active
         keypairs as it leaves them): the copy kept in memory follows, in the order the writes committed."""
+        from bai.node.manager.state.sqlite.team_queries import read_directory  # (which reads keypairs' users)
+
         self._limits_changed()
-        answer, active = await self.db.transaction(fn)
-        self._active = active
+
+        def tx(conn: sqlite3.Connection) -> tuple[Any, dict[str, Keypair], TeamDirectory]:
+            answer, active = fn(conn)
+            return answer, active, read_directory(conn)
+
+        answer, self._active, self._teams = await self.db.transaction(tx)
         return answer
 
     async def load_keypairs(self) -> None:
@@ -128,11 +184,12 @@ class Keypairs(Queries):
 
         def fn(conn: sqlite3.Connection) -> tuple[None, dict[str, Keypair]]:
             _check_policy(conn, keypair.resource_policy)
+            user = keypair.user_uuid or user_for_keypair(conn, keypair.user_id, keypair.is_admin, at)
             conn.execute(
-                "INSERT INTO keypairs(access_key, secret_key, user_id, is_admin, resource_policy, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO keypairs(access_key, secret_key, user_id, is_admin, resource_policy, created_at, "
+                "user_uuid) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (keypair.access_key, keypair.secret_key, keypair.user_id, int(keypair.is_admin),
-                 keypair.resource_policy, at),
+                 keypair.resource_policy, at, user),
             )  # fmt: skip
             return None, _read_keypairs(conn, True)
 

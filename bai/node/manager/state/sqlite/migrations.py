@@ -18,6 +18,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
+
+from bai.node.manager.state.team_records import DEFAULT_DOMAIN, DEFAULT_PROJECT, DEFAULT_PROJECT_ID, email_of, user_uuid
 
 # the statuses of live sessions (bai.common.status.ACTIVE_STATUSES), as the live-name check lists them (so that
 # its condition is the index's own); tests/test_store.py checks that they are ACTIVE_STATUSES
@@ -61,7 +64,8 @@ CREATE TABLE IF NOT EXISTS keypairs (
     is_admin INTEGER NOT NULL DEFAULT 0,
     is_active INTEGER NOT NULL DEFAULT 1,
     resource_policy TEXT NOT NULL DEFAULT 'default',
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    user_uuid TEXT NOT NULL DEFAULT ''  -- its user (users.uuid)
 );
 CREATE TABLE IF NOT EXISTS resource_policies (
     name TEXT PRIMARY KEY,
@@ -116,7 +120,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     created_at TEXT NOT NULL,
     terminated_at TEXT,
     seq INTEGER NOT NULL,
-    started_at TEXT
+    started_at TEXT,
+    domain_name TEXT NOT NULL DEFAULT '{DEFAULT_DOMAIN}',
+    project_id TEXT NOT NULL DEFAULT '{DEFAULT_PROJECT_ID}'
 );
 CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, seq);
 CREATE INDEX IF NOT EXISTS sessions_name ON sessions(access_key, name);
@@ -189,7 +195,8 @@ CREATE TABLE IF NOT EXISTS vfolders (
     created_at TEXT NOT NULL,
     trashed_at TEXT,
     mount_permission TEXT NOT NULL DEFAULT 'rw',  -- Backend.AI's innate permission: ro makes every mount read-only
-    cloneable INTEGER NOT NULL DEFAULT 0  -- whoever may read it may clone it
+    cloneable INTEGER NOT NULL DEFAULT 0,  -- whoever may read it may clone it
+    project_id TEXT  -- NULL: a user's folder; else the project's (owner 'project:<id>')
 );
 CREATE UNIQUE INDEX IF NOT EXISTS vfolders_owner_name ON vfolders(owner, name) WHERE status = 'ready';
 CREATE TABLE IF NOT EXISTS vfolder_shares (
@@ -221,7 +228,134 @@ CREATE TABLE IF NOT EXISTS dotfiles (
     PRIMARY KEY (access_key, path)
 );
 """
+SCHEMA = SCHEMA.replace("{DEFAULT_DOMAIN}", DEFAULT_DOMAIN).replace("{DEFAULT_PROJECT_ID}", DEFAULT_PROJECT_ID)
 SCHEMA += LIVE_NAME_INDEX + ";\n"
+# (schema 16) teams: domains hold projects (Backend.AI's groups) and users; users own keypairs and belong to
+# projects; sessions and project folders live in a project; scaling groups are usable where associated; users and
+# projects have resource policies of their own. Columns are named as the fields of state/team_records.py.
+TEAM_TABLES = f"""
+CREATE TABLE IF NOT EXISTS domains (
+    name TEXT PRIMARY KEY,
+    description TEXT NOT NULL DEFAULT '',
+    is_active INTEGER NOT NULL DEFAULT 1,
+    total_resource_slots TEXT NOT NULL DEFAULT '{{}}',
+    allowed_vfolder_hosts TEXT NOT NULL DEFAULT '{{}}',
+    allowed_docker_registries TEXT NOT NULL DEFAULT '[]',
+    created_at TEXT NOT NULL,
+    modified_at TEXT NOT NULL
+);
+INSERT OR IGNORE INTO domains(name, description, created_at, modified_at)
+    VALUES ('{DEFAULT_DOMAIN}', 'the first domain', '1970-01-01T00:00:00+00:00', '1970-01-01T00:00:00+00:00');
+CREATE TABLE IF NOT EXISTS projects (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    domain_name TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    is_active INTEGER NOT NULL DEFAULT 1,
+    total_resource_slots TEXT NOT NULL DEFAULT '{{}}',  -- what its running sessions hold together; {{}}: unlimited
+    allowed_vfolder_hosts TEXT NOT NULL DEFAULT '{{}}',
+    resource_policy TEXT NOT NULL DEFAULT 'default',  -- a project resource policy
+    created_at TEXT NOT NULL,
+    modified_at TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS projects_name ON projects(domain_name, name);
+INSERT OR IGNORE INTO projects(id, name, domain_name, description, created_at, modified_at)
+    VALUES ('{DEFAULT_PROJECT_ID}', '{DEFAULT_PROJECT}', '{DEFAULT_DOMAIN}', 'the first project',
+    '1970-01-01T00:00:00+00:00', '1970-01-01T00:00:00+00:00');
+CREATE TABLE IF NOT EXISTS users (
+    uuid TEXT PRIMARY KEY,
+    email TEXT NOT NULL UNIQUE,
+    username TEXT NOT NULL UNIQUE,
+    full_name TEXT NOT NULL DEFAULT '',
+    description TEXT NOT NULL DEFAULT '',
+    password TEXT,  -- a salted slow hash (team_queries.hash_password); NULL: no password (keypairs only)
+    need_password_change INTEGER NOT NULL DEFAULT 0,
+    role TEXT NOT NULL DEFAULT 'user',  -- superadmin | admin (of its domain) | user | monitor
+    status TEXT NOT NULL DEFAULT 'active',  -- active | inactive | deleted | before-verification
+    status_info TEXT NOT NULL DEFAULT '',
+    domain_name TEXT NOT NULL,
+    resource_policy TEXT NOT NULL DEFAULT 'default',  -- a user resource policy
+    created_at TEXT NOT NULL,
+    modified_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS project_members (
+    project_id TEXT NOT NULL,
+    user_uuid TEXT NOT NULL,
+    PRIMARY KEY (project_id, user_uuid)
+);
+CREATE TABLE IF NOT EXISTS scaling_groups (
+    name TEXT PRIMARY KEY,
+    description TEXT NOT NULL DEFAULT '',
+    is_active INTEGER NOT NULL DEFAULT 1,
+    is_public INTEGER NOT NULL DEFAULT 1,
+    created_at TEXT NOT NULL
+);
+-- where a scaling group may be used (kind: domain | project | keypair; target: its name, id or access key); a
+-- scaling group with no row here is open to every domain
+CREATE TABLE IF NOT EXISTS scaling_group_links (
+    scaling_group TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    PRIMARY KEY (scaling_group, kind, target)
+);
+CREATE TABLE IF NOT EXISTS user_resource_policies (
+    name TEXT PRIMARY KEY,
+    max_vfolder_count INTEGER NOT NULL DEFAULT 0,
+    max_quota_scope_size INTEGER NOT NULL DEFAULT 0,
+    max_session_count_per_model_session INTEGER NOT NULL DEFAULT 0,
+    max_customized_image_count INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL
+);
+INSERT OR IGNORE INTO user_resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
+CREATE TABLE IF NOT EXISTS project_resource_policies (
+    name TEXT PRIMARY KEY,
+    max_vfolder_count INTEGER NOT NULL DEFAULT 0,
+    max_quota_scope_size INTEGER NOT NULL DEFAULT 0,
+    max_network_count INTEGER NOT NULL DEFAULT 0,
+    total_resource_slots TEXT NOT NULL DEFAULT '{{}}',
+    created_at TEXT NOT NULL
+);
+INSERT OR IGNORE INTO project_resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
+"""
+# (schema 16) the columns of existing tables that teams add, as SQLite and PostgreSQL write them
+_TEAM_COLUMNS = (
+    ("keypairs", "user_uuid", "TEXT NOT NULL DEFAULT ''"),  # its user (users.uuid)
+    ("sessions", "domain_name", f"TEXT NOT NULL DEFAULT '{DEFAULT_DOMAIN}'"),
+    ("sessions", "project_id", f"TEXT NOT NULL DEFAULT '{DEFAULT_PROJECT_ID}'"),
+    ("vfolders", "project_id", "TEXT"),  # NULL: a user's folder; else the project's (owner 'project:<id>')
+)
+TEAM_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS sessions_project_status ON sessions(project_id, status)",
+    "CREATE INDEX IF NOT EXISTS keypairs_user ON keypairs(user_uuid)",
+)
+SCHEMA += TEAM_TABLES + "".join(f"{statement};\n" for statement in TEAM_INDEXES)
+
+
+def users_of_keypairs(conn: Any, now: str) -> None:
+    """(schema 16) Every keypair's user id becomes a user of the default domain and a member of the default
+    project (a superadmin when any of its keypairs is an admin), and the keypairs its keys: nothing is lost. The
+    user's id is the one shown for it before (`user_uuid`), its email its user id when that is one (else
+    `<user id>@bai.local`, numbered should two users' be the same)."""
+    rows = conn.execute(
+        "SELECT user_id, MAX(is_admin), MIN(created_at) FROM keypairs GROUP BY user_id ORDER BY MIN(created_at)"
+    ).fetchall()
+    taken: set[str] = set()
+    for user_id, admin, created in rows:
+        uid = user_uuid(user_id)
+        email = email_of(user_id)
+        n = 1
+        while email.lower() in taken:
+            n += 1
+            local, _, host = email_of(user_id).partition("@")
+            email = f"{local}+{n}@{host}"
+        taken.add(email.lower())
+        conn.execute(
+            "INSERT INTO users(uuid, email, username, role, domain_name, created_at, modified_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (uid, email, user_id, "superadmin" if admin else "user", DEFAULT_DOMAIN, created, now),
+        )
+        conn.execute("INSERT INTO project_members(project_id, user_uuid) VALUES (?, ?)", (DEFAULT_PROJECT_ID, uid))
+        conn.execute("UPDATE keypairs SET user_uuid=? WHERE user_id=?", (uid, user_id))
 
 
 @dataclass(frozen=True)
@@ -234,7 +368,7 @@ class Step:
     before: Callable[[sqlite3.Connection], None] | None = None  # outside it, before (a VACUUM); safe to repeat
     # the same change in PostgreSQL, statement by statement (state/postgres/schema.py): every step after 13,
     # the version a PostgreSQL database starts at, has one
-    postgres: tuple[str, ...] | None = None
+    postgres: tuple[str, ...] | Callable[[Any], None] | None = None
 
 
 def statements(script: str) -> Iterator[str]:
@@ -518,6 +652,34 @@ def v15(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def v16(conn: sqlite3.Connection) -> None:
+    script(TEAM_TABLES)(conn)
+    for table, column, declaration in _TEAM_COLUMNS:
+        add_column(conn, table, column, declaration)
+    for statement in TEAM_INDEXES:
+        conn.execute(statement)
+    users_of_keypairs(conn, _now())
+
+
+def v16_postgres(conn: Any) -> None:
+    from bai.node.manager.state.postgres.schema import postgres_schema
+
+    for statement in postgres_schema(TEAM_TABLES):
+        conn.execute(statement)
+    for table, column, declaration in _TEAM_COLUMNS:
+        declared = declaration.replace("TEXT", 'TEXT COLLATE "C"', 1)
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declared}")
+    for statement in TEAM_INDEXES:
+        conn.execute(statement)
+    users_of_keypairs(conn, _now())
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat()
+
+
 STEPS = [
     Step(1, "keypairs, agents, sessions and their transitions, kernels, kernel logs", script(V1)),
     Step(2, "resource policies, scheduling history", script(V2)),
@@ -538,6 +700,14 @@ STEPS = [
         "sessions' live names unique in the index itself; PostgreSQL numbers sessions with a sequence",
         v15,
         postgres=(*LIVE_NAMES_UNIQUE, *POSTGRES_SESSION_NUMBERS, _POSTGRES_NUMBERS_PAST),
+    ),
+    Step(
+        16,
+        "teams: domains, projects, users and their keypairs, scaling groups and where they are used, users' and "
+        "projects' resource policies; sessions and folders in projects (every keypair's user a user of the default "
+        "domain and project)",
+        v16,
+        postgres=v16_postgres,
     ),
 ]
 LATEST = STEPS[-1].version

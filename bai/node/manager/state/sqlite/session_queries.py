@@ -366,6 +366,8 @@ def _session_values(session: NewSession, kernels: list[NewKernel]) -> tuple[tupl
         len(kernels),
         session.tag,
         now,
+        session.domain_name,
+        session.project_id,
     )
     kernel_rows = [
         (k.id, session.id, k.cluster_role, k.cluster_idx, session.image, now, json.dumps(k.slots), now) for k in kernels
@@ -390,7 +392,8 @@ def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list
 _INSERT_SESSION = (
     "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
     "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
-    f"created_at, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{{}}', ?, ?, ?, ?, ?, ?, ?, ?, {NEXT_SESSION_NUMBER}) "
+    "created_at, domain_name, project_id, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+    f"?, {NEXT_SESSION_NUMBER}) "
     f"ON CONFLICT (access_key, name) WHERE status IN ({_LIVE}) DO NOTHING RETURNING *"
 )
 _INSERT_KERNEL = (
@@ -403,8 +406,9 @@ _INSERT_KERNEL = (
 _CREATE_AT_ONCE = (
     f"WITH taken AS (SELECT * FROM sessions WHERE access_key=? AND name=? AND status IN ({_LIVE}) LIMIT 1), "
     "made AS (INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
-    "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, created_at, seq) "
-    f"SELECT ?, ?, ?, ?, ?, 'PENDING', '', '{{}}', ?, ?, ?, ?, ?, ?, ?, ?, {NEXT_SESSION_NUMBER} "
+    "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, created_at, domain_name, "
+    "project_id, seq) SELECT ?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+    f"{NEXT_SESSION_NUMBER} "
     f"WHERE NOT EXISTS (SELECT 1 FROM taken) ON CONFLICT (access_key, name) WHERE status IN ({_LIVE}) DO NOTHING "
     "RETURNING *), "
     "logged AS (INSERT INTO session_transitions SELECT id, 'PENDING', '', '{}', ?::text FROM made), "

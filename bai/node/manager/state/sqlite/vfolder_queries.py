@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +20,9 @@ from bai.node.manager.state.records import (
 )
 from bai.node.manager.state.sqlite.db import Queries
 
-FOLDER_COLUMNS = "id, name, host, owner, usage_mode, status, created_at, trashed_at, mount_permission, cloneable"
+FOLDER_COLUMNS = (
+    "id, name, host, owner, usage_mode, status, created_at, trashed_at, mount_permission, cloneable, project_id"
+)
 _V_COLUMNS = ", ".join(f"v.{c}" for c in FOLDER_COLUMNS.split(", "))
 INVITATION_COLUMNS = (
     "i.id, i.vfolder_id, i.inviter, i.invitee, i.permission, i.state, i.created_at, i.modified_at, v.name"
@@ -27,11 +30,11 @@ INVITATION_COLUMNS = (
 
 
 def _folder(r: sqlite3.Row) -> VFolder:
-    return VFolder(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]))
+    return VFolder(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]), r[10])
 
 
 def _seen(r: sqlite3.Row) -> SeenVFolder:
-    return SeenVFolder(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]), r[10], bool(r[11]))
+    return SeenVFolder(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]), r[10], r[11], bool(r[12]))
 
 
 def _invitation(r: sqlite3.Row) -> Invitation:
@@ -49,10 +52,10 @@ class Vfolders(Queries):
             try:
                 conn.execute(
                     "INSERT INTO vfolders(id, name, host, owner, usage_mode, status, created_at, mount_permission, "
-                    "cloneable) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?, ?)",
+                    "cloneable, project_id) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?)",
                     (
                         folder.id, folder.name, folder.host, folder.owner, folder.usage_mode, at,
-                        folder.mount_permission or "rw", int(folder.cloneable),
+                        folder.mount_permission or "rw", int(folder.cloneable), folder.project_id,
                     ),
                 )  # fmt: skip
             except sqlite3.IntegrityError:
@@ -61,9 +64,13 @@ class Vfolders(Queries):
 
         return await self.db.transaction(fn)
 
-    async def vfolders_of(self, access_key: str | None, status: str = "ready") -> list[SeenVFolder]:
-        """Folders a keypair owns (permission `wd`) or that are shared with it (`ro` / `rw`), by name;
-        every folder (as its owner sees it) when `access_key` is None."""
+    async def vfolders_of(
+        self, access_key: str | None, status: str = "ready", projects: Iterable[str] = ()
+    ) -> list[SeenVFolder]:
+        """Folders a keypair owns (permission `wd`), that are shared with it (`ro` / `rw`), or that belong to one
+        of these projects (its members': the folder's own permission), by name; every folder (as its owner sees it)
+        when `access_key` is None."""
+        in_projects = list(projects)
 
         def fn(conn: sqlite3.Connection) -> list[SeenVFolder]:
             if access_key is None:
@@ -74,9 +81,16 @@ class Vfolders(Queries):
                 "WHERE v.owner=? AND v.status=? "
                 f"UNION ALL SELECT {_V_COLUMNS}, s.permission AS permission, 0 AS is_owner FROM vfolders v "
                 "JOIN vfolder_shares s ON s.vfolder_id = v.id WHERE s.access_key=? AND v.status=? "
-                "ORDER BY is_owner DESC, name, id"
             )
-            return [_seen(r) for r in conn.execute(sql, (access_key, status, access_key, status)).fetchall()]
+            params: list[Any] = [access_key, status, access_key, status]
+            if in_projects:
+                sql += (
+                    f"UNION ALL SELECT {_V_COLUMNS}, v.mount_permission AS permission, 0 AS is_owner FROM vfolders v "
+                    f"WHERE v.project_id IN ({','.join('?' * len(in_projects))}) AND v.status=? "
+                )
+                params += [*in_projects, status]
+            sql += "ORDER BY is_owner DESC, name, id"
+            return [_seen(r) for r in conn.execute(sql, params).fetchall()]
 
         return await self.db.run(fn)
 
