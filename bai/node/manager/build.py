@@ -29,6 +29,7 @@ from bai.node.manager.services.peers import PeerRelay
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.services.stats_book import StatsBook, stat_history_of, stat_interval_of
+from bai.node.manager.services.teams import Teams
 from bai.node.manager.services.timers import Timers
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.services.wakeup import Wakeup
@@ -127,6 +128,7 @@ async def build_manager(
         agents=agents,
         images=images,
         accounts=Accounts(store, clock),
+        teams=Teams(store, clock),
         hubs=hubs,
         logs=KernelLogs(store, hubs.logs),
         metrics=metrics,

@@ -49,6 +49,7 @@ from bai.node.manager.http.rate import OpenStreams
 from bai.node.manager.http.represent import agent_items, session_json, session_view
 from bai.node.manager.http.requests import parse_create, parse_execute, parse_kernel_ref, parse_run_id
 from bai.node.manager.http.sse import SPACED, EventStream
+from bai.node.manager.http.team_routes import add_team_routes
 from bai.node.manager.http.terminal_routes import add_terminal_routes
 from bai.node.manager.services import Services
 from bai.node.manager.services.diskfull import describe, insufficient_storage, is_disk_full
@@ -748,7 +749,7 @@ NOT_IMPLEMENTED = [
     ("*", "/folders/_/quota"),
     ("*", "/folders/_/usage"),
     ("*", "/resource/{rest:.*}"),
-    ("*", "/scaling-groups"),
+    ("*", "/scaling-groups/{rest:.*}"),  # (wsproxy versions: bai has no wsproxy)
     ("*", "/template/{rest:.*}"),
     ("*", "/services{rest:.*}"),
     ("*", "/auth/{rest:.*}"),
@@ -791,6 +792,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     app[SERVICES] = services
     app[SETTINGS] = settings
     app[STREAMS] = OpenStreams()
+    services.teams.close_streams = app[STREAMS].close_all  # (a user or domain deactivated: its keypairs' streams)
     r = app.router
     r.add_get("/", hello)
     r.add_get("/manager/announcement", announcement)
@@ -819,6 +821,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     r.add_get("/bai/agents", list_agents)
     r.add_get("/bai/quota", my_quota)  # the caller's own limits and use (bai/node/manager/http/quota.py)
     add_admin_routes(app)
+    add_team_routes(app)
     add_graphql_routes(app)
     add_dashboard_routes(app)
     r.add_get("/metrics", metrics)

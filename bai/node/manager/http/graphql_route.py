@@ -28,33 +28,9 @@ from bai.node.manager.http.graphql.schema import SCHEMA
 RULES = [rule for rule in specified_rules if rule is not OverlappingFieldsCanBeMergedRule]
 
 
-_NO_USERS = "bai has no user accounts beyond its keypairs (`admin keypair add` makes one)"
-_NO_DOMAINS = "bai has no domains beyond `default`"
-_NO_GROUPS = "bai has no groups (projects) beyond `default`, which every user is in"
-_SGROUPS = "bai's scaling groups come from its configuration (`[scaling_groups.NAME]`) and its agents"
 # Backend.AI fields bai does not offer, and why (said instead of graphql-core's "Cannot query field")
 UNSUPPORTED = {
-    **dict.fromkeys(("create_user", "modify_user", "delete_user", "purge_user"), _NO_USERS),
-    **dict.fromkeys(("create_domain", "modify_domain", "delete_domain", "purge_domain"), _NO_DOMAINS),
-    **dict.fromkeys(
-        ("create_group", "modify_group", "delete_group", "purge_group", "groups_by_name_and_domain"), _NO_GROUPS
-    ),
-    **dict.fromkeys(
-        (
-            "create_scaling_group",
-            "modify_scaling_group",
-            "delete_scaling_group",
-            "associate_scaling_group_with_domain",
-            "disassociate_scaling_group_with_domain",
-            "disassociate_all_scaling_groups_with_domain",
-            "associate_scaling_group_with_user_group",
-            "disassociate_scaling_group_with_user_group",
-            "disassociate_all_scaling_groups_with_group",
-            "associate_scaling_group_with_keypair",
-            "disassociate_scaling_group_with_keypair",
-        ),
-        _SGROUPS,
-    ),
+    "groups_by_name_and_domain": "ask groups_by_name with domain_name",
     "rescan_images": "bai has no registry catalogue to scan: agents report their images (`bai image pull` pulls)",
     "forget_image": "remove images with `bai image rm`",
     "vfolder_host_permissions": "bai keeps no per-host folder permissions: every user may use every host",

@@ -21,6 +21,7 @@ from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.services.stats_book import StatsBook
+from bai.node.manager.services.teams import Teams
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.state.protocols import SessionReadState
 
@@ -38,6 +39,7 @@ class Services:
     agents: Agents
     images: Images
     accounts: Accounts
+    teams: Teams  # domains, projects, users, scaling groups and their policies
     hubs: Hubs
     logs: KernelLogs
     metrics: ManagerMetrics

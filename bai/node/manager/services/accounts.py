@@ -6,13 +6,9 @@ from __future__ import annotations
 from bai.common.clock import Clock
 from bai.node.manager.state.protocols import AccountState
 from bai.node.manager.state.records import Dotfile, Keypair, NewKeypair, Policy, PolicyFields
+from bai.node.manager.state.team_records import email_of
 
-
-def email_of(user_id: str) -> str:
-    """A user's email as Backend.AI shows one (bai's users are the user ids of its keypairs): the user id
-    when it is an email, else `<user id>@bai.local`. Wherever a user is named or shown (GraphQL's users
-    and keypairs, folder shares and invitations), this is the one rule."""
-    return user_id if "@" in user_id else f"{user_id}@bai.local"
+__all__ = ["Accounts", "email_of"]  # (email_of: the email a user made from a keypair's user id gets)
 
 
 class Accounts:

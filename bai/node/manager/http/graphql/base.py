@@ -4,7 +4,6 @@ and the filter / order of Backend.AI's paginated lists (`minilang`)."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -31,20 +30,17 @@ from graphql.language import StringValueNode, ValueNode
 from bai.common import safejson
 from bai.node.manager.http.context import SETTINGS, services_of
 from bai.node.manager.http.graphql import minilang
+from bai.node.manager.rules.access import Actor
 from bai.node.manager.services import Services
 from bai.node.manager.state.records import Keypair
+from bai.node.manager.state.team_records import DEFAULT_DOMAIN as DEFAULT_DOMAIN
+from bai.node.manager.state.team_records import DEFAULT_PROJECT, DEFAULT_PROJECT_ID
+from bai.node.manager.state.team_records import user_uuid as user_uuid
 
-DEFAULT_DOMAIN = "default"
-DEFAULT_GROUP = "default"
-# the default group/project's id: Backend.AI's groups are UUIDs, so the one group gets a fixed one
-DEFAULT_GROUP_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "bai:group:default"))
+DEFAULT_GROUP = DEFAULT_PROJECT
+DEFAULT_GROUP_ID = DEFAULT_PROJECT_ID
 
 Cached = TypeVar("Cached")  # what a request-wide cache entry holds
-
-
-def user_uuid(user_id: str) -> str:
-    """A stable UUID for a user (bai's users are the user ids of its keypairs)."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"bai:user:{user_id}"))
 
 
 # -- scalars -------------------------------------------------------------------------------------------
@@ -144,6 +140,14 @@ class Context:
     @property
     def settings(self) -> dict[str, Any]:
         return self.request.app[SETTINGS]
+
+    @property
+    def actor(self) -> Actor:
+        """Who asks, as the rules of teams see it (`rules/access.py`)."""
+        if "actor" not in self.cache:
+            self.cache["actor"] = self.services.teams.actor_for(self.keypair())
+        actor: Actor = self.cache["actor"]
+        return actor
 
     def keypair(self) -> Keypair:
         """The caller's keypair (it signed the request: it is active)."""

@@ -20,7 +20,7 @@ QUERY_FIELDS = {
     **users.QUERIES,
     **storage.QUERIES,
 }
-MUTATION_FIELDS = {**keypairs.MUTATIONS, **images.MUTATIONS}
+MUTATION_FIELDS = {**keypairs.MUTATIONS, **images.MUTATIONS, **users.MUTATIONS}
 
 SCHEMA = GraphQLSchema(
     query=GraphQLObjectType("Queries", lambda: QUERY_FIELDS),
