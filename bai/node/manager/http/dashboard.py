@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import math
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -51,20 +51,24 @@ from bai.node.manager.services.hubs import Subscription
 from bai.node.manager.services.runs import Run
 from bai.node.manager.services.stats_book import StatsBook
 from bai.node.manager.state.records import Kernel, Session
+from bai.node.manager.state.team_records import Project
 
 TOPICS = {"sessions", "agents", "logs"}
 AGENTS_INTERVAL = 1.0
 T = TypeVar("T")
 
 
-def dashboard_row(row: Session, kernels: list[Kernel], stats: StatsBook | None = None) -> dict[str, Any]:
+def dashboard_row(
+    row: Session, kernels: list[Kernel], stats: StatsBook | None = None, projects: Mapping[str, Project] | None = None
+) -> dict[str, Any]:
     """What the dashboard shows of a session (the TUI reads it): see `SessionView.to_dashboard`."""
-    return SessionView(row, kernels, stats).to_dashboard()
+    return SessionView(row, kernels, stats, projects).to_dashboard()
 
 
 async def _rows(services: Services, rows: list[Session]) -> list[dict[str, Any]]:
     kernels = await services.state.kernels_of_many([s.id for s in rows])
-    return [dashboard_row(s, kernels.get(s.id, []), services.stats) for s in rows]
+    projects = services.teams.directory.projects
+    return [dashboard_row(s, kernels.get(s.id, []), services.stats, projects) for s in rows]
 
 
 async def _pump(queue: Subscription[T], handler: Callable[[str, T], None]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -20,6 +21,7 @@ from bai.node.manager.services import Services
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.stats_book import StatsBook, last_stat, live_stat, stored_stat
 from bai.node.manager.state.records import Kernel, Session, Transition
+from bai.node.manager.state.team_records import Project
 
 
 def _age_ms(created: str, now: datetime) -> int:
@@ -57,6 +59,7 @@ class SessionView:
     row: Session
     kernels: list[Kernel]
     stats: StatsBook | None = None  # live statistics (None: only what the store keeps)
+    projects: Mapping[str, Project] | None = None  # the directory's projects, by id (its project's name)
 
     # -- derived facts --------------------------------------------------------------------------------
 
@@ -68,6 +71,12 @@ class SessionView:
     @property
     def status(self) -> SessionStatus:
         return SessionStatus(self.row.status)
+
+    @property
+    def project(self) -> str:
+        """The name of the project it was created in (its id when the project is gone)."""
+        found = (self.projects or {}).get(self.row.project_id)
+        return found.name if found is not None else ("default" if self.projects is None else self.row.project_id)
 
     @property
     def agent(self) -> str | None:
@@ -202,6 +211,9 @@ class SessionView:
             "terminationTime": row.terminated_at,
             "age": _age_ms(row.created_at, now),
             "scalingGroup": row.scaling_group,
+            "domain": row.domain_name,
+            "project": self.project,
+            "projectId": row.project_id,
             "requestedSlots": row.requested_slots,
             "occupyingSlots": occupying,
             "occupiedSlots": occupying,
@@ -255,9 +267,9 @@ class SessionView:
             "name": row.name,
             "access_key": row.access_key,
             "user_id": row.access_key,
-            "domain_name": "default",
-            "group_name": "default",
-            "group_id": "default",
+            "domain_name": row.domain_name,
+            "group_name": self.project,
+            "group_id": row.project_id,
             "main_kernel_id": self.main.id if self.main else None,
             "image": row.image,
             "architecture": "x86_64",
@@ -335,6 +347,7 @@ class SessionView:
             "kernels": [k.id for k in self.kernels],
             "requestedSlots": row.requested_slots,
             "scalingGroup": row.scaling_group,
+            "project": self.project,
             "creationTime": row.created_at,
             "startedAt": row.started_at,
             "statusChanged": row.status_changed,
@@ -351,7 +364,7 @@ class SessionView:
 async def session_view(services: Services, row: Session, kernels: list[Kernel] | None = None) -> SessionView:
     """The session's view; its kernels are read unless given (a list reads them all at once)."""
     kernels = await services.state.kernels_of(row.id) if kernels is None else kernels
-    return SessionView(row, kernels, services.stats)
+    return SessionView(row, kernels, services.stats, services.teams.directory.projects)
 
 
 async def session_json(

@@ -10,7 +10,6 @@ from graphql import GraphQLArgument, GraphQLField, GraphQLObjectType, GraphQLRes
 
 from bai.common.status import SessionStatus
 from bai.node.manager.http.graphql.base import (
-    DEFAULT_GROUP_ID,
     UUID,
     B,
     BigInt,
@@ -158,7 +157,6 @@ def _session_item(item: dict[str, Any], row: Session, users: dict[str, str]) -> 
             "main_kernel_role": "MAIN",
             "registry": item["containers"][0]["registry"] if item["containers"] else None,
             "cluster_template": None,
-            "group_id": DEFAULT_GROUP_ID,
             "user_email": email,
             "created_user_email": email,
             "created_user_id": item["user_id"],
@@ -231,7 +229,7 @@ async def resolve_session(_root: Any, info: GraphQLResolveInfo, **args: Any) -> 
 async def _kernel_items(info: GraphQLResolveInfo, row: Session) -> list[dict[str, Any]]:
     services = ctx(info).services
     kernels = await services.state.kernels_of(row.id)
-    view = SessionView(row, kernels, services.stats)
+    view = SessionView(row, kernels, services.stats, services.teams.directory.projects)
     return [_container_extras(view.graphql_kernel(k)) for k in kernels]
 
 
@@ -269,7 +267,7 @@ async def containers_on_agent(info: GraphQLResolveInfo, agent_id: str, status: s
     kernels = await services.state.kernels_of_many([r.id for r in rows])
     out = []
     for row in rows:
-        view = SessionView(row, kernels.get(row.id, []), services.stats)
+        view = SessionView(row, kernels.get(row.id, []), services.stats, services.teams.directory.projects)
         for k in view.kernels:
             if k.agent_id == agent_id and (status is None or k.status == status.upper()):
                 out.append(_container_extras(view.graphql_kernel(k)))
