@@ -210,6 +210,74 @@ ROUTES = [
     ("PATCH", "/bai/admin/keypairs/{ref}", {"resource_policy": "default"}),
     ("POST", "/bai/admin/policies", {"name": "fuzzed", "max_concurrent_sessions": 1}),
     ("PATCH", "/bai/admin/policies/{name}", {"max_concurrent_sessions": 2}),
+    # teams (issue 31): bai's REST, Backend.AI's scaling groups, and the GraphQL mutations
+    ("GET", "/scaling-groups", {"group": "default"}),
+    ("GET", "/bai/users", {"domain": "default", "project": "default"}),
+    ("POST", "/bai/users", {"email": "fuzz@example.com", "password": "fuzz-password", "projects": ["default"]}),
+    ("GET", "/bai/users/{ref}", None),
+    ("PATCH", "/bai/users/{ref}", {"full_name": "Fuzz", "role": "user", "is_active": True}),
+    ("DELETE", "/bai/users/{ref}", None),
+    ("GET", "/bai/projects", None),
+    ("POST", "/bai/projects", {"name": "fuzz-project", "domain": "default", "total_resource_slots": {"cpu": 2}}),
+    ("GET", "/bai/projects/{ref}", None),
+    ("PATCH", "/bai/projects/{ref}", {"description": "x", "total_resource_slots": {"cuda.device": 8}}),
+    ("DELETE", "/bai/projects/{ref}", None),
+    ("POST", "/bai/projects/{ref}/members", {"add": ["fuzzer"], "remove": []}),
+    ("GET", "/bai/domains", None),
+    ("POST", "/bai/domains", {"name": "fuzz-domain", "description": "x"}),
+    ("PATCH", "/bai/domains/{name}", {"is_active": True}),
+    ("DELETE", "/bai/domains/{name}", None),
+    ("GET", "/bai/scaling-groups", None),
+    ("POST", "/bai/scaling-groups/{name}/associations", {"domain": "default", "remove": False}),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "mutation($email: String!, $input: UserInput!) { create_user(email: $email, props: $input) "
+            "{ ok msg user { uuid email groups { id name } } } }",
+            "variables": {
+                "email": "gql-fuzz@example.com",
+                "input": {"password": "long-enough", "domain_name": "default"},
+            },
+        },
+    ),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "mutation($name: String!, $input: GroupInput!) { create_group(name: $name, props: $input) "
+            "{ ok msg group { id } } }",
+            "variables": {"name": "gql-fuzz", "input": {"domain_name": "default", "total_resource_slots": "{}"}},
+        },
+    ),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "mutation($gid: UUID!, $input: ModifyGroupInput!) { modify_group(gid: $gid, props: $input) "
+            "{ ok msg } }",
+            "variables": {"gid": "default", "input": {"user_update_mode": "add", "user_uuids": ["fuzzer"]}},
+        },
+    ),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "mutation($sg: String!, $d: String!) { associate_scaling_group_with_domain(scaling_group: $sg, "
+            "domain: $d) { ok msg } }",
+            "variables": {"sg": "default", "d": "default"},
+        },
+    ),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "query($d: String, $g: UUID) { users(domain_name: $d, group_id: $g) { email } domains { name } "
+            'groups(domain_name: $d) { id name scaling_groups } scaling_groups_for_user_group(user_group: "default") '
+            "{ name } user_resource_policies { name } project_resource_policies { name } }",
+            "variables": {"d": "default", "g": "default"},
+        },
+    ),
 ]
 CONFIG_FIELDS = ["resources", "environ", "mounts", "mount_map", "mount_options", "network", "scalingGroup", "x"]
 

@@ -267,6 +267,45 @@ def test_what_bai_does_not_offer_says_why(bac: Official, args: tuple[str, ...], 
     assert says in out, out
 
 
+def test_teams_through_the_official_client(bac: Official, node: Node) -> None:
+    """`admin domain|group|user|scaling-group` as Backend.AI's users type them: each change is seen by the lists
+    and by the next command (issue 31)."""
+    tag = uuid.uuid4().hex[:6]
+    domain, group, email, sgroup = f"dom-{tag}", f"grp-{tag}", f"u-{tag}@example.com", f"sg-{tag}"
+    out = bac("admin", "domain", "add", domain)
+    assert "ok" in out and "True" in out and domain in out, out
+    assert domain in bac("admin", "domain", "list")
+    out = bac("admin", "group", "add", domain, group, "--description", "a team")
+    assert "True" in out and group in out, out
+    gid = next(line.split()[-1] for line in out.splitlines() if line.strip().startswith("id"))
+    out = bac("admin", "user", "add", domain, email, "a-long-password", "--full-name", "U Ser")
+    assert "True" in out and email in out and "a-long-password" not in out, out
+    listed = bac("admin", "user", "list")
+    assert email in listed, listed
+    user_id = next(line.split()[-1] for line in bac("admin", "user", "info", "--email", email).splitlines()
+                   if line.strip().startswith(("UUID", "uuid")))  # fmt: skip
+    out = bac("admin", "group", "add-users", gid, user_id)
+    assert "True" in out or "success" in out.lower(), out
+    info = bac("admin", "user", "info", "--email", email)
+    assert group in info, info
+    assert group in bac("admin", "group", "info", gid)
+    out = bac("admin", "scaling-group", "add", sgroup, "--description", "for the team")
+    assert "True" in out and sgroup in out, out
+    assert sgroup in bac("admin", "scaling-group", "list")
+    out = bac("admin", "scaling-group", "associate-scaling-group", sgroup, domain)
+    assert "True" in out or "success" in out.lower(), out
+    status, groups = signed_request(node, "GET", "/bai/scaling-groups", *admin_keys(node))
+    assert status == 200 and {g["name"]: g["domains"] for g in groups["items"]}[sgroup] == [domain], groups
+    out = bac("admin", "scaling-group", "get-available", "default")
+    assert "default" in out, out
+    out = bac("admin", "user", "update", email, "--status", "inactive")
+    assert "inactive" in bac("admin", "user", "info", "--email", email), out
+    out = bac("admin", "user", "delete", email)
+    assert "True" in out or "success" in out.lower(), out
+    out = confirmed(bac, "admin", "domain", "purge", domain)  # it still has a project and a user: refused, said why
+    assert "still has" in out, out
+
+
 def test_users_get_insufficient_privilege(bac: Official, node: Node) -> None:
     user = as_user(bac, node, "plain-" + uuid.uuid4().hex[:4])
     for args in (("admin", "agent", "list"), ("admin", "user", "list"), ("admin", "keypair", "add", "x", "default")):

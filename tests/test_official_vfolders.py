@@ -94,7 +94,7 @@ def test_list_hosts(oc: Client) -> None:
 
 
 def test_list_allowed_types(oc: Client) -> None:
-    assert "['user']" in oc("vfolder", "list-allowed-types")
+    assert "['user', 'group']" in oc("vfolder", "list-allowed-types")  # a user's folders and its projects'
 
 
 def test_admin_list_hosts_is_for_admins(oc: Client, vnode: Node, tmp_path: Path) -> None:
@@ -327,7 +327,7 @@ def test_dotfile_create_get_list_update_delete(oc: Client, vnode: Node) -> None:
     assert f"Dotfile {path} deleted" in oc("dotfile", "delete", path, "-f")
     assert "No such dotfile" in oc("dotfile", "get", path)
     assert "No such dotfile" in oc("dotfile", "update", ".never-made", "-f", "rc")
-    assert "bai has no groups" in oc("dotfile", "list", "-d", "default")
+    assert "bai keeps none" in oc("dotfile", "list", "-d", "default")
 
 
 def test_dotfiles_of_another_keypair_are_for_admins(oc: Client, vnode: Node, tmp_path: Path) -> None:
@@ -392,7 +392,7 @@ asyncio.run(main())
 def test_sdk_sync_session(oc: Client, vnode: Node) -> None:
     name = "sdk-" + uuid.uuid4().hex[:6]
     out = oc.sdk(SYNC, name)
-    assert out["create"] == name and out["hosts"] == ["local"] and out["types"] == ["user"]
+    assert out["create"] == name and out["hosts"] == ["local"] and out["types"] == ["user", "group"]
     assert out["info"] == {"name": name, "cloneable": True, "permission": "rw", "is_owner": True}
     assert name in out["listed"]
     assert out["dotfile"] == "x=1" and out["dotfiles"] == [[".sdkrc", "600"]] and out["dotfile_deleted"]

@@ -83,7 +83,7 @@ async def all_hosts(request: web.Request) -> web.Response:
 
 
 async def allowed_types(request: web.Request) -> web.Response:
-    return web.json_response(["user"])  # bai has no groups, hence no group (project) folders
+    return web.json_response(["user", "group"])  # a user's folders, and its projects' (Backend.AI's groups)
 
 
 def admin_only(request: web.Request, what: str) -> None:
@@ -92,16 +92,14 @@ def admin_only(request: web.Request, what: str) -> None:
 
 
 def no_groups(what: str) -> Problem:
-    """A request for a group's (project's) or domain's thing: a 400 (what it names does not exist here), never a
-    5xx (an input may not make the server look broken)."""
-    return invalid(f"{what}: bai has no groups (projects) nor domains, only keypairs (leave the group out)")
+    """A request for a group's (project's) or domain's thing bai does not keep: a 400, never a 5xx (an input may not
+    make the server look broken)."""
+    return invalid(f"{what}: bai keeps none (dotfiles are a keypair's)")
 
 
 async def create(request: web.Request) -> web.Response:
     p = await params(request)
     svc = service(request)
-    if p.get("group") not in (None, ""):
-        raise no_groups("group (project) folders")
     if p.get("unmanaged_path") not in (None, ""):
         raise Problem("not-implemented", "Not implemented.", "unmanaged folders: bai keeps every folder on a host")
     cloneable = p.get("cloneable")
@@ -112,6 +110,7 @@ async def create(request: web.Request) -> web.Response:
         p.get("usage_mode") or "general",
         p.get("permission") or "rw",
         False if cloneable is None else _bool(cloneable) if isinstance(cloneable, str) else cloneable,
+        project=p.get("group"),
     )
     return web.json_response(await svc.describe(folder, with_usage=False), status=201)
 

@@ -22,7 +22,7 @@ from bai.common import slots as slotlib
 from bai.common.clock import Clock
 from bai.common.passwords import MAX_PASSWORD, MIN_PASSWORD, hash_password, verify_password
 from bai.common.problems import Problem, invalid
-from bai.common.status import ACTIVE_STATUSES
+from bai.common.status import OCCUPYING_STATUSES
 from bai.node.manager.rules.access import (
     Actor,
     actor_of,
@@ -114,10 +114,15 @@ def _slots(value: Any, what: str) -> dict[str, str]:
         return {}
     if not isinstance(value, dict):
         raise invalid(f'{what} must be an object of slot amounts ({{"cuda.device": 8}})')
-    try:
-        return slotlib.to_wire(slotlib.parse_slots(value))
-    except slotlib.SlotError as e:
-        raise invalid(f"{what}: {e}") from None
+    if len(value) > 64:
+        raise invalid(f"{what} names at most 64 slots")
+    parsed = {}
+    for slot, amount in value.items():
+        try:
+            parsed.update(slotlib.parse_slots({slot: amount}))
+        except slotlib.SlotError as e:
+            raise invalid(f"{what}.{str(slot)[:40]}: {e}") from None
+    return slotlib.to_wire(parsed)
 
 
 def _host_permissions(value: Any, what: str) -> dict[str, list[str]]:
@@ -414,7 +419,7 @@ class Teams:
         seen = self.projects(actor)
         if not seen:
             return []
-        held = await self.state.project_usage(ACTIVE_STATUSES)
+        held = await self.state.project_usage(OCCUPYING_STATUSES)  # (what holds slots: not PENDING)
         out = []
         for p in seen:
             count, kernels = held.get(p.id, (0, []))

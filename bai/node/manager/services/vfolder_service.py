@@ -30,6 +30,7 @@ from bai.common.clock import Clock
 from bai.common.mounts import MountRequest
 from bai.common.problems import Problem, invalid
 from bai.common.status import ACTIVE_STATUSES
+from bai.node.manager.rules.access import Actor, actor_of, project_for
 from bai.node.manager.services import vfolder_fs as fsops
 from bai.node.manager.services.accounts import email_of
 from bai.node.manager.services.diskfull import DATABASE, StorageFull, is_disk_full, storage_of, vfolder_host
@@ -121,15 +122,40 @@ class VFolders:
             return self.hosts[folder.host] / folder.id
         return self.hosts[str(folder["host"])] / str(folder["id"])
 
+    def _actor(self, access_key: str) -> Actor | None:
+        keypair = self.accounts.active_keypair(access_key)
+        return actor_of(self.store.teams(), keypair) if keypair is not None else None
+
+    def _as_member(self, actor: Actor | None, folder: SeenVFolder) -> SeenVFolder:
+        """A project's folder as a keypair of that project sees it: the folder's own permission (at most rw), or wd
+        for an admin of the project's domain."""
+        if folder.project_id is None or folder.is_owner:
+            return folder
+        project = self.store.teams().projects.get(folder.project_id)
+        if actor is not None and project is not None and actor.may_manage(project.domain_name):
+            return msgspec.structs.replace(folder, permission="wd")
+        return msgspec.structs.replace(folder, permission="ro" if folder.mount_permission == "ro" else "rw")
+
+    async def _seen(self, access_key: str | None, status: str) -> list[SeenVFolder]:
+        """The folders a keypair owns, that are shared with it, or of the projects it belongs to (every folder:
+        None)."""
+        if access_key is None:
+            return await self.folders.vfolders_of(None, status)
+        actor = self._actor(access_key)
+        projects = sorted(actor.projects) if actor is not None else []
+        rows = await self.folders.vfolders_of(access_key, status, projects)
+        return [self._as_member(actor, r) for r in rows]
+
     async def visible(self, access_key: str, is_admin: bool, status: str = "ready") -> list[SeenVFolder]:
-        """The folders a keypair owns or that are shared with it (admins: every folder with all=True)."""
-        return await self.folders.vfolders_of(None if is_admin else access_key, status)
+        """The folders a keypair owns, that are shared with it or of its projects (admins: every folder with
+        all=True)."""
+        return await self._seen(None if is_admin else access_key, status)
 
     async def resolve(
         self, ref: str, access_key: str, is_admin: bool, need: str = READ, status: str = "ready"
     ) -> SeenVFolder:
         """A folder by name or id as this keypair sees it (with `permission` and `is_owner`)."""
-        rows = [r for r in await self.folders.vfolders_of(access_key, status) if ref in (r.name, r.id)]
+        rows = [r for r in await self._seen(access_key, status) if ref in (r.name, r.id)]
         if not rows and is_admin:
             rows = [r for r in await self.folders.vfolders_of(None, status) if ref in (r.id, r.name)]
         owned = [r for r in rows if r.is_owner]
@@ -167,10 +193,22 @@ class VFolders:
         permission: Any = "rw",
         cloneable: Any = False,
         fill: Any = None,
+        project: Any = None,
     ) -> SeenVFolder:
         """A new folder; `permission` is Backend.AI's innate permission (ro: every mount is read-only),
-        `fill(path)` (in a thread) puts files in it before it appears (a clone)."""
+        `fill(path)` (in a thread) puts files in it before it appears (a clone). With `project` (a name or id: one
+        the keypair belongs to), the project's folder: its members mount it with its permission."""
         check_name(name)
+        owner, project_id, limit_of = access_key, None, None
+        if project not in (None, ""):
+            actor = self._actor(access_key)
+            if actor is None:
+                raise invalid(f"keypair {access_key} is inactive")
+            teams = self.store.teams()
+            found = project_for(teams, actor, None, project if isinstance(project, str) else str(project)[:256])
+            owner, project_id = f"project:{found.id}", found.id
+            policy = teams.project_policies.get(found.resource_policy)
+            limit_of = policy.max_vfolder_count if policy is not None else 0
         host = host or self.default_host
         if not isinstance(host, str) or host not in self.hosts:
             raise invalid(f"no vfolder host {host!r} (hosts: {', '.join(sorted(self.hosts))})")
@@ -181,16 +219,17 @@ class VFolders:
             raise invalid("permission must be ro, rw or wd")
         if not isinstance(cloneable, bool):
             raise invalid("cloneable must be true or false")
-        limit = (await self._policy(access_key)).max_vfolder_count
-        if limit and await self.folders.count_vfolders(access_key) >= limit:
+        limit = (await self._policy(access_key)).max_vfolder_count if limit_of is None else limit_of
+        if limit and await self.folders.count_vfolders(owner) >= limit:
+            whose = "your resource policy" if project_id is None else "the project's resource policy"
             raise Problem(
                 "quota-exceeded",
                 "Too many folders.",
-                f"your resource policy allows {limit} folders (folders in the trash count until purged)",
+                f"{whose} allows {limit} folders (folders in the trash count until purged)",
             )
-        if any(r.name == name and r.is_owner for r in await self.folders.vfolders_of(access_key)):
-            raise Problem("generic-bad-request", "Folder exists.", f"you already have a folder called {name!r}")
-        folder = NewVFolder(uuid.uuid4().hex, name, host, access_key, usage_mode, permission, cloneable)
+        if any(r.name == name and r.owner == owner for r in await self.folders.vfolders_of(owner)):
+            raise Problem("generic-bad-request", "Folder exists.", f"there is already a folder called {name!r}")
+        folder = NewVFolder(uuid.uuid4().hex, name, host, owner, usage_mode, permission, cloneable, project_id)
         path = self.hosts[host] / folder.id
         with storage_of(vfolder_host(host)):
             await asyncio.to_thread(fsops.make_folder, path, self.uid, self.gid)
@@ -204,7 +243,7 @@ class VFolders:
             raise
         if not created:
             await asyncio.to_thread(shutil.rmtree, path, True)
-            raise Problem("generic-bad-request", "Folder exists.", f"you already have a folder called {name!r}")
+            raise Problem("generic-bad-request", "Folder exists.", f"there is already a folder called {name!r}")
         return await self.resolve(folder.id, access_key, False)
 
     async def clone(self, source: SeenVFolder, access_key: str, p: dict[str, Any]) -> SeenVFolder:
@@ -259,9 +298,10 @@ class VFolders:
             "owner": folder.owner,
             "user": folder.owner,
             "creator": folder.owner,
-            "group": None,
-            "type": "user",
-            "ownership_type": "user",
+            "group": folder.project_id,
+            "group_name": self._project_name(folder),
+            "type": "group" if folder.project_id else "user",
+            "ownership_type": "group" if folder.project_id else "user",
             "cloneable": folder.cloneable,
             "mount_permission": folder.mount_permission or "rw",
             "status": folder.status,
@@ -274,6 +314,12 @@ class VFolders:
             if folder.is_owner:
                 out["shares"] = await self.folders.shares_of(folder.id)
         return out
+
+    def _project_name(self, folder: VFolder) -> str | None:
+        if folder.project_id is None:
+            return None
+        found = self.store.teams().projects.get(folder.project_id)
+        return found.name if found is not None else folder.project_id
 
     async def shares_of(self, folder: VFolder) -> dict[str, str]:
         """Access key -> permission (ro / rw) of the folder's shares."""

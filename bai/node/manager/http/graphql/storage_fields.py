@@ -117,8 +117,10 @@ async def resolve_volume_list(_root: Any, info: Info, **args: Any) -> dict[str, 
     return page(_volumes(c), args, VOLUME_FIELDS)
 
 
-def vfolder_item(row: SeenVFolder) -> dict[str, Any]:
-    """A folder with the field names of Backend.AI's `VirtualFolder` GraphQL type."""
+def vfolder_item(row: SeenVFolder, projects: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A folder with the field names of Backend.AI's `VirtualFolder` GraphQL type (`projects`: by id, to name its
+    project)."""
+    project = (projects or {}).get(row.project_id) if row.project_id else None
     return {
         "id": row.id,
         "host": row.host,
@@ -128,12 +130,12 @@ def vfolder_item(row: SeenVFolder) -> dict[str, Any]:
         "creator": row.owner,
         "user": row.owner,
         "user_email": None,
-        "group": None,
-        "group_name": None,
+        "group": row.project_id,
+        "group_name": project.name if project is not None else None,
         "domain_name": "default",
         "unmanaged_path": None,
         "permission": shown_permission(row),
-        "ownership_type": "user",
+        "ownership_type": "group" if row.project_id else "user",
         "usage_mode": row.usage_mode,
         "status": row.status,
         "is_owner": row.is_owner,
@@ -147,17 +149,23 @@ def vfolder_item(row: SeenVFolder) -> dict[str, Any]:
 
 
 def folder_list(which: str) -> Callable[..., Awaitable[dict[str, Any]]]:
-    """A resolver of the caller's folders: `all` (own and shared with them), `own`, `invited` (shared
-    with them by others), `project` (bai has no project folders: none)."""
+    """A resolver of folders: `all` (the caller's own, shared with them and of their projects; a superadmin's:
+    every folder), `own`, `invited` (shared with them by others), `project` (their projects')."""
 
     async def resolve(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
         c = ctx(info)
-        if c.services.vfolders is None or which == "project":
+        if c.services.vfolders is None:
             return {"items": [], "total_count": 0}
-        rows = await c.services.vfolders.visible(c.access_key, False)
-        if which != "all":
-            rows = [r for r in rows if r.is_owner == (which == "own")]
-        return page([vfolder_item(r) for r in rows], args, VFOLDER_FIELDS)
+        everyone = which == "all" and c.actor.is_superadmin
+        rows = await c.services.vfolders.visible(c.access_key, everyone)
+        if which == "project":
+            rows = [r for r in rows if r.project_id is not None]
+        elif which != "all":
+            rows = [r for r in rows if r.project_id is None and r.is_owner == (which == "own")]
+        if args.get("group_id"):
+            rows = [r for r in rows if r.project_id == str(args["group_id"])]
+        projects = c.services.teams.directory.projects
+        return page([vfolder_item(r, projects) for r in rows], args, VFOLDER_FIELDS)
 
     return resolve
 
