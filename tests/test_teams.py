@@ -171,8 +171,20 @@ def test_a_domain_admin_manages_its_domain_only(team: dict[str, Any]) -> None:
     assert dana("POST", "/bai/domains", {"name": "mine"})[0] == 403
     # and cannot touch a superadmin, even of its own domain's default
     assert dana("PATCH", "/bai/users/admin", {"full_name": "x"})[0] in (403, 404)
+    # its domain's sessions: named with owner_access_key (Backend.AI's), listed, ended; never another domain's
+    alice, rita, bob = c["alice"], c["rita"], c["bob"]
+    status, answer = _session(alice, "watched", group="ml-team")
+    assert status == 201, answer
+    mine = dana.ok("GET", f"/session?owner_access_key={alice.access_key}")["items"]
+    assert "watched" in [s["name"] for s in mine]
+    assert dana.ok("GET", f"/session/watched?owner_access_key={alice.access_key}")["project"] == "ml-team"
+    dana.ok("DELETE", f"/session/watched?owner_access_key={alice.access_key}")
+    assert alice.ok("GET", "/session/watched")["status"] in ("TERMINATING", "TERMINATED", "CANCELLED")
+    status, answer = dana("GET", f"/session?owner_access_key={rita.access_key}")
+    assert status == 403 and "only admins" in answer["msg"], answer
+    assert dana("GET", f"/session?owner_access_key={c['admin'].access_key}")[0] == 403  # (a superadmin's)
+    assert bob("GET", f"/session?owner_access_key={alice.access_key}")[0] == 403
     # users change nothing of teams
-    alice = c["alice"]
     assert alice("POST", "/bai/projects", {"name": "mine", "domain": "acme"})[0] == 403
     assert alice("POST", "/bai/projects/ml-team/members", {"add": ["bob@acme.example"]})[0] == 403
     assert alice("PATCH", "/bai/users/alice@acme.example", {"role": "admin"})[0] == 403

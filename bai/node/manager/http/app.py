@@ -225,7 +225,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     else:
         statuses = list(ACTIVE_STATUSES)
     caller = caller_of(request)
-    owner = caller.owner if caller.is_admin else caller.access_key  # admins see every session
+    owner = caller.owner if caller.is_admin else (caller.owner or caller.access_key)  # admins see every session
     rows = await services.state.list_sessions(owner, statuses)
     kernels = await services.state.kernels_of_many([r.id for r in rows])  # one read, not one per session
     items = [await session_json(services, r, kernels=kernels.get(r.id, [])) for r in rows]
@@ -683,7 +683,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     if scope not in ("*", "session", "kernel"):
         raise invalid("scope must be *, session or kernel")
     caller = caller_of(request)
-    owner = caller.owner if caller.is_admin else caller.access_key
+    owner = caller.owner if caller.is_admin else (caller.owner or caller.access_key)
     only = None
     if ref:
         only = (await session_of(request, ref, active_only=False)).id

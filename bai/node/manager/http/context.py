@@ -14,6 +14,7 @@ from aiohttp import web
 from bai.common import safejson
 from bai.common.problems import Problem, invalid
 from bai.node.manager.http.rate import OpenStreams
+from bai.node.manager.rules.access import may_act_on_keypair
 from bai.node.manager.services import Services
 from bai.node.manager.state.records import Session
 
@@ -30,7 +31,8 @@ class Caller:
     """Who makes a request, and whose sessions a session name refers to.
 
     Users act on their own sessions only. Admins act on any session by id; by name on their own, or
-    on another keypair's with `owner_access_key` (Backend.AI's parameter)."""
+    on another keypair's with `owner_access_key` (Backend.AI's parameter). A domain admin names the keypairs
+    of its domain's users with `owner_access_key` (`rules.access.may_act_on_keypair`)."""
 
     access_key: str
     is_admin: bool
@@ -57,12 +59,14 @@ def caller_of(request: web.Request, body: Any = None) -> Caller:
         owner = None
     elif not isinstance(owner, str):
         raise invalid("owner_access_key must be an access key")
-    if owner is not None and owner != request["access_key"]:
-        if not request["is_admin"]:
+    if owner is not None and owner != request["access_key"] and not request["is_admin"]:
+        teams = request.app[SERVICES].teams
+        if not may_act_on_keypair(teams.directory, teams.actor(request["access_key"]), owner):
             raise Problem(
                 "generic-forbidden",
                 "Forbidden.",
-                "only admins may act on another keypair's sessions (owner_access_key)",
+                "only admins may act on another keypair's sessions (owner_access_key): superadmins on any, a "
+                "domain's admins on its users'",
             )
     return Caller(request["access_key"], bool(request["is_admin"]), owner if owner != request["access_key"] else None)
 

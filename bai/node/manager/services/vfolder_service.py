@@ -371,15 +371,24 @@ class VFolders:
         if not isinstance(who, list) or not who or not all(isinstance(w, str) and w for w in who):
             raise invalid("say with whom: a list of access keys or user ids (emails)")
         keypairs = await self.accounts.keypairs(active_only=False)
+        users = self.store.teams().users
         targets: list[str] = []
         for w in who:
-            found = [ak for ak, kp in keypairs.items() if w in (ak, kp.user_id, email_of(kp.user_id))]
+            found = [
+                ak
+                for ak, kp in keypairs.items()
+                if w in (ak, kp.user_id, email_of(kp.user_id))
+                or (kp.user_uuid in users and w in (users[kp.user_uuid].email, users[kp.user_uuid].username))
+            ]
             if not found:
                 raise invalid(f"no keypair or user {w!r}")
             targets += [ak for ak in found if ak != but and ak not in targets]
         return targets
 
     async def email_of_keypair(self, access_key: str) -> str:
+        user = self.store.teams().user_of(access_key)
+        if user is not None:
+            return user.email
         kp = await self.accounts.keypair(access_key)
         return email_of(kp.user_id) if kp else access_key
 

@@ -43,6 +43,7 @@ from bai.node.manager.http.graphql.base import (
 from bai.node.manager.services.accounts import email_of
 from bai.node.manager.state import POLICY_FIELDS, UnknownPolicy
 from bai.node.manager.state.records import Keypair, NewKeypair, Policy, PolicyFields
+from bai.node.manager.state.team_records import TeamDirectory
 
 
 async def resolve_concurrency_used(keypair: dict[str, Any], info: Info) -> int:
@@ -110,15 +111,18 @@ KeyPairResourcePolicy = obj(
 )
 
 
-def keypair_item(row: Keypair) -> dict[str, Any]:
-    """A keypair as Backend.AI's `KeyPair` (its user id is the user; bai has no more of them)."""
+def keypair_item(row: Keypair, teams: TeamDirectory | None = None) -> dict[str, Any]:
+    """A keypair as Backend.AI's `KeyPair`, with its user's email, name, domain and projects (`teams`)."""
+    user = teams.users.get(row.user_uuid) if teams is not None else None
+    email = user.email if user is not None else email_of(row.user_id)
+    full_name = (user.full_name or None) if user is not None else None
     return {
         "id": row.access_key,
         "user_id": row.user_id,
-        "full_name": None,
-        "email": email_of(row.user_id),
-        "user_info": {"email": email_of(row.user_id), "full_name": None},
-        "projects": [DEFAULT_GROUP],
+        "full_name": full_name,
+        "email": email,
+        "user_info": {"email": email, "full_name": full_name},
+        "projects": [p.name for p in teams.projects_of(user.uuid)] if teams is not None and user else [DEFAULT_GROUP],
         "access_key": row.access_key,
         "secret_key": row.secret_key,
         "is_active": row.is_active,
@@ -129,8 +133,8 @@ def keypair_item(row: Keypair) -> dict[str, Any]:
         "last_used": None,
         "rate_limit": None,
         "num_queries": 0,
-        "user": user_uuid(row.user_id),
-        "domain_name": DEFAULT_DOMAIN,
+        "user": row.user_uuid or user_uuid(row.user_id),
+        "domain_name": user.domain_name if user is not None else DEFAULT_DOMAIN,
         "ssh_public_key": None,
         "ssh_private_key": None,
         "dotfiles": None,
@@ -168,21 +172,22 @@ async def _keypairs(c: Context, args: dict[str, Any]) -> list[dict[str, Any]]:
     rows = list((await c.services.accounts.keypairs(active_only=False)).values())
     if not c.is_admin:
         rows = [r for r in rows if r.access_key == c.access_key]
-    if args.get("email") is not None:
-        rows = [r for r in rows if args["email"] in (r.user_id, email_of(r.user_id))]
     if args.get("is_active") is not None:
         rows = [r for r in rows if r.is_active == args["is_active"]]
-    return [keypair_item(r) for r in rows]
+    items = [keypair_item(r, c.services.teams.directory) for r in rows]
+    if args.get("email") is not None:
+        items = [i for i in items if args["email"] in (i["user_id"], i["email"])]
+    return items
 
 
 async def resolve_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any] | None:
     c = ctx(info)
     access_key = args.get("access_key") or c.access_key
     if access_key == c.access_key:
-        return keypair_item(c.keypair())
+        return keypair_item(c.keypair(), c.services.teams.directory)
     require_admin(info)
     row = await c.services.accounts.keypair(access_key)
-    return keypair_item(row) if row else None
+    return keypair_item(row, c.services.teams.directory) if row else None
 
 
 async def resolve_keypairs(_root: Any, info: Info, **args: Any) -> list[dict[str, Any]]:
@@ -241,7 +246,7 @@ async def create_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
     created = await c.services.accounts.keypair(fresh.access_key)
     if created is None:  # (removed meanwhile)
         return _failed(f"no keypair {fresh.access_key}")
-    return {"ok": True, "msg": "success", "keypair": keypair_item(created)}
+    return {"ok": True, "msg": "success", "keypair": keypair_item(created, c.services.teams.directory)}
 
 
 async def modify_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
