@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 import pytest
 
 from bai.common.status import IllegalTransition, SessionStatus
@@ -953,3 +954,60 @@ async def test_purging_without_ended_sessions_purges_nothing(state: State, now: 
 
 async def test_storage_full_is_the_state_layers_own_error() -> None:
     assert issubclass(StorageFull, Exception) and StorageFull.where
+
+
+# -- teams (schema 16) ------------------------------------------------------------------------------------
+
+
+async def test_teams_round_trip_and_the_directory_follows_each_write(state: Any, now: datetime) -> None:
+    """Domains, projects, users and members, scaling groups and their associations, a user's keypairs stopping
+    with it and its domain: each write is in the directory at once, in both engines."""
+    from bai.node.manager.state.team_records import DEFAULT_PROJECT_ID, Domain, Project, ScalingGroup, User, UserChanges
+
+    at = stamp(now)
+    assert await state.create_team_record(Domain("acme", "", True, {"cuda.device": "8"}, {}, [], at, at), now)
+    assert not await state.create_team_record(Domain("acme", "", True, {}, {}, [], at, at), now)  # (taken)
+    project = Project("p-1", "ml", "acme", "", True, {"cuda.device": "2"}, {}, "default", at, at)
+    assert await state.create_team_record(project, now)
+    assert not await state.create_team_record(Project("p-2", "ml", "acme", "", True, {}, {}, "default", at, at), now)
+    user = User("u-1", "a@acme.example", "alice", "Alice", "", "user", "active", "", "acme", "default", False, at, at)
+    assert await state.create_user(user, "scrypt$hash", ["p-1"], now)
+    assert not await state.create_user(msgspec.structs.replace(user, uuid="u-2"), None, [], now)  # (same email)
+    teams = state.teams()
+    assert teams.domains["acme"].total_resource_slots == {"cuda.device": "8"}
+    assert teams.projects["p-1"] == project and teams.users["u-1"] == user
+    assert teams.members["p-1"] == frozenset({"u-1"}) and await state.password_hash("u-1") == "scrypt$hash"
+    await state.create_keypair(NewKeypair("AK9", "s9", "a@acme.example"), now)  # (the user of that email)
+    assert state.teams().keypair_users["AK9"] == "u-1" and state.active_keypair("AK9") is not None
+    # a user's status and its domain's decide whether its keypairs sign
+    assert await state.update_user("u-1", UserChanges(status="inactive"), now)
+    assert state.active_keypair("AK9") is None and state.teams().users["u-1"].status == "inactive"
+    assert await state.update_user("u-1", UserChanges(status="active", projects=[DEFAULT_PROJECT_ID]), now)
+    assert state.active_keypair("AK9") is not None
+    assert state.teams().members.get("p-1", frozenset()) == frozenset()
+    assert await state.update_team_record(Domain, "acme", {"is_active": False}, now)
+    assert state.active_keypair("AK9") is None
+    assert await state.update_team_record(Domain, "acme", {"is_active": True}, now)
+    assert await state.update_team_record(Project, "nope", {"description": "x"}, now) is False
+    assert await state.set_members("p-1", ["u-1"], [], now) and state.teams().members["p-1"] == frozenset({"u-1"})
+    # scaling groups and where they are open
+    assert await state.create_team_record(ScalingGroup("gpu", "", True, True, at), now)
+    assert await state.link_scaling_group("gpu", "project", "p-1", True, now)
+    assert not await state.link_scaling_group("gpu", "project", "p-1", True, now)  # (already)
+    assert state.teams().associations["gpu"].projects == frozenset({"p-1"})
+    # what a project's sessions hold
+    await state.create_session(
+        new_session(project_id="p-1", domain_name="acme", owner="AK9"),
+        [NewKernel("k1", "main", 1, {"cuda.device": "1"})],
+    )
+    usage = await state.project_usage(["PENDING"])
+    assert usage["p-1"] == (1, [{"cuda.device": "1"}])
+    assert "live session" in (await state.delete_team_record(Project, "p-1", now) or "")
+    assert "still has" in (await state.delete_team_record(Domain, "acme", now) or "")
+    assert "live session" in (await state.purge_user("u-1", now) or "")
+    await state.transition(SID1, S.CANCELLED, now=now)
+    assert await state.purge_user("u-1", now) is None
+    assert "u-1" not in state.teams().users and await state.keypair("AK9") is None
+    assert await state.delete_team_record(Project, "p-1", now) is None and "p-1" not in state.teams().projects
+    assert await state.delete_team_record(Domain, "acme", now) is None
+    assert await state.delete_team_record(ScalingGroup, "gpu", now) is None and not state.teams().associations

@@ -89,23 +89,50 @@ def _insert(conn: sqlite3.Connection, record: msgspec.Struct, **more: Any) -> bo
     """Insert a record (and columns beyond its fields); False when its key (or a unique column) is taken."""
     cls = type(record)
     values = {n: _stored(cls, n, getattr(record, n)) for n in _columns(cls)} | more
-    try:
-        conn.execute(
-            f"INSERT INTO {TABLES[cls]}({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
-            tuple(values.values()),
-        )
-    except sqlite3.IntegrityError:
-        return False
-    return True
+    # (ON CONFLICT, not a caught IntegrityError: PostgreSQL aborts the whole transaction on one)
+    cur = conn.execute(
+        f"INSERT INTO {TABLES[cls]}({', '.join(values)}) VALUES ({', '.join('?' * len(values))}) "
+        "ON CONFLICT DO NOTHING",
+        tuple(values.values()),
+    )
+    return bool(cur.rowcount > 0)
 
 
-def _update(conn: sqlite3.Connection, cls: type[Any], key: str, changes: dict[str, Any], now: str | None) -> bool:
-    """Set fields of the record of that key (and modified_at, for records that have it); False: no such record.
-    Raises ValueError for a name that is not a field; sqlite3.IntegrityError for a unique value taken."""
+# the unique values of a record besides its key: a change to one another record has is refused (checked first:
+# PostgreSQL aborts the whole transaction on a conflict)
+_UNIQUE: dict[type[Any], tuple[tuple[str, ...], ...]] = {
+    Project: (("domain_name", "name"),),
+    User: (("email",), ("username",)),
+}
+
+
+def _unique_taken(conn: sqlite3.Connection, cls: type[Any], key: str, changes: dict[str, Any]) -> bool:
+    table, key_col = TABLES[cls], KEYS.get(cls, "name")
+    for columns in _UNIQUE.get(cls, ()):
+        if not set(columns) & set(changes):
+            continue
+        row = conn.execute(f"SELECT {', '.join(columns)} FROM {table} WHERE {key_col}=?", (key,)).fetchone()
+        if row is None:
+            return False
+        values = [changes.get(c, row[i]) for i, c in enumerate(columns)]
+        where = " AND ".join(f"{c}=?" for c in columns)
+        if conn.execute(f"SELECT 1 FROM {table} WHERE {where} AND {key_col}<>?", (*values, key)).fetchone():
+            return True
+    return False
+
+
+def _update(
+    conn: sqlite3.Connection, cls: type[Any], key: str, changes: dict[str, Any], now: str | None
+) -> bool | None:
+    """Set fields of the record of that key (and modified_at, for records that have it); False: no such record; None:
+    a unique value (a project's name in its domain, a user's email or username) is another's. Raises ValueError for a
+    name that is not a field."""
     key_col = KEYS.get(cls, "name")
     unknown = set(changes) - set(_columns(cls)) - {"password"} | ({key_col} & set(changes))
     if unknown:
         raise ValueError(f"not fields of {cls.__name__} that a write changes: {sorted(unknown)}")
+    if _unique_taken(conn, cls, key, changes):
+        return None
     sets = {c: _stored(cls, c, v) if c != "password" else v for c, v in changes.items()}
     if now is not None and "modified_at" in _columns(cls):
         sets["modified_at"] = now
@@ -186,13 +213,7 @@ class Teams(Queries):
         """Change fields of a record; False: no such record; None: a unique value (a project's name in its domain, a
         user's email or username) is taken."""
 
-        def fn(conn: sqlite3.Connection, at: str) -> bool | None:
-            try:
-                return _update(conn, cls, key, changes, at)
-            except sqlite3.IntegrityError:
-                return None
-
-        return await self._write_teams(fn, now)
+        return await self._write_teams(lambda conn, at: _update(conn, cls, key, changes, at), now)
 
     async def delete_team_record(self, cls: type[Any], key: str, now: datetime) -> str | None:
         """Remove a record nothing refers to; None when done, else why not (what still refers to it)."""
@@ -240,11 +261,9 @@ class Teams(Queries):
         projects = fields.pop("projects", None)
 
         def fn(conn: sqlite3.Connection, at: str) -> bool | None:
-            try:
-                if not _update(conn, User, uuid, fields, at):
-                    return False
-            except sqlite3.IntegrityError:
-                return None
+            done = _update(conn, User, uuid, fields, at)
+            if not done:
+                return done
             if projects is not None:
                 conn.execute("DELETE FROM project_members WHERE user_uuid=?", (uuid,))
                 conn.executemany(
