@@ -178,7 +178,7 @@ def test_a_domain_admin_manages_its_domain_only(team: dict[str, Any]) -> None:
     mine = dana.ok("GET", f"/session?owner_access_key={alice.access_key}")["items"]
     assert "watched" in [s["name"] for s in mine]
     assert dana.ok("GET", f"/session/watched?owner_access_key={alice.access_key}")["project"] == "ml-team"
-    dana.ok("DELETE", f"/session/watched?owner_access_key={alice.access_key}")
+    dana.ok("DELETE", f"/session/watched?owner_access_key={alice.access_key}&forced=true")
     assert alice.ok("GET", "/session/watched")["status"] in ("TERMINATING", "TERMINATED", "CANCELLED")
     status, answer = dana("GET", f"/session?owner_access_key={rita.access_key}")
     assert status == 403 and "only admins" in answer["msg"], answer
@@ -390,3 +390,64 @@ def test_a_database_of_keypairs_only_gets_a_user_for_each_and_loses_nothing(tmp_
     assert teams.members[DEFAULT_PROJECT_ID] == frozenset(u.uuid for u in users.values())
     assert session is not None and session.project_id == DEFAULT_PROJECT_ID and session.domain_name == "default"
     assert uuid.UUID(DEFAULT_PROJECT_ID)
+
+
+def test_a_user_gets_its_keypair_with_its_password_and_changes_it(node: Node, team: dict[str, Any]) -> None:
+    alice = team["callers"]["alice"]
+    import http.client
+    from urllib.parse import urlsplit
+
+    def authorize(body: Any) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection(urlsplit(node.endpoint).netloc, timeout=30)
+        conn.request("POST", "/auth/authorize", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"null")
+
+    status, answer = authorize(
+        {"type": "keypair", "domain": "acme", "username": "alice@acme.example", "password": PASSWORD}
+    )
+    assert status == 200 and answer["data"]["access_key"] == alice.access_key and answer["data"]["role"] == "user"
+    assert answer["data"]["secret_key"] == alice.secret_key
+    wrong = [
+        {"type": "keypair", "domain": "acme", "username": "alice@acme.example", "password": "not it at all"},
+        {"type": "keypair", "domain": "rival", "username": "alice@acme.example", "password": PASSWORD},
+        {"type": "keypair", "domain": "acme", "username": "nobody@acme.example", "password": PASSWORD},
+        {"type": "keypair", "username": ["x"], "password": {"a": 1}},
+    ]
+    for body in wrong:  # one answer for every way it is wrong
+        status, answer = authorize(body)
+        assert status == 401 and answer["msg"] == "wrong username or password", (body, answer)
+    new = "another long password"
+    status, answer = alice(
+        "POST", "/auth/update-password", {"old_password": "wrong", "new_password": new, "new_password2": new}
+    )
+    assert status == 401
+    status, answer = alice(
+        "POST", "/auth/update-password", {"old_password": PASSWORD, "new_password": new, "new_password2": "x"}
+    )
+    assert status == 400 and "differ" in answer["msg"]
+    alice.ok("POST", "/auth/update-password", {"old_password": PASSWORD, "new_password": new, "new_password2": new})
+    assert authorize({"username": "alice@acme.example", "password": PASSWORD})[0] == 401
+    assert authorize({"username": "alice@acme.example", "password": new})[0] == 200
+    alice.ok(
+        "POST", "/auth/update-password", {"old_password": new, "new_password": PASSWORD, "new_password2": PASSWORD}
+    )
+
+
+def test_a_user_resource_policy_bounds_a_users_folders(team: dict[str, Any]) -> None:
+    admin, bob = team["callers"]["admin"], team["callers"]["bob"]
+    made = admin.gql(
+        'mutation { create_user_resource_policy(name: "one-folder", props: {max_vfolder_count: 1}) '
+        "{ ok msg resource_policy { name max_vfolder_count } } }"
+    )["data"]["create_user_resource_policy"]
+    assert made == {"ok": True, "msg": "success", "resource_policy": {"name": "one-folder", "max_vfolder_count": 1}}
+    admin.ok("PATCH", "/bai/users/bob@acme.example", {"resource_policy": "one-folder"})
+    try:
+        bob.ok("POST", "/folders", {"name": "bobs-first"})
+        status, answer = bob("POST", "/folders", {"name": "bobs-second"})
+        assert status == 412 and "user resource policy one-folder allows 1 folders" in answer["msg"], answer
+        in_use = admin.gql('mutation { delete_user_resource_policy(name: "one-folder") { ok msg } }')
+        assert in_use["data"]["delete_user_resource_policy"]["ok"] is False  # (a user follows it)
+    finally:
+        admin.ok("PATCH", "/bai/users/bob@acme.example", {"resource_policy": "default"})
+    assert bob("POST", "/folders", {"name": "bobs-second"})[0] == 201

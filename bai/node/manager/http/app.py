@@ -61,7 +61,7 @@ from bai.node.manager.state.records import Kernel, SchedulingAttempt, Session
 
 log = logging.getLogger("bai.api")
 SESSION_EVENT_OF = {status.value: name for status, name in SESSION_EVENTS.items()}
-PUBLIC = {("GET", "/"), ("GET", "/metrics")}
+PUBLIC = {("GET", "/"), ("GET", "/metrics"), ("POST", "/auth/authorize")}  # (the last: a password is its proof)
 MAX_UPLOAD_FILES = 64
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
 MAX_UPLOAD_TOTAL = 4 * MAX_UPLOAD_BYTES  # all files of one upload

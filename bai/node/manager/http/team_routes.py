@@ -273,8 +273,36 @@ async def associate(request: web.Request) -> web.Response:
     return web.json_response({**scaling_group_json(teams, teams.scaling_group(name)), "changed": changed})
 
 
+async def authorize(request: web.Request) -> web.Response:
+    """Backend.AI's `POST /auth/authorize` (unsigned): a user's keypair for its email (or username) and password,
+    `{"type": "keypair", "domain", "username", "password"}`."""
+    body = await _body(request)
+    if body.get("type", "keypair") != "keypair":
+        raise invalid("type must be keypair")
+    user, keypair = await services_of(request).teams.authorize(
+        body.get("domain"), body.get("username"), body.get("password")
+    )
+    data = {
+        "access_key": keypair.access_key,
+        "secret_key": keypair.secret_key,
+        "role": user.role,
+        "status": user.status,
+    }
+    return web.json_response({"data": data})
+
+
+async def update_password(request: web.Request) -> web.Response:
+    """Backend.AI's `POST /auth/update-password` `{"old_password", "new_password", "new_password2"}`."""
+    teams, actor = _teams(request)
+    body = await _body(request)
+    await teams.change_password(actor, body.get("old_password"), body.get("new_password"), body.get("new_password2"))
+    return web.json_response({"error_msg": ""})
+
+
 def add_team_routes(app: web.Application) -> None:
     r = app.router
+    r.add_post("/auth/authorize", authorize)
+    r.add_post("/auth/update-password", update_password)
     r.add_get("/scaling-groups", available_scaling_groups)
     r.add_get("/bai/users", list_users)
     r.add_post("/bai/users", create_user)

@@ -9,7 +9,9 @@ so that nobody learns of another domain's names), a 400 for bad input, a 409 for
 
 from __future__ import annotations
 
+import asyncio
 import re
+import secrets
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -53,6 +55,23 @@ EMAIL = re.compile(r"[^@\s\x00-\x1f]{1,64}@[^@\s\x00-\x1f]{1,190}")
 MAX_TEXT = 1024  # characters of a description or a full name
 HOST_PERMISSIONS = ("create-vfolder", "modify-vfolder", "delete-vfolder", "mount-in-session", "upload-file",
                     "download-file", "invite-others", "set-user-specific-permission")  # fmt: skip
+
+
+CHECKS_AT_ONCE = 4  # password hashes computed at once (each takes about 16 MiB of memory and tens of milliseconds)
+_CHECKS = asyncio.Semaphore(CHECKS_AT_ONCE)
+_dummy: list[str] = []
+
+
+def _dummy_hash() -> str:
+    """A hash no password matches, checked for a user that does not exist (so that it takes the same time)."""
+    if not _dummy:
+        _dummy.append(hash_password(secrets.token_hex(16)))
+    return _dummy[0]
+
+
+async def _hashed(password: str) -> str:
+    async with _CHECKS:
+        return await asyncio.to_thread(hash_password, password)
 
 
 class TeamsState(TeamState, AccountState, Protocol):
@@ -482,7 +501,7 @@ class Teams:
                 if value not in ("", None):  # (Backend.AI's clients send "" for none: the email is the username)
                     fields[key] = _text(value, "username", empty=False, limit=64)
             elif key == "password":
-                fields[key] = hash_password(_password(value))
+                fields[key] = _password(value)  # (hashed by the caller, in a thread: see _hashed)
             elif key in ("full_name", "description"):
                 fields[key] = _text(value, key)
             elif key == "need_password_change":
@@ -520,7 +539,7 @@ class Teams:
         if projects is None:  # (as Backend.AI: a new user joins its domain's default project, if it has one)
             default = self.directory.project_named(domain, "default")
             projects = [default.id] if default is not None and default.domain_name == domain else []
-        password = fields.pop("password")
+        password = await _hashed(fields.pop("password"))
         now = stamp(self.clock.now())
         row = User(**{"username": email, "full_name": "", "description": "", "role": "user", "status": "active",
                       "status_info": "", "resource_policy": "default", "need_password_change": False, **fields,
@@ -542,6 +561,8 @@ class Teams:
         if actor.user is not None and found.uuid == actor.user.uuid:
             if fields.get("status", "active") != "active" or ("role" in fields and fields["role"] != found.role):
                 raise invalid("you cannot deactivate yourself or change your own role")
+        if "password" in fields:
+            fields["password"] = await _hashed(fields["password"])
         done = await self._written(self.state.update_user(found.uuid, UserChanges(**fields), self.clock.now()))
         if done is None:
             raise taken(f"another user has username {fields.get('username')}")
@@ -570,8 +591,43 @@ class Teams:
         if why is not None:
             raise invalid(f"user {found.email} cannot be purged: {why}")
 
-    async def check_password(self, user: User, password: str) -> bool:
-        return verify_password(password, await self.state.password_hash(user.uuid))
+    async def check_password(self, user: User, password: Any) -> bool:
+        """Whether the password is the user's (checked in a thread, at most CHECKS_AT_ONCE at a time)."""
+        if not isinstance(password, str) or not 0 < len(password) <= MAX_PASSWORD:
+            return False
+        stored = await self.state.password_hash(user.uuid)
+        async with _CHECKS:
+            return await asyncio.to_thread(verify_password, password, stored)
+
+    async def authorize(self, domain: Any, username: Any, password: Any) -> tuple[User, Keypair]:
+        """Backend.AI's `POST /auth/authorize`: the user of that email (or username) in that domain, and its first
+        active keypair, when the password is its; one 401 for every way it is not (nobody learns which)."""
+        refused = Problem("auth-failed", "Authentication failed.", "wrong username or password", status=401)
+        user = self.directory.user_named(username) if isinstance(username, str) and len(username) <= 256 else None
+        if user is None or (domain not in (None, "") and domain != user.domain_name):
+            await asyncio.to_thread(verify_password, str(password)[:MAX_PASSWORD], await asyncio.to_thread(_dummy_hash))
+            raise refused
+        if not await self.check_password(user, password) or not user.is_active:
+            raise refused
+        keys = [k for k in self.directory.keys_of(user.uuid) if self.state.active_keypair(k) is not None]
+        keypair = self.state.active_keypair(keys[0]) if keys else None
+        if keypair is None:
+            raise Problem(
+                "auth-failed", "Authentication failed.", "you have no active keypair: ask an admin", status=401
+            )
+        return user, keypair
+
+    async def change_password(self, actor: Actor, old: Any, new: Any, again: Any) -> None:
+        """Backend.AI's `POST /auth/update-password`: a user changes its own password."""
+        if actor.user is None:
+            raise invalid("this keypair has no user")
+        if new != again:
+            raise invalid("the new password and its repetition differ")
+        new = _password(new)
+        stored = await self.state.password_hash(actor.user.uuid)
+        if stored is not None and not await self.check_password(actor.user, old):
+            raise Problem("auth-failed", "Authentication failed.", "the old password is wrong", status=401)
+        await self.state.update_user(actor.user.uuid, UserChanges(password=await _hashed(new)), self.clock.now())
 
     # -- scaling groups ----------------------------------------------------------------------------------------
 

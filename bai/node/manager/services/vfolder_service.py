@@ -227,6 +227,8 @@ class VFolders:
                 "Too many folders.",
                 f"{whose} allows {limit} folders (folders in the trash count until purged)",
             )
+        if project_id is None:
+            await self._check_user_folders(access_key)
         if any(r.name == name and r.owner == owner for r in await self.folders.vfolders_of(owner)):
             raise Problem("generic-bad-request", "Folder exists.", f"there is already a folder called {name!r}")
         folder = NewVFolder(uuid.uuid4().hex, name, host, owner, usage_mode, permission, cloneable, project_id)
@@ -245,6 +247,23 @@ class VFolders:
             await asyncio.to_thread(shutil.rmtree, path, True)
             raise Problem("generic-bad-request", "Folder exists.", f"there is already a folder called {name!r}")
         return await self.resolve(folder.id, access_key, False)
+
+    async def _check_user_folders(self, access_key: str) -> None:
+        """A 412 when the keypair's user has as many folders (over all its keypairs) as its user resource policy
+        allows (max_vfolder_count; 0: unlimited)."""
+        teams = self.store.teams()
+        user = teams.user_of(access_key)
+        policy = teams.user_policies.get(user.resource_policy) if user is not None else None
+        if user is None or policy is None or not policy.max_vfolder_count:
+            return
+        held = sum([await self.folders.count_vfolders(key) for key in teams.keys_of(user.uuid)])
+        if held >= policy.max_vfolder_count:
+            raise Problem(
+                "quota-exceeded",
+                "Too many folders.",
+                f"user resource policy {policy.name} allows {policy.max_vfolder_count} folders per user, and "
+                f"{user.email} has {held} (folders in the trash count until purged)",
+            )
 
     async def clone(self, source: SeenVFolder, access_key: str, p: dict[str, Any]) -> SeenVFolder:
         """A new folder of the caller's with a copy of the source's files (Backend.AI's clone: the source
