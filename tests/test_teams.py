@@ -180,6 +180,13 @@ def test_a_domain_admin_manages_its_domain_only(team: dict[str, Any]) -> None:
     assert dana.ok("GET", f"/session/watched?owner_access_key={alice.access_key}")["project"] == "ml-team"
     dana.ok("DELETE", f"/session/watched?owner_access_key={alice.access_key}&forced=true")
     assert alice.ok("GET", "/session/watched")["status"] in ("TERMINATING", "TERMINATED", "CANCELLED")
+    assert _session(rita, "rivals")[0] == 201
+    query = "{ compute_session_list(limit: 100) { items { name domain_name group_name } total_count } }"
+    listed = dana.gql(query)["data"]["compute_session_list"]["items"]
+    assert {"in-ml", "in-other"} <= {s["name"] for s in listed} and "rivals" not in {s["name"] for s in listed}
+    assert {s["domain_name"] for s in listed} == {"acme"}
+    assert {s["name"]: s["group_name"] for s in listed}["in-other"] == "other"
+    assert [s["name"] for s in alice.gql(query)["data"]["compute_session_list"]["items"]] == ["in-ml"]
     status, answer = dana("GET", f"/session?owner_access_key={rita.access_key}")
     assert status == 403 and "only admins" in answer["msg"], answer
     assert dana("GET", f"/session?owner_access_key={c['admin'].access_key}")[0] == 403  # (a superadmin's)

@@ -28,6 +28,7 @@ from bai.node.manager.http.graphql.base import (
 )
 from bai.node.manager.http.graphql.limits import QueryRefused
 from bai.node.manager.http.represent import SessionView, session_graphql
+from bai.node.manager.rules.access import may_act_on_keypair
 from bai.node.manager.services.accounts import email_of
 from bai.node.manager.state.records import Session
 
@@ -205,8 +206,22 @@ def _statuses(text: str | None) -> list[SessionStatus]:
 async def resolve_session_list(_root: Any, info: GraphQLResolveInfo, **args: Any) -> dict[str, Any]:
     c = ctx(info)
     statuses = _statuses(args.get("status"))
-    owner = args.get("access_key") if c.is_admin else c.access_key
+    actor, named = c.actor, args.get("access_key")
+    domain_admin = actor.is_domain_admin and named in (None, "")
+    if c.is_admin or domain_admin:
+        owner = named or None  # (a domain admin: every session of its domain, below)
+    elif named and may_act_on_keypair(c.services.teams.directory, actor, named):
+        owner = named
+    else:
+        owner = c.access_key
     rows = await c.services.state.list_sessions(owner, statuses)
+    if domain_admin:
+        rows = [r for r in rows if r.domain_name == actor.domain]
+    if args.get("domain_name"):
+        rows = [r for r in rows if r.domain_name == args["domain_name"]]
+    if args.get("group_id") or args.get("project_id"):
+        project = str(args.get("group_id") or args.get("project_id"))
+        rows = [r for r in rows if r.project_id == project]
     rows.sort(key=lambda r: r.created_at, reverse=True)  # newest first, as Backend.AI lists
     if args.get("filter") or args.get("order"):
         return page(await _items(info, rows), args, SESSION_FIELDS)
