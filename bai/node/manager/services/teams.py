@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
-import msgspec
-
 from bai.common import slots as slotlib
 from bai.common.clock import Clock
 from bai.common.passwords import MAX_PASSWORD, MIN_PASSWORD, hash_password, verify_password
@@ -352,14 +350,10 @@ class Teams:
             raise not_found(f"no project {ref[:64]!r}" + (f" in domain {domain[:64]}" if domain else ""))
         return found
 
-    def _manage_project(self, actor: Actor, project: Project) -> None:
-        if not actor.may_manage(project.domain_name):
-            raise forbidden(f"only an admin of domain {project.domain_name} changes its projects")
-
-    async def create_project(self, actor: Actor, name: Any, props: Any) -> Project:
-        props = _only(props, (*_PROJECT_FIELDS, "domain_name"), "the project", _IGNORED)
-        name = _name(name, "a project's name")
-        domain = props.pop("domain_name", None) or actor.domain
+    def _managed_domain(self, actor: Actor, name: Any, what: str) -> str:
+        """The domain a new project or user goes in (the actor's by default): a 404 when the actor may not see it,
+        a 403 when it does not manage it."""
+        domain = name or actor.domain
         if (
             not isinstance(domain, str)
             or domain not in self.directory.domains
@@ -367,7 +361,17 @@ class Teams:
         ):
             raise not_found(f"no domain {str(domain)[:64]!r}")
         if not actor.may_manage(domain):
-            raise forbidden(f"only an admin of domain {domain} creates its projects")
+            raise forbidden(f"only an admin of domain {domain} {what}")
+        return domain
+
+    def _manage_project(self, actor: Actor, project: Project) -> None:
+        if not actor.may_manage(project.domain_name):
+            raise forbidden(f"only an admin of domain {project.domain_name} changes its projects")
+
+    async def create_project(self, actor: Actor, name: Any, props: Any) -> Project:
+        props = _only(props, (*_PROJECT_FIELDS, "domain_name"), "the project", _IGNORED)
+        name = _name(name, "a project's name")
+        domain = self._managed_domain(actor, props.pop("domain_name", None), "creates its projects")
         fields = _read_fields(props, "project")
         self._check_policy(fields.get("resource_policy"), self.directory.project_policies, "project resource policy")
         now = stamp(self.clock.now())
@@ -523,15 +527,7 @@ class Teams:
     async def create_user(self, actor: Actor, email: Any, props: Any) -> User:
         email = _email(email)
         props = _only(props, self._USER_FIELDS, "the user", self._USER_IGNORED)
-        domain = props.pop("domain_name", None) or actor.domain
-        if (
-            not isinstance(domain, str)
-            or domain not in self.directory.domains
-            or not self.may_see_domain(actor, domain)
-        ):
-            raise not_found(f"no domain {str(domain)[:64]!r}")
-        if not actor.may_manage(domain):
-            raise forbidden(f"only an admin of domain {domain} adds its users")
+        domain = self._managed_domain(actor, props.pop("domain_name", None), "adds its users")
         if "password" not in props:
             raise invalid("a new user needs a password")
         fields = self._user_fields(actor, props, domain)
@@ -738,7 +734,3 @@ class Teams:
     def _superadmin(self, actor: Actor, what: str) -> None:
         if not actor.is_superadmin:
             raise forbidden(f"only superadmins {what}")
-
-
-def changed(record: msgspec.Struct, **fields: Any) -> Any:
-    return msgspec.structs.replace(record, **fields)

@@ -376,31 +376,31 @@ async def resolve_scaling_groups(_root: Any, info: Info, **args: Any) -> list[di
     return groups
 
 
+async def _sgroups_open_to(info: Info, kind: str, target: str | None, is_active: bool | None) -> list[dict[str, Any]]:
+    """The scaling groups open to a domain, project (id) or keypair the caller may see (None: none)."""
+    if target is None:
+        return []
+    names = set(await _open_groups(ctx(info), kind, target))
+    return [g for g in await resolve_scaling_groups(None, info, is_active=is_active) if g["name"] in names]
+
+
 async def resolve_sgroups_for_domain(_root: Any, info: Info, **args: Any) -> list[dict[str, Any]]:
     c = ctx(info)
     found = _absent(lambda: c.services.teams.domain(c.actor, args["domain"]))
-    if found is None:
-        return []
-    names = set(await _open_groups(c, "domain", found.name))
-    return [g for g in await resolve_scaling_groups(None, info, is_active=args.get("is_active")) if g["name"] in names]
+    return await _sgroups_open_to(info, "domain", found.name if found else None, args.get("is_active"))
 
 
 async def resolve_sgroups_for_project(_root: Any, info: Info, **args: Any) -> list[dict[str, Any]]:
     c = ctx(info)
     found = _absent(lambda: c.services.teams.project(c.actor, str(args["user_group"])))
-    if found is None:
-        return []
-    names = set(await _open_groups(c, "project", found.id))
-    return [g for g in await resolve_scaling_groups(None, info, is_active=args.get("is_active")) if g["name"] in names]
+    return await _sgroups_open_to(info, "project", found.id if found else None, args.get("is_active"))
 
 
 async def resolve_sgroups_for_keypair(_root: Any, info: Info, **args: Any) -> list[dict[str, Any]]:
     c = ctx(info)
     key = args["access_key"]
-    if key != c.access_key and not c.actor.is_superadmin:
-        return []
-    names = set(await _open_groups(c, "keypair", key))
-    return [g for g in await resolve_scaling_groups(None, info, is_active=args.get("is_active")) if g["name"] in names]
+    seen = key == c.access_key or c.actor.is_superadmin
+    return await _sgroups_open_to(info, "keypair", key if seen else None, args.get("is_active"))
 
 
 async def resolve_user_policy(_root: Any, info: Info, **args: Any) -> dict[str, Any] | None:
