@@ -18,6 +18,7 @@ import pytest
 
 from tests.nodeproc import ROOT, Node, admin_keys, signed_request
 
+pytestmark = pytest.mark.xdist_group("teams")  # (one node for the module: its tests build on each other's teams)
 FAKE_NVML = ROOT / "tests" / "fake_nvml"
 GPUS = [{"uuid": f"GPU-{i}", "name": "Fake H200", "memory": 141 << 30, "util": 0, "used": 0} for i in range(4)]
 PASSWORD = "correct horse battery"
