@@ -1,6 +1,6 @@
 """Pictures of the log view (ANSI colours, a tqdm-style progress bar collapsed to one line, run
-separators) and of the header (the keypair's quota; stale while the stream is down), at 80×24, 120×40
-and 200×60, from a scripted manager (no node: the pictures depend on nothing else).
+separators) and of the header (the keypair's quota, the projects'; stale while the stream is down), at
+80×24, 120×40 and 200×60, from a scripted manager (no node: the pictures depend on nothing else).
 
 After a deliberate change: `pytest tests/test_tui_log_snapshots.py --snapshot-update`, then
 `bash packaging/snapshots-to-png.sh` and look at build/snapshots/test_tui_log_snapshots/*.png."""
@@ -29,6 +29,14 @@ QUOTA = {
     "defaultForUnspecified": "UNLIMITED",
     "occupiedSlots": {"cpu": "3", "mem": str(3 * 2**30)},
 }
+
+PROJECTS = {  # the header's per-project figures, cut where the line is full (the stale marker stays)
+    "items": [
+        {"name": "ml-team", "domain": "default", "sessions": 2, "occupied": {"cpu": "3", "cuda.device": "1"},
+         "cap": {"cpu": "4", "cuda.device": "1"}},
+        {"name": "default", "domain": "default", "sessions": 0, "occupied": {}, "cap": {}},
+    ]
+}  # fmt: skip
 
 
 def run(n: int, start: str, end: str | None = None, code: int | None = None) -> dict[str, Any]:
@@ -88,7 +96,7 @@ class ScriptedClient:
         raise APIError(503, "Service Unavailable", "connection reset")
 
     async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        return QUOTA
+        return PROJECTS if path == "/bai/projects" else QUOTA
 
 
 async def _logs_shown(pilot, app: Dashboard) -> None:

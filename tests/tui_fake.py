@@ -2,7 +2,9 @@
 
 `FakeClient` answers the calls the dashboard makes from these rows (no node): the stream sends one
 snapshot (with `usage`) and then whatever a test puts on `events`; `get_session` adds kernels, mounts and
-transitions to a row. Everything is deterministic, for pictures (tests/test_tui_tables_snapshots.py) and
+transitions to a row; `projects` (`GET /bai/projects`) lists four projects of the default domain, three
+with sessions (ml-team, data-eng, default) and one without (vision), with what their live sessions hold
+and their caps. Everything is deterministic, for pictures (tests/test_tui_tables_snapshots.py) and
 pilot tests (tests/test_tui_tables.py).
 """
 
@@ -42,6 +44,7 @@ def _session(name: str, status: str, *, created: float, **kw: Any) -> dict[str, 
         "kernels": [],
         "requestedSlots": {"cpu": "1", "mem": str(GIB)},
         "scalingGroup": "default",
+        "project": "default",
         "creationTime": _at(minutes=created),
         "statusChanged": _at(minutes=created),
         "startedAt": None,
@@ -93,23 +96,25 @@ def _started(created: float, queued: float) -> str:
 def sessions() -> list[dict[str, Any]]:
     return [
         _session(
-            "big-sweep", "PENDING", created=4, queuePosition=1, statusInfo="no-available-instances",
+            "big-sweep", "PENDING", project="ml-team", created=4, queuePosition=1, statusInfo="no-available-instances",
             reason="no-available-instances: no agent has 4 cpu free (the most free is 2 on agent-1); "
             "it waits for sessions to end",
             requestedSlots={"cpu": "4", "mem": str(8 * GIB)}, type="BATCH",
         ),
         _session(
-            "after-notebook", "PENDING", created=3, queuePosition=2, statusInfo="predicate-checks-failed",
+            "after-notebook", "PENDING", project="ml-team", created=3, queuePosition=2,
+            statusInfo="predicate-checks-failed",
             reason="predicate-checks-failed: waiting for its dependency notebook-ana (RUNNING) to finish",
             type="BATCH",
         ),
         _session(
-            "train-resnet", "RUNNING", created=42, agent="agent-1", startedAt=_started(42, 121),
+            "train-resnet", "RUNNING", project="ml-team", created=42, agent="agent-1", startedAt=_started(42, 121),
             requestedSlots={"cpu": "2", "mem": str(4 * GIB), "cuda.shares": "0.5"},
             usage=_usage(187.5, int(3.6 * GIB), int(3.9 * GIB), gpuPct=71.0, gpuMemBytes=int(5.2 * GIB)),
         ),
         _session(
-            "notebook-ana", "RUNNING", created=30, agent="agent-2", startedAt=_started(30, 3), exitCode=137,
+            "notebook-ana", "RUNNING", project="ml-team", created=30, agent="agent-2", startedAt=_started(30, 3),
+            exitCode=137,
             result="FAILURE",  # its last run was killed; the session goes on
             usage=_usage(12.0, 300 * MIB, 410 * MIB),
         ),
@@ -119,15 +124,16 @@ def sessions() -> list[dict[str, Any]]:
             requestedSlots={"cpu": "0.5", "mem": str(512 * MIB)}, usage=_usage(49.0, 470 * MIB, 500 * MIB),
         ),
         _session(
-            "etl-nightly", "TERMINATED", created=0, agent="agent-3", exitCode=0, result="SUCCESS",
+            "etl-nightly", "TERMINATED", project="data-eng", created=0, agent="agent-3", exitCode=0, result="SUCCESS",
             statusInfo="task-done", type="BATCH", **_ended(8, 123, queued=5),
         ),
         _session(
-            "flaky-job", "TERMINATED", created=0, agent="agent-1", exitCode=3, result="FAILURE",
+            "flaky-job", "TERMINATED", project="data-eng", created=0, agent="agent-1", exitCode=3, result="FAILURE",
             statusInfo="task-failed", type="BATCH", **_ended(6, 47),
         ),
         _session(
-            "report-after-flaky", "CANCELLED", created=0, statusInfo="dependency-failed", type="BATCH",
+            "report-after-flaky", "CANCELLED", project="data-eng", created=0, statusInfo="dependency-failed",
+            type="BATCH",
             reason="dependency-failed: session flaky-job ended with exit code 3", **_ended(6, 50, started=False),
         ),
         _session(
@@ -153,7 +159,7 @@ CLUSTER_KERNELS = [  # (name, agent, status, usage)
 
 def cluster_session() -> dict[str, Any]:
     return _session(
-        "dist-train", "RUNNING", created=12, agent="agent-1",
+        "dist-train", "RUNNING", created=12, agent="agent-1", project="ml-team",
         requestedSlots={"cpu": "6", "mem": str(6 * GIB)},  # the sum over its three kernels
         usage=_usage(284.5, int(3.65 * GIB), int(3.9 * GIB)), startedAt=_started(12, 20),
         clusterSize=3, clusterMode="multi-node",
@@ -193,6 +199,42 @@ def agents() -> list[dict[str, Any]]:
     ]
 
 
+PROJECT_IDS = {
+    name: f"{zlib.crc32(name.encode()):08x}-0000-4002-8000-000000000000"
+    for name in ("default", "ml-team", "data-eng", "vision")
+}
+
+
+def projects() -> list[dict[str, Any]]:
+    """`GET /bai/projects`: ml-team (capped: 8 cpu, 1 GPU share) holds what train-resnet and notebook-ana
+    hold; data-eng (capped: 4 cpu) holds nothing now; default (no cap) what tensorboard and lab-agent-10
+    hold; vision (8 whole GPUs) has no session."""
+
+    def project(name: str, sessions: int, occupied: dict[str, str], cap: dict[str, str]) -> dict[str, Any]:
+        return {
+            "id": PROJECT_IDS[name],
+            "name": name,
+            "domain": "default",
+            "description": "",
+            "isActive": True,
+            "totalResourceSlots": cap,
+            "resourcePolicy": None,
+            "createdAt": _at(days=30),
+            "sessions": sessions,
+            "occupied": occupied,
+            "cap": cap,
+        }
+
+    return [
+        project("default", 2, {"cpu": "1.5", "mem": str(GIB + 512 * MIB)}, {}),
+        project(
+            "ml-team", 4, {"cpu": "3", "mem": str(5 * GIB), "cuda.shares": "0.5"}, {"cpu": "8", "cuda.shares": "1"}
+        ),
+        project("data-eng", 0, {}, {"cpu": "4"}),
+        project("vision", 0, {}, {"cuda.device": "8"}),
+    ]
+
+
 def detail_of(row: dict[str, Any]) -> dict[str, Any]:
     """`GET /session/{ref}` of a row: its kernels, mounts and transitions too."""
     s = copy.deepcopy(row)
@@ -223,6 +265,8 @@ def detail_of(row: dict[str, Any]) -> dict[str, Any]:
             }
             for rank, (name, agent, status, usage) in enumerate(CLUSTER_KERNELS)
         ]
+    s["domain"] = "default"
+    s["projectId"] = PROJECT_IDS[s["project"]]
     s["mounts"] = [{"name": "data", "target": "/home/work/data", "readOnly": True}]
     s["transitions"] = [
         {"at": s["creationTime"], "status": "PENDING", "status_info": None},
@@ -262,6 +306,7 @@ class FakeClient:
         self.logs: dict[tuple[str | None, str | None], list[tuple[str, dict[str, Any]]]] = {}  # stream events
         self.events = EventQueue()
         self.log_streams: list[tuple[str | None, str | None]] = []  # (session, kernel) of each logs stream
+        self.projects_asked = 0  # how many times `projects` was called
 
     def by_name(self, name: str) -> dict[str, Any]:
         return next(s for s in self.sessions.values() if s["name"] == name)
@@ -280,8 +325,15 @@ class FakeClient:
     async def get_session(self, ref: str) -> dict[str, Any]:
         return detail_of(self.sessions[ref])
 
+    async def projects(self, domain: str | None = None) -> list[dict[str, Any]]:
+        """The header's `GET /bai/projects` (`projects()`)."""
+        self.projects_asked += 1
+        return [p for p in projects() if domain is None or p["domain"] == domain]
+
     async def request(self, method: str, path: str, **kw: Any) -> Any:
         """The header's `/bai/quota`: a keypair with a policy of 3 sessions, 8 cpu and 16 GiB."""
+        if path == "/bai/projects":
+            return {"items": await self.projects()}
         if path != "/bai/quota":
             raise AssertionError(f"the fake client does not answer {method} {path}")
         return {

@@ -68,7 +68,7 @@ LOG_FLUSH = 0.1  # seconds between feeds of the log view
 LOG_FLUSH_BUSY = 0.5  # ... after a feed of more than LOG_BUSY_BYTES of output
 LOG_BUSY_BYTES = 16 * 1024
 COMPACT_FOOTER_BELOW = 100  # columns
-WIDE_FOOTER_KEYS = ("e", "y", "ctrl+s", "c")  # in the footer from 100 columns; narrower, in ? help only
+WIDE_FOOTER_KEYS = ("e", "y", "p", "ctrl+s", "c")  # in the footer from 100 columns; narrower, in ? help only
 
 
 class Dashboard(App):
@@ -90,6 +90,7 @@ class Dashboard(App):
         Binding("e", "events", "Events"),
         Binding("y", "json", "JSON"),
         Binding("ctrl+d", "terminate", "Terminate"),
+        Binding("p", "project", "Project"),  # as k9s's namespace: all projects, then each in turn
         # priority: handled as the key arrives, before the keys typed after it (see action_filter)
         Binding("slash", "filter", "Filter", priority=True),
         Binding("t", "toggle_timestamps", "Time"),
@@ -450,6 +451,8 @@ class Dashboard(App):
             return self.view in ("sessions", "detail", "logs", "events")
         if action == "filter":
             return self.view in ("sessions", "logs")
+        if action == "project":
+            return self.view == "sessions"
         if action in LOG_ACTIONS:
             return self.view == "logs"
         if action == "back":
@@ -802,6 +805,41 @@ class Dashboard(App):
             return True
         return False
 
+    # -- projects (p, :project NAME) ----------------------------------------------------------------
+
+    def project_choices(self) -> list[str]:
+        """The projects seen: those `GET /bai/projects` lists (the header's) and those of the sessions."""
+        return sorted(set(self.query_one(Header).project_names()) | set(self.model.project_names()))
+
+    def action_project(self) -> None:
+        """`p`: the sessions of the next project (all of them, then each project in turn, then all again)."""
+        choices: list[str | None] = [None, *self.project_choices()]
+        current = self.sessions_view.project
+        at = choices.index(current) if current in choices else 0
+        self.select_project(choices[(at + 1) % len(choices)])
+
+    def select_project(self, name: str | None) -> None:
+        """Only the sessions of project `name` (None: every project's), named in the summary, lit in the header."""
+        self.sessions_view.project = name
+        self.sessions_view.refresh_view()
+        self._drawn.pop("sessions", None)
+        self.query_one(Header).select_project(name)
+        self.refresh_bindings()
+
+    def _command_project(self, arg: str) -> None:
+        """`:project NAME` (any case; `all` or nothing: every project)."""
+        if arg in ("", "all", "*"):
+            self.select_project(None)
+            return
+        found = [p for p in self.project_choices() if p.lower() == arg.lower()]
+        if not found:
+            known = ", ".join(self.project_choices()) or "none seen yet"
+            self.notify(f"No project {arg} (projects: {known})", severity="warning")
+            return
+        self.select_project(found[0])
+        if self.view != "sessions":
+            self.action_show("sessions")
+
     def action_filter(self) -> None:
         if self._typed_in_prompt("/"):
             return
@@ -842,6 +880,10 @@ class Dashboard(App):
             if not value:
                 return
             word = value.strip().lstrip(":").lower()
+            first, _, rest = value.strip().lstrip(":").partition(" ")
+            if first.lower() in ("project", "projects", "proj", "pj"):
+                self._command_project(rest.strip())
+                return
             target = view_of(word, VIEW_NAMES)
             if word in ("q", "quit", "exit"):
                 self.exit()
@@ -859,9 +901,13 @@ class Dashboard(App):
                 else:
                     self.action_show(target)
             else:
-                self.notify(f"Unknown command :{word} (try agents, sessions, describe, logs, events, json, help, quit)")
+                self.notify(
+                    f"Unknown command :{word} (try agents, sessions, describe, logs, events, json, project NAME, "
+                    "help, quit)"
+                )
 
-        self.prompt_bar.ask(":", "", "agents · sessions · describe · logs · events · json · help · quit", done)
+        hint = "agents · sessions · describe · logs · events · json · project NAME · help · quit"
+        self.prompt_bar.ask(":", "", hint, done)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.read_only))

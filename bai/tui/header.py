@@ -1,16 +1,20 @@
-"""The dashboard's header: who you are and your quota, and whether what it shows is stale.
+"""The dashboard's header: who you are and your quota, what each project holds, and whether what it shows
+is stale.
 
-    AKIA…XYZ  sessions 2/3  cpu 3/4  mem 3.0/8 GiB                       ⚠ stale 12s — reconnecting
+    AKIA…XYZ  sessions 2/3  cpu 3/4  mem 3.0/8 GiB │ ml-team 8/8 GPU · 12/16 CPU │ de…  ⚠ stale 12s
 
 The figures come from `GET /bai/quota` (bai/node/manager/http/quota.py: the keypair's resource policy and
-what its sessions hold now), fetched when the dashboard connects, when its sessions change (at most
-every `REFRESH_MIN` seconds) and every `REFRESH_EVERY` seconds. While the dashboard's stream is
-disconnected (the app reconnects by itself: `Dashboard._follow_cluster`) the header says for how long
-the data has been stale.
+what its sessions hold now) and `GET /bai/projects` (the projects the caller may see, what their live
+sessions hold and their caps: `held/cap` of a capped slot, else what is held; the project the sessions
+view shows first), fetched when the dashboard connects, when its sessions change (at most every
+`REFRESH_MIN` seconds) and every `REFRESH_EVERY` seconds; what does not fit is cut, never wrapped. While
+the dashboard's stream is disconnected (the app reconnects by itself: `Dashboard._follow_cluster`) the
+header says for how long the data has been stale.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
@@ -25,6 +29,9 @@ GiB = Decimal(1024**3)
 REFRESH_EVERY = 10.0  # seconds
 REFRESH_MIN = 1.0  # seconds between fetches when sessions change
 UNLIMITED = "∞"
+PROJECT_SEPARATOR = " │ "
+# how a project's slots are named in the header, in this order; other slots follow by name
+PROJECT_SLOTS = {"cuda.device": "GPU", "cuda.shares": "fGPU", "cpu": "CPU", "mem": "GiB"}
 
 
 def short_key(access_key: str) -> str:
@@ -82,10 +89,76 @@ def quota_parts(quota: dict[str, Any]) -> list[tuple[str, str]]:
     return parts
 
 
+def _slot_order(name: str) -> tuple[int, str]:
+    """Accelerators first (what teams wait for), then any other slot, then cpu and mem."""
+    return {"cuda.device": 0, "cuda.shares": 1, "cpu": 3, "mem": 4}.get(name, 2), name
+
+
+def project_text(project: dict[str, Any], selected: bool = False) -> Text:
+    """`ml-team 8/8 GPU · 12/16 CPU · 5.0 GiB`: what the project's live sessions hold of each slot, against
+    its cap where it has one (coloured as the quota's figures); `idle` when they hold nothing and it has
+    no cap. `selected`: the project the sessions view shows (its name lit)."""
+    text = Text()
+    text.append(str(project.get("name") or "?"), style="bold reverse" if selected else "bold")
+    held = from_wire(project.get("occupied"))
+    caps = {k: v for k, v in from_wire(project.get("cap")).items() if v.is_finite()}
+    names = sorted({n for n, v in held.items() if v} | caps.keys(), key=_slot_order)
+    if not names:
+        text.append(" idle", style="dim")
+    for i, name in enumerate(names):
+        have, cap = held.get(name, Decimal(0)), caps.get(name)
+        shown = _amount(name, have, True)
+        if cap is not None:
+            shown += "/" + _amount(name, cap, False)
+        text.append(" · " if i else " ")
+        text.append(f"{shown} {PROJECT_SLOTS.get(name, name)}", style=_colour(have, cap) if cap is not None else "")
+    return text
+
+
+def projects_text(projects: list[dict[str, Any]], selected: str | None = None, room: int = 1 << 16) -> Text:
+    """The projects' `project_text`, apart, in at most `room` cells: the selected one first, then those with
+    live sessions, then the others (by name within each). Whole ones while they fit; then the next one cut
+    (…) when a name and a figure still fit, else a `…` that says there are more."""
+
+    def order(p: dict[str, Any]) -> tuple[int, str]:
+        name = str(p.get("name") or "")
+        return (0 if name == selected else 1 if int(p.get("sessions") or 0) else 2), name
+
+    text = Text()
+    for i, project in enumerate(sorted(projects, key=order)):
+        part = project_text(project, project.get("name") == selected)
+        gap = len(PROJECT_SEPARATOR) if i else 0
+        left = room - text.cell_len - gap
+        if part.cell_len > left:
+            if left >= 12:
+                part.truncate(left, overflow="ellipsis")
+            elif i:
+                if room - text.cell_len >= 2:
+                    text.append(" …", style="dim")
+                break
+            else:
+                part.truncate(max(1, left), overflow="ellipsis")
+            if i:
+                text.append(PROJECT_SEPARATOR, style="dim")
+            text.append_text(part)
+            break
+        if i:
+            text.append(PROJECT_SEPARATOR, style="dim")
+        text.append_text(part)
+    return text
+
+
 def header_text(
-    access_key: str, quota: dict[str, Any] | None, stale: float | None, width: int, error: str | None = None
+    access_key: str,
+    quota: dict[str, Any] | None,
+    stale: float | None,
+    width: int,
+    error: str | None = None,
+    projects: list[dict[str, Any]] | None = None,
+    selected: str | None = None,
 ) -> Text:
-    """The header line, `width` cells: key and figures on the left, the stale marker on the right."""
+    """The header line, `width` cells: key and figures on the left, then the projects' (cut where the line
+    is full), the stale marker on the right."""
     text = Text()
     text.append(short_key(access_key), style="bold")
     if quota is not None:
@@ -96,19 +169,24 @@ def header_text(
         text.append(f"  quota unknown: {error}", style="dim")
     else:
         text.append("  quota …", style="dim")
+    right: Text | None = None  # what the right end says: the stale marker, or which manager answers
     manager = (quota or {}).get("manager") or {}
     if manager.get("leader") and manager.get("self") and stale is None:  # (several managers share one database)
         if manager["leader"] != manager["self"]:
-            shown = Text(f"via {manager['self']} · leader {manager['leader']}", style="dim")
-            pad = width - text.cell_len - shown.cell_len
-            if pad >= 2:
-                text.append(" " * pad)
-                text.append_text(shown)
+            right = Text(f"via {manager['self']} · leader {manager['leader']}", style="dim")
+            if width - text.cell_len - right.cell_len < 2:
+                right = None
     if stale is not None:
-        marker = Text(f"⚠ stale {int(stale)}s — reconnecting", style="bold yellow")
-        pad = width - text.cell_len - marker.cell_len
-        text.append(" " * max(2, pad))
-        text.append_text(marker)
+        right = Text(f"⚠ stale {int(stale)}s — reconnecting", style="bold yellow")
+    if projects:
+        room = width - text.cell_len - len(PROJECT_SEPARATOR) - (right.cell_len + 2 if right is not None else 0)
+        if room >= 12:  # a name and a figure at least
+            shown = projects_text(projects, selected, room)
+            text.append(PROJECT_SEPARATOR, style="dim")
+            text.append_text(shown)
+    if right is not None:
+        text.append(" " * max(2, width - text.cell_len - right.cell_len))
+        text.append_text(right)
     text.truncate(max(1, width), overflow="ellipsis")
     return text
 
@@ -126,6 +204,9 @@ class Header(Static):
         self.clock = clock
         self.quota: dict[str, Any] | None = None
         self.error: str | None = None
+        self.projects: list[dict[str, Any]] | None = None  # `GET /bai/projects` (None: not known)
+        self.projects_supported = True  # False once the manager answered 404 (a manager without teams)
+        self.selected_project: str | None = None  # the project the sessions view shows (None: all)
         self.stale_since: datetime | None = None  # when the stream broke (None: connected)
         self._fetched = 0.0  # loop time of the last fetch
         self._fetching = False
@@ -181,20 +262,55 @@ class Header(Static):
 
     async def _fetch(self) -> None:
         try:
-            self.quota = await self.client.request("GET", "/bai/quota")
-            self.error = None
-        except Exception as e:  # noqa: BLE001 (an old manager, a network error: the header says so)
-            self.error = str(getattr(e, "msg", None) or e)[:60]
+            await asyncio.gather(self._fetch_quota(), self._fetch_projects())
         finally:
             self._fetching = False
         self.draw()
 
+    async def _fetch_quota(self) -> None:
+        try:
+            self.quota = await self.client.request("GET", "/bai/quota")
+            self.error = None
+        except Exception as e:  # noqa: BLE001 (an old manager, a network error: the header says so)
+            self.error = str(getattr(e, "msg", None) or e)[:60]
+
+    async def _fetch_projects(self) -> None:
+        """The projects and their usage; kept as they were when the call fails (the quota's error says why
+        the manager does not answer), dropped for good when the manager knows no `/bai/projects`."""
+        if not self.projects_supported:
+            return
+        try:
+            if hasattr(self.client, "projects"):
+                items = await self.client.projects()
+            else:
+                items = (await self.client.request("GET", "/bai/projects"))["items"]
+        except Exception as e:  # noqa: BLE001
+            if getattr(e, "status", None) in (404, 405):
+                self.projects_supported, self.projects = False, None
+            return
+        self.projects = [p for p in items if isinstance(p, dict)] if isinstance(items, list) else None
+
+    def project_names(self) -> list[str]:
+        return [str(p["name"]) for p in self.projects or [] if p.get("name")]
+
+    def select_project(self, name: str | None) -> None:
+        self.selected_project = name
+        self.draw()
+
     def draw(self) -> None:
-        width = max(1, (self.size.width or self.app.size.width or 80) - 2)
-        self.update(header_text(self.access_key, self.quota, self.stale_seconds(), width, self.error))
+        width = self.size.width or max(1, (self.app.size.width or 80) - 2)  # (its size: within its padding)
+        self.update(
+            header_text(
+                self.access_key,
+                self.quota,
+                self.stale_seconds(),
+                width,
+                self.error,
+                self.projects,
+                self.selected_project,
+            )
+        )
 
 
 def _loop_time() -> float:
-    import asyncio
-
     return asyncio.get_running_loop().time()

@@ -180,7 +180,9 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
             ("f", "forward an app of it (Jupyter…) to a local port (hidden with --read-only)"),
             ("Ctrl-d", "terminate it (asks first; hidden with --read-only)"),
             ("/", "filter: words match anywhere; exactly: exit:3 agent:ID name:N image:I type:T"),
-            ("", "status:pending|running|finished|failed|ok|STATUS owner:KEY id:PREFIX; ! inverts"),
+            ("", "project:P status:pending|running|finished|failed|ok|STATUS owner:KEY id:PREFIX; ! inverts"),
+            ("p", "only the next project's sessions (all, then each in turn; as k9s's namespace)"),
+            (":project NAME", "only that project's sessions (:project all: every project's)"),
         ],
     ),
     (

@@ -47,9 +47,10 @@ def is_failed(s: dict[str, Any]) -> bool:
 FAILED_INFOS = frozenset({"failed-to-start", "scheduler-error", "dependency-failed", "out-of-memory", "agent-lost"})
 
 # `field:value` in a sessions filter: how the value is compared with the session's field
-#   exact (case-insensitive): exit, agent, name, image, type, group; from the start: id, owner;
+#   exact (case-insensitive): exit, agent, name, image, type, group, project; from the start: id, owner;
 #   status: a status, a group (pending / running / finished), or failed / ok (finished without failing)
-FIELDS = {"status", "owner", "exit", "agent", "name", "id", "image", "type", "group"}
+FIELDS = {"status", "owner", "exit", "agent", "name", "id", "image", "type", "group", "project"}
+WORD_KEYS = ("name", "id", "image", "status", "agent", "reason", "accessKey", "type", "project")  # plain words
 
 
 def _field_match(s: dict[str, Any], name: str, want: str) -> bool:
@@ -66,7 +67,10 @@ def _field_match(s: dict[str, Any], name: str, want: str) -> bool:
         return str(s.get("id") or "").lower().startswith(want)
     if name == "exit":
         return s.get("exitCode") is not None and str(s["exitCode"]) == want
-    key = {"agent": "agent", "name": "name", "image": "image", "type": "type", "group": "scalingGroup"}[name]
+    key = {
+        "agent": "agent", "name": "name", "image": "image", "type": "type", "group": "scalingGroup",
+        "project": "project",
+    }[name]  # fmt: skip
     return str(s.get(key) or "").lower() == want
 
 
@@ -74,7 +78,7 @@ def _field_match(s: dict[str, Any], name: str, want: str) -> bool:
 class Filter:
     """`/` filters: words match anywhere (case-insensitive, all must match); in the sessions view
     `field:value` matches a field exactly (`exit:3`, `agent:agent-1`, `name:`, `image:`, `type:`,
-    `group:`), from its start (`id:`, `owner:`), or `status:X` (a status, pending / running / finished,
+    `group:`, `project:`), from its start (`id:`, `owner:`), or `status:X` (a status, pending / running / finished,
     failed or ok); values of one field are alternatives, different fields must all match; a leading `!`
     inverts the whole filter."""
 
@@ -122,9 +126,7 @@ class Filter:
                 wanted.setdefault(name, []).append(value)
             ok = all(any(_field_match(s, name, v) for v in values) for name, values in wanted.items())
         if ok and self.words:
-            hay = " ".join(
-                str(s.get(k) or "") for k in ("name", "id", "image", "status", "agent", "reason", "accessKey", "type")
-            ).lower()
+            hay = " ".join(str(s.get(k) or "") for k in WORD_KEYS).lower()
             ok = all(w in hay for w in self.words)
         return ok != self.invert
 
@@ -197,9 +199,14 @@ class ClusterModel:
             for s in done[: len(done) - self.keep_finished]:
                 del self.sessions[s["id"]]
 
-    def session_rows(self, flt: Filter | None = None) -> list[dict[str, Any]]:
-        """Pending ones in queue order, then running ones (oldest first), then finished ones (newest first)."""
-        rows = [s for s in self.sessions.values() if flt is None or flt.match_session(s)]
+    def session_rows(self, flt: Filter | None = None, project: str | None = None) -> list[dict[str, Any]]:
+        """Pending ones in queue order, then running ones (oldest first), then finished ones (newest first);
+        `project`: only those of the project of that name."""
+        rows = [
+            s
+            for s in self.sessions.values()
+            if (project is None or s.get("project") == project) and (flt is None or flt.match_session(s))
+        ]
         pending: list[dict[str, Any]] = []
         running: list[dict[str, Any]] = []
         finished: list[dict[str, Any]] = []
@@ -213,11 +220,16 @@ class ClusterModel:
         finished.sort(key=lambda s: s.get("statusChanged") or s["creationTime"], reverse=True)
         return pending + running + finished
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, project: str | None = None) -> dict[str, int]:
         out = {"pending": 0, "running": 0, "finished": 0}
         for s in self.sessions.values():
-            out[group_of(s["status"])] += 1
+            if project is None or s.get("project") == project:
+                out[group_of(s["status"])] += 1
         return out
+
+    def project_names(self) -> list[str]:
+        """The projects the sessions known were created in, sorted."""
+        return sorted({s["project"] for s in self.sessions.values() if s.get("project")})
 
     def agent_rows(self) -> list[dict[str, Any]]:
         return sorted(self.agents.values(), key=lambda a: (a["status"] != "ALIVE", a["id"]))

@@ -317,6 +317,7 @@ def _lower(key: str) -> Callable[[dict[str, Any]], Any]:
 
 SESSION_SORTS: dict[str, Sort] = {
     "name": Sort("N", "NAME", _lower("name")),
+    "project": Sort("P", "PROJECT", _lower("project")),
     "id": Sort("D", "ID", _lower("id")),
     "owner": Sort("O", "OWNER", _lower("accessKey")),
     "status": Sort("S", "STATUS", lambda s: (GROUPS[group_of(s["status"])], not is_failed(s), s["status"])),
@@ -558,9 +559,12 @@ class AgentsView(TableView):
 
 
 class SessionsView(SessionKeys, TableView):
-    """The sessions table: status, where or why waiting, live CPU and memory against what the session
-    asked for, slots, age, exit or reason (the column that takes what width is left; `r` shows the whole
-    of it under the table). Failed sessions are red. Shift + a column's letter sorts by it."""
+    """The sessions table: its project, status, where or why waiting, live CPU and memory against what the
+    session asked for, slots, age, exit or reason (the column that takes what width is left; `r` shows the
+    whole of it under the table). Failed sessions are red. Shift + a column's letter sorts by it.
+
+    `project` (the app's `p`, as k9s's namespace): only that project's sessions, and no PROJECT column
+    (the summary names the project); None: every project's."""
 
     DEFAULT_CSS = """
     SessionsView #sessions-summary { height: 1; padding: 0 1; }
@@ -583,6 +587,7 @@ class SessionsView(SessionKeys, TableView):
     def __init__(self, model: ClusterModel, *, read_only: bool = False, **kw) -> None:
         super().__init__(model, **kw)
         self.filter = Filter()
+        self.project: str | None = None
         self.read_only = read_only
         self.show_reason = False
         self._layout: Any = None
@@ -633,9 +638,14 @@ class SessionsView(SessionKeys, TableView):
         if slot_texts is None:
             slot_texts = [slots_text(s.get("requestedSlots") or {}) for s in items]
         slots = longest(slot_texts, 5, 30)
-        cols = [
-            Column("name", "NAME", name, sort="N"),
-            Column("id", "ID", 8, priority=4, sort="D"),
+        cols = [Column("name", "NAME", name, sort="N")]
+        id_priority = 4
+        if self.project is None:  # all projects: theirs, a secondary column (the reason, figures, AGE, SLOTS first)
+            projects = longest((str(s.get("project") or "-") for s in items), 7, 16)
+            cols.append(Column("project", "PROJECT", projects, priority=4, sort="P"))
+            id_priority = 6  # the id gives way to it (the detail view shows the id)
+        cols += [
+            Column("id", "ID", 8, priority=id_priority, sort="D"),
             Column("owner", "OWNER", longest((s["accessKey"] for s in items), 5, 20), priority=6, sort="O"),
             Column("status", "STATUS", longest((s["status"] for s in items), 6, 16 if medium else 10), sort="S"),
             Column("where", "AGENT/QUEUE" if medium else "AGENT", 11 if medium else 9, priority=1, sort="Q"),
@@ -653,7 +663,7 @@ class SessionsView(SessionKeys, TableView):
         model = self.model
         now = self.clock()
         width = self._width()
-        items = sort_rows(model.session_rows(self.filter), SESSION_SORTS, self.sort)
+        items = sort_rows(model.session_rows(self.filter, self.project), SESSION_SORTS, self.sort)
         slot_texts = [_slots_text_of(s) for s in items]
         columns = self._columns(width, items, slot_texts)
         self.sync.set_columns(columns, self.sort)
@@ -689,6 +699,8 @@ class SessionsView(SessionKeys, TableView):
                     cells.append(Text(s["name"], style=tone) if tone else s["name"])
                 elif key == "id":
                     cells.append(s["id"][:8])
+                elif key == "project":
+                    cells.append(s.get("project") or "-")
                 elif key == "owner":
                     cells.append(s["accessKey"])
                 elif key == "status":
@@ -718,9 +730,11 @@ class SessionsView(SessionKeys, TableView):
             self._drawn[sid] = (s, usage, when, row)
             rows.append((sid, row))
         self.sync.sync(rows)
-        counts = model.counts()
+        counts = model.counts(self.project)
         summary = Text()
         summary.append("Sessions ", style="bold")
+        if self.project is not None:
+            summary.append(f"of {self.project} ", style="bold cyan")
         summary.append(f"{counts['pending']} pending", style="yellow")
         summary.append(" · ")
         summary.append(f"{counts['running']} running", style="green")
@@ -733,6 +747,8 @@ class SessionsView(SessionKeys, TableView):
             summary.append(f"  sorted by {sort_label(SESSION_SORTS, self.sort)}", style="cyan")
         if medium and summary.cell_len + 40 < width:
             summary.append("   r: whole reason · Enter: describe", style="dim")
+            if summary.cell_len + 20 < width:
+                summary.append(" · p: project", style="dim")
         self.query_one("#sessions-summary", Static).update(summary)
         self._draw_reason()
 
@@ -993,6 +1009,8 @@ def render_detail(
     fields.add_row("Image", s["image"])
     fields.add_row("Type", s["type"].lower())
     fields.add_row("Owner", s["accessKey"])
+    if s.get("project"):
+        fields.add_row("Project", f"{s['domain']} / {s['project']}" if s.get("domain") else s["project"])
     fields.add_row("Resources", slots_text(s.get("requestedSlots") or {}) or "-")
     fields.add_row("Agent", s.get("agent") or "-")
     if (s.get("clusterSize") or 1) > 1:  # its kernels are listed below

@@ -348,6 +348,8 @@ class SessionView:
             "requestedSlots": row.requested_slots,
             "scalingGroup": row.scaling_group,
             "project": self.project,
+            "projectId": row.project_id,  # (names are unique within a domain only)
+            "domain": row.domain_name,
             "creationTime": row.created_at,
             "startedAt": row.started_at,
             "statusChanged": row.status_changed,
