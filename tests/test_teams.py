@@ -192,6 +192,12 @@ def test_a_domain_admin_manages_its_domain_only(team: dict[str, Any]) -> None:
     assert status == 403 and "only admins" in answer["msg"], answer
     assert dana("GET", f"/session?owner_access_key={c['admin'].access_key}")[0] == 403  # (a superadmin's)
     assert bob("GET", f"/session?owner_access_key={alice.access_key}")[0] == 403
+    # a name is its owner's, whichever project: get-or-create does not hand back a session of another project
+    assert _session(dana, "twice", group="ml-team")[0] == 201
+    status, answer = _session(dana, "twice", group="other")
+    assert status == 400 and "another project" in answer["msg"] and answer["type"].endswith("session-already-exists")
+    assert _session(dana, "twice", group="ml-team")[0] == 200  # (the same project: the live session, reused)
+    assert dana("GET", "/bai/users?status=bogus")[0] == 400 and dana("GET", "/bai/users?domain=rival")[0] == 404
     # users change nothing of teams
     assert alice("POST", "/bai/projects", {"name": "mine", "domain": "acme"})[0] == 403
     assert alice("POST", "/bai/projects/ml-team/members", {"add": ["bob@acme.example"]})[0] == 403

@@ -33,6 +33,8 @@ DATA_FIELDS = frozenset(
         "occupied_slots",
         "total_resource_slots",
         "totalResourceSlots",
+        "occupied",  # (a project's usage and cap: slot -> amount)
+        "cap",
         "slots",
         "available_slots",
         "capacity",

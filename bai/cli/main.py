@@ -30,6 +30,10 @@ class BaiGroup(LazyGroup):
         "vfolder": "bai.cli.vfolder:app",
         "dotfile": "bai.cli.vfolder:dotfile_app",
         "db": "bai.cli.db:app",
+        "user": "bai.cli.teams:user_app",
+        "project": "bai.cli.teams:project_app",
+        "domain": "bai.cli.teams:domain_app",
+        "scaling-group": "bai.cli.teams:scaling_group_app",
     }
 
     def list_commands(self, ctx: Any) -> list[str]:

@@ -434,3 +434,103 @@ def details_text(lines: list[str], width: int | None = None) -> str:
         wrapped = textwrap.wrap(glued, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
         out += [part.replace(NBSP, " ") for part in wrapped]
     return "\n".join(out)
+
+
+# -- teams: users, projects, domains, scaling groups ---------------------------------------------------------
+
+
+def amount_text(slot: str, value: Any) -> str:
+    """One slot's amount: a size for a bytes slot (mem), else a count."""
+    from bai.common.slots import is_bytes_slot
+
+    return size(value) if is_bytes_slot(slot) else number(value)
+
+
+def usage_text(p: dict[str, Any]) -> str:
+    """A project's sessions' hold beside its cap, per slot: `cpu 4/16, cuda.device 8/8, mem 2 GiB/64 GiB`
+    (`/unlimited` for a slot without a cap; `unlimited` alone for a project with no cap that holds nothing)."""
+    cap = p.get("cap") or {}
+    occupied = p.get("occupied") or {}
+    parts = []
+    for slot in sorted(set(cap) | set(occupied)):
+        held = amount_text(slot, occupied.get(slot, 0))
+        parts.append(f"{slot} {held}/{amount_text(slot, cap[slot]) if slot in cap else UNLIMITED}")
+    return ", ".join(parts) or UNLIMITED
+
+
+def limits_text(slots: dict[str, Any] | None) -> str:
+    """Total resource slots as a limit: `cpu 16, mem 64 GiB`, or `unlimited` when none is set."""
+    return ", ".join(f"{s} {amount_text(s, v)}" for s, v in sorted((slots or {}).items())) or UNLIMITED
+
+
+def users_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
+    from bai.cli.layout import Column, fit
+
+    columns = [
+        Column("EMAIL", lambda u: u["email"]),
+        Column("USERNAME", lambda u: u["username"] if u["username"] != u["email"] else "-", rank=4),
+        Column("ROLE", lambda u: u["role"], rank=1),
+        Column("STATUS", lambda u: u["status"]),
+        Column("DOMAIN", lambda u: u["domain"], rank=2),
+        Column("PROJECTS", lambda u: ", ".join(u.get("projects") or []) or "-", rank=3),
+        Column("KEYS", lambda u: str(len(u.get("accessKeys") or [])), rank=5, right=True),
+        Column("POLICY", lambda u: u.get("resourcePolicy") or "-", wide=True),
+        Column("NAME", lambda u: u.get("fullName") or "-", wide=True),
+        Column("UUID", lambda u: u["uuid"], wide=True),
+    ]
+    return fit(columns, items, console().width if width is None else width, wide)
+
+
+def projects_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
+    """`bai project ls`: each project, its sessions and, per slot, what they hold of its cap."""
+    from bai.cli.layout import Column, fit
+
+    columns = [
+        Column("NAME", lambda p: p["name"]),
+        Column("DOMAIN", lambda p: p["domain"], rank=1),
+        Column("ACTIVE", lambda p: "yes" if p.get("isActive", True) else "no", rank=3),
+        Column("SESSIONS", lambda p: str(p.get("sessions", 0)), rank=2, right=True),
+        Column("USED/CAP", usage_text, rest=True),
+        Column("POLICY", lambda p: p.get("resourcePolicy") or "-", wide=True),
+        Column("ID", lambda p: p["id"], wide=True),
+        Column("DESCRIPTION", lambda p: p.get("description") or "-", wide=True),
+    ]
+    return fit(columns, items, console().width if width is None else width, wide)
+
+
+def domains_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
+    from bai.cli.layout import Column, fit
+
+    columns = [
+        Column("NAME", lambda d: d["name"]),
+        Column("ACTIVE", lambda d: "yes" if d.get("isActive", True) else "no"),
+        Column("LIMITS", lambda d: limits_text(d.get("totalResourceSlots")), rank=1),
+        Column("DESCRIPTION", lambda d: d.get("description") or "-", rest=True),
+        Column("CREATED", lambda d: age(d["createdAt"]) + " ago" if d.get("createdAt") else "-", wide=True),
+    ]
+    return fit(columns, items, console().width if width is None else width, wide)
+
+
+def open_to(g: dict[str, Any]) -> str:
+    """Where a scaling group may be used: `everyone`, or the domains, projects and keypairs it is open to."""
+    if g.get("open"):
+        return "everyone"
+    parts = [
+        f"{kind} {', '.join(g.get(key) or [])}"
+        for kind, key in (("domain", "domains"), ("project", "projects"), ("keypair", "keypairs"))
+        if g.get(key)
+    ]
+    return "; ".join(parts) or "nobody"
+
+
+def scaling_groups_table(items: list[dict[str, Any]], wide: bool = False, width: int | None = None) -> Table:
+    from bai.cli.layout import Column, fit
+
+    columns = [
+        Column("NAME", lambda g: g["name"]),
+        Column("ACTIVE", lambda g: "yes" if g.get("isActive", True) else "no", rank=2),
+        Column("PUBLIC", lambda g: "yes" if g.get("isPublic", True) else "no", wide=True),
+        Column("OPEN TO", open_to, rest=True),
+        Column("DESCRIPTION", lambda g: g.get("description") or "-", rank=3),
+    ]
+    return fit(columns, items, console().width if width is None else width, wide)

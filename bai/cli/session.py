@@ -31,6 +31,11 @@ Env = Annotated[
     typer.Option("--env", "-e", metavar="KEY=VALUE", help="Environment variable KEY=VALUE (repeatable)."),
 ]
 Name = Annotated[str | None, typer.Option("--name", help="Session name (default: a generated one).")]
+Project = Annotated[
+    str | None,
+    typer.Option("--project", help="The project (Backend.AI's group) to create it in: name or id [your default one]."),
+]
+Domain = Annotated[str | None, typer.Option("--domain", help="The domain of --project [yours].")]
 
 
 def _complete_sessions(incomplete: str) -> list[str]:
@@ -589,6 +594,8 @@ def run(
     network: Network = None,
     cluster_size: ClusterSize = 1,
     cluster_mode: ClusterMode = SINGLE_NODE,
+    project: Project = None,
+    domain: Domain = None,
     keep: bool = typer.Option(False, "--keep", help="Keep the session running afterwards."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress messages."),
 ) -> None:
@@ -626,7 +633,7 @@ def run(
                         wait_running(
                             c, image, name, quiet, owned,
                             resources=resources, environ=environ, mounts=mounts, network=network,
-                            cluster_size=cluster_size, cluster_mode=cluster_mode,
+                            cluster_size=cluster_size, cluster_mode=cluster_mode, group=project, domain=domain,
                         )
                     )  # fmt: skip
                     sid = started["sessionId"]
@@ -767,6 +774,8 @@ def create(
         typer.Option("--depends", metavar="SESSION", help="Start only after this session succeeded (repeatable)."),
     ] = None,
     group: Annotated[str | None, typer.Option("--group", help="Scaling group [default].")] = None,
+    project: Project = None,
+    domain: Domain = None,
     network: Network = None,
     cluster_size: ClusterSize = 1,
     cluster_mode: ClusterMode = SINGLE_NODE,
@@ -823,6 +832,8 @@ def create(
         "network": network,
         "cluster_size": cluster_size,
         "cluster_mode": cluster_mode,
+        "group": project,
+        "domain": domain,
     }
     from bai.cli.common import client
 

@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from bai import API_VERSION
 from bai.client.endpoints import Endpoint, Endpoints
@@ -122,6 +122,11 @@ def _read_event(resp: _Lines) -> list[bytes]:
             continue
         lines.append(line)
     return lines
+
+
+def _ref(ref: str) -> str:
+    """A name, email or id as one segment of a path (an email may hold /, ? or #)."""
+    return quote(ref, safe="@+")
 
 
 BAI_FOLDER_ACTIONS = {"restore", "purge"}
@@ -433,6 +438,9 @@ class Client:
             "clusterSize": kw.get("cluster_size") or 1,
             "clusterMode": kw.get("cluster_mode") or "single-node",
         }
+        for key in ("group", "domain"):  # the project (name or id) and its domain; the manager's defaults if not given
+            if kw.get(key):
+                body[key] = kw[key]
         return await self.request("POST", "/session", json_body=body)
 
     async def get_session(self, ref: str) -> dict[str, Any]:
@@ -682,6 +690,97 @@ class Client:
             await self.request("DELETE", f"/bai/images/aliases/{alias}")
         else:
             await self.request("PUT", f"/bai/images/aliases/{alias}", json_body={"image": image})
+
+    # -- teams: users, projects (Backend.AI's groups), domains, scaling groups ----------------------------
+
+    async def users(
+        self, domain: str | None = None, project: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        params = {"domain": domain, "project": project, "status": status}
+        return (await self.request("GET", "/bai/users", params=params))["items"]
+
+    async def user(self, ref: str) -> dict[str, Any]:
+        """A user by email, username or uuid."""
+        return await self.request("GET", f"/bai/users/{_ref(ref)}")
+
+    async def create_user(self, email: str, password: str, **fields: Any) -> dict[str, Any]:
+        """fields: username, full_name, role, status, domain, projects (names or ids), resource_policy,
+        need_password_change, description."""
+        body = {"email": email, "password": password, **{k: v for k, v in fields.items() if v is not None}}
+        return await self.request("POST", "/bai/users", json_body=body)
+
+    async def update_user(self, ref: str, **fields: Any) -> dict[str, Any]:
+        """fields: as create_user's (not email nor domain), is_active; projects replaces the memberships."""
+        return await self.request("PATCH", f"/bai/users/{_ref(ref)}", json_body=fields)
+
+    async def delete_user(self, ref: str, purge: bool = False) -> dict[str, Any]:
+        """Deleted (its keypairs stop at once), or with purge gone for good ({"purged": true})."""
+        params = {"purge": "true" if purge else None}
+        return await self.request("DELETE", f"/bai/users/{_ref(ref)}", params=params)
+
+    async def projects(self, domain: str | None = None) -> list[dict[str, Any]]:
+        """Projects with their usage (sessions, occupied, cap)."""
+        return (await self.request("GET", "/bai/projects", params={"domain": domain}))["items"]
+
+    async def project(self, ref: str, domain: str | None = None) -> dict[str, Any]:
+        """A project by id, or by name in `domain` (the caller's by default), with its usage and members."""
+        return await self.request("GET", f"/bai/projects/{_ref(ref)}", params={"domain": domain})
+
+    async def create_project(self, name: str, **fields: Any) -> dict[str, Any]:
+        """fields: domain, description, total_resource_slots, resource_policy, is_active."""
+        body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
+        return await self.request("POST", "/bai/projects", json_body=body)
+
+    async def update_project(self, ref: str, domain: str | None = None, **fields: Any) -> dict[str, Any]:
+        """fields: name, description, total_resource_slots, resource_policy, is_active."""
+        path = f"/bai/projects/{_ref(ref)}"
+        return await self.request("PATCH", path, json_body=fields, params={"domain": domain})
+
+    async def delete_project(self, ref: str, domain: str | None = None, purge: bool = False) -> dict[str, Any]:
+        """Deactivated, or with purge gone for good ({"purged": true})."""
+        params = {"domain": domain, "purge": "true" if purge else None}
+        return await self.request("DELETE", f"/bai/projects/{_ref(ref)}", params=params)
+
+    async def change_members(
+        self, ref: str, add: list[str] | None = None, remove: list[str] | None = None, domain: str | None = None
+    ) -> dict[str, Any]:
+        """Add and/or remove users (emails, usernames or ids) of a project; the project with its members."""
+        body = {k: v for k, v in (("add", add), ("remove", remove)) if v}
+        path = f"/bai/projects/{_ref(ref)}/members"
+        return await self.request("POST", path, json_body=body, params={"domain": domain})
+
+    async def domains(self) -> list[dict[str, Any]]:
+        return (await self.request("GET", "/bai/domains"))["items"]
+
+    async def create_domain(self, name: str, **fields: Any) -> dict[str, Any]:
+        """fields: description, total_resource_slots, is_active."""
+        body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
+        return await self.request("POST", "/bai/domains", json_body=body)
+
+    async def update_domain(self, name: str, **fields: Any) -> dict[str, Any]:
+        return await self.request("PATCH", f"/bai/domains/{_ref(name)}", json_body=fields)
+
+    async def delete_domain(self, name: str, purge: bool = False) -> dict[str, Any]:
+        """Deactivated, or with purge (an empty domain) gone for good ({"purged": true})."""
+        params = {"purge": "true" if purge else None}
+        return await self.request("DELETE", f"/bai/domains/{_ref(name)}", params=params)
+
+    async def scaling_groups(self, project: str | None = None) -> list[dict[str, Any]]:
+        """Scaling groups and where they may be used (superadmins: all; others: those open to them)."""
+        return (await self.request("GET", "/bai/scaling-groups", params={"project": project}))["items"]
+
+    async def associate_scaling_group(self, name: str, kind: str, target: str, remove: bool = False) -> dict[str, Any]:
+        """Open (or with remove close) a scaling group to a domain, a project or a keypair (`kind`); the
+        scaling group with `changed`."""
+        body: dict[str, Any] = {kind: target}
+        if remove:
+            body["remove"] = True
+        return await self.request("POST", f"/bai/scaling-groups/{_ref(name)}/associations", json_body=body)
+
+    async def available_scaling_groups(self, project: str | None = None) -> list[str]:
+        """Backend.AI's get-available: the names of the scaling groups the caller may use in a project."""
+        found = await self.request("GET", "/scaling-groups", params={"group": project})
+        return [g["name"] for g in found["scaling_groups"]]
 
     # -- virtual folders and dotfiles (reference spec §9) -------------------------------------------
 

@@ -107,7 +107,8 @@ def project_for(directory: TeamDirectory, actor: Actor, domain: str | None, proj
         raise Problem(
             "invalid-api-params",
             "Invalid API parameters.",
-            f"you belong to several projects ({', '.join(sorted(p.name for p in mine))}): say which (group)",
+            f"you belong to several projects ({', '.join(sorted(p.name for p in mine))}): say which (the request's "
+            "group, the CLI's --project)",
             status=400,
         )
     found = directory.project_named(domain_name, project)

@@ -323,6 +323,12 @@ class SessionLifecycle:
                 "The session already exists but you requested a different image.",
                 row.id,
             )
+        if req.group is not None and row.project_id != req.project_id:
+            raise Conflict(
+                f"session {req.name!r} already exists in another project: end it, or give another name",
+                "The session already exists in another project.",
+                row.id,
+            )
         return row, False
 
     async def _unplaceable(self, req: CreateRequest) -> Problem | None:

@@ -345,9 +345,19 @@ class Teams:
         """A project by id, or by name in `domain` (the actor's by default), as the actor may see it (a 404)."""
         if not isinstance(ref, str) or not 0 < len(ref) <= 256:
             raise invalid("a project is named by its id or its name")
+        if domain is None and "/" in ref:  # DOMAIN/NAME
+            domain, ref = ref.split("/", 1)
         found = self.directory.project_named(domain or actor.domain, ref)
+        if found is None and domain is None:  # (not in the actor's domain: one of that name it may see elsewhere)
+            elsewhere = [p for p in self.directory.projects.values() if p.name == ref and may_see_project(actor, p)]
+            if len(elsewhere) > 1:
+                where = ", ".join(sorted(f"{p.domain_name}/{p.name}" for p in elsewhere))
+                raise invalid(
+                    f"several projects are called {ref[:64]!r} ({where}): give the domain (DOMAIN/NAME) or the id"
+                )
+            found = elsewhere[0] if elsewhere else None
         if found is None or not may_see_project(actor, found) or (domain is not None and found.domain_name != domain):
-            raise not_found(f"no project {ref[:64]!r}" + (f" in domain {domain[:64]}" if domain else ""))
+            raise not_found(f"no project {ref[:64]!r} of yours in domain {(domain or actor.domain)[:64]}")
         return found
 
     def _managed_domain(self, actor: Actor, name: Any, what: str) -> str:
@@ -457,6 +467,12 @@ class Teams:
     def users(
         self, actor: Actor, domain: str | None = None, project: str | None = None, status: str | None = None
     ) -> list[User]:
+        """The users the actor may see, of a domain, project (id) and status; a 400 for a status there is not, a 404
+        for a domain it may not see."""
+        if status is not None:
+            status = _one_of(status, "status", USER_STATUSES)
+        if domain is not None:
+            self.domain(actor, domain)
         members = self.directory.members.get(project, frozenset()) if project is not None else None
         out = [
             u

@@ -305,7 +305,8 @@ def _users(c: Context, args: dict[str, Any]) -> list[dict[str, Any]]:
             return []
         project = found.id
     status = args.get("status")
-    users = teams.users(c.actor, args.get("domain_name"), project, status if isinstance(status, str) else None)
+    found = _absent(lambda: teams.users(c.actor, args.get("domain_name"), project, status or None))
+    users = found or []
     if args.get("is_active") is not None:
         users = [u for u in users if u.is_active == args["is_active"]]
     return [user_item(c, u) for u in users]
