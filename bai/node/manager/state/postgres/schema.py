@@ -68,10 +68,15 @@ def migrate(conn: Any, shown: str) -> None:
         )
     if version < LATEST:
         _migrate(conn)
-    # (PostgreSQL's own, after the schema: the managers of one database, the triggers that tell them of changes)
+    # (PostgreSQL's own, after the schema: the managers of one database, the triggers that tell them of changes;
+    # under the write lock too, which every write of the running managers takes first: making a trigger locks its
+    # table, and a write of two such tables (a user and its keypair) in the other order would deadlock with it)
+    from bai.node.manager.state.postgres.db import WRITE_LOCK
+
     conn.execute("BEGIN")
     try:
         conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
         for statement in CLUSTER_TABLES:
             conn.execute(statement)
         conn.execute("COMMIT")
@@ -83,6 +88,7 @@ def migrate(conn: Any, shown: str) -> None:
 
 def _migrate(conn: Any) -> None:
     from bai.common.clock import Clock
+    from bai.node.manager.state.postgres.db import WRITE_LOCK
     from bai.node.manager.state.records import stamp
 
     now = stamp(Clock().now())
@@ -109,6 +115,7 @@ def _migrate(conn: Any) -> None:
         conn.execute("BEGIN")
         try:
             conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+            conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")  # (a manager still running writes: see migrate)
             if version_of(conn) < step.version:
                 if callable(step.postgres):
                     step.postgres(conn)
