@@ -25,6 +25,7 @@ from bai.node.scheduler.snapshot import (
     Pending,
     PendingSession,
     Placement,
+    ProjectState,
     ResourcePolicy,
     ScalingGroup,
     Snapshot,
@@ -469,12 +470,17 @@ def test_every_failing_predicate_is_reported() -> None:
         image="py",
         image_min=slots(1, "1g"),
     )
-    d = schedule(snap([bad], [agent("a1")], keypairs=keypairs, deps=deps, groups=groups))
+    bad = dataclasses.replace(bad, project_id="p-ml", domain_name="acme")
+    snapshot = snap([bad], [agent("a1")], keypairs=keypairs, deps=deps, groups=groups)
+    caps = {
+        "projects": {"p-ml": ProjectState("p-ml", "ml", {"cpu": Decimal(3)}, {"cpu": Decimal(2)})},
+        "domains": {"acme": ProjectState("acme", "acme", {"cpu": Decimal(1)})},
+    }
+    d = schedule(dataclasses.replace(snapshot, **caps))
     item = pending_of(d, "bad")
     assert item.status_info == PENDING_FAILED
-    # every one but session_networks (a session of one kernel holds no network: tested in test_owner_limits.py) and
-    # user_group_resource_limit (its project has no cap: tested in test_teams_scheduling.py)
-    assert failed_names(item) == [p for p in PREDICATES if p not in ("session_networks", "user_group_resource_limit")]
+    # every one but session_networks (a session of one kernel holds no network: tested in test_owner_limits.py)
+    assert failed_names(item) == [p for p in PREDICATES if p != "session_networks"]
     assert item.msg.split("; ") == [
         "starts at 2026-11-29T12:05:03+00:00 (in 5m 3s)",
         "waiting for session build (RUNNING)",
@@ -482,12 +488,14 @@ def test_every_failing_predicate_is_reported() -> None:
         "image py needs at least mem 1GiB per kernel, requested 512MiB",
         "keypair AKIA1 has 3/3 concurrent sessions",
         "keypair AKIA1 would use cpu 5 of its 4 (policy P)",
+        "project ml has 2/3 CPU cores (asks 2 more)",
+        "domain acme has 0/1 CPU cores (asks 2 more)",
     ]
     assert [p.msg for p in item.predicates if not p.passed] == item.msg.split("; ")
     data = item.status_data(NOW)["scheduler"]
     assert data["retries"] == 1 and data["last_try"] == NOW.isoformat()
     assert [p["name"] for p in data["failed_predicates"]] == failed_names(item)
-    assert data["passed_predicates"] == [{"name": "user_group_resource_limit"}, {"name": "session_networks"}]
+    assert data["passed_predicates"] == [{"name": "session_networks"}]
 
 
 def test_status_data_for_no_available_instances() -> None:

@@ -465,3 +465,33 @@ def test_a_user_resource_policy_bounds_a_users_folders(team: dict[str, Any]) -> 
     finally:
         admin.ok("PATCH", "/bai/users/bob@acme.example", {"resource_policy": "default"})
     assert bob("POST", "/folders", {"name": "bobs-second"})[0] == 201
+
+
+def test_a_domain_cap_holds_its_projects_sessions_back_together(node: Node, team: dict[str, Any]) -> None:
+    admin = team["callers"]["admin"]
+    admin.ok("POST", "/bai/domains", {"name": "capped", "total_resource_slots": {"cpu": 1}})
+    for name in ("cap-a", "cap-b"):
+        admin.ok("POST", "/bai/projects", {"name": name, "domain": "capped"})
+    admin.ok("POST", "/bai/users", {"email": "cap@capped.example", "password": PASSWORD, "domain": "capped",
+                                    "projects": ["cap-a", "cap-b"]})  # fmt: skip
+    keys = node.json("keypair", "create", "--user", "cap@capped.example")
+    user = Caller(node, keys["accessKey"], keys["secretKey"])
+    assert _session(user, "first", group="cap-a")[0] == 201
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and user.ok("GET", "/session/first")["status"] != "RUNNING":
+        time.sleep(0.2)
+    assert _session(user, "second", group="cap-b")[0] == 201  # another project, the same domain
+    deadline = time.monotonic() + 20
+    info = user.ok("GET", "/session/second")
+    while time.monotonic() < deadline and "domain capped" not in json.dumps(info["statusData"]):
+        time.sleep(0.2)
+        info = user.ok("GET", "/session/second")
+    assert info["status"] == "PENDING"
+    failed = info["statusData"]["scheduler"]["failed_predicates"]
+    assert {"name": "domain_resource_limit", "msg": "domain capped has 1/1 CPU cores (asks 1 more)"} in failed
+    user.ok("DELETE", "/session/first?forced=true")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and user.ok("GET", "/session/second")["status"] == "PENDING":
+        time.sleep(0.2)
+    assert user.ok("GET", "/session/second")["status"] != "PENDING"
+    user.ok("DELETE", "/session/second?forced=true")

@@ -54,6 +54,7 @@ from .snapshot import (
     CONCURRENCY,
     DEPENDENCIES,
     DEPENDENCY_FAILED,
+    DOMAIN_RESOURCE_LIMIT,
     DRF,
     IMAGE_MIN_RESOURCES,
     KEYPAIR_RESOURCE_LIMIT,
@@ -124,6 +125,7 @@ class _Round:
         self.table = table
         self.quotas: dict[str, KeypairQuota] = {}
         self.project_quotas: dict[str, ProjectQuota] = {}
+        self.domain_quotas: dict[str, ProjectQuota] = {}
         self.decisions = Decisions()
         # per group, filled while considering; turned into `Pending` with positions at the end
         self.left: list[tuple[PendingSession, str, str, tuple[PredicateResult, ...]]] = []
@@ -140,6 +142,13 @@ class _Round:
         if quota is None:
             quota = ProjectQuota(self.snapshot.projects.get(project_id), self.table)
             self.project_quotas[project_id] = quota
+        return quota
+
+    def domain_quota(self, domain: str) -> ProjectQuota:
+        quota = self.domain_quotas.get(domain)
+        if quota is None:
+            quota = ProjectQuota(self.snapshot.domains.get(domain), self.table, "domain")
+            self.domain_quotas[domain] = quota
         return quota
 
     def run(self) -> Decisions:
@@ -211,9 +220,11 @@ class _Round:
         access_key = session.access_key
         quota = self.quotas.get(access_key) or self.quota(access_key)
         project = self.project_quota(session.project_id) if self.snapshot.projects else None
+        domain = self.domain_quota(session.domain_name) if self.snapshot.domains else None
         if (
             waiting is not None
             or (project is not None and project.limited)
+            or (domain is not None and domain.limited)
             or session.starts_at is not None
             or session.session_type not in self.allowed_types
             or quota.checked
@@ -224,7 +235,7 @@ class _Round:
                 and not _meets_image_min(session, (prepared,) if per_kernel is None else per_kernel)
             )
         ):  # some predicate may fail: evaluate them all
-            failed = self.failed_predicates(session, quota, prepared, per_kernel, waiting, project)
+            failed = self.failed_predicates(session, quota, prepared, per_kernel, waiting, project, domain)
             if failed:
                 results = tuple(
                     PredicateResult(name, False, failed[name]) if name in failed else _PASSED[name]
@@ -257,6 +268,8 @@ class _Round:
         quota.placed.append(total)  # summed into quota.occupied when that is next read
         if project is not None and project.limited:
             project.add(total)
+        if domain is not None and domain.limited:
+            domain.add(total)
         placement = _new_object(Placement)  # Placement(session.id, mapping), see `_set_session_id`
         _set_session_id(placement, session.id)
         _set_agents(placement, mapping)
@@ -281,6 +294,7 @@ class _Round:
         per_kernel: list[Prepared] | None,
         waiting: str | None,
         project: ProjectQuota | None = None,
+        domain: ProjectQuota | None = None,
     ) -> dict[str, str] | None:
         """Every predicate, in order: {name: message} of those that fail, or None when all pass."""
         failed: dict[str, str] | None = None
@@ -312,6 +326,13 @@ class _Round:
         ):
             failed = failed or {}
             failed[USER_GROUP_RESOURCE_LIMIT] = msg
+        if (
+            domain is not None
+            and domain.limited
+            and (msg := preds.project_resource_limit(domain, prepared.slots, self.table))
+        ):
+            failed = failed or {}
+            failed[DOMAIN_RESOURCE_LIMIT] = msg
         if quota.max_networks > 0 and (msg := preds.session_networks(quota, session)):
             failed = failed or {}
             failed[SESSION_NETWORKS] = msg

@@ -242,9 +242,10 @@ class ProjectQuota:
     """A project's cap and what its sessions hold during one round (as ints of a `SlotTable`); grows with every
     session of the project placed in the round."""
 
-    __slots__ = ("name", "limits", "occupied", "limited")
+    __slots__ = ("name", "limits", "occupied", "limited", "kind")
 
-    def __init__(self, state: ProjectState | None, table: SlotTable) -> None:
+    def __init__(self, state: ProjectState | None, table: SlotTable, kind: str = "project") -> None:
+        self.kind = kind
         if state is None:
             self.name, self.limits, self.occupied, self.limited = "", {}, {}, False
             return
@@ -262,8 +263,8 @@ _SLOT_WORDS = {"cuda.device": "GPUs", "cuda.shares": "GPU shares", "cpu": "CPU c
 
 
 def project_resource_limit(quota: ProjectQuota, request: Mapping[int, int], table: SlotTable) -> str | None:
-    """What the project's sessions hold (with those placed this round) + request <= its cap, for every slot the
-    session asks for: "project ml-team has 8/8 GPUs"."""
+    """What the project's (or domain's) sessions hold (with those placed this round) + request <= its cap, for every
+    slot the session asks for: "project ml-team has 8/8 GPUs"."""
     over = []
     for i, n in request.items():
         limit = quota.limits.get(i)
@@ -277,4 +278,4 @@ def project_resource_limit(quota: ProjectQuota, request: Mapping[int, int], tabl
             )
     if not over:
         return None
-    return f"project {quota.name} has {', '.join(sorted(over))}"
+    return f"{quota.kind} {quota.name} has {', '.join(sorted(over))}"

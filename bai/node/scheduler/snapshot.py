@@ -76,6 +76,7 @@ CONCURRENCY = "concurrency"
 KEYPAIR_RESOURCE_LIMIT = "keypair_resource_limit"
 SESSION_NETWORKS = "session_networks"  # a bai predicate: the networks of sessions of several kernels
 USER_GROUP_RESOURCE_LIMIT = "user_group_resource_limit"  # Backend.AI's name: a project's (group's) cap
+DOMAIN_RESOURCE_LIMIT = "domain_resource_limit"  # a domain's cap
 PREDICATES: tuple[str, ...] = (
     RESERVED_TIME,
     DEPENDENCIES,
@@ -84,6 +85,7 @@ PREDICATES: tuple[str, ...] = (
     CONCURRENCY,
     KEYPAIR_RESOURCE_LIMIT,
     USER_GROUP_RESOURCE_LIMIT,
+    DOMAIN_RESOURCE_LIMIT,
     SESSION_NETWORKS,
 )
 
@@ -134,6 +136,7 @@ class PendingSession:
     retries: int = 0  # rounds this session has already been considered in
     vfolder_hosts: frozenset[str] = frozenset()  # hosts of the folders it mounts: its agent must see them
     project_id: str = ""  # the project it was created in (its cap: Snapshot.projects)
+    domain_name: str = ""  # the project's domain (its cap: Snapshot.domains)
 
 
 @dataclass(slots=True)
@@ -175,7 +178,7 @@ class KeypairState:
 
 @dataclass(frozen=True, slots=True)
 class ProjectState:
-    """A project with a cap: what its sessions may hold together, and what they hold now."""
+    """A project (or a domain) with a cap: what its sessions may hold together, and what they hold now."""
 
     id: str
     name: str
@@ -215,6 +218,7 @@ class Snapshot:
     dependencies: Mapping[str, DependencyState] = field(default_factory=dict)  # by session id
     scaling_groups: Mapping[str, ScalingGroup] = field(default_factory=dict)  # missing: defaults
     projects: Mapping[str, ProjectState] = field(default_factory=dict)  # the projects with a cap, by id
+    domains: Mapping[str, ProjectState] = field(default_factory=dict)  # the domains with a cap, by name
 
 
 # ----------------------------------------------------------------------------------------------

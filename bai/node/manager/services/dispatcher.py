@@ -224,31 +224,45 @@ class Dispatcher:
                     image_min=image_minimum(self.agents.labels_of(row.image) or {}),
                     retries=(row.status_data.get("scheduler") or {}).get("retries", 0),
                     project_id=row.project_id,
+                    domain_name=row.domain_name,
                 )
             )
-        projects = await self._project_caps({r.project_id for r in pending_rows})
-        snapshot = Snapshot(now, pending, agents, keypairs, dependencies, self.groups, projects)
+        projects, domains = await self._caps(
+            {r.project_id for r in pending_rows}, {r.domain_name for r in pending_rows}
+        )
+        snapshot = Snapshot(now, pending, agents, keypairs, dependencies, self.groups, projects, domains)
         return snapshot, pending_rows
 
-    async def _project_caps(self, project_ids: set[str]) -> dict[str, ProjectState]:
-        """The projects of pending sessions that have a cap, with what their sessions hold now (read only when
-        one has a cap)."""
+    async def _caps(
+        self, project_ids: set[str], domains: set[str]
+    ) -> tuple[dict[str, ProjectState], dict[str, ProjectState]]:
+        """The projects and domains of pending sessions that have a cap, with what their sessions hold now (read
+        only when one has a cap)."""
         teams = self.store.teams()
         caps = {}
         for pid in project_ids:
             project = teams.projects.get(pid)
             if project is not None and (cap := project_cap(teams, project)):
                 caps[pid] = (project.name, cap)
-        if not caps:
-            return {}
-        usage = await self.store.project_usage(QUOTA_STATUSES)
-        out = {}
-        for pid, (name, cap) in caps.items():
-            held: dict[str, Decimal] = {}
-            for slots in usage.get(pid, (0, []))[1]:
-                held = slotlib.add(held, slotlib.from_wire(slots))
-            out[pid] = ProjectState(pid, name, cap, held)
-        return out
+        domain_caps = {
+            d: slotlib.parse_slots(teams.domains[d].total_resource_slots)
+            for d in domains
+            if d in teams.domains and teams.domains[d].total_resource_slots
+        }
+        if not caps and not domain_caps:
+            return {}, {}
+        held: dict[str, dict[str, Decimal]] = {}  # by project id
+        for pid, (_count, kernels) in (await self.store.project_usage(QUOTA_STATUSES)).items():
+            for slots in kernels:
+                held[pid] = slotlib.add(held.get(pid, {}), slotlib.from_wire(slots))
+        projects = {pid: ProjectState(pid, name, cap, held.get(pid, {})) for pid, (name, cap) in caps.items()}
+        by_domain: dict[str, dict[str, Decimal]] = {}
+        for pid, amounts in held.items():
+            owner = teams.projects.get(pid)
+            if owner is not None and owner.domain_name in domain_caps:
+                by_domain[owner.domain_name] = slotlib.add(by_domain.get(owner.domain_name, {}), amounts)
+        domains_out = {d: ProjectState(d, d, cap, by_domain.get(d, {})) for d, cap in domain_caps.items()}
+        return projects, domains_out
 
     def _next_due(self, snapshot: Snapshot, now: datetime) -> datetime | None:
         times = [p.starts_at for p in snapshot.pending if p.starts_at and p.starts_at > now]
