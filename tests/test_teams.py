@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -298,8 +300,19 @@ def test_deactivating_a_user_stops_its_keypairs_at_once(node: Node, team: dict[s
     keys = node.json("keypair", "create", "--user", "gone@acme.example")
     gone = Caller(node, keys["accessKey"], keys["secretKey"])
     assert gone("GET", "/session")[0] == 200
-    admin.ok("PATCH", "/bai/users/gone@acme.example", {"is_active": False})
-    assert gone("GET", "/session")[0] == 401
+    env = {**node.env, "BACKEND_ENDPOINT": node.endpoint, "BACKEND_ACCESS_KEY": keys["accessKey"],
+           "BACKEND_SECRET_KEY": keys["secretKey"]}  # fmt: skip
+    stream = subprocess.Popen([sys.executable, "-m", "bai", "session", "events", "-f"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        time.sleep(1.5)  # connected, following
+        assert stream.poll() is None
+        admin.ok("PATCH", "/bai/users/gone@acme.example", {"is_active": False})
+        assert gone("GET", "/session")[0] == 401
+        stream.wait(5)  # its open stream closed at once, as a deactivated keypair's
+    finally:
+        stream.kill()
+        stream.wait()
     admin.ok("PATCH", "/bai/users/gone@acme.example", {"is_active": True})
     assert gone("GET", "/session")[0] == 200
     # a deactivated domain stops every keypair of its users
