@@ -9,6 +9,7 @@ them in memory: every request's rules (`rules/access.py`) ask it, with no read o
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,16 @@ def email_of(user_id: str) -> str:
     """The email of a user made from a keypair's user id: the user id when it is an email, else
     `<user id>@bai.local`."""
     return user_id if "@" in user_id else f"{user_id}@bai.local"
+
+
+def free_email(user_id: str, taken: Callable[[str], bool]) -> str:
+    """`email_of(user_id)`, numbered (`alice+2@bai.local`) while another user has it (`taken`)."""
+    email, n = email_of(user_id), 1
+    local, _, host = email.partition("@")
+    while taken(email):
+        n += 1
+        email = f"{local}+{n}@{host}"
+    return email
 
 
 class Domain(msgspec.Struct, frozen=True):

@@ -539,13 +539,6 @@ def _policy(cls: type[Any], create: bool) -> Callable[[Context, dict[str, Any]],
         props = dict(a["props"])
         if "max_vfolder_size" in props:  # (Backend.AI's older name of the quota)
             props.setdefault("max_quota_scope_size", props.pop("max_vfolder_size"))
-        for key, value in list(props.items()):
-            if key == "total_resource_slots" and isinstance(value, dict):
-                props[key] = (
-                    {k: str(v) for k, v in value.items()}
-                    if all(isinstance(v, int | float | str) for v in value.values())
-                    else value
-                )
         row = await c.services.teams.save_policy(c.actor, cls, a["name"], props, create=create)
         return {"resource_policy": item(row)} if create else None
 

@@ -12,7 +12,7 @@ from typing import Any
 from bai.node.manager.state.errors import UnknownPolicy
 from bai.node.manager.state.records import Dotfile, Keypair, NewKeypair, Policy, PolicyFields, changed_fields, stamp
 from bai.node.manager.state.sqlite.db import Queries, load_json
-from bai.node.manager.state.team_records import DEFAULT_DOMAIN, DEFAULT_PROJECT_ID, TeamDirectory, email_of, user_uuid
+from bai.node.manager.state.team_records import DEFAULT_DOMAIN, DEFAULT_PROJECT_ID, TeamDirectory, free_email, user_uuid
 
 POLICY_FIELDS = (
     "max_concurrent_sessions",
@@ -93,12 +93,10 @@ def user_for_keypair(conn: sqlite3.Connection, user_id: str, is_admin: bool, now
     if row is not None:
         return str(row[0])
     uid = user_uuid(user_id)
-    email = email_of(user_id)
+    email = free_email(
+        user_id, lambda e: conn.execute("SELECT 1 FROM users WHERE email=?", (e,)).fetchone() is not None
+    )
     n = 1
-    while conn.execute("SELECT 1 FROM users WHERE email=?", (email,)).fetchone() is not None:
-        n += 1
-        local, _, host = email_of(user_id).partition("@")
-        email = f"{local}+{n}@{host}"
     while conn.execute("SELECT 1 FROM users WHERE uuid=?", (uid,)).fetchone() is not None:
         uid = user_uuid(f"{user_id}#{n}")
         n += 1

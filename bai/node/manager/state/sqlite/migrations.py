@@ -20,7 +20,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bai.node.manager.state.team_records import DEFAULT_DOMAIN, DEFAULT_PROJECT, DEFAULT_PROJECT_ID, email_of, user_uuid
+from bai.node.manager.state.team_records import (
+    DEFAULT_DOMAIN,
+    DEFAULT_PROJECT,
+    DEFAULT_PROJECT_ID,
+    free_email,
+    user_uuid,
+)
 
 # the statuses of live sessions (bai.common.status.ACTIVE_STATUSES), as the live-name check lists them (so that
 # its condition is the index's own); tests/test_store.py checks that they are ACTIVE_STATUSES
@@ -342,12 +348,7 @@ def users_of_keypairs(conn: Any, now: str) -> None:
     taken: set[str] = set()
     for user_id, admin, created in rows:
         uid = user_uuid(user_id)
-        email = email_of(user_id)
-        n = 1
-        while email.lower() in taken:
-            n += 1
-            local, _, host = email_of(user_id).partition("@")
-            email = f"{local}+{n}@{host}"
+        email = free_email(user_id, lambda e: e.lower() in taken)
         taken.add(email.lower())
         conn.execute(
             "INSERT INTO users(uuid, email, username, role, domain_name, created_at, modified_at) "
