@@ -63,6 +63,28 @@ OCCUPYING_STATUSES = frozenset(set(SessionStatus) - {S.PENDING, S.TERMINATED, S.
 ACTIVE_STATUSES = frozenset(set(SessionStatus) - DEAD_STATUSES)
 
 
+# Statuses Backend.AI has (its clients filter by them: 26.x lists PREPARED and CREATING by default) that no bai
+# session is ever in: a filter may name them and matches nothing by them.
+UNUSED_STATUSES = frozenset({"PREPARED", "CREATING", "DEPRIORITIZING", "RESERVED", "PREEMPTED", "RESCHEDULING"})
+
+
+def statuses_named(text: str) -> list[SessionStatus]:
+    """The statuses of a comma-separated filter (any case; Backend.AI's names that bai never uses match nothing).
+    ValueError names a word that is no status at all."""
+    named: list[SessionStatus] = []
+    for word in (w.strip().upper() for w in text.split(",")):
+        if not word or word in UNUSED_STATUSES:
+            continue
+        try:
+            status = SessionStatus(word)
+        except ValueError:
+            known = ", ".join([*SessionStatus, *sorted(UNUSED_STATUSES)])
+            raise ValueError(f"{word!r} is not a session status (one of {known})") from None
+        if status not in named:
+            named.append(status)
+    return named
+
+
 class IllegalTransition(Exception):
     """A status change the lifecycle does not allow."""
 

@@ -21,7 +21,7 @@ from bai import API_VERSION, __version__
 from bai.common import auth
 from bai.common.problems import Problem, invalid
 from bai.common.stats import usage_of
-from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus
+from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus, statuses_named
 from bai.node.manager.domain_errors import DomainError, KernelUnreachable
 from bai.node.manager.http.admin_routes import add_admin_routes
 from bai.node.manager.http.app_routes import add_app_routes
@@ -43,6 +43,7 @@ from bai.node.manager.http.dashboard import add_dashboard_routes
 from bai.node.manager.http.graphql_route import add_graphql_routes
 from bai.node.manager.http.image_routes import add_image_routes
 from bai.node.manager.http.logs_routes import log_kernel, log_query, serve_logs
+from bai.node.manager.http.maintenance_routes import add_maintenance_routes, refuse_while_frozen
 from bai.node.manager.http.problems import as_problem, link_problem, problem_of
 from bai.node.manager.http.quota import my_quota
 from bai.node.manager.http.rate import OpenStreams
@@ -163,10 +164,6 @@ async def hello(request: web.Request) -> web.Response:
     return web.json_response({"version": API_VERSION, "manager": __version__})
 
 
-async def announcement(request: web.Request) -> web.Response:
-    return web.json_response({"enabled": False, "message": ""})
-
-
 def session_owner(request: web.Request, body: Any) -> tuple[str, bool]:
     """Whose session a create makes, and whether that keypair is an admin: the caller's own, or
     (admins only) the keypair named by `owner_access_key`, with that keypair's rights."""
@@ -219,7 +216,7 @@ async def list_sessions(request: web.Request) -> web.Response:
         statuses = None
     elif status_param:
         try:
-            statuses = [SessionStatus(s.strip().upper()) for s in status_param.split(",") if s.strip()]
+            statuses = statuses_named(status_param)
         except ValueError as e:
             raise invalid(str(e)) from None
     else:
@@ -737,7 +734,6 @@ NOT_IMPLEMENTED = [
     ("GET", "/session/{ref}/commit"),  # a commit's progress: bai commits at once (POST answers when done)
     ("*", "/session/{ref}/complete"),
     ("*", "/session/{ref}/download_single"),
-    ("*", "/session/{ref}/abusing-report"),
     ("*", "/session/{ref}/direct-access-info"),
     ("*", "/session/{ref}/start-service"),
     ("*", "/session/{ref}/shutdown-service"),
@@ -754,12 +750,7 @@ NOT_IMPLEMENTED = [
     ("*", "/services{rest:.*}"),
     ("*", "/auth/{rest:.*}"),
     ("*", "/logs/{rest:.*}"),
-    ("PUT", "/manager/status"),  # freeze / unfreeze
-    ("POST", "/manager/announcement"),
     ("*", "/manager/scheduler/{rest:.*}"),
-    ("POST", "/config/get"),  # etcd
-    ("POST", "/config/set"),
-    ("POST", "/config/delete"),
     ("*", "/license"),
     ("*", "/server/{rest:.*}"),  # the web server's session mode
     ("*", "/image/{rest:.*}"),
@@ -785,7 +776,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     app = web.Application(
-        middlewares=[errors, authenticate],
+        middlewares=[errors, authenticate, refuse_while_frozen],
         client_max_size=MAX_UPLOAD_BYTES * 4,
         handler_args={"read_bufsize": 4 << 20},  # large request bodies (uploads) arrive in big pieces
     )
@@ -795,7 +786,6 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     services.teams.close_streams = app[STREAMS].close_all  # (a user or domain deactivated: its keypairs' streams)
     r = app.router
     r.add_get("/", hello)
-    r.add_get("/manager/announcement", announcement)
     r.add_post("/session", create_session)
     r.add_get("/session", list_sessions)
     r.add_get("/session/{ref}", get_session)
@@ -828,6 +818,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     add_image_routes(app)
     add_terminal_routes(app)
     add_config_routes(app)
+    add_maintenance_routes(app)
     add_app_routes(app)
     if services.vfolders is not None:
         from bai.node.manager.http.vfolder_routes import add_vfolder_routes

@@ -14,13 +14,23 @@ import inspect
 from typing import Any
 
 from aiohttp import web
-from graphql import ExecutionResult, GraphQLError, OverlappingFieldsCanBeMergedRule, execute, specified_rules, validate
+from graphql import (
+    ExecutionResult,
+    GraphQLError,
+    OperationDefinitionNode,
+    OperationType,
+    OverlappingFieldsCanBeMergedRule,
+    execute,
+    specified_rules,
+    validate,
+)
 
 from bai.common.problems import PROBLEM_BASE, invalid
 from bai.node.manager.http.context import read_json
 from bai.node.manager.http.graphql.base import Context
 from bai.node.manager.http.graphql.limits import QueryRefused, check_arguments, parse_bounded
 from bai.node.manager.http.graphql.schema import SCHEMA
+from bai.node.manager.http.maintenance_routes import FREEZE, frozen_problem
 
 # every rule of the specification but one: whether fields of one response name can be merged costs
 # time quadratic in their number (half a second for 500 fields of one name); without it, graphql-core
@@ -34,6 +44,15 @@ UNSUPPORTED = {
     "rescan_images": "bai has no registry catalogue to scan: agents report their images (`bai image pull` pulls)",
     "forget_image": "remove images with `bai image rm`",
     "vfolder_host_permissions": "bai keeps no per-host folder permissions: every user may use every host",
+    **dict.fromkeys(
+        ("set_quota_scope", "unset_quota_scope"),
+        "a folder's size limit is its owner's resource policy's max_vfolder_size "
+        "(`backend.ai admin keypair-resource-policy update --max-vfolder-size`)",
+    ),
+    **dict.fromkeys(
+        ("create_network", "modify_network", "delete_network"),
+        "bai makes no networks to share between sessions: each session has its own",
+    ),
     **dict.fromkeys(
         ("endpoint", "endpoint_list", "routing", "routing_list", "endpoint_token", "endpoint_token_list"),
         "bai has no model services (Backend.AI's inference endpoints); run a server in a session and open it "
@@ -56,13 +75,15 @@ def _unsupported(document: Any) -> list[dict[str, str]]:
 def refused(e: GraphQLError) -> web.Response:
     """A 400 problem for a refused query (it does not parse or exceeds a bound: refused before anything
     runs; or an argument is invalid): `type`/`title`/`msg` as every refusal of the manager
-    (Backend.AI's `graphql-error`), with `data: null` and `errors` as a GraphQL answer has them."""
+    (Backend.AI's `graphql-error`, whose `data` is the list of errors: both official clients print it, and crash on
+    anything else), and `errors` as a GraphQL answer has them."""
+    errors = [{"message": e.message}]
     body = {
         "type": PROBLEM_BASE + "graphql-error",
         "title": "GraphQL-generated error.",
         "msg": e.message,
-        "data": None,
-        "errors": [{"message": e.message}],
+        "data": errors,
+        "errors": errors,
     }
     return web.json_response(body, status=400, content_type="application/problem+json")
 
@@ -89,6 +110,10 @@ async def run(request: web.Request, query: str, variables: dict[str, Any]) -> we
     if errors:
         reasons = _unsupported(document)
         return web.json_response({"data": None, "errors": reasons or [e.formatted for e in errors]})
+    if request.app[FREEZE].frozen and any(
+        isinstance(d, OperationDefinitionNode) and d.operation == OperationType.MUTATION for d in document.definitions
+    ):
+        raise frozen_problem()  # (a frozen manager changes nothing: maintenance_routes.py)
     result = execute(SCHEMA, document, context_value=Context(request), variable_values=variables)
     if inspect.isawaitable(result):
         result = await result

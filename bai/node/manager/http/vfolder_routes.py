@@ -13,9 +13,11 @@ import json
 import logging
 import os
 import stat
+import uuid
 from datetime import datetime
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from bai.common.problems import Problem, invalid
@@ -30,6 +32,7 @@ VFOLDERS = web.AppKey("vfolders", VFolders)
 PUBLIC_PATHS = {"/folders/_/tus/upload", "/folders/_/download"}
 DOWNLOAD_CHUNK = 4 * 1024 * 1024
 MAX_CHUNK = 64 * 1024 * 1024
+MAX_MKDIR_PATHS = 1000
 
 
 def service(request: web.Request) -> VFolders:
@@ -115,14 +118,64 @@ async def create(request: web.Request) -> web.Response:
     return web.json_response(await svc.describe(folder, with_usage=False), status=201)
 
 
-async def delete_by_id(request: web.Request) -> web.Response:
-    """Backend.AI's superadmin removal by id (bai: admins; to the trash, as by name)."""
+async def folder_by_id(request: web.Request, status: str = "ready") -> SeenVFolder:
+    """The folder a body's `id` names (Backend.AI's clients since 24.x name folders by id: `/folders/_/id` first),
+    as the caller sees it; only its owner (or an admin) may act on it this way."""
     p = await params(request)
-    admin_only(request, "remove a folder by id")
-    if not isinstance(p.get("id"), str) or not p["id"]:
+    ref = p.get("id", p.get("vfolder_id"))
+    if not isinstance(ref, str) or not ref:
         raise invalid("id must be a folder's id")
+    return await service(request).resolve(
+        ref.replace("-", "").lower(), request["access_key"], request["is_admin"], OWNER, status
+    )
+
+
+async def id_of(request: web.Request) -> web.Response:
+    """`GET /folders/_/id` `{"name"}` → `{"id"}` (a UUID): the id of a folder the caller can see by that name, in the
+    trash too (so `vfolder restore NAME` and `purge NAME` find it)."""
+    p = await params(request)
+    name = p.get("name", p.get("vfolder_name"))
+    if not isinstance(name, str) or not name:
+        raise invalid("name must be a folder's name")
     svc = service(request)
-    await svc.trash(await svc.resolve(p["id"].replace("-", ""), request["access_key"], True, OWNER))
+    try:
+        folder = await svc.resolve(name, request["access_key"], request["is_admin"])
+    except Problem as ready_problem:
+        if ready_problem.slug != "object-not-found":
+            raise
+        try:
+            folder = await svc.resolve(name, request["access_key"], request["is_admin"], status="trashed")
+        except Problem:
+            raise ready_problem from None
+    return web.json_response({"id": str(uuid.UUID(hex=folder.id)), "name": folder.name})
+
+
+async def delete_by_id(request: web.Request) -> web.Response:
+    """`DELETE /folders {"id"}`: to the trash, as by name (the owner, or an admin)."""
+    await service(request).trash(await folder_by_id(request))
+    return web.Response(status=204)
+
+
+async def restore_by_id(request: web.Request) -> web.Response:
+    """`POST /folders/restore-from-trash-bin {"id"}`: out of the trash."""
+    await service(request).restore(await folder_by_id(request, "trashed"))
+    return web.Response(status=204)
+
+
+async def purge_by_id(request: web.Request) -> web.Response:
+    """`POST /folders/delete-from-trash-bin` and `POST /folders/purge` `{"id"}`: a trashed folder and its files, gone
+    (Backend.AI deletes the files first and forgets the row on purge; bai does both at once, so either call ends
+    it)."""
+    await service(request).purge(await folder_by_id(request, "trashed"))
+    return web.Response(status=204)
+
+
+async def force_delete(request: web.Request) -> web.Response:
+    """`DELETE /folders/{id}/force`: remove a folder and its files at once, past the trash (its owner or an admin)."""
+    svc = service(request)
+    folder = await folder_of(request, OWNER)
+    await svc.trash(folder)
+    await svc.purge(msgspec.structs.replace(folder, status="trashed"))
     return web.Response(status=204)
 
 
@@ -332,13 +385,27 @@ async def mkdir(request: web.Request) -> web.Response:
     paths = path if isinstance(path, list) else [path]
     if not all(isinstance(x, str) for x in paths):
         raise invalid("path must be a path (or a list of paths) in the folder")
+    if not paths or len(paths) > MAX_MKDIR_PATHS:
+        raise invalid(f"path: between 1 and {MAX_MKDIR_PATHS} paths")
     svc = service(request)
+    success: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    first_problem: Problem | None = None
     for one in paths:
-        await svc.fs(
-            fsops.mkdir, folder, one, parents=_bool(p.get("parents")), exist_ok=_bool(p.get("exist_ok")),
-            uid=svc.uid, gid=svc.gid,
-        )  # fmt: skip
-    return web.Response(status=201)
+        try:
+            await svc.fs(
+                fsops.mkdir, folder, one, parents=_bool(p.get("parents")), exist_ok=_bool(p.get("exist_ok")),
+                uid=svc.uid, gid=svc.gid,
+            )  # fmt: skip
+        except Problem as e:
+            first_problem = first_problem or e
+            failed.append({"item": one, "msg": e.msg or e.title})
+        else:
+            success.append({"item": one, "msg": None})
+    if not success and first_problem is not None:
+        raise first_problem  # (nothing made: the problem itself, as for one path)
+    # Backend.AI's answer (26.x prints it): what was made and what was not, 207 when some failed
+    return web.json_response({"results": {"success": success, "failed": failed}}, status=207 if failed else 201)
 
 
 async def rename_file(request: web.Request) -> web.Response:
@@ -553,6 +620,15 @@ async def group_dotfiles(request: web.Request) -> web.Response:
     raise no_groups("group and domain dotfiles")
 
 
+async def mounts(request: web.Request) -> web.Response:
+    """`GET /folders/_/mounts` (admins): where each host's folders live. bai mounts nothing: a host is a directory
+    of the manager's (`[vfolders] hosts`), and kernels bind folders from there; agents have no mounts of their own."""
+    admin_only(request, "list the hosts' mounts")
+    svc = service(request)
+    listed = [[name, str(path)] for name, path in sorted(svc.hosts.items())]
+    return web.json_response({"manager": {"success": True, "mounts": listed, "message": ""}, "agents": {}})
+
+
 async def not_offered(request: web.Request) -> web.Response:
     why = (
         "invitations are sent, listed, accepted, rejected and canceled; not changed"
@@ -580,7 +656,12 @@ def add_vfolder_routes(app: web.Application, svc: VFolders) -> None:
         r.add_get(path, sent_invitations)
     r.add_post("/folders/invitations/accept", accept_invitation)
     r.add_delete("/folders/invitations/delete", delete_invitation)
+    r.add_get("/folders/_/id", id_of)
     r.add_delete("/folders", delete_by_id)
+    r.add_post("/folders/restore-from-trash-bin", restore_by_id)
+    r.add_post("/folders/delete-from-trash-bin", purge_by_id)
+    r.add_post("/folders/purge", purge_by_id)
+    r.add_delete("/folders/{name}/force", force_delete)
     r.add_patch("/folders/_/tus/upload", tus_patch)
     r.add_head("/folders/_/tus/upload", tus_head)
     r.add_get("/folders/_/download", download, allow_head=False)
@@ -612,6 +693,7 @@ def add_vfolder_routes(app: web.Application, svc: VFolders) -> None:
     r.add_delete("/user-config/dotfiles", delete_dotfile)
     for path in ("/group-config/dotfiles", "/domain-config/dotfiles"):
         r.add_route("*", path, group_dotfiles)
+    r.add_get("/folders/_/mounts", mounts)
     for path in ("/folders/_/fstab", "/folders/_/mounts", "/folders/_/perf-metric", "/folders/_/used-bytes"):
         r.add_route("*", path, not_offered)
     r.add_route("*", "/folders/invitations/{rest:.*}", not_offered)  # (after the real ones: update, …)

@@ -383,8 +383,9 @@ class VFolders:
 
     async def keypairs_named(self, who: Any, but: str | None = None) -> list[str]:
         """The one rule for naming users (Backend.AI names them by email): each name is an access key, a
-        user id or the user's email (`email_of`: the user id itself, or `<user id>@bai.local`); a user id
-        or email means every keypair of that user. Every name must match; `but` (the owner) is left out."""
+        user id, the user's UUID (what `admin user list` prints) or the user's email (`email_of`: the user id
+        itself, or `<user id>@bai.local`); a user id or email means every keypair of that user. Every name must
+        match; `but` (the owner) is left out."""
         if isinstance(who, str):
             who = [who]
         if not isinstance(who, list) or not who or not all(isinstance(w, str) and w for w in who):
@@ -397,6 +398,7 @@ class VFolders:
                 ak
                 for ak, kp in keypairs.items()
                 if w in (ak, kp.user_id, email_of(kp.user_id))
+                or (kp.user_uuid and _uuid_text(w) == _uuid_text(kp.user_uuid))
                 or (kp.user_uuid in users and w in (users[kp.user_uuid].email, users[kp.user_uuid].username))
             ]
             if not found:
@@ -662,3 +664,8 @@ class VFolders:
                 }
             )
         return out
+
+
+def _uuid_text(text: str) -> str:
+    """A UUID as one spelling (no dashes, lower case): Backend.AI's clients send either."""
+    return text.replace("-", "").lower()

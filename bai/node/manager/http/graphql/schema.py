@@ -8,6 +8,7 @@ from graphql import GraphQLObjectType, GraphQLSchema
 from bai.node.manager.http.graphql import agent_fields as agents
 from bai.node.manager.http.graphql import image_fields as images
 from bai.node.manager.http.graphql import keypair_fields as keypairs
+from bai.node.manager.http.graphql import network_fields as networks
 from bai.node.manager.http.graphql import session_fields as sessions
 from bai.node.manager.http.graphql import storage_fields as storage
 from bai.node.manager.http.graphql import user_fields as users
@@ -19,6 +20,7 @@ QUERY_FIELDS = {
     **keypairs.QUERIES,
     **users.QUERIES,
     **storage.QUERIES,
+    **networks.QUERIES,
 }
 MUTATION_FIELDS = {**keypairs.MUTATIONS, **images.MUTATIONS, **users.MUTATIONS}
 

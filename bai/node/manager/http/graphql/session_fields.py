@@ -8,7 +8,7 @@ from typing import Any
 
 from graphql import GraphQLArgument, GraphQLField, GraphQLObjectType, GraphQLResolveInfo
 
-from bai.common.status import SessionStatus
+from bai.common.status import SessionStatus, statuses_named
 from bai.node.manager.http.graphql.base import (
     UUID,
     B,
@@ -198,7 +198,7 @@ async def _items(info: GraphQLResolveInfo, rows: list[Session]) -> list[dict[str
 
 def _statuses(text: str | None) -> list[SessionStatus]:
     try:
-        return [SessionStatus(s.strip().upper()) for s in (text or DEFAULT_LIST_STATUSES).split(",") if s.strip()]
+        return statuses_named(text or DEFAULT_LIST_STATUSES)
     except ValueError as e:
         raise QueryRefused(f"status: {e}") from None
 

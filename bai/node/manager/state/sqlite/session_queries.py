@@ -713,6 +713,8 @@ class Sessions(Queries):
                 params.append(access_key)
             if statuses is not None:
                 values = [s.value for s in statuses]
+                if not values:
+                    return []  # (no status: no session; `IN ()` is no SQL to PostgreSQL)
                 clauses.append(f"status IN ({','.join('?' * len(values))})")
                 params.extend(values)
             where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
