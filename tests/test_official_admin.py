@@ -124,7 +124,10 @@ def test_admin_keypair_add_update_delete(bac: Official, node: Node) -> None:
     out = bac("admin", "keypair", "update", "--is-admin", "1", made["accessKey"])
     assert "ok" in out and "True" in out, out
     assert keypairs(node)[made["accessKey"]]["isAdmin"] is True
-    assert user in bac("admin", "keypair", "list", "--filter", f'user_id == "{user}"')
+    # a keypair's user is named by the email `admin user list` prints (Backend.AI's user_id is the email)
+    email = f"{user}@bai.local"
+    assert made["accessKey"] in bac("admin", "keypair", "list", "--filter", f'user_id == "{email}"')
+    assert email in bac("admin", "user", "list")
     assert "True" in bac("admin", "keypair", "activate", made["accessKey"])
     assert keypairs(node)[made["accessKey"]]["isActive"] is True
     assert "True" in bac("admin", "keypair", "deactivate", made["accessKey"])

@@ -34,7 +34,7 @@ from bai.node.manager.rules.access import Actor
 from bai.node.manager.services import Services
 from bai.node.manager.state.records import Keypair
 from bai.node.manager.state.team_records import DEFAULT_DOMAIN as DEFAULT_DOMAIN
-from bai.node.manager.state.team_records import DEFAULT_PROJECT, DEFAULT_PROJECT_ID
+from bai.node.manager.state.team_records import DEFAULT_PROJECT, DEFAULT_PROJECT_ID, email_of
 from bai.node.manager.state.team_records import user_uuid as user_uuid
 
 DEFAULT_GROUP = DEFAULT_PROJECT
@@ -236,3 +236,14 @@ def page(
 
 def field_names(t: GraphQLObjectType) -> set[str]:
     return set(t.fields)
+
+
+async def emails_by_access_key(c: Context) -> dict[str, str]:
+    """Access key -> the email of its user, as `user_list` prints it (every keypair, read once per request)."""
+
+    async def read() -> dict[str, str]:
+        rows = await c.services.accounts.keypairs(active_only=False)
+        users = c.services.teams.directory.users
+        return {ak: users[r.user_uuid].email if r.user_uuid in users else email_of(r.user_id) for ak, r in rows.items()}
+
+    return await c.cached("emails", read)

@@ -118,7 +118,7 @@ def keypair_item(row: Keypair, teams: TeamDirectory | None = None) -> dict[str, 
     full_name = (user.full_name or None) if user is not None else None
     return {
         "id": row.access_key,
-        "user_id": row.user_id,
+        "user_id": email,  # (Backend.AI's keypairs name their user by email: the same as `admin user list` prints)
         "full_name": full_name,
         "email": email,
         "user_info": {"email": email, "full_name": full_name},

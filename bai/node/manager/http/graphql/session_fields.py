@@ -20,6 +20,7 @@ from bai.node.manager.http.graphql.base import (
     S,
     args_of,
     ctx,
+    emails_by_access_key,
     field_names,
     list_of,
     obj,
@@ -29,7 +30,6 @@ from bai.node.manager.http.graphql.base import (
 from bai.node.manager.http.graphql.limits import QueryRefused
 from bai.node.manager.http.represent import SessionView, session_graphql
 from bai.node.manager.rules.access import may_act_on_keypair
-from bai.node.manager.services.accounts import email_of
 from bai.node.manager.state.records import Session
 
 DEFAULT_LIST_STATUSES = "PENDING,SCHEDULED,PULLING,PREPARING,RUNNING,RUNNING_DEGRADED,TERMINATING,ERROR"
@@ -178,21 +178,10 @@ def _session_item(item: dict[str, Any], row: Session, users: dict[str, str]) -> 
     return item
 
 
-async def _emails(info: GraphQLResolveInfo) -> dict[str, str]:
-    """Access key -> the email of its user (every keypair, read once per request)."""
-    c = ctx(info)
-
-    async def read() -> dict[str, str]:
-        rows = await c.services.accounts.keypairs(active_only=False)
-        return {ak: email_of(r.user_id) for ak, r in rows.items()}
-
-    return await c.cached("emails", read)
-
-
 async def _items(info: GraphQLResolveInfo, rows: list[Session]) -> list[dict[str, Any]]:
     services = ctx(info).services
     kernels = await services.state.kernels_of_many([r.id for r in rows])  # one read, not one per session
-    users = await _emails(info)
+    users = await emails_by_access_key(ctx(info))
     return [_session_item(await session_graphql(services, r, kernels.get(r.id, [])), r, users) for r in rows]
 
 

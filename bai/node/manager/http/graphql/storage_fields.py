@@ -23,6 +23,7 @@ from bai.node.manager.http.graphql.base import (
     L,
     S,
     ctx,
+    emails_by_access_key,
     field_names,
     list_of,
     obj,
@@ -117,19 +118,22 @@ async def resolve_volume_list(_root: Any, info: Info, **args: Any) -> dict[str, 
     return page(_volumes(c), args, VOLUME_FIELDS)
 
 
-def vfolder_item(row: SeenVFolder, projects: dict[str, Any] | None = None) -> dict[str, Any]:
+def vfolder_item(
+    row: SeenVFolder, projects: dict[str, Any] | None = None, emails: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A folder with the field names of Backend.AI's `VirtualFolder` GraphQL type (`projects`: by id, to name its
-    project)."""
+    project; `emails`: by access key, to name its owner as Backend.AI does, by email)."""
     project = (projects or {}).get(row.project_id) if row.project_id else None
+    email = (emails or {}).get(row.owner)
     return {
         "id": row.id,
         "host": row.host,
         "quota_scope_id": None,
         "name": row.name,
         "created_at": row.created_at,
-        "creator": row.owner,
+        "creator": email or row.owner,
         "user": row.owner,
-        "user_email": None,
+        "user_email": email,
         "group": row.project_id,
         "group_name": project.name if project is not None else None,
         "domain_name": "default",
@@ -165,7 +169,8 @@ def folder_list(which: str) -> Callable[..., Awaitable[dict[str, Any]]]:
         if args.get("group_id"):
             rows = [r for r in rows if r.project_id == str(args["group_id"])]
         projects = c.services.teams.directory.projects
-        return page([vfolder_item(r, projects) for r in rows], args, VFOLDER_FIELDS)
+        emails = await emails_by_access_key(c)
+        return page([vfolder_item(r, projects, emails) for r in rows], args, VFOLDER_FIELDS)
 
     return resolve
 
