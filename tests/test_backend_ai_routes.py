@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -112,6 +113,7 @@ def test_every_status_backend_ai_has_is_a_filter(node: Node) -> None:
     assert status == 400 and answer["type"].endswith("/graphql-error"), answer
     assert "NAPPING" in answer["data"][0]["message"] and answer["data"] == answer["errors"]
     assert call(node, "GET", "/session?status=NAPPING")[0] == 400
+    node.cli("session", "destroy", "filtered", check=True)  # (the sim agent's slots are few)
 
 
 def test_a_frozen_manager_starts_nothing_until_unfrozen(node: Node, alice: dict[str, str]) -> None:
@@ -169,6 +171,7 @@ def test_abusing_report_networks_and_quota_scopes(node: Node, alice: dict[str, s
     node.cli("session", "create", "--name", "reported", "python", check=True, as_keypair=alice)
     assert call(node, "GET", "/session/reported/abusing-report", keys=alice) == (200, {})
     assert call(node, "GET", "/session/no-such/abusing-report", keys=alice)[0] == 404
+    node.cli("session", "destroy", "reported", check=True, as_keypair=alice)
     q = "query { networks(first: 10) { edges { node { id name } cursor } count } }"
     assert call(node, "POST", "/admin/gql", {"query": q}, alice)[1]["data"]["networks"] == {"edges": [], "count": 0}
     users = node.json("user", "ls")
@@ -207,3 +210,17 @@ def test_a_share_names_its_user_by_the_uuid_the_user_list_prints(node: Node, ali
     body = {"vfolder": fid, "user": carol_uuid.replace("-", ""), "perm": "rw"}
     assert call(node, "POST", "/folders/_/shared", body)[0] == 200
     assert call(node, "GET", "/folders/shared-by-uuid", keys=carol)[1]["permission"] == "rw"
+
+
+def test_imagify_names_and_background_task_streams(node: Node) -> None:
+    """(The commit itself needs a Docker kernel: tests/test_official_everyday.py runs `session convert-to-image`.)"""
+    alice = node.json("keypair", "create", "--user", "dora@example.com")  # (a session of her own: one at a time)
+    node.cli("session", "create", "--name", "to-image", "python", check=True, as_keypair=alice)
+    for bad in ("", "UPPER", "a b", "x:y:z", "-lead", ":v1"):
+        status, answer = call(node, "POST", f"/session/to-image/imagify?image_name={quote(bad)}", keys=alice)
+        assert status == 400 and "image_name" in answer["msg"], (bad, answer)
+    status, answer = call(node, "POST", "/session/to-image/imagify?image_name=mine", keys=alice)
+    assert 400 <= status < 500 or status == 501, answer  # (a simulated kernel is no container: said at once)
+    assert call(node, "POST", "/session/nobodys/imagify?image_name=mine", keys=alice)[0] == 404
+    status, answer = call(node, "GET", f"/events/background-task?task_id={uuid.uuid4()}", keys=alice)
+    assert status == 404 and answer["type"].endswith("/task-not-found")

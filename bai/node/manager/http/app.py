@@ -25,6 +25,7 @@ from bai.common.status import ACTIVE_STATUSES, SESSION_EVENTS, SessionStatus, st
 from bai.node.manager.domain_errors import DomainError, KernelUnreachable
 from bai.node.manager.http.admin_routes import add_admin_routes
 from bai.node.manager.http.app_routes import add_app_routes
+from bai.node.manager.http.bgtask_routes import add_bgtask_routes
 from bai.node.manager.http.config_routes import add_config_routes
 from bai.node.manager.http.context import (
     SERVICES,
@@ -737,7 +738,6 @@ NOT_IMPLEMENTED = [
     ("*", "/session/{ref}/direct-access-info"),
     ("*", "/session/{ref}/start-service"),
     ("*", "/session/{ref}/shutdown-service"),
-    ("*", "/session/{ref}/imagify"),
     ("*", "/session/_/sync-agent-registry"),
     ("*", "/session/_/create-from-template"),
     ("*", "/session/_/create-cluster"),
@@ -819,6 +819,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     add_terminal_routes(app)
     add_config_routes(app)
     add_maintenance_routes(app)
+    add_bgtask_routes(app)
     add_app_routes(app)
     if services.vfolders is not None:
         from bai.node.manager.http.vfolder_routes import add_vfolder_routes
