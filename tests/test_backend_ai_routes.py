@@ -224,3 +224,22 @@ def test_imagify_names_and_background_task_streams(node: Node) -> None:
     assert call(node, "POST", "/session/nobodys/imagify?image_name=mine", keys=alice)[0] == 404
     status, answer = call(node, "GET", f"/events/background-task?task_id={uuid.uuid4()}", keys=alice)
     assert status == 404 and answer["type"].endswith("/task-not-found")
+
+
+def test_the_cli_freezes_unfreezes_and_announces(node: Node, alice: dict[str, str]) -> None:
+    assert "frozen" in node.cli("cluster", "freeze", check=True).stdout
+    try:
+        out = node.cli("session", "create", "--name", "while-frozen", "python")
+        assert out.returncode != 0 and "bai cluster unfreeze" in out.stderr, out.stderr
+        assert call(node, "GET", "/bai/quota", keys=alice)[1]["frozen"] is True  # (what the dashboard's header says)
+        refused = node.cli("cluster", "freeze", as_keypair=alice)
+        assert refused.returncode != 0 and "admin" in refused.stderr.lower()
+    finally:
+        node.cli("cluster", "unfreeze", check=True)
+    assert call(node, "GET", "/bai/quota", keys=alice)[1]["frozen"] is False
+    node.cli("cluster", "announce", "back at 10", check=True)
+    assert node.cli("cluster", "announce", check=True, as_keypair=alice).stdout.strip() == "back at 10"
+    assert call(node, "GET", "/bai/quota", keys=alice)[1]["announcement"] == "back at 10"
+    node.cli("cluster", "announce", "--off", check=True)
+    assert call(node, "GET", "/bai/quota", keys=alice)[1]["announcement"] is None
+    assert node.cli("cluster", "announce", "x", "--off").returncode == 2

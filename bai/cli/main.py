@@ -94,7 +94,9 @@ def _node_examples() -> str | None:
 agent_app = typer.Typer(help="Agents: the hosts that run kernels.", no_args_is_help=True)
 image_app = typer.Typer(help="Kernel images known to the agents.", no_args_is_help=True)
 config_app = typer.Typer(help="Configuration.", no_args_is_help=True)
-cluster_app = typer.Typer(help="The cluster: how agents join.", no_args_is_help=True)
+cluster_app = typer.Typer(
+    help="The cluster: how agents join; maintenance (freeze, unfreeze, announce).", no_args_is_help=True
+)
 
 
 def _overrides(**flags: tuple[str, str, Any]) -> dict[str, Any]:
@@ -235,6 +237,40 @@ def cluster_join_info(as_json: bool = typer.Option(False, "--json", help="Print 
         f"  bai node --role agent --manager {info['endpoint']} --manager-key {shlex.quote(info['manager_key'])} "
         f"--join-token {shlex.quote(info['join_token'])}"
     )
+
+
+@cluster_app.command("freeze")
+def cluster_freeze(
+    force_kill: bool = typer.Option(False, "--force-kill", help="Also end every running session at once."),
+) -> None:
+    """Freeze the manager for maintenance (admins): nothing new starts (sessions, folders, keypairs); running
+    sessions still answer. `bai cluster unfreeze` ends it."""
+    call(lambda c: c.request("PUT", "/manager/status", json_body={"status": "frozen", "force_kill": force_kill}))
+    print("the manager is frozen: nothing new starts until `bai cluster unfreeze`")
+
+
+@cluster_app.command("unfreeze")
+def cluster_unfreeze() -> None:
+    """End a freeze (admins): sessions and folders can be created again."""
+    call(lambda c: c.request("PUT", "/manager/status", json_body={"status": "running"}))
+    print("the manager runs: sessions and folders can be created again")
+
+
+@cluster_app.command("announce")
+def cluster_announce(
+    message: str = typer.Argument(None, help="What every user's dashboard and client shows (none: keep it)."),
+    off: bool = typer.Option(False, "--off", help="Hide the announcement (it is kept)."),
+) -> None:
+    """Set the announcement every client shows (admins): `bai cluster announce "down at 9"`, `--off` hides it."""
+    if off and message:
+        fail("give a message or --off, not both", code=2)
+    if not off and not message:
+        shown = call(lambda c: c.request("GET", "/manager/announcement"))
+        print(shown.get("message") if shown.get("enabled") else "(no announcement)")
+        return
+    body = {"enabled": False} if off else {"enabled": True, "message": message}
+    call(lambda c: c.request("POST", "/manager/announcement", json_body=body))
+    print("announcement hidden" if off else f"announced: {message}")
 
 
 @app.command("client-env")

@@ -176,8 +176,18 @@ def header_text(
             right = Text(f"via {manager['self']} · leader {manager['leader']}", style="dim")
             if width - text.cell_len - right.cell_len < 2:
                 right = None
+    if (quota or {}).get("frozen") and stale is None:
+        right = Text("❄ frozen", style="bold cyan")  # (the manager: nothing new starts, `bai cluster unfreeze`)
     if stale is not None:
         right = Text(f"⚠ stale {int(stale)}s — reconnecting", style="bold yellow")
+    notice = (quota or {}).get("announcement")
+    if isinstance(notice, str) and notice.strip():  # the operator's announcement, before the projects
+        room = width - text.cell_len - 4 - (right.cell_len + 2 if right is not None else 0)
+        if room >= 8:
+            said = Text("📣 " + " ".join(notice.split()), style="bold magenta")
+            said.truncate(room, overflow="ellipsis")
+            text.append("  ")
+            text.append_text(said)
     if projects:
         room = width - text.cell_len - len(PROJECT_SEPARATOR) - (right.cell_len + 2 if right is not None else 0)
         if room >= 12:  # a name and a figure at least

@@ -61,8 +61,8 @@ def frozen_problem() -> Problem:
     return Problem(
         "server-frozen",
         "The server is frozen due to maintenance.",
-        "the manager is frozen (`backend.ai admin manager unfreeze` or PUT /manager/status running ends it): "
-        "running sessions still answer; nothing new starts",
+        "the manager is frozen for maintenance (`bai cluster unfreeze` or `backend.ai admin manager unfreeze` "
+        "ends it): running sessions still answer; nothing new starts",
         status=503,
     )
 

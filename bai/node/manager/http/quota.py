@@ -32,6 +32,7 @@ from bai.common import slots as slotlib
 from bai.common.problems import invalid
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus
 from bai.node.manager.http.context import services_of
+from bai.node.manager.http.maintenance_routes import FREEZE
 from bai.node.manager.services.dispatcher import QUOTA_STATUSES
 
 
@@ -63,6 +64,11 @@ async def my_quota(request: web.Request) -> web.Response:
             "pendingSessions": await services.state.count_sessions_of(access_key, [SessionStatus.PENDING]),
             # the manager answering, and the one leading the managers of its database (the dashboard's header)
             "manager": _managers(services.leadership),
+            # the operator's word to everyone (the dashboard's header shows both)
+            "frozen": request.app[FREEZE].frozen,
+            "announcement": request.app[FREEZE].announcement["message"]
+            if request.app[FREEZE].announcement["enabled"]
+            else None,
         }
     )
 
