@@ -304,9 +304,11 @@ def test_admin_shared_folders(oc: Client, vnode: Node) -> None:
 
 
 def test_storage_proxy_commands_answer_not_implemented(oc: Client) -> None:
-    for args in (("list-mounts",), ("get-fstab-contents",), ("perf-metric", "local"), ("umount-host", "x")):
+    for args in (("get-fstab-contents",), ("perf-metric", "local"), ("umount-host", "x")):
         out = oc("admin", "vfolder", *args)
         assert "501" in out and "bai does not offer it" in out, out
+    out = oc("admin", "vfolder", "list-mounts")  # (where each host's folders are: a directory of the manager's)
+    assert "mounts : [['local', '/" in out and "vfolders']]" in out, out
 
 
 # -- dotfiles -----------------------------------------------------------------------------------------------
