@@ -633,6 +633,33 @@ async def test_usage_counts_each_keypairs_sessions_by_what_they_request(state: S
     assert await state.usage_by_keypair([S.RUNNING]) == []
 
 
+async def test_the_sessions_that_ran_in_a_period_are_those_started_before_its_end_and_not_ended_before_it(
+    state: State, now: datetime
+) -> None:
+    async def run(session_id: str, name: str, start: datetime, end: datetime | None) -> None:
+        await create(state, session_id, name=name, created_at=start - timedelta(minutes=5))
+        for i, target in enumerate((S.SCHEDULED, S.PREPARING, S.RUNNING)):
+            assert await state.transition(session_id, target, "", now=start - timedelta(seconds=2 - i)) is not None
+        if end is not None:
+            assert await state.transition(session_id, S.TERMINATING, "user-requested", now=end) is not None
+            assert await state.transition(session_id, S.TERMINATED, "user-requested", now=end) is not None
+
+    hour = timedelta(hours=1)
+    await run(SID1, "before", now - 5 * hour, now - 3 * hour)  # ended before the period
+    await run(SID2, "across", now - 2 * hour, now + hour)  # began before it, ended inside
+    await run(SID3, "running", now + 30 * timedelta(minutes=1), None)  # began inside, still running
+    late = "5e5e5e5e-0000-4000-8000-000000000004"
+    await run(late, "after", now + 3 * hour, now + 4 * hour)  # began after it
+    await create(state, "6d6d6d6d-0000-4000-8000-000000000005", name="queued", created_at=now)  # never ran
+    found = await state.sessions_overlapping(now - hour, now + 2 * hour)
+    assert [s.name for s in found] == ["across", "running"]
+    # the bounds: [start, end), at the microsecond
+    exact = await state.sessions_overlapping(now - 3 * hour, now - 3 * hour + timedelta(microseconds=1))
+    assert [s.name for s in exact] == ["before"]
+    assert [s.name for s in await state.sessions_overlapping(now + 4 * hour, now + 5 * hour)] == ["running", "after"]
+    assert await state.sessions_overlapping(now - 10 * hour, now - 5 * hour - timedelta(seconds=2)) == []
+
+
 async def test_the_logs_of_sessions_ended_before_a_time_are_purged(state: State, now: datetime) -> None:
     old, recent, live = SID1, SID2, SID3
     for sid, name in ((old, "old"), (recent, "recent"), (live, "live")):

@@ -316,6 +316,35 @@ def quota(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
 
 
 @app.command()
+def usage(
+    month: str = typer.Option(None, "--month", metavar="YYYYMM", help="A month [the current one]."),
+    since: str = typer.Option(None, "--since", metavar="DATE", help="From this day (YYYYMMDD), with --until."),
+    until: str = typer.Option(None, "--until", metavar="DATE", help="To this day, included (at most 100 days)."),
+    by: str = typer.Option("keypair", "--by", help="Rows per keypair, user or project."),
+    everyone: bool = typer.Option(False, "--all", help="Admins: everyone's (a domain admin: its domain's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """What your sessions held and used in a month or between two days: hours, CPU·h, memory GiB·h, GPU·h."""
+    from bai.cli.usage import period_param, usage_heading, usage_table
+
+    if by not in ("keypair", "user", "project"):
+        raise typer.BadParameter(f"wants keypair, user or project, got {by!r}", param_hint="--by")
+    try:
+        period = period_param(month, since, until)
+    except ValueError as e:
+        fail(str(e), code=2)
+    params = {"by": by, **({"period": period} if period else {}), **({"all": "true"} if everyone else {})}
+    found = call(lambda c: c.request("GET", "/bai/usage", params=params))
+    if as_json:
+        print(jsonout.dumps(found))
+        return
+    from bai.cli.output import emit
+
+    print(usage_heading(found))
+    emit(usage_table(found))
+
+
+@app.command()
 def tui(
     endpoint: str = typer.Option(
         None,

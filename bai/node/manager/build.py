@@ -31,6 +31,7 @@ from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.services.stats_book import StatsBook, stat_history_of, stat_interval_of
 from bai.node.manager.services.teams import Teams
 from bai.node.manager.services.timers import Timers
+from bai.node.manager.services.usage import Usage
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.services.wakeup import Wakeup
 from bai.node.manager.state import Store
@@ -118,6 +119,7 @@ async def build_manager(
     timers = Timers(
         store, lifecycle, activity, background, start_timeout, log_retention=log_retention, clock=clock, stats=stats
     )
+    teams = Teams(store, clock)
     services = Services(
         lifecycle=lifecycle,
         kernel_ops=kernel_ops,
@@ -128,12 +130,13 @@ async def build_manager(
         agents=agents,
         images=images,
         accounts=Accounts(store, clock),
-        teams=Teams(store, clock),
+        teams=teams,
         hubs=hubs,
         logs=KernelLogs(store, hubs.logs),
         metrics=metrics,
         apps=Apps(link, reads, activity),
         vfolders=vfolders,
+        usage=Usage(store, teams, stats, clock),
         admission=admission,
         stats=stats,
         clock=clock,

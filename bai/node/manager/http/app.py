@@ -53,6 +53,7 @@ from bai.node.manager.http.requests import parse_create, parse_execute, parse_ke
 from bai.node.manager.http.sse import SPACED, EventStream
 from bai.node.manager.http.team_routes import add_team_routes
 from bai.node.manager.http.terminal_routes import add_terminal_routes
+from bai.node.manager.http.usage_routes import add_usage_routes
 from bai.node.manager.services import Services
 from bai.node.manager.services.diskfull import describe, insufficient_storage, is_disk_full
 from bai.node.manager.services.hubs import Subscription
@@ -744,7 +745,7 @@ NOT_IMPLEMENTED = [
     ("*", "/session/_/match"),
     ("*", "/folders/_/quota"),
     ("*", "/folders/_/usage"),
-    ("*", "/resource/{rest:.*}"),
+    ("*", "/resource/{rest:.*}"),  # (but usage: http/usage_routes.py)
     ("*", "/scaling-groups/{rest:.*}"),  # (wsproxy versions: bai has no wsproxy)
     ("*", "/template/{rest:.*}"),
     ("*", "/services{rest:.*}"),
@@ -821,6 +822,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     add_maintenance_routes(app)
     add_bgtask_routes(app)
     add_app_routes(app)
+    add_usage_routes(app)  # (before the /resource/{rest} of NOT_IMPLEMENTED)
     if services.vfolders is not None:
         from bai.node.manager.http.vfolder_routes import add_vfolder_routes
 

@@ -22,6 +22,7 @@ from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.services.stats_book import StatsBook
 from bai.node.manager.services.teams import Teams
+from bai.node.manager.services.usage import Usage
 from bai.node.manager.services.vfolder_service import VFolders
 from bai.node.manager.state.protocols import SessionReadState
 
@@ -45,6 +46,7 @@ class Services:
     metrics: ManagerMetrics
     apps: Apps
     vfolders: VFolders | None = None
+    usage: Usage | None = None  # usage reports (computed when asked)
     admission: Admission = field(default_factory=Admission)  # the configuration's rules (registries, groups)
     stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book the lifecycle keeps)
     clock: Clock = field(default_factory=Clock)  # the manager's one clock (a session's age as shown)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
 from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
@@ -672,6 +672,16 @@ class Sessions(Queries):
             return out
 
         return await self.db.run(fn)
+
+    async def sessions_overlapping(self, start: datetime, end: datetime) -> list[Session]:
+        """Sessions that ran during [start, end) (started before `end`, not ended before `start`), in the order they
+        started. Times are compared as stored (ISO 8601 text in UTC, byte by byte)."""
+        sql = (
+            "SELECT * FROM sessions WHERE started_at IS NOT NULL AND started_at < ? "
+            "AND (terminated_at IS NULL OR terminated_at >= ?) ORDER BY started_at, seq"
+        )
+        args = (stamp(end.astimezone(UTC)), stamp(start.astimezone(UTC)))
+        return await self.db.run(lambda conn: [_session(r) for r in conn.execute(sql, args).fetchall()])
 
     async def find_sessions(
         self, ref: str, access_key: str | None, *, active_only: bool, ids_of: str | None | bool = True
