@@ -1038,3 +1038,39 @@ async def test_teams_round_trip_and_the_directory_follows_each_write(state: Any,
     assert await state.delete_team_record(Project, "p-1", now) is None and "p-1" not in state.teams().projects
     assert await state.delete_team_record(Domain, "acme", now) is None
     assert await state.delete_team_record(ScalingGroup, "gpu", now) is None and not state.teams().associations
+
+
+# -- session templates (schema 17) ------------------------------------------------------------------------
+
+
+async def test_session_templates_round_trip_and_their_owners_bound(state: Any, now: datetime) -> None:
+    """Stored together (or none over the owner's bound), listed by owner, read, replaced and deleted by id."""
+    from bai.node.manager.rules.session_templates import check_template
+    from bai.node.manager.state.template_records import NewTemplate
+
+    raw = {"api_version": "6", "kind": "task_template", "metadata": {"name": "t"}, "spec": {"kernel": {"image": "py"}}}
+    first = check_template(raw)
+    news = [
+        NewTemplate("a", first, "u-1", "AK1", "default", None),
+        NewTemplate("b", first, "u-1", "AK1", "default", "g"),
+    ]
+    ids = await state.create_templates(news, now, 3)
+    assert ids is not None and len(ids) == 2 and len(ids[0]) == 32
+    assert await state.create_templates(news, now, 3) is None  # 4 > 3: nothing stored
+    assert [t.name for t in await state.session_templates("u-1")] == ["a", "b"]
+    assert await state.session_templates("u-2") == []
+    assert len(await state.session_templates(None)) == 2
+    got = await state.session_template(ids[1])
+    assert got is not None and (got.group_id, got.type, got.template, got.created_at) == (
+        "g",
+        "task",
+        first,
+        stamp(now),
+    )
+    second = check_template({**raw, "spec": {"kernel": {"image": "other", "environ": {"A": "1"}}}})
+    assert await state.replace_session_template(ids[0], "renamed", second, None)
+    got = await state.session_template(ids[0])
+    assert got is not None and (got.name, got.template.spec.kernel.environ) == ("renamed", {"A": "1"})
+    assert not await state.replace_session_template("0" * 32, "x", second, None)
+    assert await state.delete_session_template(ids[0]) and not await state.delete_session_template(ids[0])
+    assert await state.session_template(ids[0]) is None

@@ -7,7 +7,7 @@ typed arguments and the time they stamp (`now`, from the caller's clock). A full
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -41,6 +41,7 @@ from bai.node.manager.state.records import (
     VFolder,
 )
 from bai.node.manager.state.team_records import TeamDirectory, User, UserChanges
+from bai.node.manager.state.template_records import NewTemplate, StoredTemplate, TaskTemplate
 
 
 class SessionReadState(Protocol):
@@ -331,7 +332,27 @@ class LogState(Protocol):
     async def purge_logs(self, ended_before: datetime, now: datetime, batch: int = 50) -> list[str]: ...
 
 
-class State(SessionState, AgentState, AccountState, TeamState, FolderState, ImageState, LogState, Protocol):
+class TemplateState(Protocol):
+    """Session templates (Backend.AI's task templates), by id."""
+
+    async def create_templates(
+        self, templates: Sequence[NewTemplate], now: datetime, limit: int
+    ) -> list[str] | None: ...
+
+    async def session_templates(self, user_uuid: str | None) -> list[StoredTemplate]: ...
+
+    async def session_template(self, template_id: str) -> StoredTemplate | None: ...
+
+    async def replace_session_template(
+        self, template_id: str, name: str, template: TaskTemplate, group_id: str | None
+    ) -> bool: ...
+
+    async def delete_session_template(self, template_id: str) -> bool: ...
+
+
+class State(
+    SessionState, AgentState, AccountState, TeamState, FolderState, ImageState, TemplateState, LogState, Protocol
+):
     """The whole state, as the services that need several domains take it (whatever implementation: the
     services never name one), and its upkeep."""
 

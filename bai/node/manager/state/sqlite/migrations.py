@@ -335,6 +335,23 @@ TEAM_INDEXES = (
     "CREATE INDEX IF NOT EXISTS keypairs_user ON keypairs(user_uuid)",
 )
 SCHEMA += TEAM_TABLES + "".join(f"{statement};\n" for statement in TEAM_INDEXES)
+# (schema 17) session templates (Backend.AI's task templates): each a template's JSON (state/template_records.py
+# `TaskTemplate`), owned by a user (the keypair that stored it kept too), in a domain and a project
+TEMPLATE_TABLES = """
+CREATE TABLE IF NOT EXISTS session_templates (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    user_uuid TEXT NOT NULL,
+    access_key TEXT NOT NULL,
+    domain_name TEXT NOT NULL,
+    group_id TEXT,
+    type TEXT NOT NULL DEFAULT 'task',
+    template TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS session_templates_user ON session_templates(user_uuid, created_at);
+"""
+SCHEMA += TEMPLATE_TABLES
 
 
 def users_of_keypairs(conn: Any, now: str) -> None:
@@ -675,6 +692,13 @@ def v16_postgres(conn: Any) -> None:
     users_of_keypairs(conn, _now())
 
 
+def v17_postgres(conn: Any) -> None:
+    from bai.node.manager.state.postgres.schema import postgres_schema
+
+    for statement in postgres_schema(TEMPLATE_TABLES):
+        conn.execute(statement)
+
+
 def _now() -> str:
     from datetime import UTC, datetime
 
@@ -710,6 +734,7 @@ STEPS = [
         v16,
         postgres=v16_postgres,
     ),
+    Step(17, "session templates", script(TEMPLATE_TABLES), postgres=v17_postgres),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))
