@@ -44,6 +44,7 @@ FIELDS = [
     "files", "taskId", "cluster_size", "clusterMode", "cluster_mode", "kernel", "kernel_id",
     "target_name", "target_host", "cloneable", "perm", "user_ids", "inv_id", "vfolder_id", "vfolder", "user",
     "user_email", "id", "shared_user_uuid", "onwer_access_key",
+    "month", "group_ids", "group_id", "project_id", "start_date", "end_date", "period", "by", "all",
 ]  # fmt: skip
 CONFIG = st.fixed_dictionaries(
     {},
@@ -115,6 +116,12 @@ ROUTES = [
     ("GET", "/session/_/logs", None),
     ("GET", "/bai/agents", None),
     ("GET", "/bai/quota", None),
+    ("GET", "/resource/usage/month", {"month": "202612", "group_ids": []}),
+    ("GET", "/resource/usage/period", {"group_id": None, "start_date": "20261201", "end_date": "20261210"}),
+    ("GET", "/resource/stats/user/month", None),
+    ("GET", "/resource/stats/admin/month", None),
+    ("POST", "/resource/recalculate-usage", None),
+    ("GET", "/bai/usage", None),
     ("POST", "/admin/gql", {"query": "query { compute_session_list { items { id name } total_count } }"}),
     (
         "POST",

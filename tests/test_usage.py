@@ -82,6 +82,8 @@ def test_months_and_days_are_periods_and_bad_ones_say_why() -> None:
         (lambda: rules.days_period("20260230", "20260301"), "no date"),
         (lambda: rules.period_of("last week"), "YYYYMM"),
         (lambda: rules.check_uuid("not-a-uuid", "group_id"), "UUID"),
+        (lambda: rules.month_period("999912"), "between 1970 and 9998"),
+        (lambda: rules.days_period("99991231", "99991231"), "between 1970 and 9998"),
     ]
     for make, words in bad:
         with pytest.raises(Problem) as e:
@@ -229,7 +231,7 @@ def test_usage_per_month_holds_each_projects_sessions_with_their_figures(team: d
         assert c["used_days"] in (1, 2) and c["used_time"].startswith("0:00:")
         assert 0 < c["cpu_used"] < 60_000  # milliseconds: a second or two at 100 % of a core
         assert c["mem_used"] == 64 << 20
-    assert ga["g_cpu_used"] == sum(c["cpu_used"] for c in ga["c_infos"])
+    assert ga["g_cpu_used"] == pytest.approx(sum(c["cpu_used"] for c in ga["c_infos"]), abs=0.01)
     # the later managers' tree, in the same answer
     assert ga["project_id"] == a["id"] and ga["project_name"] == "usage-a" and ga["group_unit"] == "project"
     assert ga["total_usage"]["cpu_allocated"] == 3.0 and len(ga["sessions"]) == 2
@@ -348,7 +350,11 @@ def test_the_official_clients_usage_commands_print_without_a_traceback(
     month = client("admin", "resource", "usage-per-month", *_month_args(client, team["month"], a))
     assert "Traceback" not in month and "usage-a" in month and "a-one" in month, month
     period = client("admin", "resource", "usage-per-period", *_period_args(client, a, today))
-    assert "Traceback" not in period and "usage-a" in period, period
+    assert "Traceback" not in period, period
+    if version == "23.9":  # (it reads the list Backend.AI answers as one project: so against Backend.AI 23.09 too)
+        assert "No usage information during the period." in period, period
+    else:
+        assert "Project: usage-a" in period and "Total CPU / Memory Used:" in period, period
     recalc = client("admin", "resource", "recalculate-usage")
     assert "Traceback" not in recalc and "re-calculated" in recalc, recalc
     for command in ("user-stats", "admin-stats"):
@@ -381,10 +387,9 @@ def _sdk(client: Any, month: str, group: str, day: str) -> str:
         "with Session() as s:\n"
         f"    m = s.Resource.usage_per_month({month!r}, [{group!r}])\n"
         f"    p = s.Resource.usage_per_period({group!r}, {day!r}, {day!r})\n"
-        "    names = [n for n in dir(s.Resource) if 'stats' in n]\n"
-        "    for n in names:\n"
-        "        getattr(s.Resource, n)()\n"
-        "    assert m and p, (m, p)\n"
+        "    names = [n for n in dir(s.Resource) if 'stats' in n and not n.startswith('_')]\n"
+        "    sizes = [len(getattr(s.Resource, n)()) for n in names]\n"
+        "    assert m and p and sizes == [2880] * len(names) == [2880] * 2, (m, p, names, sizes)\n"
         "    print('SDK-OK', names)\n"
     )
     out = subprocess.run(

@@ -78,7 +78,7 @@ def _resource_usage(u: KernelUsage) -> dict[str, Any]:
     return {
         "nfs": list(u.facts.mounts),
         "cpu_allocated": u.cpu_allocated,
-        "cpu_used": u.cpu_used_ms,
+        "cpu_used": round(u.cpu_used_ms, 3),  # (milliseconds, as Backend.AI's cpu_used)
         "mem_allocated": u.mem_allocated,
         "mem_used": u.mem_used,
         "mem_max_used": u.mem_max_used,
@@ -113,6 +113,7 @@ _SUMMED = (
 
 def _summed(parts: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {k: sum(p[k] for p in parts) for k in _SUMMED}
+    out["cpu_used"] = round(out["cpu_used"], 3)
     out["mem_max_used"] = max((p["mem_max_used"] for p in parts), default=0)
     out["nfs"] = sorted({n for p in parts for n in p["nfs"]})
     out["device_type"] = sorted({d for p in parts for d in p["device_type"]})

@@ -55,8 +55,10 @@ def month_period(text: Any, what: str = "month") -> Period:
     if m is None:
         raise invalid(f"{what} must be a month as YYYYMM (e.g. 202612), not {text!r}")
     year, month = int(m[1]), int(m[2])
-    if not 1 <= month <= 12 or year < 1970:
+    if not 1 <= month <= 12:
         raise invalid(f"{what} {text!r} is no month: YYYYMM, the month 01 to 12")
+    if not 1970 <= year < 9999:
+        raise invalid(f"{what} {text!r} is not between 1970 and 9998")
     start = datetime(year, month, 1, tzinfo=UTC)
     end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
     return Period(start, end, text)
@@ -70,8 +72,8 @@ def _day(text: Any, what: str) -> datetime:
         day = datetime(int(m[1]), int(m[2]), int(m[3]), tzinfo=UTC)
     except ValueError:
         raise invalid(f"{what} {text!r} is no date (YYYYMMDD)") from None
-    if day.year < 1970:
-        raise invalid(f"{what} {text!r} is before 1970")
+    if not 1970 <= day.year < 9999:
+        raise invalid(f"{what} {text!r} is not between 1970 and 9998")
     return day
 
 
