@@ -10,6 +10,11 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "bai node stop": ("bai node stop", "bai node stop --state-dir /srv/bai-test"),
     "bai whoami": ("bai whoami", "bai whoami --json"),
     "bai quota": ("bai quota", "bai quota --json"),
+    "bai usage": (
+        "bai usage",
+        "bai usage --month 202612 --by project --all",
+        "bai usage --since 20261201 --until 20261215 --json",
+    ),
     "bai watcher": "bai watcher --listen 127.0.0.1:6009",
     "bai client-env": "eval $(bai client-env)",
     "bai tui": "bai tui --read-only",
