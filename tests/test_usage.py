@@ -401,3 +401,50 @@ def _sdk(client: Any, month: str, group: str, day: str) -> str:
 def test_uuid_helper_accepts_uppercase_ids() -> None:
     u = str(uuid.uuid4())
     assert rules.check_uuid(u.upper(), "group_id") == u
+
+
+def test_a_domain_admin_sees_its_domains_projects_and_running_kernels_count_with_their_live_figures(
+    team: dict[str, Any], node: Node
+) -> None:
+    admin, a = team["callers"]["admin"], team["a"]
+    admin.ok("POST", "/bai/domains", {"name": "usage-dom"})
+    pc = admin.ok("POST", "/bai/projects", {"name": "usage-c", "domain": "usage-dom"})
+    callers = {}
+    for name, projects, role in (("dora", [], "admin"), ("cy", ["usage-c"], "user")):
+        email = f"{name}@usage-dom.example"
+        body = {"email": email, "password": "pw-pw-pw-pw", "domain": "usage-dom", "projects": projects, "role": role}
+        admin.ok("POST", "/bai/users", body)
+        keys = node.json("keypair", "create", "--user", email)
+        callers[name] = Caller(node, keys["accessKey"], keys["secretKey"])
+    dora, cy = callers["dora"], callers["cy"]
+    env = {"BAI_SIM_CPU_PCT": "100", "BAI_SIM_MEM_MIB": "32"}
+    body = {"name": "c-live", "image": "python", "config": {"resources": {"cpu": 1}, "environ": env}}
+    cy.ok("POST", "/session", body)
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # (its first samples)
+            status, groups = _month(dora, team["month"])
+            assert status == 200, groups
+            live = [c for g in groups for c in g["c_infos"]]
+            if live and live[0]["cpu_used"] > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert [g["g_id"] for g in groups] == [pc["id"]]  # its domain's project only
+        (c,) = live
+        assert (c["name"], c["status"], c["terminated_at"], c["used_time"], c["used_days"]) == (
+            "c-live",
+            "RUNNING",
+            "None",
+            None,
+            None,
+        )
+        assert c["cpu_used"] > 0 and c["mem_used"] == 32 << 20 and c["cpu_allocated"] == 1.0
+        status, answer = _month(dora, team["month"], [a["id"]])
+        assert status == 403 and "usage-dom" not in answer["msg"] and "default" in answer["msg"], answer
+        rows = dora.ok("GET", f"/bai/usage?period={team['month']}&by=project&all=1")["items"]
+        assert [r["name"] for r in rows] == ["usage-c"] and rows[0]["cpuUsedSeconds"] > 0
+        assert cy("GET", "/resource/usage/month", {"month": team["month"]})[0] == 403
+        buckets = cy.ok("GET", "/resource/stats/user/month")
+        assert buckets[-1]["num_sessions"]["value"] == 1  # (running now: in the last window)
+    finally:
+        cy.ok("DELETE", "/session/c-live")

@@ -65,10 +65,12 @@ def _when(text: str | None) -> datetime | None:
 
 
 def _mounts(session: Session) -> tuple[str, ...]:
+    """The folders the session mounted, as `host:name` (Backend.AI's `nfs`: the storage behind them)."""
     mounts = session.config.get("mounts") if isinstance(session.config, dict) else None
     if not isinstance(mounts, list):
         return ()
-    return tuple(sorted({m for m in mounts if isinstance(m, str)}))
+    names = {f"{m.get('host', '')}:{m.get('name', '')}" for m in mounts if isinstance(m, dict) and m.get("name")}
+    return tuple(sorted(names))
 
 
 class Usage:
