@@ -7,6 +7,7 @@ BAI_FUZZ_EXAMPLES sets how many (30 fixed, a sixth of that random)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -45,6 +46,7 @@ FIELDS = [
     "target_name", "target_host", "cloneable", "perm", "user_ids", "inv_id", "vfolder_id", "vfolder", "user",
     "user_email", "id", "shared_user_uuid", "onwer_access_key",
     "month", "group_ids", "group_id", "project_id", "start_date", "end_date", "period", "by", "all",
+    "payload", "template_id", "group", "domain", "format",
 ]  # fmt: skip
 CONFIG = st.fixed_dictionaries(
     {},
@@ -82,6 +84,9 @@ def keys(node: Node) -> dict[str, tuple[str, str]]:
 
 
 SESSION = {"image": "python", "enqueueOnly": True, "config": {"resources": {"cpu": 1}}}
+TEMPLATE = json.dumps(
+    {"api_version": "6", "kind": "task_template", "metadata": {"name": "f"}, "spec": {"kernel": {"image": "py"}}}
+)
 # (method, path, a valid body: fuzzed bodies are this with fields replaced, dropped or added, so that
 # they get past the first check); {ref} and {name} get an existing object or fuzzed text
 ROUTES = [
@@ -122,6 +127,14 @@ ROUTES = [
     ("GET", "/resource/stats/admin/month", None),
     ("POST", "/resource/recalculate-usage", None),
     ("GET", "/bai/usage", None),
+    # session templates: {ref} is fuzzed text or the fuzz session's name (no template: a 404 either way)
+    ("POST", "/template/session", {"payload": TEMPLATE}),
+    ("POST", "/template/session", {"payload": f"[{TEMPLATE}]", "group": "default"}),
+    ("GET", "/template/session", {"all": True}),
+    ("GET", "/template/session/{ref}", None),
+    ("PUT", "/template/session/{ref}", {"payload": TEMPLATE}),
+    ("DELETE", "/template/session/{ref}", None),
+    ("POST", "/session/_/create-from-template", {"template_id": "0" * 32, "enqueueOnly": True, "config": {}}),
     ("POST", "/admin/gql", {"query": "query { compute_session_list { items { id name } total_count } }"}),
     (
         "POST",

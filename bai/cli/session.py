@@ -1389,3 +1389,9 @@ def _keys():
     finally:
         if fd is not None and saved is not None:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+# `bai session template …` (bai/cli/templates.py)
+from bai.cli.templates import app as _template_app  # noqa: E402
+
+app.add_typer(_template_app, name="template")

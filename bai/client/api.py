@@ -443,6 +443,33 @@ class Client:
                 body[key] = kw[key]
         return await self.request("POST", "/session", json_body=body)
 
+    # -- session templates (Backend.AI's /template/session) --
+
+    async def create_templates(self, payload: str, group: str | None = None) -> list[dict[str, Any]]:
+        """Store the templates of `payload` (YAML or JSON text): `[{"id", "user"}]`."""
+        body: dict[str, Any] = {"payload": payload}
+        if group:
+            body["group"] = group
+        return await self.request("POST", "/template/session", json_body=body)
+
+    async def list_templates(self, all: bool = False) -> list[dict[str, Any]]:
+        return await self.request("GET", "/template/session", params={"all": "true" if all else None})
+
+    async def get_template(self, template_id: str) -> dict[str, Any]:
+        return await self.request("GET", f"/template/session/{quote(template_id, safe='')}")
+
+    async def update_template(self, template_id: str, payload: str) -> dict[str, Any]:
+        path = f"/template/session/{quote(template_id, safe='')}"
+        return await self.request("PUT", path, json_body={"payload": payload})
+
+    async def delete_template(self, template_id: str) -> dict[str, Any]:
+        return await self.request("DELETE", f"/template/session/{quote(template_id, safe='')}")
+
+    async def create_from_template(self, template_id: str, overrides: dict[str, Any]) -> dict[str, Any]:
+        """A session from a template, the fields of `overrides` (a create request's) on top of the template's."""
+        body = {**overrides, "template_id": template_id}
+        return await self.request("POST", "/session/_/create-from-template", json_body=body)
+
     async def get_session(self, ref: str) -> dict[str, Any]:
         return await self.request("GET", f"/session/{ref}")
 

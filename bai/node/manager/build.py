@@ -28,6 +28,7 @@ from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.peers import PeerRelay
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
+from bai.node.manager.services.session_templates import SessionTemplates
 from bai.node.manager.services.stats_book import StatsBook, stat_history_of, stat_interval_of
 from bai.node.manager.services.teams import Teams
 from bai.node.manager.services.timers import Timers
@@ -136,6 +137,7 @@ async def build_manager(
         metrics=metrics,
         apps=Apps(link, reads, activity),
         vfolders=vfolders,
+        templates=SessionTemplates(store, teams, clock),
         usage=Usage(store, teams, stats, clock),
         admission=admission,
         stats=stats,

@@ -52,6 +52,7 @@ from bai.node.manager.http.represent import agent_items, session_json, session_v
 from bai.node.manager.http.requests import parse_create, parse_execute, parse_kernel_ref, parse_run_id
 from bai.node.manager.http.sse import SPACED, EventStream
 from bai.node.manager.http.team_routes import add_team_routes
+from bai.node.manager.http.template_routes import add_template_routes
 from bai.node.manager.http.terminal_routes import add_terminal_routes
 from bai.node.manager.http.usage_routes import add_usage_routes
 from bai.node.manager.services import Services
@@ -179,8 +180,12 @@ def session_owner(request: web.Request, body: Any) -> tuple[str, bool]:
 
 
 async def create_session(request: web.Request) -> web.Response:
+    return await create_answer(request, await read_json(request))
+
+
+async def create_answer(request: web.Request, body: Any) -> web.Response:
+    """A create request's body answered (`POST /session`; a template's, `POST /session/_/create-from-template`)."""
     settings = request.app[SETTINGS]
-    body = await read_json(request)
     services = services_of(request)
     req = parse_create(
         body, services.agents.known_slots, settings["default_resources"], services.images.aliases, services.clock.now()
@@ -740,14 +745,12 @@ NOT_IMPLEMENTED = [
     ("*", "/session/{ref}/start-service"),
     ("*", "/session/{ref}/shutdown-service"),
     ("*", "/session/_/sync-agent-registry"),
-    ("*", "/session/_/create-from-template"),
     ("*", "/session/_/create-cluster"),
     ("*", "/session/_/match"),
     ("*", "/folders/_/quota"),
     ("*", "/folders/_/usage"),
     ("*", "/resource/{rest:.*}"),  # (but usage: http/usage_routes.py)
     ("*", "/scaling-groups/{rest:.*}"),  # (wsproxy versions: bai has no wsproxy)
-    ("*", "/template/{rest:.*}"),
     ("*", "/services{rest:.*}"),
     ("*", "/auth/{rest:.*}"),
     ("*", "/logs/{rest:.*}"),
@@ -813,6 +816,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     r.add_get("/bai/quota", my_quota)  # the caller's own limits and use (bai/node/manager/http/quota.py)
     add_admin_routes(app)
     add_team_routes(app)
+    add_template_routes(app, create_answer)
     add_graphql_routes(app)
     add_dashboard_routes(app)
     r.add_get("/metrics", metrics)

@@ -20,6 +20,7 @@ from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
+from bai.node.manager.services.session_templates import SessionTemplates
 from bai.node.manager.services.stats_book import StatsBook
 from bai.node.manager.services.teams import Teams
 from bai.node.manager.services.usage import Usage
@@ -46,6 +47,7 @@ class Services:
     metrics: ManagerMetrics
     apps: Apps
     vfolders: VFolders | None = None
+    templates: SessionTemplates | None = None  # session templates (Backend.AI's task templates)
     usage: Usage | None = None  # usage reports (computed when asked)
     admission: Admission = field(default_factory=Admission)  # the configuration's rules (registries, groups)
     stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book the lifecycle keeps)
