@@ -448,3 +448,23 @@ def test_a_domain_admin_sees_its_domains_projects_and_running_kernels_count_with
         assert buckets[-1]["num_sessions"]["value"] == 1  # (running now: in the last window)
     finally:
         cy.ok("DELETE", "/session/c-live")
+
+
+def test_the_cli_says_the_period_and_shows_short_amounts() -> None:
+    from bai.cli import usage as cli
+
+    assert cli.period_param("202612", None, None) == "202612"
+    assert cli.period_param(None, "20261201", "20261203") == "20261201..20261203"
+    assert cli.period_param(None, None, None) is None
+    for bad in (("202612", "20261201", None), (None, "20261201", None)):
+        with pytest.raises(ValueError):
+            cli.period_param(*bad)
+    assert (cli._hours(0), cli._hours(0.00123), cli._hours(12.345), cli._hours(1234.5)) == (
+        "0",
+        "0.0012",
+        "12.35",
+        "1,234.50",
+    )
+    assert (cli._duration(3.21), cli._duration(150), cli._duration(7200)) == ("3.2 s", "2.5 min", "2.00 h")
+    found = {"period": {"start": "2026-12-01T00:00:00+00:00", "end": "2027-01-01T00:00:00+00:00", "label": "202612"}}
+    assert cli.usage_heading({**found, "scope": "all"}) == "Everyone's usage in 202612 (2026-12-01 to 2026-12-31, UTC)"

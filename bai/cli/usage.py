@@ -23,7 +23,20 @@ def period_param(month: str | None, since: str | None, until: str | None) -> str
 
 
 def _hours(value: float) -> str:
+    """An amount of hours: two places, and two significant digits below 0.01 (short sessions show)."""
+    if value == 0:
+        return "0"
+    if abs(value) < 0.01:
+        return f"{value:.2g}"
     return f"{value:,.2f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:,.2f} h"
 
 
 def usage_table(found: dict[str, Any], width: int | None = None) -> Any:
@@ -42,7 +55,7 @@ def usage_table(found: dict[str, Any], width: int | None = None) -> Any:
         Column("CPU·H", lambda r: _hours(r["cpuCoreHours"]), right=True),
         Column("MEM GiB·H", lambda r: _hours(r["memGiBHours"]), right=True),
         Column("GPU·H", lambda r: _hours(r["gpuHours"]), right=True, rank=1),
-        Column("CPU USED", lambda r: f"{r['cpuUsedSeconds'] / 3600:,.2f} h", right=True, rank=2),
+        Column("CPU USED", lambda r: _duration(r["cpuUsedSeconds"]), right=True, rank=2),
         Column("MEM PEAK", lambda r: size(r["memPeakBytes"]) if r["memPeakBytes"] else "-", right=True, rank=3),
         Column("IO R/W", lambda r: f"{size(r['ioReadBytes'])} / {size(r['ioWriteBytes'])}", wide=True),
         Column("KEY", lambda r: r["key"], wide=True) if by != "keypair" else None,
@@ -52,6 +65,14 @@ def usage_table(found: dict[str, Any], width: int | None = None) -> Any:
 
 
 def usage_heading(found: dict[str, Any]) -> str:
+    """E.g. `Your usage in 202612 (2026-12-01 to 2026-12-31, UTC)`."""
+    from datetime import datetime, timedelta
+
     period = found.get("period") or {}
-    scope = "everyone's" if found.get("scope") == "all" else "your"
-    return f"Usage {period.get('label', '')} ({period.get('start', '')} to {period.get('end', '')}), {scope}"
+    who = "Everyone's" if found.get("scope") == "all" else "Your"
+    try:
+        start = datetime.fromisoformat(period["start"])
+        last = datetime.fromisoformat(period["end"]) - timedelta(days=1)
+    except (KeyError, TypeError, ValueError):
+        return f"{who} usage in {period.get('label', '?')}"
+    return f"{who} usage in {period.get('label', '?')} ({start:%Y-%m-%d} to {last:%Y-%m-%d}, UTC)"
