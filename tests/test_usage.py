@@ -22,6 +22,9 @@ from bai.node.manager.rules import usage as rules
 from bai.node.manager.rules.usage import KernelFacts, Period
 from tests.nodeproc import ROOT, Node, admin_keys, signed_request
 
+FAKE_NVML = ROOT / "tests" / "fake_nvml"
+GPUS = [{"uuid": f"GPU-{i}", "name": "Fake H200", "memory": 141 << 30, "util": 0, "used": 0} for i in range(2)]
+
 T0 = datetime(2026, 11, 30, 23, 0, tzinfo=UTC)
 
 
@@ -104,6 +107,9 @@ def test_a_kernel_counts_the_part_of_its_run_inside_the_period() -> None:
     assert rules.kernel_usage(facts(started=None), dec, now) is None  # never ran: used nothing
     live = rules.kernel_usage(facts(ended=None), dec, T0 + timedelta(hours=3))  # still running: until now
     assert live is not None and (live.seconds, live.used_days) == (2 * 3600.0, None)
+    gpus = {"GPU-0": ("Fake H200", 80 << 30), "GPU-1": ("Fake H200", 80 << 30)}
+    held = rules.kernel_usage(facts(devices=(("GPU-0", "1"), ("GPU-1", "0.5"), ("GPU-9", "1"))), dec, now, gpus)
+    assert held is not None and (held.device_types, held.gpu_mem_allocated) == (("Fake H200",), 120 << 30)
     nothing = rules.kernel_usage(facts(sample={}, slots={}), dec, now)
     assert nothing is not None and (nothing.cpu_used_ms, nothing.mem_allocated, nothing.cpu_allocated) == (0, 0, 0)
 
@@ -163,6 +169,8 @@ class Caller:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     node = Node(tmp_path_factory.mktemp("usage"), "sim", agent_config='cpu = "32"\nmem = "64g"\nstat_interval = 0.2\n')
+    node.env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML), node.env.get("PYTHONPATH", "")])
+    node.env["BAI_FAKE_NVML"] = json.dumps(GPUS)
     node.start()
     yield node
     node.stop()
@@ -189,11 +197,12 @@ def team(node: Node) -> dict[str, Any]:
     ]
     for who, name, project, cpu, mem in runs:
         env = {"BAI_SIM_CPU_PCT": "100", "BAI_SIM_MEM_MIB": "64"}
+        gpu = {"cuda.device": 1} if who == "bob" else {}  # (bob's holds a fake GPU)
         body = {
             "name": name,
             "image": "python",
             "group": project,
-            "config": {"resources": {"cpu": cpu, "mem": mem}, "environ": env},
+            "config": {"resources": {"cpu": cpu, "mem": mem, **gpu}, "environ": env},
         }
         callers[who].ok("POST", "/session", body)
     time.sleep(1.5)  # (some samples: the sim kernels' CPU time grows at 100 % of a core)
@@ -224,6 +233,8 @@ def test_usage_per_month_holds_each_projects_sessions_with_their_figures(team: d
     assert [c["name"] for c in gb["c_infos"]] == ["b-one"]
     assert ga["g_cpu_allocated"] == 3.0 and gb["g_cpu_allocated"] == 4.0
     assert ga["g_mem_allocated"] == (1 << 30) + (512 << 20) and gb["g_mem_allocated"] == 2 << 30
+    assert (ga["g_gpu_allocated"], ga["g_device_type"], ga["g_gpu_mem_allocated"]) == (0.0, [], 0.0)
+    assert (gb["g_gpu_allocated"], gb["g_device_type"], gb["g_gpu_mem_allocated"]) == (1.0, ["Fake H200"], 141 << 30)
     alice = team["callers"]["alice"]
     for c in ga["c_infos"]:
         assert c["access_key"] == alice.access_key and c["email"] == "alice@usage.example"
@@ -295,6 +306,7 @@ def test_users_read_their_own_usage_only(team: dict[str, Any]) -> None:
     every = admin.ok("GET", f"/bai/usage?period={team['month']}&by=project&all=1")
     names = {r["name"]: r for r in every["items"]}
     assert names["usage-a"]["sessions"] == 2 and names["usage-b"]["sessions"] == 1
+    assert names["usage-a"]["gpuHours"] == 0 and names["usage-b"]["gpuHours"] > 0
     users = admin.ok("GET", f"/bai/usage?period={team['month']}&by=user&all=1")
     assert {"alice@usage.example", "bob@usage.example"} <= {r["name"] for r in users["items"]}
     # the 15-minute buckets: alice's hold her two sessions, everyone's bob's too

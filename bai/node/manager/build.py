@@ -138,7 +138,7 @@ async def build_manager(
         apps=Apps(link, reads, activity),
         vfolders=vfolders,
         templates=SessionTemplates(store, teams, clock),
-        usage=Usage(store, teams, stats, clock),
+        usage=Usage(store, teams, stats, clock, agents.gpu_devices),
         admission=admission,
         stats=stats,
         clock=clock,

@@ -33,7 +33,9 @@ def _usage(request: web.Request) -> tuple[Usage, Actor]:
     services = services_of(request)
     usage = services.usage
     if usage is None:  # (built by build_manager; a bare Services in a test gets one here)
-        usage = services.usage = Usage(services.state, services.teams, services.stats, services.clock)
+        usage = services.usage = Usage(
+            services.state, services.teams, services.stats, services.clock, services.agents.gpu_devices
+        )
     return usage, services.teams.actor(request["access_key"])
 
 
@@ -87,9 +89,9 @@ def _resource_usage(u: KernelUsage) -> dict[str, Any]:
         "disk_used": 0,
         "io_read": u.io_read,
         "io_write": u.io_write,
-        "device_type": [],
+        "device_type": list(u.device_types),
         "smp": 0.0,
-        "gpu_mem_allocated": 0.0,
+        "gpu_mem_allocated": float(u.gpu_mem_allocated),
         "gpu_allocated": u.gpu_allocated,
     }
 

@@ -158,6 +158,7 @@ class KernelFacts:
     slots: Mapping[str, Any]  # what it holds (wire form)
     sample: Mapping[str, Any] | None  # its final (or latest live) statistics sample
     mounts: tuple[str, ...] = ()
+    devices: tuple[tuple[str, str], ...] = ()  # the GPUs it held: (device uuid, share)
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,8 @@ class KernelUsage:
     run_seconds: float  # its whole run (to now for a live one)
     seconds: float  # its run inside the period
     used_days: int | None  # calendar days (UTC) its run touched, Backend.AI's used_days; None while running
+    device_types: tuple[str, ...] = ()  # the models of the GPUs it held (those the manager knows)
+    gpu_mem_allocated: int = 0  # their memory, bytes (times its share of each)
 
     @property
     def share(self) -> float:
@@ -185,8 +188,11 @@ class KernelUsage:
         return self.seconds / self.run_seconds if self.run_seconds > 0 else 1.0
 
 
-def kernel_usage(facts: KernelFacts, period: Period, now: datetime) -> KernelUsage | None:
-    """The kernel's usage in the period; None when it did not run in it (never started, or ran outside it)."""
+def kernel_usage(
+    facts: KernelFacts, period: Period, now: datetime, known_gpus: Mapping[str, tuple[str, int]] | None = None
+) -> KernelUsage | None:
+    """The kernel's usage in the period; None when it did not run in it (never started, or ran outside it).
+    `known_gpus`: what the manager knows of GPUs, device uuid -> (model name, memory in bytes)."""
     if facts.started_at is None:
         return None
     end = facts.terminated_at or now
@@ -199,6 +205,13 @@ def kernel_usage(facts: KernelFacts, period: Period, now: datetime) -> KernelUsa
     used_days = None
     if facts.terminated_at is not None:
         used_days = end.date().toordinal() - start.date().toordinal() + 1
+    models: set[str] = set()
+    gpu_mem = Decimal(0)
+    for device, share in facts.devices:
+        model, memory = (known_gpus or {}).get(device, ("", 0))
+        if model:
+            models.add(model)
+        gpu_mem += memory * _amount({"share": share}, "share")
     return KernelUsage(
         facts=facts,
         cpu_allocated=float(_amount(facts.slots, "cpu")),
@@ -214,6 +227,8 @@ def kernel_usage(facts: KernelFacts, period: Period, now: datetime) -> KernelUsa
         run_seconds=(end - start).total_seconds(),
         seconds=seconds,
         used_days=used_days,
+        device_types=tuple(sorted(models)),
+        gpu_mem_allocated=int(gpu_mem),
     )
 
 

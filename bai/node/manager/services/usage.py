@@ -12,10 +12,10 @@ admins (their domain's projects).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from bai.common.clock import Clock
 from bai.node.manager.rules import usage as rules
@@ -76,11 +76,28 @@ def _mounts(session: Session) -> tuple[str, ...]:
 class Usage:
     """Usage over periods, for the caller's scope (see the module docstring)."""
 
-    def __init__(self, state: SessionReadState, teams: Teams, stats: StatsBook, clock: Clock) -> None:
+    def __init__(
+        self,
+        state: SessionReadState,
+        teams: Teams,
+        stats: StatsBook,
+        clock: Clock,
+        gpu_devices: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None,
+    ) -> None:
         self.state = state
         self.teams = teams
         self.stats = stats
         self.clock = clock
+        self.gpu_devices = gpu_devices  # (Agents.gpu_devices: agent id -> {"devices": [...]})
+
+    def _gpus(self) -> dict[str, tuple[str, int]]:
+        """Device uuid -> (model, memory bytes), of the GPUs the agents registered."""
+        out: dict[str, tuple[str, int]] = {}
+        for agent in (self.gpu_devices() if self.gpu_devices is not None else {}).values():
+            for d in agent.get("devices") or []:
+                if isinstance(d, Mapping) and isinstance(d.get("uuid"), str):
+                    out[d["uuid"]] = (str(d.get("name") or ""), int(d.get("memory_total") or 0))
+        return out
 
     # -- who sees what ------------------------------------------------------------------------------------------
 
@@ -111,10 +128,11 @@ class Usage:
         now = self.clock.now()
         sessions = [s for s in await self.state.sessions_overlapping(period.start, period.end) if keep(s)]
         kernels = await self.state.kernels_of_many([s.id for s in sessions]) if sessions else {}
+        gpus = self._gpus()
         out: list[KernelUsage] = []
         for s in sessions:
             for k in kernels.get(s.id, []):
-                found = rules.kernel_usage(self._facts(s, k), period, now)
+                found = rules.kernel_usage(self._facts(s, k), period, now, gpus)
                 if found is not None:
                     out.append(found)
         return out
@@ -144,6 +162,7 @@ class Usage:
             slots=k.occupied_slots,
             sample=sample,
             mounts=_mounts(s),
+            devices=tuple((str(d[0]), str(d[1])) for d in k.devices if isinstance(d, list | tuple) and len(d) >= 2),
         )
 
     # -- the reports ----------------------------------------------------------------------------------------------
