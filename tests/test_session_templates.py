@@ -316,6 +316,11 @@ def test_official_clients_session_template_commands(node: Node, tmp_path: Path, 
     assert node.json("session", "info", name + "b")["environ"] == {"GREETING": "hello", "LEVEL": "3"}
     node.cli("session", "destroy", name, name + "b", check=True)
 
+    out = bai("session-template", "create", input=json.dumps(BATCH))  # from stdin (each line given twice a newline)
+    other = re.search(r"Task template ([0-9a-f]{32}) created", out)
+    assert other, out
+    assert other.group(1) in bai("session-template", "list", "-a")
+    assert f"Task template {other.group(1)} deleted" in bai("session-template", "delete", other.group(1), "-f")
     assert f"Task template {tid} deleted" in bai("session-template", "delete", tid, "-f")
     assert tid not in bai("session-template", "list")
     if version == "23.9":
