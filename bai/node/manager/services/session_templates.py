@@ -8,6 +8,7 @@ template (404), as for sessions.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from bai.node.manager.services.teams import Teams
 from bai.node.manager.state.protocols import TemplateState
 from bai.node.manager.state.team_records import DEFAULT_DOMAIN, DEFAULT_PROJECT_ID
 from bai.node.manager.state.template_records import NewTemplate, StoredTemplate
+
+_TEMPLATE_ID = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,11 @@ class SessionTemplates:
         }
 
     async def get(self, caller: TemplateCaller, template_id: str) -> StoredTemplate:
-        return self._readable(caller, await self.state.session_template(template_id), template_id)
+        """The template of that id (32 hex digits, a UUID's hyphens allowed) the caller may read; else a 404."""
+        key = template_id.replace("-", "").lower()
+        if not _TEMPLATE_ID.fullmatch(key):  # (never asked of the store: PostgreSQL refuses NUL in text)
+            raise not_found(template_id[:64])
+        return self._readable(caller, await self.state.session_template(key), template_id)
 
     async def shown(self, caller: TemplateCaller, template_id: str) -> dict[str, Any]:
         """`GET /template/session/{id}`: the template and where it lives."""
@@ -184,12 +191,12 @@ class SessionTemplates:
             group_id = self._entry_group(row.domain_name, entry.group_id)
         elif group:
             _, group_id = self._group(caller, row.domain_name, group)
-        if not await self.state.replace_session_template(template_id, entry.name, entry.template, group_id):
+        if not await self.state.replace_session_template(row.id, entry.name, entry.template, group_id):
             raise not_found(template_id)
 
     async def delete(self, caller: TemplateCaller, template_id: str) -> None:
-        await self.get(caller, template_id)
-        if not await self.state.delete_session_template(template_id):
+        row = await self.get(caller, template_id)
+        if not await self.state.delete_session_template(row.id):
             raise not_found(template_id)
 
     async def create_body(self, caller: TemplateCaller, body: Any) -> dict[str, Any]:
@@ -199,8 +206,6 @@ class SessionTemplates:
         template_id = body.get("template_id", body.get("templateId"))
         if not isinstance(template_id, str) or not template_id:
             raise invalid("template_id is required: the id of a session template (`session template list`)")
-        if len(template_id) > 64:
-            raise not_found(template_id[:64])
         row = await self.get(caller, template_id)
         project = self.teams.directory.projects.get(row.group_id) if row.group_id else None
         base = rules.template_body(row.template, row.domain_name, project.name if project is not None else None)
