@@ -28,6 +28,18 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
         "bai session create python --type batch --startup-command 'python job.py' --wait",
         "bai session create python --name dist --cluster-size 3 --cluster-mode multi-node",
     ),
+    "bai session template create": (
+        "bai session template create job.yaml",
+        "cat job.json | bai session template create -",
+    ),
+    "bai session template list": ("bai session template list", "bai session template list --all --json"),
+    "bai session template get": ("bai session template get ID", "bai session template get ID --format json"),
+    "bai session template update": "bai session template update ID job.yaml",
+    "bai session template delete": "bai session template delete ID",
+    "bai session template run": (
+        "bai session template run ID --name job1",
+        "bai session template run ID --env N=2 --cpu 2 --image python",
+    ),
     "bai session exec": (
         "bai session exec nb -c 'import sys; print(sys.version)'",
         "bai session exec nb -- ls -l",
