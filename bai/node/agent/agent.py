@@ -22,7 +22,7 @@ from bai.common.cluster import CLUSTER_PORTS, kernel_name
 from bai.common.images import registry_of
 from bai.common.logs import LogThrottle
 from bai.node.agent import batch
-from bai.node.agent.apps import AppError, Apps, relay
+from bai.node.agent.apps import AppError, Apps, offered, relay
 from bai.node.agent.backends.base import Backend, Dotfile, Kernel, KernelSpec, KernelStartError, Mount, oom_ending
 from bai.node.agent.channel import ChannelError, OutputSink, RunnerChannel
 from bai.node.agent.download import DownloadError, kernel_path
@@ -644,7 +644,7 @@ class Agent:
             container_id=kernel.container_id,
             pid=kernel.pid,
             query=kernel.channel.supports_query,
-            service_ports=[sp.to_wire() for sp in kernel.service_ports],
+            service_ports=[sp.to_wire() for sp in offered(kernel)],  # (sshd too, where its runner offers one)
         )
 
     async def _from_pool(self, spec: KernelSpec) -> Kernel | None:

@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from bai.common.cluster import CLUSTER_PORTS
+from bai.common.cluster import CLUSTER_PORTS, SSH_PORT
 from bai.common.service_ports import TOKEN, ServicePort
 from bai.node.agent.backends.base import Backend, Kernel, KernelStartError
 from bai.node.agent.channel import ChannelError
@@ -38,12 +38,29 @@ class AppError(Exception):
     """An app cannot be started or reached; the message says why (and the app's output, when it failed)."""
 
 
+SSHD = "sshd"  # the app Backend.AI's `ssh` / `scp` tunnel to (tcp, SSH_PORT in the kernel)
+
+
+def offered(kernel: Kernel) -> list[ServicePort]:
+    """The kernel's apps: its image's (`service_ports`), and `sshd` (tcp, SSH_PORT) where the kernel's runner
+    said in its hello that it offers its session's owner an sshd (it made the owner's keypair: runner.py, "SSH
+    for the session's owner"), unless the image declares an app of that name or port itself. The hello is the
+    kernel's word: believing it offers nothing beyond a port of the kernel's own, to the session's owner."""
+    apps = list(kernel.service_ports)
+    hello = getattr(kernel.channel, "hello", None)
+    if isinstance(hello, dict) and hello.get("sshd") is True:
+        if not any(sp.name == SSHD or SSH_PORT in sp.container_ports for sp in apps):
+            apps.append(ServicePort(SSHD, "tcp", (SSH_PORT,)))
+    return apps
+
+
 def find_app(kernel: Kernel, name: str) -> ServicePort:
-    for sp in kernel.service_ports:
+    apps = offered(kernel)
+    for sp in apps:
         if sp.name == name:
             return sp
-    offered = ", ".join(sp.name for sp in kernel.service_ports) or "none"
-    raise AppError(f"the kernel offers no app {name!r} (its apps: {offered})")
+    names = ", ".join(sp.name for sp in apps) or "none"
+    raise AppError(f"the kernel offers no app {name!r} (its apps: {names})")
 
 
 class Apps:

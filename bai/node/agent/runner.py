@@ -104,7 +104,7 @@ for the next job to start (so an input sent right after a batch op is not lost).
 Runner -> agent (``t``):
   hello          {"t": "hello", "pid": INT, "python": "3.11.7", "busy": BOOL,
                   "job": {"id": ID, "kind": "query"|"batch"} or null, "queued": [ID, ...],
-                  "done": [[ID, EXIT], ...], "backlog": [ID, ...]}
+                  "done": [[ID, EXIT], ...], "backlog": [ID, ...], "sshd": BOOL}
                  first message on every connection: the job running now and
                  the jobs waiting (those with an id), and the last jobs that
                  ended while an agent was connected, with their exit codes (at
@@ -114,7 +114,8 @@ Runner -> agent (``t``):
                  and sent after the next hello, in order; "backlog" names the
                  jobs they belong to (at most 16), so that the agent knows
                  them before their records (a job that ended meanwhile among
-                 them) arrive.
+                 them) arrive.  "sshd": the kernel offers its session's owner an
+                 sshd (see "SSH for the session's owner" below).
   stdout/stderr  {"t": "stdout", "d": STR}  output chunks, sent as produced.
   waiting-input  {"t": "waiting-input", "opts": {"is_password": BOOL}}
                  query code called input() (prompt already sent as stdout) or
@@ -147,8 +148,24 @@ the image has an sshd (/usr/sbin/sshd or on PATH) the runner starts it once
 (not again while something listens on its port, as after a restart) as the
 kernel's user on 0.0.0.0:2200, with a host key that ssh-keygen makes in a
 folder of the runner's own (~/.bai-runner, else /tmp/.bai-runner-UID),
-public-key logins only, keys from WORKDIR/.ssh/authorized_keys.  Without
-ssh-keygen, or when sshd fails, a note goes to stderr and nothing else changes.
+public-key logins only, keys from WORKDIR/.ssh/authorized_keys (and the owner's
+key, below).  Without ssh-keygen, or when sshd fails, a note goes to stderr and
+nothing else changes.
+
+SSH for the session's owner (Backend.AI's `backend.ai ssh` / `scp`: the client
+downloads /home/work/id_container and logs in as the kernel's user through the
+app tunnel to the "sshd" app, port 2200).  When the workdir is /home/work (a
+container's), the runner is not root, its user has a passwd entry and the image
+has sshd and ssh-keygen, the runner makes, before its first connection, the
+kernel's own ed25519 keypair: the private key is WORKDIR/id_container (mode
+0600: only the kernel's user reads it, and from outside only whoever may
+download the session's files), the public one PRIVATE/authorized_keys (PRIVATE:
+the runner's folder above), which sshd accepts besides WORKDIR/.ssh/authorized_keys.
+A kept pair (a restarted runner) is used again.  Its hello then says "sshd":
+true (the agent offers the app "sshd", tcp 2200), and a start-service of "sshd"
+without a service definition or command starts the sshd above (one start at a
+time; what listens on the port already is it) on 127.0.0.1 only (on 0.0.0.0 in
+a cluster session, for the other kernels).
 
 Relay mode (a peer proxy)::
 
@@ -185,6 +202,7 @@ import getpass
 import io
 import json
 import os
+import pwd
 import queue
 import re
 import secrets
@@ -240,6 +258,11 @@ CLUSTER_PORTS = "%d,%d-%d" % (SSH_PORT, MASTER_PORT, MASTER_PORT + 19)  # relay 
 MAX_RELAY_LISTENERS = 4096  # relay mode: more ports is a malformed --ports
 PEER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 SSH_START_TIMEOUT = 30.0
+OWNER_HOME = "/home/work"  # the official client downloads /home/work/id_container and logs in as the kernel's user
+OWNER_KEY = "id_container"  # in the workdir: the private key of the session's owner
+OWNER_KEYS = "authorized_keys"  # in the runner's folder: its public key, which sshd accepts
+SSHD_APP = "sshd"  # the app (service port) that is this sshd
+REAP_INTERVAL = 2.0  # seconds between looks for sshd's zombies (PID 1 only)
 _RUNNER_GLOBALS = globals()
 RUNNER_FILE = os.path.abspath(__file__)  # before main() changes directory: what `restart` executes again
 
@@ -336,6 +359,11 @@ class Runner:
         self.app_tokens: dict[str, str] = {}  # app name -> its secret ({token} in its command), once made or read
         self.cluster_lock = threading.Lock()
         self.sshd_tried = False
+        self.sshd_lock = threading.Lock()  # one start of sshd at a time (the cluster's, start-service's)
+        self.sshd_proc: subprocess.Popen[bytes] | None = None  # the last sshd started
+        self.reaping = False  # the thread that reaps sshd's leftovers runs (PID 1 only)
+        # the owner's keypair is there (see "SSH for the session's owner"); set before connecting
+        self.owner_ssh = False
         # The persistent user namespace is a real module installed as __main__,
         # so pickle/multiprocessing can find user-defined functions and classes.
         self.runner_module = sys.modules.get("__main__")
@@ -422,6 +450,7 @@ class Runner:
                 "queued": self.queued_ids[:16],
                 "done": [d for d in self.done if d[0] not in waiting][-DONE_KEPT:],
                 "backlog": backlog[:DONE_KEPT],
+                "sshd": self.owner_ssh,
             }
 
     def _flush_backlog(self, conn: socket.socket) -> None:
@@ -774,6 +803,8 @@ class Runner:
                 command = None
                 error = _short("bad service definition %s: %s" % (defs_path, e))
         elif command is None:
+            if name == SSHD_APP and self.owner_ssh:
+                return self.ensure_sshd(port)
             error = "no command is known to start %s" % name
         if command is None:  # what listens there already (the image started it itself) is the app
             return {"ok": True, "started": False} if _listening(port) else {"ok": False, "error": error}
@@ -916,17 +947,128 @@ class Runner:
             if size <= 1 or self.sshd_tried:
                 return
             self.sshd_tried = True
-        sshd = "/usr/sbin/sshd" if os.access("/usr/sbin/sshd", os.X_OK) else shutil.which("sshd")
-        if not sshd:
+        if not _program("sshd", "/usr/sbin/sshd"):
             return
-        if _listening(SSH_PORT):  # it still runs (the runner was restarted), or the image started its own
-            return
-        keygen = shutil.which("ssh-keygen") or (
-            "/usr/bin/ssh-keygen" if os.access("/usr/bin/ssh-keygen", os.X_OK) else None
+        outcome = self.ensure_sshd(SSH_PORT)
+        if not outcome["ok"]:
+            output = _short(str(outcome.get("output") or "").strip(), 600)
+            _note("sshd was not started: %s%s" % (outcome["error"], ": " + output if output else ""))
+
+    # -- SSH for the session's owner (see the module's docstring) --
+
+    def prepare_owner_ssh(self) -> None:
+        """The owner's keypair, made unless it is there (sets owner_ssh); before the first connection, so that
+        the first hello says whether the kernel offers sshd and the key can be downloaded once it runs."""
+        try:
+            self.owner_ssh = self._owner_keypair()
+        except Exception as e:
+            _note("no sshd for the session's owner: %s: %s" % (type(e).__name__, e))
+        if self.owner_ssh:
+            self._start_reaper()  # (an sshd may run from before a restart)
+
+    def _owner_keypair(self) -> bool:
+        if self.workdir != OWNER_HOME or os.getuid() == 0:
+            return False
+        keygen = _program("ssh-keygen", "/usr/bin/ssh-keygen")
+        if not keygen or not _program("sshd", "/usr/sbin/sshd"):
+            return False
+        try:
+            pwd.getpwuid(os.getuid())
+        except KeyError:
+            _note("no sshd for the session's owner: uid %d has no passwd entry to log in as" % os.getuid())
+            return False
+        folder = _private_folder()
+        private, public = os.path.join(self.workdir, OWNER_KEY), os.path.join(folder, OWNER_KEYS)
+        if os.path.isfile(private) and os.path.isfile(public) and os.path.getsize(public) > 0:
+            return True  # kept (the runner was restarted)
+        made = os.path.join(folder, "owner_key")
+        for path in (made, made + ".pub"):
+            if os.path.lexists(path):
+                os.unlink(path)
+        done = subprocess.run(
+            [keygen, "-q", "-t", "ed25519", "-N", "", "-C", "bai-session", "-f", made],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=SSH_START_TIMEOUT,
         )
+        if done.returncode != 0:
+            output = _short(done.stdout.decode("utf-8", "replace"))
+            _note("no sshd for the session's owner: ssh-keygen failed: %s" % output)
+            return False
+        try:
+            with open(made, "rb") as f:
+                private_key = f.read()
+            with open(made + ".pub", "rb") as f:
+                public_key = f.read()
+            _write_private(private, private_key)
+            _write_private(public, public_key)  # (last: a pair is complete once this is there)
+        finally:
+            for path in (made, made + ".pub"):
+                if os.path.lexists(path):
+                    os.unlink(path)
+        return True
+
+    def _start_reaper(self) -> None:
+        """Where the runner is PID 1: a thread that reaps what sshd leaves it (once)."""
+        with self.cluster_lock:
+            if os.getpid() != 1 or self.reaping:
+                return
+            self.reaping = True
+        threading.Thread(target=self._reap_forever, name="reaper", daemon=True).start()
+
+    def _reap_forever(self) -> None:
+        while True:
+            time.sleep(REAP_INTERVAL)
+            try:
+                self.reap_sshd_orphans()
+            except Exception as e:  # (a bug: the kernel goes on, its zombies stay)
+                _note("reaping sshd's leftovers failed: %s: %s" % (type(e).__name__, e))
+                return
+
+    def reap_sshd_orphans(self) -> None:
+        """Reap the zombies named sshd whose parent is this runner and that it did not start itself: as a
+        container's PID 1 it inherits one per SSH connection (a process of sshd's whose parent ended first),
+        and every zombie counts against the kernel's pids limit.  Only those: a blanket waitpid(-1) would
+        take the exit status of a batch command's, an app's or query code's own child from its waiter."""
+        own = {self.pid}
+        with self.state_lock:
+            procs = [self.proc, self.sshd_proc, *self.services.values()]
+        own.update(p.pid for p in procs if p is not None)
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in own:
+                continue
+            try:
+                with open("/proc/%s/stat" % entry, "rb") as f:
+                    stat = f.read(1024)
+            except OSError:
+                continue
+            # "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so split after the last ")"
+            comm = stat[stat.find(b"(") + 1 : stat.rfind(b")")]
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if comm == b"sshd" and len(fields) > 1 and fields[0] == b"Z" and fields[1] == str(self.pid).encode():
+                try:
+                    os.waitpid(int(entry), os.WNOHANG)
+                except OSError:
+                    pass
+
+    def ensure_sshd(self, port: int) -> dict[str, Any]:
+        """sshd on *port* unless something listens there (one start at a time): a service record's outcome,
+        {"ok", "started", "error"?, "output"?}."""
+        with self.sshd_lock:
+            if _listening(port):
+                return {"ok": True, "started": False}
+            return self._run_sshd(port)
+
+    def _run_sshd(self, port: int) -> dict[str, Any]:
+        """Start sshd as the runner's user on *port* (see "Cluster sessions" above): on 0.0.0.0 in a cluster
+        session (its other kernels reach it), else on 127.0.0.1 only (the owner reaches it through a tunnel)."""
+        sshd = _program("sshd", "/usr/sbin/sshd")
+        if not sshd:
+            return {"ok": False, "error": "the image has no sshd"}
+        keygen = _program("ssh-keygen", "/usr/bin/ssh-keygen")
         if not keygen:
-            _note("sshd was not started: the image has no ssh-keygen to make its host key")
-            return
+            return {"ok": False, "error": "the image has no ssh-keygen to make sshd's host key"}
         folder = _private_folder()
         key = os.path.join(folder, "ssh_host_ed25519_key")
         if not os.path.exists(key):
@@ -939,25 +1081,34 @@ class Runner:
             )
             if made.returncode != 0:
                 output = made.stdout.decode("utf-8", "replace").strip()
-                _note("sshd was not started: ssh-keygen failed: %s" % _short(output, 400))
-                return
+                return {"ok": False, "error": "ssh-keygen failed: %s" % _short(output, 400)}
         if os.getuid() == 0:  # a root sshd separates privileges and wants its (empty) folder
             try:
                 os.makedirs("/run/sshd", 0o755, exist_ok=True)
             except OSError:
                 pass
+        try:
+            cluster = int(os.environ.get("BACKENDAI_CLUSTER_SIZE") or "1") > 1
+        except ValueError:
+            cluster = False
+        keys = [os.path.join(self.workdir, ".ssh", "authorized_keys")]
+        if self.owner_ssh:
+            keys.append(os.path.join(folder, OWNER_KEYS))
         log_path = os.path.join(folder, "sshd.log")
         argv = [os.path.abspath(sshd), "-f", "/dev/null", "-E", log_path]
         options = [
-            "Port=%d" % SSH_PORT,
-            "ListenAddress=0.0.0.0",
+            "Port=%d" % port,
+            "ListenAddress=%s" % ("0.0.0.0" if cluster else "127.0.0.1"),
             "HostKey=%s" % key,
             "PidFile=none",
             "UsePAM=no",
             "StrictModes=no",
             "PasswordAuthentication=no",
+            "KbdInteractiveAuthentication=no",
             "PubkeyAuthentication=yes",
-            "AuthorizedKeysFile=%s" % os.path.join(self.workdir, ".ssh", "authorized_keys"),
+            "AuthorizedKeysFile=%s" % " ".join(keys),
+            "PrintMotd=no",
+            "X11Forwarding=no",
             "Subsystem=sftp internal-sftp",
         ]
         for option in options:
@@ -965,7 +1116,10 @@ class Runner:
         log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             log_start = os.fstat(log_fd).st_size
-            proc = subprocess.Popen(  # without -D it forks into the background, and this one exits
+            # Without -D it forks into the background and this one exits, except where the runner is PID 1 (a
+            # container's): then sshd, a session leader whose parent is init, stays (it deems itself a daemon
+            # already).  It runs in a session of its own (a restart ends it only where the runner is PID 1).
+            proc = subprocess.Popen(
                 argv,
                 cwd=self.workdir,
                 start_new_session=True,
@@ -975,12 +1129,19 @@ class Runner:
             )
         finally:
             os.close(log_fd)
-        try:
-            code = proc.wait(timeout=SSH_START_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            return  # it stayed in the foreground: it runs (in its own session: a restart does not end it)
-        if code != 0:
-            _note("sshd exited with code %s: %s" % (code, _short(_log_tail(log_path, log_start).strip(), 600)))
+        self.sshd_proc = proc
+        self._start_reaper()
+        deadline = time.monotonic() + SSH_START_TIMEOUT
+        while not _listening(port):
+            code = proc.poll()
+            if code:
+                error = "sshd exited with code %s while starting" % code
+                return {"ok": False, "error": error, "output": _log_tail(log_path, log_start)}
+            if time.monotonic() >= deadline:
+                error = "sshd did not listen on port %d within %g s" % (port, SSH_START_TIMEOUT)
+                return {"ok": False, "error": error, "output": _log_tail(log_path, log_start)}
+            time.sleep(0.02 if code is None else SERVICE_POLL)
+        return {"ok": True, "started": True}
 
     # -- job execution (main thread) ------------------------------------
 
@@ -1283,6 +1444,23 @@ def _private_folder() -> str:
     raise OSError("no folder for the runner's files: %s" % "; ".join(errors))
 
 
+def _program(name: str, usual: str) -> str | None:
+    """The path of program *name*: *usual* when it is there, else the one on PATH (None: neither)."""
+    return usual if os.access(usual, os.X_OK) else shutil.which(name)
+
+
+def _write_private(path: str, data: bytes) -> None:
+    """*data* as the file *path*, readable by this user only (mode 0600), replaced at once (never half written)."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 def _short(text: str, limit: int = 200) -> str:
     """*text*, cut to *limit* characters (an error record must not echo a huge field)."""
     return text if len(text) <= limit else text[:limit] + "... (%d characters)" % len(text)
@@ -1496,6 +1674,7 @@ def main(argv: list[str] | None = None) -> None:
     runner = Runner(workdir, max(args.max_line, 1024), connect_to)
     signal.signal(signal.SIGTERM, runner.terminate)
     signal.signal(signal.SIGINT, _ignore_signal)
+    runner.prepare_owner_ssh()
     runner.start_cluster()
     if server is not None:
         threading.Thread(target=runner.serve, args=(server,), name="conn", daemon=True).start()

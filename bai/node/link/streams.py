@@ -44,6 +44,18 @@ class LinkStream:
             self._taken()
         return frame
 
+    def waiting(self) -> dict[str, Any] | None:
+        """The next frame when one waits already (taken, as `receive` would), else None: none waits, or the
+        stream's end is next (which `receive` then answers)."""
+        if self.inbox.empty():
+            return None
+        frame = self.inbox.get_nowait()
+        if frame is None:
+            self.inbox.put_nowait(None)
+            return None
+        self._taken()
+        return frame
+
     def _taken(self) -> None:
         """A frame was taken from the inbox (flow control: the sender may send one more)."""
 

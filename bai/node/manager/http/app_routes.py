@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
@@ -138,8 +139,12 @@ async def relay(ws: web.WebSocketResponse, stream: LinkStream, idle_timeout: flo
         while (frame := await stream.receive()) is not None:
             last = loop.time()
             if frame.get("t") == "data":
-                await ws.send_bytes(frame.get("d") or b"")
-            elif frame.get("t") == "eof":
+                data, frame = coalesced(stream, frame.get("d") or b"")
+                if data:
+                    await ws.send_bytes(data)
+                if frame is None:
+                    continue
+            if frame.get("t") == "eof":
                 return None  # the app closed the connection: so does the client's
         return stream.closed_reason or None
 
@@ -164,6 +169,23 @@ async def relay(ws: web.WebSocketResponse, stream: LinkStream, idle_timeout: flo
         return None
     finally:
         await cancel_and_wait(*tasks)
+
+
+def coalesced(stream: LinkStream, data: bytes) -> tuple[bytes, dict[str, Any] | None]:
+    """`data` and the data frames already waiting behind it (up to MAX_FRAME bytes), as one WebSocket message,
+    and the frame after them that is not data (None: none waits). An app writes a reply in several pieces
+    (sshd: a packet each); sent as one message, the client's proxy hands them on in one write, and a client
+    that ends on the last piece (`backend.ai ssh`, which then interrupts its proxy) finds that proxy idle,
+    not in the middle of the next write (where the official client's proxy loses the interrupt and hangs)."""
+    parts = [data]
+    size = len(data)
+    while size < MAX_FRAME and (frame := stream.waiting()) is not None:
+        if frame.get("t") != "data":
+            return b"".join(parts), frame
+        piece = frame.get("d") or b""
+        parts.append(piece)
+        size += len(piece)
+    return b"".join(parts), None
 
 
 def add_app_routes(app: web.Application) -> None:
