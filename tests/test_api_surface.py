@@ -24,11 +24,11 @@ async def test_unknown_and_unimplemented_endpoints_answer_with_problems(sim_node
         ("GET", "/no/such/path", 404, "url-not-found"),
         ("GET", "/agents", 404, "url-not-found"),  # bai's own endpoints moved under /bai/
         ("GET", "/session/abc/commit", 501, "not-implemented"),
-        ("GET", "/folders/_/mounts", 501, "not-implemented"),
+        ("GET", "/folders/_/quota", 501, "not-implemented"),
         ("GET", "/resource/presets", 501, "not-implemented"),
         ("PUT", "/session", 404, "url-not-found"),
-        ("PUT", "/manager/status", 501, "not-implemented"),  # the official client's manager freeze
-        ("POST", "/config/get", 501, "not-implemented"),  # admin etcd get
+        ("POST", "/config/set", 501, "not-implemented"),  # admin etcd put: bai's configuration is bai.toml
+        ("GET", "/session/_/match", 501, "not-implemented"),
         ("GET", "/license", 501, "not-implemented"),
         ("POST", "/manager/scheduler/operation", 501, "not-implemented"),
     ):
