@@ -679,13 +679,16 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     """Session lifecycle events as Server-Sent Events (reference spec §2.11).
 
     `sessionId` or `sessionName` picks one session (without either: all the requester may see);
-    `scope` is `*`, `session` or `kernel`. The stream stays open, as Backend.AI's does; `follow=false`
-    (a bai extension) ends it after the session's final event."""
+    `scope` is `*`, `session`, `kernel` or a comma-separated list of them. The stream stays open, as Backend.AI's
+    does; `follow=false` (a bai extension) ends it after the session's final event."""
     services = services_of(request)
     ref = request.query.get("sessionId") or request.query.get("sessionName")
-    scope = request.query.get("scope", "*")
-    if scope not in ("*", "session", "kernel"):
-        raise invalid("scope must be *, session or kernel")
+    # Backend.AI's filter: a comma-separated list of `session` and `kernel`, or `*` for both (the 26.x client's
+    # `session watch` asks for "session,kernel")
+    scopes = {part.strip() for part in request.query.get("scope", "*").split(",")}
+    if not scopes or not scopes <= {"*", "session", "kernel"}:
+        raise invalid("scope must be *, session, kernel or a comma-separated list of them")
+    scope = "*" if "*" in scopes or scopes == {"session", "kernel"} else scopes.pop()
     caller = caller_of(request)
     owner = caller.owner if caller.is_admin else (caller.owner or caller.access_key)
     only = None
