@@ -34,6 +34,18 @@ def official_client() -> str:
     pytest.skip(reason)
 
 
+def official_client26() -> str:
+    """The 26.9 client's `backend.ai` (`$BAI_OFFICIAL_CLIENT26` or `.venv-bac26/`: backend.ai-client==26.9.6 on
+    Python 3.13, what `.ci/run` installs); missing, it fails the test in CI (`BAI_REQUIRE_DOCKER=1`), else skips."""
+    path = os.environ.get("BAI_OFFICIAL_CLIENT26") or str(ROOT / ".venv-bac26" / "bin" / "backend.ai")
+    if Path(path).is_file():
+        return path
+    reason = f"the official client 26.9 is not installed at {path} (.ci/run: backend.ai-client==26.9.6, Python 3.13)"
+    if os.environ.get("BAI_REQUIRE_DOCKER") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
 class Official:
     """Runs `backend.ai …` with the node's keypair, as `eval "$(bai client-env)"` would set it up."""
 
