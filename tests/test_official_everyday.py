@@ -273,6 +273,35 @@ def test_sdk(ev: Everyday, client: str, row: Row) -> None:
     check(row, client, out, fields)
 
 
+# -- the rows that need a container (a Docker node) ------------------------------------------------------------
+
+
+@pytest.fixture
+def docker_session(docker_node: Node) -> Iterator[tuple[str, str]]:
+    """A session of a Docker kernel (name, id), destroyed after the row (no container may outlive a test)."""
+    name = f"evd-{uuid.uuid4().hex[:6]}"
+    answer = rest(docker_node, "POST", "/session", {"image": "python", "clientSessionToken": name})
+    yield name, answer["sessionId"]  # type: ignore[index]
+    signed_request(docker_node, "DELETE", f"/session/{name}", *admin_keys(docker_node))
+
+
+@pytest.mark.parametrize(("client", "row"), params("cli", True) + params("sdk", True))
+def test_docker_rows(docker_node: Node, docker_session: tuple[str, str], tmp_path: Path, client: str, row: Row) -> None:
+    fields = {"c": client, "ds": docker_session[0], "dsid": docker_session[1]}
+    bac = Official(program(client), docker_node, tmp_path)
+    if row.kind == "cli":
+        out = bac(*[a.format_map(fields) for a in row.argv[client]], timeout=120)
+    else:
+        given = "".join(f"{k} = {v!r}\n" for k, v in fields.items())
+        code = f"{given}from ai.backend.client.session import Session\nwith Session() as api:\n    {row.code[client]}"
+        proc = subprocess.run(
+            [str(Path(bac.program).with_name("python")), "-c", code], capture_output=True, text=True,
+            env=bac.env, cwd=tmp_path, timeout=120,
+        )  # fmt: skip
+        out = proc.stdout + proc.stderr
+    check(row, client, out, fields)
+
+
 # -- the list's own numbers, and the docs ---------------------------------------------------------------------
 
 
