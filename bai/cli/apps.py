@@ -22,7 +22,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from bai.common.service_ports import with_token
 
@@ -129,7 +129,7 @@ class Gate:
                 if scheme.lower() in ("token", "bearer") and self._matches(got):
                     found = "header"
         if not found:
-            query = urlsplit(parts[1]).query
+            query = parts[1].partition("?")[2].partition("#")[0]  # (not urlsplit: "//[" is a ValueError to it)
             if any(self._matches(t) for t in parse_qs(query).get("token", [])):
                 found = "query"
         return found

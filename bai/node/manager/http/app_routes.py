@@ -174,9 +174,8 @@ async def relay(ws: web.WebSocketResponse, stream: LinkStream, idle_timeout: flo
 def coalesced(stream: LinkStream, data: bytes) -> tuple[bytes, dict[str, Any] | None]:
     """`data` and the data frames already waiting behind it (up to MAX_FRAME bytes), as one WebSocket message,
     and the frame after them that is not data (None: none waits). An app writes a reply in several pieces
-    (sshd: a packet each); sent as one message, the client's proxy hands them on in one write, and a client
-    that ends on the last piece (`backend.ai ssh`, which then interrupts its proxy) finds that proxy idle,
-    not in the middle of the next write (where the official client's proxy loses the interrupt and hangs)."""
+    (sshd: a packet each); sent as one message, the client hands them on in one write, with one frame's work
+    on either side instead of one per piece."""
     parts = [data]
     size = len(data)
     while size < MAX_FRAME and (frame := stream.waiting()) is not None:
