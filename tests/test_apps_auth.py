@@ -184,8 +184,8 @@ async def test_floods_of_idle_and_oversized_connections_are_shed_and_cost_nothin
         answers = await asyncio.wait_for(asyncio.gather(*(r.read() for r, _ in idle)), 10)
         timed_out = sum(a.startswith(b"HTTP/1.1 408") for a in answers)
         assert all(a == b"" or a.startswith(b"HTTP/1.1 408") for a in answers)  # the rest: closed at once
-        # all 300 refused; at most MAX_WAITING wait at once, the others are closed at once, unanswered (on a slow machine the first
-        # ones' half second may run out while the last connect, which frees their places for later ones)
+        # all 300 refused; at most MAX_WAITING wait at once, the others are closed at once, unanswered (on a slow
+        # machine the first ones' half second may run out while the last connect, which frees places for later ones)
         assert timed_out >= cli_apps.MAX_WAITING and gate.refused - refused0 == 300, (timed_out, gate.refused)
         assert gate.waiting == 0
         for _, w in idle:
