@@ -292,7 +292,11 @@ cli("admin-manager-unfreeze", "admin", "admin manager unfreeze", "")
 cli("admin-announcement-update", "admin", "admin announcement update -m 'ev{c} notice'", "")
 cli("admin-announcement-get", "admin", "admin announcement get", "ev{c} notice")
 cli("admin-announcement-delete", "admin", "admin announcement delete", "", input="y\n")
-cli("admin-license-show", "admin", "admin license show", "501", (FAIL, "bai has no license"))
+cli(
+    "admin-license-show", "admin", "admin license show", "501",
+    (FAIL, "bai has no license: the client says it is for enterprise editions only (the same against open-source "
+     "Backend.AI, which has no /license either)"),
+)  # fmt: skip
 
 # -- CLI: the client itself ---------------------------------------------------------------------------------
 
@@ -440,9 +444,24 @@ sdk("sdk-sgroup-list-available", "admin", "print(api.ScalingGroup.list_available
 sdk("sdk-sgroup-detail", "admin", "print(api.ScalingGroup.detail('default'))", "default")
 sdk("sdk-storage-list", "admin", "print(api.Storage.paginated_list().items)", "local")
 sdk("sdk-storage-detail", "admin", "print(api.Storage.detail('local'))", "local")
-PRESETS = (FAIL, "bai has no resource presets (`/resource/presets`, `/resource/check-presets`: 501)")
-sdk("sdk-resource-presets", "admin", "print(api.Resource.list())", "501", PRESETS)
-sdk("sdk-resource-check-presets", "admin", "print(api.Resource.check_presets())", "501", PRESETS)
+sdk("sdk-resource-presets", "admin", "print(api.Resource.list())", "'ev-preset'")
+sdk(
+    "sdk-resource-check-presets", "admin", "print(api.Resource.check_presets()['presets'])",
+    {"23": "('allocatable', True)", "26": "'allocatable': True"},
+)  # fmt: skip
+sdk(
+    "sdk-resource-check-presets-in", "admin",
+    {"26": "print(api.Resource.check_presets(group='default', scaling_group='default')['scaling_groups'])"},
+    "'remaining'",
+)  # fmt: skip
+sdk(
+    "sdk-resource-check-presets-user", "admin", "print(dict(api.Resource.check_presets()['keypair_remaining']))",
+    "'cpu'", as_user=True,
+)  # fmt: skip
+sdk(
+    "sdk-resource-presets-gql", "admin",
+    "print(api.Admin.query('query { resource_presets { name resource_slots shared_memory } }'))", "ev-preset",
+)  # fmt: skip
 sdk("sdk-resource-slots", "admin", "print(api.Resource.get_resource_slots())", "cpu")
 sdk("sdk-resource-vfolder-types", "admin", "print(api.Resource.get_vfolder_types())", "user")
 sdk(

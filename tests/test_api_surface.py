@@ -25,7 +25,7 @@ async def test_unknown_and_unimplemented_endpoints_answer_with_problems(sim_node
         ("GET", "/agents", 404, "url-not-found"),  # bai's own endpoints moved under /bai/
         ("GET", "/session/abc/commit", 501, "not-implemented"),
         ("GET", "/folders/_/quota", 501, "not-implemented"),
-        ("GET", "/resource/presets", 501, "not-implemented"),
+        ("GET", "/resource/get-presets", 501, "not-implemented"),
         ("PUT", "/session", 404, "url-not-found"),
         ("POST", "/config/set", 501, "not-implemented"),  # admin etcd put: bai's configuration is bai.toml
         ("GET", "/session/_/match", 501, "not-implemented"),

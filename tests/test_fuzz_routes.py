@@ -47,6 +47,7 @@ FIELDS = [
     "user_email", "id", "shared_user_uuid", "onwer_access_key",
     "month", "group_ids", "group_id", "project_id", "start_date", "end_date", "period", "by", "all",
     "payload", "template_id", "group", "domain", "format",
+    "resource_slots", "shared_memory", "scaling_group_name", "scaling_group",
 ]  # fmt: skip
 CONFIG = st.fixed_dictionaries(
     {},
@@ -135,6 +136,21 @@ ROUTES = [
     ("PUT", "/template/session/{ref}", {"payload": TEMPLATE}),
     ("DELETE", "/template/session/{ref}", None),
     ("POST", "/session/_/create-from-template", {"template_id": "0" * 32, "enqueueOnly": True, "config": {}}),
+    # resource presets: {ref} is fuzzed text or the fuzz session's name (no such preset: a 404)
+    ("GET", "/resource/presets", None),
+    ("POST", "/resource/check-presets", {"group": "default", "scaling_group": "default"}),
+    ("GET", "/resource/check-presets", None),
+    ("GET", "/bai/presets", None),
+    ("POST", "/bai/presets", {"name": "fz", "resource_slots": {"cpu": "1"}, "shared_memory": "64m"}),
+    ("GET", "/bai/presets/{ref}", None),
+    ("PATCH", "/bai/presets/{ref}", {"resource_slots": {"mem": "1g"}, "scaling_group_name": None}),
+    ("DELETE", "/bai/presets/{ref}", None),
+    (
+        "POST",
+        "/admin/gql",
+        {"query": 'mutation { create_resource_preset(name: "fz", props: {resource_slots: "{}"}) { ok msg } }'},
+    ),
+    ("POST", "/admin/gql", {"query": "{ resource_presets { name resource_slots shared_memory } }"}),
     ("POST", "/admin/gql", {"query": "query { compute_session_list { items { id name } total_count } }"}),
     (
         "POST",

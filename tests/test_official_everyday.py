@@ -103,6 +103,8 @@ class Everyday:
         made = rest(node, "POST", "/bai/admin/keypairs", {"user_id": USER})
         assert isinstance(made, dict)
         self.user_keys = {"accessKey": made["accessKey"], "secretKey": made["secretKey"]}
+        preset = {"name": "ev-preset", "resource_slots": {"cpu": "1", "mem": "256m"}, "shared_memory": "64m"}
+        rest(node, "POST", "/bai/presets", preset)
         users = {u["email"]: u for u in node.json("user", "ls")}
         self.uid = users[USER]["uuid"]
         self.gid = next(p["id"] for p in node.json("project", "ls") if p["name"] == "default")

@@ -1074,3 +1074,24 @@ async def test_session_templates_round_trip_and_their_owners_bound(state: Any, n
     assert not await state.replace_session_template("0" * 32, "x", second, None)
     assert await state.delete_session_template(ids[0]) and not await state.delete_session_template(ids[0])
     assert await state.session_template(ids[0]) is None
+
+
+# -- resource presets (schema 18) ------------------------------------------------------------------------
+
+
+async def test_resource_presets_round_trip(state: Any, now: datetime) -> None:
+    """Made (not twice under one name), listed by name, replaced (renamed too, not onto another's name), deleted."""
+    from bai.node.manager.state.preset_records import ResourcePreset
+
+    small = ResourcePreset("small", {"cpu": "1", "mem": "1073741824"}, 67108864, None, stamp(now))
+    gpu = ResourcePreset("gpu", {"cpu": "4", "cuda.device": "1"}, None, "gpus", stamp(now))
+    assert await state.create_resource_preset(small) and await state.create_resource_preset(gpu)
+    assert not await state.create_resource_preset(small)  # (its name is taken)
+    assert await state.resource_presets() == [gpu, small]
+    bigger = ResourcePreset("medium", {"cpu": "2"}, None, None, small.created_at)
+    assert await state.replace_resource_preset("small", bigger)
+    assert not await state.replace_resource_preset("medium", ResourcePreset("gpu", {"cpu": "2"}, None, None, ""))
+    assert not await state.replace_resource_preset("small", bigger)  # (no longer there)
+    assert await state.resource_presets() == [gpu, bigger]
+    assert await state.delete_resource_preset("gpu") and not await state.delete_resource_preset("gpu")
+    assert await state.resource_presets() == [bigger]

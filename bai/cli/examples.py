@@ -28,6 +28,11 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
         "bai session create python --type batch --startup-command 'python job.py' --wait",
         "bai session create python --name dist --cluster-size 3 --cluster-mode multi-node",
     ),
+    "bai preset ls": ("bai preset ls", "bai preset ls -o json"),
+    "bai preset check": ("bai preset check", "bai preset check --project ml --scaling-group gpu"),
+    "bai preset add": ("bai preset add small --cpu 1 --mem 2g", "bai preset add gpu1 -r cpu=4,mem=16g --gpu 1"),
+    "bai preset update": ("bai preset update small --mem 4g", "bai preset update small --name tiny"),
+    "bai preset rm": "bai preset rm small",
     "bai session template create": (
         "bai session template create job.yaml",
         "cat job.json | bai session template create -",

@@ -34,6 +34,7 @@ class BaiGroup(LazyGroup):
         "project": "bai.cli.teams:project_app",
         "domain": "bai.cli.teams:domain_app",
         "scaling-group": "bai.cli.teams:scaling_group_app",
+        "preset": "bai.cli.presets:app",
     }
 
     def list_commands(self, ctx: Any) -> list[str]:

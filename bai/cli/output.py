@@ -534,3 +534,33 @@ def scaling_groups_table(items: list[dict[str, Any]], wide: bool = False, width:
         Column("DESCRIPTION", lambda g: g.get("description") or "-", rank=3),
     ]
     return fit(columns, items, console().width if width is None else width, wide)
+
+
+def presets_table(
+    items: list[dict[str, Any]], wide: bool = False, width: int | None = None, fits: bool = False
+) -> Table:
+    """Resource presets: name, resources, shared memory, scaling group (and, from check-presets, whether each fits)."""
+    from bai.cli.layout import Column, fit
+
+    columns = [
+        Column("NAME", lambda p: p["name"]),
+        Column("RESOURCES", lambda p: slots_text(p["resource_slots"]) or "-", rest=True),
+        Column("SHARED MEMORY", lambda p: size(p["shared_memory"]) if p.get("shared_memory") else "-", rank=2),
+        Column("SCALING GROUP", lambda p: p.get("scaling_group_name") or "every", rank=1),
+    ]
+    if fits:
+        columns.insert(1, Column("FITS NOW", lambda p: "yes" if p.get("allocatable") else "no"))
+    return fit(columns, items, console().width if width is None else width, wide)
+
+
+def preset_check_lines(answer: dict[str, Any]) -> list[str]:
+    """check-presets' figures: what the caller may still take, and what each scaling group has free for it."""
+
+    def amounts(slots: dict[str, Any]) -> str:
+        parts = [f"{s} {UNLIMITED if v == 'Infinity' else amount_text(s, v)}" for s, v in sorted(slots.items())]
+        return ", ".join(parts) or "-"
+
+    lines = [f"you may still take: {amounts(answer.get('keypair_remaining') or {})}"]
+    for name, group in sorted((answer.get("scaling_groups") or {}).items()):
+        lines.append(f"free for you in scaling group {name}: {amounts(group.get('remaining') or {})}")
+    return lines

@@ -36,6 +36,12 @@ Project = Annotated[
     typer.Option("--project", help="The project (Backend.AI's group) to create it in: name or id [your default one]."),
 ]
 Domain = Annotated[str | None, typer.Option("--domain", help="The domain of --project [yours].")]
+Preset = Annotated[
+    str | None,
+    typer.Option(
+        "--preset", metavar="NAME", help="The resources of a resource preset (`bai preset ls`); --cpu, --mem … on top."
+    ),
+]
 
 
 def _complete_sessions(incomplete: str) -> list[str]:
@@ -133,6 +139,13 @@ def parse_resources(
     except SlotError as e:
         raise typer.BadParameter(str(e)) from None
     return out
+
+
+async def with_preset(c: Any, preset: str | None, resources: dict[str, str]) -> dict[str, str]:
+    """The resources of a preset (a 404 when there is none), those given as options on top."""
+    if not preset:
+        return resources
+    return {**(await c.preset(preset))["resource_slots"], **resources}
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:
@@ -588,6 +601,7 @@ def run(
     mem: Mem = None,
     gpu: Gpu = None,
     gpu_share: GpuShare = None,
+    preset: Preset = None,
     env: Env = None,
     name: Name = None,
     mount: Mount = None,
@@ -623,8 +637,10 @@ def run(
     }
 
     async def go() -> int:
+        nonlocal resources
         owned = Owned(name)
         async with client() as c:
+            asked["resources"] = resources = await with_preset(c, preset, resources)
             with Signals() as signals:
                 failed: BaseException | None = None
                 try:
@@ -754,6 +770,7 @@ def create(
     mem: Mem = None,
     gpu: Gpu = None,
     gpu_share: GpuShare = None,
+    preset: Preset = None,
     env: Env = None,
     mount: Mount = None,
     session_type: Annotated[str, typer.Option("--type", help="interactive, or batch (runs --startup-command).")] = (
@@ -840,6 +857,7 @@ def create(
     async def go() -> dict[str, Any]:
         owned = Owned(name)
         async with client() as c:
+            options["resources"] = await with_preset(c, preset, resources)
             if (detach or starts_at or depends) and not wait_end:
                 result = await c.create_session(image, name=name, enqueue_only=True, **options)
                 owned.note(result)

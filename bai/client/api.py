@@ -470,6 +470,33 @@ class Client:
         body = {**overrides, "template_id": template_id}
         return await self.request("POST", "/session/_/create-from-template", json_body=body)
 
+    # -- resource presets (Backend.AI's /resource/presets, /resource/check-presets; bai's /bai/presets) --
+
+    async def presets(self) -> list[dict[str, Any]]:
+        """Every resource preset: `{name, resource_slots, shared_memory, scaling_group_name}`."""
+        return await self.request("GET", "/bai/presets")
+
+    async def preset(self, name: str) -> dict[str, Any]:
+        return await self.request("GET", f"/bai/presets/{quote(name, safe='')}")
+
+    async def check_presets(self, group: str | None = None, scaling_group: str | None = None) -> dict[str, Any]:
+        """What the caller may still take, in a project and scaling group, and which presets fit now."""
+        body = {k: v for k, v in (("group", group), ("scaling_group", scaling_group)) if v}
+        return await self.request("POST", "/resource/check-presets", json_body=body)
+
+    async def create_preset(self, name: str, **fields: Any) -> dict[str, Any]:
+        """fields: resource_slots ({slot: amount}), shared_memory (a size), scaling_group_name."""
+        body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
+        return await self.request("POST", "/bai/presets", json_body=body)
+
+    async def update_preset(self, preset: str, **fields: Any) -> dict[str, Any]:
+        """fields: name (a new one), resource_slots, shared_memory, scaling_group_name ("": every group)."""
+        body = {k: v for k, v in fields.items() if v is not None}
+        return await self.request("PATCH", f"/bai/presets/{quote(preset, safe='')}", json_body=body)
+
+    async def delete_preset(self, name: str) -> dict[str, Any]:
+        return await self.request("DELETE", f"/bai/presets/{quote(name, safe='')}")
+
     async def get_session(self, ref: str) -> dict[str, Any]:
         return await self.request("GET", f"/session/{ref}")
 

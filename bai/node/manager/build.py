@@ -26,6 +26,7 @@ from bai.node.manager.services.kernel_ops import KernelOps
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.peers import PeerRelay
+from bai.node.manager.services.resource_presets import ResourcePresets
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.services.session_templates import SessionTemplates
@@ -121,6 +122,7 @@ async def build_manager(
         store, lifecycle, activity, background, start_timeout, log_retention=log_retention, clock=clock, stats=stats
     )
     teams = Teams(store, clock)
+    accounts = Accounts(store, clock)
     services = Services(
         lifecycle=lifecycle,
         kernel_ops=kernel_ops,
@@ -130,7 +132,7 @@ async def build_manager(
         runs=runs,
         agents=agents,
         images=images,
-        accounts=Accounts(store, clock),
+        accounts=accounts,
         teams=teams,
         hubs=hubs,
         logs=KernelLogs(store, hubs.logs),
@@ -139,6 +141,7 @@ async def build_manager(
         vfolders=vfolders,
         templates=SessionTemplates(store, teams, clock),
         usage=Usage(store, teams, stats, clock, agents.gpu_devices),
+        presets=ResourcePresets(store, accounts, teams, agents, tuple(admission.groups), clock),
         admission=admission,
         stats=stats,
         clock=clock,

@@ -45,6 +45,7 @@ from bai.node.manager.http.graphql_route import add_graphql_routes
 from bai.node.manager.http.image_routes import add_image_routes
 from bai.node.manager.http.logs_routes import log_kernel, log_query, serve_logs
 from bai.node.manager.http.maintenance_routes import add_maintenance_routes, refuse_while_frozen
+from bai.node.manager.http.preset_routes import add_preset_routes
 from bai.node.manager.http.problems import as_problem, link_problem, problem_of
 from bai.node.manager.http.quota import my_quota
 from bai.node.manager.http.rate import OpenStreams
@@ -830,6 +831,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     add_bgtask_routes(app)
     add_app_routes(app)
     add_usage_routes(app)  # (before the /resource/{rest} of NOT_IMPLEMENTED)
+    add_preset_routes(app)  # (the same)
     if services.vfolders is not None:
         from bai.node.manager.http.vfolder_routes import add_vfolder_routes
 

@@ -18,6 +18,7 @@ from bai.node.manager.services.kernel_logs import KernelLogs
 from bai.node.manager.services.kernel_ops import KernelOps
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.metrics import ManagerMetrics
+from bai.node.manager.services.resource_presets import ResourcePresets
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.services.session_templates import SessionTemplates
@@ -49,6 +50,7 @@ class Services:
     vfolders: VFolders | None = None
     templates: SessionTemplates | None = None  # session templates (Backend.AI's task templates)
     usage: Usage | None = None  # usage reports (computed when asked)
+    presets: ResourcePresets | None = None  # resource presets (Backend.AI's), checked against what is free
     admission: Admission = field(default_factory=Admission)  # the configuration's rules (registries, groups)
     stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book the lifecycle keeps)
     clock: Clock = field(default_factory=Clock)  # the manager's one clock (a session's age as shown)

@@ -119,7 +119,9 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
-def _slots(value: Any, what: str) -> dict[str, str]:
+def slot_amounts(value: Any, what: str) -> dict[str, str]:
+    """A map of slot amounts as a client gives it (an object, or its JSON text), checked: its wire form; a 400 naming
+    what is wrong."""
     if isinstance(value, str):  # (the official client sends a JSONString: decoded by GraphQL; REST may send text)
         from bai.common import safejson
 
@@ -211,7 +213,7 @@ _FIELD_READERS: dict[str, Callable[[Any, str], Any]] = {
     "is_active": _bool,
     "is_public": _bool,
     "need_password_change": _bool,
-    "total_resource_slots": _slots,
+    "total_resource_slots": slot_amounts,
     "allowed_vfolder_hosts": _host_permissions,
     "allowed_docker_registries": _names,
     "max_vfolder_count": _count,

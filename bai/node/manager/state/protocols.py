@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from bai.common.status import SessionStatus
+from bai.node.manager.state.preset_records import ResourcePreset
 from bai.node.manager.state.records import (
     Agent,
     AgentCapacity,
@@ -350,8 +351,29 @@ class TemplateState(Protocol):
     async def delete_session_template(self, template_id: str) -> bool: ...
 
 
+class PresetState(Protocol):
+    """Resource presets, by name."""
+
+    async def resource_presets(self) -> list[ResourcePreset]: ...
+
+    async def create_resource_preset(self, preset: ResourcePreset) -> bool: ...
+
+    async def replace_resource_preset(self, name: str, preset: ResourcePreset) -> bool: ...
+
+    async def delete_resource_preset(self, name: str) -> bool: ...
+
+
 class State(
-    SessionState, AgentState, AccountState, TeamState, FolderState, ImageState, TemplateState, LogState, Protocol
+    SessionState,
+    AgentState,
+    AccountState,
+    TeamState,
+    FolderState,
+    ImageState,
+    TemplateState,
+    PresetState,
+    LogState,
+    Protocol,
 ):
     """The whole state, as the services that need several domains take it (whatever implementation: the
     services never name one), and its upkeep."""

@@ -9,6 +9,7 @@ from bai.node.manager.http.graphql import agent_fields as agents
 from bai.node.manager.http.graphql import image_fields as images
 from bai.node.manager.http.graphql import keypair_fields as keypairs
 from bai.node.manager.http.graphql import network_fields as networks
+from bai.node.manager.http.graphql import preset_fields as presets
 from bai.node.manager.http.graphql import session_fields as sessions
 from bai.node.manager.http.graphql import storage_fields as storage
 from bai.node.manager.http.graphql import user_fields as users
@@ -21,8 +22,9 @@ QUERY_FIELDS = {
     **users.QUERIES,
     **storage.QUERIES,
     **networks.QUERIES,
+    **presets.QUERIES,
 }
-MUTATION_FIELDS = {**keypairs.MUTATIONS, **images.MUTATIONS, **users.MUTATIONS}
+MUTATION_FIELDS = {**keypairs.MUTATIONS, **images.MUTATIONS, **users.MUTATIONS, **presets.MUTATIONS}
 
 SCHEMA = GraphQLSchema(
     query=GraphQLObjectType("Queries", lambda: QUERY_FIELDS),

@@ -3,7 +3,7 @@
 - `db`: one small Database object (its own thread, pragmas, transactions, the migrations runner);
 - `migrations`: the schema and its numbered steps (PRAGMA user_version);
 - `keypair_queries`, `agent_queries`, `session_queries`, `vfolder_queries`, `image_queries`, `template_queries`,
-  `log_queries`: the queries of each domain, a class each, returning the records of `state.records`.
+  `preset_queries`, `log_queries`: the queries of each domain, a class each, returning the records of `state.records`.
 
 `Store` is all of them over one Database. Each of its public methods is one transaction in one thread hop.
 """
@@ -19,6 +19,7 @@ from bai.node.manager.state.sqlite.db import WAL_PAGES, Database, SchemaTooNew
 from bai.node.manager.state.sqlite.image_queries import Images
 from bai.node.manager.state.sqlite.keypair_queries import POLICY_FIELDS, Keypairs
 from bai.node.manager.state.sqlite.log_queries import LOG_MAX_BYTES, LOG_PAGE_BYTES, Logs, drop_marker, human_bytes
+from bai.node.manager.state.sqlite.preset_queries import Presets
 from bai.node.manager.state.sqlite.session_queries import Sessions
 from bai.node.manager.state.sqlite.team_queries import Teams
 from bai.node.manager.state.sqlite.template_queries import Templates
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-class Store(Teams, Keypairs, Agents, Sessions, Vfolders, Images, Templates, Logs):
+class Store(Teams, Keypairs, Agents, Sessions, Vfolders, Images, Templates, Presets, Logs):
     """The manager's state: every domain's queries over one database."""
 
     def __init__(self, db: Database, log_max_bytes: int = LOG_MAX_BYTES) -> None:

@@ -352,6 +352,17 @@ CREATE TABLE IF NOT EXISTS session_templates (
 CREATE INDEX IF NOT EXISTS session_templates_user ON session_templates(user_uuid, created_at);
 """
 SCHEMA += TEMPLATE_TABLES
+# (schema 18) resource presets (Backend.AI's): named resource slots (state/preset_records.py)
+PRESET_TABLES = """
+CREATE TABLE IF NOT EXISTS resource_presets (
+    name TEXT PRIMARY KEY,
+    resource_slots TEXT NOT NULL,
+    shared_memory INTEGER,
+    scaling_group TEXT,
+    created_at TEXT NOT NULL
+);
+"""
+SCHEMA += PRESET_TABLES
 
 
 def users_of_keypairs(conn: Any, now: str) -> None:
@@ -699,6 +710,13 @@ def v17_postgres(conn: Any) -> None:
         conn.execute(statement)
 
 
+def v18_postgres(conn: Any) -> None:
+    from bai.node.manager.state.postgres.schema import postgres_schema
+
+    for statement in postgres_schema(PRESET_TABLES):
+        conn.execute(statement)
+
+
 def _now() -> str:
     from datetime import UTC, datetime
 
@@ -735,6 +753,7 @@ STEPS = [
         postgres=v16_postgres,
     ),
     Step(17, "session templates", script(TEMPLATE_TABLES), postgres=v17_postgres),
+    Step(18, "resource presets", script(PRESET_TABLES), postgres=v18_postgres),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))
