@@ -21,7 +21,7 @@ import pytest
 
 from bai.cli.apps import Forward, app_url, open_forward
 from bai.tui.app import Dashboard
-from bai.tui.modals import AppsScreen
+from bai.tui.modals import AppsScreen, PresetsScreen
 from tests.nodeproc import Cluster, Node
 from tests.tui_support import StableClient, frozen_clock, node_client, until
 
@@ -59,6 +59,9 @@ def sim_cluster(tmp_path_factory) -> Iterator[Cluster]:
         "--name", "after-notebook", "--type", "batch", "--startup-command", "true", "--depends", "notebook-ana",
         "--no-wait", "sim",
     )  # fmt: skip
+    # resource presets (the :presets dialog): one fits an agent's room now, the other would need a whole agent
+    cluster.cli("preset", "add", "small", "--cpu", "1", "--mem", "1g", "--shared-memory", "64m", check=True)
+    cluster.cli("preset", "add", "whole-agent", "--cpu", "4", "--mem", "8g", check=True)
     # steady state: the cancelled one is cancelled and both waiting ones have a queue position
     for _ in range(100):
         items = {s["name"]: s for s in cluster.json("session", "ls", "--all")}
@@ -101,6 +104,9 @@ class AppsClient(StableClient):
 
     async def app_tunnel(self, session_id: str, app: str):
         return await self.real.app_tunnel(self.back.get(session_id, session_id), app)
+
+    async def check_presets(self, group: str | None = None, scaling_group: str | None = None) -> dict[str, Any]:
+        return await self.real.check_presets(group, scaling_group)
 
 
 def dashboard(node) -> Dashboard:
@@ -189,6 +195,21 @@ def test_logs_view(snap_compare, log_node: Node, size) -> None:
         await pilot.press("l")
         await until(pilot, lambda: app.logs_view.buffer.ended, what="the end of the log")
         await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.5)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_presets_dialog(snap_compare, sim_cluster: Cluster, size) -> None:
+    """`:presets`: each resource preset, whether it would start now, and what the keypair may still take."""
+    app = dashboard(sim_cluster)
+
+    async def before(pilot) -> None:
+        await _loaded(pilot, app, SESSIONS)
+        await pilot.press("colon")
+        await pilot.press(*"presets", "enter")
+        await until(pilot, lambda: isinstance(app.screen, PresetsScreen), what="the presets dialog")
         await pilot.pause(0.5)
 
     assert snap_compare(app, terminal_size=size, run_before=before)

@@ -551,16 +551,3 @@ def presets_table(
     if fits:
         columns.insert(1, Column("FITS NOW", lambda p: "yes" if p.get("allocatable") else "no"))
     return fit(columns, items, console().width if width is None else width, wide)
-
-
-def preset_check_lines(answer: dict[str, Any]) -> list[str]:
-    """check-presets' figures: what the caller may still take, and what each scaling group has free for it."""
-
-    def amounts(slots: dict[str, Any]) -> str:
-        parts = [f"{s} {UNLIMITED if v == 'Infinity' else amount_text(s, v)}" for s, v in sorted(slots.items())]
-        return ", ".join(parts) or "-"
-
-    lines = [f"you may still take: {amounts(answer.get('keypair_remaining') or {})}"]
-    for name, group in sorted((answer.get("scaling_groups") or {}).items()):
-        lines.append(f"free for you in scaling group {name}: {amounts(group.get('remaining') or {})}")
-    return lines

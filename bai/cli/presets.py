@@ -69,7 +69,8 @@ def check(
 ) -> None:
     """Which presets you could start now, and what you may still take (your policy's, your project's and domain's
     limits, and what the agents have free)."""
-    from bai.cli.output import emit, preset_check_lines, presets_table
+    from bai.cli.output import emit, presets_table
+    from bai.common.present import preset_check_lines
 
     answer = call(lambda c: c.check_presets(project, scaling_group))
     if as_json:

@@ -189,3 +189,22 @@ def usage_lines(session: dict[str, Any]) -> list[str]:
     if u.get("gpuPct") is not None or u.get("gpuMemBytes") is not None:
         lines.append(f"gpu   {percent(u.get('gpuPct'))}, memory {size(u.get('gpuMemBytes'))}")
     return lines
+
+
+def preset_check_lines(answer: dict[str, Any]) -> list[str]:
+    """check-presets' figures (`bai preset check`, the dashboard's :presets): what the caller may still take, and
+    what each scaling group has free for it (`unlimited` for a slot without a limit)."""
+    from bai.common.slots import is_bytes_slot
+
+    def amounts(slots: dict[str, Any]) -> str:
+        def amount(slot: str, value: Any) -> str:
+            if value == "Infinity":
+                return "unlimited"
+            return size(value) if is_bytes_slot(slot) else number(value)
+
+        return ", ".join(f"{s} {amount(s, v)}" for s, v in sorted(slots.items())) or "-"
+
+    lines = [f"you may still take: {amounts(answer.get('keypair_remaining') or {})}"]
+    for name, group in sorted((answer.get("scaling_groups") or {}).items()):
+        lines.append(f"free for you in scaling group {name}: {amounts(group.get('remaining') or {})}")
+    return lines

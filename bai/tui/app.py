@@ -33,7 +33,7 @@ from bai.client.endpoints import move_line
 from bai.common.present import utc_now
 from bai.tui.header import Header
 from bai.tui.logfile import save_log
-from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, KernelScreen
+from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, KernelScreen, PresetsScreen
 from bai.tui.model import ClusterModel, Filter, view_of
 from bai.tui.prompt import PromptBar
 from bai.tui.session_views import EventsView, JsonView
@@ -884,6 +884,9 @@ class Dashboard(App):
             if first.lower() in ("project", "projects", "proj", "pj"):
                 self._command_project(rest.strip())
                 return
+            if word in ("preset", "presets", "pre"):
+                self.run_worker(self._show_presets(), group="presets", exclusive=True)
+                return
             target = view_of(word, VIEW_NAMES)
             if word in ("q", "quit", "exit"):
                 self.exit()
@@ -903,11 +906,19 @@ class Dashboard(App):
             else:
                 self.notify(
                     f"Unknown command :{word} (try agents, sessions, describe, logs, events, json, project NAME, "
-                    "help, quit)"
+                    "presets, help, quit)"
                 )
 
-        hint = "agents · sessions · describe · logs · events · json · project NAME · help · quit"
+        hint = "agents · sessions · describe · logs · events · json · project NAME · presets · help · quit"
         self.prompt_bar.ask(":", "", hint, done)
+
+    async def _show_presets(self) -> None:
+        try:
+            answer = await self.client.check_presets()
+        except APIError as e:
+            self.notify(f"Could not check the resource presets: {e}", severity="error", timeout=8)
+            return
+        self.push_screen(PresetsScreen(answer))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.read_only))

@@ -183,6 +183,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
             ("", "project:P status:pending|running|finished|failed|ok|STATUS owner:KEY id:PREFIX; ! inverts"),
             ("p", "only the next project's sessions (all, then each in turn; as k9s's namespace)"),
             (":project NAME", "only that project's sessions (:project all: every project's)"),
+            (":presets", "the resource presets, whether each would start now, and what you may still take"),
         ],
     ),
     (
@@ -199,6 +200,44 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     ),
     ("Anywhere", [("?", "this help"), ("q", "quit")]),
 ]
+
+
+class PresetsScreen(ModalScreen[None]):
+    """The resource presets, as check-presets answers for the dashboard's keypair: each one's resources and whether
+    it would start now, and what the keypair may still take. Esc or q closes it."""
+
+    DEFAULT_CSS = (
+        DIALOG_CSS.format(name="PresetsScreen")
+        + "PresetsScreen > Vertical { width: 90%; max-width: 100; overflow-y: auto; }\n"
+    )
+    BINDINGS = [Binding("escape", "close", "Close"), Binding("q", "close", "Close")]
+
+    def __init__(self, answer: dict) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def compose(self) -> ComposeResult:
+        from bai.common.present import preset_check_lines, size, slots_text
+
+        table = Table(box=None, padding=(0, 2, 0, 0), header_style="bold", expand=True)
+        for column in ("NAME", "FITS NOW", "RESOURCES", "SHM"):
+            table.add_column(column, no_wrap=column != "RESOURCES", ratio=1 if column == "RESOURCES" else None)
+        for p in self.answer.get("presets") or []:
+            fits = Text("yes", style="green") if p.get("allocatable") else Text("no", style="red")
+            shm = size(p["shared_memory"]) if p.get("shared_memory") else "-"
+            table.add_row(str(p.get("name")), fits, slots_text(p.get("resource_slots") or {}) or "-", shm)
+        with Vertical():
+            yield Static(Text("Resource presets", style="bold"))
+            if self.answer.get("presets"):
+                yield Static(table)
+            else:
+                yield Static(Text("No resource presets (superadmins: bai preset add NAME --cpu … --mem …)"))
+            for line in preset_check_lines(self.answer):
+                yield Static(Text(line))
+            yield Static(Text("Esc or q closes this", style="dim"))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
 
 
 class HelpScreen(ModalScreen[None]):
