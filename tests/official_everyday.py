@@ -303,8 +303,13 @@ cli(
 cli("config", "client", "config", "Server version")
 cli("version", "client", {"26": "--version"}, "backend.ai-client")
 cli("help", "client", "--help", "Usage")
-cli("login", "client", "login", "", input="{umail}\nsecret\n")
-cli("logout", "client", "logout", "")
+SESSION_MODE = (
+    FAIL,
+    "the web server's session mode: bai speaks the keypair-signed API mode only; in API mode the client itself "
+    'refuses ("your endpoint type must be session"), as against Backend.AI',
+)
+cli("login", "client", "login", 'endpoint type must be "session"', SESSION_MODE, input="{umail}\nsecret\n")
+cli("logout", "client", "logout", 'endpoint type must be "session"', SESSION_MODE)
 
 # -- CLI: session templates, usage --------------------------------------------------------------------------
 
@@ -326,7 +331,12 @@ cli(
 )  # fmt: skip
 cli("session-template-delete", "templates", "session-template delete {tpl2} -f", "")
 cli("admin-usage-per-month", "usage", "admin resource usage-per-month {month} {gid}", "")
-cli("admin-usage-per-period", "usage", "admin resource usage-per-period {gid} {today} {today}", "")
+cli(
+    "admin-usage-per-period", "usage", "admin resource usage-per-period {gid} {today} {today}",
+    {"23": "No usage information during the period", "26": "Project: default"},
+    {"23": (FAIL, "the client's own bug: its CLI reads the answer as one project's, where Backend.AI's (and bai's) is "
+                  "a list of them, and says there is no usage (the same against Backend.AI); its SDK call works")},
+)  # fmt: skip
 
 # -- SDK -----------------------------------------------------------------------------------------------------
 

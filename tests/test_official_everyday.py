@@ -35,7 +35,7 @@ pytestmark = pytest.mark.xdist_group("official-everyday")  # one worker: one nod
 DOC = ROOT / "docs" / "compat" / "everyday.md"
 USER = "evmate@ev.test"
 KPUSER = "evkeys@ev.test"  # (its own user: bai shares a folder with a user's keypairs of the moment)
-BAD = ("Traceback (most recent call last)", "✗", "✘")
+BAD = ("Traceback (most recent call last)", "✗", "✘", "Aborted!")  # (Aborted!: click.Abort, a refusal)
 TEMPLATE = """\
 api_version: "6"
 kind: task_template

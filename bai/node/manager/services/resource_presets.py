@@ -17,12 +17,12 @@ from typing import Any, Protocol
 from bai.common import slots as slotlib
 from bai.common.clock import Clock
 from bai.common.problems import Problem, invalid
-from bai.common.status import OCCUPYING_STATUSES, SessionStatus
 from bai.node.manager.rules import access
 from bai.node.manager.rules import presets as rules
 from bai.node.manager.rules.access import Actor
 from bai.node.manager.services.accounts import Accounts
 from bai.node.manager.services.agent_registry import Agents
+from bai.node.manager.services.dispatcher import QUOTA_STATUSES  # (what counts against a keypair, as scheduled)
 from bai.node.manager.services.teams import Teams, forbidden, slot_amounts
 from bai.node.manager.state.preset_records import ResourcePreset
 from bai.node.manager.state.protocols import PresetState, SessionReadState
@@ -30,7 +30,6 @@ from bai.node.manager.state.records import Agent, stamp
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_PRESETS = 1000  # presets there may be (each check reads them all)
-QUOTA_STATUSES = OCCUPYING_STATUSES - {SessionStatus.TERMINATING}  # (as the scheduler counts a keypair's)
 FIELDS = ("name", "resource_slots", "shared_memory", "scaling_group_name", "scaling_group")
 
 
