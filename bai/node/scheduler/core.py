@@ -46,6 +46,8 @@ from bai.common.slots import format_amount
 from bai.common.status import StatusInfo
 
 from . import predicates as preds
+from .backfill import INFINITE, Backfill
+from .multifactor import Scorer, fair_share_factors
 from .policies import DrfQueue, check_policy, fifo_order, lifo_order
 from .predicates import KeypairQuota, ProjectQuota
 from .selection import AgentPool, Prepared, Rescale, SlotTable
@@ -60,6 +62,7 @@ from .snapshot import (
     KEYPAIR_RESOURCE_LIMIT,
     LIFO,
     MULTI_NODE,
+    MULTIFACTOR,
     PREDICATES,
     RESERVED_TIME,
     SESSION_NETWORKS,
@@ -67,11 +70,13 @@ from .snapshot import (
     AgentState,
     Cancel,
     Decisions,
+    Factors,
     KernelRequest,
     Pending,
     PendingSession,
     Placement,
     PredicateResult,
+    Reservation,
     ScalingGroup,
     Snapshot,
 )
@@ -128,7 +133,10 @@ class _Round:
         self.domain_quotas: dict[str, ProjectQuota] = {}
         self.decisions = Decisions()
         # per group, filled while considering; turned into `Pending` with positions at the end
-        self.left: list[tuple[PendingSession, str, str, tuple[PredicateResult, ...]]] = []
+        self.left: list[tuple[PendingSession, str, str, tuple[PredicateResult, ...], Reservation | None]] = []
+        self.backfill: Backfill | None = None  # the group's reservations (policies with backfill)
+        self.current: tuple[Prepared, list[Prepared] | None] | None = None  # the request being considered
+        self._fair: dict[str, float] | None = None
 
     def quota(self, access_key: str) -> KeypairQuota:
         quota = self.quotas.get(access_key)
@@ -187,17 +195,46 @@ class _Round:
         self.has_gpu_figures = [bool(self.gpu_free[agent_id]) for agent_id in self.pool.ids]
         self.gpu_figures = any(self.has_gpu_figures)
         self.left = []
+        depth = group.reservation_depth
+        self.backfill = Backfill(self.pool, self.table, agents, self.now, depth) if depth and len(self.pool) else None
         consider = self.consider
+        factors: dict[str, Factors] = {}
         if policy == DRF:
             queue = DrfQueue(sessions, self.pool.capacity, lambda key: self.quota(key).occupied)
             while (session := queue.pop()) is not None:
                 queue.done(session, consider(session))
+        elif policy == MULTIFACTOR:
+            ordered, factors = self.scorer(group).order(sessions)
+            for session in ordered:
+                consider(session)
         else:
             for session in lifo_order(sessions) if policy == LIFO else fifo_order(sessions):
                 consider(session)
         out = self.decisions.pending
-        for position, (session, info, msg, results) in enumerate(self.left, 1):
-            out.append(Pending(session.id, info, msg, results, position, session.retries + 1))
+        for position, (session, info, msg, results, reservation) in enumerate(self.left, 1):
+            out.append(
+                Pending(
+                    session.id, info, msg, results, position, session.retries + 1, factors.get(session.id), reservation
+                )
+            )
+
+    def fair(self) -> dict[str, float]:
+        """Every keypair's fair-share factor (once per round: usage is the cluster's, not a group's)."""
+        if self._fair is None:
+            keys = {s.access_key for s in self.snapshot.pending}
+            self._fair = fair_share_factors(self.snapshot.usage, self.snapshot.shares, keys)
+        return self._fair
+
+    def scorer(self, group: ScalingGroup) -> Scorer:
+        pool = self.pool
+
+        def request_of(session: PendingSession) -> Mapping[int, int]:
+            kernels = session.kernels
+            if len(kernels) == 1:
+                return pool.prepare(kernels[0].slots).slots
+            return self.prepare_each(kernels)[1].slots
+
+        return Scorer(group.weights, self.now, self.fair(), pool.capacity, request_of)
 
     def consider(self, session: PendingSession) -> dict[int, int] | None:
         """Check and place one session; return what it was placed with, or None."""
@@ -241,10 +278,12 @@ class _Round:
                     PredicateResult(name, False, failed[name]) if name in failed else _PASSED[name]
                     for name in PREDICATES
                 )
-                self.left.append((session, _PREDICATE_CHECKS_FAILED, "; ".join(failed.values()), results))
+                self.left.append((session, _PREDICATE_CHECKS_FAILED, "; ".join(failed.values()), results, None))
                 return None
         pool = self.pool
         total = prepared.slots
+        backfill = self.backfill
+        self.current = (prepared, per_kernel)
         if per_kernel is None:
             if session.vfolder_hosts or self.gpu_figures or self.table.saw_infinity:
                 agent = self.select_for(session, prepared)  # may choose another agent than the policy's
@@ -254,14 +293,20 @@ class _Round:
             else:  # the policy's choice stands: select and reserve in one step
                 agent = pool.take(prepared)
                 if agent is None:
-                    self.no_room(session, pool.explain(prepared))
-                    return None
+                    end = INFINITE if session.duration is None else session.duration
+                    if backfill is None or not backfill.holds or (agent := backfill.short_fit(total, end)) is None:
+                        self.no_room(session, pool.explain(prepared))
+                        return None
+            if backfill is not None:
+                backfill.placed(agent, total, INFINITE if session.duration is None else session.duration)
             mapping = {kernels[0].kernel_id: pool.ids[agent]}
         else:
             placed = self.place_kernels(session, prepared, per_kernel)
             if placed is None:
                 return None
             mapping = placed
+            if backfill is not None:
+                self.backfill_placed(session, per_kernel, mapping)
         quota.concurrent += 1
         if per_kernel is not None:
             quota.networks += 1
@@ -275,6 +320,19 @@ class _Round:
         _set_agents(placement, mapping)
         self.decisions.placements.append(placement)
         return total
+
+    def backfill_placed(self, session: PendingSession, per_kernel: list[Prepared], mapping: Mapping[str, str]) -> None:
+        """Tell backfill what a session of several kernels took of each agent, and until when."""
+        assert self.backfill is not None
+        number = self.pool.numbers
+        taken: dict[int, dict[int, int]] = {}
+        for kernel, request in zip(session.kernels, per_kernel, strict=True):
+            mine = taken.setdefault(number[mapping[kernel.kernel_id]], {})
+            for i, n in request.slots.items():
+                mine[i] = mine.get(i, 0) + n
+        end = INFINITE if session.duration is None else session.duration
+        for agent, slots in taken.items():
+            self.backfill.placed(agent, slots, end)
 
     def prepare_each(self, kernels: Sequence[KernelRequest]) -> tuple[list[Prepared], Prepared]:
         """Each kernel's request, and their sum (what a single-node session takes of one agent)."""
@@ -344,7 +402,7 @@ class _Round:
         """Reserve room for a session of several kernels (or none): {kernel id: agent id}, or None."""
         kernels = session.kernels
         if not kernels:
-            self.left.append((session, _NO_AVAILABLE_INSTANCES, "the session has no kernels", _ALL_PASSED))
+            self.left.append((session, _NO_AVAILABLE_INSTANCES, "the session has no kernels", _ALL_PASSED, None))
             return None
         if session.cluster_mode == MULTI_NODE:
             return self.place_each(session, per_kernel)
@@ -470,11 +528,29 @@ class _Round:
         return None
 
     def no_room(self, session: PendingSession, msg: str) -> None:
-        if session.kernels and (never := self.never_fits(session)) is not None:
+        never = self.never_fits(session) if session.kernels else None
+        if never is not None:
             msg = never
         if not self.known_group and not len(self.pool):
             msg += " (the scaling group is not configured)"
-        self.left.append((session, _NO_AVAILABLE_INSTANCES, msg, _ALL_PASSED))
+        reservation = None
+        backfill = self.backfill
+        if never is None and backfill is not None and backfill.wants_more and self.current is not None:
+            prepared, per_kernel = self.current
+            requests = [prepared.slots] if per_kernel is None else [p.slots for p in per_kernel]
+            spread = per_kernel is not None and session.cluster_mode == MULTI_NODE
+            reservation = backfill.reserve(session.id, requests, spread)
+            if reservation is not None:
+                msg += "; " + reserved_text(reservation)
+        self.left.append((session, _NO_AVAILABLE_INSTANCES, msg, _ALL_PASSED, reservation))
+
+
+def reserved_text(reservation: Reservation) -> str:
+    """`reserved: starts by 2026-12-07 14:20 UTC on a1, a2` (or, when no known end makes room, the agents kept)."""
+    agents = ", ".join(reservation.agents)
+    if reservation.starts_at is None:
+        return f"reserved: {agents} kept for it until their running sessions (of unknown length) end"
+    return f"reserved: starts by {reservation.starts_at:%Y-%m-%d %H:%M} UTC on {agents}"
 
 
 def _meets_image_min(session: PendingSession, requests: Sequence[Prepared]) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from operator import attrgetter
 
-from .snapshot import DRF, FIFO, LIFO, PendingSession
+from .snapshot import DRF, FIFO, LIFO, MULTIFACTOR, PendingSession
 
 __all__ = ["DrfQueue", "dominant_share", "fifo_order", "lifo_order", "queue_key"]
 
@@ -140,6 +140,6 @@ class DrfQueue:
 
 
 def check_policy(name: str) -> str:
-    if name not in (FIFO, LIFO, DRF):
-        raise ValueError(f"unknown scheduling policy {name!r} (use fifo, lifo or drf)")
+    if name not in (FIFO, LIFO, DRF, MULTIFACTOR):
+        raise ValueError(f"unknown scheduling policy {name!r} (use fifo, lifo, drf or multifactor)")
     return name

@@ -402,13 +402,16 @@ class AgentPool:
         self.priority_key = priority_key(priority)
         ordered = sorted(agents, key=lambda a: a.id)
         self.ids: list[str] = [a.id for a in ordered]
+        self.numbers: dict[str, int] = {agent_id: n for n, agent_id in enumerate(self.ids)}
         converted = [(table.convert(a.capacity), table.convert(a.occupied)) for a in ordered]
         width = len(table.names)  # every slot an agent has; requests only use slots of their agent
         sign = -1 if self.dispersed else 1
         self.room: list[list[int]] = []
         self.types: list[frozenset[int]] = []
         self.capacity: dict[int, int] = {}  # group total, for DRF
+        self._capacities: list[list[int]] = []
         for capacity, occupied in converted:
+            self._capacities.append([max(0, capacity.get(i, 0)) for i in range(width)])
             room = [0] * width
             for i, n in capacity.items():
                 room[i] = sign * (n - occupied.get(i, 0))
@@ -620,6 +623,30 @@ class AgentPool:
             room[i] += step * n
         self._rekey(agent, room)
         self.releases += 1  # room grew: requests that found no agent may fit now
+
+    def capacity_of(self, agent: int) -> list[int]:
+        """The agent's whole capacity per slot index (ints)."""
+        return list(self._capacities[agent])
+
+    def remaining(self, agent: int) -> list[int]:
+        """The agent's remaining room per slot index (ints, as the table scales them)."""
+        if self.dispersed:
+            return [-n for n in self.room[agent]]
+        return list(self.room[agent])
+
+    def set_remaining(self, agent: int, target: Sequence[int]) -> None:
+        """Make the agent's remaining room `target` (per slot index, each >= 0): backfill keeps the room of a
+        reservation out of the pool this way, and gives it back."""
+        room = self.room[agent]
+        sign = -1 if self.dispersed else 1
+        grew = False
+        for i, n in enumerate(target):
+            if sign * room[i] != n:
+                grew = grew or n > sign * room[i]
+                room[i] = sign * n
+        self._rekey(agent, room)
+        if grew:
+            self.releases += 1  # room grew: requests that found no agent may fit now
 
     def _overcommitted(self, agent: int, slot: int, remaining: int) -> ValueError:
         name = self.table.names[slot]

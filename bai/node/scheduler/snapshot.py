@@ -38,6 +38,7 @@ __all__ = [
     "Cancel",
     "Decisions",
     "DependencyState",
+    "Factors",
     "KernelRequest",
     "KeypairState",
     "MULTI_NODE",
@@ -45,11 +46,13 @@ __all__ = [
     "PendingSession",
     "Placement",
     "PredicateResult",
+    "Reservation",
     "ResourcePolicy",
     "SINGLE_NODE",
     "ScalingGroup",
     "Slots",
     "Snapshot",
+    "Weights",
 ]
 
 INTERACTIVE = "interactive"
@@ -58,7 +61,13 @@ BATCH = "batch"
 FIFO = "fifo"
 LIFO = "lifo"
 DRF = "drf"
-POLICIES = (FIFO, LIFO, DRF)
+MULTIFACTOR = "multifactor"  # by a score of priority, fair share, age and size (`multifactor.py`), with backfill
+POLICIES = (FIFO, LIFO, DRF, MULTIFACTOR)
+
+# A session's priority: Backend.AI's range and default (a keypair's policy may bound it lower)
+PRIORITY_MIN = 0
+PRIORITY_MAX = 100
+PRIORITY_DEFAULT = 10
 
 DISPERSED = "dispersed"
 CONCENTRATED = "concentrated"
@@ -102,6 +111,25 @@ DEAD_DEPENDENCY_STATUSES = frozenset({"TERMINATED", "CANCELLED", "ERROR"})
 
 
 @dataclass(frozen=True, slots=True)
+class Weights:
+    """The multifactor policy's weights (as Slurm's PriorityWeight*), per scaling group: a session's score is
+
+        priority × p + fair_share × f + age × a + size × s
+
+    with every factor in [0, 1]: p its priority over PRIORITY_MAX; f 2^-(its keypair's share of the decayed usage
+    over its share of the cluster), so that a keypair that used exactly its share has 0.5 and one that used nothing
+    1; a its time waiting over `max_age` (seconds), at most 1; s its request's largest share of the scaling group's
+    capacity (bigger sessions first among equals). The defaults make priority decide first, then fair share, then
+    age: a day's wait is worth half the fair-share range."""
+
+    priority: float = 10000.0
+    fair_share: float = 1000.0
+    age: float = 500.0
+    size: float = 100.0
+    max_age: float = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
 class KernelRequest:
     """One kernel of a pending session: the slots it asks for."""
 
@@ -137,6 +165,10 @@ class PendingSession:
     vfolder_hosts: frozenset[str] = frozenset()  # hosts of the folders it mounts: its agent must see them
     project_id: str = ""  # the project it was created in (its cap: Snapshot.projects)
     domain_name: str = ""  # the project's domain (its cap: Snapshot.domains)
+    priority: int = PRIORITY_DEFAULT  # PRIORITY_MIN..PRIORITY_MAX (the multifactor policy's priority factor)
+    # seconds it runs at most once started (its declared limit or its policy's max lifetime): what backfill plans
+    # with; None: unknown (it may run for ever)
+    duration: float | None = None
 
 
 @dataclass(slots=True)
@@ -150,6 +182,8 @@ class AgentState:
     schedulable: bool = True  # ALIVE, connected and schedulable
     vfolder_hosts: frozenset[str] = frozenset()  # vfolder hosts it sees (at the manager's paths)
     gpu_free: tuple[Decimal, ...] = ()  # per GPU, what is left of it (1 = unused): fragmentation shows
+    # its running sessions whose end is known (started + their duration): (when it ends at the latest, what it frees)
+    ends: tuple[tuple[datetime, Slots], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +239,16 @@ class ScalingGroup:
     agent_selection: str = DISPERSED  # dispersed | concentrated
     allowed_session_types: frozenset[str] = frozenset({INTERACTIVE, BATCH})
     resource_priority: tuple[str, ...] = DEFAULT_RESOURCE_PRIORITY
+    weights: Weights = Weights()  # multifactor
+    # how many sessions that cannot start may hold a reservation, in queue order (backfill never delays them);
+    # None: 1 under multifactor, 0 under the other policies
+    reservations: int | None = None
+
+    @property
+    def reservation_depth(self) -> int:
+        if self.reservations is not None:
+            return max(0, self.reservations)
+        return 1 if self.policy == MULTIFACTOR else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +263,10 @@ class Snapshot:
     scaling_groups: Mapping[str, ScalingGroup] = field(default_factory=dict)  # missing: defaults
     projects: Mapping[str, ProjectState] = field(default_factory=dict)  # the projects with a cap, by id
     domains: Mapping[str, ProjectState] = field(default_factory=dict)  # the domains with a cap, by name
+    # fair share (multifactor): each keypair's decayed usage (GPU-weighted slot-seconds) and its share of the cluster
+    # (a keypair missing from `shares` has 1); those compared are the keypairs of `usage` and of pending sessions
+    usage: Mapping[str, float] = field(default_factory=dict)
+    shares: Mapping[str, float] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,6 +296,38 @@ class PredicateResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Factors:
+    """A session's multifactor score and its parts (each factor in [0, 1], before its weight)."""
+
+    priority: float
+    fair_share: float
+    age: float
+    size: float
+    score: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "priority": round(self.priority, 4),
+            "fair_share": round(self.fair_share, 4),
+            "age": round(self.age, 4),
+            "size": round(self.size, 4),
+            "score": round(self.score, 2),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Where and by when a session that cannot start now will: the room of `agents` is kept for it from
+    `starts_at` (None: once their running sessions of unknown length end), and backfill never delays it."""
+
+    starts_at: datetime | None
+    agents: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"starts_at": self.starts_at.isoformat() if self.starts_at else None, "agents": list(self.agents)}
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     """A decision: the session keeps waiting, and why."""
 
@@ -257,10 +337,16 @@ class Pending:
     predicates: tuple[PredicateResult, ...]  # every predicate, in check order
     position: int  # 1-based, among the sessions left pending in the scaling group, policy order
     retries: int = 1  # the session's retries + 1
+    factors: Factors | None = None  # its score's parts (multifactor)
+    reservation: Reservation | None = None  # the room kept for it (a session first in line that cannot start)
 
     def status_data(self, last_try: datetime) -> dict[str, Any]:
         """Backend.AI's status_data for this pending reason (spec §3.3)."""
         data: dict[str, Any] = {"retries": self.retries, "last_try": last_try.isoformat()}
+        if self.factors is not None:
+            data["factors"] = self.factors.as_dict()
+        if self.reservation is not None:
+            data["reservation"] = self.reservation.as_dict()
         if self.status_info == StatusInfo.PREDICATE_CHECKS_FAILED:
             data["failed_predicates"] = [{"name": p.name, "msg": p.msg} for p in self.predicates if not p.passed]
             data["passed_predicates"] = [{"name": p.name} for p in self.predicates if p.passed]
