@@ -10,7 +10,7 @@ import pytest
 
 from bai.node.scheduler.core import decisions_by_session, schedule
 from bai.node.scheduler.multifactor import fair_share_factors
-from bai.node.scheduler.snapshot import AgentState, Pending, Placement, ScalingGroup, Snapshot, Weights
+from bai.node.scheduler.snapshot import AgentState, Pending, Placement, Reservation, ScalingGroup, Snapshot, Weights
 from tests.test_scheduler_core import NO_ROOM, NOW, agent, placed, sess, slots
 
 HOUR = 3600.0
@@ -95,18 +95,20 @@ def test_a_blocked_session_is_reserved_and_only_what_ends_before_it_backfills() 
     assert reserved.reservation.starts_at == NOW + timedelta(hours=1)
     assert "reserved: starts by 2026-11-29 13:00 UTC on a1" in reserved.msg
     assert reserved.status_data(NOW)["scheduler"]["reservation"]["agents"] == ["a1"]
-    for late in ("long", "forever"):  # both would still hold GPUs at +1 h
-        assert isinstance(by[late], Pending) and by[late].reservation is None
+    # both would still hold GPUs at +1 h: they are reserved after head (from +1 h, for its 2 h), beside each other
+    for late in ("long", "forever"):
+        assert by[late].reservation == Reservation(NOW + timedelta(hours=3), ("a1",))  # type: ignore[union-attr]
 
 
 def test_backfill_uses_other_agents_and_the_spare_room_of_a_reserved_one() -> None:
-    # a1: 4 of 8 GPUs until +1 h; head wants 6 of it at +1 h: 2 GPUs stay spare even then
+    # a1: 4 of 8 GPUs until +1 h; head wants 6 of it at +1 h: 2 GPUs stay spare even then (one reservation)
     agents = [gpu_agent("a1", 8, used=4, ends=((HOUR, 4),)), gpu_agent("a2", 2)]
+    one = {"default": ScalingGroup("default", policy="multifactor", reservations=1)}
     head = sess("head", 1, "1g", t=0, priority=50, **gpus(6))
     spare = sess("spare", 1, "1g", t=10, **gpus(2))  # unknown length: fits the spare room of a1
     other = sess("other", 1, "1g", t=20, **gpus(2))  # unknown length: a2
     third = sess("third", 1, "1g", t=30, **gpus(2))  # no spare left anywhere
-    decisions = schedule(mf([head, spare, other, third], agents))
+    decisions = schedule(mf([head, spare, other, third], agents, groups=one))
     by = decisions_by_session(decisions)
     assert set(placed(decisions)) == {"spare", "other"}
     assert by["third"].reservation is None and by["head"].reservation is not None  # type: ignore[union-attr]
@@ -144,14 +146,23 @@ def test_a_multi_node_session_is_reserved_over_several_agents() -> None:
 
 def test_reservations_follow_the_depth_and_other_policies_have_none_by_default() -> None:
     agents = [gpu_agent("a1", 8, used=8, ends=((HOUR, 8),)), gpu_agent("a2", 8, used=8, ends=((2 * HOUR, 8),))]
-    first = sess("first", 1, "1g", t=0, **gpus(8))
+    first = sess("first", 1, "1g", t=0, duration=3 * HOUR, **gpus(8))
     second = sess("second", 1, "1g", t=10, **gpus(8))
-    reserved = [p.session_id for p in schedule(mf([first, second], agents)).pending if p.reservation]
+    one = {"default": ScalingGroup("default", policy="multifactor", reservations=1)}
+    reserved = [p.session_id for p in schedule(mf([first, second], agents, groups=one)).pending if p.reservation]
     assert reserved == ["first"]
-    two = {"default": ScalingGroup("default", policy="multifactor", reservations=2)}
-    pending = {p.session_id: p.reservation for p in schedule(mf([first, second], agents, groups=two)).pending}
+    # the default (4): second too, on a2 (free from +2 h) rather than after first on a1 (+4 h)
+    pending = {p.session_id: p.reservation for p in schedule(mf([first, second], agents)).pending}
     assert pending["first"].agents == ("a1",) and pending["second"].agents == ("a2",)  # type: ignore[union-attr]
     assert pending["second"].starts_at == NOW + timedelta(hours=2)  # type: ignore[union-attr]
+    # a1 and a2 both free at +1 h: first takes a1 for 3 h, second takes a2 at +1 h too
+    same = [gpu_agent("a1", 8, used=8, ends=((HOUR, 8),)), gpu_agent("a2", 8, used=8, ends=((HOUR, 8),))]
+    pending = {p.session_id: p.reservation for p in schedule(mf([first, second], same)).pending}
+    assert pending["second"].agents == ("a2",) and pending["second"].starts_at == NOW + timedelta(hours=1)  # type: ignore[union-attr]
+    # only a1 ever frees: second waits for first's 3 h there
+    single = [gpu_agent("a1", 8, used=8, ends=((HOUR, 8),))]
+    pending = {p.session_id: p.reservation for p in schedule(mf([first, second], single)).pending}
+    assert pending["second"].starts_at == NOW + timedelta(hours=4)  # type: ignore[union-attr]
     fifo = {"default": ScalingGroup("default", policy="fifo")}
     assert all(p.reservation is None for p in schedule(mf([first, second], agents, groups=fifo)).pending)
 

@@ -30,16 +30,37 @@ INFINITE = math.inf  # the end of a session of unknown duration
 
 
 class Hold:
-    """One reservation: from `start` (seconds from now) on, `need[agent]` of each of its agents; `spare[agent]` is
-    what that agent has beyond it at `start` (less what later sessions took that outlast `start`)."""
+    """One reservation: from `start` until `until` (seconds from now; `until` INFINITE for a session of unknown
+    duration), `need[agent]` of each of its agents; `spare[agent]` is what that agent has beyond it at `start` (less
+    what later sessions took that outlast `start`)."""
 
-    __slots__ = ("session_id", "start", "need", "spare")
+    __slots__ = ("session_id", "start", "until", "need", "spare")
 
-    def __init__(self, session_id: str, start: float, need: dict[int, dict[int, int]]) -> None:
+    def __init__(self, session_id: str, start: float, until: float, need: dict[int, dict[int, int]]) -> None:
         self.session_id = session_id
         self.start = start
+        self.until = until
         self.need = need
         self.spare: dict[int, list[int]] = {}
+
+    def overlaps(self, t: float, duration: float) -> bool:
+        """Whether it holds its agents at some time of [t, t + duration)."""
+        return self.start < t + duration and self.until > t
+
+
+def _copies(free: Sequence[int], request: Mapping[int, int]) -> int:
+    """How many times `request` fits in `free`."""
+    width = len(free)
+    most = -1
+    for i, n in request.items():
+        if n <= 0:
+            continue
+        if i >= width:
+            return 0
+        k = free[i] // n
+        if most < 0 or k < most:
+            most = k
+    return max(most, 0)
 
 
 def _fits(free: Sequence[int], request: Mapping[int, int]) -> bool:
@@ -68,7 +89,10 @@ class Backfill:
             for when, slots in agent.ends:
                 self.ends[n].append((max(0.0, (when - now).total_seconds()), table.convert(slots, True)))
         self.holds: list[Hold] = []
+        self.latest_start = -1.0  # the latest start of a hold: a session that ends after it can't short-fit
+        self._sorted: list[tuple[float, int, dict[int, int] | None]] | None = None  # every known end, by time
         self.on: dict[int, list[Hold]] = {}  # agent -> its holds
+        self.first_start: dict[int, float] = {}  # agent -> when its first hold starts
         self.actual: dict[int, list[int]] = {}  # agent -> what it has free now (agents of holds: the pool has less)
 
     @property
@@ -81,6 +105,7 @@ class Backfill:
         """A session took `slots` of `agent` until `end` (the pool's room already moved, or not: see `short_fit`)."""
         if end < INFINITE:
             self.ends[agent].append((end, dict(slots)))
+            self._sorted = None
         holds = self.on.get(agent)
         if holds:
             free = self.actual[agent]
@@ -96,10 +121,10 @@ class Backfill:
     def short_fit(self, slots: Mapping[int, int], end: float) -> int | None:
         """An agent with a reservation where a session ending by `end` fits in what is free now, because it ends
         before every reservation of that agent starts (the pool does not offer that room)."""
-        if end == INFINITE:
+        if end > self.latest_start:  # (INFINITE too) it would still run when every reservation starts
             return None
-        for agent, holds in self.on.items():
-            if all(end <= hold.start for hold in holds) and _fits(self.actual[agent], slots):
+        for agent, first in self.first_start.items():
+            if end <= first and _fits(self.actual[agent], slots):
                 return agent
         return None
 
@@ -116,55 +141,117 @@ class Backfill:
     # -- reservations ------------------------------------------------------------------------------------------
 
     def _free_now(self) -> list[list[int]]:
-        """What each agent has free now, less what the reservations already made need (conservatively: as if
-        they held it from now on)."""
-        free = [self.actual[n][:] if n in self.actual else self.pool.remaining(n) for n in range(len(self.pool.ids))]
-        for hold in self.holds:
-            for agent, need in hold.need.items():
-                row = free[agent]
-                for i, n in need.items():
-                    row[i] -= n
-        return free
+        """What each agent has free now (the reservations' agents: what is free, not what the pool offers)."""
+        return [self.actual[n][:] if n in self.actual else self.pool.remaining(n) for n in range(len(self.pool.ids))]
 
-    def reserve(self, session_id: str, kernels: Sequence[Mapping[int, int]], spread: bool) -> Reservation | None:
+    def _usable(self, free: list[int], agent: int, t: float, duration: float) -> list[int]:
+        """`free` less what the reservations of `agent` that overlap [t, t + duration) need."""
+        holds = self.on.get(agent)
+        if not holds:
+            return free
+        row = free[:]
+        for hold in holds:
+            if hold.overlaps(t, duration):
+                for i, n in hold.need[agent].items():
+                    row[i] -= n
+        return row
+
+    def reserve(
+        self, session_id: str, kernels: Sequence[Mapping[int, int]], spread: bool, duration: float | None
+    ) -> Reservation | None:
         """Make a reservation for a session that cannot start now (its kernels' requests; `spread`: each kernel on
-        any agent, else all on one): the earliest time and agents, kept from then on. None when no agent of the
-        group could ever hold it."""
+        any agent, else all on one; `duration`: how long it runs at most, None: unknown): the earliest time and
+        agents, kept from then on. None when no agent of the group could ever hold it."""
         if not self.wants_more or not kernels or not self.pool.ids:
             return None
+        length = INFINITE if duration is None else duration
         free = self._free_now()
-        events = sorted((t, agent, slots) for agent, ends in enumerate(self.ends) for t, slots in ends)
-        place = self._spread if spread else self._one_agent
-        start: float | None = None
-        need = place(free, kernels)
-        if need is not None:
-            start = 0.0
-        else:
-            for t, agent, slots in events:
-                row = free[agent]
-                for i, n in slots.items():
-                    row[i] += n
-                need = place(free, kernels)
-                if need is not None:
-                    start = t
-                    break
+        start, need = self._earliest(free, kernels, spread, length)
         if need is None:  # no known end makes room: keep the agents that could hold it, once theirs end
             need = self._drain(kernels, spread)
             if need is None:
                 return None
-        hold = Hold(session_id, 0.0 if start is None else start, need)
-        now_free = self._free_now() if start is None else free
+            start = None
+        begins = 0.0 if start is None else start
+        hold = Hold(session_id, begins, begins + length, need)
         for agent, request in need.items():
             if agent not in self.actual:
                 self.actual[agent] = self.pool.remaining(agent)
-            at_start = now_free[agent]
+            at_start = self._usable(free[agent], agent, begins, length)
             hold.spare[agent] = [at_start[i] - request.get(i, 0) for i in range(len(at_start))]
             self.on.setdefault(agent, []).append(hold)
+            self.first_start[agent] = min(self.first_start.get(agent, INFINITE), hold.start)
         self.holds.append(hold)
+        self._sorted = None  # (its end is an event)
+        self.latest_start = max(self.latest_start, hold.start)
         for agent in need:
             self._sync(agent)
         when = None if start is None else self.now + timedelta(seconds=start)
         return Reservation(when, tuple(self.pool.ids[agent] for agent in sorted(need)))
+
+    def _events(self) -> list[tuple[float, int, dict[int, int] | None]]:
+        """Every known end in time order: sessions' (what they free) and reservations' (None: nothing is freed, but
+        what the agent may hold changes). Sorted again only when something added one."""
+        if self._sorted is None:
+            events: list[tuple[float, int, dict[int, int] | None]] = [
+                (t, agent, slots) for agent, ends in enumerate(self.ends) for t, slots in ends
+            ]
+            events += [(h.until, agent, None) for h in self.holds if h.until < INFINITE for agent in h.need]
+            events.sort(key=lambda e: e[0])
+            self._sorted = events
+        return self._sorted
+
+    def _earliest(
+        self, free: list[list[int]], kernels: Sequence[Mapping[int, int]], spread: bool, length: float
+    ) -> tuple[float | None, dict[int, dict[int, int]] | None]:
+        """Sweep the known ends in time order, `free` growing with each (and left as it is at the start found):
+        the first time the request fits for `length` without touching another reservation, and where.
+        (None, None): never, as far as the known ends go."""
+        usable = self._usable
+        if not spread:
+            total: dict[int, int] = {}
+            for request in kernels:
+                for i, n in request.items():
+                    total[i] = total.get(i, 0) + n
+            for agent, row in enumerate(free):
+                if _fits(usable(row, agent, 0.0, length), total):
+                    return 0.0, {agent: total}
+            for t, agent, slots in self._events():  # only the agent that got room back can newly fit
+                row = free[agent]
+                if slots is not None:
+                    for i, n in slots.items():
+                        row[i] += n
+                if _fits(usable(row, agent, t, length), total):
+                    return t, {agent: total}
+            return None, None
+
+        def fitted(t: float) -> dict[int, dict[int, int]] | None:
+            return self._spread([usable(row, agent, t, length) for agent, row in enumerate(free)], kernels)
+
+        need = fitted(0.0)
+        if need is not None:
+            return 0.0, need
+        same = all(request == kernels[0] for request in kernels)
+        kernel, wanted = kernels[0], len(kernels)
+        # kernels alike (the usual multi-node session): count how many each agent could hold, and try a placement
+        # only when the count reaches them (a reservation's start may have lowered another agent's since)
+        held = [_copies(usable(row, agent, 0.0, length), kernel) for agent, row in enumerate(free)] if same else []
+        have = sum(held)
+        for t, agent, slots in self._events():
+            row = free[agent]
+            if slots is not None:
+                for i, n in slots.items():
+                    row[i] += n
+            if same:
+                more = _copies(usable(row, agent, t, length), kernel)
+                have += more - held[agent]
+                held[agent] = more
+                if have < wanted:
+                    continue
+            need = fitted(t)
+            if need is not None:
+                return t, need
+        return None, None
 
     def _one_agent(
         self, free: list[list[int]], kernels: Sequence[Mapping[int, int]]
@@ -197,9 +284,9 @@ class Backfill:
 
     def _drain(self, kernels: Sequence[Mapping[int, int]], spread: bool) -> dict[int, dict[int, int]] | None:
         """The agents to keep for a session no known end makes room for: where it fits once everything on them has
-        ended (their capacity), preferring those with the most free now."""
-        capacity = [self.pool.capacity_of(n) for n in range(len(self.pool.ids))]
+        ended (their capacity, less what other reservations need), preferring those with the most free now."""
         free = self._free_now()
+        capacity = [self._usable(self.pool.capacity_of(n), n, 0.0, INFINITE) for n in range(len(self.pool.ids))]
         order = sorted(range(len(capacity)), key=lambda n: -sum(free[n]))
         ranked = [capacity[n] for n in order]
         need = (self._spread if spread else self._one_agent)(ranked, kernels)

@@ -539,7 +539,7 @@ class _Round:
             prepared, per_kernel = self.current
             requests = [prepared.slots] if per_kernel is None else [p.slots for p in per_kernel]
             spread = per_kernel is not None and session.cluster_mode == MULTI_NODE
-            reservation = backfill.reserve(session.id, requests, spread)
+            reservation = backfill.reserve(session.id, requests, spread, session.duration)
             if reservation is not None:
                 msg += "; " + reserved_text(reservation)
         self.left.append((session, _NO_AVAILABLE_INSTANCES, msg, _ALL_PASSED, reservation))

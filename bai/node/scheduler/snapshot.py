@@ -68,6 +68,9 @@ POLICIES = (FIFO, LIFO, DRF, MULTIFACTOR)
 PRIORITY_MIN = 0
 PRIORITY_MAX = 100
 PRIORITY_DEFAULT = 10
+# reservations of a multifactor scaling group: with 1, a heavy user's small sessions took 40 % of a contended
+# cluster's GPU-hours where its fair share was 20 %; with 4, 25 % (bench/trace.py)
+DEFAULT_RESERVATIONS = 4
 
 DISPERSED = "dispersed"
 CONCENTRATED = "concentrated"
@@ -120,13 +123,14 @@ class Weights:
     over its share of the cluster), so that a keypair that used exactly its share has 0.5 and one that used nothing
     1; a its time waiting over `max_age` (seconds), at most 1; s its request's largest share of the scaling group's
     capacity (bigger sessions first among equals). The defaults make priority decide first, then fair share, then
-    age: a day's wait is worth half the fair-share range."""
+    age: a week's wait is worth half the fair-share range (bench/trace.py: a shorter one let a heavy user's old
+    sessions past the others' and cost fairness, without shortening the longest waits)."""
 
     priority: float = 10000.0
     fair_share: float = 1000.0
     age: float = 500.0
     size: float = 100.0
-    max_age: float = 86400.0
+    max_age: float = 7 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,14 +245,14 @@ class ScalingGroup:
     resource_priority: tuple[str, ...] = DEFAULT_RESOURCE_PRIORITY
     weights: Weights = Weights()  # multifactor
     # how many sessions that cannot start may hold a reservation, in queue order (backfill never delays them);
-    # None: 1 under multifactor, 0 under the other policies
+    # None: DEFAULT_RESERVATIONS under multifactor, 0 under the other policies
     reservations: int | None = None
 
     @property
     def reservation_depth(self) -> int:
         if self.reservations is not None:
             return max(0, self.reservations)
-        return 1 if self.policy == MULTIFACTOR else 0
+        return DEFAULT_RESERVATIONS if self.policy == MULTIFACTOR else 0
 
 
 @dataclass(frozen=True, slots=True)
