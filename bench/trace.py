@@ -5,15 +5,16 @@ the scheduling core (bai/node/scheduler/core.py) by a discrete-event simulation 
 
 The trace: 32 agents of 8 GPUs (and room enough of everything else), 5 users of different appetites. One user
 submits 10 times as many sessions as each of the others, all small (1, 2 or 4 GPUs); the others ask for 1-32 GPUs
-(40 % 1, 25 % 2, 15 % 4, 10 % 8, 6 % 16, 4 % 32; more than 8 GPUs is a multi-node session of 8-GPU kernels). Durations log-normal (median 1 h, sigma 1, 5 min to 48 h); each session
-declares a limit of 1-2x its real duration (what backfill plans with). Arrivals are Poisson over a window sized so
-that `--load` times the cluster's GPU-hours are asked for in it.
+(40 % 1, 25 % 2, 15 % 4, 10 % 8, 6 % 16, 4 % 32; more than 8 GPUs is a multi-node session of 8-GPU kernels).
+Durations log-normal (median 1 h, sigma 1, 5 min to 48 h); each session declares a limit of 1-2x its real duration
+(what backfill plans with). Arrivals are Poisson over a window sized so that `--load` times the cluster's GPU-hours
+are asked for in it.
 
 The policies, each on the same trace:
 * strict FIFO: oldest first, and nothing starts while the oldest waiting session cannot (Backend.AI's FIFO);
 * FIFO with skipping: oldest first, later sessions start where they fit (bai's `fifo` until now);
-* backfill: `multifactor` (priority, fair share with a 12 h half-life, age, size) with a reservation for the first
-  session in line that cannot start; later ones start only where they do not delay it.
+* backfill: `multifactor` (priority, fair share with a 12 h half-life, age, size) with reservations for the first
+  sessions in line that cannot start (4 by default); later ones start only where they do not delay them.
 
 A round runs when something arrived or ended and some waiting session could fit some agent. Printed: each
 policy's GPU utilisation over the window, the longest wait of the 32-GPU sessions (those still waiting at the end
@@ -135,7 +136,8 @@ def simulate(policy: str, jobs: list[Job], n_agents: int, window: float, group: 
             held[job.user] = held.get(job.user, 0) + sum(where.values())
         for user in usage:
             # (what was held through the step, decayed from its middle: close enough for a bench)
-            usage[user] = usage[user] * factor + held.get(user, 0) * (t - usage_at) * 2 ** (-(t - usage_at) / 2 / HALF_LIFE)
+            step = t - usage_at
+            usage[user] = usage[user] * factor + held.get(user, 0) * step * 2 ** (-step / 2 / HALF_LIFE)
         usage_at = t
 
     def account(job: Job, start: float, end: float) -> None:
