@@ -306,3 +306,339 @@ def test_every_session_appears_exactly_once_and_agents_are_not_overcommitted() -
     for item in decisions.pending:
         positions.setdefault(by_id[item.session_id].scaling_group, []).append(item.position)
     assert all(p == list(range(1, len(p) + 1)) for p in positions.values())
+
+
+# ----------------------------------------------------------------------------------------------
+# The multifactor policy with backfill: its reference recomputes everything from scratch, in Decimals, at every
+# step: the score of each session, each agent's room at every known end, every reservation's overlap.
+
+INF_T = float("inf")
+
+
+def random_multifactor_snapshot(seed: int, selection: str, depth: int) -> Snapshot:
+    """A snapshot with priorities, durations, running sessions' ends and usage, under the multifactor policy."""
+    import dataclasses
+
+    base = random_snapshot(seed, "fifo", selection, n_sessions=120, n_agents=20)
+    rnd = random.Random(seed * 31 + depth)
+    group = ScalingGroup("g1", policy="multifactor", agent_selection=selection, reservations=depth)
+    groups = {"g1": group, "g2": dataclasses.replace(group, name="g2", allowed_session_types=frozenset({"batch"}))}
+    agents = []
+    for a in base.agents:
+        ends = []
+        for slot, amount in a.occupied.items():  # what is held ends in one to three parts, some at unknown times
+            left = amount
+            for _ in range(rnd.randint(1, 3)):
+                part = (left * Decimal(rnd.randint(3, 10)) / 10).quantize(Decimal("0.1"))
+                if slot == "mem":
+                    part = part.to_integral_value()
+                if part <= 0 or rnd.random() < 0.3:
+                    continue
+                ends.append((NOW + timedelta(seconds=rnd.choice([0, 600, 1800, 3600, 3600, 7200])), {slot: part}))
+                left -= part
+        agents.append(dataclasses.replace(a, ends=tuple(ends)))
+    pending = [
+        dataclasses.replace(
+            s,
+            priority=rnd.choice([0, 10, 10, 10, 50, 100]),
+            duration=rnd.choice([None, 300.0, 1800.0, 3600.0, 7200.0]),
+        )
+        for s in base.pending
+    ]
+    usage = {f"AK{n}": float(rnd.randint(0, 5) * 1000) for n in range(6)}
+    return dataclasses.replace(base, pending=pending, agents=agents, scaling_groups=groups, usage=usage)
+
+
+def reference_multifactor(snapshot: Snapshot) -> tuple[list, list, list]:
+    """Placements, (pending id, status_info, position, reservation) and cancels, by the rules as written."""
+    now = snapshot.now
+    free = {
+        a.id: {k: a.capacity.get(k, ZERO) - a.occupied.get(k, ZERO) for k in a.capacity.keys() | a.occupied.keys()}
+        for a in snapshot.agents
+        if a.schedulable
+    }
+    kinds = {a.id: {k for k, v in a.capacity.items() if v > 0} for a in snapshot.agents}
+    concurrent = {k: s.concurrent_sessions for k, s in snapshot.keypairs.items()}
+    used = {k: dict(s.occupied) for k, s in snapshot.keypairs.items()}
+    keys = {s.access_key for s in snapshot.pending} | set(snapshot.usage)
+    total_usage = sum(max(0.0, snapshot.usage.get(k, 0.0)) for k in keys)
+    total_share = float(len(keys))
+    placements: list = []
+    pending: list = []
+    cancels: list = []
+
+    def fair(key: str) -> float:
+        if total_usage <= 0:
+            return 1.0
+        return 2.0 ** (-(max(0.0, snapshot.usage.get(key, 0.0)) / total_usage) / (1.0 / total_share))
+
+    def fits(room: Mapping[str, Decimal], request: Mapping[str, Decimal]) -> bool:
+        return all(room.get(k, ZERO) >= v for k, v in request.items() if v > 0)
+
+    def minus(a: Mapping[str, Decimal], b: Mapping[str, Decimal]) -> dict[str, Decimal]:
+        return {k: a.get(k, ZERO) - b.get(k, ZERO) for k in a.keys() | b.keys()}
+
+    def plus(a: Mapping[str, Decimal], b: Mapping[str, Decimal]) -> dict[str, Decimal]:
+        return {k: a.get(k, ZERO) + b.get(k, ZERO) for k in a.keys() | b.keys()}
+
+    def one_group(name: str) -> None:
+        group = snapshot.scaling_groups.get(name, ScalingGroup(name))
+        group_agents = sorted(
+            (a for a in snapshot.agents if a.schedulable and a.scaling_group == name), key=lambda a: a.id
+        )
+        ids = [a.id for a in group_agents]
+        capacity: dict[str, Decimal] = {}
+        for a in group_agents:
+            capacity = plus(capacity, a.capacity)
+        ends = {a.id: [(max(0.0, (t - now).total_seconds()), dict(s)) for t, s in a.ends] for a in group_agents}
+        holds: list[dict] = []  # {start, until, need: {agent: slots}, spare: {agent: slots}}
+        first_hold: dict[str, float] = {}  # agent -> its first hold's start (in the order agents got one)
+        dispersed = group.agent_selection == "dispersed"
+        w = group.weights
+
+        def score(s: PendingSession) -> float:
+            total = total_of(s)
+            size = max(
+                (
+                    float(Fraction(v) / Fraction(capacity[k]))
+                    for k, v in total.items()
+                    if v > 0 and capacity.get(k, 0) > 0
+                ),
+                default=0.0,
+            )
+            waited = (now - s.created_at).total_seconds()
+            age = 0.0 if waited <= 0 else min(waited / w.max_age, 1.0)
+            p = s.priority / 100
+            return w.priority * p + w.fair_share * fair(s.access_key) + w.age * age + w.size * min(size, 1.0)
+
+        def long_view(agent_id: str) -> dict[str, Decimal]:
+            room = dict(free[agent_id])
+            for h in holds:
+                if agent_id in h["spare"]:
+                    room = {k: min(v, h["spare"][agent_id].get(k, ZERO)) for k, v in room.items()}
+            return {k: max(v, ZERO) for k, v in room.items()}
+
+        def best(view: Mapping[str, Mapping[str, Decimal]], request: Mapping[str, Decimal]) -> str | None:
+            shape = sorted((k for k, v in request.items() if v > 0), key=prio)
+            ok = [a for a in ids if all(view[a].get(k, ZERO) >= request[k] for k in shape)]
+            if not ok:
+                return None
+            sign = -1 if dispersed else 1
+            return min(ok, key=lambda a: (len(kinds[a] - set(shape)), [sign * view[a].get(k, ZERO) for k in shape], a))
+
+        def took(agent_id: str, request: Mapping[str, Decimal], end: float) -> None:
+            free[agent_id] = minus(free[agent_id], request)
+            for h in holds:
+                if agent_id in h["spare"] and end > h["start"]:
+                    h["spare"][agent_id] = minus(h["spare"][agent_id], request)
+            if end < INF_T:
+                ends[agent_id].append((end, dict(request)))
+
+        def spread(rooms: Mapping[str, Mapping[str, Decimal]], kernels: list) -> dict[str, dict] | None:
+            left = {a: dict(rooms[a]) for a in ids}
+            need: dict[str, dict] = {}
+            for request in sorted(kernels, key=lambda r: sorted(r.values(), reverse=True), reverse=True):
+                for a in ids:
+                    if fits(left[a], request):
+                        left[a] = minus(left[a], request)
+                        need[a] = plus(need.get(a, {}), request)
+                        break
+                else:
+                    return None
+            return need
+
+        def usable(agent_id: str, t: float, length: float) -> dict[str, Decimal]:
+            room = dict(free[agent_id])
+            for te, slots in ends[agent_id]:
+                if te <= t:
+                    room = plus(room, slots)
+            for h in holds:
+                if agent_id in h["need"] and h["start"] < t + length and h["until"] > t:
+                    room = minus(room, h["need"][agent_id])
+            return room
+
+        def reserve(session: PendingSession) -> tuple | None:
+            length = INF_T if session.duration is None else session.duration
+            multi = session.cluster_mode == "multi-node" and len(session.kernels) > 1
+            kernels = [{k: v for k, v in kernel.slots.items() if v > 0} for kernel in session.kernels]
+            total = {k: v for k, v in total_of(session).items() if v > 0}
+            times = sorted(
+                {0.0} | {t for a in ids for t, _ in ends[a]} | {h["until"] for h in holds if h["until"] < INF_T}
+            )
+            found = None
+            for t in times:
+                rooms = {a: usable(a, t, length) for a in ids}
+                if multi:
+                    need = spread(rooms, kernels)
+                else:
+                    first = next((a for a in ids if fits(rooms[a], total)), None)
+                    need = None if first is None else {first: total}
+                if need is not None:
+                    found = (t, need)
+                    break
+            if found is None:  # drain: by capacity less every reservation, the agents with the most free first
+                shape = sorted(total, key=prio)
+                order = sorted(ids, key=lambda a: ([-free[a].get(k, ZERO) for k in shape], ids.index(a)))
+                caps = {}
+                for a in group_agents:
+                    room = dict(a.capacity)
+                    for h in holds:
+                        if a.id in h["need"]:
+                            room = minus(room, h["need"][a.id])
+                    caps[a.id] = room
+                if multi:
+                    left = {a: dict(caps[a]) for a in order}
+                    need = {}
+                    for request in sorted(kernels, key=lambda r: sorted(r.values(), reverse=True), reverse=True):
+                        for a in order:
+                            if fits(left[a], request):
+                                left[a] = minus(left[a], request)
+                                need[a] = plus(need.get(a, {}), request)
+                                break
+                        else:
+                            return None
+                else:
+                    first = next((a for a in order if fits(caps[a], total)), None)
+                    if first is None:
+                        return None
+                    need = {first: total}
+                start = 0.0
+                starts_at = None
+            else:
+                start, need = found
+                starts_at = now + timedelta(seconds=start)
+            hold = {"start": start, "until": start + length, "need": need, "spare": {}}
+            for a, request in need.items():
+                hold["spare"][a] = minus(usable(a, start, length) if found else minus_holds(a, length), request)
+            holds.append(hold)
+            for a in need:
+                first_hold.setdefault(a, start)
+                first_hold[a] = min(first_hold[a], start)
+            return (starts_at, tuple(sorted(need, key=ids.index)))
+
+        def minus_holds(agent_id: str, length: float) -> dict[str, Decimal]:
+            room = dict(free[agent_id])
+            for h in holds:
+                if agent_id in h["need"] and h["start"] < length and h["until"] > 0:
+                    room = minus(room, h["need"][agent_id])
+            return room
+
+        def never_fits(session: PendingSession) -> bool:
+            largest: dict[str, Decimal] = {}
+            for a in group_agents:
+                for k, v in a.capacity.items():
+                    largest[k] = max(largest.get(k, ZERO), v)
+            multi = session.cluster_mode == "multi-node" and len(session.kernels) > 1
+            requests = [k.slots for k in session.kernels] if multi else [total_of(session)]
+            return any(v > largest.get(k, ZERO) and largest.get(k) for r in requests for k, v in r.items())
+
+        mine = [s for s in snapshot.pending if s.scaling_group == name]
+        if group.policy == "multifactor":
+            sessions = sorted(mine, key=lambda s: (-score(s), s.created_at, s.id))
+        else:  # (a scaling group not configured: FIFO)
+            sessions = sorted(mine, key=lambda s: (s.created_at, s.id))
+        left = []
+        for session in sessions:
+            waiting = False
+            cancelled = False
+            for dep in session.depends_on:
+                state = snapshot.dependencies.get(dep)
+                if state is None or (
+                    state.result != "SUCCESS" and state.status in ("TERMINATED", "CANCELLED", "ERROR")
+                ):
+                    cancels.append(session.id)
+                    cancelled = True
+                    break
+                if state.result != "SUCCESS" or state.status != "TERMINATED":
+                    waiting = True
+            if cancelled:
+                continue
+            key = session.access_key
+            policy = snapshot.keypairs[key].policy if key in snapshot.keypairs else ResourcePolicy()
+            total = total_of(session)
+            failed = waiting or (session.starts_at is not None and session.starts_at > now)
+            failed |= session.session_type not in group.allowed_session_types
+            failed |= any(k.slots.get(s, ZERO) < m for k in session.kernels for s, m in session.image_min.items())
+            failed |= 0 < policy.max_concurrent_sessions <= concurrent.get(key, 0)
+            for slot, amount in total.items():
+                if amount <= 0:
+                    continue
+                limit = policy.total_resource_slots.get(
+                    slot, ZERO if policy.default_for_unspecified == "LIMITED" else Decimal("Infinity")
+                )
+                failed |= used.get(key, {}).get(slot, ZERO) + amount > limit
+            if failed:
+                left.append((session.id, StatusInfo.PREDICATE_CHECKS_FAILED, None))
+                continue
+            end = INF_T if session.duration is None else session.duration
+            mapping: dict[str, str] = {}
+            placed_ok = False
+            if session.cluster_mode == "multi-node" and len(session.kernels) > 1:
+                view = {a: long_view(a) for a in ids}
+                taken = []
+                for kernel in session.kernels:
+                    chosen = best(view, kernel.slots)
+                    if chosen is None:
+                        break
+                    view[chosen] = minus(view[chosen], {k: v for k, v in kernel.slots.items() if v > 0})
+                    taken.append((chosen, kernel))
+                else:
+                    placed_ok = True
+                    per_agent: dict[str, dict] = {}
+                    for chosen, kernel in taken:
+                        mapping[kernel.kernel_id] = chosen
+                        per_agent[chosen] = plus(
+                            per_agent.get(chosen, {}), {k: v for k, v in kernel.slots.items() if v > 0}
+                        )
+                    for chosen, request in per_agent.items():
+                        took(chosen, request, end)
+            else:
+                request = {k: v for k, v in total.items() if v > 0}
+                chosen = best({a: long_view(a) for a in ids}, request)
+                if chosen is None and holds and end < INF_T:
+                    chosen = next((a for a in first_hold if end <= first_hold[a] and fits(free[a], request)), None)
+                if chosen is not None:
+                    placed_ok = True
+                    mapping = {kernel.kernel_id: chosen for kernel in session.kernels}
+                    took(chosen, request, end)
+            if placed_ok:
+                concurrent[key] = concurrent.get(key, 0) + 1
+                mine = used.setdefault(key, {})
+                for k, v in total.items():
+                    if v > 0:
+                        mine[k] = mine.get(k, ZERO) + v
+                placements.append((session.id, mapping))
+                continue
+            reservation = None
+            if len(holds) < group.reservation_depth and ids and not never_fits(session):
+                reservation = reserve(session)
+            left.append((session.id, StatusInfo.NO_AVAILABLE_INSTANCES, reservation))
+        pending.extend((sid, info, n, res) for n, (sid, info, res) in enumerate(left, 1))
+
+    for name in sorted({s.scaling_group for s in snapshot.pending}):
+        one_group(name)
+    return placements, pending, cancels
+
+
+@pytest.mark.parametrize("selection", ["dispersed", "concentrated"])
+@pytest.mark.parametrize("depth", [1, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_multifactor_with_backfill_matches_the_reference(selection: str, depth: int, seed: int) -> None:
+    snapshot = random_multifactor_snapshot(seed, selection, depth)
+    decisions = schedule(snapshot)
+    placements, pending, cancels = reference_multifactor(snapshot)
+    assert [(p.session_id, dict(p.agents)) for p in decisions.placements] == placements
+    got = [
+        (
+            p.session_id,
+            p.status_info,
+            p.position,
+            (p.reservation.starts_at, p.reservation.agents) if p.reservation else None,
+        )
+        for p in decisions.pending
+    ]
+    assert got == pending
+    assert [c.session_id for c in decisions.cancels] == cancels
+    # the snapshot exercises reservations, with a known start and without
+    reserved = [r for *_, r in pending if r is not None]
+    assert reserved and len(reserved) <= depth * 2  # (two scaling groups)

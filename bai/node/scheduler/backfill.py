@@ -171,7 +171,7 @@ class Backfill:
             need = self._drain(kernels, spread)
             if need is None:
                 return None
-            start = None
+            start, free = None, self._free_now()  # (the sweep moved `free` past every known end)
         begins = 0.0 if start is None else start
         hold = Hold(session_id, begins, begins + length, need)
         for agent, request in need.items():
@@ -201,12 +201,22 @@ class Backfill:
             self._sorted = events
         return self._sorted
 
+    def _moments(self) -> list[tuple[float, list[tuple[int, dict[int, int] | None]]]]:
+        """The known ends grouped by time: (t, [(agent, what it frees or None)])."""
+        moments: list[tuple[float, list[tuple[int, dict[int, int] | None]]]] = []
+        for t, agent, slots in self._events():
+            if moments and moments[-1][0] == t:
+                moments[-1][1].append((agent, slots))
+            else:
+                moments.append((t, [(agent, slots)]))
+        return moments
+
     def _earliest(
         self, free: list[list[int]], kernels: Sequence[Mapping[int, int]], spread: bool, length: float
     ) -> tuple[float | None, dict[int, dict[int, int]] | None]:
         """Sweep the known ends in time order, `free` growing with each (and left as it is at the start found):
-        the first time the request fits for `length` without touching another reservation, and where.
-        (None, None): never, as far as the known ends go."""
+        the first time the request fits for `length` without touching another reservation, and where (one agent:
+        the lowest-numbered that fits then). (None, None): never, as far as the known ends go."""
         usable = self._usable
         if not spread:
             total: dict[int, int] = {}
@@ -216,13 +226,15 @@ class Backfill:
             for agent, row in enumerate(free):
                 if _fits(usable(row, agent, 0.0, length), total):
                     return 0.0, {agent: total}
-            for t, agent, slots in self._events():  # only the agent that got room back can newly fit
-                row = free[agent]
-                if slots is not None:
-                    for i, n in slots.items():
-                        row[i] += n
-                if _fits(usable(row, agent, t, length), total):
-                    return t, {agent: total}
+            for t, changes in self._moments():  # only agents that got room back can newly fit
+                for agent, slots in changes:
+                    if slots is not None:
+                        row = free[agent]
+                        for i, n in slots.items():
+                            row[i] += n
+                for agent in sorted({agent for agent, _ in changes}):
+                    if _fits(usable(free[agent], agent, t, length), total):
+                        return t, {agent: total}
             return None, None
 
         def fitted(t: float) -> dict[int, dict[int, int]] | None:
@@ -237,15 +249,17 @@ class Backfill:
         # only when the count reaches them (a reservation's start may have lowered another agent's since)
         held = [_copies(usable(row, agent, 0.0, length), kernel) for agent, row in enumerate(free)] if same else []
         have = sum(held)
-        for t, agent, slots in self._events():
-            row = free[agent]
-            if slots is not None:
-                for i, n in slots.items():
-                    row[i] += n
+        for t, changes in self._moments():
+            for agent, slots in changes:
+                if slots is not None:
+                    row = free[agent]
+                    for i, n in slots.items():
+                        row[i] += n
             if same:
-                more = _copies(usable(row, agent, t, length), kernel)
-                have += more - held[agent]
-                held[agent] = more
+                for agent in {agent for agent, _ in changes}:
+                    more = _copies(usable(free[agent], agent, t, length), kernel)
+                    have += more - held[agent]
+                    held[agent] = more
                 if have < wanted:
                     continue
             need = fitted(t)
@@ -284,10 +298,17 @@ class Backfill:
 
     def _drain(self, kernels: Sequence[Mapping[int, int]], spread: bool) -> dict[int, dict[int, int]] | None:
         """The agents to keep for a session no known end makes room for: where it fits once everything on them has
-        ended (their capacity, less what other reservations need), preferring those with the most free now."""
+        ended (their capacity, less what other reservations need), preferring the agents with the most free now of
+        what it asks for, slot by slot in the resource priority order (then the lowest-numbered)."""
         free = self._free_now()
+        total: dict[int, int] = {}
+        for request in kernels:
+            for i, n in request.items():
+                total[i] = total.get(i, 0) + n
+        shape = self.pool.shape_of(total)
         capacity = [self._usable(self.pool.capacity_of(n), n, 0.0, INFINITE) for n in range(len(self.pool.ids))]
-        order = sorted(range(len(capacity)), key=lambda n: -sum(free[n]))
+        width = len(capacity[0]) if capacity else 0
+        order = sorted(range(len(capacity)), key=lambda n: tuple(-free[n][i] if i < width else 0 for i in shape))
         ranked = [capacity[n] for n in order]
         need = (self._spread if spread else self._one_agent)(ranked, kernels)
         if need is None:
