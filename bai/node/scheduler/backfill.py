@@ -18,8 +18,11 @@ Times are seconds from the round's `now`. A running session ends at the latest a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from heapq import merge
+from itertools import groupby
+from operator import itemgetter
 
 from .selection import AgentPool, SlotTable
 from .snapshot import AgentState, Reservation
@@ -27,6 +30,7 @@ from .snapshot import AgentState, Reservation
 __all__ = ["Backfill", "INFINITE"]
 
 INFINITE = math.inf  # the end of a session of unknown duration
+_first = itemgetter(0)
 
 
 class Hold:
@@ -80,17 +84,14 @@ class Backfill:
         self.pool = pool
         self.now = now
         self.depth = depth
-        number = pool.numbers
-        self.ends: list[list[tuple[float, dict[int, int]]]] = [[] for _ in pool.ids]
-        for agent in agents:
-            n = number.get(agent.id)
-            if n is None:
-                continue
-            for when, slots in agent.ends:
-                self.ends[n].append((max(0.0, (when - now).total_seconds()), table.convert(slots, True)))
+        self._agents = agents
+        self._table = table
+        # the known ends: the running sessions' (by time, made when a reservation first needs them), and those of
+        # sessions placed in this round (by their end: the durations sessions declare repeat)
+        self._running: list[tuple[float, int, dict[int, int] | None]] | None = None
+        self._placed: dict[float, list[tuple[int, dict[int, int]]]] = {}
         self.holds: list[Hold] = []
         self.latest_start = -1.0  # the latest start of a hold: a session that ends after it can't short-fit
-        self._sorted: list[tuple[float, int, dict[int, int] | None]] | None = None  # every known end, by time
         self.on: dict[int, list[Hold]] = {}  # agent -> its holds
         self.first_start: dict[int, float] = {}  # agent -> when its first hold starts
         self.actual: dict[int, list[int]] = {}  # agent -> what it has free now (agents of holds: the pool has less)
@@ -104,8 +105,7 @@ class Backfill:
     def placed(self, agent: int, slots: Mapping[int, int], end: float) -> None:
         """A session took `slots` of `agent` until `end` (the pool's room already moved, or not: see `short_fit`)."""
         if end < INFINITE:
-            self.ends[agent].append((end, dict(slots)))
-            self._sorted = None
+            self._placed.setdefault(end, []).append((agent, dict(slots)))
         holds = self.on.get(agent)
         if holds:
             free = self.actual[agent]
@@ -182,34 +182,33 @@ class Backfill:
             self.on.setdefault(agent, []).append(hold)
             self.first_start[agent] = min(self.first_start.get(agent, INFINITE), hold.start)
         self.holds.append(hold)
-        self._sorted = None  # (its end is an event)
         self.latest_start = max(self.latest_start, hold.start)
         for agent in need:
             self._sync(agent)
         when = None if start is None else self.now + timedelta(seconds=start)
         return Reservation(when, tuple(self.pool.ids[agent] for agent in sorted(need)))
 
-    def _events(self) -> list[tuple[float, int, dict[int, int] | None]]:
-        """Every known end in time order: sessions' (what they free) and reservations' (None: nothing is freed, but
-        what the agent may hold changes). Sorted again only when something added one."""
-        if self._sorted is None:
-            events: list[tuple[float, int, dict[int, int] | None]] = [
-                (t, agent, slots) for agent, ends in enumerate(self.ends) for t, slots in ends
-            ]
-            events += [(h.until, agent, None) for h in self.holds if h.until < INFINITE for agent in h.need]
-            events.sort(key=lambda e: e[0])
-            self._sorted = events
-        return self._sorted
-
-    def _moments(self) -> list[tuple[float, list[tuple[int, dict[int, int] | None]]]]:
-        """The known ends grouped by time: (t, [(agent, what it frees or None)])."""
-        moments: list[tuple[float, list[tuple[int, dict[int, int] | None]]]] = []
-        for t, agent, slots in self._events():
-            if moments and moments[-1][0] == t:
-                moments[-1][1].append((agent, slots))
-            else:
-                moments.append((t, [(agent, slots)]))
-        return moments
+    def _moments(self) -> Iterator[tuple[float, list[tuple[int, dict[int, int] | None]]]]:
+        """The known ends in time order, those of one moment together: (t, [(agent, what it frees or None)]), None
+        where a reservation ends (nothing is freed, but what the agent may hold changes)."""
+        if self._running is None:
+            number = self.pool.numbers
+            running: list[tuple[float, int, dict[int, int] | None]] = []
+            for agent in self._agents:
+                n = number.get(agent.id)
+                if n is not None:
+                    for when, slots in agent.ends:
+                        running.append(
+                            (max(0.0, (when - self.now).total_seconds()), n, self._table.convert(slots, True))
+                        )
+            running.sort(key=_first)
+            self._running = running
+        placed = ((t, agent, slots) for t in sorted(self._placed) for agent, slots in self._placed[t])
+        holds = sorted(
+            ((h.until, agent, None) for h in self.holds if h.until < INFINITE for agent in h.need), key=_first
+        )
+        for t, events in groupby(merge(self._running, placed, holds, key=_first), key=_first):
+            yield t, [(agent, slots) for _, agent, slots in events]
 
     def _earliest(
         self, free: list[list[int]], kernels: Sequence[Mapping[int, int]], spread: bool, length: float

@@ -198,7 +198,7 @@ class _Round:
         depth = group.reservation_depth
         self.backfill = Backfill(self.pool, self.table, agents, self.now, depth) if depth and len(self.pool) else None
         consider = self.consider
-        factors: dict[str, Factors] = {}
+        factors: Mapping[str, Factors] = {}
         if policy == DRF:
             queue = DrfQueue(sessions, self.pool.capacity, lambda key: self.quota(key).occupied)
             while (session := queue.pop()) is not None:

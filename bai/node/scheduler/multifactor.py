@@ -73,18 +73,38 @@ class Scorer:
         return size
 
     def factors(self, session: PendingSession) -> Factors:
+        return Factors(*self._parts(session))
+
+    def _parts(self, session: PendingSession) -> tuple[float, float, float, float, float]:
         w = self.weights
         p = (min(max(session.priority, PRIORITY_MIN), PRIORITY_MAX) - PRIORITY_MIN) / (PRIORITY_MAX - PRIORITY_MIN)
         f = self.fair.get(session.access_key, 1.0)
         waited = (self.now - session.created_at).total_seconds()
         a = 0.0 if waited <= 0 or w.max_age <= 0 else min(waited / w.max_age, 1.0)
         s = self.size(self.size_of(session))
-        return Factors(p, f, a, s, w.priority * p + w.fair_share * f + w.age * a + w.size * s)
+        return p, f, a, s, w.priority * p + w.fair_share * f + w.age * a + w.size * s
 
-    def order(self, sessions: Sequence[PendingSession]) -> tuple[list[PendingSession], dict[str, Factors]]:
-        """The sessions by score, highest first (ties: FIFO), and each one's factors by id."""
-        factors = {s.id: self.factors(s) for s in sessions}
+    def order(self, sessions: Sequence[PendingSession]) -> tuple[list[PendingSession], Mapping[str, Factors]]:
+        """The sessions by score, highest first (ties: FIFO), and each one's factors by id (made when looked up)."""
+        parts = {s.id: self._parts(s) for s in sessions}
         ordered = sorted(sessions, key=lambda s: s.id)
         ordered.sort(key=lambda s: s.created_at)
-        ordered.sort(key=lambda s: -factors[s.id].score)  # (stable: equal scores keep the FIFO order)
-        return ordered, factors
+        ordered.sort(key=lambda s: -parts[s.id][4])  # (stable: equal scores keep the FIFO order)
+        return ordered, _Lazy(parts)
+
+
+class _Lazy(dict[str, Factors]):
+    """Factors by session id, each made the first time it is asked for (most sessions are placed: never asked)."""
+
+    def __init__(self, parts: dict[str, tuple[float, float, float, float, float]]) -> None:
+        super().__init__()
+        self.parts = parts
+
+    def get(self, key: str, default: Factors | None = None) -> Factors | None:  # type: ignore[override]
+        found = super().get(key)
+        if found is None:
+            raw = self.parts.get(key)
+            if raw is None:
+                return default
+            found = self[key] = Factors(*raw)
+        return found
