@@ -151,7 +151,8 @@ cli("session-restart", "sessions", "session restart ev{c}-renamed", "Done")
 cli("restart", "sessions", "restart ev{c}-renamed", "Done")
 cli(
     "session-set-priority", "sessions", {"26": "session set-priority ev{c}-renamed 20"}, "must have a valid session ID",
-    {"26": (FAIL, "the client's own bug: it calls `update()` on a `ComputeSession` made from the name (no id)")},
+    {"26": (FAIL, "the client's own bug: it calls `update()` on a `ComputeSession` made from the name (no id); "
+                  "its SDK call with the id works (Backend.AI's modify_compute_session)")},
 )  # fmt: skip
 cli("session-commit", "sessions", "session commit {ds}", "", docker=True)
 cli("session-convert-to-image", "sessions", {"26": "session convert-to-image {dsid} ev{c}-img"}, "", docker=True)
@@ -363,6 +364,16 @@ sdk("sdk-session-apps", "sessions", "print(api.ComputeSession(s).stream_app_info
 sdk("sdk-session-rename", "sessions", "api.ComputeSession(f'ev{c}-sdk').rename(f'ev{c}-sdk2'); print('ok')", "ok")
 sdk("sdk-session-restart", "sessions", "api.ComputeSession(f'ev{c}-sdk2').restart(); print('ok')", "ok")
 sdk("sdk-session-interrupt", "sessions", "print(api.ComputeSession(f'ev{c}-sdk2').interrupt())", "")
+sdk(
+    "sdk-session-set-priority", "sessions",
+    {"26": "import uuid; print(api.ComputeSession.from_session_id(uuid.UUID(sid)).update(priority=30))"},
+    "'priority': 30",
+)  # fmt: skip
+sdk(
+    "sdk-session-priority-gql", "sessions",
+    "print(api.Admin.query('query($id: UUID) { compute_session(id: $id) { name priority } }', {'id': sid}))",
+    "'priority'",
+)  # fmt: skip
 sdk(
     "sdk-session-list", "sessions",
     "print(api.ComputeSession.paginated_list(page_size=50).total_count)", "",

@@ -47,7 +47,7 @@ FIELDS = [
     "user_email", "id", "shared_user_uuid", "onwer_access_key",
     "month", "group_ids", "group_id", "project_id", "start_date", "end_date", "period", "by", "all",
     "payload", "template_id", "group", "domain", "format",
-    "resource_slots", "shared_memory", "scaling_group_name", "scaling_group",
+    "resource_slots", "shared_memory", "scaling_group_name", "scaling_group", "priority", "timeLimit",
 ]  # fmt: skip
 CONFIG = st.fixed_dictionaries(
     {},
@@ -136,6 +136,16 @@ ROUTES = [
     ("PUT", "/template/session/{ref}", {"payload": TEMPLATE}),
     ("DELETE", "/template/session/{ref}", None),
     ("POST", "/session/_/create-from-template", {"template_id": "0" * 32, "enqueueOnly": True, "config": {}}),
+    ("POST", "/session/{ref}/priority", {"priority": 50}),
+    (
+        "POST",
+        "/admin/gql",
+        {
+            "query": "mutation($input: ModifyComputeSessionInput!) { modify_compute_session(input: $input) "
+            "{ item { name priority } clientMutationId } }",
+            "variables": {"input": {"id": "00000000-0000-0000-0000-000000000000", "priority": 20}},
+        },
+    ),
     # resource presets: {ref} is fuzzed text or the fuzz session's name (no such preset: a 404)
     ("GET", "/resource/presets", None),
     ("POST", "/resource/check-presets", {"group": "default", "scaling_group": "default"}),

@@ -28,6 +28,7 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
         "bai session create python --type batch --startup-command 'python job.py' --wait",
         "bai session create python --name dist --cluster-size 3 --cluster-mode multi-node",
     ),
+    "bai session set-priority": ("bai session set-priority train 50", "bai session set-priority ID 90 --owner AK"),
     "bai preset ls": ("bai preset ls", "bai preset ls -o json"),
     "bai preset check": ("bai preset check", "bai preset check --project ml --scaling-group gpu"),
     "bai preset add": ("bai preset add small --cpu 1 --mem 2g", "bai preset add gpu1 -r cpu=4,mem=16g --gpu 1"),

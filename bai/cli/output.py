@@ -267,6 +267,9 @@ def session_details(s: dict[str, Any]) -> list[str]:
     if scheduler.get("retries"):
         times = "once" if scheduler["retries"] == 1 else f"{scheduler['retries']} times"
         lines.append(f"Tried       {times}, last at {scheduler.get('last_try', '?')}")
+    from bai.common.present import scheduling_lines
+
+    lines += [f"{label:<11} {text}" for label, text in scheduling_lines(s)]
     lines += [
         f"Resources   {slots_text(s['requestedSlots'])}",
         f"Agent       {s.get('agent') or '-'}",

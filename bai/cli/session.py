@@ -36,6 +36,24 @@ Project = Annotated[
     typer.Option("--project", help="The project (Backend.AI's group) to create it in: name or id [your default one]."),
 ]
 Domain = Annotated[str | None, typer.Option("--domain", help="The domain of --project [yours].")]
+Priority = Annotated[
+    int | None,
+    typer.Option(
+        "--priority",
+        min=0,
+        max=100,
+        help="Scheduling priority 0-100 (default 10; at most your policy's max_priority): under the multifactor "
+        "policy the higher goes first.",
+    ),
+]
+TimeLimit = Annotated[
+    str | None,
+    typer.Option(
+        "--time-limit",
+        metavar="DURATION",
+        help="How long it may run once started (90m, 2h, 1d): it is ended then; backfill plans with it.",
+    ),
+]
 Preset = Annotated[
     str | None,
     typer.Option(
@@ -139,6 +157,21 @@ def parse_resources(
     except SlotError as e:
         raise typer.BadParameter(str(e)) from None
     return out
+
+
+def parse_time_limit(value: str | None) -> float | None:
+    """--time-limit: seconds, or None when not given; a usage error otherwise."""
+    if value is None:
+        return None
+    from bai.common.durations import parse_duration
+
+    try:
+        seconds = parse_duration(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--time-limit") from None
+    if seconds <= 0:
+        raise typer.BadParameter("wants a duration above 0 (90m, 2h, 1d)", param_hint="--time-limit")
+    return seconds
 
 
 async def with_preset(c: Any, preset: str | None, resources: dict[str, str]) -> dict[str, str]:
@@ -602,6 +635,8 @@ def run(
     gpu: Gpu = None,
     gpu_share: GpuShare = None,
     preset: Preset = None,
+    priority: Priority = None,
+    time_limit: TimeLimit = None,
     env: Env = None,
     name: Name = None,
     mount: Mount = None,
@@ -622,6 +657,7 @@ def run(
     mounts = parse_mounts(mount)
     check_name(name)
     mode, text, options, files = _job(code, args or [], exec_cmd)
+    limit_seconds = parse_time_limit(time_limit)
     name = name or f"run-{secrets.token_hex(4)}"
     from bai.cli.common import client
     from bai.client.api import overlap_import
@@ -650,6 +686,7 @@ def run(
                             c, image, name, quiet, owned,
                             resources=resources, environ=environ, mounts=mounts, network=network,
                             cluster_size=cluster_size, cluster_mode=cluster_mode, group=project, domain=domain,
+                            priority=priority, time_limit=limit_seconds,
                         )
                     )  # fmt: skip
                     sid = started["sessionId"]
@@ -771,6 +808,8 @@ def create(
     gpu: Gpu = None,
     gpu_share: GpuShare = None,
     preset: Preset = None,
+    priority: Priority = None,
+    time_limit: TimeLimit = None,
     env: Env = None,
     mount: Mount = None,
     session_type: Annotated[str, typer.Option("--type", help="interactive, or batch (runs --startup-command).")] = (
@@ -851,6 +890,8 @@ def create(
         "cluster_mode": cluster_mode,
         "group": project,
         "domain": domain,
+        "priority": priority,
+        "time_limit": parse_time_limit(time_limit),
     }
     from bai.cli.common import client
 
@@ -1303,6 +1344,19 @@ def rename(
     check_name(name)
     call(lambda c: c.rename_session(ref, name), owner)
     print(f"renamed {ref} to {name}")
+
+
+@app.command("set-priority")
+def set_priority(
+    ref: str = typer.Argument(..., help="Session name or id.", autocompletion=_complete_sessions),
+    priority: int = typer.Argument(..., min=0, max=100, help="0-100 (default 10): the higher goes first."),
+    owner: str = typer.Option(None, "--owner", metavar="AK", help=OWNER_HELP),
+) -> None:
+    """Change a live session's scheduling priority (lowered to your policy's max_priority; admins: up to 100).
+    Under the multifactor policy a waiting session with a higher priority goes first."""
+    row = call(lambda c: c.set_priority(ref, priority), owner)
+    said = "" if row["priority"] == priority else f" (your policy allows at most {row['priority']})"
+    print(f"session {row['name']} now has priority {row['priority']}{said}")
 
 
 @app.command()

@@ -441,7 +441,15 @@ class Client:
         for key in ("group", "domain"):  # the project (name or id) and its domain; the manager's defaults if not given
             if kw.get(key):
                 body[key] = kw[key]
+        if kw.get("priority") is not None:
+            body["priority"] = kw["priority"]
+        if kw.get("time_limit") is not None:
+            body["timeLimit"] = kw["time_limit"]
         return await self.request("POST", "/session", json_body=body)
+
+    async def set_priority(self, ref: str, priority: int) -> dict[str, Any]:
+        """A live session's scheduling priority (0-100; lowered to your policy's max_priority): the session."""
+        return await self.request("POST", f"/session/{ref}/priority", json_body={"priority": priority})
 
     # -- session templates (Backend.AI's /template/session) --
 

@@ -118,11 +118,18 @@ DEFAULTS: dict[str, Any] = {
         "stat_history": 150,
         # an app tunnel (`bai session app`, `backend.ai app`) with no byte either way for this long is closed
         "app_idle_timeout": 3600.0,
+        # fair share (scaling groups of policy multifactor): what each keypair's and project's sessions held is
+        # counted as slot-seconds (a core 1, a GiB of memory 0.1, a GPU fair_share_gpu_weight) and halves every
+        # fair_share_half_life (seconds or 12h, 7d)
+        "fair_share_half_life": "7d",
+        "fair_share_gpu_weight": 10.0,
     },
-    # per scaling group: policy fifo | lifo | drf, agent_selection dispersed | concentrated,
+    # per scaling group: policy fifo | lifo | drf | multifactor, agent_selection dispersed | concentrated,
     # allowed_session_types, pending_timeout (seconds; 0 = wait forever), allowed_networks (what a
     # session may ask for as config.network besides "none"; unset = the agent's [agent.docker] network),
-    # admin_allowed_networks (what admin keypairs may ask for besides)
+    # admin_allowed_networks (what admin keypairs may ask for besides); multifactor: the weights of a session's
+    # score (priority, fair share, age up to max_age, size) and how many sessions that cannot start get a
+    # reservation (-1: the default, 4; 0: no backfill protection)
     "scaling_groups": {
         "default": {
             "policy": "fifo",
@@ -131,6 +138,12 @@ DEFAULTS: dict[str, Any] = {
             "pending_timeout": 0.0,
             "allowed_networks": [],
             "admin_allowed_networks": [],
+            "weight_priority": 10000.0,
+            "weight_fair_share": 1000.0,
+            "weight_age": 500.0,
+            "weight_size": 100.0,
+            "max_age": "7d",
+            "reservations": -1,
         },
     },
     "vfolders": {
@@ -196,7 +209,7 @@ OPEN_TABLES: dict[str, type] = {
 }
 GROUPS = "scaling_groups"
 # durations: a number of seconds or a string such as "90s", "12h", "7d"
-DURATIONS = {"manager.log_retention"}
+DURATIONS = {"manager.log_retention", "manager.fair_share_half_life"}
 # numbers that must lie in (low, high]: seconds
 RANGES: dict[str, tuple[float, float]] = {
     "agent.stat_interval": (0.0, 3600.0),

@@ -78,11 +78,41 @@ def explain_lines(h: dict[str, Any]) -> list[str]:
             elif item["msg"]:
                 text += f": {item['msg']}"
         lines.append(f"  {when}  {text}")
+    for label, text in scheduling_lines(h):
+        lines.append(f"{label}: {text}")
     lines.append("State changes")
     for t in h["transitions"]:
         extra = f" ({t['status_info']})" if t["status_info"] else ""
         lines.append(f"  {_clock(t['at'])}  {t['status']}{extra}")
     return lines
+
+
+def scheduling_lines(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) for a session's place in a multifactor queue: its priority and, while it waits, its score's
+    factors and the reservation it holds (`bai session info`, `explain`, the dashboard's details)."""
+    scheduler = (s.get("statusData") or {}).get("scheduler") or {}
+    out: list[tuple[str, str]] = []
+    factors = scheduler.get("factors") if s.get("status") == "PENDING" else None
+    if factors:
+        parts = ", ".join(
+            f"{name.replace('_', ' ')} {factors[name]:.2f}" for name in ("priority", "fair_share", "age", "size")
+        )
+        out.append(("Priority", f"{s.get('priority', '?')} (score {factors['score']:g}: {parts}; each 0-1, weighted)"))
+    elif s.get("priority") not in (None, 10):
+        out.append(("Priority", str(s["priority"])))
+    if s.get("timeLimit"):
+        from bai.common.durations import format_duration
+
+        out.append(("Time limit", format_duration(float(s["timeLimit"]))))
+    reservation = scheduler.get("reservation") if s.get("status") == "PENDING" else None
+    if reservation:
+        agents = ", ".join(reservation.get("agents") or [])
+        when = reservation.get("starts_at")
+        if when:
+            out.append(("Reserved", f"starts by {when[:16].replace('T', ' ')} UTC on {agents}"))
+        else:
+            out.append(("Reserved", f"{agents}, kept until their running sessions (of unknown length) end"))
+    return out
 
 
 Clock = Callable[[], datetime]

@@ -119,6 +119,8 @@ class StatusInfo:
     AGENT_LOST = "agent-lost"
     IDLE_TIMEOUT = "idle-timeout"
     SESSION_LIFETIME = "idle-session-lifetime"
+    # not a Backend.AI string: the session ran for the time limit it declared (`timeLimit`)
+    TIME_LIMIT = "time-limit"
     # not a Backend.AI string: Backend.AI leaves such a session pending forever, we cancel it
     DEPENDENCY_FAILED = "dependency-failed"
     # not a Backend.AI string (it reports such a kernel as self-terminated, exit 137): the kernel was

@@ -23,7 +23,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from bai.common.present import age, explain_lines, utc_now
+from bai.common.present import age, explain_lines, scheduling_lines, utc_now
 from bai.common.slots import from_wire
 from bai.common.timing import duration, parse_time, started_at
 from bai.tui.model import GROUPS, ClusterModel, Filter, LogBuffer, group_of, is_failed
@@ -1006,6 +1006,8 @@ def render_detail(
     scheduler = (s.get("statusData") or {}).get("scheduler") or {}
     for p in scheduler.get("failed_predicates") or []:
         fields.add_row("  blocked by", Text(p["name"], style="yellow") + Text(f": {p['msg']}"))
+    for label, text in scheduling_lines(s):
+        fields.add_row(label, text)
     fields.add_row("Image", s["image"])
     fields.add_row("Type", s["type"].lower())
     fields.add_row("Owner", s["accessKey"])

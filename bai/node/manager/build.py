@@ -9,6 +9,7 @@ from typing import Any
 
 from bai.common.background import Background
 from bai.common.clock import Clock
+from bai.common.config import duration_seconds
 from bai.node.link.base import ManagerLink
 from bai.node.manager.rules.admission import from_config as admission_from_config
 from bai.node.manager.services import Services
@@ -18,6 +19,7 @@ from bai.node.manager.services.agent_events import AgentEvents
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.app_forwarding import Apps
 from bai.node.manager.services.dispatcher import Dispatcher, scaling_groups
+from bai.node.manager.services.fair_share import FairShare
 from bai.node.manager.services.hooks import Hooks
 from bai.node.manager.services.hubs import Hubs
 from bai.node.manager.services.image_catalogue import Images
@@ -115,8 +117,21 @@ async def build_manager(
         peers=PeerRelay(link, store, background),  # multi-node kernels' connections to each other
         clock=clock,
     )
+    fair_share = FairShare(
+        store,
+        duration_seconds(cfg["manager"].get("fair_share_half_life", "7d")),
+        float(cfg["manager"].get("fair_share_gpu_weight", 10.0)),
+    )
     dispatcher = Dispatcher(
-        store, lifecycle, agents, wake, groups, pending_timeouts, tick=float(cfg["manager"]["tick"]), clock=clock
+        store,
+        lifecycle,
+        agents,
+        wake,
+        groups,
+        pending_timeouts,
+        tick=float(cfg["manager"]["tick"]),
+        clock=clock,
+        fair_share=fair_share,
     )
     timers = Timers(
         store, lifecycle, activity, background, start_timeout, log_retention=log_retention, clock=clock, stats=stats

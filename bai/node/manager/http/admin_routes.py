@@ -15,6 +15,7 @@ from bai.node.manager.http.context import SETTINGS, STREAMS, read_json, services
 from bai.node.manager.services.accounts import Accounts
 from bai.node.manager.state import POLICY_FIELDS, UnknownPolicy
 from bai.node.manager.state.records import Keypair, NewKeypair, Policy, PolicyFields
+from bai.node.scheduler.snapshot import PRIORITY_MAX, PRIORITY_MIN
 
 
 def require_admin(request: web.Request) -> None:
@@ -85,6 +86,16 @@ def parse_policy(body: Any, *, partial: bool) -> dict[str, Any]:
         out["max_session_networks"] = value
     if "max_pending_session_count" in body:
         out["max_pending_session_count"] = parse_pending_limit(body["max_pending_session_count"])
+    if "max_priority" in body:
+        value = body["max_priority"]
+        if value is None:  # (Backend.AI's null: no bound)
+            value = PRIORITY_MAX
+        if isinstance(value, bool) or not isinstance(value, int) or not PRIORITY_MIN <= value <= PRIORITY_MAX:
+            raise invalid(
+                f"max_priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX} (the highest priority "
+                "the keypair's sessions may have)"
+            )
+        out["max_priority"] = value
     if "total_resource_slots" in body:
         raw = body["total_resource_slots"]
         if not isinstance(raw, dict):

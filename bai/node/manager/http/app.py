@@ -50,7 +50,13 @@ from bai.node.manager.http.problems import as_problem, link_problem, problem_of
 from bai.node.manager.http.quota import my_quota
 from bai.node.manager.http.rate import OpenStreams
 from bai.node.manager.http.represent import agent_items, session_json, session_view
-from bai.node.manager.http.requests import parse_create, parse_execute, parse_kernel_ref, parse_run_id
+from bai.node.manager.http.requests import (
+    parse_create,
+    parse_execute,
+    parse_kernel_ref,
+    parse_priority,
+    parse_run_id,
+)
 from bai.node.manager.http.sse import SPACED, EventStream
 from bai.node.manager.http.team_routes import add_team_routes
 from bai.node.manager.http.template_routes import add_template_routes
@@ -252,6 +258,9 @@ async def session_history(request: web.Request) -> web.Response:
             "sessionId": row.id,
             "name": row.name,
             "status": row.status,
+            "priority": row.priority,
+            "timeLimit": row.time_limit,
+            "statusData": {"scheduler": row.status_data.get("scheduler")} if row.status_data.get("scheduler") else {},
             "history": [_attempt_json(h) for h in await services.state.scheduling_history(row.id)],
             "transitions": [msgspec.structs.asdict(t) for t in await services.state.transitions_of(row.id)],
         }
@@ -432,6 +441,19 @@ async def rename_session(request: web.Request) -> web.Response:
     row = await session_of(request, body=body)
     await services_of(request).kernel_ops.rename(row, name)
     return web.Response(status=204)
+
+
+async def set_priority(request: web.Request) -> web.Response:
+    """bai's POST /session/{ref}/priority {"priority": 0-100}: the session's scheduling priority (lowered to the
+    owner's policy's max_priority for non-admins); the session as GET /session/{ref} shows it."""
+    body = await read_json(request)
+    if not isinstance(body, dict) or "priority" not in body:
+        raise invalid("priority is required: a whole number from 0 to 100")
+    priority = parse_priority(body["priority"])
+    row = await session_of(request, body=body)
+    services = services_of(request)
+    row = await services.lifecycle.set_priority(row, priority, bool(request["is_admin"]))
+    return web.json_response(await session_json(services, row))
 
 
 async def status_history(request: web.Request) -> web.Response:
@@ -807,6 +829,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     r.add_get("/session/{ref}/download", download)
     r.add_post("/session/{ref}/download", download)
     r.add_post("/session/{ref}/rename", rename_session)
+    r.add_post("/session/{ref}/priority", set_priority)
     r.add_get("/session/{ref}/status-history", status_history)
     r.add_get("/session/{ref}/dependency-graph", dependency_graph)
     r.add_post("/session/{ref}/commit", commit_session)

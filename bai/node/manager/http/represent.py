@@ -209,6 +209,8 @@ class SessionView:
             "creationTime": row.created_at,
             "startedAt": row.started_at,
             "terminationTime": row.terminated_at,
+            "priority": row.priority,
+            "timeLimit": row.time_limit,
             "age": _age_ms(row.created_at, now),
             "scalingGroup": row.scaling_group,
             "domain": row.domain_name,
@@ -354,6 +356,8 @@ class SessionView:
             "startedAt": row.started_at,
             "statusChanged": row.status_changed,
             "terminationTime": row.terminated_at,
+            "priority": row.priority,
+            "timeLimit": row.time_limit,
             "exitCode": self.exit_code,
             "result": row.result,
             "servicePorts": [

@@ -19,6 +19,7 @@ from bai.common.names import name_problem
 from bai.common.problems import invalid
 from bai.node.manager.rules.admission import NETWORK_NAME
 from bai.node.manager.state.team_records import DEFAULT_DOMAIN, DEFAULT_PROJECT_ID
+from bai.node.scheduler.snapshot import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 
 SESSION_TYPES = ("interactive", "batch")
 
@@ -49,6 +50,8 @@ class CreateRequest:
     group: str | None = None
     domain_name: str = DEFAULT_DOMAIN  # the project it is created in, once the rules found it (lifecycle.create)
     project_id: str = DEFAULT_PROJECT_ID
+    priority: int = PRIORITY_DEFAULT  # (lowered to the owner's policy's max_priority by lifecycle.create)
+    time_limit: float | None = None  # seconds it may run once started (bai's `timeLimit`); None: none of its own
 
 
 def _first(body: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -205,6 +208,28 @@ def parse_cluster_mode(value: Any) -> str:
     raise invalid(f"clusterMode must be single-node or multi-node, not {value!r:.40}")
 
 
+MAX_TIME_LIMIT = 10 * 365 * 86400.0  # seconds: ten years is "no limit" by another name
+
+
+def parse_priority(value: Any) -> int:
+    """A session's priority: a whole number from PRIORITY_MIN to PRIORITY_MAX (Backend.AI's 0-100); absent: the
+    default (10)."""
+    if value is None:
+        return PRIORITY_DEFAULT
+    if isinstance(value, bool) or not isinstance(value, int) or not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise invalid(f"priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}")
+    return value
+
+
+def parse_time_limit(value: Any) -> float | None:
+    """How long a session may run once started, in seconds (above 0); absent: none of its own."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TIME_LIMIT:
+        raise invalid("timeLimit must be a number of seconds above 0 (at most ten years)")
+    return float(value)
+
+
 def parse_create(
     body: Any,
     known_slots: set[str],
@@ -288,6 +313,8 @@ def parse_create(
             "on a network of the session (use another network, or one kernel)"
         )
     return CreateRequest(
+        priority=parse_priority(body.get("priority")),
+        time_limit=parse_time_limit(_first(body, "timeLimit", "time_limit")),
         name=name,
         image=image.strip(),
         type=stype,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -15,10 +16,12 @@ from bai.common import slots as slotlib
 from bai.common.background import Background
 from bai.common.clock import Clock
 from bai.common.cluster import SINGLE_NODE
+from bai.common.config import duration_seconds
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
 from bai.node.manager.rules.access import project_cap
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.diskfull import FullDiskWarnings
+from bai.node.manager.services.fair_share import FairShare
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.wakeup import Wakeup
 from bai.node.manager.state import State
@@ -28,6 +31,8 @@ from bai.node.manager.state.sqlite.keypair_queries import DEFAULT_SESSION_NETWOR
 from bai.node.manager.state.sqlite.session_queries import cluster_order
 from bai.node.scheduler.core import schedule
 from bai.node.scheduler.snapshot import (
+    MULTIFACTOR,
+    POLICIES,
     AgentState,
     DependencyState,
     KernelRequest,
@@ -37,6 +42,7 @@ from bai.node.scheduler.snapshot import (
     ResourcePolicy,
     ScalingGroup,
     Snapshot,
+    Weights,
 )
 
 log = logging.getLogger("bai.dispatcher")
@@ -56,15 +62,31 @@ def scaling_groups(cfg: dict[str, Any]) -> tuple[dict[str, ScalingGroup], dict[s
     for name, opts in cfg.get("scaling_groups", {}).items():
         policy = opts.get("policy", "fifo")
         selection = opts.get("agent_selection", "dispersed")
-        if policy not in ("fifo", "lifo", "drf"):
-            raise ValueError(f"scaling group {name}: policy must be fifo, lifo or drf, not {policy!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"scaling group {name}: policy must be fifo, lifo, drf or multifactor, not {policy!r}")
         if selection not in ("dispersed", "concentrated"):
             raise ValueError(f"scaling group {name}: agent_selection must be dispersed or concentrated")
+        weights = Weights()
+        try:
+            weights = Weights(
+                priority=float(opts.get("weight_priority", weights.priority)),
+                fair_share=float(opts.get("weight_fair_share", weights.fair_share)),
+                age=float(opts.get("weight_age", weights.age)),
+                size=float(opts.get("weight_size", weights.size)),
+                max_age=duration_seconds(opts.get("max_age", weights.max_age)),
+            )
+        except ValueError as e:
+            raise ValueError(f"scaling group {name}: max_age: {e}") from None
+        if min(weights.priority, weights.fair_share, weights.age, weights.size) < 0:
+            raise ValueError(f"scaling group {name}: the weights must be >= 0")
+        reservations = int(opts.get("reservations", -1))
         groups[name] = ScalingGroup(
             name=name,
             policy=policy,
             agent_selection=selection,
             allowed_session_types=frozenset(opts.get("allowed_session_types", ["interactive", "batch"])),
+            weights=weights,
+            reservations=None if reservations < 0 else reservations,
         )
         timeouts[name] = float(opts.get("pending_timeout", 0) or 0)
     return groups, timeouts
@@ -94,8 +116,10 @@ class Dispatcher:
         pending_timeouts: dict[str, float] | None = None,
         tick: float = 10.0,
         clock: Clock | None = None,
+        fair_share: FairShare | None = None,
     ) -> None:
         self.clock = clock or Clock()
+        self.fair_share = fair_share  # (scaling groups of policy multifactor: their fair-share factor)
         self.store = store
         self.sessions = sessions
         self.agents = agents
@@ -225,13 +249,43 @@ class Dispatcher:
                     retries=(row.status_data.get("scheduler") or {}).get("retries", 0),
                     project_id=row.project_id,
                     domain_name=row.domain_name,
+                    priority=row.priority,
+                    duration=_duration(row, policies.get(_policy_name(keypair_rows, row.access_key))),
                 )
             )
+        fair_usage: dict[str, float] = {}
+        if any(
+            self.groups.get(r.scaling_group, ScalingGroup(r.scaling_group)).policy == MULTIFACTOR for r in pending_rows
+        ):
+            agents, fair_usage = await self._multifactor_facts(now, agents, policies, keypair_rows)
         projects, domains = await self._caps(
             {r.project_id for r in pending_rows}, {r.domain_name for r in pending_rows}
         )
-        snapshot = Snapshot(now, pending, agents, keypairs, dependencies, self.groups, projects, domains)
+        snapshot = Snapshot(
+            now, pending, agents, keypairs, dependencies, self.groups, projects, domains, usage=fair_usage
+        )
         return snapshot, pending_rows
+
+    async def _multifactor_facts(
+        self, now: datetime, agents: list[AgentState], policies: dict[str, Any], keypair_rows: dict[str, Any]
+    ) -> tuple[list[AgentState], dict[str, float]]:
+        """What the multifactor policy reads beyond the rest: when the running sessions end at the latest (on each
+        agent, what each frees), and each keypair's decayed usage (fair share)."""
+        holding = await self.store.list_sessions(None, QUOTA_STATUSES)
+        by_id = {r.id: r for r in holding}
+        ends: dict[str, list[tuple[datetime, dict[str, Decimal]]]] = {}
+        for kernel in await self.store.kernels_where([s.value for s in QUOTA_STATUSES]):
+            row = by_id.get(kernel.session_id)
+            if row is None or kernel.agent_id is None:
+                continue
+            end = _end(row, policies.get(_policy_name(keypair_rows, row.access_key)))
+            if end is not None:
+                ends.setdefault(kernel.agent_id, []).append((end, slotlib.from_wire(kernel.occupied_slots)))
+        agents = [dataclasses.replace(a, ends=tuple(ends.get(a.id, ()))) for a in agents]
+        usage: dict[str, float] = {}
+        if self.fair_share is not None:
+            usage = self.fair_share.keypairs(await self.fair_share.advance(now, holding))
+        return agents, usage
 
     async def _caps(
         self, project_ids: set[str], domains: set[str]
@@ -292,14 +346,7 @@ class Dispatcher:
         timed_out = self._timed_out(rows, now)
         if timed_out:
             gone = {sid for sid, _, _ in timed_out}
-            snapshot = Snapshot(
-                now,
-                [p for p in snapshot.pending if p.id not in gone],
-                snapshot.agents,
-                snapshot.keypairs,
-                snapshot.dependencies,
-                snapshot.scaling_groups,
-            )
+            snapshot = dataclasses.replace(snapshot, pending=[p for p in snapshot.pending if p.id not in gone])
         decisions = schedule(snapshot)
         last_try = now.isoformat()
         retries = {p.id: p.retries + 1 for p in snapshot.pending}
@@ -317,6 +364,10 @@ class Dispatcher:
                     "passed_predicates": [{"name": r.name} for r in item.predicates if r.passed],
                 }
             }
+            if item.factors is not None:
+                data["scheduler"]["factors"] = item.factors.as_dict()
+            if item.reservation is not None:
+                data["scheduler"]["reservation"] = item.reservation.as_dict()
             pending.append((item.session_id, item.status_info, data))
             history.append(_history(item.session_id, "pending", item.status_info, item.msg, "", failed))
         cancels = [(c.session_id, c.status_info, {"msg": c.msg}) for c in decisions.cancels] + timed_out
@@ -340,6 +391,30 @@ class Dispatcher:
                 await self.store.set_pending_info(
                     row.id, StatusInfo.SCHEDULER_ERROR, {"error": {"name": type(exc).__name__, "repr": str(exc)}}
                 )
+
+
+def _policy_name(keypairs: dict[str, Any], access_key: str) -> str:
+    keypair = keypairs.get(access_key)
+    return (keypair.resource_policy if keypair else "") or "default"
+
+
+def _duration(row: Session, policy: Any) -> float | None:
+    """How long a session runs at most once it starts: its own time limit, its policy's lifetime (counted from its
+    creation: at most that), the shorter; None when neither bounds it."""
+    bounds = [b for b in (row.time_limit, getattr(policy, "max_session_lifetime", 0) or None) if b]
+    return min(bounds) if bounds else None
+
+
+def _end(row: Session, policy: Any) -> datetime | None:
+    """When a session that holds slots ends at the latest: its start plus its time limit, its creation plus its
+    policy's lifetime, the earlier; None when neither bounds it."""
+    ends = []
+    if row.time_limit and row.started_at:
+        ends.append(datetime.fromisoformat(row.started_at) + timedelta(seconds=row.time_limit))
+    lifetime = getattr(policy, "max_session_lifetime", 0) or 0
+    if lifetime:
+        ends.append(datetime.fromisoformat(row.created_at) + timedelta(seconds=lifetime))
+    return min(ends) if ends else None
 
 
 def _times(slots: dict[str, Decimal], count: int) -> dict[str, Decimal]:

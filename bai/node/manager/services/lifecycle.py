@@ -164,6 +164,8 @@ def new_session_rows(
         tag=req.tag,
         domain_name=req.domain_name,
         project_id=req.project_id,
+        priority=req.priority,
+        time_limit=req.time_limit,
     )
     return session, kernels
 
@@ -354,10 +356,13 @@ class SessionLifecycle:
 
     async def _over_policy(self, access_key: str, req: CreateRequest) -> Problem | None:
         """Why the owner's resource policy could never let the request start (admission.check_policy), or
-        None. The policy is the one the scheduler judges by: the keypair's, the default one for a keypair
+        None; the request's priority lowered to the policy's `max_priority`. The policy is the one the scheduler
+        judges by: the keypair's, the default one for a keypair
         the store does not have (one read: policies change at any time)."""
         keypair = self.store.active_keypair(access_key) or await self.store.keypair(access_key)
         policy = await self.store.policy(keypair.resource_policy if keypair else "default")
+        if policy is not None:  # (as Backend.AI: a priority above the policy's bound is lowered to it)
+            req.priority = min(req.priority, policy.max_priority)
         return check_policy(policy, access_key, req)
 
     def _plain(self, req: CreateRequest) -> bool:
@@ -429,6 +434,23 @@ class SessionLifecycle:
         assert new is not None
         self._enqueued(new)
         return new, True
+
+    async def set_priority(self, session: Session, priority: int, is_admin: bool = False) -> Session:
+        """A live session's scheduling priority (the multifactor policy orders by it), lowered to its owner's
+        policy's max_priority unless an admin sets it (as Backend.AI does); the next round orders by it."""
+        if SessionStatus(session.status) not in ACTIVE_STATUSES:
+            raise Invalid(f"session {session.name} has ended: only a live session has a priority")
+        if not is_admin:
+            keypair = self.store.active_keypair(session.access_key) or await self.store.keypair(session.access_key)
+            policy = await self.store.policy(keypair.resource_policy if keypair else "default")
+            if policy is not None:
+                priority = min(priority, policy.max_priority)
+        if not await self.store.set_session_priority(session.id, priority):
+            raise Invalid(f"session {session.name} has ended: only a live session has a priority")
+        row = await self.store.get_session(session.id)
+        assert row is not None
+        self.wake()
+        return row
 
     def _place(self, access_key: str, req: CreateRequest) -> None:
         """The project the session is created in (one its owner belongs to, of an active domain) and whether its

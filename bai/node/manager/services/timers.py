@@ -41,6 +41,7 @@ from bai.node.manager.state.records import Session
 log = logging.getLogger("bai.timers")
 IDLE_TIMEOUT = StatusInfo.IDLE_TIMEOUT
 LIFETIME = StatusInfo.SESSION_LIFETIME
+TIME_LIMIT = StatusInfo.TIME_LIMIT
 IDLE_UTILIZATION = "idle-utilization"  # (Backend.AI's utilisation checker's word)
 DEFAULT_IDLE_WINDOW = 600.0
 # a window with a longer stretch without samples (an agent away) is not a full window: this many stat
@@ -88,6 +89,10 @@ def expired(
     A session with code running (`busy`) is never idle."""
     out = []
     for s in sessions:
+        if s.time_limit and s.started_at:  # its own declared limit, counted from its start
+            if (now - datetime.fromisoformat(s.started_at)).total_seconds() > s.time_limit:
+                out.append((s.id, TIME_LIMIT))
+                continue
         policy = policy_of.get(s.access_key)
         if policy is None:
             continue

@@ -7,7 +7,7 @@ typed arguments and the time they stamp (`now`, from the caller's clock). A full
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -148,6 +148,8 @@ class SessionState(SessionReadState, Protocol):
     async def kernel_owners(self, kernel_ids: list[str]) -> dict[str, tuple[str, str, str]]:
         """Kernel id -> (its session's id, its owner's access key, its status), for those that exist."""
         ...
+
+    async def set_session_priority(self, session_id: str, priority: int) -> bool: ...
 
     async def rename_session(self, session_id: str, access_key: str, name: str) -> bool:
         """False (and nothing changed) when the owner has another live session of that name."""
@@ -363,6 +365,14 @@ class PresetState(Protocol):
     async def delete_resource_preset(self, name: str) -> bool: ...
 
 
+class FairShareState(Protocol):
+    """Each keypair's and project's decayed usage (fair share), as of a time."""
+
+    async def fair_share_usage(self) -> dict[str, tuple[float, str]]: ...
+
+    async def save_fair_share_usage(self, rows: Mapping[str, tuple[float, str]]) -> None: ...
+
+
 class State(
     SessionState,
     AgentState,
@@ -372,6 +382,7 @@ class State(
     ImageState,
     TemplateState,
     PresetState,
+    FairShareState,
     LogState,
     Protocol,
 ):

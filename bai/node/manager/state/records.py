@@ -98,6 +98,8 @@ class Session(msgspec.Struct, frozen=True):
     started_at: str | None = None  # when it first became RUNNING (None: it never ran)
     domain_name: str = "default"  # the domain and project it was created in (team_records)
     project_id: str = DEFAULT_PROJECT_ID
+    priority: int = 10  # 0-100: the multifactor scheduling policy's priority factor
+    time_limit: float | None = None  # seconds it may run once started, as it declared (None: none of its own)
 
 
 class Kernel(msgspec.Struct, frozen=True):
@@ -138,6 +140,8 @@ class NewSession(msgspec.Struct, frozen=True):
     tag: str | None = None
     domain_name: str = "default"
     project_id: str = DEFAULT_PROJECT_ID
+    priority: int = 10
+    time_limit: float | None = None
 
 
 class NewKernel(msgspec.Struct, frozen=True):
@@ -265,6 +269,7 @@ class Policy(msgspec.Struct, frozen=True):
     max_session_networks: int
     max_pending_session_count: int
     created_at: str
+    max_priority: int = 100  # the highest priority its keypairs' sessions may have
 
 
 def new_policy(name: str, created_at: str = "", **fields: Any) -> Policy:
@@ -282,6 +287,7 @@ def new_policy(name: str, created_at: str = "", **fields: Any) -> Policy:
         "idle_window": 600.0,
         "max_session_networks": 2,
         "max_pending_session_count": 1000,
+        "max_priority": 100,
     }
     return Policy(name=name, created_at=created_at, **{**defaults, **fields})
 
@@ -301,6 +307,7 @@ class PolicyFields(msgspec.Struct, frozen=True):
     idle_window: float | UnsetType = UNSET
     max_session_networks: int | UnsetType = UNSET
     max_pending_session_count: int | UnsetType = UNSET
+    max_priority: int | UnsetType = UNSET
 
 
 class Dotfile(msgspec.Struct, frozen=True):

@@ -101,6 +101,7 @@ KeyPairResourcePolicy = obj(
         "max_concurrent_sftp_sessions": I,
         "max_pending_session_count": I,
         "max_pending_session_resource_slots": JSONString,
+        "max_priority": I,  # the highest priority its keypairs' sessions may have (0-100)
         # bai's idle detection by utilisation (null: not checked)
         "idle_cpu_pct": F,
         "idle_gpu_pct": F,
@@ -160,6 +161,7 @@ def policy_item(row: Policy) -> dict[str, Any]:
         # Backend.AI's null is no limit (bai stores 0)
         "max_pending_session_count": row.max_pending_session_count or None,
         "max_pending_session_resource_slots": None,
+        "max_priority": row.max_priority,
         "idle_cpu_pct": row.idle_cpu_pct,
         "idle_gpu_pct": row.idle_gpu_pct,
         "idle_window": row.idle_window,
@@ -292,7 +294,7 @@ async def delete_keypair(_root: Any, info: Info, **args: Any) -> dict[str, Any]:
     return {"ok": True, "msg": "success"}
 
 
-NULLABLE = frozenset({"idle_cpu_pct", "idle_gpu_pct", "max_pending_session_count"})
+NULLABLE = frozenset({"idle_cpu_pct", "idle_gpu_pct", "max_pending_session_count", "max_priority"})
 NULL_IS = {"max_pending_session_count": 0}  # Backend.AI's null (no limit) as bai stores it
 
 
@@ -368,6 +370,7 @@ _POLICY_INPUT = {
     "max_vfolder_size": BigInt,
     "max_pending_session_count": I,
     "max_pending_session_resource_slots": JSONString,
+    "max_priority": I,
     "idle_cpu_pct": F,
     "idle_gpu_pct": F,
     "idle_window": F,

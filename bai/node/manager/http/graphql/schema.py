@@ -24,7 +24,13 @@ QUERY_FIELDS = {
     **networks.QUERIES,
     **presets.QUERIES,
 }
-MUTATION_FIELDS = {**keypairs.MUTATIONS, **images.MUTATIONS, **users.MUTATIONS, **presets.MUTATIONS}
+MUTATION_FIELDS = {
+    **keypairs.MUTATIONS,
+    **images.MUTATIONS,
+    **users.MUTATIONS,
+    **presets.MUTATIONS,
+    **sessions.MUTATIONS,
+}
 
 SCHEMA = GraphQLSchema(
     query=GraphQLObjectType("Queries", lambda: QUERY_FIELDS),

@@ -6,10 +6,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from graphql import GraphQLArgument, GraphQLField, GraphQLObjectType, GraphQLResolveInfo
+from graphql import (
+    GraphQLArgument,
+    GraphQLError,
+    GraphQLField,
+    GraphQLInputField,
+    GraphQLInputObjectType,
+    GraphQLObjectType,
+    GraphQLResolveInfo,
+)
 
+from bai.common.problems import Problem
 from bai.common.status import SessionStatus, statuses_named
 from bai.node.manager.http.graphql.base import (
+    NN,
     UUID,
     B,
     BigInt,
@@ -29,6 +39,7 @@ from bai.node.manager.http.graphql.base import (
 )
 from bai.node.manager.http.graphql.limits import QueryRefused
 from bai.node.manager.http.represent import SessionView, session_graphql
+from bai.node.manager.http.requests import parse_priority
 from bai.node.manager.rules.access import may_act_on_keypair
 from bai.node.manager.state.records import Session
 
@@ -123,6 +134,7 @@ ComputeSession: GraphQLObjectType = obj(
         "occupying_slots": JSONString,
         "occupied_slots": JSONString,
         "requested_slots": JSONString,
+        "priority": I,  # 0-100: the multifactor scheduling policy's priority factor
         "num_queries": BigInt,
         "queue_position": I,
         "inference_metrics": JSONString,
@@ -169,6 +181,7 @@ def _session_item(item: dict[str, Any], row: Session, users: dict[str, str]) -> 
             "commit_status": None,
             "status_history": None,
             "num_queries": 0,
+            "priority": row.priority,
             "queue_position": None,
             "inference_metrics": None,
             "containers": [_container_extras(k) for k in item["containers"]],
@@ -277,6 +290,64 @@ async def containers_on_agent(info: GraphQLResolveInfo, agent_id: str, status: s
                 out.append(_container_extras(view.graphql_kernel(k)))
     return out
 
+
+ModifyComputeSessionInput = GraphQLInputObjectType(
+    "ModifyComputeSessionInput",
+    {
+        "id": GraphQLInputField(NN(S)),  # the session's id (or Backend.AI's global id of it)
+        "name": GraphQLInputField(S),
+        "priority": GraphQLInputField(I),
+        "clientMutationId": GraphQLInputField(S),
+    },
+)
+ModifiedSession = obj("ModifiedComputeSession", lambda: {"name": S, "priority": I, "id": S})
+ModifyComputeSessionPayload = obj(
+    "ModifyComputeSessionPayload", lambda: {"item": ModifiedSession, "clientMutationId": S}
+)
+
+
+def _session_id_of(global_or_plain: str) -> str:
+    """A session id as given: plain, or Backend.AI's global id (base64 of "ComputeSessionNode:ID")."""
+    import base64
+    import binascii
+
+    try:
+        decoded = base64.b64decode(global_or_plain, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return global_or_plain
+    kind, sep, rest = decoded.partition(":")
+    return rest if sep and kind.endswith("Node") else global_or_plain
+
+
+async def resolve_modify_session(_root: Any, info: GraphQLResolveInfo, input: dict[str, Any]) -> dict[str, Any]:
+    """Backend.AI's modify_compute_session (Relay): a live session's name and priority, by its owner (within its
+    policy's max_priority) or an admin."""
+    c = ctx(info)
+    ref = _session_id_of(str(input["id"]))
+    rows = await c.services.state.find_sessions(ref, None if c.is_admin else c.access_key, active_only=False)
+    row = next((r for r in rows if r.id == ref), None)
+    if row is None:
+        raise GraphQLError(f"no session {ref!r} of yours")
+    try:
+        if input.get("name") is not None:
+            row = await c.services.kernel_ops.rename(row, input["name"])
+        if input.get("priority") is not None:
+            row = await c.services.lifecycle.set_priority(row, parse_priority(input["priority"]), c.is_admin)
+    except Problem as p:
+        raise GraphQLError(p.msg or p.title) from None
+    return {
+        "item": {"id": row.id, "name": row.name, "priority": row.priority},
+        "clientMutationId": input.get("clientMutationId"),
+    }
+
+
+MUTATIONS = {
+    "modify_compute_session": GraphQLField(
+        ModifyComputeSessionPayload,
+        args={"input": GraphQLArgument(NN(ModifyComputeSessionInput))},
+        resolve=resolve_modify_session,
+    ),
+}
 
 QUERIES = {
     "compute_session_list": GraphQLField(

@@ -16,6 +16,7 @@ from typing import Self
 from bai.common.clock import Clock
 from bai.node.manager.state.sqlite.agent_queries import Agents
 from bai.node.manager.state.sqlite.db import WAL_PAGES, Database, SchemaTooNew
+from bai.node.manager.state.sqlite.fair_share_queries import FairShareQueries
 from bai.node.manager.state.sqlite.image_queries import Images
 from bai.node.manager.state.sqlite.keypair_queries import POLICY_FIELDS, Keypairs
 from bai.node.manager.state.sqlite.log_queries import LOG_MAX_BYTES, LOG_PAGE_BYTES, Logs, drop_marker, human_bytes
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-class Store(Teams, Keypairs, Agents, Sessions, Vfolders, Images, Templates, Presets, Logs):
+class Store(Teams, Keypairs, Agents, Sessions, Vfolders, Images, Templates, Presets, FairShareQueries, Logs):
     """The manager's state: every domain's queries over one database."""
 
     def __init__(self, db: Database, log_max_bytes: int = LOG_MAX_BYTES) -> None:

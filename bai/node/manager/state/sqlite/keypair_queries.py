@@ -27,6 +27,7 @@ POLICY_FIELDS = (
     "idle_window",
     "max_session_networks",
     "max_pending_session_count",
+    "max_priority",
 )
 DEFAULT_SESSION_NETWORKS = 2  # resource_policies.max_session_networks of a policy that does not say
 DEFAULT_PENDING_SESSIONS = 1000  # resource_policies.max_pending_session_count of a policy that does not say
@@ -39,7 +40,9 @@ def _keypair(r: sqlite3.Row) -> Keypair:
 
 
 def _policy(r: sqlite3.Row) -> Policy:
-    return Policy(r[0], r[1], load_json(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13])
+    fields = dict(zip(POLICY_FIELDS, r[1:-1], strict=True))
+    fields["total_resource_slots"] = load_json(fields["total_resource_slots"])
+    return Policy(name=r[0], created_at=r[-1], **fields)
 
 
 # the keypairs that sign requests: active ones of active users of active domains (a keypair of no user: bai's

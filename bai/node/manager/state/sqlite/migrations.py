@@ -92,7 +92,9 @@ CREATE TABLE IF NOT EXISTS resource_policies (
     -- address pools, on every agent it runs on); 0 = unlimited
     max_session_networks INTEGER NOT NULL DEFAULT 2,
     -- sessions a keypair may have waiting (PENDING) at once: one more is refused at creation; 0 = unlimited
-    max_pending_session_count INTEGER NOT NULL DEFAULT 1000
+    max_pending_session_count INTEGER NOT NULL DEFAULT 1000,
+    -- the highest priority its sessions may have (0-100; a higher one asked for is lowered to it)
+    max_priority INTEGER NOT NULL DEFAULT 100
 );
 INSERT OR IGNORE INTO resource_policies(name, created_at) VALUES ('default', '1970-01-01T00:00:00+00:00');
 CREATE TABLE IF NOT EXISTS agents (
@@ -128,7 +130,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     seq INTEGER NOT NULL,
     started_at TEXT,
     domain_name TEXT NOT NULL DEFAULT '{DEFAULT_DOMAIN}',
-    project_id TEXT NOT NULL DEFAULT '{DEFAULT_PROJECT_ID}'
+    project_id TEXT NOT NULL DEFAULT '{DEFAULT_PROJECT_ID}',
+    priority INTEGER NOT NULL DEFAULT 10,  -- 0-100 (the multifactor scheduling policy)
+    time_limit REAL  -- seconds it may run once started (its own declared limit); NULL: none of its own
 );
 CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, seq);
 CREATE INDEX IF NOT EXISTS sessions_name ON sessions(access_key, name);
@@ -363,6 +367,22 @@ CREATE TABLE IF NOT EXISTS resource_presets (
 );
 """
 SCHEMA += PRESET_TABLES
+# (schema 19) scheduling for a shared cluster: sessions' priority and declared time limit, policies' highest
+# priority, and each keypair's and project's decayed usage (fair share: `usage` as of `as_of`, GPU-weighted
+# slot-seconds, halved every half-life)
+SCHEDULING_COLUMNS = (
+    ("sessions", "priority", "INTEGER NOT NULL DEFAULT 10"),
+    ("sessions", "time_limit", "REAL"),
+    ("resource_policies", "max_priority", "INTEGER NOT NULL DEFAULT 100"),
+)
+FAIR_SHARE_TABLES = """
+CREATE TABLE IF NOT EXISTS fair_share_usage (
+    key TEXT PRIMARY KEY,  -- keypair:ACCESS_KEY or project:PROJECT_ID
+    usage REAL NOT NULL,
+    as_of TEXT NOT NULL
+);
+"""
+SCHEMA += FAIR_SHARE_TABLES
 
 
 def users_of_keypairs(conn: Any, now: str) -> None:
@@ -717,6 +737,22 @@ def v18_postgres(conn: Any) -> None:
         conn.execute(statement)
 
 
+def v19(conn: sqlite3.Connection) -> None:
+    for table, column, declaration in SCHEDULING_COLUMNS:
+        add_column(conn, table, column, declaration)
+    script(FAIR_SHARE_TABLES)(conn)
+
+
+def v19_postgres(conn: Any) -> None:
+    from bai.node.manager.state.postgres.schema import postgres_schema
+
+    for table, column, declaration in SCHEDULING_COLUMNS:
+        declared = declaration.replace("INTEGER", "BIGINT").replace("REAL", "DOUBLE PRECISION")
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {declared}")
+    for statement in postgres_schema(FAIR_SHARE_TABLES):
+        conn.execute(statement)
+
+
 def _now() -> str:
     from datetime import UTC, datetime
 
@@ -754,6 +790,13 @@ STEPS = [
     ),
     Step(17, "session templates", script(TEMPLATE_TABLES), postgres=v17_postgres),
     Step(18, "resource presets", script(PRESET_TABLES), postgres=v18_postgres),
+    Step(
+        19,
+        "scheduling for a shared cluster: sessions' priority and time limit, policies' highest priority, fair-share "
+        "usage",
+        v19,
+        postgres=v19_postgres,
+    ),
 ]
 LATEST = STEPS[-1].version
 assert [s.version for s in STEPS] == list(range(1, LATEST + 1))

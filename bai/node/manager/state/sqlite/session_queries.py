@@ -368,6 +368,8 @@ def _session_values(session: NewSession, kernels: list[NewKernel]) -> tuple[tupl
         now,
         session.domain_name,
         session.project_id,
+        session.priority,
+        session.time_limit,
     )
     kernel_rows = [
         (k.id, session.id, k.cluster_role, k.cluster_idx, session.image, now, json.dumps(k.slots), now) for k in kernels
@@ -392,8 +394,8 @@ def _insert_session(conn: sqlite3.Connection, session: NewSession, kernels: list
 _INSERT_SESSION = (
     "INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
     "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, "
-    "created_at, domain_name, project_id, seq) VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-    f"?, {NEXT_SESSION_NUMBER}) "
+    "created_at, domain_name, project_id, priority, time_limit, seq) "
+    f"VALUES (?, ?, ?, ?, ?, 'PENDING', '', '{{}}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {NEXT_SESSION_NUMBER}) "
     f"ON CONFLICT (access_key, name) WHERE status IN ({_LIVE}) DO NOTHING RETURNING *"
 )
 _INSERT_KERNEL = (
@@ -407,8 +409,8 @@ _CREATE_AT_ONCE = (
     f"WITH taken AS (SELECT * FROM sessions WHERE access_key=? AND name=? AND status IN ({_LIVE}) LIMIT 1), "
     "made AS (INSERT INTO sessions(id, name, access_key, image, type, status, status_info, status_data, "
     "status_changed, requested_slots, environ, config, scaling_group, cluster_size, tag, created_at, domain_name, "
-    "project_id, seq) SELECT ?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-    f"{NEXT_SESSION_NUMBER} "
+    "project_id, priority, time_limit, seq) SELECT ?, ?, ?, ?, ?, 'PENDING', '', '{}', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+    f"?, ?, {NEXT_SESSION_NUMBER} "
     f"WHERE NOT EXISTS (SELECT 1 FROM taken) ON CONFLICT (access_key, name) WHERE status IN ({_LIVE}) DO NOTHING "
     "RETURNING *), "
     "logged AS (INSERT INTO session_transitions SELECT id, 'PENDING', '', '{}', ?::text FROM made), "
@@ -839,6 +841,18 @@ class Sessions(Queries):
                 return False
             conn.execute("UPDATE sessions SET name=? WHERE id=?", (name, session_id))
             return True
+
+        return await self.db.transaction(fn)
+
+    async def set_session_priority(self, session_id: str, priority: int) -> bool:
+        """A live session's priority (False: it has ended, or there is none)."""
+        live = ",".join(repr(s.value) for s in ACTIVE_STATUSES)
+
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                f"UPDATE sessions SET priority=? WHERE id=? AND status IN ({live})", (priority, session_id)
+            )
+            return cur.rowcount > 0
 
         return await self.db.transaction(fn)
 
