@@ -101,6 +101,7 @@ def _policy_fields(
     idle_window: str | None = None,
     max_networks: int | None = None,
     max_pending: int | None = None,
+    max_priority: int | None = None,
 ) -> dict[str, Any]:
     from bai.common.durations import parse_duration
 
@@ -109,6 +110,10 @@ def _policy_fields(
         if max_networks < 0:
             raise typer.BadParameter("--max-networks must be >= 0 (0 = unlimited)")
         fields["max_session_networks"] = max_networks
+    if max_priority is not None:
+        if not 0 <= max_priority <= 100:
+            raise typer.BadParameter("--max-priority must be from 0 to 100")
+        fields["max_priority"] = max_priority
     if max_pending is not None:
         if not 0 <= max_pending <= MAX_PENDING:
             raise typer.BadParameter(f"--max-pending must be from 0 (unlimited) to {MAX_PENDING:,}")
@@ -228,6 +233,14 @@ MaxPending = Annotated[
         "(0 = unlimited; default 1000).",
     ),
 ]
+MaxPriority = Annotated[
+    int | None,
+    typer.Option(
+        "--max-priority",
+        help="The highest scheduling priority (0-100) its keypairs' sessions may have: a higher one asked for is "
+        "lowered to it (default 100).",
+    ),
+]
 IdleWindow = Annotated[
     str | None, typer.Option("--idle-window", help="The window of --idle-cpu / --idle-gpu (e.g. 10m; default 10m).")
 ]
@@ -248,12 +261,13 @@ def policy_create(
     idle_window: IdleWindow = None,
     max_networks: MaxNetworks = None,
     max_pending: MaxPending = None,
+    max_priority: MaxPriority = None,
     as_json: AsJson = False,
 ) -> None:
     """Create a resource policy."""
     fields = _policy_fields(
         max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size,
-        idle_cpu, idle_gpu, idle_window, max_networks, max_pending,
+        idle_cpu, idle_gpu, idle_window, max_networks, max_pending, max_priority,
     )  # fmt: skip
     _show_policy(call(lambda c: c.create_policy(name, **fields)), as_json)
 
@@ -273,12 +287,13 @@ def policy_update(
     idle_window: IdleWindow = None,
     max_networks: MaxNetworks = None,
     max_pending: MaxPending = None,
+    max_priority: MaxPriority = None,
     as_json: AsJson = False,
 ) -> None:
     """Change a resource policy (only the options given)."""
     fields = _policy_fields(
         max_sessions, slots, unspecified, idle_timeout, max_lifetime, max_vfolders, vfolder_size,
-        idle_cpu, idle_gpu, idle_window, max_networks, max_pending,
+        idle_cpu, idle_gpu, idle_window, max_networks, max_pending, max_priority,
     )  # fmt: skip
     if not fields:
         raise typer.BadParameter("give at least one option to change")

@@ -355,6 +355,7 @@ def policies_table(items: list[dict[str, Any]], wide: bool = False, width: int |
         Column("FOLDER SIZE", lambda p: limit(p.get("max_vfolder_size"), size(p.get("max_vfolder_size"))), rank=8),
         Column("PENDING", lambda p: limit(p.get("max_pending_session_count")), rank=6),
         Column("NETWORKS", lambda p: limit(p.get("max_session_networks")), rank=9),
+        Column("MAX PRIORITY", lambda p: str(p.get("max_priority", 100)), wide=True),
     ]
     return fit(columns, items, console().width if width is None else width, wide)
 
