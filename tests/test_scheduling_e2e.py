@@ -181,7 +181,7 @@ def test_bad_policy_and_keypair_input(small: Node) -> None:
 
 def test_scaling_group_config_is_validated(tmp_path: Path) -> None:
     node = Node(tmp_path, "local", extra_config='[scaling_groups.default]\npolicy = "random"\n')
-    with pytest.raises(AssertionError, match="policy must be fifo, lifo or drf"):
+    with pytest.raises(AssertionError, match="policy must be fifo, lifo, drf or multifactor"):
         node.start(timeout=20)
 
 
