@@ -146,6 +146,38 @@ def total_of(session: PendingSession) -> dict[str, Decimal]:
     return out
 
 
+def checked(
+    snapshot: Snapshot,
+    session: PendingSession,
+    group: ScalingGroup,
+    concurrent: Mapping[str, int],
+    used: Mapping[str, Mapping[str, Decimal]],
+) -> str | None:
+    """The predicates, literally: "cancel" (a dependency that can no longer succeed), predicate-checks-failed, or
+    None when they all pass."""
+    waiting = False
+    for dep in session.depends_on:
+        state = snapshot.dependencies.get(dep)
+        if state is None or (state.result != "SUCCESS" and state.status in ("TERMINATED", "CANCELLED", "ERROR")):
+            return "cancel"
+        if state.result != "SUCCESS" or state.status != "TERMINATED":
+            waiting = True
+    key = session.access_key
+    policy = snapshot.keypairs[key].policy if key in snapshot.keypairs else ResourcePolicy()
+    failed = waiting or (session.starts_at is not None and session.starts_at > snapshot.now)
+    failed |= session.session_type not in group.allowed_session_types
+    failed |= any(k.slots.get(s, ZERO) < m for k in session.kernels for s, m in session.image_min.items())
+    failed |= 0 < policy.max_concurrent_sessions <= concurrent.get(key, 0)
+    for slot, amount in total_of(session).items():
+        if amount <= 0:
+            continue
+        limit = policy.total_resource_slots.get(
+            slot, ZERO if policy.default_for_unspecified == "LIMITED" else Decimal("Infinity")
+        )
+        failed |= used.get(key, {}).get(slot, ZERO) + amount > limit
+    return StatusInfo.PREDICATE_CHECKS_FAILED if failed else None
+
+
 def reference(snapshot: Snapshot) -> tuple[list, list, list]:
     free = {
         a.id: {k: a.capacity.get(k, ZERO) - a.occupied.get(k, ZERO) for k in a.capacity.keys() | a.occupied.keys()}
@@ -171,30 +203,14 @@ def reference(snapshot: Snapshot) -> tuple[list, list, list]:
         )
 
     def consider(session: PendingSession, group: ScalingGroup, group_agents: list[AgentState]) -> str:
-        waiting = False
-        for dep in session.depends_on:
-            state = snapshot.dependencies.get(dep)
-            if state is None or (state.result != "SUCCESS" and state.status in ("TERMINATED", "CANCELLED", "ERROR")):
-                cancels.append(session.id)
-                return "cancel"
-            if state.result != "SUCCESS" or state.status != "TERMINATED":
-                waiting = True
+        verdict = checked(snapshot, session, group, concurrent, used)
+        if verdict == "cancel":
+            cancels.append(session.id)
+            return "cancel"
+        if verdict is not None:
+            return verdict
         key = session.access_key
-        policy = snapshot.keypairs[key].policy if key in snapshot.keypairs else ResourcePolicy()
         total = total_of(session)
-        failed = waiting or (session.starts_at is not None and session.starts_at > snapshot.now)
-        failed |= session.session_type not in group.allowed_session_types
-        failed |= any(k.slots.get(s, ZERO) < m for k in session.kernels for s, m in session.image_min.items())
-        failed |= 0 < policy.max_concurrent_sessions <= concurrent.get(key, 0)
-        for slot, amount in total.items():
-            if amount <= 0:
-                continue
-            limit = policy.total_resource_slots.get(
-                slot, ZERO if policy.default_for_unspecified == "LIMITED" else Decimal("Infinity")
-            )
-            failed |= used.get(key, {}).get(slot, ZERO) + amount > limit
-        if failed:
-            return StatusInfo.PREDICATE_CHECKS_FAILED
         dispersed = group.agent_selection == "dispersed"
         mapping = {}
         if session.cluster_mode == "multi-node":
@@ -539,37 +555,15 @@ def reference_multifactor(snapshot: Snapshot) -> tuple[list, list, list]:
             sessions = sorted(mine, key=lambda s: (s.created_at, s.id))
         left = []
         for session in sessions:
-            waiting = False
-            cancelled = False
-            for dep in session.depends_on:
-                state = snapshot.dependencies.get(dep)
-                if state is None or (
-                    state.result != "SUCCESS" and state.status in ("TERMINATED", "CANCELLED", "ERROR")
-                ):
-                    cancels.append(session.id)
-                    cancelled = True
-                    break
-                if state.result != "SUCCESS" or state.status != "TERMINATED":
-                    waiting = True
-            if cancelled:
+            verdict = checked(snapshot, session, group, concurrent, used)
+            if verdict == "cancel":
+                cancels.append(session.id)
+                continue
+            if verdict is not None:
+                left.append((session.id, verdict, None))
                 continue
             key = session.access_key
-            policy = snapshot.keypairs[key].policy if key in snapshot.keypairs else ResourcePolicy()
             total = total_of(session)
-            failed = waiting or (session.starts_at is not None and session.starts_at > now)
-            failed |= session.session_type not in group.allowed_session_types
-            failed |= any(k.slots.get(s, ZERO) < m for k in session.kernels for s, m in session.image_min.items())
-            failed |= 0 < policy.max_concurrent_sessions <= concurrent.get(key, 0)
-            for slot, amount in total.items():
-                if amount <= 0:
-                    continue
-                limit = policy.total_resource_slots.get(
-                    slot, ZERO if policy.default_for_unspecified == "LIMITED" else Decimal("Infinity")
-                )
-                failed |= used.get(key, {}).get(slot, ZERO) + amount > limit
-            if failed:
-                left.append((session.id, StatusInfo.PREDICATE_CHECKS_FAILED, None))
-                continue
             end = INF_T if session.duration is None else session.duration
             mapping: dict[str, str] = {}
             placed_ok = False
