@@ -178,7 +178,9 @@ def checked(
     return StatusInfo.PREDICATE_CHECKS_FAILED if failed else None
 
 
-def reference(snapshot: Snapshot) -> tuple[list, list, list]:
+def starting_state(snapshot: Snapshot) -> tuple[dict, dict, dict, dict]:
+    """What a round starts from: each schedulable agent's free room, each agent's slot kinds, each keypair's
+    concurrent sessions and what it holds."""
     free = {
         a.id: {k: a.capacity.get(k, ZERO) - a.occupied.get(k, ZERO) for k in a.capacity.keys() | a.occupied.keys()}
         for a in snapshot.agents
@@ -187,6 +189,11 @@ def reference(snapshot: Snapshot) -> tuple[list, list, list]:
     kinds = {a.id: {k for k, v in a.capacity.items() if v > 0} for a in snapshot.agents}
     concurrent = {k: s.concurrent_sessions for k, s in snapshot.keypairs.items()}
     used = {k: dict(s.occupied) for k, s in snapshot.keypairs.items()}
+    return free, kinds, concurrent, used
+
+
+def reference(snapshot: Snapshot) -> tuple[list, list, list]:
+    free, kinds, concurrent, used = starting_state(snapshot)
     placements: list = []
     pending: list = []
     cancels: list = []
@@ -368,14 +375,7 @@ def random_multifactor_snapshot(seed: int, selection: str, depth: int) -> Snapsh
 def reference_multifactor(snapshot: Snapshot) -> tuple[list, list, list]:
     """Placements, (pending id, status_info, position, reservation) and cancels, by the rules as written."""
     now = snapshot.now
-    free = {
-        a.id: {k: a.capacity.get(k, ZERO) - a.occupied.get(k, ZERO) for k in a.capacity.keys() | a.occupied.keys()}
-        for a in snapshot.agents
-        if a.schedulable
-    }
-    kinds = {a.id: {k for k, v in a.capacity.items() if v > 0} for a in snapshot.agents}
-    concurrent = {k: s.concurrent_sessions for k, s in snapshot.keypairs.items()}
-    used = {k: dict(s.occupied) for k, s in snapshot.keypairs.items()}
+    free, kinds, concurrent, used = starting_state(snapshot)
     keys = {s.access_key for s in snapshot.pending} | set(snapshot.usage)
     total_usage = sum(max(0.0, snapshot.usage.get(k, 0.0)) for k in keys)
     total_share = float(len(keys))

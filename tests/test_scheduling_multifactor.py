@@ -107,3 +107,19 @@ async def test_careless_priorities_and_time_limits_are_refused(tmp_path) -> None
                 await h.create("careless", cpu=1, **body)
             assert refused.value.status == 400, body
         assert not await h.store.find_sessions("careless", h.admin, active_only=False)
+
+
+async def test_what_is_held_while_nobody_waits_is_charged_too(tmp_path) -> None:
+    config = {**MULTIFACTOR, "manager": {"fair_share_half_life": "7d"}}
+    async with Harness(tmp_path, config=config) as h:
+        await h.add_agent("a1", cpu=2)
+        heavy = await h.keypair("alone@example.com")
+        await h.create("fs-alone", cpu=2, owner=heavy)
+        await h.schedule()
+        await h.wait("fs-alone", "RUNNING")
+        for _ in range(6):  # the dispatcher's tick: rounds with nothing waiting
+            h.clock.advance(600)
+            await h.schedule()
+        usage = (await h.store.fair_share_usage())[f"keypair:{heavy}"][0]
+        # two cores and a GiB (0.1 each) for an hour, a week's half-life: barely decayed
+        assert (2 + 0.1) * 3600 * 0.99 < usage <= (2 + 0.1) * 3600, usage

@@ -170,6 +170,13 @@ class Dispatcher:
 
     async def snapshot(self, now: datetime) -> tuple[Snapshot, list[Session]]:
         store = self.store
+        # fair share charges what sessions hold at every round (the tick's too), waiting sessions or not: a keypair
+        # that holds the cluster while nobody waits is charged for it
+        holding: list[Session] | None = None
+        fair_usage: dict[str, float] = {}
+        if self.fair_share is not None and any(g.policy == MULTIFACTOR for g in self.groups.values()):
+            holding = await store.list_sessions(None, QUOTA_STATUSES)
+            fair_usage = self.fair_share.keypairs(await self.fair_share.advance(now, holding))
         pending_rows = await store.list_sessions(None, [SessionStatus.PENDING])
         if not pending_rows:
             return Snapshot(now, [], [], {}, {}, self.groups), []
@@ -253,11 +260,12 @@ class Dispatcher:
                     duration=_duration(row, policies.get(_policy_name(keypair_rows, row.access_key))),
                 )
             )
-        fair_usage: dict[str, float] = {}
         if any(
             self.groups.get(r.scaling_group, ScalingGroup(r.scaling_group)).policy == MULTIFACTOR for r in pending_rows
         ):
-            agents, fair_usage = await self._multifactor_facts(now, agents, policies, keypair_rows)
+            if holding is None:
+                holding = await store.list_sessions(None, QUOTA_STATUSES)
+            agents = await self._latest_ends(agents, holding, policies, keypair_rows)
         projects, domains = await self._caps(
             {r.project_id for r in pending_rows}, {r.domain_name for r in pending_rows}
         )
@@ -266,12 +274,11 @@ class Dispatcher:
         )
         return snapshot, pending_rows
 
-    async def _multifactor_facts(
-        self, now: datetime, agents: list[AgentState], policies: dict[str, Any], keypair_rows: dict[str, Any]
-    ) -> tuple[list[AgentState], dict[str, float]]:
-        """What the multifactor policy reads beyond the rest: when the running sessions end at the latest (on each
-        agent, what each frees), and each keypair's decayed usage (fair share)."""
-        holding = await self.store.list_sessions(None, QUOTA_STATUSES)
+    async def _latest_ends(
+        self, agents: list[AgentState], holding: list[Session], policies: dict[str, Any], keypair_rows: dict[str, Any]
+    ) -> list[AgentState]:
+        """The agents with when the sessions holding slots on them end at the latest, and what each frees (what
+        the multifactor policy's reservations plan with)."""
         by_id = {r.id: r for r in holding}
         ends: dict[str, list[tuple[datetime, dict[str, Decimal]]]] = {}
         for kernel in await self.store.kernels_where([s.value for s in QUOTA_STATUSES]):
@@ -281,11 +288,7 @@ class Dispatcher:
             end = _end(row, policies.get(_policy_name(keypair_rows, row.access_key)))
             if end is not None:
                 ends.setdefault(kernel.agent_id, []).append((end, slotlib.from_wire(kernel.occupied_slots)))
-        agents = [dataclasses.replace(a, ends=tuple(ends.get(a.id, ()))) for a in agents]
-        usage: dict[str, float] = {}
-        if self.fair_share is not None:
-            usage = self.fair_share.keypairs(await self.fair_share.advance(now, holding))
-        return agents, usage
+        return [dataclasses.replace(a, ends=tuple(ends.get(a.id, ()))) for a in agents]
 
     async def _caps(
         self, project_ids: set[str], domains: set[str]
