@@ -50,6 +50,7 @@ from .backfill import INFINITE, Backfill
 from .multifactor import Scorer, fair_share_factors
 from .policies import DrfQueue, check_policy, fifo_order, lifo_order
 from .predicates import KeypairQuota, ProjectQuota
+from .preemption import Plan, Preemption
 from .selection import AgentPool, Prepared, Rescale, SlotTable
 from .snapshot import (
     ALLOWED_SESSION_TYPES,
@@ -76,6 +77,7 @@ from .snapshot import (
     PendingSession,
     Placement,
     PredicateResult,
+    Preempt,
     Reservation,
     ScalingGroup,
     Snapshot,
@@ -133,7 +135,9 @@ class _Round:
         self.domain_quotas: dict[str, ProjectQuota] = {}
         self.decisions = Decisions()
         # per group, filled while considering; turned into `Pending` with positions at the end
-        self.left: list[tuple[PendingSession, str, str, tuple[PredicateResult, ...], Reservation | None]] = []
+        self.left: list[
+            tuple[PendingSession, str, str, tuple[PredicateResult, ...], Reservation | None, tuple[str, ...]]
+        ] = []
         self.backfill: Backfill | None = None  # the group's reservations (policies with backfill)
         self.current: tuple[Prepared, list[Prepared] | None] | None = None  # the request being considered
         self._fair: dict[str, float] | None = None
@@ -197,6 +201,9 @@ class _Round:
         self.left = []
         depth = group.reservation_depth
         self.backfill = Backfill(self.pool, self.table, agents, self.now, depth) if depth and len(self.pool) else None
+        self.preemption = None
+        if group.preemption and self.snapshot.running and len(self.pool):
+            self.preemption = Preemption(group, self.snapshot.running, self.pool, self.table, self.now) or None
         consider = self.consider
         factors: Mapping[str, Factors] = {}
         if policy == DRF:
@@ -211,10 +218,18 @@ class _Round:
             for session in lifo_order(sessions) if policy == LIFO else fifo_order(sessions):
                 consider(session)
         out = self.decisions.pending
-        for position, (session, info, msg, results, reservation) in enumerate(self.left, 1):
+        for position, (session, info, msg, results, reservation, preempting) in enumerate(self.left, 1):
             out.append(
                 Pending(
-                    session.id, info, msg, results, position, session.retries + 1, factors.get(session.id), reservation
+                    session.id,
+                    info,
+                    msg,
+                    results,
+                    position,
+                    session.retries + 1,
+                    factors.get(session.id),
+                    reservation,
+                    preempting,
                 )
             )
 
@@ -278,7 +293,7 @@ class _Round:
                     PredicateResult(name, False, failed[name]) if name in failed else _PASSED[name]
                     for name in PREDICATES
                 )
-                self.left.append((session, _PREDICATE_CHECKS_FAILED, "; ".join(failed.values()), results, None))
+                self.left.append((session, _PREDICATE_CHECKS_FAILED, "; ".join(failed.values()), results, None, ()))
                 return None
         pool = self.pool
         total = prepared.slots
@@ -402,7 +417,7 @@ class _Round:
         """Reserve room for a session of several kernels (or none): {kernel id: agent id}, or None."""
         kernels = session.kernels
         if not kernels:
-            self.left.append((session, _NO_AVAILABLE_INSTANCES, "the session has no kernels", _ALL_PASSED, None))
+            self.left.append((session, _NO_AVAILABLE_INSTANCES, "the session has no kernels", _ALL_PASSED, None, ()))
             return None
         if session.cluster_mode == MULTI_NODE:
             return self.place_each(session, per_kernel)
@@ -535,14 +550,61 @@ class _Round:
             msg += " (the scaling group is not configured)"
         reservation = None
         backfill = self.backfill
-        if never is None and backfill is not None and backfill.wants_more and self.current is not None:
+        preempting: tuple[str, ...] = ()
+        if never is None and self.preemption is not None and self.current is not None:
+            prepared, per_kernel = self.current
+            requests = [prepared.slots] if per_kernel is None else [p.slots for p in per_kernel]
+            spread = per_kernel is not None and session.cluster_mode == MULTI_NODE
+            plan = self.preemption.plan(session, requests, spread)
+            if plan is not None:
+                self.preempt(session, plan, requests if spread else [prepared.slots])
+                preempting = tuple(v.id for v in plan.victims)
+                agents = tuple(dict.fromkeys(self.pool.ids[a] for a in plan.agents))
+                reservation = Reservation(None, agents)
+                msg += "; " + preempting_text(plan, agents)
+        if (
+            never is None
+            and not preempting
+            and backfill is not None
+            and backfill.wants_more
+            and self.current is not None
+        ):
             prepared, per_kernel = self.current
             requests = [prepared.slots] if per_kernel is None else [p.slots for p in per_kernel]
             spread = per_kernel is not None and session.cluster_mode == MULTI_NODE
             reservation = backfill.reserve(session.id, requests, spread, session.duration)
             if reservation is not None:
                 msg += "; " + reserved_text(reservation)
-        self.left.append((session, _NO_AVAILABLE_INSTANCES, msg, _ALL_PASSED, reservation))
+        self.left.append((session, _NO_AVAILABLE_INSTANCES, msg, _ALL_PASSED, reservation, preempting))
+
+    def preempt(self, session: PendingSession, plan: Plan, requests: Sequence[Mapping[int, int]]) -> None:
+        """Stop the plan's new victims, and keep for `session` what is free already on its agents (later sessions
+        of this round would take it, and the victims' room alone would not be enough when it comes back)."""
+        for victim in plan.new:
+            why = (
+                f"preempted by {session.name} (priority {session.priority}) to make room: "
+                f"it had priority {victim.priority}"
+            )
+            self.decisions.preemptions.append(Preempt(victim.id, session.id, why))
+        pool = self.pool
+        summed: dict[int, dict[int, int]] = {}
+        for agent, request in zip(plan.agents, requests, strict=True):
+            mine = summed.setdefault(agent, {})
+            for i, n in request.items():
+                mine[i] = mine.get(i, 0) + n
+        for agent, request in summed.items():
+            remaining = pool.remaining(agent)
+            take = {i: min(n, remaining[i]) for i, n in request.items() if i < len(remaining) and remaining[i] > 0}
+            if take:
+                pool.reserve(agent, take)
+
+
+def preempting_text(plan: Plan, agents: Sequence[str]) -> str:
+    """`preempting low1, low2 on a1: starts once they have ended`."""
+    names = ", ".join(v.name for v in plan.victims[:5]) + (
+        f" and {len(plan.victims) - 5} more" if len(plan.victims) > 5 else ""
+    )
+    return f"preempting {names} on {', '.join(agents)}: starts once they have ended"
 
 
 def reserved_text(reservation: Reservation) -> str:

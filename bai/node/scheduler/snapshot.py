@@ -46,7 +46,9 @@ __all__ = [
     "PendingSession",
     "Placement",
     "PredicateResult",
+    "Preempt",
     "Reservation",
+    "RunningSession",
     "ResourcePolicy",
     "SINGLE_NODE",
     "ScalingGroup",
@@ -71,6 +73,13 @@ PRIORITY_DEFAULT = 10
 # reservations of a multifactor scaling group: with 1, a heavy user's small sessions took 40 % of a contended
 # cluster's GPU-hours where its fair share was 20 %; with 4, 25 % (bench/trace.py)
 DEFAULT_RESERVATIONS = 4
+
+# preemption (per scaling group, off by default; Backend.AI's names): which running sessions go first among those of
+# the same (lowest) priority
+OLDEST = "oldest"
+NEWEST = "newest"
+PREEMPTION_ORDERS = (OLDEST, NEWEST)
+PREEMPTIBLE_PRIORITY = 5  # Backend.AI's default: running sessions of at most this priority may be preempted
 
 DISPERSED = "dispersed"
 CONCENTRATED = "concentrated"
@@ -191,6 +200,25 @@ class AgentState:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningSession:
+    """A session holding slots that preemption may stop (only read for scaling groups with preemption on)."""
+
+    id: str
+    name: str
+    access_key: str
+    session_type: str  # "interactive" | "batch"
+    scaling_group: str
+    priority: int
+    held: tuple[tuple[str, Slots], ...]  # (agent id, what its kernels hold there), one entry per agent
+    _: KW_ONLY
+    started_at: datetime  # tz-aware
+    preemptible: bool = True  # its owner's choice (Backend.AI's is_preemptible, default true)
+    # the pending session its preemption is under way for (a notice given, or its kernels being removed): it is
+    # counted for that session at no cost and for no other
+    preempting_for: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ResourcePolicy:
     """A keypair's limits: concurrent sessions, total slots, and the session networks it may hold."""
 
@@ -247,6 +275,14 @@ class ScalingGroup:
     # how many sessions that cannot start may hold a reservation, in queue order (backfill never delays them);
     # None: DEFAULT_RESERVATIONS under multifactor, 0 under the other policies
     reservations: int | None = None
+    # preemption (Backend.AI's scaling-group options): when on, a session that finds no room may stop running
+    # sessions of a lower priority that are preemptible, of at most `preemptible_priority`, that have run at least
+    # `preemption_min_runtime` seconds; `preemption_order` breaks ties among equal priorities (oldest first or
+    # newest first)
+    preemption: bool = False
+    preemptible_priority: int = PREEMPTIBLE_PRIORITY
+    preemption_order: str = OLDEST
+    preemption_min_runtime: float = 0.0
 
     @property
     def reservation_depth(self) -> int:
@@ -271,6 +307,8 @@ class Snapshot:
     # (a keypair missing from `shares` has 1); those compared are the keypairs of `usage` and of pending sessions
     usage: Mapping[str, float] = field(default_factory=dict)
     shares: Mapping[str, float] = field(default_factory=dict)
+    # the sessions holding slots in scaling groups with preemption on (what preemption may stop)
+    running: Sequence[RunningSession] = ()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -343,6 +381,7 @@ class Pending:
     retries: int = 1  # the session's retries + 1
     factors: Factors | None = None  # its score's parts (multifactor)
     reservation: Reservation | None = None  # the room kept for it (a session first in line that cannot start)
+    preempting: tuple[str, ...] = ()  # the running sessions stopped (or being stopped) to make room for it
 
     def status_data(self, last_try: datetime) -> dict[str, Any]:
         """Backend.AI's status_data for this pending reason (spec §3.3)."""
@@ -351,6 +390,8 @@ class Pending:
             data["factors"] = self.factors.as_dict()
         if self.reservation is not None:
             data["reservation"] = self.reservation.as_dict()
+        if self.preempting:
+            data["preempting"] = list(self.preempting)
         if self.status_info == StatusInfo.PREDICATE_CHECKS_FAILED:
             data["failed_predicates"] = [{"name": p.name, "msg": p.msg} for p in self.predicates if not p.passed]
             data["passed_predicates"] = [{"name": p.name} for p in self.predicates if p.passed]
@@ -368,10 +409,20 @@ class Cancel:
     msg: str
 
 
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """A decision: a running session is stopped to make room for a pending one (`by`), and why."""
+
+    session_id: str
+    by: str  # the pending session's id
+    msg: str
+
+
 @dataclass(slots=True)
 class Decisions:
-    """The outcome of one scheduling round: placements, cancellations, sessions left waiting."""
+    """The outcome of one scheduling round: placements, cancellations, sessions left waiting, sessions preempted."""
 
     placements: list[Placement] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
     cancels: list[Cancel] = field(default_factory=list)
+    preemptions: list[Preempt] = field(default_factory=list)
