@@ -21,7 +21,7 @@ from bai.node.scheduler.snapshot import (
     Snapshot,
 )
 from tests.test_scheduler_backfill import gpu_agent, gpus
-from tests.test_scheduler_core import NOW, NO_ROOM, PENDING_FAILED, placed, sess, slots
+from tests.test_scheduler_core import NO_ROOM, NOW, PENDING_FAILED, placed, sess, slots
 
 ON = {"default": ScalingGroup("default", policy="multifactor", preemption=True)}
 

@@ -1096,6 +1096,7 @@ STATUSES = (
     "TERMINATED",
     "ERROR",
     "CANCELLED",
+    "PREEMPTED",
 )  # fmt: skip  (bai.common.status.SessionStatus, without importing it)
 
 

@@ -129,7 +129,10 @@ DEFAULTS: dict[str, Any] = {
     # session may ask for as config.network besides "none"; unset = the agent's [agent.docker] network),
     # admin_allowed_networks (what admin keypairs may ask for besides); multifactor: the weights of a session's
     # score (priority, fair share, age up to max_age, size) and how many sessions that cannot start get a
-    # reservation (-1: the default, 4; 0: no backfill protection)
+    # reservation (-1: the default, 4; 0: no backfill protection); preemption (off unless true): a session that finds
+    # no room may stop running preemptible sessions of a strictly lower priority, of at most preemptible_priority,
+    # that have run preemption_min_runtime (ties: preemption_order oldest | newest first); a batch session is
+    # requeued at once, an interactive one told preemption_grace before it ends
     "scaling_groups": {
         "default": {
             "policy": "fifo",
@@ -144,6 +147,11 @@ DEFAULTS: dict[str, Any] = {
             "weight_size": 100.0,
             "max_age": "7d",
             "reservations": -1,
+            "preemption": False,
+            "preemptible_priority": 5,
+            "preemption_order": "oldest",
+            "preemption_min_runtime": 0,
+            "preemption_grace": "60s",
         },
     },
     "vfolders": {

@@ -22,6 +22,9 @@ class SessionStatus(StrEnum):
     TERMINATED = "TERMINATED"
     ERROR = "ERROR"
     CANCELLED = "CANCELLED"
+    # stopped by the scheduler to make room for a session of a higher priority (preemption): its kernels are being
+    # removed; a batch session then waits again (PENDING: requeued), an interactive one ends (TERMINATED)
+    PREEMPTED = "PREEMPTED"
 
 
 S = SessionStatus
@@ -33,10 +36,11 @@ SESSION_TRANSITIONS: dict[SessionStatus, frozenset[SessionStatus]] = {
     S.PREPARING: frozenset(
         {S.PULLING, S.RUNNING, S.RUNNING_DEGRADED, S.TERMINATING, S.TERMINATED, S.ERROR, S.CANCELLED}
     ),
-    S.RUNNING: frozenset({S.RESTARTING, S.RUNNING_DEGRADED, S.TERMINATING, S.TERMINATED, S.ERROR}),
-    S.RESTARTING: frozenset({S.RUNNING, S.RUNNING_DEGRADED, S.TERMINATING, S.TERMINATED, S.ERROR}),
-    S.RUNNING_DEGRADED: frozenset({S.RUNNING, S.TERMINATING, S.TERMINATED, S.ERROR}),
+    S.RUNNING: frozenset({S.RESTARTING, S.RUNNING_DEGRADED, S.TERMINATING, S.TERMINATED, S.ERROR, S.PREEMPTED}),
+    S.RESTARTING: frozenset({S.RUNNING, S.RUNNING_DEGRADED, S.TERMINATING, S.TERMINATED, S.ERROR, S.PREEMPTED}),
+    S.RUNNING_DEGRADED: frozenset({S.RUNNING, S.TERMINATING, S.TERMINATED, S.ERROR, S.PREEMPTED}),
     S.TERMINATING: frozenset({S.TERMINATED, S.ERROR}),
+    S.PREEMPTED: frozenset({S.PENDING, S.TERMINATED, S.ERROR}),
     S.ERROR: frozenset({S.TERMINATED}),
     S.TERMINATED: frozenset(),
     S.CANCELLED: frozenset(),
@@ -54,6 +58,7 @@ FORCED_DESTROY: dict[SessionStatus, SessionStatus] = {
     S.RESTARTING: S.TERMINATING,
     S.RUNNING_DEGRADED: S.TERMINATING,
     S.TERMINATING: S.TERMINATED,
+    S.PREEMPTED: S.TERMINATED,
     S.ERROR: S.TERMINATED,
 }
 
@@ -65,7 +70,7 @@ ACTIVE_STATUSES = frozenset(set(SessionStatus) - DEAD_STATUSES)
 
 # Statuses Backend.AI has (its clients filter by them: 26.x lists PREPARED and CREATING by default) that no bai
 # session is ever in: a filter may name them and matches nothing by them.
-UNUSED_STATUSES = frozenset({"PREPARED", "CREATING", "DEPRIORITIZING", "RESERVED", "PREEMPTED", "RESCHEDULING"})
+UNUSED_STATUSES = frozenset({"PREPARED", "CREATING", "DEPRIORITIZING", "RESERVED", "RESCHEDULING"})
 
 
 def statuses_named(text: str) -> list[SessionStatus]:
@@ -126,6 +131,11 @@ class StatusInfo:
     # not a Backend.AI string (it reports such a kernel as self-terminated, exit 137): the kernel was
     # killed by the out-of-memory killer at its memory limit; status_data {"exitCode", "msg"} names the limit
     OUT_OF_MEMORY = "out-of-memory"
+    # not Backend.AI strings (its design names the reason PREEMPTED_BY_SCHEDULER): a running interactive session
+    # told that it will be preempted at the end of its scaling group's grace period (status_data "preemption"
+    # says by whom and when), and a session stopped by preemption (PREEMPTED, then PENDING or TERMINATED)
+    PREEMPTING = "preempting"
+    PREEMPTED = "preempted"
 
 
 # Session lifecycle event names (reference spec §2.11), keyed by the status they announce.
@@ -138,4 +148,5 @@ SESSION_EVENTS: dict[SessionStatus, str] = {
     S.TERMINATING: "session_terminating",
     S.TERMINATED: "session_terminated",
     S.ERROR: "session_failure",
+    S.PREEMPTED: "session_preempted",
 }

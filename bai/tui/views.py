@@ -41,6 +41,7 @@ STATUS_STYLE = {
     "RUNNING_DEGRADED": "yellow",
     "RESTARTING": "yellow",
     "TERMINATING": "magenta",
+    "PREEMPTED": "magenta",
     "TERMINATED": "grey50",
     "CANCELLED": "grey50",
     "ERROR": "bold red",

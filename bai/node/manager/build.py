@@ -18,7 +18,7 @@ from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.agent_events import AgentEvents
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.app_forwarding import Apps
-from bai.node.manager.services.dispatcher import Dispatcher, scaling_groups
+from bai.node.manager.services.dispatcher import Dispatcher, preemption_graces, scaling_groups
 from bai.node.manager.services.fair_share import FairShare
 from bai.node.manager.services.hooks import Hooks
 from bai.node.manager.services.hubs import Hubs
@@ -28,6 +28,7 @@ from bai.node.manager.services.kernel_ops import KernelOps
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.peers import PeerRelay
+from bai.node.manager.services.preemptions import Preemptions
 from bai.node.manager.services.resource_presets import ResourcePresets
 from bai.node.manager.services.runs import RunHistory
 from bai.node.manager.services.session_reads import SessionReads
@@ -132,6 +133,7 @@ async def build_manager(
         tick=float(cfg["manager"]["tick"]),
         clock=clock,
         fair_share=fair_share,
+        preemptions=Preemptions(lifecycle, preemption_graces(cfg)),
     )
     timers = Timers(
         store, lifecycle, activity, background, start_timeout, log_retention=log_retention, clock=clock, stats=stats

@@ -260,7 +260,10 @@ async def session_history(request: web.Request) -> web.Response:
             "status": row.status,
             "priority": row.priority,
             "timeLimit": row.time_limit,
-            "statusData": {"scheduler": row.status_data.get("scheduler")} if row.status_data.get("scheduler") else {},
+            "preemptible": row.config.get("preemptible", True) is not False,
+            "statusData": {
+                key: row.status_data[key] for key in ("scheduler", "preemption") if row.status_data.get(key)
+            },
             "history": [_attempt_json(h) for h in await services.state.scheduling_history(row.id)],
             "transitions": [msgspec.structs.asdict(t) for t in await services.state.transitions_of(row.id)],
         }

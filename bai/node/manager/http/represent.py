@@ -211,6 +211,7 @@ class SessionView:
             "terminationTime": row.terminated_at,
             "priority": row.priority,
             "timeLimit": row.time_limit,
+            "preemptible": row.config.get("preemptible", True) is not False,
             "age": _age_ms(row.created_at, now),
             "scalingGroup": row.scaling_group,
             "domain": row.domain_name,
@@ -358,6 +359,7 @@ class SessionView:
             "terminationTime": row.terminated_at,
             "priority": row.priority,
             "timeLimit": row.time_limit,
+            "preemptible": row.config.get("preemptible", True) is not False,
             "exitCode": self.exit_code,
             "result": row.result,
             "servicePorts": [

@@ -52,6 +52,7 @@ class CreateRequest:
     project_id: str = DEFAULT_PROJECT_ID
     priority: int = PRIORITY_DEFAULT  # (lowered to the owner's policy's max_priority by lifecycle.create)
     time_limit: float | None = None  # seconds it may run once started (bai's `timeLimit`); None: none of its own
+    preemptible: bool = True  # whether preemption may stop it (Backend.AI's is_preemptible)
 
 
 def _first(body: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -221,6 +222,16 @@ def parse_priority(value: Any) -> int:
     return value
 
 
+def parse_preemptible(value: Any) -> bool:
+    """Whether preemption may stop the session (`preemptible` / Backend.AI's `isPreemptible`): true or false; absent:
+    true (Backend.AI's default)."""
+    if value is None:
+        return True
+    if not isinstance(value, bool):
+        raise invalid("preemptible must be true or false")
+    return value
+
+
 def parse_time_limit(value: Any) -> float | None:
     """How long a session may run once started, in seconds (above 0); absent: none of its own."""
     if value is None:
@@ -315,6 +326,7 @@ def parse_create(
     return CreateRequest(
         priority=parse_priority(body.get("priority")),
         time_limit=parse_time_limit(_first(body, "timeLimit", "time_limit")),
+        preemptible=parse_preemptible(_first(body, "preemptible", "isPreemptible", "is_preemptible")),
         name=name,
         image=image.strip(),
         type=stype,

@@ -23,6 +23,7 @@ from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.fair_share import FairShare
 from bai.node.manager.services.lifecycle import SessionLifecycle
+from bai.node.manager.services.preemptions import Preemptions, preempting_for
 from bai.node.manager.services.wakeup import Wakeup
 from bai.node.manager.state import State
 from bai.node.manager.state.errors import NotLeading
@@ -33,6 +34,9 @@ from bai.node.scheduler.core import schedule
 from bai.node.scheduler.snapshot import (
     MULTIFACTOR,
     POLICIES,
+    PREEMPTION_ORDERS,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     AgentState,
     DependencyState,
     KernelRequest,
@@ -40,6 +44,7 @@ from bai.node.scheduler.snapshot import (
     PendingSession,
     ProjectState,
     ResourcePolicy,
+    RunningSession,
     ScalingGroup,
     Snapshot,
     Weights,
@@ -53,6 +58,10 @@ COALESCE = 0.002  # seconds to gather a burst of events into one round
 PACE = 2.0
 MAX_PACE = 0.5
 QUOTA_STATUSES = OCCUPYING_STATUSES - {SessionStatus.TERMINATING}  # what counts against a keypair
+# what preemption may stop (and, PREEMPTED, what is being stopped for a pending session)
+PREEMPTION_STATUSES = frozenset(
+    {SessionStatus.RUNNING, SessionStatus.RUNNING_DEGRADED, SessionStatus.RESTARTING, SessionStatus.PREEMPTED}
+)
 MIN_LABEL = "ai.backend.resource.min."
 
 
@@ -80,6 +89,23 @@ def scaling_groups(cfg: dict[str, Any]) -> tuple[dict[str, ScalingGroup], dict[s
         if min(weights.priority, weights.fair_share, weights.age, weights.size) < 0:
             raise ValueError(f"scaling group {name}: the weights must be >= 0")
         reservations = int(opts.get("reservations", -1))
+        preemption = opts.get("preemption", False)
+        if not isinstance(preemption, bool):
+            raise ValueError(f"scaling group {name}: preemption must be true or false")
+        preemptible_priority = opts.get("preemptible_priority", 5)
+        if (
+            isinstance(preemptible_priority, bool)
+            or not isinstance(preemptible_priority, int)
+            or not PRIORITY_MIN <= preemptible_priority <= PRIORITY_MAX
+        ):
+            raise ValueError(f"scaling group {name}: preemptible_priority must be a whole number from 0 to 100")
+        order = opts.get("preemption_order", "oldest")
+        if order not in PREEMPTION_ORDERS:
+            raise ValueError(f"scaling group {name}: preemption_order must be oldest or newest, not {order!r}")
+        try:
+            min_runtime = duration_seconds(opts.get("preemption_min_runtime", 0))
+        except ValueError as e:
+            raise ValueError(f"scaling group {name}: preemption_min_runtime: {e}") from None
         groups[name] = ScalingGroup(
             name=name,
             policy=policy,
@@ -87,9 +113,26 @@ def scaling_groups(cfg: dict[str, Any]) -> tuple[dict[str, ScalingGroup], dict[s
             allowed_session_types=frozenset(opts.get("allowed_session_types", ["interactive", "batch"])),
             weights=weights,
             reservations=None if reservations < 0 else reservations,
+            preemption=preemption,
+            preemptible_priority=preemptible_priority,
+            preemption_order=order,
+            preemption_min_runtime=min_runtime,
         )
         timeouts[name] = float(opts.get("pending_timeout", 0) or 0)
     return groups, timeouts
+
+
+def preemption_graces(cfg: dict[str, Any]) -> dict[str, float]:
+    """Per scaling group, the seconds an interactive session is told before it is preempted (`preemption_grace`,
+    60 s when absent; 0: at once)."""
+    graces = {}
+    for name, opts in cfg.get("scaling_groups", {}).items():
+        if "preemption_grace" in opts:
+            try:
+                graces[name] = duration_seconds(opts["preemption_grace"])
+            except ValueError as e:
+                raise ValueError(f"scaling group {name}: preemption_grace: {e}") from None
+    return graces
 
 
 def image_minimum(labels: dict[str, str]) -> dict[str, Decimal]:
@@ -117,8 +160,11 @@ class Dispatcher:
         tick: float = 10.0,
         clock: Clock | None = None,
         fair_share: FairShare | None = None,
+        preemptions: Preemptions | None = None,
     ) -> None:
         self.clock = clock or Clock()
+        self.preemptions = preemptions or Preemptions(sessions)
+        self._holding: list[Session] | None = None  # the sessions holding slots, as the last snapshot read them
         self.fair_share = fair_share  # (scaling groups of policy multifactor: their fair-share factor)
         self.store = store
         self.sessions = sessions
@@ -174,9 +220,16 @@ class Dispatcher:
         # that holds the cluster while nobody waits is charged for it
         holding: list[Session] | None = None
         fair_usage: dict[str, float] = {}
-        if self.fair_share is not None and any(g.policy == MULTIFACTOR for g in self.groups.values()):
+        preempting = any(g.preemption for g in self.groups.values())
+        if preempting or (self.fair_share is not None and any(g.policy == MULTIFACTOR for g in self.groups.values())):
             holding = await store.list_sessions(None, QUOTA_STATUSES)
+        if (
+            holding is not None
+            and self.fair_share is not None
+            and any(g.policy == MULTIFACTOR for g in self.groups.values())
+        ):
             fair_usage = self.fair_share.keypairs(await self.fair_share.advance(now, holding))
+        self._holding = holding
         pending_rows = await store.list_sessions(None, [SessionStatus.PENDING])
         if not pending_rows:
             return Snapshot(now, [], [], {}, {}, self.groups), []
@@ -266,11 +319,23 @@ class Dispatcher:
             if holding is None:
                 holding = await store.list_sessions(None, QUOTA_STATUSES)
             agents = await self._latest_ends(agents, holding, policies, keypair_rows)
+        running: list[RunningSession] = []
+        if preempting and any(self.groups.get(r.scaling_group, ScalingGroup("")).preemption for r in pending_rows):
+            running = await self._running(holding or [])
         projects, domains = await self._caps(
             {r.project_id for r in pending_rows}, {r.domain_name for r in pending_rows}
         )
         snapshot = Snapshot(
-            now, pending, agents, keypairs, dependencies, self.groups, projects, domains, usage=fair_usage
+            now,
+            pending,
+            agents,
+            keypairs,
+            dependencies,
+            self.groups,
+            projects,
+            domains,
+            usage=fair_usage,
+            running=running,
         )
         return snapshot, pending_rows
 
@@ -289,6 +354,42 @@ class Dispatcher:
             if end is not None:
                 ends.setdefault(kernel.agent_id, []).append((end, slotlib.from_wire(kernel.occupied_slots)))
         return [dataclasses.replace(a, ends=tuple(ends.get(a.id, ()))) for a in agents]
+
+    async def _running(self, holding: list[Session]) -> list[RunningSession]:
+        """The sessions preemption may stop in the scaling groups that have it (and those being stopped), with what
+        their kernels hold on each agent."""
+        rows = {
+            r.id: r
+            for r in holding
+            if r.status in PREEMPTION_STATUSES and self.groups.get(r.scaling_group, ScalingGroup("")).preemption
+        }
+        if not rows:
+            return []
+        held: dict[str, dict[str, dict[str, Decimal]]] = {}
+        for kernel in await self.store.kernels_where([s.value for s in PREEMPTION_STATUSES]):
+            if kernel.session_id in rows and kernel.agent_id:
+                on = held.setdefault(kernel.session_id, {})
+                on[kernel.agent_id] = slotlib.add(on.get(kernel.agent_id, {}), slotlib.from_wire(kernel.occupied_slots))
+        out = []
+        for sid, row in rows.items():
+            if sid not in held:
+                continue
+            out.append(
+                RunningSession(
+                    sid,
+                    row.name,
+                    row.access_key,
+                    row.type,
+                    row.scaling_group,
+                    row.priority,
+                    tuple(sorted(held[sid].items())),
+                    started_at=datetime.fromisoformat(row.started_at or row.status_changed),
+                    preemptible=row.config.get("preemptible", True) is not False,
+                    # (PREEMPTED with no note: being stopped for nobody in particular; counted for no one)
+                    preempting_for=preempting_for(row) or ("" if row.status == SessionStatus.PREEMPTED else None),
+                )
+            )
+        return out
 
     async def _caps(
         self, project_ids: set[str], domains: set[str]
@@ -345,6 +446,7 @@ class Dispatcher:
         snapshot, rows = await self.snapshot(now)
         self._due = self._next_due(snapshot, now)
         if not rows:
+            await self._settle_notices(set(), now)
             return
         timed_out = self._timed_out(rows, now)
         if timed_out:
@@ -353,6 +455,8 @@ class Dispatcher:
         decisions = schedule(snapshot)
         last_try = now.isoformat()
         retries = {p.id: p.retries + 1 for p in snapshot.pending}
+        by_id = {r.id: r for r in rows}
+        names = {r.id: r.name for r in snapshot.running}
         pending = []
         history = []
         for item in decisions.pending:
@@ -371,6 +475,11 @@ class Dispatcher:
                 data["scheduler"]["factors"] = item.factors.as_dict()
             if item.reservation is not None:
                 data["scheduler"]["reservation"] = item.reservation.as_dict()
+            if item.preempting:
+                data["scheduler"]["preempting"] = [names.get(v, v) for v in item.preempting]
+            note = by_id[item.session_id].status_data.get("preemption")
+            if note:  # (a requeued session: how it was preempted stays in sight while it waits)
+                data["preemption"] = note
             pending.append((item.session_id, item.status_info, data))
             history.append(_history(item.session_id, "pending", item.status_info, item.msg, "", failed))
         cancels = [(c.session_id, c.status_info, {"msg": c.msg}) for c in decisions.cancels] + timed_out
@@ -383,10 +492,26 @@ class Dispatcher:
             )
         if not self.may_act():  # (it lost the lead while it read: another manager schedules these)
             return
+        for p in decisions.preemptions:
+            history.append(_history(p.session_id, "preempted", StatusInfo.PREEMPTED, p.msg, "", []))
         try:
             await self.sessions.apply_round(placements, cancels, pending, history)
         except NotLeading as e:  # (frozen past its lease: the database refused the round; the next leader's counts)
             log.warning("scheduling round not stored: %s", e)
+            return
+        if decisions.preemptions:
+            running = {r.id: r for r in self._holding or []}
+            await self.preemptions.apply(decisions.preemptions, running, by_id, now)
+        await self._settle_notices({item.session_id for item in decisions.pending}, now)
+
+    async def _settle_notices(self, waiting: set[str], now: datetime) -> None:
+        """The preemption notices given: withdrawn or carried out (see Preemptions.settle); the next deadline wakes
+        a round."""
+        if not self._holding or not any(g.preemption for g in self.groups.values()):
+            return
+        due = await self.preemptions.settle(self._holding, waiting, now)
+        if due is not None and (self._due is None or due < self._due):
+            self._due = due
 
     async def _record_error(self, exc: Exception) -> None:
         with contextlib.suppress(Exception):

@@ -42,6 +42,7 @@ from bai.node.link.messages import (
     DestroyKernel,
     DotfileSpec,
     Execute,
+    Interrupt,
     KernelInfo,
     KernelPulling,
     KernelStats,
@@ -88,7 +89,7 @@ HOOK_POINTS = {S.RUNNING: "after_start", S.TERMINATED: "after_termination", S.CA
 # a session moving to one of these has its kernels' last statistics stored (last_stat), and forgotten
 FINAL_STATS = DEAD_STATUSES | {S.ERROR}
 # statuses a destroy ends only when forced (Backend.AI's; a 403 saying so otherwise)
-FORCED_ONLY = frozenset({S.SCHEDULED, S.PREPARING, S.PULLING, S.TERMINATING, S.ERROR})
+FORCED_ONLY = frozenset({S.SCHEDULED, S.PREPARING, S.PULLING, S.TERMINATING, S.ERROR, S.PREEMPTED})
 DESTROY_ATTEMPTS = 5  # a destroy follows a session that changes status meanwhile this many times
 # kernels an agent still runs of sessions in these statuses are removed (see Sessions.remove_strays)
 ENDED_KERNEL_VALUES = frozenset(s.value for s in DEAD_STATUSES | {S.ERROR})
@@ -99,6 +100,10 @@ FORCED_REMOVE_TIMEOUT = 15.0  # seconds a forced destroy waits for an agent to r
 
 
 BATCH_AGENT_POLL = 1.0  # seconds between asks for a batch command while its agent is away
+# seconds a preempted batch command has to end after it is interrupted (SIGINT: it may save its work), before its
+# kernel is removed (Slurm's KillWait is 30 s by default; a scheduler that waits for room waits less here)
+PREEMPT_STOP_WAIT = 10.0
+PREEMPTIBLE_STATUSES = (S.RUNNING, S.RUNNING_DEGRADED, S.RESTARTING)
 
 
 def batch_run_id(session_id: str) -> str:
@@ -148,6 +153,8 @@ def new_session_rows(
     per_kernel = slotlib.to_wire(req.resources)
     kernels = [NewKernel(new_id(), m.role, m.idx, per_kernel) for m in members(size)]
     config = {**req.config, "depends_on": depends_on or [], "mounts": mounts or []}
+    if not req.preemptible:
+        config["preemptible"] = False
     if size > 1:
         config["cluster_mode"] = req.cluster_mode
     session = NewSession(
@@ -241,6 +248,8 @@ class SessionLifecycle:
         self._batching: set[str] = set()  # batch sessions whose command is being followed (_follow_batch)
         self.ending: set[str] = set()  # sessions whose kernels are being removed (a destroy under way)
         self._said_stuck: set[str] = set()  # sessions stuck TERMINATING the log has named (end_stuck_destroy)
+        # preempted batch sessions whose command was interrupted: (its exit code, why its run was lost) when it ends
+        self._batch_exits: dict[str, asyncio.Future[tuple[int | None, str | None]]] = {}
 
     async def close(self) -> None:
         await self.background.close()
@@ -767,7 +776,10 @@ class SessionLifecycle:
                 result = await call(self.link, agent_id, run, timeout=run.flush_timeout + 60)
             except (AgentUnavailable, TimeoutError):
                 if not await self._still_running(session.id, kernel.id):
-                    return  # ended meanwhile (destroyed, agent-lost): its end is said where it ended
+                    waiting = self._batch_exits.get(session.id)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result((None, "its agent did not answer"))
+                    return  # ended meanwhile (destroyed, agent-lost, preempted): its end is said where it ended
                 await asyncio.sleep(BATCH_AGENT_POLL)
                 continue  # (the same call again: an agent that took the start already does not start it twice)
             except RemoteError as e:
@@ -780,6 +792,9 @@ class SessionLifecycle:
                 break
             mode, code = "continue", ""
         self.runs.end(session.id, run_id, exit_code, self.clock.now().isoformat())
+        waiting = self._batch_exits.get(session.id)  # (preempted: the preemption notes how its command ended)
+        if waiting is not None and not waiting.done():
+            waiting.set_result((exit_code, lost))
         ok = exit_code == 0 and lost is None
         info = StatusInfo.TASK_DONE if ok else StatusInfo.TASK_FAILED
         data: dict[str, Any] = {"exitCode": exit_code}
@@ -881,7 +896,9 @@ class SessionLifecycle:
             await self._remove_kernels(kernels, info, timeout=timeout)
             main = kernels[0] if kernels else None
             final = (self._finals(sid).get(main.id) or stored_stat(main)) if main else None
-            await self.transition(sid, S.TERMINATED, info, session.status_data, allowed_from=[S.TERMINATING, S.ERROR])
+            await self.transition(
+                sid, S.TERMINATED, info, session.status_data, allowed_from=[S.TERMINATING, S.ERROR, S.PREEMPTED]
+            )
             return final
         finally:
             self.ending.discard(sid)
@@ -921,6 +938,94 @@ class SessionLifecycle:
                 e,
             )
             return None
+
+    # -- preemption ------------------------------------------------------------------------------------
+
+    async def give_notice(self, session: Session, note: dict[str, Any]) -> Session | None:
+        """Tell a running session that it will be preempted (`note`: by whom, why, and its "deadline"): status_info
+        preempting and status_data["preemption"], no status change; its watchers get a session_preempting event.
+        None when it is no longer in the status it was read in."""
+        data = {**session.status_data, "preemption": note}
+        row = await self.store.set_status_info(session.id, session.status, StatusInfo.PREEMPTING, data)
+        if row is not None:
+            log.info("session %s (%s) will be preempted at %s: %s", row.name, row.id, note.get("deadline"), note["msg"])
+            self.events.publish("session_preempting", row)
+        return row
+
+    async def withdraw_notice(self, session: Session, why: str) -> Session | None:
+        """A notice no longer needed (the session it made room for started elsewhere, or ended)."""
+        data = {k: v for k, v in session.status_data.items() if k != "preemption"}
+        row = await self.store.set_status_info(session.id, session.status, "", data)
+        if row is not None:
+            log.info("session %s (%s) is no longer to be preempted: %s", row.name, row.id, why)
+            self.events.publish("session_preemption_withdrawn", row)
+        return row
+
+    async def preempt(self, session: Session, note: dict[str, Any]) -> Session | None:
+        """Stop a running session to make room (preemption): PREEMPTED at once, then in the background a batch
+        session's command is interrupted (SIGINT; PREEMPT_STOP_WAIT s to end), its kernels are removed, and a batch
+        session waits again (PENDING: requeued, its exit noted) while any other ends (TERMINATED). `note` (by whom,
+        why) is its status_data["preemption"] throughout, and in its history. None when it was not running."""
+        row = await self.transition(
+            session.id, S.PREEMPTED, StatusInfo.PREEMPTED, {"preemption": note}, allowed_from=PREEMPTIBLE_STATUSES
+        )
+        if row is None:
+            return None
+        log.info("session %s (%s) is preempted: %s", row.name, row.id, note.get("msg", ""))
+        self.spawn(self.finish_preempt(row), f"preempt-{row.id}")
+        return row
+
+    async def finish_preempt(self, row: Session) -> None:
+        """The rest of a preemption (see `preempt`); again for a session left PREEMPTED (a manager that stopped
+        meanwhile: the timers find it)."""
+        sid = row.id
+        if sid in self.ending:
+            return
+        self.ending.add(sid)
+        try:
+            note = dict(row.status_data.get("preemption") or {})
+            kernels = await self.store.kernels_of(sid)
+            if row.type == "batch" and kernels and kernels[0].agent_id and sid in self._batching:
+                exit_code, lost = await self._stop_batch(sid, kernels[0])
+                note["exitCode"] = exit_code
+                if lost:
+                    note["exit"] = lost
+            await self._remove_kernels(kernels, StatusInfo.PREEMPTED)
+            now = self.clock.now()
+            if row.started_at:
+                note["ranSeconds"] = round((now - datetime.fromisoformat(row.started_at)).total_seconds(), 1)
+            if row.type == "batch":
+                note["requeued"] = True
+                requeued = await self.store.requeue(sid, StatusInfo.PREEMPTED, {"preemption": note}, now)
+                if requeued is not None:
+                    self.stats.forget(sid)
+                    self.activity.forget(sid)
+                    self.runs.end_all(sid, now.isoformat())
+                    self.events.publish("session_enqueued", requeued)
+                    self.wake()
+            else:
+                await self.transition(
+                    sid, S.TERMINATED, StatusInfo.PREEMPTED, {"preemption": note}, allowed_from=[S.PREEMPTED]
+                )
+        finally:
+            self.ending.discard(sid)
+
+    async def _stop_batch(self, session_id: str, kernel: Kernel) -> tuple[int | None, str | None]:
+        """Interrupt a batch session's command and wait for it to end: its exit code (None: unknown) and, when
+        its run did not end by itself, why."""
+        waiting: asyncio.Future[tuple[int | None, str | None]] = asyncio.get_running_loop().create_future()
+        self._batch_exits[session_id] = waiting
+        try:
+            try:
+                await call(self.link, kernel.agent_id or "", Interrupt(kernel.id, batch_run_id(session_id)), timeout=5)
+            except (RemoteError, AgentUnavailable, TimeoutError) as e:
+                return None, f"its command could not be interrupted ({e}): its kernel was removed"
+            try:
+                return await asyncio.wait_for(asyncio.shield(waiting), PREEMPT_STOP_WAIT)
+            except TimeoutError:
+                return None, f"its command was still running {PREEMPT_STOP_WAIT:g} s after its interrupt"
+        finally:
+            self._batch_exits.pop(session_id, None)
 
     # -- a batch session's run ------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from bai.node.manager.state.protocols import SessionReadState
 from bai.node.manager.state.records import Kernel, Session
 
 S = SessionStatus
-STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {S.ERROR, S.TERMINATING}
+STARTED_OR_OVER = frozenset({S.RUNNING, S.RUNNING_DEGRADED}) | DEAD_STATUSES | {S.ERROR, S.TERMINATING, S.PREEMPTED}
 
 
 class SessionReads:

@@ -264,9 +264,17 @@ class Timers:
 
     async def sweep_terminating(self, now: datetime) -> list[str]:
         """Sessions TERMINATING longer than a destroy may take (TERMINATING_LIMIT) with no destroy of theirs
-        under way (it failed, e.g. its last write on a full disk) are ended: kernels removed again, TERMINATED.
-        The ids of those it ends."""
+        under way (it failed, e.g. its last write on a full disk) are ended: kernels removed again, TERMINATED;
+        sessions PREEMPTED that long have their preemption carried on (requeued or ended). The ids of those."""
         ended = []
+        for row in await self.store.list_sessions(None, [SessionStatus.PREEMPTED]):
+            # a preemption whose end is not under way here (a manager that stopped meanwhile): carried on
+            if not self.lifecycle.is_ending(row.id) and self._age(row, now) > TERMINATING_LIMIT:
+                ended.append(row.id)
+                self.spawn(
+                    self._quietly("ending preemptions left unfinished", self.lifecycle.finish_preempt(row)),
+                    f"stuck-{row.id}",
+                )
         for row in await self.store.list_sessions(None, [SessionStatus.TERMINATING]):
             if self.lifecycle.is_ending(row.id):
                 continue

@@ -151,6 +151,12 @@ class SessionState(SessionReadState, Protocol):
 
     async def set_session_priority(self, session_id: str, priority: int) -> bool: ...
 
+    async def requeue(
+        self, session_id: str, status_info: str, status_data: dict[str, Any], now: datetime
+    ) -> Session | None:
+        """A PREEMPTED session waits again (PENDING, its kernels as new); None when it is not PREEMPTED."""
+        ...
+
     async def rename_session(self, session_id: str, access_key: str, name: str) -> bool:
         """False (and nothing changed) when the owner has another live session of that name."""
         ...

@@ -43,7 +43,7 @@ from bai.node.manager.http.requests import parse_priority
 from bai.node.manager.rules.access import may_act_on_keypair
 from bai.node.manager.state.records import Session
 
-DEFAULT_LIST_STATUSES = "PENDING,SCHEDULED,PULLING,PREPARING,RUNNING,RUNNING_DEGRADED,TERMINATING,ERROR"
+DEFAULT_LIST_STATUSES = "PENDING,SCHEDULED,PULLING,PREPARING,RUNNING,RUNNING_DEGRADED,PREEMPTED,TERMINATING,ERROR"
 
 ComputeContainer = obj(
     "ComputeContainer",
@@ -135,6 +135,7 @@ ComputeSession: GraphQLObjectType = obj(
         "occupied_slots": JSONString,
         "requested_slots": JSONString,
         "priority": I,  # 0-100: the multifactor scheduling policy's priority factor
+        "is_preemptible": B,  # whether preemption may stop it (Backend.AI's)
         "num_queries": BigInt,
         "queue_position": I,
         "inference_metrics": JSONString,
@@ -182,6 +183,7 @@ def _session_item(item: dict[str, Any], row: Session, users: dict[str, str]) -> 
             "status_history": None,
             "num_queries": 0,
             "priority": row.priority,
+            "is_preemptible": row.config.get("preemptible", True) is not False,
             "queue_position": None,
             "inference_metrics": None,
             "containers": [_container_extras(k) for k in item["containers"]],

@@ -31,8 +31,8 @@ from bai.node.manager.state.team_records import (
 # the statuses of live sessions (bai.common.status.ACTIVE_STATUSES), as the live-name check lists them (so that
 # its condition is the index's own); tests/test_store.py checks that they are ACTIVE_STATUSES
 LIVE = (
-    "'ERROR', 'PENDING', 'PREPARING', 'PULLING', 'RESTARTING', 'RUNNING', 'RUNNING_DEGRADED', 'SCHEDULED', "
-    "'TERMINATING'"
+    "'ERROR', 'PENDING', 'PREEMPTED', 'PREPARING', 'PULLING', 'RESTARTING', 'RUNNING', 'RUNNING_DEGRADED', "
+    "'SCHEDULED', 'TERMINATING'"
 )
 # names are unique among an owner's live sessions: the index says so itself (schema 15), so that creates through
 # several managers at once need no lock to keep it (a second insert of a live name conflicts, and waits for the
@@ -383,6 +383,19 @@ CREATE TABLE IF NOT EXISTS fair_share_usage (
 );
 """
 SCHEMA += FAIR_SHARE_TABLES
+# (schema 20) preemption: PREEMPTED is a live status (the live-name index says so); replay: each scheduling round's
+# snapshot and decisions (bai.node.scheduler.record: zlib-compressed, base64 here), the latest rounds kept
+ROUND_TABLES = """
+CREATE TABLE IF NOT EXISTS scheduler_rounds (
+    number INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    digest TEXT NOT NULL,  -- the snapshot's (sha256 of its canonical encoding)
+    snapshot TEXT NOT NULL,
+    decisions TEXT NOT NULL,
+    summary TEXT NOT NULL  -- JSON: {"pending": n, "placed": n, "cancelled": n, "preempted": n, "waiting": n}
+);
+"""
+SCHEMA += ROUND_TABLES
 
 
 def users_of_keypairs(conn: Any, now: str) -> None:
@@ -753,6 +766,19 @@ def v19_postgres(conn: Any) -> None:
         conn.execute(statement)
 
 
+def v20(conn: sqlite3.Connection) -> None:
+    for statement in ("DROP INDEX IF EXISTS sessions_live_name", LIVE_NAME_INDEX):
+        conn.execute(statement)
+    script(ROUND_TABLES)(conn)
+
+
+def v20_postgres(conn: Any) -> None:
+    from bai.node.manager.state.postgres.schema import postgres_schema
+
+    for statement in ("DROP INDEX IF EXISTS sessions_live_name", LIVE_NAME_INDEX, *postgres_schema(ROUND_TABLES)):
+        conn.execute(statement)
+
+
 def _now() -> str:
     from datetime import UTC, datetime
 
@@ -796,6 +822,12 @@ STEPS = [
         "usage",
         v19,
         postgres=v19_postgres,
+    ),
+    Step(
+        20,
+        "preemption: PREEMPTED is a live status (the live-name index); scheduling rounds kept for replay",
+        v20,
+        postgres=v20_postgres,
     ),
 ]
 LATEST = STEPS[-1].version

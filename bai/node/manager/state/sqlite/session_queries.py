@@ -856,6 +856,35 @@ class Sessions(Queries):
 
         return await self.db.transaction(fn)
 
+    async def requeue(
+        self, session_id: str, status_info: str, status_data: dict[str, Any], now: datetime
+    ) -> Session | None:
+        """A PREEMPTED session (its kernels removed) waits again: PENDING, with its kernels as new (no agent, no
+        container, no devices or apps; their exit codes kept) and no start (its time limit counts from its next),
+        in one transaction; its row, or None (nothing changed) when it is not PREEMPTED."""
+        at = stamp(now)
+        data = json.dumps(status_data)
+
+        def fn(conn: sqlite3.Connection) -> Session | None:
+            rows = conn.execute(
+                "UPDATE sessions SET status='PENDING', status_info=?, status_data=?, status_changed=?, "
+                "started_at=NULL, result='UNDEFINED' WHERE id=? AND status='PREEMPTED' RETURNING *",
+                (status_info, data, at, session_id),
+            ).fetchall()
+            if not rows:
+                return None
+            conn.execute(
+                "INSERT INTO session_transitions VALUES (?, 'PENDING', ?, ?, ?)", (session_id, status_info, data, at)
+            )
+            conn.execute(
+                "UPDATE kernels SET status='PENDING', status_info=?, status_changed=?, agent_id=NULL, "
+                "container_id=NULL, terminated_at=NULL, devices='[]', service_ports='[]' WHERE session_id=?",
+                (status_info, at, session_id),
+            )
+            return _session(rows[0])
+
+        return await self.db.transaction(fn)
+
     async def record_run(self, session_id: str, kernel_id: str, exit_code: int, result: str) -> None:
         """Record the exit code (on the kernel) and result (on the session) of a run that finished;
         no status change. A later destroy keeps both (its transition leaves them as they are)."""
