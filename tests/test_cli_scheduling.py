@@ -1,6 +1,6 @@
 """The multifactor policy from the CLI, on a real sim node: priorities and time limits on create, set-priority
-(bounded by the policy for a user), and what `session info` / `explain` say about a waiting session's score and
-its reservation."""
+(bounded by the policy for a user), what `session info` / `explain` say about a waiting session's score and
+its reservation, and preemption (a batch session requeued, what the sessions on both sides show)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.nodeproc import Node
 
-CONFIG = '[scaling_groups.default]\npolicy = "multifactor"\n'
+CONFIG = '[scaling_groups.default]\npolicy = "multifactor"\npreemption = true\n'
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,28 @@ def test_priority_time_limit_set_priority_and_what_a_waiting_session_shows(node:
     for name in ("cli-hold", "cli-wait", "cli-later"):
         node.cli("session", "destroy", name)
     node.cli("session", "destroy", "cli-user", as_keypair=env)
+
+
+def test_preemption_from_the_cli(node: Node) -> None:
+    node.cli("session", "create", "sim", "--name", "cli-optout", "--cpu", "1", "--priority", "1", "--not-preemptible",
+             check=True)  # fmt: skip
+    node.cli(
+        "session", "create", "sim", "--name", "cli-batch", "--cpu", "1", "--priority", "1", "--type", "batch",
+        "--startup-command", "sleep 3600", check=True,
+    )  # fmt: skip
+    assert "Preemptible no (" in node.cli("session", "info", "cli-optout", check=True).stdout
+    node.cli("session", "create", "sim", "--name", "cli-vip", "--cpu", "1", "--priority", "70", check=True)
+    assert node.json("session", "info", "cli-vip")["status"] == "RUNNING"
+    info = node.json("session", "info", "cli-batch")
+    assert info["status"] == "PENDING" and info["statusData"]["preemption"]["byName"] == "cli-vip", info
+    shown = node.cli("session", "info", "cli-batch", check=True).stdout
+    assert "Preempted" in shown and "by cli-vip (priority 70)" in shown and "requeued" in shown, shown
+    assert "exited 130" in shown, shown  # its command was interrupted
+    explained = node.cli("session", "explain", "cli-batch", check=True).stdout
+    assert "PREEMPTED" in explained, explained
+    assert node.json("session", "info", "cli-optout")["status"] == "RUNNING"
+    for name in ("cli-optout", "cli-batch", "cli-vip"):
+        node.cli("session", "destroy", name)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -54,6 +54,14 @@ TimeLimit = Annotated[
         help="How long it may run once started (90m, 2h, 1d): it is ended then; backfill plans with it.",
     ),
 ]
+Preemptible = Annotated[
+    bool,
+    typer.Option(
+        "--preemptible/--not-preemptible",
+        help="Whether a session of a higher priority may stop it where its scaling group has preemption on (a batch "
+        "session is requeued, an interactive one told first).",
+    ),
+]
 Preset = Annotated[
     str | None,
     typer.Option(
@@ -637,6 +645,7 @@ def run(
     preset: Preset = None,
     priority: Priority = None,
     time_limit: TimeLimit = None,
+    preemptible: Preemptible = True,
     env: Env = None,
     name: Name = None,
     mount: Mount = None,
@@ -686,7 +695,7 @@ def run(
                             c, image, name, quiet, owned,
                             resources=resources, environ=environ, mounts=mounts, network=network,
                             cluster_size=cluster_size, cluster_mode=cluster_mode, group=project, domain=domain,
-                            priority=priority, time_limit=limit_seconds,
+                            priority=priority, time_limit=limit_seconds, preemptible=preemptible,
                         )
                     )  # fmt: skip
                     sid = started["sessionId"]
@@ -810,6 +819,7 @@ def create(
     preset: Preset = None,
     priority: Priority = None,
     time_limit: TimeLimit = None,
+    preemptible: Preemptible = True,
     env: Env = None,
     mount: Mount = None,
     session_type: Annotated[str, typer.Option("--type", help="interactive, or batch (runs --startup-command).")] = (
@@ -892,6 +902,7 @@ def create(
         "domain": domain,
         "priority": priority,
         "time_limit": parse_time_limit(time_limit),
+        "preemptible": preemptible,
     }
     from bai.cli.common import client
 

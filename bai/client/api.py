@@ -445,6 +445,8 @@ class Client:
             body["priority"] = kw["priority"]
         if kw.get("time_limit") is not None:
             body["timeLimit"] = kw["time_limit"]
+        if kw.get("preemptible") is False:
+            body["preemptible"] = False
         return await self.request("POST", "/session", json_body=body)
 
     async def set_priority(self, ref: str, priority: int) -> dict[str, Any]:

@@ -112,6 +112,31 @@ def scheduling_lines(s: dict[str, Any]) -> list[tuple[str, str]]:
             out.append(("Reserved", f"starts by {when[:16].replace('T', ' ')} UTC on {agents}"))
         else:
             out.append(("Reserved", f"{agents}, kept until their running sessions (of unknown length) end"))
+    preempting = scheduler.get("preempting") if s.get("status") == "PENDING" else None
+    if preempting:
+        out.append(("Preempting", f"{', '.join(preempting)}: it starts once they have ended"))
+    if s.get("preemptible") is False:
+        out.append(("Preemptible", "no (a session of a higher priority never stops it)"))
+    note = (s.get("statusData") or {}).get("preemption")
+    if isinstance(note, dict) and note.get("byName"):
+        by = f"{note['byName']} (priority {note.get('byPriority', '?')})"
+        if s.get("statusInfo") == "preempting":
+            deadline = str(note.get("deadline") or "")[:19].replace("T", " ")
+            out.append(("Preemption", f"to be stopped at {deadline} UTC for {by}: save your work"))
+        else:
+            at = str(note.get("at") or "")[:19].replace("T", " ")
+            text = f"by {by} at {at} UTC"
+            if note.get("ranSeconds") is not None:
+                from bai.common.durations import format_duration
+
+                text += f", after {format_duration(float(note['ranSeconds']))} running"
+            if note.get("exitCode") is not None:
+                text += f"; its command exited {note['exitCode']}"
+            elif note.get("exit"):
+                text += f"; {note['exit']}"
+            if note.get("requeued"):
+                text += "; requeued"
+            out.append(("Preempted", text))
     return out
 
 
