@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.nodeproc import Node
+from tests.nodeproc import Node, admin_keys, signed_request
 
 CONFIG = '[scaling_groups.default]\npolicy = "multifactor"\npreemption = true\n'
 
@@ -72,6 +72,35 @@ def test_preemption_from_the_cli(node: Node) -> None:
     assert "PREEMPTED" in explained, explained
     assert node.json("session", "info", "cli-optout")["status"] == "RUNNING"
     for name in ("cli-optout", "cli-batch", "cli-vip"):
+        node.cli("session", "destroy", name)
+
+
+def test_scheduler_rounds_and_replay(node: Node) -> None:
+    node.cli("session", "create", "sim", "--name", "cli-fill", "--cpu", "2", check=True)
+    node.cli("session", "create", "sim", "--name", "cli-queued", "--cpu", "1", "--detach", check=True)
+    number = node.json("session", "info", "cli-queued")["statusData"]["scheduler"]["round"]
+    assert f"Round       {number} (`bai scheduler replay {number}`" in node.cli("session", "info", "cli-queued").stdout
+    rounds = node.json("scheduler", "rounds", "-n", "3")
+    assert rounds[0]["round"] >= number and all(r["digest"] for r in rounds)
+    table = node.cli("scheduler", "rounds", check=True).stdout
+    assert "ROUND" in table and "PREEMPTED" in table and str(number) in table, table
+    out = node.cli("scheduler", "replay", str(number), check=True).stdout
+    assert f"Round {number} at" in out and "Replayed: the same decisions again" in out, out
+    assert "cli-queued: waited (" in out and "Changed in the cluster since:" in out, out
+    replayed = node.json("scheduler", "replay", str(number))
+    assert replayed["reproduced"] is True and replayed["round"] == number
+    # superadmins only; bad input a clear 4xx; a round not kept a 404
+    user = node.json("keypair", "create", "--user", "rounds-user@example.com")
+    env = {"accessKey": user["accessKey"], "secretKey": user["secretKey"]}
+    refused = node.cli("scheduler", "rounds", as_keypair=env)
+    assert refused.returncode != 0 and "only superadmins" in refused.stderr, refused
+    missing = node.cli("scheduler", "replay", "999999")
+    assert missing.returncode != 0 and "not kept" in missing.stderr, missing
+    keys = admin_keys(node)
+    for bad in ("?limit=0", "?limit=x", "?before=-1", "?other=1", "/0", "/abc", "/99999999999999999999999"):
+        status, _ = signed_request(node, "GET", f"/bai/scheduler/rounds{bad}", *keys)
+        assert 400 <= status < 500, (bad, status)
+    for name in ("cli-fill", "cli-queued"):
         node.cli("session", "destroy", name)
 
 

@@ -48,6 +48,7 @@ FIELDS = [
     "month", "group_ids", "group_id", "project_id", "start_date", "end_date", "period", "by", "all",
     "payload", "template_id", "group", "domain", "format",
     "resource_slots", "shared_memory", "scaling_group_name", "scaling_group", "priority", "timeLimit",
+    "preemptible", "isPreemptible",
 ]  # fmt: skip
 CONFIG = st.fixed_dictionaries(
     {},
@@ -155,6 +156,9 @@ ROUTES = [
     ("GET", "/bai/presets/{ref}", None),
     ("PATCH", "/bai/presets/{ref}", {"resource_slots": {"mem": "1g"}, "scaling_group_name": None}),
     ("DELETE", "/bai/presets/{ref}", None),
+    # scheduling rounds (superadmins): {ref} is fuzzed text (a 400 unless a round number; one not kept: a 404)
+    ("GET", "/bai/scheduler/rounds", None),
+    ("GET", "/bai/scheduler/rounds/{ref}", None),
     (
         "POST",
         "/admin/gql",

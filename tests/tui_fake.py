@@ -346,6 +346,33 @@ class FakeClient:
             "occupiedSlots": {"cpu": "3", "mem": str(3 * 2**30)},
         }
 
+    async def scheduler_rounds(self, limit: int = 20, before: int | None = None) -> dict[str, Any]:
+        """`GET /bai/scheduler/rounds`: three rounds, the newest first."""
+        rows = [
+            {"round": 1042 - n, "at": _at(minutes=3 * n), "digest": f"{n}3fa9c0de12b4" * 4, "pending": 5 - n,
+             "placed": 1, "waiting": 4 - n, "cancelled": 0, "preempted": 1 if n == 2 else 0}
+            for n in range(3)
+        ]  # fmt: skip
+        return {"rounds": rows[:limit]}
+
+    async def replay_round(self, number: int) -> dict[str, Any]:
+        """`GET /bai/scheduler/rounds/{number}`: a round that today's scheduler decides as it did, since which
+        the cluster changed."""
+        return {
+            "round": number, "at": _at(minutes=6), "digest": "03fa9c0de12b4" * 4, "pending": 3, "placed": 1,
+            "waiting": 1, "cancelled": 0, "preempted": 1, "reproduced": True, "differences": [],
+            "decisions": [
+                "train-resnet: placed on agent-1",
+                "big-sweep: waited (no agent has room: best is agent-2 with cpu 2 free of 4 requested)",
+                "low-batch: preempted for train-resnet",
+            ],
+            "changes": ["time: 6 min later", "pending: -1 started or ended (train-resnet)",
+                        "agent agent-3 joined"],
+            "now": ["train-resnet: no longer pending (was placed on agent-1)",
+                    "big-sweep: waited (no agent has room: best is agent-2 …) → placed on agent-3"],
+            "nowDigest": "77aa" * 16,
+        }  # fmt: skip
+
     async def history(self, ref: str) -> dict[str, Any]:
         s = self.sessions[ref]
         return {"name": s["name"], "sessionId": s["id"], "status": s["status"], "history": [], "transitions": []}

@@ -120,6 +120,9 @@ class StableClient:
             ]
         if "usage" in s:  # live figures (and whether a first sample came yet) differ from run to run
             s["usage"] = session_usage(s)
+        scheduler = (s.get("statusData") or {}).get("scheduler")
+        if isinstance(scheduler, dict) and "round" in scheduler:  # (how many rounds ran depends on timing)
+            s["statusData"] = {**s["statusData"], "scheduler": {**scheduler, "round": 42}}
         if "history" in s:  # how many rounds saw the same decision depends on timing: show one
             s["history"] = [{**h, "rounds": 1, "first_at": _iso(AGO["first_at"]), "last_at": ""} for h in s["history"]]
         return self._scrub(s)

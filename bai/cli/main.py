@@ -35,6 +35,7 @@ class BaiGroup(LazyGroup):
         "domain": "bai.cli.teams:domain_app",
         "scaling-group": "bai.cli.teams:scaling_group_app",
         "preset": "bai.cli.presets:app",
+        "scheduler": "bai.cli.scheduler:app",
     }
 
     def list_commands(self, ctx: Any) -> list[str]:

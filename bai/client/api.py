@@ -480,6 +480,17 @@ class Client:
         body = {**overrides, "template_id": template_id}
         return await self.request("POST", "/session/_/create-from-template", json_body=body)
 
+    # -- scheduling rounds kept for replay (superadmins) --
+
+    async def scheduler_rounds(self, limit: int = 20, before: int | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if before is not None:
+            params["before"] = before
+        return await self.request("GET", "/bai/scheduler/rounds", params=params)
+
+    async def replay_round(self, number: int) -> dict[str, Any]:
+        return await self.request("GET", f"/bai/scheduler/rounds/{number}")
+
     # -- resource presets (Backend.AI's /resource/presets, /resource/check-presets; bai's /bai/presets) --
 
     async def presets(self) -> list[dict[str, Any]]:

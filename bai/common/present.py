@@ -112,6 +112,9 @@ def scheduling_lines(s: dict[str, Any]) -> list[tuple[str, str]]:
             out.append(("Reserved", f"starts by {when[:16].replace('T', ' ')} UTC on {agents}"))
         else:
             out.append(("Reserved", f"{agents}, kept until their running sessions (of unknown length) end"))
+    if scheduler.get("round") and s.get("status") == "PENDING":
+        # (the last round that considered it)
+        out.append(("Round", f"{scheduler['round']} (`bai scheduler replay {scheduler['round']}` replays it)"))
     preempting = scheduler.get("preempting") if s.get("status") == "PENDING" else None
     if preempting:
         out.append(("Preempting", f"{', '.join(preempting)}: it starts once they have ended"))

@@ -33,7 +33,7 @@ from bai.client.endpoints import move_line
 from bai.common.present import utc_now
 from bai.tui.header import Header
 from bai.tui.logfile import save_log
-from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, KernelScreen, PresetsScreen
+from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, KernelScreen, PresetsScreen, RoundsScreen
 from bai.tui.model import ClusterModel, Filter, view_of
 from bai.tui.prompt import PromptBar
 from bai.tui.session_views import EventsView, JsonView
@@ -887,6 +887,15 @@ class Dashboard(App):
             if word in ("preset", "presets", "pre"):
                 self.run_worker(self._show_presets(), group="presets", exclusive=True)
                 return
+            if word in ("round", "rounds"):
+                self.run_worker(self._show_rounds(None), group="rounds", exclusive=True)
+                return
+            if first.lower() == "replay":
+                if not rest.strip().isdigit():
+                    self.notify("Replay which round? :replay N (:rounds lists them)")
+                    return
+                self.run_worker(self._show_rounds(int(rest.strip())), group="rounds", exclusive=True)
+                return
             target = view_of(word, VIEW_NAMES)
             if word in ("q", "quit", "exit"):
                 self.exit()
@@ -906,11 +915,22 @@ class Dashboard(App):
             else:
                 self.notify(
                     f"Unknown command :{word} (try agents, sessions, describe, logs, events, json, project NAME, "
-                    "presets, help, quit)"
+                    "presets, rounds, replay N, help, quit)"
                 )
 
         hint = "agents · sessions · describe · logs · events · json · project NAME · presets · help · quit"
         self.prompt_bar.ask(":", "", hint, done)
+
+    async def _show_rounds(self, number: int | None) -> None:
+        try:
+            if number is None:
+                screen = RoundsScreen(rounds=(await self.client.scheduler_rounds(50))["rounds"])
+            else:
+                screen = RoundsScreen(replay=await self.client.replay_round(number))
+        except APIError as e:
+            self.notify(f"Could not read the scheduling rounds: {e}", severity="error", timeout=8)
+            return
+        self.push_screen(screen)
 
     async def _show_presets(self) -> None:
         try:

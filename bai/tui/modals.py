@@ -184,6 +184,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
             ("p", "only the next project's sessions (all, then each in turn; as k9s's namespace)"),
             (":project NAME", "only that project's sessions (:project all: every project's)"),
             (":presets", "the resource presets, whether each would start now, and what you may still take"),
+            (":rounds", "superadmins: the latest scheduling rounds (:replay N replays round N: the same again?)"),
         ],
     ),
     (
@@ -234,6 +235,58 @@ class PresetsScreen(ModalScreen[None]):
                 yield Static(Text("No resource presets (superadmins: bai preset add NAME --cpu … --mem …)"))
             for line in preset_check_lines(self.answer):
                 yield Static(Text(line))
+            yield Static(Text("Esc or q closes this", style="dim"))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class RoundsScreen(ModalScreen[None]):
+    """Scheduling rounds (superadmins): the latest kept (`rounds`), or the replay of one (`replay`), as `bai
+    scheduler rounds|replay` print them. Esc or q closes it."""
+
+    DEFAULT_CSS = (
+        DIALOG_CSS.format(name="RoundsScreen")
+        + "RoundsScreen > Vertical { width: 96%; max-width: 140; overflow-y: auto; }\n"
+    )
+    BINDINGS = [Binding("escape", "close", "Close"), Binding("q", "close", "Close")]
+
+    def __init__(self, rounds: list[dict] | None = None, replay: dict | None = None) -> None:
+        super().__init__()
+        self.rounds = rounds
+        self.replay = replay
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            if self.replay is not None:
+                r = self.replay
+                yield Static(Text(f"Round {r['round']} at {r['at'][:19].replace('T', ' ')} UTC", style="bold"))
+                yield Static(Text(f"{r['pending']} pending: {r['placed']} placed, {r['waiting']} waiting, "
+                                  f"{r['cancelled']} cancelled, {r['preempted']} preempted; snapshot "
+                                  f"{r['digest'][:16]}"))  # fmt: skip
+                same = "the same decisions again" if r["reproduced"] else "today's scheduler decides differently:"
+                sections = [
+                    ("Decided then", r["decisions"] or ["(nothing)"]),
+                    (f"Replayed: {same}", r["differences"]),
+                    ("Changed in the cluster since", r["changes"] or ["nothing"]),
+                    ("Decided now instead (not applied)", r["now"] or ["the same"]),
+                ]
+                for title, lines in sections:
+                    yield Static(Text(title, style="bold"))
+                    for line in lines:
+                        yield Static(Text(f"  {line}"))
+            else:
+                table = Table(box=None, padding=(0, 2, 0, 0), header_style="bold", expand=True)
+                for column in ("ROUND", "AT", "PENDING", "PLACED", "WAITING", "CANCELLED", "PREEMPTED"):
+                    table.add_column(column, no_wrap=True)
+                for r in self.rounds or []:
+                    table.add_row(
+                        str(r["round"]),
+                        r["at"][:19].replace("T", " "),
+                        *(str(r.get(k, 0)) for k in ("pending", "placed", "waiting", "cancelled", "preempted")),
+                    )
+                yield Static(Text("Scheduling rounds (newest first; :replay N replays one)", style="bold"))
+                yield Static(table if self.rounds else Text("No round kept yet"))
             yield Static(Text("Esc or q closes this", style="dim"))
 
     def action_close(self) -> None:

@@ -31,6 +31,7 @@ from bai.node.manager.services.peers import PeerRelay
 from bai.node.manager.services.preemptions import Preemptions
 from bai.node.manager.services.resource_presets import ResourcePresets
 from bai.node.manager.services.runs import RunHistory
+from bai.node.manager.services.scheduler_rounds import SchedulerRounds
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.services.session_templates import SessionTemplates
 from bai.node.manager.services.stats_book import StatsBook, stat_history_of, stat_interval_of
@@ -123,6 +124,7 @@ async def build_manager(
         duration_seconds(cfg["manager"].get("fair_share_half_life", "7d")),
         float(cfg["manager"].get("fair_share_gpu_weight", 10.0)),
     )
+    rounds = SchedulerRounds(store, int(cfg["manager"]["scheduler_rounds_kept"]))
     dispatcher = Dispatcher(
         store,
         lifecycle,
@@ -134,6 +136,7 @@ async def build_manager(
         clock=clock,
         fair_share=fair_share,
         preemptions=Preemptions(lifecycle, preemption_graces(cfg)),
+        rounds=rounds,
     )
     timers = Timers(
         store, lifecycle, activity, background, start_timeout, log_retention=log_retention, clock=clock, stats=stats
@@ -159,6 +162,7 @@ async def build_manager(
         templates=SessionTemplates(store, teams, clock),
         usage=Usage(store, teams, stats, clock, agents.gpu_devices),
         presets=ResourcePresets(store, accounts, teams, agents, tuple(admission.groups), clock),
+        scheduler_rounds=rounds,
         admission=admission,
         stats=stats,
         clock=clock,

@@ -29,6 +29,10 @@ class SessionNotFound(DomainError):
         self.ref = ref
 
 
+class NotFound(DomainError):
+    """Something other than a session or kernel the request names does not exist (or is no longer kept): a 404."""
+
+
 class KernelNotFound(DomainError):
     """The session has no kernel `ref`; `kernels`: the names of those it has."""
 

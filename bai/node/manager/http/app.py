@@ -57,6 +57,7 @@ from bai.node.manager.http.requests import (
     parse_priority,
     parse_run_id,
 )
+from bai.node.manager.http.scheduler_routes import add_scheduler_routes
 from bai.node.manager.http.sse import SPACED, EventStream
 from bai.node.manager.http.team_routes import add_team_routes
 from bai.node.manager.http.template_routes import add_template_routes
@@ -858,6 +859,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     add_app_routes(app)
     add_usage_routes(app)  # (before the /resource/{rest} of NOT_IMPLEMENTED)
     add_preset_routes(app)  # (the same)
+    add_scheduler_routes(app)
     if services.vfolders is not None:
         from bai.node.manager.http.vfolder_routes import add_vfolder_routes
 

@@ -17,6 +17,7 @@ from bai.node.manager.domain_errors import (
     KeepsChanging,
     KernelNotFound,
     KernelUnreachable,
+    NotFound,
     NotNow,
     NotRunning,
     SessionNotFound,
@@ -73,6 +74,8 @@ def problem_of(error: DomainError) -> Problem:
     if isinstance(error, AppFailed):
         data = {"app": error.name, "error": error.error, "output": error.output}
         return Problem("app-start-failed", "The app did not start.", error.msg, data, 409)
+    if isinstance(error, NotFound):
+        return Problem("object-not-found", "Not found.", error.msg, status=404)
     if isinstance(error, Invalid):
         return invalid(error.msg)
     return Problem("generic-bad-request", "Bad request.", error.msg)

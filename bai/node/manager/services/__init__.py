@@ -20,6 +20,7 @@ from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.metrics import ManagerMetrics
 from bai.node.manager.services.resource_presets import ResourcePresets
 from bai.node.manager.services.runs import RunHistory
+from bai.node.manager.services.scheduler_rounds import SchedulerRounds
 from bai.node.manager.services.session_reads import SessionReads
 from bai.node.manager.services.session_templates import SessionTemplates
 from bai.node.manager.services.stats_book import StatsBook
@@ -51,6 +52,7 @@ class Services:
     templates: SessionTemplates | None = None  # session templates (Backend.AI's task templates)
     usage: Usage | None = None  # usage reports (computed when asked)
     presets: ResourcePresets | None = None  # resource presets (Backend.AI's), checked against what is free
+    scheduler_rounds: SchedulerRounds | None = None  # the latest scheduling rounds, kept for replay
     admission: Admission = field(default_factory=Admission)  # the configuration's rules (registries, groups)
     stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book the lifecycle keeps)
     clock: Clock = field(default_factory=Clock)  # the manager's one clock (a session's age as shown)

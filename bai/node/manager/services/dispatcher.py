@@ -24,6 +24,7 @@ from bai.node.manager.services.diskfull import FullDiskWarnings
 from bai.node.manager.services.fair_share import FairShare
 from bai.node.manager.services.lifecycle import SessionLifecycle
 from bai.node.manager.services.preemptions import Preemptions, preempting_for
+from bai.node.manager.services.scheduler_rounds import SchedulerRounds
 from bai.node.manager.services.wakeup import Wakeup
 from bai.node.manager.state import State
 from bai.node.manager.state.errors import NotLeading
@@ -161,8 +162,12 @@ class Dispatcher:
         clock: Clock | None = None,
         fair_share: FairShare | None = None,
         preemptions: Preemptions | None = None,
+        rounds: SchedulerRounds | None = None,
     ) -> None:
         self.clock = clock or Clock()
+        self.rounds = rounds  # each round kept for replay (None: not kept)
+        if rounds is not None:
+            rounds.current = self.current_snapshot
         self.preemptions = preemptions or Preemptions(sessions)
         self._holding: list[Session] | None = None  # the sessions holding slots, as the last snapshot read them
         self.fair_share = fair_share  # (scaling groups of policy multifactor: their fair-share factor)
@@ -453,6 +458,7 @@ class Dispatcher:
             gone = {sid for sid, _, _ in timed_out}
             snapshot = dataclasses.replace(snapshot, pending=[p for p in snapshot.pending if p.id not in gone])
         decisions = schedule(snapshot)
+        number = await self._keep(snapshot, decisions, now)
         last_try = now.isoformat()
         retries = {p.id: p.retries + 1 for p in snapshot.pending}
         by_id = {r.id: r for r in rows}
@@ -471,6 +477,8 @@ class Dispatcher:
                     "passed_predicates": [{"name": r.name} for r in item.predicates if r.passed],
                 }
             }
+            if number is not None:
+                data["scheduler"]["round"] = number
             if item.factors is not None:
                 data["scheduler"]["factors"] = item.factors.as_dict()
             if item.reservation is not None:
@@ -503,6 +511,21 @@ class Dispatcher:
             running = {r.id: r for r in self._holding or []}
             await self.preemptions.apply(decisions.preemptions, running, by_id, now)
         await self._settle_notices({item.session_id for item in decisions.pending}, now)
+
+    async def _keep(self, snapshot: Snapshot, decisions: Any, now: datetime) -> int | None:
+        """Keep the round for replay (its number); a round that cannot be kept is still applied."""
+        if self.rounds is None:
+            return None
+        try:
+            return await self.rounds.record(snapshot, decisions, now)
+        except Exception as e:  # (a full disk, a lost database: the round matters more than its record)
+            log.warning("scheduling round not kept for replay: %s", e)
+            return None
+
+    async def current_snapshot(self) -> Snapshot:
+        """The snapshot a round would take now (what a replay compares a past round with)."""
+        snapshot, _ = await self.snapshot(self.clock.now())
+        return snapshot
 
     async def _settle_notices(self, waiting: set[str], now: datetime) -> None:
         """The preemption notices given: withdrawn or carried out (see Preemptions.settle); the next deadline wakes

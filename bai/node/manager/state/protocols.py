@@ -35,6 +35,7 @@ from bai.node.manager.state.records import (
     NewVFolder,
     Policy,
     PolicyFields,
+    SchedulerRound,
     SchedulingAttempt,
     SeenVFolder,
     Session,
@@ -379,6 +380,18 @@ class FairShareState(Protocol):
     async def save_fair_share_usage(self, rows: Mapping[str, tuple[float, str]]) -> None: ...
 
 
+class RoundState(Protocol):
+    """Scheduling rounds kept for replay."""
+
+    async def add_scheduler_round(
+        self, at: str, digest: str, snapshot: bytes, decisions: bytes, summary: dict[str, Any], keep: int
+    ) -> int: ...
+
+    async def scheduler_rounds(self, limit: int, before: int | None = None) -> list[SchedulerRound]: ...
+
+    async def scheduler_round(self, number: int) -> SchedulerRound | None: ...
+
+
 class State(
     SessionState,
     AgentState,
@@ -389,6 +402,7 @@ class State(
     TemplateState,
     PresetState,
     FairShareState,
+    RoundState,
     LogState,
     Protocol,
 ):

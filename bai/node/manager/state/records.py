@@ -173,6 +173,18 @@ class Transition(msgspec.Struct, frozen=True):
     at: str
 
 
+class SchedulerRound(msgspec.Struct, frozen=True):
+    """A scheduling round kept for replay: its number, time, the digest of its snapshot, what it decided in short,
+    and (when read whole) its snapshot and decisions as bai.node.scheduler.record encodes them."""
+
+    number: int
+    at: str
+    digest: str
+    summary: dict[str, Any]  # {"pending": n, "placed": n, "cancelled": n, "preempted": n, "waiting": n}
+    snapshot: bytes = b""
+    decisions: bytes = b""
+
+
 class SchedulingAttempt(msgspec.Struct, frozen=True):
     """What scheduling rounds made of a session: one row per outcome, merged over rounds while it is the same
     (first and last round's time, how many)."""

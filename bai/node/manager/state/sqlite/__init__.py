@@ -21,6 +21,7 @@ from bai.node.manager.state.sqlite.image_queries import Images
 from bai.node.manager.state.sqlite.keypair_queries import POLICY_FIELDS, Keypairs
 from bai.node.manager.state.sqlite.log_queries import LOG_MAX_BYTES, LOG_PAGE_BYTES, Logs, drop_marker, human_bytes
 from bai.node.manager.state.sqlite.preset_queries import Presets
+from bai.node.manager.state.sqlite.round_queries import RoundQueries
 from bai.node.manager.state.sqlite.session_queries import Sessions
 from bai.node.manager.state.sqlite.team_queries import Teams
 from bai.node.manager.state.sqlite.template_queries import Templates
@@ -39,7 +40,9 @@ __all__ = [
 ]
 
 
-class Store(Teams, Keypairs, Agents, Sessions, Vfolders, Images, Templates, Presets, FairShareQueries, Logs):
+class Store(
+    Teams, Keypairs, Agents, Sessions, Vfolders, Images, Templates, Presets, FairShareQueries, RoundQueries, Logs
+):
     """The manager's state: every domain's queries over one database."""
 
     def __init__(self, db: Database, log_max_bytes: int = LOG_MAX_BYTES) -> None:
