@@ -206,8 +206,7 @@ def test_victims_make_room_are_all_needed_and_are_never_protected(held, need, pr
         return
     eligible = [r for r in run if r.preemptible and r.priority < priority and r.priority <= group.preemptible_priority]
     could = any(
-        8 - used[a] + sum(dict(r.held)[a]["cuda.device"] for r in eligible if a in dict(r.held)) >= need
-        for a in used
+        8 - used[a] + sum(dict(r.held)[a]["cuda.device"] for r in eligible if a in dict(r.held)) >= need for a in used
     )
     assert bool(chosen) == could  # whole satisfaction: stops exactly when stopping can make room
     if not chosen:
@@ -219,3 +218,73 @@ def test_victims_make_room_are_all_needed_and_are_never_protected(held, need, pr
     assert 8 - used[agent_id] + freed >= need  # it fits once they have ended
     for v in victims:  # and each one is needed
         assert 8 - used[agent_id] + freed - dict(v.held)[agent_id]["cuda.device"] < need
+
+
+# -- a reference: the documented rules read literally, on full clusters of several waiting sessions --------------
+
+
+def reference_preemptions(snapshot: Snapshot, group: ScalingGroup) -> dict[str, tuple[str, ...]]:
+    """{pending id: the running sessions stopped for it}, every agent full (nothing starts), sessions considered
+    by priority (highest first), then age."""
+    agents = sorted(a.id for a in snapshot.agents)
+    free = {a.id: a.capacity.get("cuda.device", 0) - a.occupied.get("cuda.device", 0) for a in snapshot.agents}
+    claimed: set[str] = set()
+    out: dict[str, tuple[str, ...]] = {}
+    for s in sorted(snapshot.pending, key=lambda p: (-p.priority, p.created_at, p.id)):
+        need = sum(k.slots.get("cuda.device", 0) for k in s.kernels)
+        best = None
+        for a in agents:
+            on = [
+                r
+                for r in snapshot.running
+                if any(where == a for where, _ in r.held)
+                and r.id not in claimed
+                and r.preemptible
+                and r.priority < s.priority
+                and r.priority <= group.preemptible_priority
+            ]
+            on.sort(key=lambda r: (r.priority, r.started_at, r.id))
+            room, taken = free[a], []
+            for r in on:
+                taken.append(r)
+                room += dict(r.held)[a]["cuda.device"]
+                if room >= need:
+                    break
+            if room < need:
+                continue
+            for r in sorted(taken[:-1], key=lambda r: -r.priority):
+                if room - dict(r.held)[a]["cuda.device"] >= need:
+                    taken.remove(r)
+                    room -= dict(r.held)[a]["cuda.device"]
+            cost = (len(taken), sum(len(r.held) > 1 for r in taken), sum(r.priority for r in taken), agents.index(a))
+            if best is None or cost < best[0]:
+                best = (cost, tuple(r.id for r in taken))
+        if best is not None:
+            claimed.update(best[1])
+            out[s.id] = best[1]
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(1, 4), st.integers(0, 7), st.booleans()), min_size=4, max_size=14
+    ),
+    st.lists(st.tuples(st.integers(1, 8), st.integers(0, 30)), min_size=1, max_size=4),
+)
+def test_the_core_stops_whom_the_reference_stops(held, waiting) -> None:
+    group = ON["default"]
+    run, used = [], {f"a{n}": 0 for n in range(4)}
+    for n, (a, g, p, ok) in enumerate(held):
+        if used[f"a{a}"] + g <= 8:
+            used[f"a{a}"] += g
+            run.append(running(f"r{n}", {f"a{a}": g}, priority=p, preemptible=ok, started=600 + 60 * n))
+    # what nobody holds is held by sessions that may not be stopped: every agent full
+    run += [running(f"keep-{a}", {a: 8 - u}, preemptible=False) for a, u in used.items() if u < 8]
+    agents = [gpu_agent(a, 8, 8) for a in used]
+    pending = [big(f"w{n}", n=g, priority=p, t=n) for n, (g, p) in enumerate(waiting)]
+    snapshot = rnd(pending, agents, run)
+    decisions = schedule(snapshot)
+    assert placed(decisions) == []
+    got = {w.session_id: w.preempting for w in decisions.pending if w.preempting}
+    assert got == reference_preemptions(snapshot, group)
