@@ -13,6 +13,8 @@ Backend.AI's rules (its preemption design), per scaling group with `preemption` 
   each kernel on what is free or freed so far.
 * A victim already being stopped for S counts for S at no cost (the next rounds find the same plan and stop
   nobody more) and for no other session; a victim chosen in a round is not counted for a second session.
+* Only the front of the queue preempts: the first PREEMPTION_DEPTH (4) blocked sessions of a round, in queue
+  order, that have someone to stop (and those whose stops are under way).
 
 Preemption never helps a session its own limits hold back: the predicates (its keypair's, project's or domain's
 caps) fail before room is looked for.
@@ -25,9 +27,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .selection import AgentPool, SlotTable
-from .snapshot import NEWEST, PendingSession, RunningSession, ScalingGroup
+from .snapshot import NEWEST, PRIORITY_MAX, PendingSession, RunningSession, ScalingGroup
 
-__all__ = ["Plan", "Preemption"]
+__all__ = ["PREEMPTION_DEPTH", "Plan", "Preemption"]
+
+# how many blocked sessions of a round, in queue order, may look for sessions to stop (those whose stops are under
+# way always keep their plan): the front of the queue, as Backend.AI's design has it; a round of a long queue of
+# high-priority sessions does not look at every agent for each
+PREEMPTION_DEPTH = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,8 @@ class Preemption:
         self.on: dict[int, list[RunningSession]] = {}  # agent number -> the candidates holding slots there
         self.held: dict[str, dict[int, dict[int, int]]] = {}  # session id -> agent number -> what it holds there
         self.claimed: dict[str, str] = {}  # victim id -> the pending session it is stopped for
+        self._lowest: int | None = None
+        self.tries = 0  # sessions that looked for sessions to stop this round (see PREEMPTION_DEPTH)
         numbers = pool.numbers
         for r in running:
             if r.scaling_group != group.name:
@@ -96,12 +105,35 @@ class Preemption:
                 for i, n in request.items():
                     summed[i] = summed.get(i, 0) + n
             requests = [summed]
-        free = {a: list(self.pool.remaining(a)) for a in range(len(self.pool))}
+        if self._lowest is None:  # the lowest priority of those not claimed yet (recounted after each claim)
+            self._lowest = min(
+                (r.priority for victims in self.on.values() for r in victims if r.id not in self.claimed),
+                default=PRIORITY_MAX + 1,
+            )
+        under_way = session.id in self.claimed.values()
+        if not under_way:
+            if session.priority <= self._lowest:
+                return None  # nobody it may stop
+            if self.tries >= PREEMPTION_DEPTH:
+                return None  # (the front of the queue only)
+            self.tries += 1
+        free: dict[int, list[int]] = {}
+
+        def room_of(agent: int) -> list[int]:
+            room = free.get(agent)
+            if room is None:
+                room = free[agent] = list(self.pool.remaining(agent))
+            return room
+
         chosen: dict[str, RunningSession] = {}
         agents: list[int] = []
         for request in requests:
             best: tuple[tuple[int, int, int, int], int, list[RunningSession]] | None = None
-            for agent, room in free.items():
+            # where it would fit without stopping anyone (a kernel of a multi-node session: where stops of its
+            # other kernels made room, or room there was) and where candidates are
+            where = sorted({*free, *self.on} if not spread else range(len(self.pool)))
+            for agent in where:
+                room = room_of(agent)
                 if _fits(room, request):
                     cost = (0, 0, 0, agent)
                     victims: list[RunningSession] = []
@@ -121,9 +153,9 @@ class Preemption:
             _, agent, victims = best
             for victim in victims:  # all of its kernels stop: their room comes back wherever they are
                 chosen[victim.id] = victim
-                for where, slots in self.held[victim.id].items():
-                    _add(free[where], slots)
-            room = free[agent]
+                for at, slots in self.held[victim.id].items():
+                    _add(room_of(at), slots)
+            room = room_of(agent)
             for i, n in request.items():
                 room[i] -= n
             agents.append(agent)
@@ -131,6 +163,7 @@ class Preemption:
             return None  # (it fits without stopping anyone: not a case for preemption)
         for victim_id in chosen:
             self.claimed[victim_id] = session.id
+        self._lowest = None
         victims_all = tuple(chosen.values())
         new_ones = tuple(v for v in victims_all if v.preempting_for != session.id)
         return Plan(victims_all, new_ones, tuple(agents))
