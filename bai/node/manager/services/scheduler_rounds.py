@@ -101,7 +101,8 @@ class SchedulerRounds:
 
 
 def _encoded(snapshot: Snapshot, decisions: Decisions) -> tuple[bytes, bytes, str]:
-    return record.encode(snapshot), record.encode(decisions), record.digest(snapshot)
+    data, digest = record.encode_and_digest(snapshot)
+    return data, record.encode(decisions), digest
 
 
 def _lines(decisions: Decisions, names: dict[str, str]) -> list[str]:
