@@ -62,8 +62,9 @@ async def test_a_record_today_s_scheduler_decides_differently_and_the_rounds_kep
             await rounds.replay(kept[-1] - 1)  # no longer kept
         # what was recorded then differs from what the scheduler decides now on the same snapshot (as after a
         # change of the scheduler's code): the replay says how
+        assert (await rounds.replay(kept[0]))["reproduced"] is True  # (its record written, as the replay waits)
         stored = await h.store.scheduler_round(kept[0])
-        assert stored is not None
+        assert stored is not None and stored.snapshot
         then = record.decode(stored.decisions)
         waiting = then.pending[0]
         forged = Decisions(placements=[Placement(waiting.session_id, {"k": "a9"})])

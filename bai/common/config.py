@@ -125,7 +125,7 @@ DEFAULTS: dict[str, Any] = {
         "fair_share_gpu_weight": 10.0,
         # the latest scheduling rounds kept for replay (`bai scheduler rounds|replay`): their snapshots and decisions;
         # 0 keeps none
-        "scheduler_rounds_kept": 500,
+        "scheduler_rounds_kept": 200,
     },
     # per scaling group: policy fifo | lifo | drf | multifactor, agent_selection dispersed | concentrated,
     # allowed_session_types, pending_timeout (seconds; 0 = wait forever), allowed_networks (what a

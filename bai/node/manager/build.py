@@ -124,7 +124,7 @@ async def build_manager(
         duration_seconds(cfg["manager"].get("fair_share_half_life", "7d")),
         float(cfg["manager"].get("fair_share_gpu_weight", 10.0)),
     )
-    rounds = SchedulerRounds(store, int(cfg["manager"]["scheduler_rounds_kept"]))
+    rounds = SchedulerRounds(store, int(cfg["manager"]["scheduler_rounds_kept"]), background=background)
     dispatcher = Dispatcher(
         store,
         lifecycle,

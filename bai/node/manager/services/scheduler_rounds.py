@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from bai.common.background import Background
 from bai.node.manager.domain_errors import NotFound
 from bai.node.manager.state import State
 from bai.node.manager.state.records import SchedulerRound
@@ -24,7 +25,7 @@ from bai.node.scheduler.core import schedule
 from bai.node.scheduler.snapshot import Decisions, Snapshot
 
 log = logging.getLogger("bai.scheduler.rounds")
-KEEP = 500  # rounds kept by default ([manager] scheduler_rounds_kept; 0: none)
+KEEP = 200  # rounds kept by default ([manager] scheduler_rounds_kept; 0: none)
 
 
 def summary_of(decisions: Decisions, pending: int) -> dict[str, int]:
@@ -45,20 +46,38 @@ class SchedulerRounds:
     """Keeps rounds (`record`) and replays them (`replay`)."""
 
     def __init__(
-        self, store: State, keep: int = KEEP, current: Callable[[], Awaitable[Snapshot]] | None = None
+        self,
+        store: State,
+        keep: int = KEEP,
+        current: Callable[[], Awaitable[Snapshot]] | None = None,
+        background: Background | None = None,
     ) -> None:
         self.store = store
         self.keep = keep
         self.current = current  # the snapshot a round would take now (the dispatcher's; set once it exists)
+        self.background = background or Background(log)
+        self._writing: dict[int, asyncio.Task[Any]] = {}  # rounds whose record is being written here
 
     async def record(self, snapshot: Snapshot, decisions: Decisions, now: datetime) -> int | None:
-        """Keep a round; its number (None: rounds are not kept). Encoding runs in a thread: a round of thousands
-        of sessions takes a while and the event loop goes on meanwhile."""
+        """Keep a round: numbered at once (its number is returned; None: rounds are not kept), its snapshot and
+        decisions written in the background (encoded in a thread: a round of thousands of sessions takes a
+        while, and neither the round nor the event loop waits for it)."""
         if self.keep <= 0:
             return None
-        data, decided, digest = await asyncio.to_thread(_encoded, snapshot, decisions)
         summary = summary_of(decisions, len(snapshot.pending))
-        number = await self.store.add_scheduler_round(now.isoformat(), digest, data, decided, summary, self.keep)
+        number = await self.store.add_scheduler_round(now.isoformat(), "", b"", b"", summary, self.keep)
+        task = self.background.spawn(self._write(number, snapshot, decisions, summary), f"round-{number}")
+        self._writing[number] = task
+        task.add_done_callback(lambda _: self._writing.pop(number, None))
+        return number
+
+    async def _write(self, number: int, snapshot: Snapshot, decisions: Decisions, summary: dict[str, int]) -> None:
+        try:
+            data, decided, digest = await asyncio.to_thread(_encoded, snapshot, decisions)
+            await self.store.fill_scheduler_round(number, digest, data, decided)
+        except Exception as e:  # (a full disk, a lost database: the round was applied; its record is lost)
+            log.warning("scheduling round %d not kept for replay: %s", number, e)
+            return
         busy = summary["placed"] or summary["cancelled"] or summary["preempted"]
         log.log(
             logging.INFO if busy else logging.DEBUG,
@@ -67,7 +86,6 @@ class SchedulerRounds:
             digest[:16],
             *summary.values(),
         )
-        return number
 
     async def list(self, limit: int = 20, before: int | None = None) -> list[dict[str, Any]]:
         return [round_json(r) for r in await self.store.scheduler_rounds(limit, before)]
@@ -79,9 +97,14 @@ class SchedulerRounds:
         current = self.current
         if current is None:
             raise NotFound("this manager does not schedule: it cannot say what a round would decide now")
+        writing = self._writing.get(number)
+        if writing is not None:  # (asked for at once: its record is written first)
+            await asyncio.wait([writing], timeout=30)
         kept = await self.store.scheduler_round(number)
         if kept is None:
             raise NotFound(f"scheduling round {number} is not kept (see `bai scheduler rounds`)")
+        if not kept.snapshot:
+            raise NotFound(f"scheduling round {number} is still being written (or could not be): try again")
         past = await asyncio.to_thread(record.decode, kept.snapshot)
         decided = await asyncio.to_thread(record.decode, kept.decisions)
         again = await asyncio.to_thread(schedule, past)

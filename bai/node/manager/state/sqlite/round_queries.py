@@ -48,6 +48,17 @@ class RoundQueries(Queries):
 
         return await self.db.transaction(fn)
 
+    async def fill_scheduler_round(self, number: int, digest: str, snapshot: bytes, decisions: bytes) -> None:
+        """A round's record, written once encoded (after `add_scheduler_round` numbered it)."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE scheduler_rounds SET digest=?, snapshot=?, decisions=? WHERE number=?",
+                (digest, base64.b64encode(snapshot).decode(), base64.b64encode(decisions).decode(), number),
+            )
+
+        await self.db.transaction(fn)
+
     async def scheduler_rounds(self, limit: int, before: int | None = None) -> list[SchedulerRound]:
         """The latest rounds (before round `before` when given), newest first, without their data."""
 
