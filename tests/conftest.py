@@ -29,7 +29,8 @@ BOTH_ENGINES = {
     "test_apps_service", "test_attack_http", "test_attack_terminal", "test_clock_dates", "test_cluster_lifecycle",
     "test_create_burst", "test_forced_end", "test_idle_utilization", "test_lifecycle", "test_link_messages_typed",
     "test_owner_limits", "test_pending_limit", "test_policy_refusal", "test_projection", "test_reconcile",
-    "test_scheduling_inproc", "test_stats_agent", "test_stats_manager", "test_status_sweep", "test_terminal_inproc",
+    "test_scheduling_inproc", "test_scheduling_preemption", "test_scheduler_replay", "test_stats_agent",
+    "test_stats_manager", "test_status_sweep", "test_terminal_inproc",
 }  # fmt: skip
 
 
