@@ -7,6 +7,7 @@ match exactly: placements (order and kernel -> agent), pending (status_info, pos
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -365,11 +366,16 @@ def random_multifactor_snapshot(seed: int, selection: str, depth: int) -> Snapsh
             s,
             priority=rnd.choice([0, 10, 10, 10, 50, 100]),
             duration=rnd.choice([None, 300.0, 1800.0, 3600.0, 7200.0]),
+            project_id=rnd.choice(["p1", "p2", "p3"]),
         )
         for s in base.pending
     ]
     usage = {f"AK{n}": float(rnd.randint(0, 5) * 1000) for n in range(6)}
-    return dataclasses.replace(base, pending=pending, agents=agents, scaling_groups=groups, usage=usage)
+    # projects' usage in every other snapshot (then a session's factor is its keypair's and its project's)
+    projects = {f"p{n}": float(rnd.randint(0, 5) * 3000) for n in range(1, 4)} if seed % 2 else {}
+    return dataclasses.replace(
+        base, pending=pending, agents=agents, scaling_groups=groups, usage=usage, project_usage=projects
+    )
 
 
 def reference_multifactor(snapshot: Snapshot) -> tuple[list, list, list]:
@@ -383,10 +389,17 @@ def reference_multifactor(snapshot: Snapshot) -> tuple[list, list, list]:
     pending: list = []
     cancels: list = []
 
-    def fair(key: str) -> float:
-        if total_usage <= 0:
-            return 1.0
-        return 2.0 ** (-(max(0.0, snapshot.usage.get(key, 0.0)) / total_usage) / (1.0 / total_share))
+    projects = {s.project_id for s in snapshot.pending} | set(snapshot.project_usage)
+    total_project_usage = sum(max(0.0, snapshot.project_usage.get(p, 0.0)) for p in projects)
+
+    def fair(session: PendingSession) -> float:
+        own = 1.0
+        if total_usage > 0:
+            own = 2.0 ** (-(max(0.0, snapshot.usage.get(session.access_key, 0.0)) / total_usage) / (1.0 / total_share))
+        if len(projects) < 2 or total_project_usage <= 0:
+            return own
+        used = max(0.0, snapshot.project_usage.get(session.project_id, 0.0)) / total_project_usage
+        return math.sqrt(own * 2.0 ** (-used / (1.0 / len(projects))))  # its keypair's and its project's
 
     def fits(room: Mapping[str, Decimal], request: Mapping[str, Decimal]) -> bool:
         return all(room.get(k, ZERO) >= v for k, v in request.items() if v > 0)
@@ -425,7 +438,7 @@ def reference_multifactor(snapshot: Snapshot) -> tuple[list, list, list]:
             waited = (now - s.created_at).total_seconds()
             age = 0.0 if waited <= 0 else min(waited / w.max_age, 1.0)
             p = s.priority / 100
-            return w.priority * p + w.fair_share * fair(s.access_key) + w.age * age + w.size * min(size, 1.0)
+            return w.priority * p + w.fair_share * fair(s) + w.age * age + w.size * min(size, 1.0)
 
         def long_view(agent_id: str) -> dict[str, Decimal]:
             room = dict(free[agent_id])
@@ -616,7 +629,7 @@ def reference_multifactor(snapshot: Snapshot) -> tuple[list, list, list]:
 
 @pytest.mark.parametrize("selection", ["dispersed", "concentrated"])
 @pytest.mark.parametrize("depth", [1, 4])
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 12, 28, 34])  # (12, 28, 34 once differed: see the commit)
 def test_multifactor_with_backfill_matches_the_reference(selection: str, depth: int, seed: int) -> None:
     snapshot = random_multifactor_snapshot(seed, selection, depth)
     decisions = schedule(snapshot)

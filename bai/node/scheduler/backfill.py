@@ -17,11 +17,10 @@ Times are seconds from the round's `now`. A running session ends at the latest a
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from heapq import merge
-from itertools import groupby
 from operator import itemgetter
 
 from .selection import AgentPool, SlotTable
@@ -31,6 +30,8 @@ __all__ = ["Backfill", "INFINITE"]
 
 INFINITE = math.inf  # the end of a session of unknown duration
 _first = itemgetter(0)
+# (agent, what it frees at that time, or None where only a reservation ends)
+_Event = tuple[int, Mapping[int, int] | None]
 
 
 class Hold:
@@ -88,8 +89,9 @@ class Backfill:
         self._table = table
         # the known ends: the running sessions' (by time, made when a reservation first needs them), and those of
         # sessions placed in this round (by their end: the durations sessions declare repeat)
-        self._running: list[tuple[float, int, dict[int, int] | None]] | None = None
-        self._placed: dict[float, list[tuple[int, dict[int, int]]]] = {}
+        self._running: dict[float, list[_Event]] | None = None  # by time, in the agents' order, then the ends'
+        self._running_times: list[float] = []  # its keys, in order
+        self._placed: dict[float, list[_Event]] = {}
         self.holds: list[Hold] = []
         self.latest_start = -1.0  # the latest start of a hold: a session that ends after it can't short-fit
         self.on: dict[int, list[Hold]] = {}  # agent -> its holds
@@ -103,9 +105,16 @@ class Backfill:
     # -- sessions placed now -----------------------------------------------------------------------------------
 
     def placed(self, agent: int, slots: Mapping[int, int], end: float) -> None:
-        """A session took `slots` of `agent` until `end` (the pool's room already moved, or not: see `short_fit`)."""
-        if end < INFINITE:
-            self._placed.setdefault(end, []).append((agent, dict(slots)))
+        """A session took `slots` of `agent` until `end` (the pool's room already moved, or not: see `short_fit`).
+
+        `slots` is kept as it is (not copied): the caller must not change it afterwards (prepared requests never
+        change). Its end is only kept while reservations may still be made: only `reserve` reads it."""
+        if end < INFINITE and len(self.holds) < self.depth:
+            ended = self._placed.get(end)
+            if ended is None:
+                self._placed[end] = [(agent, slots)]
+            else:
+                ended.append((agent, slots))
         holds = self.on.get(agent)
         if holds:
             free = self.actual[agent]
@@ -142,7 +151,10 @@ class Backfill:
 
     def _free_now(self) -> list[list[int]]:
         """What each agent has free now (the reservations' agents: what is free, not what the pool offers)."""
-        return [self.actual[n][:] if n in self.actual else self.pool.remaining(n) for n in range(len(self.pool.ids))]
+        rows = self.pool.remaining_all()
+        for n, row in self.actual.items():
+            rows[n] = row[:]
+        return rows
 
     def _usable(self, free: list[int], agent: int, t: float, duration: float) -> list[int]:
         """`free` less what the reservations of `agent` that overlap [t, t + duration) need."""
@@ -188,27 +200,67 @@ class Backfill:
         when = None if start is None else self.now + timedelta(seconds=start)
         return Reservation(when, tuple(self.pool.ids[agent] for agent in sorted(need)))
 
-    def _moments(self) -> Iterator[tuple[float, list[tuple[int, dict[int, int] | None]]]]:
+    def _moments(self) -> Iterator[tuple[float, list[_Event]]]:
         """The known ends in time order, those of one moment together: (t, [(agent, what it frees or None)]), None
-        where a reservation ends (nothing is freed, but what the agent may hold changes)."""
-        if self._running is None:
+        where a reservation ends (nothing is freed, but what the agent may hold changes). In one moment: the running
+        sessions' ends (in the agents' order), then this round's (in the order they were placed), then the
+        reservations'. The lists are not to be changed."""
+        running = self._running
+        if running is None:
             number = self.pool.numbers
-            running: list[tuple[float, int, dict[int, int] | None]] = []
+            now = self.now
+            convert = self._table.convert
+            found: list[tuple[float, int, dict[int, int]]] = []
+            width = len(self.pool.capacity_of(0)) if len(self.pool) else 0  # (the slots the agents' rows have)
             for agent in self._agents:
                 n = number.get(agent.id)
-                if n is not None:
+                if n is not None and agent.ends:
+                    held = convert(agent.occupied, True)
                     for when, slots in agent.ends:
-                        running.append(
-                            (max(0.0, (when - self.now).total_seconds()), n, self._table.convert(slots, True))
-                        )
-            running.sort(key=_first)
-            self._running = running
-        placed = ((t, agent, slots) for t in sorted(self._placed) for agent, slots in self._placed[t])
-        holds = sorted(
-            ((h.until, agent, None) for h in self.holds if h.until < INFINITE for agent in h.need), key=_first
-        )
-        for t, events in groupby(merge(self._running, placed, holds, key=_first), key=_first):
-            yield t, [(agent, slots) for _, agent, slots in events]
+                        # (no more than the agent holds, in slots its row has: an agent that shrank since its
+                        # kernels started has no room to give back beyond what it has)
+                        freed = {i: min(k, held.get(i, 0)) for i, k in convert(slots, True).items() if i < width}
+                        freed = {i: k for i, k in freed.items() if k > 0}
+                        found.append((max(0.0, (when - now).total_seconds()), n, freed))
+            found.sort(key=_first)
+            running = self._running = {}
+            for t, n, freed in found:
+                at = running.get(t)
+                if at is None:
+                    running[t] = [(n, freed)]
+                else:
+                    at.append((n, freed))
+            self._running_times = list(running)
+        times = self._running_times
+        placed = self._placed
+        ends = sorted(placed)
+        holds: dict[float, list[_Event]] = {}
+        for until, kept in sorted(
+            ((h.until, kept) for h in self.holds if h.until < INFINITE for kept in h.need), key=_first
+        ):
+            holds.setdefault(until, []).append((kept, None))
+        hold_times = list(holds)
+        r = p = h = 0
+        n_running, n_ends, n_holds = len(times), len(ends), len(hold_times)
+        while r < n_running or p < n_ends or h < n_holds:
+            t = INFINITE
+            if r < n_running:
+                t = times[r]
+            if p < n_ends and ends[p] < t:
+                t = ends[p]
+            if h < n_holds and hold_times[h] < t:
+                t = hold_times[h]
+            parts = []
+            if r < n_running and times[r] == t:
+                parts.append(running[times[r]])
+                r += 1
+            if p < n_ends and ends[p] == t:
+                parts.append(placed[ends[p]])
+                p += 1
+            if h < n_holds and hold_times[h] == t:
+                parts.append(holds[hold_times[h]])
+                h += 1
+            yield t, parts[0] if len(parts) == 1 else [event for part in parts for event in part]
 
     def _earliest(
         self, free: list[list[int]], kernels: Sequence[Mapping[int, int]], spread: bool, length: float
@@ -217,22 +269,66 @@ class Backfill:
         the first time the request fits for `length` without touching another reservation, and where (one agent:
         the lowest-numbered that fits then). (None, None): never, as far as the known ends go."""
         usable = self._usable
+        moments = self._moments()
+        first = next(moments, None)
+        if first is not None and first[0] <= 0.0:  # what ends now (or should have): free at the start already
+            for agent, slots in first[1]:
+                if slots is not None:
+                    row = free[agent]
+                    for i, n in slots.items():
+                        row[i] += n
+            later: Iterator[tuple[float, list[_Event]]] = moments
+        else:
+            later = itertools.chain([first] if first is not None else [], moments)
         if not spread:
             total: dict[int, int] = {}
             for request in kernels:
                 for i, n in request.items():
                     total[i] = total.get(i, 0) + n
-            for agent, row in enumerate(free):
-                if _fits(usable(row, agent, 0.0, length), total):
-                    return 0.0, {agent: total}
-            for t, changes in self._moments():  # only agents that got room back can newly fit
+            width = len(free[0]) if free else 0
+            if any(i >= width for i in total):  # a slot no agent has: never fits
+                asked: list[tuple[int, int]] | None = None
+            else:
+                asked = list(total.items())
+            on = self.on
+            if asked is not None:
+                for agent, row in enumerate(free):  # (as _fits(usable(row, agent, 0.0, length), total))
+                    if agent in on:
+                        row = usable(row, agent, 0.0, length)
+                    for i, n in asked:
+                        if row[i] < n:
+                            break
+                    else:
+                        return 0.0, {agent: total}
+            for t, changes in later:  # only agents that got room back can newly fit
+                if asked is None:
+                    for agent, slots in changes:
+                        if slots is not None:
+                            row = free[agent]
+                            for i, n in slots.items():
+                                row[i] += n
+                    continue
+                # agent by agent (the lowest-numbered first): its room grows by what it gets back, then is tried;
+                # once one fits, the others' rows are not needed any more (only that agent's row is read after)
+                freed: dict[int, list[Mapping[int, int] | None]] = {}
                 for agent, slots in changes:
-                    if slots is not None:
-                        row = free[agent]
-                        for i, n in slots.items():
-                            row[i] += n
-                for agent in sorted({agent for agent, _ in changes}):
-                    if _fits(usable(free[agent], agent, t, length), total):
+                    got = freed.get(agent)
+                    if got is None:
+                        freed[agent] = [slots]
+                    else:
+                        got.append(slots)
+                for agent in sorted(freed):
+                    row = free[agent]
+                    for slots in freed[agent]:
+                        if slots is not None:
+                            for i, n in slots.items():
+                                row[i] += n
+                    if agent in on:
+                        row = usable(row, agent, t, length)
+                    for i, n in asked:
+                        if row[i] < n:
+                            break
+                    else:
                         return t, {agent: total}
             return None, None
 
@@ -248,7 +344,7 @@ class Backfill:
         # only when the count reaches them (a reservation's start may have lowered another agent's since)
         held = [_copies(usable(row, agent, 0.0, length), kernel) for agent, row in enumerate(free)] if same else []
         have = sum(held)
-        for t, changes in self._moments():
+        for t, changes in later:
             for agent, slots in changes:
                 if slots is not None:
                     row = free[agent]

@@ -47,7 +47,7 @@ from bai.common.status import StatusInfo
 
 from . import predicates as preds
 from .backfill import INFINITE, Backfill
-from .multifactor import Scorer, fair_share_factors
+from .multifactor import Scorer, session_fair_factors
 from .policies import DrfQueue, check_policy, fifo_order, lifo_order
 from .predicates import KeypairQuota, ProjectQuota
 from .preemption import Plan, Preemption
@@ -140,7 +140,7 @@ class _Round:
         ] = []
         self.backfill: Backfill | None = None  # the group's reservations (policies with backfill)
         self.current: tuple[Prepared, list[Prepared] | None] | None = None  # the request being considered
-        self._fair: dict[str, float] | None = None
+        self._fair: dict[tuple[str, str], float] | None = None
 
     def quota(self, access_key: str) -> KeypairQuota:
         quota = self.quotas.get(access_key)
@@ -211,9 +211,10 @@ class _Round:
             while (session := queue.pop()) is not None:
                 queue.done(session, consider(session))
         elif policy == MULTIFACTOR:
-            ordered, factors = self.scorer(group).order(sessions)
+            requests: dict[int, Prepared] = {}  # by the session's identity: its request, prepared while scoring
+            ordered, factors = self.scorer(group, requests).order(sessions)
             for session in ordered:
-                consider(session)
+                consider(session, requests.get(id(session)))
         else:
             for session in lifo_order(sessions) if policy == LIFO else fifo_order(sessions):
                 consider(session)
@@ -233,26 +234,29 @@ class _Round:
                 )
             )
 
-    def fair(self) -> dict[str, float]:
-        """Every keypair's fair-share factor (once per round: usage is the cluster's, not a group's)."""
+    def fair(self) -> dict[tuple[str, str], float]:
+        """The fair-share factor of each (keypair, project) waiting (once per round: usage is the cluster's, not a
+        group's)."""
         if self._fair is None:
-            keys = {s.access_key for s in self.snapshot.pending}
-            self._fair = fair_share_factors(self.snapshot.usage, self.snapshot.shares, keys)
+            snapshot = self.snapshot
+            self._fair = session_fair_factors(snapshot.usage, snapshot.shares, snapshot.project_usage, snapshot.pending)
         return self._fair
 
-    def scorer(self, group: ScalingGroup) -> Scorer:
+    def scorer(self, group: ScalingGroup, requests: dict[int, Prepared]) -> Scorer:
         pool = self.pool
 
         def request_of(session: PendingSession) -> Mapping[int, int]:
             kernels = session.kernels
             if len(kernels) == 1:
-                return pool.prepare(kernels[0].slots).slots
+                requests[id(session)] = prepared = pool.prepare(kernels[0].slots)
+                return prepared.slots
             return self.prepare_each(kernels)[1].slots
 
         return Scorer(group.weights, self.now, self.fair(), pool.capacity, request_of)
 
-    def consider(self, session: PendingSession) -> dict[int, int] | None:
-        """Check and place one session; return what it was placed with, or None."""
+    def consider(self, session: PendingSession, prepared: Prepared | None = None) -> dict[int, int] | None:
+        """Check and place one session; return what it was placed with, or None. `prepared`: its request, when it
+        has one kernel and that was prepared already."""
         waiting = None
         if session.depends_on:
             cancel, waiting = preds.dependencies(session, self.snapshot.dependencies)
@@ -262,11 +266,12 @@ class _Round:
         kernels = session.kernels
         if len(kernels) == 1:
             per_kernel = None
-            slots = kernels[0].slots
-            try:  # the pool's cache, looked up here: most requests repeat
-                prepared = self.prepared.get(tuple(slots.items())) or self.pool.prepare(slots)
-            except TypeError:  # an unhashable amount: prepare() says what is wrong with it
-                prepared = self.pool.prepare(slots)
+            if prepared is None:
+                slots = kernels[0].slots
+                try:  # the pool's cache, looked up here: most requests repeat
+                    prepared = self.prepared.get(tuple(slots.items())) or self.pool.prepare(slots)
+                except TypeError:  # an unhashable amount: prepare() says what is wrong with it
+                    prepared = self.pool.prepare(slots)
         else:
             per_kernel, prepared = self.prepare_each(kernels)
         access_key = session.access_key
@@ -421,10 +426,21 @@ class _Round:
             return None
         if session.cluster_mode == MULTI_NODE:
             return self.place_each(session, per_kernel)
+        pool = self.pool
+        backfill = self.backfill
+        if (
+            backfill is not None
+            and backfill.holds
+            and not (session.vfolder_hosts or self.gpu_figures or self.table.saw_infinity)
+            and pool.select(prepared) is None
+        ):  # as a session of one kernel: where it ends before the reservations there start (backfill accounts it)
+            short = backfill.short_fit(prepared.slots, INFINITE if session.duration is None else session.duration)
+            if short is not None:
+                agent_id = pool.ids[short]
+                return {kernel.kernel_id: agent_id for kernel in kernels}
         agent = self.select_for(session, prepared)
         if agent is None:
             return None
-        pool = self.pool
         pool.reserve(agent, prepared.slots)
         agent_id = pool.ids[agent]
         return {kernel.kernel_id: agent_id for kernel in kernels}

@@ -5,7 +5,11 @@ priority, and the queue sorted by it (the weights: `snapshot.Weights`).
   what its owner may ask).
 * fair share: 2^-(u/s), u the keypair's share of the decayed usage of the keypairs compared (those with usage or a
   pending session), s its share of the cluster (`Snapshot.shares`, 1 each by default, normalised over the same
-  keypairs). Nothing used by anyone: 1 for all. A keypair that used exactly its share: 0.5; twice it: 0.25.
+  keypairs). Nothing used by anyone: 1 for all. A keypair that used exactly its share: 0.5; twice it: 0.25. Where
+  projects have usage (`Snapshot.project_usage`) and there are two or more to compare, a session's factor is the
+  geometric mean of its keypair's and its project's (the same formula among the projects compared, equal shares):
+  2^-((u_k/s_k + u_p/s_p) / 2), so that a project whose members together used the cluster waits behind one that
+  did not, whoever of them asks.
 * age: the time the session has waited over `max_age`, at most 1.
 * size: the largest share of the scaling group's capacity its request takes, over its slots (so, among otherwise
   equal sessions, the bigger one goes first: it is the one small sessions would otherwise keep waiting).
@@ -16,18 +20,21 @@ Ties (equal scores): the older session first, then the lower id, as FIFO.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields
 from datetime import datetime
+from math import isfinite, sqrt
+from operator import attrgetter, itemgetter
 
 from .snapshot import PRIORITY_MAX, PRIORITY_MIN, Factors, PendingSession, Weights
 
-__all__ = ["Scorer", "fair_share_factors"]
+__all__ = ["Scorer", "fair_share_factors", "session_fair_factors"]
 
 
 def fair_share_factors(
     usage: Mapping[str, float], shares: Mapping[str, float], keypairs: Iterable[str]
 ) -> dict[str, float]:
     """Each compared keypair's fair-share factor (see the module's docstring)."""
-    keys = set(usage) | set(keypairs)
+    keys = sorted(set(usage) | set(keypairs))  # (sorted: the sums below add up in the same order in any process)
     used = {k: max(0.0, float(usage.get(k, 0.0))) for k in keys}
     share = {k: max(0.0, float(shares.get(k, 1.0))) for k in keys}
     total_used, total_share = sum(used.values()), sum(share.values())
@@ -40,6 +47,22 @@ def fair_share_factors(
     return out
 
 
+def session_fair_factors(
+    usage: Mapping[str, float],
+    shares: Mapping[str, float],
+    project_usage: Mapping[str, float],
+    sessions: Iterable[PendingSession],
+) -> dict[tuple[str, str], float]:
+    """The fair-share factor of each (access key, project id) of `sessions` (see the module's docstring)."""
+    pairs = sorted({(s.access_key, s.project_id) for s in sessions})
+    by_key = fair_share_factors(usage, shares, [k for k, _ in pairs])
+    projects = {p for _, p in pairs} | set(project_usage)
+    if len(projects) < 2 or not any(v > 0 for v in project_usage.values()):  # (one project: nothing to compare)
+        return {(k, p): by_key[k] for k, p in pairs}
+    by_project = fair_share_factors(project_usage, {}, [p for _, p in pairs])
+    return {(k, p): sqrt(by_key[k] * by_project[p]) for k, p in pairs}
+
+
 class Scorer:
     """Scores the sessions of one scaling group: `capacity` is the group's, per slot (the pool's ints), and `size_of`
     gives a session's request in the same ints."""
@@ -48,7 +71,7 @@ class Scorer:
         self,
         weights: Weights,
         now: datetime,
-        fair: Mapping[str, float],
+        fair: Mapping[tuple[str, str], float],  # by (access key, project id): `session_fair_factors`
         capacity: Mapping[int, int],
         size_of: Callable[[PendingSession], Mapping[int, int]],
     ) -> None:
@@ -78,33 +101,116 @@ class Scorer:
     def _parts(self, session: PendingSession) -> tuple[float, float, float, float, float]:
         w = self.weights
         p = (min(max(session.priority, PRIORITY_MIN), PRIORITY_MAX) - PRIORITY_MIN) / (PRIORITY_MAX - PRIORITY_MIN)
-        f = self.fair.get(session.access_key, 1.0)
+        f = self.fair.get((session.access_key, session.project_id), 1.0)
         waited = (self.now - session.created_at).total_seconds()
         a = 0.0 if waited <= 0 or w.max_age <= 0 else min(waited / w.max_age, 1.0)
         s = self.size(self.size_of(session))
         return p, f, a, s, w.priority * p + w.fair_share * f + w.age * a + w.size * s
 
     def order(self, sessions: Sequence[PendingSession]) -> tuple[list[PendingSession], Mapping[str, Factors]]:
-        """The sessions by score, highest first (ties: FIFO), and each one's factors by id (made when looked up)."""
-        parts = {s.id: self._parts(s) for s in sessions}
-        ordered = sorted(sessions, key=lambda s: s.id)
-        ordered.sort(key=lambda s: s.created_at)
-        ordered.sort(key=lambda s: -parts[s.id][4])  # (stable: equal scores keep the FIFO order)
-        return ordered, _Lazy(parts)
+        """The sessions by score, highest first (ties: FIFO), and each one's factors by id (made when looked up).
+
+        Each score is `_parts`'s, term by term in the same order (so the same float), but the priority and
+        fair-share terms, alike for all the sessions of one keypair, project and priority, are worked out once for
+        them, and
+        the size once per request (prepared requests are shared); then one sort on (-score, created_at, id, the
+        caller's position), which orders as stable sorts on each key would."""
+        w = self.weights
+        wp, wf, wa, ws, max_age = w.priority, w.fair_share, w.age, w.size, w.max_age
+        now, fair, size_of, sizes = self.now, self.fair, self.size_of, self._sizes
+        aging = not max_age <= 0  # (a NaN max_age ages: to NaN, as `_parts`)
+        heads: dict[tuple[int, str, str], float] = {}  # (priority, access key, project) -> wp * p + wf * f
+        parts: dict[tuple[int, str, str], tuple[float, float]] = {}  # (priority, access key, project) -> (p, f)
+        keyed: list[_Keyed] = []
+        append = keyed.append
+        for n, session in enumerate(sessions):
+            pair = (session.priority, session.access_key, session.project_id)
+            head = heads.get(pair)
+            if head is None:
+                p = (min(max(pair[0], PRIORITY_MIN), PRIORITY_MAX) - PRIORITY_MIN) / (PRIORITY_MAX - PRIORITY_MIN)
+                f = fair.get((pair[1], pair[2]), 1.0)
+                parts[pair] = p, f
+                head = heads[pair] = wp * p + wf * f
+            created = session.created_at
+            waited = (now - created).total_seconds()
+            if waited <= 0 or not aging:
+                a = 0.0
+            else:
+                a = waited / max_age
+                if a > 1.0:  # (as min(a, 1.0))
+                    a = 1.0
+            request = size_of(session)
+            s = sizes.get(id(request))
+            if s is None:
+                s = self.size(request)
+            append((-(head + wa * a + ws * s), created, session.id, n, session, s, a))
+        by_id = {item[2]: item for item in keyed}  # (in the caller's order: of two sessions of one id, the last)
+        if (
+            len(by_id) < len(keyed)
+            or not all(map(isfinite, (wp, wf, wa, ws)))
+            or max_age != max_age
+            or any(h != h for h in heads.values())
+        ):  # an id twice, or odd weights or usage (a NaN score does not order): as `_parts` and stable sorts do
+            return self._order_by_parts(sessions, by_id), _Lazy(by_id, parts)
+        keyed.sort()  # (positions differ: the sessions themselves are never compared)
+        return list(map(_session, keyed)), _Lazy(by_id, parts)
+
+    @staticmethod
+    def _order_by_parts(sessions: Sequence[PendingSession], by_id: dict[str, _Keyed]) -> list[PendingSession]:
+        """`order` the plain way: stable sorts on one key each, the last by each id's score (that of the last
+        session of the id)."""
+        ordered = sorted(sessions, key=_id)
+        ordered.sort(key=_created_at)
+        ordered.sort(key=lambda s: by_id[s.id][0])  # (-score; stable: equal scores keep the FIFO order)
+        return ordered
+
+
+# (-score, created_at, id, position in the caller's sequence, session, size factor, age factor): how
+# `Scorer.order` sorts the sessions (by the first four: the positions differ)
+_Keyed = tuple[float, datetime, str, int, PendingSession, float, float]
+_session = itemgetter(4)
+_id = attrgetter("id")
+_created_at = attrgetter("created_at")
 
 
 class _Lazy(dict[str, Factors]):
-    """Factors by session id, each made the first time it is asked for (most sessions are placed: never asked)."""
+    """Factors by session id, each made the first time it is asked for (most sessions are placed: never asked), from
+    what `Scorer.order` worked out: the same floats as `Scorer._parts` (the score: the sort key's, negated back)."""
 
-    def __init__(self, parts: dict[str, tuple[float, float, float, float, float]]) -> None:
+    def __init__(self, by_id: dict[str, _Keyed], parts: dict[tuple[int, str, str], tuple[float, float]]) -> None:
         super().__init__()
-        self.parts = parts
+        self.by_id = by_id
+        self.parts = parts  # (priority, access key, project id) -> (p, f)
 
     def get(self, key: str, default: Factors | None = None) -> Factors | None:  # type: ignore[override]
         found = super().get(key)
         if found is None:
-            raw = self.parts.get(key)
-            if raw is None:
+            item = self.by_id.get(key)
+            if item is None:
                 return default
-            found = self[key] = Factors(*raw)
+            session = item[4]
+            p, f = self.parts[session.priority, session.access_key, session.project_id]
+            a, s, score = item[6], item[5], -item[0]
+            if _BY_SLOTS:  # Factors(p, f, a, s, score), without the frozen dataclass's __init__
+                found = _new_object(Factors)
+                _set_priority(found, p)
+                _set_fair_share(found, f)
+                _set_age(found, a)
+                _set_size(found, s)
+                _set_score(found, score)
+            else:
+                found = Factors(p, f, a, s, score)
+            self[key] = found
         return found
+
+
+# Factors are built through their slots' member descriptors: the frozen dataclass's __init__ sets each field with
+# object.__setattr__, about twice as slow (a round makes one for every session left pending); only while these five
+# are all its fields
+_BY_SLOTS = tuple(field.name for field in fields(Factors)) == ("priority", "fair_share", "age", "size", "score")
+_new_object = object.__new__
+_set_priority: Callable[[Factors, float], None] = vars(Factors)["priority"].__set__
+_set_fair_share: Callable[[Factors, float], None] = vars(Factors)["fair_share"].__set__
+_set_age: Callable[[Factors, float], None] = vars(Factors)["age"].__set__
+_set_size: Callable[[Factors, float], None] = vars(Factors)["size"].__set__
+_set_score: Callable[[Factors, float], None] = vars(Factors)["score"].__set__

@@ -32,7 +32,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
-from operator import le
+from operator import le, neg
 
 from bai.common.slots import format_amount, is_bytes_slot
 
@@ -51,12 +51,13 @@ class Prepared:
 
     `slots` is {slot index: amount > 0}, `shape` the requested slots in priority order, `amounts`
     aligned with `shape`. The rest are memos: `plan` (the pool's, see `AgentPool.select`),
-    `failed_at` (the pool's release count when it last found no agent), `deltas` (per shape
-    index, how reserving it changes an agent's key) and `meets` (the caller's: the core keeps
-    there whether the request meets an image's minimum).
+    `failed_at` (the pool's release count when it last found no agent), `explained` (the pool's
+    change count and `explain`'s answer then), `deltas` (per shape index, how reserving it changes
+    an agent's key) and `meets` (the caller's: the core keeps there whether the request meets an
+    image's minimum).
     """
 
-    __slots__ = ("slots", "shape", "amounts", "plan", "failed_at", "deltas", "meets")
+    __slots__ = ("slots", "shape", "amounts", "plan", "failed_at", "explained", "deltas", "meets")
 
     def __init__(self, slots: dict[int, int], shape: tuple[int, ...], amounts: tuple[int, ...]) -> None:
         self.slots = slots
@@ -64,6 +65,7 @@ class Prepared:
         self.amounts = amounts
         self.plan: _Plan | None = None
         self.failed_at = -1
+        self.explained: tuple[int, str] | None = None
         self.deltas: dict[_ShapeIndex, int] = {}
         self.meets: dict[int, bool] = {}
 
@@ -424,13 +426,14 @@ class AgentPool:
         self.all_types: frozenset[int] = frozenset().union(*self.types) if self.types else frozenset()
         # per slot, the range (lo, hi) its room stays in: a reservation leaves the remaining
         # amount >= 0 (it fits: `reserve` checks), a release gives back what was reserved.
+        columns = list(zip(*self.room)) if self.room else [()] * width  # noqa: B905 (each room: `width` slots)
         self.bounds: list[tuple[int, int]] = [
-            (min([0, *(room[i] for room in self.room)]), max([0, *(room[i] for room in self.room)]))
-            for i in range(width)
+            (min(0, min(column, default=0)), max(0, max(column, default=0))) for column in columns
         ]
         self._indexes: dict[tuple[int, ...], _ShapeIndex] = {}
         self._member_of: list[list[_ShapeIndex]] = [[] for _ in ordered]  # per agent: its indexes
         self.releases = 0  # bumped on every release: requests that found no agent may fit again
+        self.changes = 0  # bumped on every change of a room or of the lists: what `explain` said may be stale
         self.shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
         self.prepared: dict[
             tuple[tuple[str, Decimal], ...], Prepared
@@ -501,6 +504,7 @@ class AgentPool:
             index = self._indexes.get(shape)
             if index is not None:
                 index.set_floor(lower, self.dispersed, self.room)
+                self.changes += 1
 
     def _index(self, shape: tuple[int, ...]) -> _ShapeIndex:
         index = self._indexes.get(shape)
@@ -573,6 +577,7 @@ class AgentPool:
             return None
         room = self.room[agent]
         slots = prepared.slots
+        self.changes += 1
         if self.dispersed:  # room holds -remaining; the agent has room (it was selected)
             for i, n in slots.items():
                 room[i] += n
@@ -634,6 +639,12 @@ class AgentPool:
             return [-n for n in self.room[agent]]
         return list(self.room[agent])
 
+    def remaining_all(self) -> list[list[int]]:
+        """Every agent's remaining room (as `remaining`, by agent number): new lists."""
+        if self.dispersed:
+            return [list(map(neg, room)) for room in self.room]
+        return [room[:] for room in self.room]
+
     def set_remaining(self, agent: int, target: Sequence[int]) -> None:
         """Make the agent's remaining room `target` (per slot index, each >= 0): backfill keeps the room of a
         reservation out of the pool this way, and gives it back."""
@@ -654,38 +665,56 @@ class AgentPool:
 
     def _rekey(self, agent: int, room: list[int]) -> None:
         """The agent's room changed: move its key in every index it is in."""
+        self.changes += 1
         for index in self._member_of[agent]:
             key = index.encode(room, agent)
             if key != index.keys[agent]:
                 index.move(agent, key, room)
 
     def explain(self, prepared: Prepared) -> str:
-        """Why `select` found nothing: no agents, a slot nobody offers, or the best one's shortfall."""
+        """Why `select` found nothing: no agents, a slot nobody offers, or the best one's shortfall (the same as
+        the last time it was asked for this request, when nothing changed since)."""
+        said = prepared.explained
+        if said is not None and said[0] == self.changes:
+            return said[1]
+        msg = self._explain(prepared)
+        prepared.explained = (self.changes, msg)
+        return msg
+
+    def _explain(self, prepared: Prepared) -> str:
         shape, amounts = prepared.shape, prepared.amounts
         if not self.ids:
             return f"no schedulable agent in scaling group {self.group}"
         names = self.table.names
-        missing = [names[i] for i in shape if i not in self.all_types]
-        if missing:
-            return f"no agent in scaling group {self.group} has {', '.join(missing)}"
+        all_types = self.all_types
+        for i in shape:
+            if i not in all_types:
+                missing = [names[i] for i in shape if i not in all_types]
+                return f"no agent in scaling group {self.group} has {', '.join(missing)}"
         index = self._index(shape)
-        best: list[int] | None = None
-        best_agent = -1
         mask = index.agent_mask
-        sign = -1 if self.dispersed else 1
-        for level in index.levels if any(index.levels) else [index.dead]:  # nobody alive: the rest
-            if not level:
-                continue
-            if self.dispersed:
-                agent = level[0] & mask
-            else:  # the most room is at the end; among equals, the lowest agent number
-                agent = level[bisect_left(level, level[-1] & ~mask)] & mask
-            room = self.room[agent]
-            remaining = [sign * room[i] for i in shape]
-            if best is None or remaining > best:
-                best, best_agent = remaining, agent
-        if best is None:
+        # the key's fields above the agent's bits compare as the remaining amounts in priority order do (reversed
+        # when dispersed): the best is the first level's with the most, slot by slot
+        above = mask.bit_length()
+        levels = index.levels if any(index.levels) else [index.dead]  # nobody alive: the rest
+        found = -1
+        if self.dispersed:
+            for level in levels:
+                if level:
+                    head = level[0]
+                    if found < 0 or head >> above < found >> above:
+                        found = head
+        else:
+            for level in levels:
+                if level:  # the most room is at the end; among equals, the lowest agent number
+                    head = level[bisect_left(level, level[-1] & ~mask)]
+                    if found < 0 or head >> above > found >> above:
+                        found = head
+        if found < 0:
             return f"no agent in scaling group {self.group} has all of {', '.join(names[i] for i in shape)}"
+        best_agent = found & mask
+        room = self.room[best_agent]
+        best = [-room[i] for i in shape] if self.dispersed else [room[i] for i in shape]
         key = (best_agent, *best, *amounts)  # all the message says
         msg = index.messages.get(key)
         if msg is None:

@@ -307,6 +307,9 @@ class Snapshot:
     # (a keypair missing from `shares` has 1); those compared are the keypairs of `usage` and of pending sessions
     usage: Mapping[str, float] = field(default_factory=dict)
     shares: Mapping[str, float] = field(default_factory=dict)
+    # each project's decayed usage, by project id: where any is above 0, a session's fair-share factor is the
+    # geometric mean of its keypair's and its project's (multifactor.py)
+    project_usage: Mapping[str, float] = field(default_factory=dict)
     # the sessions holding slots in scaling groups with preemption on (what preemption may stop)
     running: Sequence[RunningSession] = ()
 

@@ -225,6 +225,7 @@ class Dispatcher:
         # that holds the cluster while nobody waits is charged for it
         holding: list[Session] | None = None
         fair_usage: dict[str, float] = {}
+        project_usage: dict[str, float] = {}
         preempting = any(g.preemption for g in self.groups.values())
         if preempting or (self.fair_share is not None and any(g.policy == MULTIFACTOR for g in self.groups.values())):
             holding = await store.list_sessions(None, QUOTA_STATUSES)
@@ -233,7 +234,9 @@ class Dispatcher:
             and self.fair_share is not None
             and any(g.policy == MULTIFACTOR for g in self.groups.values())
         ):
-            fair_usage = self.fair_share.keypairs(await self.fair_share.advance(now, holding))
+            advanced = await self.fair_share.advance(now, holding)
+            fair_usage = self.fair_share.keypairs(advanced)
+            project_usage = self.fair_share.projects(advanced)
         self._holding = holding
         pending_rows = await store.list_sessions(None, [SessionStatus.PENDING])
         if not pending_rows:
@@ -340,6 +343,7 @@ class Dispatcher:
             projects,
             domains,
             usage=fair_usage,
+            project_usage=project_usage,
             running=running,
         )
         return snapshot, pending_rows

@@ -85,6 +85,10 @@ class FairShare:
             self._saved_at = now
         return dict(usage)
 
+    def projects(self, usage: Mapping[str, float]) -> dict[str, float]:
+        """The projects' usage, by project id."""
+        return {k.removeprefix("project:"): v for k, v in usage.items() if k.startswith("project:")}
+
     def keypairs(self, usage: Mapping[str, float]) -> dict[str, float]:
         """The keypairs' usage, by access key."""
         return {k.removeprefix("keypair:"): v for k, v in usage.items() if k.startswith("keypair:")}
