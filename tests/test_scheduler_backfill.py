@@ -171,3 +171,19 @@ def test_a_session_no_agent_could_ever_hold_gets_no_reservation() -> None:
     decisions = schedule(mf([sess("huge", 1, "1g", **gpus(16))], [gpu_agent("a1", 8)]))
     (pending,) = decisions.pending
     assert pending.reservation is None and pending.msg.startswith("needs cuda.device 16")
+
+
+def test_fair_share_counts_the_project_too() -> None:
+    one_core = [agent("a1", 1, "8g")]
+    # two keypairs that used the same; one's project used the cluster, the other's nothing: the latter goes first
+    heavy_team = sess("heavy-team", t=0, ak="AKa", project_id="pA")
+    light_team = sess("light-team", t=600, ak="AKb", project_id="pB")
+    usage = {"AKa": 5e5, "AKb": 5e5}
+    decisions = schedule(mf([heavy_team, light_team], one_core, usage=usage, project_usage={"pA": 9e6}))
+    assert placed(decisions) == ["light-team"]
+    (waiting,) = decisions.pending
+    assert waiting.factors is not None and waiting.factors.fair_share == pytest.approx((0.5 * 0.25) ** 0.5)
+    # one project only: nothing to compare, the keypairs alone decide (the older first here)
+    same = [sess("first", t=0, ak="AKa", project_id="pA"), sess("second", t=600, ak="AKb", project_id="pA")]
+    decisions = schedule(mf(same, one_core, usage=usage, project_usage={"pA": 9e6}))
+    assert placed(decisions) == ["first"] and decisions.pending[0].factors.fair_share == 0.5  # type: ignore[union-attr]
