@@ -4,7 +4,9 @@ sessions may start without delaying it."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 
@@ -98,6 +100,14 @@ def test_a_blocked_session_is_reserved_and_only_what_ends_before_it_backfills() 
     # both would still hold GPUs at +1 h: they are reserved after head (from +1 h, for its 2 h), beside each other
     for late in ("long", "forever"):
         assert by[late].reservation == Reservation(NOW + timedelta(hours=3), ("a1",))  # type: ignore[union-attr]
+    # the same where the agent says how much of each GPU is free (real NVIDIA agents do): the same backfill, and
+    # the short session's GPUs packed onto free devices; a session of two kernels on one node backfills alike
+    figures = [dataclasses.replace(agents[0], gpu_free=(Decimal(0),) * 6 + (Decimal(1),) * 2)]
+    two = sess("two-kernels", 1, "1g", t=11, duration=HOUR / 2, kernels=2, **gpus(1))
+    decisions = schedule(mf([head, short, long_, forever], figures))
+    assert placed(decisions) == ["short"]
+    decisions = schedule(mf([head, two, long_, forever], agents))
+    assert placed(decisions) == ["two-kernels"]
 
 
 def test_backfill_uses_other_agents_and_the_spare_room_of_a_reserved_one() -> None:

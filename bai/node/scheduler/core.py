@@ -140,6 +140,7 @@ class _Round:
         ] = []
         self.backfill: Backfill | None = None  # the group's reservations (policies with backfill)
         self.current: tuple[Prepared, list[Prepared] | None] | None = None  # the request being considered
+        self.short = False  # select_for's agent is a backfill short fit (the caller does not reserve pool room)
         self._fair: dict[tuple[str, str], float] | None = None
 
     def quota(self, access_key: str) -> KeypairQuota:
@@ -309,7 +310,10 @@ class _Round:
                 agent = self.select_for(session, prepared)  # may choose another agent than the policy's
                 if agent is None:
                     return None
-                pool.reserve(agent, total)
+                if self.short:
+                    self.short = False
+                else:
+                    pool.reserve(agent, total)
             else:  # the policy's choice stands: select and reserve in one step
                 agent = pool.take(prepared)
                 if agent is None:
@@ -427,21 +431,13 @@ class _Round:
         if session.cluster_mode == MULTI_NODE:
             return self.place_each(session, per_kernel)
         pool = self.pool
-        backfill = self.backfill
-        if (
-            backfill is not None
-            and backfill.holds
-            and not (session.vfolder_hosts or self.gpu_figures or self.table.saw_infinity)
-            and pool.select(prepared) is None
-        ):  # as a session of one kernel: where it ends before the reservations there start (backfill accounts it)
-            short = backfill.short_fit(prepared.slots, INFINITE if session.duration is None else session.duration)
-            if short is not None:
-                agent_id = pool.ids[short]
-                return {kernel.kernel_id: agent_id for kernel in kernels}
-        agent = self.select_for(session, prepared)
+        agent = self.select_for(session, prepared)  # (a short fit too: ends before the reservations there start)
         if agent is None:
             return None
-        pool.reserve(agent, prepared.slots)
+        if self.short:
+            self.short = False
+        else:
+            pool.reserve(agent, prepared.slots)
         agent_id = pool.ids[agent]
         return {kernel.kernel_id: agent_id for kernel in kernels}
 
@@ -472,11 +468,38 @@ class _Round:
         pool = self.pool
         agent = pool.select(prepared)
         if agent is None:
+            short = self.short_fit_for(session, prepared)
+            if short is not None:
+                self.short = True  # (its room is not the pool's to reserve: backfill accounts it)
+                return short
             self.no_room(session, pool.explain(prepared))
             return None
         if not session.vfolder_hosts and not self.has_gpu_figures[agent] and not self.table.saw_infinity:
             return agent  # nothing more to check: it sees every host asked for (none), no devices to pack
         return self.check_hosts_and_gpus(session, agent)
+
+    def short_fit_for(self, session: PendingSession, prepared: Prepared) -> int | None:
+        """An agent kept for reservations where the session fits now because it ends before they start (backfill),
+        that sees its folders' hosts and whose GPUs can hold it (then packed); or None."""
+        backfill = self.backfill
+        if backfill is None or not backfill.holds:
+            return None
+        agent = backfill.short_fit(prepared.slots, INFINITE if session.duration is None else session.duration)
+        if agent is None:
+            return None
+        agent_id = self.pool.ids[agent]
+        if not session.vfolder_hosts <= self.hosts_of[agent_id]:
+            return None
+        free = self.gpu_free.get(agent_id)
+        if free:
+            whole, fraction = gpu_request(_summed(session))
+            if whole > 0 or fraction > 0:
+                packed = gpu_pack(free, whole, fraction)
+                if packed is None:
+                    return None
+                for i, amount in packed:
+                    free[i] -= amount
+        return agent
 
     def check_hosts_and_gpus(self, session: PendingSession, agent: int) -> int | None:
         """`select_for` for a session that mounts folders, or for an agent with per-device GPU figures."""
