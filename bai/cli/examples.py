@@ -34,6 +34,8 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "bai preset add": ("bai preset add small --cpu 1 --mem 2g", "bai preset add gpu1 -r cpu=4,mem=16g --gpu 1"),
     "bai preset update": ("bai preset update small --mem 4g", "bai preset update small --name tiny"),
     "bai preset rm": "bai preset rm small",
+    "bai scheduler rounds": ("bai scheduler rounds", "bai scheduler rounds -n 50 --before 1200"),
+    "bai scheduler replay": ("bai scheduler replay 1234", "bai scheduler replay 1234 --json"),
     "bai session template create": (
         "bai session template create job.yaml",
         "cat job.json | bai session template create -",

@@ -17,6 +17,7 @@ from bai.common.background import Background
 from bai.common.clock import Clock
 from bai.common.cluster import SINGLE_NODE
 from bai.common.config import duration_seconds
+from bai.common.diskspace import disk_full
 from bai.common.status import OCCUPYING_STATUSES, SessionStatus, StatusInfo
 from bai.node.manager.rules.access import project_cap
 from bai.node.manager.services.agent_registry import Agents
@@ -522,7 +523,9 @@ class Dispatcher:
             return None
         try:
             return await self.rounds.record(snapshot, decisions, now)
-        except Exception as e:  # (a full disk, a lost database: the round matters more than its record)
+        except Exception as e:  # (a lost database: the round matters more than its record)
+            if disk_full(e):
+                raise  # (the round's own writes would fail too: the loop says so once, and tries at the tick)
             log.warning("scheduling round not kept for replay: %s", e)
             return None
 
