@@ -31,7 +31,7 @@ from bai.common.cluster import (
     members,
     network_name,
 )
-from bai.node.agent import assignment, leftovers, warm_pool
+from bai.node.agent import assignment, leftovers, runner_lib, warm_pool
 from bai.node.agent.backends.base import KernelSpec, KernelStartError, kernel_env
 from bai.node.agent.backends.docker import NO_ADDRESS_POOL, DockerBackend, cluster_from_labels, peer_container_name
 from bai.node.agent.backends.local import LocalBackend
@@ -242,6 +242,7 @@ async def docker_backend(tmp_path: Path) -> AsyncIterator[DockerBackend]:
         labels={"bai.test": label},
         scratch=Scratch("memory", 64 * MiB),
         start_timeout=20,
+        runner_lib=runner_lib.install(RUNNER.read_bytes(), tmp_path / "runner-lib"),  # as `bai node` starts kernels
     )
     await backend.start()
     assert backend.docker is not None

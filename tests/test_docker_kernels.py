@@ -40,6 +40,22 @@ def test_limits_are_enforced_inside_the_container(docker_node: Node) -> None:
     assert limits["nets"] == ["lo"]  # --network none
 
 
+MY_RUNNER = r"""
+import pathlib, sys
+pathlib.Path("runner.py").write_text("WHO = 'mine'\n")
+import runner
+print(runner.WHO, sys.modules["_bai_runner"].__cached__)
+"""
+
+
+def test_the_runner_is_loaded_from_its_bytecode_and_a_users_runner_module_stays_importable(docker_node: Node) -> None:
+    """`bai node` mounts the runner as a module with its bytecode (bai/node/agent/runner_lib.py): the kernel's Python
+    (3.11, as the node's) loads it, under a name of its own, so the user's runner.py in /home/work is theirs."""
+    result = docker_node.cli("session", "run", "python", "-c", MY_RUNNER)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["mine", "/opt/bai/lib/__pycache__/_bai_runner.cpython-311.pyc"]
+
+
 def test_memory_limit_kills_a_hog(docker_node: Node) -> None:
     hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))"
     result = docker_node.cli("session", "run", "python", "--mem", "128m", "-c", hog, timeout=120)

@@ -77,8 +77,10 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
     if wanted == "auto":
         wanted = "docker" if await docker_available() else "local"
     if wanted == "docker":
-        from bai.node.agent import scratch
+        from bai.node.agent import runner_lib, scratch
 
+        # the runner as a module with its bytecode: kernels whose Python is this one skip compiling it
+        lib = await asyncio.to_thread(runner_lib.install, runner.read_bytes(), runner.parent / "lib")
         try:
             kernel_scratch = await asyncio.to_thread(
                 scratch.choose, str(agent_cfg["scratch_type"]), str(agent_cfg["scratch_size"]), kernels_dir
@@ -97,6 +99,7 @@ async def choose_backend(cfg: dict[str, Any], agent_id: str, state_dir: Path, ru
                 nproc=int(agent_cfg["nproc"]),
                 scratch=kernel_scratch,
                 port_range=parse_range(str(agent_cfg["port_range"])),
+                runner_lib=lib,
             )
         except (scratch.ScratchError, ValueError) as e:
             raise NodeError(str(e)) from None

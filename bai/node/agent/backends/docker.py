@@ -6,8 +6,10 @@ confined: every capability dropped (but those of `[agent.docker] cap_add`), no-n
 read-only root filesystem whose only writable places are the kernel's scratch (/home/work, /tmp,
 /var/tmp, bounded as `[agent] scratch_type` says: see scratch.py) and its virtual folders.
 
-The runner is mounted read-only at /opt/bai/runner.py, and the kernel's run folder read-only at
-/opt/bai/run: the agent listens on a Unix socket there that the runner connects to (so exec works
+The runner is mounted read-only: given `runner_lib` (a folder `runner_lib.install` made, as `bai node` does), at
+/opt/bai/lib, imported as a module so that a kernel whose Python is the node's loads its bytecode instead of
+compiling it; otherwise the file alone at /opt/bai/runner.py, run as a script. The kernel's run folder is mounted
+read-only at /opt/bai/run: the agent listens on a Unix socket there that the runner connects to (so exec works
 without any network, and a kernel can write nothing into the node's state folder). Images without
 Python print a marker line instead (seen in the container's log) and run batch commands through
 docker exec.
@@ -90,7 +92,7 @@ from bai.common.cluster import (
 )
 from bai.common.service_ports import PortPool, PortPoolExhausted, ServicePort
 from bai.common.status import StatusInfo
-from bai.node.agent import assignment, cgroups, leftovers
+from bai.node.agent import assignment, cgroups, leftovers, runner_lib
 from bai.node.agent import scratch as scratchlib
 from bai.node.agent.backends.base import (
     BackendBase,
@@ -157,21 +159,25 @@ CONTAINER_LOG_MAX = "1m"  # the container's own log (Docker's json-file) on the 
 NO_PYTHON = "bai: no python in this image"  # the first line of such a kernel's log
 EXEC_MARKER = "exec-channel"  # in the kernel's folder (not the run folder): the kernel has no runner
 # Start the runner with the image's Python (it connects to the agent), or say there is none and idle
-# (batch commands then use docker exec).
-ENTRYPOINT = (
+# (batch commands then use docker exec). `{start}`: how the runner is started, see `_runner_start`.
+_ENTRYPOINT = (
     "for p in python3 python; do "
     'if command -v "$p" >/dev/null 2>&1; then '
-    f'exec "$p" -u /opt/bai/runner.py --connect /opt/bai/run/{AGENT_SOCKET} --workdir /home/work; fi; done; '
+    f'exec "$p" -u {{start}} --connect /opt/bai/run/{AGENT_SOCKET} --workdir /home/work; fi; done; '
     f"echo '{NO_PYTHON}'; "
     "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 )
 # A peer proxy: the runner in relay mode ($1: the name it stands in for, $2: its ports), with the image's Python.
-PEER_ENTRYPOINT = (
+_PEER_ENTRYPOINT = (
     "for p in python3 python; do "
     'if command -v "$p" >/dev/null 2>&1; then '
-    f'exec "$p" -u /opt/bai/runner.py --relay "$1" --connect /opt/bai/run/{AGENT_SOCKET} --ports "$2"; fi; done; '
+    f'exec "$p" -u {{start}} --relay "$1" --connect /opt/bai/run/{AGENT_SOCKET} --ports "$2"; fi; done; '
     f"echo '{NO_PYTHON}'; exit 3"
 )
+SCRIPT_START = "/opt/bai/runner.py"  # the runner mounted alone, run as a script (compiled at every start)
+MODULE_START = '-c "$0"'  # the runner module of `[runner_lib]`, imported: $0 is runner_lib.START
+ENTRYPOINT = _ENTRYPOINT.format(start=SCRIPT_START)
+PEER_ENTRYPOINT = _PEER_ENTRYPOINT.format(start=SCRIPT_START)
 # Linux capabilities that `[agent.docker] cap_add` may name (capabilities(7), without CAP_)
 CAPABILITIES = frozenset(
     """AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE
@@ -341,6 +347,7 @@ class DockerBackend(BackendBase):
         nproc: int = 0,
         scratch: Scratch | None = None,
         port_range: tuple[int, int] = (30000, 31000),
+        runner_lib: Path | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.ports = PortPool(*port_range)  # host ports (127.0.0.1) kernels publish their apps on
@@ -355,6 +362,7 @@ class DockerBackend(BackendBase):
         self.scratch = scratch
         self.kernels_dir = kernels_dir
         self.runner_path = runner_path
+        self.runner_lib = runner_lib  # (see `_runner_mount`)
         self.network = network
         self.pids_limit = pids_limit if nproc <= 0 else min(pids_limit, nproc) if pids_limit > 0 else nproc
         self.pid_max = host_pid_max()
@@ -522,7 +530,7 @@ class DockerBackend(BackendBase):
         ports = ",".join(str(p) for p in CLUSTER_PORTS)
         config: dict[str, Any] = {
             "Image": spec.image,
-            "Entrypoint": ["/bin/sh", "-c", PEER_ENTRYPOINT, "sh", name, ports],
+            "Entrypoint": ["/bin/sh", "-c", *self._runner_start(_PEER_ENTRYPOINT), name, ports],
             "Cmd": [],
             "Env": ["PYTHONDONTWRITEBYTECODE=1"],
             "Labels": {
@@ -533,7 +541,7 @@ class DockerBackend(BackendBase):
             },
             "Hostname": name,
             "HostConfig": {
-                "Binds": [f"{self.runner_path}:/opt/bai/runner.py:ro", f"{run_dir}:/opt/bai/run:ro"],
+                "Binds": [self._runner_mount(), f"{run_dir}:/opt/bai/run:ro"],
                 "NetworkMode": network,
                 "PidsLimit": PEER_PIDS_LIMIT,
                 "Memory": PEER_MEMORY,
@@ -668,6 +676,19 @@ class DockerBackend(BackendBase):
             if e.status != 404:
                 leftovers.report(f"network {name}", e, remedy=f"remove it with `docker network rm {name}`", logger=log)
 
+    def _runner_mount(self) -> str:
+        """The runner's bind: the module folder of `runner_lib`, or the runner file alone."""
+        if self.runner_lib is not None:
+            return f"{self.runner_lib}:{runner_lib.MOUNT}:ro"
+        return f"{self.runner_path}:{SCRIPT_START}:ro"
+
+    def _runner_start(self, entrypoint: str) -> list[str]:
+        """`sh -c`'s script and its $0: the runner imported as a module ($0 the code that does it) or run as a
+        script."""
+        if self.runner_lib is not None:
+            return [entrypoint.format(start=MODULE_START), runner_lib.START]
+        return [entrypoint.format(start=SCRIPT_START), "sh"]
+
     def _container_config(
         self,
         spec: KernelSpec,
@@ -689,7 +710,7 @@ class DockerBackend(BackendBase):
             networking = {"EndpointsConfig": {session_net: {"Aliases": [hostname]}}}
         host: dict[str, Any] = {
             "Binds": [
-                f"{self.runner_path}:/opt/bai/runner.py:ro",
+                self._runner_mount(),
                 f"{run_dir}:/opt/bai/run:ro",  # only the agent's socket is there; connecting needs no write
                 *(f"{folder}:{target}:rw" for target, folder in layout.binds.items()),
                 *(f"{m.host_path}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts),
@@ -747,7 +768,7 @@ class DockerBackend(BackendBase):
                 host["PortBindings"] = published
         config: dict[str, Any] = {
             "Image": spec.image,
-            "Entrypoint": ["/bin/sh", "-c", ENTRYPOINT],
+            "Entrypoint": ["/bin/sh", "-c", *self._runner_start(_ENTRYPOINT)],
             "Cmd": [],
             "Env": [f"{k}={v}" for k, v in env.items()],
             "Labels": labels,
