@@ -155,8 +155,16 @@ class Agents:
         """Connected agents that run Docker kernels (those that hold images), sorted."""
         return sorted(a for a in self.connected() if self.record(a).backend == "docker")
 
-    def backends_connected(self) -> set[str]:
-        return {self.record(a).backend for a in self.connected()}
+    def only_docker_connected(self) -> bool:
+        """Whether some agent is connected and every connected one runs Docker kernels (answered at the
+        first agent that is not: each create asks, and a manager may have thousands)."""
+        connected = self.link.connected()
+        records = self.records
+        for agent_id in connected:
+            record = records.get(agent_id)
+            if record is None or record.backend != "docker":
+                return False
+        return bool(connected)
 
     async def occupied_by_agent(self) -> dict[str, dict[str, Decimal]]:
         """What the kernels on each agent occupy."""

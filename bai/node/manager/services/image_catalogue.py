@@ -60,9 +60,9 @@ class Images:
         """Whether `check_available` passes `image` without asking the agents: not every agent needs it present,
         some agent has told it has it, or a registry it comes from is named."""
         return (
-            self.agents.backends_connected() != {"docker"}
-            or self.is_known(image)
+            self.is_known(image)  # (the cheap questions first: the last one reads every connected agent)
             or imagelib.registry_of(image) is not None
+            or not self.agents.only_docker_connected()
         )
 
     async def check_available(self, image: str) -> None:
