@@ -6,9 +6,10 @@ in memory) and their own ZeroMQ link, in one asyncio loop. Prints, measured in o
 
 - the manager process's CPU (cores) and RSS at steady state, with only heartbeats
   (target: < 0.3 core with 1,000 agents heartbeating every 5 s), and where that CPU goes (its threads);
-- session creates accepted through the API per second, `--concurrency` (64) requests in flight (target:
-  >= 500/s on one manager), next to the same run's API floor: as many signed GETs of a trivial endpoint
-  through the same client (HTTP and the signature check), with the manager's CPU per create and per GET.
+- session creates accepted through the API per second, `--concurrency` (64) requests in flight, against the
+  same run's API floor: as many signed GETs of a trivial endpoint through the same client (HTTP and the
+  signature check), with the manager's CPU per create and per GET (target: creates >= 0.3x that floor, a
+  ratio that holds on a busy machine where the figures per second move).
   The client keeps its connections alive (an aiohttp pool of `--concurrency` connections, as a Backend.AI
   client's aiohttp session does), each request signed by bai's client code; `--connection-per-request`
   opens a connection for every request instead, as bai's own client (http.client) does. The sessions start
@@ -71,7 +72,7 @@ ACTIVE = ("PENDING", "SCHEDULED", "PREPARING", "PULLING", "RUNNING", "RUNNING_DE
 API_ACTIVE = "PENDING,SCHEDULED,PREPARING,RUNNING,TERMINATING"
 JOIN_BATCH = 50  # agents of one host registering at the same time
 STALL = 120.0  # seconds without a change in the count of active sessions: give up
-TARGET_CREATES = 500  # session creates/s accepted through the API, 64 in flight, one manager
+CREATES_TO_FLOOR = 0.3  # target: session creates/s through the API, 64 in flight, ÷ the same run's API floor
 QUICK = {"agents": 200, "sessions": 3000, "hosts": 2, "measure": 5.0, "rtt_calls": 300}
 QUICK_FLAGS = " ".join(f"--{key.replace('_', '-')} {value:g}" for key, value in QUICK.items())
 
@@ -661,28 +662,30 @@ class Bench:
         outcomes = ", ".join(f"{count} {status}/{result}" for status, result, count in res["outcomes"])
         lat = res["latencies"]
         creates = res["accepted"] / res["submitted"]
-        verdict = "MET" if creates >= TARGET_CREATES else "MISSED"
+        ratio = creates / floor_rps
+        verdict = "MET" if ratio >= CREATES_TO_FLOOR else "MISSED"
         record(
             Figure(
-                f"session creates through the API, sim, {args.concurrency} in flight, {args.agents} agents",
+                f"API creates, sim, {args.concurrency} in flight, {args.agents} agents ÷ signed-GET floor of the "
+                "same run",
                 creates,
                 "/s",
-                "Nomad C1M",
-                3750.0,
-                f">= {TARGET_CREATES}/s",
-                creates >= TARGET_CREATES,
+                f"signed GET /manager/announcement, {args.concurrency} in flight, same client",
+                floor_rps,
+                f">= {CREATES_TO_FLOOR:g}x",
+                ratio >= CREATES_TO_FLOOR,
             )
         )
         conn_mode = "a connection per request" if args.connection_per_request else "kept-alive connections"
         self.say(
             f"session creates through the API, {args.concurrency} in flight (sim, {args.agents} agents)   "
-            f"{creates:.0f} creates/s (target >= {TARGET_CREATES}/s: {verdict}; {res['accepted']} accepted "
-            f"in {res['submitted']:.1f} s)"
+            f"{creates:.0f} creates/s, {ratio:.2f}x the API floor below (target >= {CREATES_TO_FLOOR:g}x: {verdict}; "
+            f"{res['accepted']} accepted in {res['submitted']:.1f} s)"
         )
         self.say(
             f"  same run, API floor (signed GET /manager/announcement, {args.concurrency} in flight, same client, "
             f"{conn_mode})   "
-            f"{floor_rps:.0f} requests/s; creates reach {creates / floor_rps:.0%} of it"
+            f"{floor_rps:.0f} requests/s; creates reach {ratio:.0%} of it"
         )
         if res["submit_cores"]:
             sc = res["submit_cores"]
