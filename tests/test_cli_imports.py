@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 
 from bai.cli import typer_fast
 from bai.cli.main import BaiGroup, app
+from tests import ws_frames
 from tests.cli_fake import JsonHandler
 
 # never needed to start the CLI: the node, the dashboard, the GraphQL schema, aiohttp, pydantic (typer's)
@@ -68,17 +70,52 @@ SESSION = {
 }
 
 
+EXECUTED: list[dict[str, Any]] = []  # the first frames of the execute WebSockets the fake manager took
+
+
 class _Manager(JsonHandler):
-    """Answers GET /session (the list) and GET /session/NAME; anything else is a 404 problem."""
+    """Answers GET /session (the list) and GET /session/NAME, POST /session (a create: keep1, running),
+    DELETE /session/ID, and the execute WebSocket (one run: it prints the code and exits 3); anything else
+    is a 404 problem."""
 
     def do_GET(self) -> None:  # noqa: N802
         path = self.path.split("?")[0]
         if path == "/session":
             self._answer(200, {"items": [SESSION]})
-        elif path == "/session/keep1":
+        elif path in ("/session/keep1", f"/session/{SESSION['id']}"):
             self._answer(200, SESSION)
+        elif path == f"/stream/session/{SESSION['id']}/execute" and self.headers["Upgrade"] == "websocket":
+            self._execute()
         else:
             self._answer(404, {"type": "https://api.backend.ai/probs/not-found", "title": "No such session."})
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"] or 0))
+        if self.path.split("?")[0] == "/session":
+            created = {"sessionId": SESSION["id"], "sessionName": "keep1", "status": "RUNNING", "created": True}
+            self._answer(201, created)
+        else:
+            self._answer(404, {"type": "https://api.backend.ai/probs/not-found", "title": "Not found."})
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._answer(200, {"stats": {}})
+
+    def _execute(self) -> None:
+        """The execute WebSocket (tests.ws_frames): the first frame's code printed, exit code 3, then the close."""
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", ws_frames.accept_of(self.headers["Sec-WebSocket-Key"]))
+        self.end_headers()
+        self.close_connection = True
+        first = json.loads(ws_frames.read_frame(self.rfile)[2])
+        EXECUTED.append(first)
+        done = {"status": "finished", "console": [["stdout", f"ran {first['code']}\n"]], "exitCode": 3}
+        self.wfile.write(ws_frames.frame(ws_frames.TEXT, json.dumps(done).encode()))
+        self.wfile.flush()
+        _, opcode, payload, _ = ws_frames.read_frame(self.rfile)
+        if opcode == ws_frames.CLOSE:
+            self.wfile.write(ws_frames.frame(ws_frames.CLOSE, payload))
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +185,37 @@ def test_session_info_and_an_api_error_need_no_event_loop(env: dict[str, str], t
     assert imported(modules, (*NEVER, "asyncio")) == []
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["session", "run", "-q", "--priority", "5", "--cluster-size", "1", "python", "-c", "print(42)"],
+        ["session", "exec", "keep1", "-c", "print(42)"],
+    ],
+    ids=["run", "exec"],
+)
+def test_session_run_and_exec_stream_without_aiohttp_nor_pydantic(
+    env: dict[str, str], tmp_path: Path, args: list[str]
+) -> None:
+    """The execute WebSocket is bai.client.wsclient's; int options are read without pydantic."""
+    EXECUTED.clear()
+    modules, result = modules_of(env, tmp_path, *args)
+    assert (result.returncode, result.stdout) == (3, "ran print(42)\n"), result.stderr
+    assert [(f["mode"], f["code"]) for f in EXECUTED] == [("query", "print(42)")]
+    assert imported(modules, NEVER) == []
+    assert {"asyncio", "bai.client.wsclient"} <= modules
+
+
+def test_session_create_reads_numbers_without_pydantic(env: dict[str, str], tmp_path: Path) -> None:
+    args = ["--priority", "7", "--cluster-size", "1", "--timeout", "30.5"]
+    modules, result = modules_of(env, tmp_path, "session", "create", "--name", "keep1", *args, "python")
+    assert result.returncode == 0 and "session keep1" in result.stdout and "RUNNING" in result.stdout, result.stderr
+    assert imported(modules, NEVER) == []
+    # a value typer_fast does not read itself goes to typer's own coercion (pydantic), with typer's message
+    modules, result = modules_of(env, tmp_path, "session", "create", "--priority", "101", "python")
+    assert result.returncode == 2 and "Input should be less than or equal to 100" in result.stderr
+    assert "pydantic" in modules
+
+
 def test_help_and_usage_errors_use_typers_rich_panels_without_markdown(env: dict[str, str], tmp_path: Path) -> None:
     modules, result = modules_of(env, tmp_path, "--help")
     assert result.returncode == 0 and "Commands" in result.stdout and "╭─" in result.stdout
@@ -183,8 +251,14 @@ def _toy(
     count: int = typer.Option(None, "--count"),
     flag: bool = typer.Option(False, "--flag"),
     label: str = typer.Option(None, "--label", envvar="TOY_LABEL"),
+    level: int = typer.Option(1, "--level", min=0, max=10),
+    ratio: float = typer.Option(None, "--ratio"),
+    share: float = typer.Option(0.5, "--share", min=0, max=1),
+    dest: Path = typer.Option(Path("."), "--dest"),
+    files: list[Path] = typer.Option(None, "--file"),
+    folder: Path = typer.Option(None, "--folder", exists=True, file_okay=False),
 ) -> None:
-    print(repr((name, tag, count, flag, label)))
+    print(repr((name, tag, count, flag, label, level, ratio, share, dest, files, folder)))
 
 
 CASES = [
@@ -192,6 +266,17 @@ CASES = [
     ["a", "--tag", "x", "--tag", "y", "--count", "3", "--flag", "--label", ""],
     ["a", "--count", "x"],
     ["a", "--count", " 7 "],
+    ["a", "--count", "-7", "--level", "+3", "--ratio", "2", "--share", "1"],
+    ["a", "--count", "1_000", "--level", "7.0", "--ratio", "1e3", "--share", ".25"],
+    ["a", "--ratio", "inf", "--share", " 1e-1 "],
+    ["a", "--level", "11"],
+    ["a", "--level", "-1"],
+    ["a", "--share", "1.5"],
+    ["a", "--ratio", "nan", "--share", "nan"],
+    ["a", "--ratio", "1.5.5"],
+    ["a", "--dest", "out/x", "--file", "a.txt", "--file", "", "--folder", "/"],
+    ["a", "--folder", "/no/such/folder"],
+    ["a", "--folder", "/etc/hostname"],
     ["--tag"],
     [],
 ]
@@ -204,7 +289,41 @@ def test_plain_values_coerce_as_typer_does(monkeypatch: pytest.MonkeyPatch) -> N
     assert typer_fast.plain_string_values()
     after = [runner.invoke(toy, case, env={"TOY_LABEL": "from-env"}) for case in CASES]
     assert [(r.exit_code, r.output) for r in after] == [(r.exit_code, r.output) for r in before]
-    assert "('a', ['x', 'y'], 3, True, '')" in after[1].output
+    assert "('a', ['x', 'y'], 3, True, ''," in after[1].output
+    assert "None, -7, False, 'from-env', 3, 2.0, 1.0," in after[4].output
+    assert "Invalid value for '--level'" in after[7].output and "does not exist" in after[13].output
+    for case in (CASES[1], CASES[4], CASES[12]):  # read by typer_fast alone: no parameter built typer's own adapter
+        command = typer.main.get_command(toy)
+        command.main(case, standalone_mode=False)
+        built = [p.name for p in command.params if p._runtime_param is not None and p._runtime_param.typers]
+        assert built == [], case
+
+
+SAMPLES = ["7", " 7 ", "+7", "-0", "007", "7.0", "7.5", "1_000", "1e3", ".5", "1.", "inf", "nan", "", "+", "1e", "٣"]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "low", "high"), [(int, None, None), (int, 0, 100), (float, None, None), (float, 0, 1)]
+)
+def test_numbers_read_without_pydantic_are_what_pydantic_reads(
+    annotation: type, low: int | None, high: int | None
+) -> None:
+    """Where typer_fast reads a number itself, typer's own adapter reads the same; where it does not, it leaves
+    it to that adapter (TYPERS)."""
+    from typer._adapters import build_adapter
+    from typer.models import OptionInfo
+
+    info = OptionInfo(min=low, max=high)
+    adapter = build_adapter(annotation, info)
+    read = 0
+    for value in [*SAMPLES, 3, 0.25, True, "101", "-1", "0.75"]:
+        plain = typer_fast.plain_value(annotation, info, value, None, None)
+        if plain is typer_fast.TYPERS:
+            continue
+        read += 1
+        want = adapter.validate_python(value)
+        assert (type(plain), plain) == (type(want), want), value
+    assert read >= 5
 
 
 # -- lazy groups: every group and command is there, in the order typer listed them ---------------------------

@@ -689,15 +689,14 @@ def run(
             with Signals() as signals:
                 failed: BaseException | None = None
                 try:
-                    # aiohttp (for the output stream) imports while the session starts
-                    started = await overlap_import(
-                        wait_running(
-                            c, image, name, quiet, owned,
-                            resources=resources, environ=environ, mounts=mounts, network=network,
-                            cluster_size=cluster_size, cluster_mode=cluster_mode, group=project, domain=domain,
-                            priority=priority, time_limit=limit_seconds, preemptible=preemptible,
-                        )
+                    starting = wait_running(
+                        c, image, name, quiet, owned,
+                        resources=resources, environ=environ, mounts=mounts, network=network,
+                        cluster_size=cluster_size, cluster_mode=cluster_mode, group=project, domain=domain,
+                        priority=priority, time_limit=limit_seconds, preemptible=preemptible,
                     )  # fmt: skip
+                    # files go up through aiohttp: it imports while the session starts (the output stream needs none)
+                    started = await (overlap_import(starting) if files else starting)
                     sid = started["sessionId"]
                     if not quiet:
                         await say_reused(c, owned, asked)
@@ -983,7 +982,8 @@ def exec(  # noqa: A001 - the command is called exec
 
     async def go() -> int:
         async with client(owner) as c:
-            session = await overlap_import(c.get_session(ref))
+            asking = c.get_session(ref)
+            session = await (overlap_import(asking) if files else asking)  # (aiohttp: for the files only)
             if session["status"] != "RUNNING":
                 fail(f"session {ref} is {session['status']}, not RUNNING")
             check_kernel(session, kernel)

@@ -2,10 +2,13 @@
 
 - Values: typer coerces every parameter's value through a pydantic `TypeAdapter`, built when a
   command's parameters are parsed, given or not, so every command imports pydantic (about 110 ms of
-  CPU). For a `str` or `list[str]` parameter given plain strings, or a `bool` one given a bool, that
-  coercion is the identity (typer's adapter is `str(value)` then pydantic's str check);
-  `plain_string_values` answers those without pydantic and hands every other value (an int, a path)
-  to typer's own adapter, built then.
+  CPU). `plain_string_values` answers without pydantic the values whose coercion is plain: a `str` or
+  `list[str]` parameter given strings, a `bool` one given a bool (the identity: typer's adapter is
+  `str(value)` then pydantic's str check); an `int` or `float` one (ranged or not, not clamped) given a
+  number or a plainly written one ("42", " -7 ", "0.5", "1e3"; pydantic reads those so too) within its
+  range; a `Path` one (and `list[...]` of all these), through typer's own path checks. Every other
+  value (an error to report, "1_000", "inf", a choice, a date) goes to typer's own adapter, built then,
+  so what is accepted and what an error says stay typer's.
 - Help and usage errors: `typer.rich_utils` imports `rich.markdown` (markdown-it, pygments) and
   `rich.traceback` (pygments, rich.pretty) at its top, about 130 ms, for help in "markdown" markup
   mode and for pretty tracebacks, which bai uses neither of. `light_rich_help` lets that module
@@ -27,6 +30,7 @@ import importlib.machinery
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _DEFERRED = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
@@ -87,7 +91,7 @@ def _placeholder(option: Any) -> str:
 
 
 def plain_string_values() -> bool:
-    """Coerce plain str, list[str] and bool values without pydantic; True if installed (or already)."""
+    """Coerce plain values (see the module's doc) without pydantic; True if installed (or already)."""
     try:
         from typer import _coercion, core
     except ImportError:
@@ -99,7 +103,7 @@ def plain_string_values() -> bool:
 
     @dataclass(frozen=True)
     class PlainValues(base):  # type: ignore[misc, valid-type]
-        """Plain strings for str / list[str], bools for bool, as they are; anything else, typer's way.
+        """Plain values as `plain_value` reads them; anything else, typer's way.
 
         typer builds a parameter's coercion before it looks at the value, even a missing one (None,
         which never reaches `_coerce_value`): here typer's adapter is built only for a value that needs it."""
@@ -108,11 +112,9 @@ def plain_string_values() -> bool:
         typers: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            kind = type(value)
-            if (kind is str and self.annotation is str) or (kind is bool and self.annotation is bool):
-                return value
-            if kind in (list, tuple) and self.annotation == list[str] and all(type(v) is str for v in value):
-                return list(value)
+            plain = plain_value(self.annotation, self.parameter_info, value, param, ctx)
+            if plain is not TYPERS:
+                return plain
             if "own" not in self.typers:
                 self.typers["own"] = original(self.descriptor)
             return self.typers["own"]._coerce_value(value, param=param, ctx=ctx)
@@ -127,6 +129,83 @@ def plain_string_values() -> bool:
     build_runtime_param.bai_plain_strings = True  # type: ignore[attr-defined]
     core.build_runtime_param = build_runtime_param
     return True
+
+
+TYPERS: Any = object()  # plain_value's answer for a value it leaves to typer's own adapter
+_BLANKS = " \t\n\r"  # what pydantic strips around a number written as text (and more, left to it)
+
+
+def plain_value(annotation: Any, info: Any, value: Any, param: Any, ctx: Any) -> Any:
+    """What typer's adapter makes of `value` for a parameter of `annotation` (its ParameterInfo `info`), where
+    that is plain; else TYPERS."""
+    kind = type(value)
+    if annotation is str or annotation is bool:
+        return value if kind is annotation else TYPERS
+    if annotation is int or annotation is float:
+        return _number(annotation, info, value)
+    if isinstance(annotation, type) and issubclass(annotation, Path):
+        return _path(annotation, info, value, param, ctx)
+    if getattr(annotation, "__origin__", None) is list and kind in (list, tuple):
+        (item,) = annotation.__args__
+        items = [plain_value(item, info, v, param, ctx) for v in value]
+        return TYPERS if any(i is TYPERS for i in items) else items
+    return TYPERS
+
+
+def _number(annotation: type, info: Any, value: Any) -> Any:
+    """An int or float within the parameter's range, from a number or a plainly written one; else TYPERS."""
+    if getattr(info, "clamp", False):
+        return TYPERS
+    kind = type(value)
+    number: Any
+    if kind is annotation:
+        number = value
+    elif kind is int and annotation is float:
+        number = float(value)
+    elif kind is str:
+        number = _written_number(annotation, value.strip(_BLANKS))
+        if number is None:
+            return TYPERS
+    else:
+        return TYPERS
+    low, high = getattr(info, "min", None), getattr(info, "max", None)
+    if number != number or (low is not None and number < low) or (high is not None and number > high):
+        return TYPERS  # (NaN, or out of range: typer's message says so)
+    return number
+
+
+def _written_number(annotation: type, text: str) -> int | float | None:
+    """`text` as an int (ASCII digits with a sign) or a float (digits, a point, an exponent), else None."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if len(text) > 100:
+        return None  # (left to pydantic: int() refuses over 4300 digits, pydantic may not)
+    if digits.isascii() and digits.isdigit():
+        return annotation(text)  # type: ignore[no-any-return]
+    if annotation is not float or not digits.isascii():
+        return None
+    mantissa, _, exponent = digits.lower().partition("e")
+    whole, point, fraction = mantissa.partition(".")
+    if not (whole or fraction) or not all(p.isdigit() for p in (whole, fraction) if p):
+        return None
+    if "e" in digits.lower():
+        power = exponent[1:] if exponent[:1] in ("+", "-") else exponent
+        if not power.isdigit():
+            return None
+    return float(text)
+
+
+def _path(annotation: type, info: Any, value: Any, param: Any, ctx: Any) -> Any:
+    """A Path parameter's value (text or a Path: a default) through typer's own checks (exists, file_okay …),
+    made a Path as pydantic does (Path(text)) first; else TYPERS (an error, said by typer's adapter as ever)."""
+    path_type = getattr(info, "path_type", None) or annotation
+    if path_type is not Path or not isinstance(value, str | Path):
+        return TYPERS
+    try:
+        from typer._param_types import coerce_cli_path
+
+        return coerce_cli_path(Path(value), info, path_type=path_type, param=param, ctx=ctx)
+    except Exception:
+        return TYPERS
 
 
 def light_rich_help() -> None:

@@ -1,9 +1,10 @@
 """`bai.client`: the one Python client of the bai API (signing, streaming, errors).
 
 The CLI and the dashboard use only this module to talk to a manager. Plain requests go through the
-standard library's http.client (in a worker thread), which imports in a few milliseconds; aiohttp
-(about 150 ms to import) is loaded only for the WebSocket of streaming execution and for uploads;
-`overlap_import` imports it while a first request is under way.
+standard library's http.client (in a worker thread), which imports in a few milliseconds; the WebSocket
+of streaming execution is bai.client.wsclient's (asyncio's streams). aiohttp (about 150-300 ms to import)
+is loaded only for uploads, downloads of a session's files, terminals and app tunnels; `overlap_import`
+imports it while a first request is under way.
 
 A client may be given several managers (`Credentials.endpoints`, see bai.client.endpoints): a request that
 cannot connect tries the next ones; one that broke after it was sent is retried there only when it is a
@@ -30,6 +31,8 @@ from bai.common.credentials import Credentials
 if TYPE_CHECKING:
     import aiohttp
     import yarl
+
+    from bai.client.wsclient import HandshakeRefused, WebSocket
 
 T = TypeVar("T")
 SAFE_METHODS = ("GET", "HEAD")  # retried on the next manager after a break: they change nothing
@@ -150,6 +153,18 @@ def _abort(resp: http.client.HTTPResponse) -> None:
         except OSError:
             pass
     resp.close()
+
+
+def _refusal(e: HandshakeRefused, refused: str) -> APIError:
+    """The APIError of a refused WebSocket upgrade: the manager's problem when its body is one."""
+    text = e.body.decode(errors="replace")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("title"):
+        return _error_from(e.status, e.reason, text)
+    return APIError(e.status, refused, f"HTTP {e.status} {e.reason}".strip())
 
 
 # the paths that take owner_access_key: a session's endpoints, the session list, session events
@@ -1020,6 +1035,47 @@ class Client:
 
         return await self._aio("GET", rel, "application/octet-stream", send)
 
+    async def websocket(self, rel: str, refused: str) -> WebSocket:
+        """A WebSocket of bai.client.wsclient (no aiohttp) to `rel` (path and query) of the first manager that
+        answers, its upgrade request signed as any request; `refused`: the error's title when the manager
+        refuses it without saying why. Managers are tried as the module says (a GET: one that broke during
+        the handshake too)."""
+        from bai.client import wsclient
+
+        failures: list[tuple[int, Exception]] = []
+        for i in self.ends.order():
+            ep = self.ends[i]
+            parts = urlsplit(ep.url)
+            full = ep.prefix + rel
+            signed = self._headers("GET", full, "application/octet-stream", send_ctype=False, host=ep.host)
+            headers = {"Host": ep.host, **signed}
+            tls = self.ssl_context if ep.scheme == "https" else None
+            try:
+                reader, writer = await wsclient.open_stream(
+                    parts.hostname or "", parts.port or (443 if tls else 80), ssl=tls, timeout=CONNECT_TIMEOUT
+                )
+            except OSError as e:  # (TimeoutError too)
+                failures.append((i, e))
+                continue
+            try:
+                ws = await wsclient.handshake(reader, writer, full, headers)
+            except BaseException as e:
+                writer.close()
+                if isinstance(e, wsclient.HandshakeRefused):
+                    self.ends.answered(i)
+                    raise _refusal(e, refused) from None
+                if isinstance(e, wsclient.HandshakeError):
+                    self.ends.answered(i)
+                    raise APIError(0, f"the WebSocket handshake with the manager at {ep.url} failed:", str(e)) from None
+                if not isinstance(e, OSError):
+                    raise
+                self.ends.broke(i)  # (it broke during the handshake: a GET, tried at the next one)
+                failures.append((i, e))
+                continue
+            self.ends.answered(i)
+            return ws
+        raise self._none_answered(failures)
+
     async def apps(self, ref: str) -> list[dict[str, Any]]:
         """The session's apps (Backend.AI's `servicePorts` items, with bai's `host_ports`)."""
         return await self.request("GET", f"/stream/session/{ref}/apps")
@@ -1035,19 +1091,20 @@ class Client:
 
 
 class ExecStream:
-    """One streaming execution over the WebSocket: `start`, then iterate frames; `send_input` on waiting-input."""
+    """One streaming execution over the WebSocket (bai.client.wsclient's): `start`, then iterate frames;
+    `send_input` on waiting-input."""
 
     def __init__(self, client: Client, session_id: str, kernel: str | None = None) -> None:
         self.client = client
         self.session_id = session_id
         self.kernel = kernel
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.ws: WebSocket | None = None
         self._index = 0  # the manager it is open to
 
     async def __aenter__(self) -> ExecStream:
         client = self.client
         rel = client._path(f"/stream/session/{self.session_id}/execute", None)
-        self.ws = await client._websocket(rel, "cannot open the execution stream")
+        self.ws = await client.websocket(rel, "cannot open the execution stream")
         self._index = client.ends.order()[0]  # the one that answered (it is the current one now)
         return self
 
@@ -1073,11 +1130,11 @@ class ExecStream:
             first["after"] = after
         if self.kernel is not None:
             first["kernel"] = self.kernel
-        await self.ws.send_str(json.dumps(first))
+        await self.ws.send_text(json.dumps(first))
 
     async def send_input(self, text: str) -> None:
         assert self.ws is not None
-        await self.ws.send_str(text)
+        await self.ws.send_text(text)
 
     async def send_eof(self) -> None:
         """The input has ended (an empty binary frame, a bai extension): the code's input() raises EOFError."""
@@ -1085,16 +1142,18 @@ class ExecStream:
         await self.ws.send_bytes(b"")
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
-        import aiohttp
+        from bai.client.wsclient import Opcode, ProtocolError
 
         assert self.ws is not None
-        async for msg in self.ws:
-            if msg.type == aiohttp.WSMsgType.TEXT:
-                frame = json.loads(msg.data)
-                yield frame
-                if frame.get("status") in ("finished", "error"):
-                    return
-            elif msg.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSE):
-                break
+        try:
+            async for msg in self.ws:
+                if msg.kind == Opcode.TEXT:
+                    assert isinstance(msg.data, str)
+                    frame = json.loads(msg.data)
+                    yield frame
+                    if frame.get("status") in ("finished", "error"):
+                        return
+        except ProtocolError:
+            pass  # (the connection was failed with a close code saying why)
         # the stream ended before the run did (a caller re-attaches): the next request tries the next manager
         self.client.ends.broke(self._index)
