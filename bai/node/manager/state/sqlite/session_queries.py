@@ -308,9 +308,21 @@ def _create_or_get(conn: sqlite3.Connection, session: NewSession, kernels: list[
     """Inside the caller's transaction: (the new PENDING session as stored, True), or (the owner's active session
     of that name, False) with nothing inserted (names are unique among live ones). PostgreSQL, one kernel (the
     usual case): one statement, the check and the insert in its data-modifying WITH (a round trip fewer)."""
-    if getattr(conn, "writable_ctes", False) and len(kernels) == 1:
-        return cast(tuple[Session, bool], _create_at_once(session, kernels)(conn))
-    return _check_and_insert(conn, session, kernels)
+    if getattr(conn, "writable_ctes", False):
+        if len(kernels) == 1:
+            return cast(tuple[Session, bool], _create_at_once(session, kernels)(conn))
+        return _check_and_insert(conn, session, kernels)
+    return _insert_or_get(conn, session, kernels)
+
+
+def _insert_or_get(conn: sqlite3.Connection, session: NewSession, kernels: list[NewKernel]) -> tuple[Session, bool]:
+    """SQLite's `_create_or_get`: the insert first (its ON CONFLICT skips a live name), the live session of that
+    name read only when it inserted nothing, so the usual create is one statement fewer. Exact: SQLite has one
+    writer, which holds the database for the whole transaction (no one else stores or ends that name meanwhile)."""
+    made = _insert_session(conn, session, kernels)
+    if made is not None:
+        return made, True
+    return _check_and_insert(conn, session, kernels)  # (reads the live one; inserts should it have gone meanwhile)
 
 
 def _check_and_insert(conn: sqlite3.Connection, session: NewSession, kernels: list[NewKernel]) -> tuple[Session, bool]:
