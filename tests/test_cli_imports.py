@@ -188,7 +188,7 @@ def test_session_info_and_an_api_error_need_no_event_loop(env: dict[str, str], t
 @pytest.mark.parametrize(
     "args",
     [
-        ["session", "run", "-q", "--priority", "5", "--cluster-size", "1", "python", "-c", "print(42)"],
+        ["session", "run", "--priority", "5", "--cluster-size", "1", "python", "-c", "print(42)"],
         ["session", "exec", "keep1", "-c", "print(42)"],
     ],
     ids=["run", "exec"],
