@@ -117,3 +117,39 @@ def test_the_zipapp_carries_the_declared_dependencies(pyz: Path, clean_env: dict
     assert "tomli" not in tops  # Python 3.11 reads TOML with the standard library
     result = run(pyz, clean_env, tmp_path, "config", "show")  # written with tomli-w
     assert result.returncode == 0 and 'role = "all"' in result.stdout, result.stderr
+
+
+def test_after_the_first_run_the_zipapp_starts_without_shivs_bootstrap(
+    pyz: Path, clean_env: dict, tmp_path: Path
+) -> None:
+    """The first run unpacks through shiv's bootstrap; later ones take the lean start (packaging/build-zipapp.py),
+    with the same sys.path: what `python -X importtime` shows of each; any other SHIV_* variable: shiv's way."""
+
+    def started(extra: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+        cmd = [sys.executable, "-X", "importtime", str(pyz), "--version"]
+        out = subprocess.run(cmd, env=clean_env | extra, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.startswith("bai "), out.stderr[-2000:]
+        return out, {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.count("|") == 2}
+
+    clean_env = clean_env | {"SHIV_ROOT": str(tmp_path / "lean-shiv")}
+    first, first_modules = started({})
+    assert "_bootstrap" in first_modules  # (it unpacked)
+    again, modules = started({})
+    assert "_bootstrap" not in modules and "compileall" not in modules and "bai.cli.main" in modules
+    assert again.stdout == first.stdout
+    forced, forced_modules = started({"SHIV_ENTRY_POINT": "bai.cli.main:main"})
+    assert "_bootstrap" in forced_modules and forced.stdout == first.stdout
+    # the same sys.path as shiv's bootstrap makes: the zipapp run in-process, sys.exit showing the path instead
+    probe = (
+        "import runpy, sys; sys.argv = [PYZ, '--version']; sys.path.insert(0, PYZ); "
+        "sys.exit = lambda *a: print('PATH', [p for p in sys.path if 'site-packages' in p]); "
+        "runpy.run_path(PYZ, run_name='__main__')"
+    ).replace("PYZ", repr(str(pyz)))
+    paths = []
+    for extra in ({}, {"SHIV_ENTRY_POINT": "bai.cli.main:main"}):  # lean, then shiv's
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=clean_env | extra, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        paths += [line for line in out.stdout.splitlines() if line.startswith("PATH ")]
+    assert len(paths) == 2 and paths[0] == paths[1] and "lean-shiv" in paths[0].split(",")[0], paths
