@@ -6,9 +6,10 @@ create → RUNNING time from a warm kernel (the agent's warm pool, `[agent.warm_
 workstation default) and cold (a second node with `python = 0`), the round trip of executing `print(1)`
 in a running session, and the idle RSS of the `bai node` process. Each figure is a ratio to `docker run` measured
 in the same run: `session run` (target <= 0.5x) and the warm create (<= 0.15x) to the docker runs interleaved with
-the `session run`s, the cold create (<= 1.0x) to a docker run just before each. Every run starts on a settled
-machine: the warm pool full again (its refill takes a container start, in the background), no container of a
-destroyed session or of a `docker run --rm` still being removed.
+the `session run`s, the cold create (<= 1.0x) to a docker run just before each; beside it, Docker's container
+start alone (`docker run -d`, at the same moments), and what is left of the cold create: bai's own. Every run starts
+on a settled machine: the warm pool full again (its refill takes a container start, in the background), no
+container of a destroyed session or of a `docker run --rm` still being removed.
 
 The CLI runs with bytecode as users have it (PYTHONDONTWRITEBYTECODE unset).
 
@@ -163,10 +164,19 @@ def main() -> None:
         node.stop()
     cold_node = start_node(config + "[agent.warm_pool]\npython = 0\n", args.backend)
     cold_docker_times: list[float] = []
+    start_times: list[float] = []  # Docker's container start alone: `docker run -d` returns once it started
+    start_cmd = ["docker", "run", "-d", "--network", "none", "--label", DOCKER_LABEL, args.image, "sleep", "60"]
 
-    def docker_then_settled() -> None:  # a docker run before each cold create: the pair of the same moment
+    def docker_then_settled() -> None:  # docker runs before each cold create: the pairs of the same moment
         settled(0)
         cold_docker_times.append(timed(docker_cmd, env, "42"))
+        settled(0)
+        begin = time.perf_counter()
+        started = subprocess.run(start_cmd, capture_output=True, text=True, env=env)
+        start_times.append(time.perf_counter() - begin)
+        if started.returncode != 0:
+            raise SystemExit(f"{' '.join(start_cmd)} failed: {started.stderr}")
+        subprocess.run(["docker", "rm", "-f", started.stdout.strip()], capture_output=True)
         settled(0)
 
     try:
@@ -199,6 +209,10 @@ def main() -> None:
           f"  (target <= {WARM_TARGET}x: {verdict(warm_ratio, WARM_TARGET)})")  # fmt: skip
     print(f"create -> RUNNING, cold (pool 0)     {cold_ms:.1f} ms = {cold_ratio:.2f}x docker run of the same moments"
           f" ({cold_docker_ms:.1f} ms)  (target <= {COLD_TARGET}x: {verdict(cold_ratio, COLD_TARGET)})")  # fmt: skip
+    if start_times:  # what of a cold create is bai's own: past Docker's start, the runner and the manager
+        start_ms = statistics.median(start_times) * 1000
+        print(f"  of which Docker's container start  {start_ms:.1f} ms (`docker run -d`, same moments); bai's own "
+              f"{cold_ms - start_ms:.1f} ms (the runner's start, the manager's create and round)")  # fmt: skip
     print(f"exec round trip print(1)             {median_ms(exec_times)}  (target <= 4 ms; open WebSocket)")
     print(f"  including the WebSocket handshake  {median_ms(exec_with_connect)}")
     print(
