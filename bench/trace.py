@@ -30,6 +30,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -110,6 +111,24 @@ class Outcome:
     core_seconds: float = 0.0
     waits: dict[int, list[float]] = field(default_factory=dict)
 
+    def account(self, job: Job, start: float, end: float, window: float) -> None:
+        """Count the GPU-seconds a session held between `start` and `end` that fall in the window (and its last
+        half: all users', the heavy user's)."""
+        begin, stop = max(start, 0.0), min(end, window)
+        if stop > begin:
+            self.used_gpu_seconds += job.gpus * (stop - begin)
+            late_begin = max(begin, window / 2)
+            if stop > late_begin:
+                self.all_late += job.gpus * (stop - late_begin)
+                if job.user == "heavy":
+                    self.heavy_late += job.gpus * (stop - late_begin)
+
+
+def could_start(free: Mapping[str, int], waiting: Iterable[Job]) -> bool:
+    """Whether some waiting session could fit some agent's free GPUs (when a round is worth running)."""
+    most = max(free.values())
+    return any(min(j.gpus, GPUS_PER_AGENT) <= most for j in waiting)
+
 
 def simulate(policy: str, jobs: list[Job], n_agents: int, window: float, group: ScalingGroup | None = None) -> Outcome:
     jobs = [replace(j, start=None) for j in jobs]
@@ -139,20 +158,6 @@ def simulate(policy: str, jobs: list[Job], n_agents: int, window: float, group: 
             step = t - usage_at
             usage[user] = usage[user] * factor + held.get(user, 0) * step * 2 ** (-step / 2 / HALF_LIFE)
         usage_at = t
-
-    def account(job: Job, start: float, end: float) -> None:
-        begin, stop = max(start, 0.0), min(end, window)
-        if stop > begin:
-            out.used_gpu_seconds += job.gpus * (stop - begin)
-            late_begin = max(begin, window / 2)
-            if stop > late_begin:
-                out.all_late += job.gpus * (stop - late_begin)
-                if job.user == "heavy":
-                    out.heavy_late += job.gpus * (stop - late_begin)
-
-    def could_start() -> bool:
-        most = max(free.values())
-        return any(min(j.gpus, GPUS_PER_AGENT) <= most for j in waiting.values())
 
     def round_at(t: float) -> None:
         now = T0 + timedelta(seconds=t)
@@ -215,15 +220,15 @@ def simulate(policy: str, jobs: list[Job], n_agents: int, window: float, group: 
                 decay_to(t)
                 job, where = running.pop(sid)
                 assert job.start is not None
-                account(job, job.start, t)
+                out.account(job, job.start, t, window)
                 for agent_id, n in where.items():
                     free[agent_id] += n
             changed = True
-        if changed and waiting and could_start():
+        if changed and waiting and could_start(free, waiting.values()):
             round_at(t)
     for job, _ in running.values():  # still running at the window's end
         assert job.start is not None
-        account(job, job.start, window)
+        out.account(job, job.start, window, window)
     largest = max(s for s, _ in SIZES)
     waits = list(out.waits.get(largest, []))
     waits += [window - j.arrival for j in waiting.values() if j.gpus == largest]

@@ -60,7 +60,7 @@ from bai.common.status import DEAD_STATUSES, SessionStatus  # noqa: E402
 from bai.node.manager.services.hubs import Subscription  # noqa: E402
 from bai.node.manager.state.records import Session  # noqa: E402
 from bench.figures import Figure, record  # noqa: E402
-from bench.trace import GPU, GPUS_PER_AGENT, SIZES, T0, USERS, Job, Outcome, make_trace, simulate  # noqa: E402
+from bench.trace import GPU, GPUS_PER_AGENT, SIZES, T0, USERS, Job, Outcome, could_start, make_trace, simulate  # noqa: E402
 from tests.harness import Harness  # noqa: E402
 
 HALF_LIFE = "12h"
@@ -134,20 +134,6 @@ async def replay(policy: str, jobs: list[Job], n_agents: int, window: float, bas
         events: list[tuple[float, int, str]] = [(j.arrival, 1, j.id) for j in jobs]  # (time, 0 end/1 arrival, id)
         heapq.heapify(events)
 
-        def account(job: Job, start: float, end: float) -> None:
-            begin, stop = max(start, 0.0), min(end, window)
-            if stop > begin:
-                out.used_gpu_seconds += job.gpus * (stop - begin)
-                late_begin = max(begin, window / 2)
-                if stop > late_begin:
-                    out.all_late += job.gpus * (stop - late_begin)
-                    if job.user == "heavy":
-                        out.heavy_late += job.gpus * (stop - late_begin)
-
-        def could_start() -> bool:
-            most = max(free.values())
-            return any(min(j.gpus, GPUS_PER_AGENT) <= most for j in waiting.values())
-
         async def end(sid: str) -> None:  # as DELETE /session/{id}: returns once it is TERMINATED
             await h.lifecycle.destroy(watch.rows[sid], False)
 
@@ -167,14 +153,14 @@ async def replay(policy: str, jobs: list[Job], n_agents: int, window: float, bas
                     await watch.until(ending, SessionStatus.TERMINATED)
                 for sid in ending:
                     job, start, where = running.pop(sid)
-                    account(job, start, t)
+                    out.account(job, start, t, window)
                     for agent_id, n in where.items():
                         free[agent_id] += n
                 for job_id in arriving:  # (in arrival order: the queue's order follows creation)
                     job = by_id[job_id]
                     row = await h.create(job.id, **session_shape(job), owner=keys[job.user], timeLimit=job.declared)
                     waiting[row.id] = job
-                if not (waiting and could_start()):
+                if not (waiting and could_start(free, waiting.values())):
                     continue
                 watch.drain()
                 watch.scheduled.clear()
@@ -204,7 +190,7 @@ async def replay(policy: str, jobs: list[Job], n_agents: int, window: float, bas
                     out.started += 1
                     heapq.heappush(events, (start + job.runs, 0, sid))
         for job, start, _ in running.values():  # still running at the window's end
-            account(job, start, window)
+            out.account(job, start, window, window)
     largest = max(s for s, _ in SIZES)
     waits = list(out.waits.get(largest, []))
     waits += [window - j.arrival for j in waiting.values() if j.gpus == largest]
