@@ -21,6 +21,8 @@ from bai.common.status import StatusInfo
 from bai.node.scheduler import snapshot as model
 from bai.node.scheduler.core import schedule
 from bai.node.scheduler.record import (
+    MAGIC,
+    _canonical_v1,
     canonical,
     decision_changes,
     decode,
@@ -362,7 +364,7 @@ def test_a_bench_snapshot_replays_to_the_same_decisions(policy: str) -> None:
 def test_ten_thousand_sessions_on_a_thousand_agents_stay_small() -> None:
     snap = build(10_000, 1_000, seed=7)
     data = encode(snap)
-    assert len(data) < 400_000  # 295 kB with zlib 9 (6.6 MB of canonical JSON)
+    assert len(data) < 400_000  # 352 kB with zlib 3 (a 5.4 MB form; format 1: 295 kB with zlib 9 of 6.6 MB)
     assert decode(data) == snap
     assert encode_and_digest(snap) == (data, digest(snap))
 
@@ -422,46 +424,105 @@ def test_classes_added_to_the_snapshot_module_are_recorded_with_no_change(monkey
     data = encode([probe, Decisions()])
     back = decode(data)
     assert back == [probe, Decisions()] and back[0].total == Decimal("3.5")
-    # an init=False field is set from the record, not recomputed
-    tree = json.loads(zlib.decompress(data))
-    tree[2][1][2]["total"] = ["D", "7"]
-    odd = decode(zlib.compress(json.dumps(tree).encode()))[0]
+    assert decode(encode(probe)) == probe
+    # a class with an init=False field is recorded in the tagged form, and the field is set from the record, not
+    # recomputed
+    header, tree = _parts(encode(probe))
+    assert header == {"class": None}
+    tree[2]["total"] = ["D", "7"]
+    odd = decode(_joined(header, tree))
     assert odd.total == Decimal(7) and odd.extra == probe.extra
 
 
-def _edit(data: bytes, edit: Any) -> bytes:
-    tree = json.loads(zlib.decompress(data))
-    edit(tree[2])
-    return zlib.compress(json.dumps(tree).encode())
+def _parts(data: bytes) -> tuple[Any, Any]:
+    """A format 2 record's header and body, as JSON."""
+    form = zlib.decompress(data)
+    assert form.startswith(MAGIC)
+    header, body = form[len(MAGIC) :].split(b"\n", 1)
+    return json.loads(header), json.loads(body)
+
+
+def _joined(header: Any, body: Any) -> bytes:
+    return zlib.compress(MAGIC + json.dumps(header).encode() + b"\n" + json.dumps(body).encode())
+
+
+def test_the_typed_form_of_a_round() -> None:
+    snap = replace(
+        base(), pending=tuple(base().pending), now=datetime(2026, 1, 2, 3, tzinfo=timezone(timedelta(hours=9)))
+    )
+    header, body = _parts(encode(snap))
+    assert header["class"] == "Snapshot" and header["tuples"] == ["pending", "running"]  # (running: its default ())
+    assert header["schema"]["PendingSession"][:3] == ["id", "name", "access_key"] and "Weights" in header["schema"]
+    assert body["now"] == "2026-01-02T03:00:00+09:00"
+    assert body["agents"][0]["capacity"] == {"cpu": "8", "cuda.device": "4", "mem": "34359738368"}
+    assert body["pending"][0]["vfolder_hosts"] == [] and body["pending"][0]["kernels"][0]["cluster_idx"] == 1
+    back = decode(encode(snap))
+    assert back == snap and type(back.pending) is tuple and type(back.agents) is list and type(back.running) is tuple
+    # what the typed form cannot carry exactly goes in the tagged form: a non-finite float (JSON has none), a list
+    # where the annotation says tuple
+    for odd in (
+        replace(snap, usage={"AK1": float("inf")}),
+        replace(snap, agents=[replace(snap.agents[0], gpu_free=[])]),
+    ):
+        assert _parts(encode(odd))[0] == {"class": None} and decode(encode(odd)) == odd
+    assert _parts(encode(schedule(build(50, 5, seed=1))))[0]["class"] == "Decisions"
+
+
+def test_a_record_of_format_1_still_decodes() -> None:
+    snap = replace(base(), pending=tuple(base().pending), usage={"AK2": float("inf")})
+    decisions = schedule(base())
+    for value in (snap, decisions, (Decimal("1.50"), frozenset({1, "1"}), {3: "x"}, timedelta(days=-1, seconds=5))):
+        old = zlib.compress(_canonical_v1(value))
+        assert zlib.decompress(old).startswith(b'["bai.scheduler.record",1,[')
+        assert decode(old) == value
+    literal = zlib.compress(
+        b'["bai.scheduler.record",1,["C","KernelRequest",{"cluster_idx":2,"cluster_role":"sub","kernel_id":"k1",'
+        b'"slots":["M",{"cpu":["D","1.50"]}]}]]'
+    )
+    assert decode(literal) == KernelRequest("k1", {"cpu": Decimal("1.50")}, "sub", 2)
+    assert str(decode(literal).slots["cpu"]) == "1.50"
 
 
 def test_a_record_older_than_a_field_gets_its_default_and_unknown_names_are_refused() -> None:
     session = PendingSession("s1", "one", "AK1", BATCH, "default", (), created_at=NOW, priority=50)
-    data = encode(session)
+    header, body = _parts(encode(session))
+    assert header["class"] == "PendingSession"
 
-    def drop_priority(tree: Any) -> None:
-        del tree[2]["priority"]
+    def edited(fields: list[str], values: dict[str, Any], name: str = "PendingSession") -> bytes:
+        return _joined({**header, "class": name, "schema": {"PendingSession": fields}}, values)
 
-    assert decode(_edit(data, drop_priority)) == replace(session, priority=10)
-
-    def add_field(tree: Any) -> None:
-        tree[2]["colour"] = "blue"
-
+    fields = header["schema"]["PendingSession"]
+    older = edited([f for f in fields if f != "priority"], {k: v for k, v in body.items() if k != "priority"})
+    assert decode(older) == replace(session, priority=10)
     with pytest.raises(ValueError, match="PendingSession has no field 'colour'"):
-        decode(_edit(data, add_field))
-
-    def rename_class(tree: Any) -> None:
-        tree[1] = "GoneSession"
-
+        decode(edited([*fields, "colour"], {**body, "colour": "blue"}))
     with pytest.raises(ValueError, match="no dataclass GoneSession"):
-        decode(_edit(data, rename_class))
-
-    def drop_id(tree: Any) -> None:
-        del tree[2]["id"]
-
+        decode(edited(fields, body, name="GoneSession"))
+    with pytest.raises(ValueError, match="no dataclass GoneKernel"):
+        decode(_joined({**header, "schema": {**header["schema"], "GoneKernel": ["id"]}}, body))
     with pytest.raises(ValueError, match="cannot rebuild PendingSession"):
-        decode(_edit(data, drop_id))
-    for garbage in (b"", b"not zlib", zlib.compress(b"[1, 2, 3]"), zlib.compress(b'["bai.scheduler.record", 99, 1]')):
+        decode(edited([f for f in fields if f != "id"], {k: v for k, v in body.items() if k != "id"}))
+    # the same in the tagged form
+    tagged = ["C", "PendingSession", {"id": "s1"}]
+    with pytest.raises(ValueError, match="cannot rebuild PendingSession"):
+        decode(_joined({"class": None}, tagged))
+    with pytest.raises(ValueError, match="PendingSession has no field 'colour'"):
+        decode(_joined({"class": None}, ["C", "PendingSession", {"colour": "blue"}]))
+    for garbage in (
+        b"",
+        b"not zlib",
+        zlib.compress(b"[1, 2, 3]"),
+        zlib.compress(b'["bai.scheduler.record", 99, 1]'),
+        zlib.compress(MAGIC),
+        zlib.compress(MAGIC + b"{}\n{}"),
+        zlib.compress(MAGIC + b'{"class":"Snapshot"}\n{}'),
+        zlib.compress(MAGIC + b'{"class":null}\n[1,'),
+        zlib.compress(MAGIC + b"\xff\n"),
+        _joined({**header, "tuples": ["kernels"]}, body),
+        _joined(header, {**body, "priority": "high"}),
+        _joined(header, {**body, "created_at": "yesterday"}),
+        _joined(header, [1]),
+    ):
         with pytest.raises(ValueError):
             decode(garbage)
     with pytest.raises(TypeError, match="cannot record a bytes"):
@@ -719,6 +780,9 @@ def test_running_sessions_and_preemptions_in_the_changes() -> None:
 
 
 def test_malformed_records_are_refused() -> None:
+    for tree in (["D"], ["D", "zz"], ["C", "Snapshot", {"now": 1}], ["Q", 1], {"a": 1}, ["M", []]):
+        with pytest.raises(ValueError, match="scheduler record"):
+            decode(zlib.compress(MAGIC + b'{"class":null}\n' + json.dumps(tree).encode()))
     for tree in (["D"], ["D", "zz"], ["C", "Snapshot", {"now": 1}], ["Q", 1], {"a": 1}, ["M", []]):
         with pytest.raises(ValueError, match="scheduler record"):
             decode(zlib.compress(json.dumps(["bai.scheduler.record", 1, tree]).encode()))
