@@ -2,7 +2,7 @@
 `bai node` wires them (the store in SQLite, lifecycle, the dispatcher's real round, fair share), simulated agents
 with fake NVIDIA GPUs, and a ManualClock, for the same trace under each policy, in one run.
 
-    .venv/bin/python bench/trace_harness.py [--sessions 2500] [--agents 32] [--seed 7] [--load 1.5] [--jobs N]
+    .venv/bin/python bench/trace_harness.py [--sessions 5000] [--agents 32] [--seed 7] [--load 1.5] [--jobs N]
 
 The trace is bench/trace.py's `make_trace`: the same sessions, users, sizes, durations and declared limits. Each
 user is a keypair (of a policy that limits nothing: no pending cap, no cap on session networks, as the pure
@@ -20,13 +20,13 @@ share with a 12 h half-life). Strict FIFO (Backend.AI's) is no policy of bai's, 
 (bench.trace.simulate) of the same trace in the same run, as do the pure simulation's figures for the two others,
 printed beside the harness's. The five runs are processes of their own (`--jobs`, default: the CPUs).
 
-Size: the default is 2500 sessions, not bench/trace.py's 5000. A dispatcher round through the harness stores the
-scheduler's note on every waiting session and reads every pending and holding session and kernel, so its cost
-grows with the queue, and the run's with the square of the sessions: on a 2-core machine 2500 sessions take 6 to 9
-minutes (as other work on it allows; the multifactor replay is the longest), 3000 10.5; with 5000 that replay alone
-ran 37 minutes (24 of CPU) without finishing (the database's thread, apply_round's writes first, is where most of it
-goes). The window is then about 28 h instead of 57 h, which the fair-share figure depends on (the pure simulation
-shows the same).
+Size: the default is bench/trace.py's 5000 sessions (57 h). A dispatcher round through the harness stores the
+scheduler's note on every waiting session and reads every pending and holding session and kernel, so its cost grows
+with the queue, and the run's with the square of the sessions: on a 2-core machine 5000 sessions take about 17
+minutes (2026-12-07: the multifactor replay 991 s, FIFO 461 s, side by side), 2500 about 5. The manager keeps no
+replay records here (`scheduler_rounds_kept = 0`): they change no decision, and each costs a snapshot's encoding.
+With fewer sessions the window is shorter (2500: 28 h), which the fair-share figure depends on: over 28 h the heavy
+user's share is 1.84x its fair share through the harness, 2.2x in the pure simulation.
 
 Where the harness and the pure simulation differ: with `fifo` they agree to the session. With `multifactor` the
 harness started fewer sessions, for two reasons. (1) Its agents report per-device GPU figures (`AgentState.gpu_free`),
@@ -35,8 +35,9 @@ bench found that bug, fixed in bai/node/scheduler/core.py (`select_for` -> `shor
 at rounds only: a session that ends between two rounds is not charged for its time since the last one (a node's
 dispatcher also runs a round at its 10 s tick, which bounds that; the harness runs none between events), where the
 pure simulation charges every session up to its end. That moves the fair-share factors by about 0.1 %, enough to
-swap two sessions of nearly equal score, after which the runs drift apart: 2500 sessions on 32 agents start 2030
-through the harness and 2109 in the pure simulation (2026-12-07), the heavy user's share 36.8 % and 44.3 %.
+swap two sessions of nearly equal score, after which the runs drift apart a little: of 5000 sessions on 32 agents,
+3971 start through the harness and 3943 in the pure simulation (2026-12-07), the heavy user's share 28.1 % and
+27.7 %.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ HALF_LIFE = "12h"
 WAIT = 60.0  # seconds (real) a placed session may take to run, a destroyed one to end: only bounds a bug
 HARNESS_POLICIES = {"fifo": "fifo", "backfill": "multifactor"}  # bench/trace.py's name -> bai's policy
 TASKS = [("harness", "backfill"), ("harness", "fifo"), ("pure", "strict-fifo"), ("pure", "backfill"), ("pure", "fifo")]
-DEFAULT_SESSIONS = 2500  # the largest that runs in about 10 minutes on 2 cores: see the docstring
+DEFAULT_SESSIONS = 5000  # bench/trace.py's trace (about 17 minutes on 2 cores: see the docstring)
 
 
 def session_shape(job: Job) -> dict[str, object]:
@@ -119,7 +120,8 @@ async def replay(policy: str, jobs: list[Job], n_agents: int, window: float, bas
     """The trace through the harness under bai's `policy`; the figures as bench.trace.simulate's."""
     config = {
         "scaling_groups": {"default": {"policy": policy}},
-        "manager": {"fair_share_half_life": HALF_LIFE},
+        # (no replay records: they change no decision, and cost each round a snapshot's encoding)
+        "manager": {"fair_share_half_life": HALF_LIFE, "scheduler_rounds_kept": 0},
     }
     out = Outcome(policy)
     by_id = {j.id: j for j in jobs}
