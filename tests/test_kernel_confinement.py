@@ -129,15 +129,22 @@ def test_kernels_have_no_capabilities_and_no_new_privileges(docker_node: Node) -
     assert status["nofile"] == 8192  # [agent] nofile
 
 
-def test_a_kernel_cannot_write_into_its_run_folder(docker_node: Node) -> None:
+def test_a_kernel_cannot_write_into_its_run_folder_nor_the_runner(docker_node: Node) -> None:
+    """The run folder (the agent's socket) and the runner's folder (its module and bytecode, one folder on the node
+    for every kernel) are mounted read-only: a kernel can change neither."""
     docker_node.cli("session", "create", "python", "--name", "confined", check=True)
+    lib = docker_node.state_dir / "runner" / "lib"
+    runner_files = {p: p.read_bytes() for p in sorted(lib.rglob("*")) if p.is_file()}
+    assert {p.name for p in runner_files} >= {"_bai_runner.py", "_bai_runner.cpython-311.pyc"}
     try:
         kid = docker_node.json("session", "info", "confined")["kernels"][0]["id"]
         kdir = docker_node.state_dir / "kernels" / kid
         before = sorted(p.name for p in (kdir / "run").iterdir())
         code = (
-            "import os\n"
-            "for path in ('/opt/bai/run/x', '/opt/bai/run/agent.sock.x', '/opt/bai/runner.py'):\n"
+            "import glob\n"
+            "paths = ['/opt/bai/run/x', '/opt/bai/run/agent.sock.x', '/opt/bai/lib/new.py']\n"
+            "paths += sorted(glob.glob('/opt/bai/lib/**/*.py*', recursive=True))\n"
+            "for path in paths:\n"
             "    try:\n"
             "        open(path, 'a').write('x' * 1000)\n"
             "        print('wrote', path)\n"
@@ -145,8 +152,14 @@ def test_a_kernel_cannot_write_into_its_run_folder(docker_node: Node) -> None:
             "        print('refused', path, e.strerror)\n"
         )
         out = docker_node.cli("session", "exec", "confined", "-c", code, check=True).stdout
-        assert out.count("refused") == 3 and out.count("/opt/bai/run/") == out.count("Read-only file system") == 2, out
+        lines = out.splitlines()
+        assert len(lines) == 3 + len(runner_files), out  # (each of the runner's files is there in the kernel)
+        # (the runner's files: their owner's, the node's, before the mount's own refusal)
+        assert all(line.startswith("refused") for line in lines), out
+        assert all(line.endswith(("Read-only file system", "Permission denied")) for line in lines), out
+        assert sum(line.endswith("Read-only file system") for line in lines) >= 3, out
         assert sorted(p.name for p in (kdir / "run").iterdir()) == before == ["agent.sock"]
+        assert {p: p.read_bytes() for p in sorted(lib.rglob("*")) if p.is_file()} == runner_files
         mkdir = docker_node.cli("session", "exec", "confined", "-c", "import os; os.mkdir('/opt/bai/run/d')")
         assert mkdir.returncode != 0 and "Read-only file system" in mkdir.stderr
     finally:
