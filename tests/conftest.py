@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -22,6 +23,13 @@ from tests.nodeproc import (
 # have bytecode, never do. (__pycache__ folders are ignored by git.)
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# Ctrl-C for the programs the tests start (a terminal's ^C, the official client interrupting its proxy): a run
+# started in the background by a shell without job control (`(pytest &)`, `nohup … &` from a script) has SIGINT
+# ignored, and every program started from it would inherit that and never see one (Python installs its
+# KeyboardInterrupt handler only where SIGINT is not ignored). A user's terminal gives programs SIGINT as it is.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # the modules whose tests drive the manager through tests/harness.py: each of their tests runs on both state
 # engines (SQLite, and a database of the tests' own PostgreSQL server: tests/pgserver.py)
