@@ -212,15 +212,23 @@ class Backfill:
             convert = self._table.convert
             found: list[tuple[float, int, dict[int, int]]] = []
             width = len(self.pool.capacity_of(0)) if len(self.pool) else 0  # (the slots the agents' rows have)
+            # what each agent holds, as the pool converted it (agent ids unique: the pool's agent n is this one)
+            occupied = self.pool.occupied_of if len(number) == len(self._agents) else None
             for agent in self._agents:
                 n = number.get(agent.id)
                 if n is not None and agent.ends:
-                    held = convert(agent.occupied, True)
+                    held = convert(agent.occupied, True) if occupied is None else occupied(n)
                     for when, slots in agent.ends:
                         # (no more than the agent holds, in slots its row has: an agent that shrank since its
-                        # kernels started has no room to give back beyond what it has)
-                        freed = {i: min(k, held.get(i, 0)) for i, k in convert(slots, True).items() if i < width}
-                        freed = {i: k for i, k in freed.items() if k > 0}
+                        # kernels started has no room to give back beyond what it has; held <= 0: nothing)
+                        freed: dict[int, int] = {}
+                        for i, k in convert(slots, True).items():
+                            if i < width:
+                                have = held.get(i, 0)
+                                if have < k:
+                                    k = have
+                                if k > 0:
+                                    freed[i] = k
                         found.append((max(0.0, (when - now).total_seconds()), n, freed))
             found.sort(key=_first)
             running = self._running = {}

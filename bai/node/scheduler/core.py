@@ -212,10 +212,13 @@ class _Round:
             while (session := queue.pop()) is not None:
                 queue.done(session, consider(session))
         elif policy == MULTIFACTOR:
-            requests: dict[int, Prepared] = {}  # by the session's identity: its request, prepared while scoring
-            ordered, factors = self.scorer(group, requests).order(sessions)
-            for session in ordered:
-                consider(session, requests.get(id(session)))
+            scorer = Scorer(group.weights, self.now, self.fair(), self.pool.capacity)
+            requests = self.prepare_all(sessions)
+            ordered, factors = scorer.order(sessions, [request.slots for request in requests])
+            for n in ordered:
+                session = sessions[n]
+                # (a session of several kernels: its per-kernel requests are prepared again, in `consider`)
+                consider(session, requests[n] if len(session.kernels) == 1 else None)
         else:
             for session in lifo_order(sessions) if policy == LIFO else fifo_order(sessions):
                 consider(session)
@@ -243,17 +246,23 @@ class _Round:
             self._fair = session_fair_factors(snapshot.usage, snapshot.shares, snapshot.project_usage, snapshot.pending)
         return self._fair
 
-    def scorer(self, group: ScalingGroup, requests: dict[int, Prepared]) -> Scorer:
+    def prepare_all(self, sessions: Sequence[PendingSession]) -> list[Prepared]:
+        """Each session's request, prepared (its kernels summed, for a session of several), in the sessions' order."""
         pool = self.pool
-
-        def request_of(session: PendingSession) -> Mapping[int, int]:
+        cache = pool.prepared
+        out: list[Prepared] = []
+        append = out.append
+        for session in sessions:
             kernels = session.kernels
             if len(kernels) == 1:
-                requests[id(session)] = prepared = pool.prepare(kernels[0].slots)
-                return prepared.slots
-            return self.prepare_each(kernels)[1].slots
-
-        return Scorer(group.weights, self.now, self.fair(), pool.capacity, request_of)
+                slots = kernels[0].slots
+                try:  # the pool's cache, looked up here: most requests repeat
+                    append(cache.get(tuple(slots.items())) or pool.prepare(slots))
+                except TypeError:  # an unhashable amount: prepare() says what is wrong with it
+                    append(pool.prepare(slots))
+            else:
+                append(self.prepare_each(kernels)[1])
+        return out
 
     def consider(self, session: PendingSession, prepared: Prepared | None = None) -> dict[int, int] | None:
         """Check and place one session; return what it was placed with, or None. `prepared`: its request, when it

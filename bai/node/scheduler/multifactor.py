@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
+from itertools import islice
 from math import isfinite, sqrt
-from operator import attrgetter, itemgetter
+from operator import attrgetter, eq
 
 from .snapshot import PRIORITY_MAX, PRIORITY_MIN, Factors, PendingSession, Weights
 
@@ -64,8 +65,8 @@ def session_fair_factors(
 
 
 class Scorer:
-    """Scores the sessions of one scaling group: `capacity` is the group's, per slot (the pool's ints), and `size_of`
-    gives a session's request in the same ints."""
+    """Scores the sessions of one scaling group: `capacity` is the group's, per slot (the pool's ints); a session's
+    request is given in the same ints."""
 
     def __init__(
         self,
@@ -73,13 +74,11 @@ class Scorer:
         now: datetime,
         fair: Mapping[tuple[str, str], float],  # by (access key, project id): `session_fair_factors`
         capacity: Mapping[int, int],
-        size_of: Callable[[PendingSession], Mapping[int, int]],
     ) -> None:
         self.weights = weights
         self.now = now
         self.fair = fair
         self.capacity = capacity
-        self.size_of = size_of
         self._sizes: dict[int, float] = {}  # by the request's identity (prepared requests are shared)
 
     def size(self, request: Mapping[int, int]) -> float:
@@ -95,35 +94,40 @@ class Scorer:
             self._sizes[key] = size = min(size, 1.0)
         return size
 
-    def factors(self, session: PendingSession) -> Factors:
-        return Factors(*self._parts(session))
+    def factors(self, session: PendingSession, request: Mapping[int, int]) -> Factors:
+        return Factors(*self._parts(session, request))
 
-    def _parts(self, session: PendingSession) -> tuple[float, float, float, float, float]:
+    def _parts(self, session: PendingSession, request: Mapping[int, int]) -> tuple[float, float, float, float, float]:
+        """The factors and the score, plainly (`order` works out the same floats faster)."""
         w = self.weights
         p = (min(max(session.priority, PRIORITY_MIN), PRIORITY_MAX) - PRIORITY_MIN) / (PRIORITY_MAX - PRIORITY_MIN)
         f = self.fair.get((session.access_key, session.project_id), 1.0)
         waited = (self.now - session.created_at).total_seconds()
         a = 0.0 if waited <= 0 or w.max_age <= 0 else min(waited / w.max_age, 1.0)
-        s = self.size(self.size_of(session))
+        s = self.size(request)
         return p, f, a, s, w.priority * p + w.fair_share * f + w.age * a + w.size * s
 
-    def order(self, sessions: Sequence[PendingSession]) -> tuple[list[PendingSession], Mapping[str, Factors]]:
-        """The sessions by score, highest first (ties: FIFO), and each one's factors by id (made when looked up).
+    def order(
+        self, sessions: Sequence[PendingSession], requests: Sequence[Mapping[int, int]]
+    ) -> tuple[list[int], Mapping[str, Factors]]:
+        """The sessions' positions in `sessions` by score, highest first (ties: FIFO), and each one's factors by id
+        (made when looked up). `requests[n]` is the request of `sessions[n]`.
 
         Each score is `_parts`'s, term by term in the same order (so the same float), but the priority and
         fair-share terms, alike for all the sessions of one keypair, project and priority, are worked out once for
-        them, and
-        the size once per request (prepared requests are shared); then one sort on (-score, created_at, id, the
-        caller's position), which orders as stable sorts on each key would."""
+        them, and the size once per request (prepared requests are shared). The order is that of one sort on
+        (-score, created_at, id, position), got by a sort on -score alone (floats compare much faster than tuples),
+        then, only where scores are equal, by the rest (`_break_ties`)."""
         w = self.weights
         wp, wf, wa, ws, max_age = w.priority, w.fair_share, w.age, w.size, w.max_age
-        now, fair, size_of, sizes = self.now, self.fair, self.size_of, self._sizes
+        now, fair, sizes = self.now, self.fair, self._sizes
         aging = not max_age <= 0  # (a NaN max_age ages: to NaN, as `_parts`)
         heads: dict[tuple[int, str, str], float] = {}  # (priority, access key, project) -> wp * p + wf * f
         parts: dict[tuple[int, str, str], tuple[float, float]] = {}  # (priority, access key, project) -> (p, f)
-        keyed: list[_Keyed] = []
-        append = keyed.append
-        for n, session in enumerate(sessions):
+        keys: list[float] = []  # per position: -score
+        ages: list[float] = []  # per position: the age factor
+        size_at: list[float] = []  # per position: the size factor
+        for session, request in zip(sessions, requests):  # noqa: B905 (same lengths; strict=True is slower)
             pair = (session.priority, session.access_key, session.project_id)
             head = heads.get(pair)
             if head is None:
@@ -131,66 +135,94 @@ class Scorer:
                 f = fair.get((pair[1], pair[2]), 1.0)
                 parts[pair] = p, f
                 head = heads[pair] = wp * p + wf * f
-            created = session.created_at
-            waited = (now - created).total_seconds()
+            waited = (now - session.created_at).total_seconds()
             if waited <= 0 or not aging:
                 a = 0.0
             else:
                 a = waited / max_age
                 if a > 1.0:  # (as min(a, 1.0))
                     a = 1.0
-            request = size_of(session)
             s = sizes.get(id(request))
             if s is None:
                 s = self.size(request)
-            append((-(head + wa * a + ws * s), created, session.id, n, session, s, a))
-        by_id = {item[2]: item for item in keyed}  # (in the caller's order: of two sessions of one id, the last)
+            keys.append(-(head + wa * a + ws * s))
+            ages.append(a)
+            size_at.append(s)
+        # by id, the position (of two sessions of one id, the last: as a dict built in the caller's order)
+        by_id = dict(zip(map(_id, sessions), range(len(sessions))))  # noqa: B905 (one id per session)
+        factors = _Lazy(sessions, by_id, parts, keys, ages, size_at)
         if (
-            len(by_id) < len(keyed)
+            len(by_id) < len(keys)
             or not all(map(isfinite, (wp, wf, wa, ws)))
             or max_age != max_age
             or any(h != h for h in heads.values())
         ):  # an id twice, or odd weights or usage (a NaN score does not order): as `_parts` and stable sorts do
-            return self._order_by_parts(sessions, by_id), _Lazy(by_id, parts)
-        keyed.sort()  # (positions differ: the sessions themselves are never compared)
-        return list(map(_session, keyed)), _Lazy(by_id, parts)
+            return self._order_by_parts(sessions, by_id, keys), factors
+        ordered = sorted(range(len(keys)), key=keys.__getitem__)
+        _break_ties(ordered, keys, sessions)
+        return ordered, factors
 
     @staticmethod
-    def _order_by_parts(sessions: Sequence[PendingSession], by_id: dict[str, _Keyed]) -> list[PendingSession]:
+    def _order_by_parts(sessions: Sequence[PendingSession], by_id: dict[str, int], keys: list[float]) -> list[int]:
         """`order` the plain way: stable sorts on one key each, the last by each id's score (that of the last
         session of the id)."""
-        ordered = sorted(sessions, key=_id)
-        ordered.sort(key=_created_at)
-        ordered.sort(key=lambda s: by_id[s.id][0])  # (-score; stable: equal scores keep the FIFO order)
+        ordered = sorted(range(len(sessions)), key=lambda n: sessions[n].id)
+        ordered.sort(key=lambda n: sessions[n].created_at)
+        ordered.sort(key=lambda n: keys[by_id[sessions[n].id]])  # (-score; stable: equal scores keep the FIFO order)
         return ordered
 
 
-# (-score, created_at, id, position in the caller's sequence, session, size factor, age factor): how
-# `Scorer.order` sorts the sessions (by the first four: the positions differ)
-_Keyed = tuple[float, datetime, str, int, PendingSession, float, float]
-_session = itemgetter(4)
+def _break_ties(ordered: list[int], keys: list[float], sessions: Sequence[PendingSession]) -> None:
+    """`ordered` (positions sorted by `keys`, stably) as sorted by (key, created_at, id, position): each run of equal
+    keys sorted by the rest. Scores seldom tie (the age differs by the second), so runs are looked for only when some
+    neighbours are equal."""
+    ranked = list(map(keys.__getitem__, ordered))
+    if not any(map(eq, ranked, islice(ranked, 1, None))):
+        return
+    end = len(ranked)
+    i = 0
+    while i < end:
+        j = i + 1
+        while j < end and ranked[j] == ranked[i]:
+            j += 1
+        if j - i > 1:  # (the positions within the run ascend: the sort was stable)
+            ordered[i:j] = sorted(ordered[i:j], key=lambda n: (sessions[n].created_at, sessions[n].id))
+        i = j
+
+
 _id = attrgetter("id")
-_created_at = attrgetter("created_at")
 
 
 class _Lazy(dict[str, Factors]):
     """Factors by session id, each made the first time it is asked for (most sessions are placed: never asked), from
     what `Scorer.order` worked out: the same floats as `Scorer._parts` (the score: the sort key's, negated back)."""
 
-    def __init__(self, by_id: dict[str, _Keyed], parts: dict[tuple[int, str, str], tuple[float, float]]) -> None:
+    def __init__(
+        self,
+        sessions: Sequence[PendingSession],
+        by_id: dict[str, int],
+        parts: dict[tuple[int, str, str], tuple[float, float]],
+        keys: list[float],
+        ages: list[float],
+        sizes: list[float],
+    ) -> None:
         super().__init__()
-        self.by_id = by_id
+        self.sessions = sessions
+        self.by_id = by_id  # session id -> its position in `sessions` and in the lists below
         self.parts = parts  # (priority, access key, project id) -> (p, f)
+        self.negated = keys  # per position: -score
+        self.ages = ages
+        self.sizes = sizes
 
     def get(self, key: str, default: Factors | None = None) -> Factors | None:  # type: ignore[override]
         found = super().get(key)
         if found is None:
-            item = self.by_id.get(key)
-            if item is None:
+            n = self.by_id.get(key)
+            if n is None:
                 return default
-            session = item[4]
+            session = self.sessions[n]
             p, f = self.parts[session.priority, session.access_key, session.project_id]
-            a, s, score = item[6], item[5], -item[0]
+            a, s, score = self.ages[n], self.sizes[n], -self.negated[n]
             if _BY_SLOTS:  # Factors(p, f, a, s, score), without the frozen dataclass's __init__
                 found = _new_object(Factors)
                 _set_priority(found, p)

@@ -412,6 +412,7 @@ class AgentPool:
         self.types: list[frozenset[int]] = []
         self.capacity: dict[int, int] = {}  # group total, for DRF
         self._capacities: list[list[int]] = []
+        self._occupied: list[dict[int, int]] = [occupied for _, occupied in converted]
         for capacity, occupied in converted:
             self._capacities.append([max(0, capacity.get(i, 0)) for i in range(width)])
             room = [0] * width
@@ -632,6 +633,11 @@ class AgentPool:
     def capacity_of(self, agent: int) -> list[int]:
         """The agent's whole capacity per slot index (ints)."""
         return list(self._capacities[agent])
+
+    def occupied_of(self, agent: int) -> dict[int, int]:
+        """What the agent held when the round began, per slot index (ints, as converted: amounts <= 0 too); not to be
+        changed."""
+        return self._occupied[agent]
 
     def remaining(self, agent: int) -> list[int]:
         """The agent's remaining room per slot index (ints, as the table scales them)."""
