@@ -97,6 +97,9 @@ class Backfill:
         self.on: dict[int, list[Hold]] = {}  # agent -> its holds
         self.first_start: dict[int, float] = {}  # agent -> when its first hold starts
         self.actual: dict[int, list[int]] = {}  # agent -> what it has free now (agents of holds: the pool has less)
+        # whether `placed` records the ends of the sessions placed now (only while more reservations may be made:
+        # only `reserve` reads them); with no holds on its agent either, `placed` has nothing to do
+        self.recording = depth > 0
 
     @property
     def wants_more(self) -> bool:
@@ -109,7 +112,7 @@ class Backfill:
 
         `slots` is kept as it is (not copied): the caller must not change it afterwards (prepared requests never
         change). Its end is only kept while reservations may still be made: only `reserve` reads it."""
-        if end < INFINITE and len(self.holds) < self.depth:
+        if end < INFINITE and self.recording:
             ended = self._placed.get(end)
             if ended is None:
                 self._placed[end] = [(agent, slots)]
@@ -194,6 +197,7 @@ class Backfill:
             self.on.setdefault(agent, []).append(hold)
             self.first_start[agent] = min(self.first_start.get(agent, INFINITE), hold.start)
         self.holds.append(hold)
+        self.recording = len(self.holds) < self.depth
         self.latest_start = max(self.latest_start, hold.start)
         for agent in need:
             self._sync(agent)

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from decimal import Decimal
+from operator import attrgetter
 
 from bai.common.gpus import describe_shortage as gpu_shortage
 from bai.common.gpus import pack as gpu_pack
@@ -90,6 +92,7 @@ _NO_AVAILABLE_INSTANCES = StatusInfo.NO_AVAILABLE_INSTANCES
 _PASSED = {name: PredicateResult(name, True) for name in PREDICATES}
 _ALL_PASSED = tuple(_PASSED.values())
 _ZERO = Decimal(0)
+_scaling_group = attrgetter("scaling_group")
 
 # Placements are built through their slots: the frozen dataclass's __init__ sets each field with
 # object.__setattr__, which takes about twice as long, and a round makes thousands of them.
@@ -97,6 +100,49 @@ _new_object = object.__new__
 # (the slots' member descriptors, read from the class's __dict__: `Placement.session_id` reads the same object)
 _set_session_id: Callable[[Placement, str], None] = vars(Placement)["session_id"].__set__
 _set_agents: Callable[[Placement, Mapping[str, str]], None] = vars(Placement)["agents"].__set__
+
+
+def _new_pending(
+    session_id: str,
+    status_info: str,
+    msg: str,
+    predicates: tuple[PredicateResult, ...],
+    position: int,
+    retries: int,
+    factors: Factors | None,
+    reservation: Reservation | None,
+    preempting: tuple[str, ...],
+) -> Pending:
+    """`Pending(...)` through its slots, as Placements are (about half the time; a round may leave thousands
+    waiting); only while these are all its fields, in this order (`_PENDING_BY_SLOTS`)."""
+    pending = _new_object(Pending)
+    _pending_setters[0](pending, session_id)
+    _pending_setters[1](pending, status_info)
+    _pending_setters[2](pending, msg)
+    _pending_setters[3](pending, predicates)
+    _pending_setters[4](pending, position)
+    _pending_setters[5](pending, retries)
+    _pending_setters[6](pending, factors)
+    _pending_setters[7](pending, reservation)
+    _pending_setters[8](pending, preempting)
+    return pending
+
+
+_PENDING_FIELDS = (
+    "session_id",
+    "status_info",
+    "msg",
+    "predicates",
+    "position",
+    "retries",
+    "factors",
+    "reservation",
+    "preempting",
+)
+_PENDING_BY_SLOTS = tuple(f.name for f in fields(Pending)) == _PENDING_FIELDS
+_pending_setters: list[Callable[[Pending, object], None]] = (
+    [vars(Pending)[name].__set__ for name in _PENDING_FIELDS] if _PENDING_BY_SLOTS else []
+)
 
 
 def schedule(snapshot: Snapshot) -> Decisions:
@@ -132,6 +178,8 @@ class _Round:
         self.table = table
         self.quotas: dict[str, KeypairQuota] = {}
         self.project_quotas: dict[str, ProjectQuota] = {}
+        self.by_project = bool(snapshot.projects)  # whether projects', domains' limits are checked at all
+        self.by_domain = bool(snapshot.domains)
         self.domain_quotas: dict[str, ProjectQuota] = {}
         self.decisions = Decisions()
         # per group, filled while considering; turned into `Pending` with positions at the end
@@ -139,7 +187,8 @@ class _Round:
             tuple[PendingSession, str, str, tuple[PredicateResult, ...], Reservation | None, tuple[str, ...]]
         ] = []
         self.backfill: Backfill | None = None  # the group's reservations (policies with backfill)
-        self.current: tuple[Prepared, list[Prepared] | None] | None = None  # the request being considered
+        # the request being considered, set before anything that may call `no_room` (which reads it)
+        self.current: tuple[Prepared, list[Prepared] | None] | None = None
         self.short = False  # select_for's agent is a backfill short fit (the caller does not reserve pool room)
         self._fair: dict[tuple[str, str], float] | None = None
 
@@ -166,7 +215,7 @@ class _Round:
 
     def run(self) -> Decisions:
         pending = self.snapshot.pending
-        names = {session.scaling_group for session in pending}
+        names = set(map(_scaling_group, pending))
         sessions: dict[str, list[PendingSession]]
         if len(names) == 1:  # the usual case: one scaling group
             sessions = {names.pop(): list(pending)}
@@ -223,9 +272,10 @@ class _Round:
             for session in lifo_order(sessions) if policy == LIFO else fifo_order(sessions):
                 consider(session)
         out = self.decisions.pending
+        pending = _new_pending if _PENDING_BY_SLOTS else Pending
         for position, (session, info, msg, results, reservation, preempting) in enumerate(self.left, 1):
             out.append(
-                Pending(
+                pending(
                     session.id,
                     info,
                     msg,
@@ -286,8 +336,8 @@ class _Round:
             per_kernel, prepared = self.prepare_each(kernels)
         access_key = session.access_key
         quota = self.quotas.get(access_key) or self.quota(access_key)
-        project = self.project_quota(session.project_id) if self.snapshot.projects else None
-        domain = self.domain_quota(session.domain_name) if self.snapshot.domains else None
+        project = self.project_quota(session.project_id) if self.by_project else None
+        domain = self.domain_quota(session.domain_name) if self.by_domain else None
         if (
             waiting is not None
             or (project is not None and project.limited)
@@ -313,9 +363,9 @@ class _Round:
         pool = self.pool
         total = prepared.slots
         backfill = self.backfill
-        self.current = (prepared, per_kernel)
         if per_kernel is None:
             if session.vfolder_hosts or self.gpu_figures or self.table.saw_infinity:
+                self.current = (prepared, per_kernel)  # (for `no_room`)
                 agent = self.select_for(session, prepared)  # may choose another agent than the policy's
                 if agent is None:
                     return None
@@ -328,12 +378,14 @@ class _Round:
                 if agent is None:
                     end = INFINITE if session.duration is None else session.duration
                     if backfill is None or not backfill.holds or (agent := backfill.short_fit(total, end)) is None:
+                        self.current = (prepared, per_kernel)  # (for `no_room`)
                         self.no_room(session, pool.explain(prepared))
                         return None
-            if backfill is not None:
+            if backfill is not None and (backfill.recording or agent in backfill.on):  # (else `placed` does nothing)
                 backfill.placed(agent, total, INFINITE if session.duration is None else session.duration)
             mapping = {kernels[0].kernel_id: pool.ids[agent]}
         else:
+            self.current = (prepared, per_kernel)  # (for `no_room`)
             placed = self.place_kernels(session, prepared, per_kernel)
             if placed is None:
                 return None
@@ -591,7 +643,16 @@ class _Round:
         return None
 
     def no_room(self, session: PendingSession, msg: str) -> None:
-        never = self.never_fits(session) if session.kernels else None
+        current = self.current
+        # one kernel: whether it fits the largest agent is the same for every equal request (kept on the prepared
+        # one); the message, which shows the session's own amounts, is made each time
+        single = current is not None and current[1] is None and len(session.kernels) == 1
+        if single and current is not None and current[0].within_largest:
+            never = None
+        else:
+            never = self.never_fits(session) if session.kernels else None
+            if single and never is None and current is not None:
+                current[0].within_largest = True
         if never is not None:
             msg = never
         if not self.known_group and not len(self.pool):

@@ -53,11 +53,11 @@ class Prepared:
     aligned with `shape`. The rest are memos: `plan` (the pool's, see `AgentPool.select`),
     `failed_at` (the pool's release count when it last found no agent), `explained` (the pool's
     change count and `explain`'s answer then), `deltas` (per shape index, how reserving it changes
-    an agent's key) and `meets` (the caller's: the core keeps there whether the request meets an
-    image's minimum).
+    an agent's key), `meets` and `within_largest` (the caller's: the core keeps there whether the
+    request meets an image's minimum, and that it fits the group's largest agent).
     """
 
-    __slots__ = ("slots", "shape", "amounts", "plan", "failed_at", "explained", "deltas", "meets")
+    __slots__ = ("slots", "shape", "amounts", "plan", "failed_at", "explained", "deltas", "meets", "within_largest")
 
     def __init__(self, slots: dict[int, int], shape: tuple[int, ...], amounts: tuple[int, ...]) -> None:
         self.slots = slots
@@ -68,6 +68,7 @@ class Prepared:
         self.explained: tuple[int, str] | None = None
         self.deltas: dict[_ShapeIndex, int] = {}
         self.meets: dict[int, bool] = {}
+        self.within_largest = False
 
 
 # Stand-in for an infinite amount (Decimal("Infinity") capacity or request).
