@@ -19,7 +19,13 @@ The policies, each on the same trace:
 A round runs when something arrived or ended and some waiting session could fit some agent. Printed: each
 policy's GPU utilisation over the window, the longest wait of the 32-GPU sessions (those still waiting at the end
 count from their arrival to the end), the heavy user's share of GPU-hours in the window's last half, and the
-figures against their targets.
+figures against their targets. Beside them, for reading other traces (`--load`, `--seed`, `--agents`): each size's
+longest wait under each policy (is a size starved, or is the cluster merely overloaded?), and per user under
+backfill what it asked of the last half (its sessions' GPU-hours there had each started on arrival), its max-min
+fair share of that (water-filling: a user asking less than an equal part gets what it asks, the others split the
+rest), what it got and its waits. The issue's figure divides by an equal fifth; where the light users ask less than
+their fifth (`--load 1.0`), no scheduler that leaves no GPU idle can hold the heavy user to 1.5x of it, and the
+heavy user's share against its max-min fair share says whether it got more than its due.
 """
 
 from __future__ import annotations
@@ -109,7 +115,10 @@ class Outcome:
     started: int = 0
     rounds: int = 0
     core_seconds: float = 0.0
-    waits: dict[int, list[float]] = field(default_factory=dict)
+    waits: dict[int, list[float]] = field(default_factory=dict)  # size -> waits (censored at the window's end)
+    user_waits: dict[str, list[float]] = field(default_factory=dict)  # user -> waits (censored likewise)
+    never_started: dict[str, int] = field(default_factory=dict)  # user -> sessions still waiting at the end
+    user_late: dict[str, float] = field(default_factory=dict)  # user -> GPU-seconds in the window's last half
 
     def account(self, job: Job, start: float, end: float, window: float) -> None:
         """Count the GPU-seconds a session held between `start` and `end` that fall in the window (and its last
@@ -120,6 +129,7 @@ class Outcome:
             late_begin = max(begin, window / 2)
             if stop > late_begin:
                 self.all_late += job.gpus * (stop - late_begin)
+                self.user_late[job.user] = self.user_late.get(job.user, 0.0) + job.gpus * (stop - late_begin)
                 if job.user == "heavy":
                     self.heavy_late += job.gpus * (stop - late_begin)
 
@@ -204,6 +214,7 @@ def simulate(policy: str, jobs: list[Job], n_agents: int, window: float, group: 
                 assert free[agent_id] >= 0, (agent_id, sid)
             running[sid] = (job, where)
             out.waits.setdefault(job.gpus, []).append(t - job.arrival)
+            out.user_waits.setdefault(job.user, []).append(t - job.arrival)
             out.started += 1
             heapq.heappush(events, (t + job.runs, 0, sid))
 
@@ -229,11 +240,42 @@ def simulate(policy: str, jobs: list[Job], n_agents: int, window: float, group: 
     for job, _ in running.values():  # still running at the window's end
         assert job.start is not None
         out.account(job, job.start, window, window)
+    for job in waiting.values():  # never started: their waits count until the window's end
+        out.waits.setdefault(job.gpus, []).append(window - job.arrival)
+        out.user_waits.setdefault(job.user, []).append(window - job.arrival)
+        out.never_started[job.user] = out.never_started.get(job.user, 0) + 1
     largest = max(s for s, _ in SIZES)
-    waits = list(out.waits.get(largest, []))
-    waits += [window - j.arrival for j in waiting.values() if j.gpus == largest]
-    out.largest_wait = max(waits, default=0.0)
+    out.largest_wait = max(out.waits.get(largest, []), default=0.0)
     return out
+
+
+def late_demand(jobs: Iterable[Job], window: float) -> dict[str, float]:
+    """Each user's GPU-seconds in the window's last half were each session started on arrival: what they ask of
+    that half, whatever the policy."""
+    demand = dict.fromkeys(USERS, 0.0)
+    for job in jobs:
+        begin, stop = max(job.arrival, window / 2), min(job.arrival + job.runs, window)
+        if stop > begin:
+            demand[job.user] += job.gpus * (stop - begin)
+    return demand
+
+
+def max_min_shares(demand: Mapping[str, float], capacity: float) -> dict[str, float]:
+    """Max-min fair shares (water-filling) of `capacity` among users asking `demand`: a user asking less than an
+    equal part gets what it asks, the rest is split equally among the others. Fractions of what is handed out."""
+    given: dict[str, float] = {}
+    left = capacity
+    order = sorted(demand, key=lambda u: demand[u])
+    for k, user in enumerate(order):
+        given[user] = min(demand[user], left / (len(order) - k))
+        left -= given[user]
+    total = sum(given.values())
+    return {u: (g / total if total else 0.0) for u, g in given.items()}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 def main() -> None:
@@ -274,6 +316,34 @@ def main() -> None:
     fair = 1 / len(USERS)
     bf = results["backfill"]
     heavy_share = bf.heavy_late / bf.all_late if bf.all_late else 0.0
+    print("\nlongest wait by size (h; sessions never started count until the window's end):")
+    sizes = [s for s, _ in SIZES]
+    print(f"{'':<12} " + " ".join(f"{s:>3} GPU" for s in sizes))
+    for policy, r in results.items():
+        print(f"{policy:<12} " + " ".join(f"{max(r.waits.get(s, [0.0])) / 3600:7.1f}" for s in sizes))
+    demand = late_demand(jobs, window)
+    shares = max_min_shares(demand, total / 2)
+    asked = sum(demand.values())
+    print(
+        "\nbackfill, by user (last half: GPU-hours asked were each session started on arrival, shares of what ran; "
+        "waits in h):"
+    )
+    print(f"{'user':<6} {'sessions':>8} {'asked':>7} {'max-min':>8} {'got':>7} {'mean wait':>10} {'p90 wait':>9} "
+          f"{'longest':>8} {'never started':>14}")  # fmt: skip
+    for user in USERS:
+        waits = bf.user_waits.get(user, [])
+        got = bf.user_late.get(user, 0.0) / bf.all_late if bf.all_late else 0.0
+        print(
+            f"{user:<6} {len(waits):>8} {demand[user] / asked:>7.1%} {shares[user]:>8.1%} {got:>7.1%} "
+            f"{sum(waits) / len(waits) / 3600 if waits else 0.0:>10.2f} {percentile(waits, 0.9) / 3600:>9.2f} "
+            f"{max(waits, default=0.0) / 3600:>8.1f} {bf.never_started.get(user, 0):>14}"
+        )
+    print(
+        f"the heavy user's share (last half) against its max-min fair share given what each user asked: "
+        f"{heavy_share / shares['heavy']:.2f}x (the figure below divides by an equal fifth)\n"
+        if shares["heavy"]
+        else ""
+    )
     figures = [
         Figure("GPU utilisation, backfill", util("backfill"), "x", "strict FIFO", util("strict-fifo"), ">= 1.15x",
                util("backfill") >= 1.15 * util("strict-fifo")),

@@ -22,8 +22,9 @@ printed beside the harness's. The five runs are processes of their own (`--jobs`
 
 Size: the default is bench/trace.py's 5000 sessions (57 h). A dispatcher round through the harness stores the
 scheduler's note on every waiting session and reads every pending and holding session and kernel, so its cost grows
-with the queue, and the run's with the square of the sessions: on a 2-core machine 5000 sessions take about 17
-minutes (2026-12-07: the multifactor replay 991 s, FIFO 461 s, side by side), 2500 about 5. The manager keeps no
+with the queue, and the run's with the square of the sessions: on a 2-core machine 5000 sessions take about 9
+minutes (2026-12-07, 16 reservations: the multifactor replay 538 s, FIFO 237 s, side by side; 17 minutes earlier that
+day, with 4 reservations and a slower core), 2500 about 5. The manager keeps no
 replay records here (`scheduler_rounds_kept = 0`): they change no decision, and each costs a snapshot's encoding.
 With fewer sessions the window is shorter (2500: 28 h), which the fair-share figure depends on: over 28 h the heavy
 user's share is 1.84x its fair share through the harness, 2.2x in the pure simulation.
@@ -36,8 +37,8 @@ at rounds only: a session that ends between two rounds is not charged for its ti
 dispatcher also runs a round at its 10 s tick, which bounds that; the harness runs none between events), where the
 pure simulation charges every session up to its end. That moves the fair-share factors by about 0.1 %, enough to
 swap two sessions of nearly equal score, after which the runs drift apart a little: of 5000 sessions on 32 agents,
-3971 start through the harness and 3943 in the pure simulation (2026-12-07), the heavy user's share 28.1 % and
-27.7 %.
+3535 start through the harness and 3544 in the pure simulation (2026-12-07), the heavy user's share 22.1 % and
+23.1 %.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ HALF_LIFE = "12h"
 WAIT = 60.0  # seconds (real) a placed session may take to run, a destroyed one to end: only bounds a bug
 HARNESS_POLICIES = {"fifo": "fifo", "backfill": "multifactor"}  # bench/trace.py's name -> bai's policy
 TASKS = [("harness", "backfill"), ("harness", "fifo"), ("pure", "strict-fifo"), ("pure", "backfill"), ("pure", "fifo")]
-DEFAULT_SESSIONS = 5000  # bench/trace.py's trace (about 17 minutes on 2 cores: see the docstring)
+DEFAULT_SESSIONS = 5000  # bench/trace.py's trace (about 9 minutes on 2 cores: see the docstring)
 
 
 def session_shape(job: Job) -> dict[str, object]:

@@ -70,9 +70,12 @@ POLICIES = (FIFO, LIFO, DRF, MULTIFACTOR)
 PRIORITY_MIN = 0
 PRIORITY_MAX = 100
 PRIORITY_DEFAULT = 10
-# reservations of a multifactor scaling group: with 1, a heavy user's small sessions took 40 % of a contended
-# cluster's GPU-hours where its fair share was 20 %; with 4, 25 % (bench/trace.py)
-DEFAULT_RESERVATIONS = 4
+# reservations of a multifactor scaling group (Slurm's backfill plans a start for far more: bf_max_job_test). A session
+# beyond them has no protection, and small ones fill every gap before it: with 4, on bench/trace.py's trace at load
+# 1.0, the heavy user's 4-GPU sessions stopped starting for their last 26 h while its 1-GPU ones waited under 1 h;
+# with 16 the longest 4-GPU wait is 14.8 h, the heavy user's share at load 1.5 1.16x its fair share instead of
+# 1.38x, utilisation 1 % lower; 64 evens the sizes' waits out further at 2-3x the core's time per round
+DEFAULT_RESERVATIONS = 16
 
 # preemption (per scaling group, off by default; Backend.AI's names): which running sessions go first among those of
 # the same (lowest) priority
