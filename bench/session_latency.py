@@ -69,14 +69,17 @@ def warm_ready(node, image: str, want: int, timeout: float = 30.0) -> None:
 
 async def api_figures(
     env: dict[str, str], runs: int, between=lambda: None, exec_round_trips: bool = True
-) -> tuple[list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Creates' times; and in the first session, interleaved: a streaming execute's round trip on an open
+    WebSocket, the same with its handshake, and Backend.AI's polling execute (a POST in query mode, then continue
+    until finished) over the client's kept-alive HTTP connection."""
     os.environ.update(env)
     from bai.client import Client
     from bai.common import credentials
 
     creds = credentials.load()
     assert creds is not None
-    create_times, exec_times, exec_with_connect = [], [], []
+    create_times, exec_times, exec_with_connect, exec_polling = [], [], [], []
     async with Client(creds) as c:
         for i in range(runs):
             await asyncio.to_thread(between)
@@ -96,8 +99,16 @@ async def api_figures(
                         done = time.perf_counter()
                         exec_times.append(done - t0)
                         exec_with_connect.append(done - connect)
+                    t0 = time.perf_counter()
+                    body = {"mode": "query", "code": "print(1)", "runId": None, "options": {}}
+                    result = (await c.request("POST", f"/session/{created['sessionId']}", json_body=body))["result"]
+                    while result["status"] not in ("finished", "error"):
+                        body = {"mode": "continue", "code": "", "runId": result["runId"], "options": {}}
+                        result = (await c.request("POST", f"/session/{created['sessionId']}", json_body=body))["result"]
+                    assert result["status"] == "finished", result
+                    exec_polling.append(time.perf_counter() - t0)
             await c.destroy_session(created["sessionId"])
-    return create_times, exec_times, exec_with_connect
+    return create_times, exec_times, exec_with_connect, exec_polling
 
 
 DOCKER_LABEL = "bai.bench.docker-run=1"  # the plain `docker run`s of the baseline (removed in the background)
@@ -157,7 +168,7 @@ def main() -> None:
             bai_times.append(timed(bai_cmd, env, "42"))
             refilled()
             docker_times.append(timed(docker_cmd, env, "42"))
-        warm_times, exec_times, exec_with_connect = asyncio.run(api_figures(env, args.runs, refilled))
+        warm_times, exec_times, exec_with_connect, exec_polling = asyncio.run(api_figures(env, args.runs, refilled))
         time.sleep(1.0)
         rss_idle = proc.memory_info().rss
     finally:
@@ -181,7 +192,7 @@ def main() -> None:
 
     try:
         time.sleep(1.0)
-        cold_times, _, _ = asyncio.run(
+        cold_times, _, _, _ = asyncio.run(
             api_figures(cold_node.env, args.runs, docker_then_settled if pooled else lambda: None, False)
         )
     finally:
@@ -215,6 +226,7 @@ def main() -> None:
               f"{cold_ms - start_ms:.1f} ms (the runner's start, the manager's create and round)")  # fmt: skip
     print(f"exec round trip print(1)             {median_ms(exec_times)}  (target <= 4 ms; open WebSocket)")
     print(f"  including the WebSocket handshake  {median_ms(exec_with_connect)}")
+    print(f"  Backend.AI's polling execute       {median_ms(exec_polling)}  (POST query, continue until finished)")
     print(
         f"bai node RSS at start / idle after   {rss_start / 2**20:.1f} MiB / {rss_idle / 2**20:.1f} MiB"
         "  (target <= 60 MiB)"
