@@ -297,18 +297,18 @@ def main() -> None:
 
     weights = Weights(**{k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(",") if kv)})
     backfill = ScalingGroup("default", policy="multifactor", weights=weights, reservations=args.reservations)
-    results = {}
+    results: dict[str, Outcome] = {}
     for policy in POLICIES:
         group = backfill if policy == "backfill" else None
         results[policy] = r = simulate(policy, jobs, args.agents, window, group)
-        util = r.used_gpu_seconds / (args.agents * GPUS_PER_AGENT * window)
+        used = r.used_gpu_seconds / (args.agents * GPUS_PER_AGENT * window)
         share = r.heavy_late / r.all_late if r.all_late else 0.0
         print(
-            f"{policy:<12} utilisation {util:6.1%}  started {r.started:5d}  longest 32-GPU wait "
+            f"{policy:<12} utilisation {used:6.1%}  started {r.started:5d}  longest 32-GPU wait "
             f"{r.largest_wait / 3600:7.1f} h  heavy user's share (last half) {share:6.1%}  "
             f"rounds {r.rounds}  core {r.core_seconds:.1f} s"
         )
-    total = args.agents * GPUS_PER_AGENT * window
+    total = float(args.agents * GPUS_PER_AGENT * window)
 
     def util(p: str) -> float:
         return results[p].used_gpu_seconds / total
