@@ -100,11 +100,12 @@ async def api_figures(
                         exec_times.append(done - t0)
                         exec_with_connect.append(done - connect)
                     t0 = time.perf_counter()
+                    path = f"/session/{created['sessionId']}"
                     body = {"mode": "query", "code": "print(1)", "runId": None, "options": {}}
-                    result = (await c.request("POST", f"/session/{created['sessionId']}", json_body=body))["result"]
+                    result = (await c.request("POST", path, json_body=body))["result"]
                     while result["status"] not in ("finished", "error"):
                         body = {"mode": "continue", "code": "", "runId": result["runId"], "options": {}}
-                        result = (await c.request("POST", f"/session/{created['sessionId']}", json_body=body))["result"]
+                        result = (await c.request("POST", path, json_body=body))["result"]
                     assert result["status"] == "finished", result
                     exec_polling.append(time.perf_counter() - t0)
             await c.destroy_session(created["sessionId"])

@@ -109,7 +109,6 @@ def make_trace(n: int, agents: int, seed: int, load: float) -> tuple[list[Job], 
 class Outcome:
     policy: str
     used_gpu_seconds: float = 0.0  # within the window
-    heavy_late: float = 0.0  # the heavy user's GPU-seconds in the window's last half
     all_late: float = 0.0
     largest_wait: float = 0.0  # the longest wait of a 32-GPU session (censored at the window's end)
     started: int = 0
@@ -119,6 +118,11 @@ class Outcome:
     user_waits: dict[str, list[float]] = field(default_factory=dict)  # user -> waits (censored likewise)
     never_started: dict[str, int] = field(default_factory=dict)  # user -> sessions still waiting at the end
     user_late: dict[str, float] = field(default_factory=dict)  # user -> GPU-seconds in the window's last half
+
+    @property
+    def heavy_late(self) -> float:
+        """The heavy user's GPU-seconds in the window's last half."""
+        return self.user_late.get("heavy", 0.0)
 
     def account(self, job: Job, start: float, end: float, window: float) -> None:
         """Count the GPU-seconds a session held between `start` and `end` that fall in the window (and its last
@@ -130,8 +134,6 @@ class Outcome:
             if stop > late_begin:
                 self.all_late += job.gpus * (stop - late_begin)
                 self.user_late[job.user] = self.user_late.get(job.user, 0.0) + job.gpus * (stop - late_begin)
-                if job.user == "heavy":
-                    self.heavy_late += job.gpus * (stop - late_begin)
 
 
 def could_start(free: Mapping[str, int], waiting: Iterable[Job]) -> bool:

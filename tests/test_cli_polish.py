@@ -71,9 +71,10 @@ def test_completion_of_groups_and_of_a_lazy_groups_commands() -> None:
 @pytest.mark.skipif(not BAI_SCRIPT.exists(), reason="the bai script is not installed beside this Python")
 def test_show_completion_prints_the_script_to_source() -> None:
     # typer detects the shell from the process's ancestors (`--show-completion` takes no value): run it from bash, as
-    # a user does (`; true` keeps bash from replacing itself with the command), whatever started the tests
+    # a user does (`; exit $?` keeps bash from replacing itself with the command, and keeps its status), whatever
+    # started the tests
     done = subprocess.run(
-        ["bash", "-c", f"'{BAI_SCRIPT}' --show-completion; true"], capture_output=True, text=True, timeout=60
+        ["bash", "-c", f"'{BAI_SCRIPT}' --show-completion; exit $?"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "_BAI_COMPLETE=complete_bash" in done.stdout and "complete " in done.stdout
     helped = subprocess.run([str(BAI_SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
