@@ -4,11 +4,14 @@ its reservation, and preemption (a batch session requeued, what the sessions on 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.nodeproc import Node, admin_keys, signed_request
+from tests.test_official_client import Official, official_client26
 
 CONFIG = '[scaling_groups.default]\npolicy = "multifactor"\npreemption = true\n'
 
@@ -101,6 +104,53 @@ def test_scheduler_rounds_and_replay(node: Node) -> None:
         status, _ = signed_request(node, "GET", f"/bai/scheduler/rounds{bad}", *keys)
         assert 400 <= status < 500, (bad, status)
     for name in ("cli-fill", "cli-queued"):
+        node.cli("session", "destroy", name)
+
+
+def test_the_official_client_reads_the_scheduling_history(node: Node, tmp_path: Path) -> None:
+    """Backend.AI 26.x's `backend.ai scheduling-history session list`, unchanged, over what bai's rounds kept."""
+    node.cli("session", "create", "sim", "--name", "hist-fill", "--cpu", "2", check=True)
+    node.cli("session", "create", "sim", "--name", "hist-wait", "--cpu", "1", "--detach", check=True)
+    fill, wait = (node.json("session", "info", name)["id"] for name in ("hist-fill", "hist-wait"))
+    bac = Official(official_client26(), node, tmp_path)
+
+    def listed(*args: str) -> list[dict]:
+        out = bac("scheduling-history", "session", "list", "--json", *args)
+        return json.loads(out[out.index("[") :])
+
+    mine = [h for h in listed("--limit", "1000") if h["session_id"] in (fill, wait)]
+    placed = [h for h in mine if h["session_id"] == fill]
+    assert [(h["phase"], h["from_status"], h["to_status"], h["result"]) for h in placed] == [
+        ("schedule", "PENDING", "SCHEDULED", "SUCCESS")
+    ], mine
+    assert placed[0]["message"].startswith("placed on ") and placed[0]["attempts"] == 1
+    (waiting,) = [h for h in mine if h["session_id"] == wait]
+    assert waiting["result"] == "FAILURE" and waiting["error_code"] == "no-available-instances", waiting
+    assert "no agent has room" in waiting["message"] and waiting["to_status"] == "PENDING", waiting
+    # the client's filters, as the server applies them
+    assert [h["session_id"] for h in listed("--session-id", wait)] == [wait]
+    assert {h["session_id"] for h in listed("--result", "SUCCESS", "--limit", "1000")} >= {fill}
+    assert wait not in {h["session_id"] for h in listed("--result", "SUCCESS", "--limit", "1000")}
+    assert wait in {h["session_id"] for h in listed("--error-code", "available-inst", "--limit", "1000")}
+    assert all(h["to_status"] == "SCHEDULED" for h in listed("--to-status", "SCHEDULED"))
+    assert len(listed("--limit", "1")) == 1
+    table = bac("scheduling-history", "session", "list", "--session-id", wait)
+    assert wait in table and "no-available-instances" in table and "Traceback" not in table, table
+    # superadmins only; every malformed search a clear 4xx
+    user = node.json("keypair", "create", "--user", "history-user@example.com")
+    status, _ = signed_request(node, "POST", "/scheduling-history/sessions/search", user["accessKey"],
+                               user["secretKey"], body={})  # fmt: skip
+    assert status == 403, status
+    keys = admin_keys(node)
+    for bad in (
+        [], {"limit": 0}, {"limit": "5"}, {"limit": 1001}, {"offset": -1}, {"other": 1},
+        {"filter": {"result": ["MAYBE"]}}, {"filter": {"session_id": {"equals": "nope"}}},
+        {"filter": {"message": {"regex": "x"}}}, {"filter": {"message": {"contains": 5}}},
+        {"order": [{"field": "name"}]}, {"order": [{"field": "created_at", "direction": "up"}]}, {"order": "x"},
+    ):  # fmt: skip
+        status, answer = signed_request(node, "POST", "/scheduling-history/sessions/search", *keys, body=bad)
+        assert status == 400, (bad, status, answer)
+    for name in ("hist-fill", "hist-wait"):
         node.cli("session", "destroy", name)
 
 

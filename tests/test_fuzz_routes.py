@@ -159,6 +159,12 @@ ROUTES = [
     # scheduling rounds (superadmins): {ref} is fuzzed text (a 400 unless a round number; one not kept: a 404)
     ("GET", "/bai/scheduler/rounds", None),
     ("GET", "/bai/scheduler/rounds/{ref}", None),
+    # Backend.AI's scheduling history (superadmins)
+    (
+        "POST",
+        "/scheduling-history/sessions/search",
+        {"filter": {"message": {"i_contains": "room"}, "result": ["FAILURE"]}, "order": [{"field": "updated_at"}]},
+    ),
     (
         "POST",
         "/admin/gql",

@@ -36,6 +36,7 @@ from bai.node.manager.state.records import (
     Dotfile,
     FolderChanges,
     FolderShare,
+    HistorySearch,
     ImageAlias,
     Kernel,
     KernelChanges,
@@ -436,16 +437,57 @@ async def test_a_rounds_history_is_merged_while_the_outcome_stays_and_added_when
     await state.apply_round([], [], [], [waits], times[2])
     placed = SchedulingAttempt(SID1, "scheduled", "scheduled", "", "a1", [])
     await state.apply_round([(SID1, {f"{SID1}-main1": "a1"})], [], [], [placed], times[3])
-    assert await state.scheduling_history(SID1) == [
+    first = await state.scheduling_history(SID1)
+    assert [a.number for a in first] == sorted({a.number for a in first}) and first[0].number > 0  # rows' numbers
+    assert unnumbered(first) == [
         SchedulingAttempt(
             SID1, "pending", "predicate-checks-failed", "too many", "", failed, stamp(times[0]), stamp(times[2]), 3
         ),
         SchedulingAttempt(SID1, "scheduled", "scheduled", "", "a1", [], stamp(times[3]), stamp(times[3]), 1),
     ]
-    assert await state.scheduling_history(SID2) == [
+    assert unnumbered(await state.scheduling_history(SID2)) == [
         SchedulingAttempt(SID2, "pending", "", "", "", [], stamp(times[0]), stamp(times[0]), 1)
     ]
     assert await state.scheduling_history(SID3) == []
+
+
+def unnumbered(attempts: list[SchedulingAttempt]) -> list[SchedulingAttempt]:
+    return [msgspec.structs.replace(a, number=0) for a in attempts]
+
+
+async def test_the_whole_scheduling_history_is_searched_by_outcome_session_order_and_page(
+    state: State, now: datetime
+) -> None:
+    for sid, name in ((SID1, "sess-1"), (SID2, "sess-2"), (SID3, "sess-3")):
+        await create(state, sid, name=name)
+    times = [now + timedelta(minutes=i) for i in range(3)]
+    waits = [
+        SchedulingAttempt(sid, "pending", "no-available-instances", f"{sid} waits", "", []) for sid in (SID1, SID2)
+    ]
+    await state.apply_round([], [], [], waits, times[0])
+    await state.apply_round([], [], [], [waits[1]], times[1])  # (merged: SID2's row is updated at times[1])
+    placed = SchedulingAttempt(SID1, "scheduled", "scheduled", "", "a1", [])
+    await state.apply_round([(SID1, {f"{SID1}-main1": "a1"})], [], [], [placed], times[2])
+    every = ["cancelled", "pending", "preempted", "scheduled"]
+
+    async def search(keep: Any = None, offset: int = 0, limit: int = 10, **kw: Any) -> tuple[list[tuple], int]:
+        found, total = await state.search_scheduling_history(
+            HistorySearch(kw.pop("outcomes", every), **kw), keep or (lambda a: True), offset, limit
+        )
+        return [(a.session_id, a.outcome, a.rounds) for a in found], total
+
+    newest = [(SID1, "scheduled", 1), (SID2, "pending", 2), (SID1, "pending", 1)]  # by first round, newest first
+    assert await search() == (newest, 3)
+    assert await search(descending=False) == ([newest[2], newest[1], newest[0]], 3)  # (ties: the older row first)
+    assert await search(by="last_at") == ([newest[0], newest[1], newest[2]], 3)
+    assert await search(outcomes=["pending"]) == ([newest[1], newest[2]], 2)
+    assert await search(outcomes=[]) == ([], 0)
+    assert await search(session_ids=[SID2]) == ([newest[1]], 1)
+    assert await search(session_ids=[SID1, SID3], not_session_ids=[SID3]) == ([newest[0], newest[2]], 2)
+    assert await search(not_session_ids=[SID1]) == ([newest[1]], 1)
+    assert await search(offset=1, limit=1) == ([newest[1]], 3)  # the page, and how many there are in all
+    assert await search(offset=5) == ([], 3)
+    assert await search(keep=lambda a: "waits" in a.msg, limit=1) == ([newest[1]], 2)
 
 
 async def test_sessions_are_found_by_id_id_prefix_or_name_under_the_owner_rules(state: State, now: datetime) -> None:

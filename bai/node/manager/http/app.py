@@ -42,6 +42,7 @@ from bai.node.manager.http.context import (
 )
 from bai.node.manager.http.dashboard import add_dashboard_routes
 from bai.node.manager.http.graphql_route import add_graphql_routes
+from bai.node.manager.http.history_routes import add_history_routes
 from bai.node.manager.http.image_routes import add_image_routes
 from bai.node.manager.http.logs_routes import log_kernel, log_query, serve_logs
 from bai.node.manager.http.maintenance_routes import add_maintenance_routes, refuse_while_frozen
@@ -860,6 +861,7 @@ def make_app(services: Services, settings: dict[str, Any]) -> web.Application:
     add_usage_routes(app)  # (before the /resource/{rest} of NOT_IMPLEMENTED)
     add_preset_routes(app)  # (the same)
     add_scheduler_routes(app)
+    add_history_routes(app)
     if services.vfolders is not None:
         from bai.node.manager.http.vfolder_routes import add_vfolder_routes
 

@@ -7,7 +7,7 @@ typed arguments and the time they stamp (`now`, from the caller's clock). A full
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -19,6 +19,7 @@ from bai.node.manager.state.records import (
     Dotfile,
     FolderChanges,
     FolderShare,
+    HistorySearch,
     ImageAlias,
     Invitation,
     Kernel,
@@ -86,6 +87,13 @@ class SessionReadState(Protocol):
     async def transitions_of(self, session_id: str) -> list[Transition]: ...
 
     async def scheduling_history(self, session_id: str) -> list[SchedulingAttempt]: ...
+
+    async def search_scheduling_history(
+        self, search: HistorySearch, keep: Callable[[SchedulingAttempt], bool], offset: int, limit: int
+    ) -> tuple[list[SchedulingAttempt], int]:
+        """Every session's scheduling history as `search` selects and orders it, the rows `keep` accepts: those from
+        `offset`, at most `limit`, and how many there are in all."""
+        ...
 
 
 class SessionState(SessionReadState, Protocol):

@@ -190,7 +190,7 @@ class SchedulingAttempt(msgspec.Struct, frozen=True):
     (first and last round's time, how many)."""
 
     session_id: str
-    outcome: str  # pending | scheduled | cancelled
+    outcome: str  # pending | scheduled | cancelled | preempted
     status_info: str
     msg: str
     agents: str  # the agents it was placed on, comma-separated ("" when not placed)
@@ -198,6 +198,18 @@ class SchedulingAttempt(msgspec.Struct, frozen=True):
     first_at: str = ""
     last_at: str = ""
     rounds: int = 1
+    number: int = 0  # the row's number in the history (read back; 0 before it is written)
+
+
+class HistorySearch(msgspec.Struct, frozen=True):
+    """Which rows of the scheduling history a search reads, and in which order (the string filters and the page are
+    applied by the caller's `keep` and the query's offset and limit)."""
+
+    outcomes: list[str]  # the outcomes wanted (none: no row)
+    session_ids: list[str] | None = None  # only these sessions' rows (None: every session's)
+    not_session_ids: list[str] = []  # none of these sessions' rows
+    by: str = "first_at"  # first_at | last_at
+    descending: bool = True
 
 
 # -- agents -------------------------------------------------------------------------------------------------

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
 from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
 from bai.node.manager.state.records import (
     Dotfile,
+    HistorySearch,
     Kernel,
     KernelChanges,
     NewKernel,
@@ -617,10 +618,53 @@ class Sessions(Queries):
 
         return await self.db.transaction(fn)
 
+    async def search_scheduling_history(
+        self, search: HistorySearch, keep: Callable[[SchedulingAttempt], bool], offset: int, limit: int
+    ) -> tuple[list[SchedulingAttempt], int]:
+        if search.by not in ("first_at", "last_at"):  # (a column name: never from the request as it came)
+            raise ValueError(f"cannot order the scheduling history by {search.by!r}")
+        where = ["outcome IN (SELECT value FROM json_each(?))"]
+        params: list[Any] = [json.dumps(search.outcomes)]
+        if search.session_ids is not None:
+            where.append("session_id IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(search.session_ids))
+        if search.not_session_ids:
+            where.append("session_id NOT IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(search.not_session_ids))
+        direction = "DESC" if search.descending else "ASC"
+        sql = (
+            "SELECT rowid, session_id, first_at, last_at, rounds, outcome, status_info, msg, agents, predicates "
+            f"FROM scheduling_history WHERE {' AND '.join(where)} ORDER BY {search.by} {direction}, rowid {direction}"
+        )
+
+        def fn(conn: sqlite3.Connection) -> tuple[list[SchedulingAttempt], int]:
+            page: list[SchedulingAttempt] = []
+            total = 0
+            for r in conn.execute(sql, params):  # (rows read one by one: only the page is kept)
+                attempt = SchedulingAttempt(
+                    r["session_id"],
+                    r["outcome"],
+                    r["status_info"],
+                    r["msg"],
+                    r["agents"],
+                    json.loads(r["predicates"]),
+                    r["first_at"],
+                    r["last_at"],
+                    r["rounds"],
+                    r["rowid"],
+                )  # fmt: skip
+                if keep(attempt):
+                    if offset <= total < offset + limit:
+                        page.append(attempt)
+                    total += 1
+            return page, total
+
+        return await self.db.run(fn)
+
     async def scheduling_history(self, session_id: str) -> list[SchedulingAttempt]:
         def fn(conn: sqlite3.Connection) -> list[SchedulingAttempt]:
             rows = conn.execute(
-                "SELECT first_at, last_at, rounds, outcome, status_info, msg, agents, predicates "
+                "SELECT rowid, first_at, last_at, rounds, outcome, status_info, msg, agents, predicates "
                 "FROM scheduling_history WHERE session_id=? ORDER BY rowid",
                 (session_id,),
             ).fetchall()
@@ -635,6 +679,7 @@ class Sessions(Queries):
                     r["first_at"],
                     r["last_at"],
                     r["rounds"],
+                    r["rowid"],
                 )  # fmt: skip
                 for r in rows
             ]
