@@ -5,6 +5,7 @@ its reservation, and preemption (a batch session requeued, what the sessions on 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,6 +152,34 @@ def test_the_official_client_reads_the_scheduling_history(node: Node, tmp_path: 
         status, answer = signed_request(node, "POST", "/scheduling-history/sessions/search", *keys, body=bad)
         assert status == 400, (bad, status, answer)
     for name in ("hist-fill", "hist-wait"):
+        node.cli("session", "destroy", name)
+
+
+def test_fair_share_standings_from_the_cli(node: Node) -> None:
+    """`bai scheduler fair-share`: usage charged while sessions hold slots, the factor it gives, who sees what."""
+    admin = admin_keys(node)[0]
+    node.cli("session", "create", "sim", "--name", "fs-hold", "--cpu", "2", check=True)
+    time.sleep(1.5)  # (held for a while: the next round charges it)
+    node.cli("session", "create", "sim", "--name", "fs-wait", "--cpu", "1", "--detach", check=True)
+    answer = node.json("scheduler", "fair-share")
+    (mine,) = [r for r in answer["keypairs"] if r["accessKey"] == admin]
+    assert mine["usage"] >= 2.0 * 1.0, mine  # two cores for over a second (GPU-weighted slot-seconds)
+    assert 0 < mine["factor"] < 1 and mine["waiting"] >= 1 and 0 < mine["part"] <= 1, mine
+    assert abs(sum(r["part"] for r in answer["keypairs"]) - 1) < 1e-9
+    assert answer["compared"]["keypairs"] == len(answer["keypairs"]) and answer["halfLifeSeconds"] == 7 * 86400
+    (project,) = [p for p in answer["projects"] if p["name"] == "default"]
+    assert project["usage"] >= mine["usage"] * 0.99, project  # (the admin's sessions are the default project's)
+    table = node.cli("scheduler", "fair-share", check=True).stdout
+    assert "ACCESS KEY" in table and admin in table and "halving every 7 days" in table, table
+    # a user sees its own keypair only; a parameter is a 400
+    user = node.json("keypair", "create", "--user", "fs-user@example.com")
+    env = {"accessKey": user["accessKey"], "secretKey": user["secretKey"]}
+    seen = node.json("scheduler", "fair-share", as_keypair=env)
+    assert [r["accessKey"] for r in seen["keypairs"]] in ([], [user["accessKey"]]), seen
+    assert seen["compared"] == answer["compared"] or seen["compared"]["keypairs"] >= 1
+    status, _ = signed_request(node, "GET", "/bai/scheduler/fair-share?x=1", *admin_keys(node))
+    assert status == 400
+    for name in ("fs-hold", "fs-wait"):
         node.cli("session", "destroy", name)
 
 

@@ -159,6 +159,7 @@ ROUTES = [
     # scheduling rounds (superadmins): {ref} is fuzzed text (a 400 unless a round number; one not kept: a 404)
     ("GET", "/bai/scheduler/rounds", None),
     ("GET", "/bai/scheduler/rounds/{ref}", None),
+    ("GET", "/bai/scheduler/fair-share", None),
     # Backend.AI's scheduling history (superadmins)
     (
         "POST",

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from bai.common.problems import Problem
+from bai.node.manager.services.fair_share import standings
 from tests.harness import Harness
 
 MULTIFACTOR = {"scaling_groups": {"default": {"policy": "multifactor"}}}
@@ -96,6 +97,37 @@ async def test_fair_share_usage_is_kept_and_outlives_a_restart(tmp_path) -> None
     async with Harness(tmp_path, config=config) as h:  # the same state folder: a restarted manager
         usage = await h.dispatcher.fair_share.advance(h.clock.now(), [])
         assert usage[f"keypair:{heavy}"] > 0 and f"keypair:{light}" not in usage
+
+
+async def test_fair_share_standings_rank_the_heavy_user_first_before_and_after_a_restart(tmp_path) -> None:
+    """What `bai scheduler fair-share` shows: the usage the rounds counted, decayed to now, each keypair's part and
+    the factor the scheduler gives it; a keypair that only waits is compared with factor 1."""
+    config = {**MULTIFACTOR, "manager": {"fair_share_half_life": "1h"}}
+    async with Harness(tmp_path, config=config) as h:
+        await h.add_agent("a1", cpu=2)
+        heavy = await h.keypair("heavy@example.com")
+        light = await h.keypair("light@example.com")
+        await h.create("st-hog", cpu=2, owner=heavy)
+        await h.schedule()
+        await h.wait("st-hog", "RUNNING")
+        h.clock.advance(3600)
+        await h.schedule()  # an hour of 2 cores: 7,200 slot-seconds, about 5,000 once decayed over it
+        await h.create("st-light", cpu=1, owner=light)
+        fair = h.services.fair_share
+        assert fair is not None
+        usage = await fair.current(h.clock.now())
+        ranked = standings(fair.keypairs(usage), {light: 1})
+        assert [r.key for r in ranked] == [heavy, light]
+        assert 7200 * 0.5 < ranked[0].usage < 7200 and ranked[0].part == 1.0 and ranked[0].factor == 0.25
+        assert (ranked[1].usage, ranked[1].part, ranked[1].factor, ranked[1].waiting) == (0.0, 0.0, 1.0, 1)
+        later = await fair.current(h.clock.now() + timedelta(hours=1))  # (decayed: nothing charged by reading)
+        assert abs(later[f"keypair:{heavy}"] - usage[f"keypair:{heavy}"] / 2) < 1e-6
+        before = usage[f"keypair:{heavy}"]
+    async with Harness(tmp_path, config=config) as h:  # a restarted manager: what was stored, decayed since
+        fair = h.services.fair_share
+        assert fair is not None
+        after = (await fair.current(h.clock.now()))[f"keypair:{heavy}"]
+        assert 0 < after <= before * 1.000001
 
 
 async def test_careless_priorities_and_time_limits_are_refused(tmp_path) -> None:

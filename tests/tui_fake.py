@@ -373,6 +373,28 @@ class FakeClient:
             "nowDigest": "77aa" * 16,
         }  # fmt: skip
 
+    async def fair_share(self) -> dict[str, Any]:
+        """`GET /bai/scheduler/fair-share`: a heavy keypair, a light one that waits, one with no usage yet; two
+        projects."""
+        keypair = [
+            ("AKIAFAKEHEAVY0000001", "heavy@lab.example", 512_000.0, 0.8, 0.0625, 4),
+            ("AKIAFAKEUSER00000XYZ", "me@lab.example", 128_000.0, 0.2, 0.5, 2),
+            ("AKIAFAKENEW000000003", None, 0.0, 0.0, 1.0, 1),
+        ]
+        project = [
+            ("5b0c3f2e-9d7a-4e61-8f00-111111111111", "vision", 560_000.0, 0.875, 0.2726, 5),
+            ("5b0c3f2e-9d7a-4e61-8f00-222222222222", "nlp-team", 80_000.0, 0.125, 0.8409, 2),
+        ]
+        keys = ("usage", "part", "factor", "waiting")
+        return {
+            "asOf": _at(),
+            "halfLifeSeconds": 7 * 86400,
+            "gpuWeight": 10.0,
+            "compared": {"keypairs": 3, "projects": 2},
+            "keypairs": [dict(zip(("accessKey", "user", *keys), r, strict=True)) for r in keypair],
+            "projects": [dict(zip(("projectId", "name", *keys), r, strict=True)) for r in project],
+        }
+
     async def history(self, ref: str) -> dict[str, Any]:
         s = self.sessions[ref]
         return {"name": s["name"], "sessionId": s["id"], "status": s["status"], "history": [], "transitions": []}

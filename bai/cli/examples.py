@@ -36,6 +36,7 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "bai preset rm": "bai preset rm small",
     "bai scheduler rounds": ("bai scheduler rounds", "bai scheduler rounds -n 50 --before 1200"),
     "bai scheduler replay": ("bai scheduler replay 1234", "bai scheduler replay 1234 --json"),
+    "bai scheduler fair-share": ("bai scheduler fair-share", "bai scheduler fair-share --json"),
     "bai session template create": (
         "bai session template create job.yaml",
         "cat job.json | bai session template create -",

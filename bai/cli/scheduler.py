@@ -1,6 +1,7 @@
 """`bai scheduler …`: the scheduling rounds the manager keeps (superadmins), and the replay of one: the same
 snapshot through today's scheduler (does it decide the same?), what changed in the cluster since, and what would
-be decided now."""
+be decided now; and fair share's standings (`fair-share`, as Slurm's sshare): who used how much of the cluster
+lately, and the factor it gives their waiting sessions."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import typer
 
 from bai.cli.common import call, show
 
-app = typer.Typer(help="Scheduling rounds: list the latest, replay one.", no_args_is_help=True)
+app = typer.Typer(help="Scheduling rounds (list the latest, replay one) and fair share.", no_args_is_help=True)
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -72,3 +73,30 @@ def replay(
     print("Decided now instead (not applied):")
     for line in answer["now"] or ["the same"]:
         print(f"  {line}")
+
+
+def fair_share_tables(answer: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    from bai.common.present import fair_share_header
+    from bai.common.present import fair_share_table as table
+
+    parts: list[Any] = [
+        Text(fair_share_header(answer)),
+        table(answer["keypairs"], "ACCESS KEY", "USER", "accessKey", "user")
+        if answer["keypairs"]
+        else Text("No keypair has usage or waiting sessions"),
+    ]
+    if answer["projects"]:
+        parts += [Text(""), Text("Projects (their factor counts where two or more have usage)", style="bold"),
+                  table(answer["projects"], "PROJECT", "ID", "name", "projectId")]  # fmt: skip
+    return Group(*parts)
+
+
+@app.command("fair-share")
+def fair_share(as_json: AsJson = False) -> None:
+    """Fair share, as the next scheduling round ranks it: each keypair's (and project's) recent usage, its part of
+    all the usage compared and its fair-share factor (users see their own, admins their domain's, superadmins all)."""
+    answer = call(lambda c: c.fair_share())
+    show(answer, as_json, fair_share_tables)

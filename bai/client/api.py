@@ -506,6 +506,10 @@ class Client:
     async def replay_round(self, number: int) -> dict[str, Any]:
         return await self.request("GET", f"/bai/scheduler/rounds/{number}")
 
+    async def fair_share(self) -> dict[str, Any]:
+        """Fair share's standings: each keypair's and project's decayed usage, part and factor (those one may see)."""
+        return await self.request("GET", "/bai/scheduler/fair-share")
+
     # -- resource presets (Backend.AI's /resource/presets, /resource/check-presets; bai's /bai/presets) --
 
     async def presets(self) -> list[dict[str, Any]]:

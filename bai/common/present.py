@@ -266,3 +266,69 @@ def preset_check_lines(answer: dict[str, Any]) -> list[str]:
     for name, group in sorted((answer.get("scaling_groups") or {}).items()):
         lines.append(f"free for you in scaling group {name}: {amounts(group.get('remaining') or {})}")
     return lines
+
+
+FAIR_SHARE_COLUMNS = ("USAGE", "PART", "FACTOR", "WAITING")
+
+
+def usage_text(seconds: float) -> str:
+    """Fair share's decayed usage (GPU-weighted slot-seconds) in the unit that reads best: `1,234 h`, `12.50 h`,
+    `7.5 min`, `3.4 s`, `0`."""
+    if seconds <= 0:
+        return "0"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    hours = seconds / 3600
+    return f"{hours:,.2f} h" if hours < 100 else f"{hours:,.0f} h"
+
+
+def fair_share_header(answer: dict[str, Any]) -> str:
+    """What fair share's figures mean (`GET /bai/scheduler/fair-share`'s answer)."""
+    days = answer["halfLifeSeconds"] / 86400
+    half_life = f"{days:g} days" if days >= 1 else f"{answer['halfLifeSeconds'] / 3600:g} hours"
+    return (
+        f"Usage: slot-time (a core 1, a GiB 0.1, a GPU {answer['gpuWeight']:g}), halving every {half_life}. "
+        f"Factor: 2^-(part x N), N the keypairs compared ({answer['compared']['keypairs']}): 1 for no usage, 0.5 "
+        "for an equal part."
+    )
+
+
+def fair_share_table(rows: list[dict[str, Any]], first: str, second: str, *fields: str, expand: bool = False) -> Any:
+    """A rich table of fair share's keypairs (fields `accessKey`, `user`) or projects (`name`, `projectId`), headed
+    `first`, `second`, then FAIR_SHARE_COLUMNS: the figures and up to 20 characters of the first column are never
+    cut; the second (a user, a project's id) gives way first, shortened on one line."""
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0) if expand else (0, 1), header_style="bold",
+                  expand=expand)  # fmt: skip
+    found = fair_share_rows(rows, *fields)
+    for i, column in enumerate((first, second, *FAIR_SHARE_COLUMNS)):
+        widest = max([len(column), *(len(row[i]) for row in found)])
+        table.add_column(
+            column,
+            justify="right" if column in FAIR_SHARE_COLUMNS else "left",
+            no_wrap=i != 1,
+            overflow="ellipsis",
+            min_width=None if i == 1 else min(widest, 20) if i == 0 else widest,
+        )
+    for row in found:
+        table.add_row(*row)
+    return table
+
+
+def fair_share_rows(rows: list[dict[str, Any]], first: str, second: str) -> list[tuple[str, ...]]:
+    """Fair share's keypairs (`accessKey`, `user`) or projects (`name`, `projectId`) as table rows: those two fields
+    ("-" for none), then FAIR_SHARE_COLUMNS."""
+    return [
+        (
+            r[first] or "-",
+            r[second] or "-",
+            usage_text(r["usage"]),
+            f"{r['part']:.1%}",
+            f"{r['factor']:.3f}",
+            str(r["waiting"]),
+        )  # fmt: skip
+        for r in rows
+    ]

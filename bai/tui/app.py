@@ -33,7 +33,15 @@ from bai.client.endpoints import move_line
 from bai.common.present import utc_now
 from bai.tui.header import Header
 from bai.tui.logfile import save_log
-from bai.tui.modals import AppsScreen, ConfirmScreen, HelpScreen, KernelScreen, PresetsScreen, RoundsScreen
+from bai.tui.modals import (
+    AppsScreen,
+    ConfirmScreen,
+    FairShareScreen,
+    HelpScreen,
+    KernelScreen,
+    PresetsScreen,
+    RoundsScreen,
+)
 from bai.tui.model import ClusterModel, Filter, view_of
 from bai.tui.prompt import PromptBar
 from bai.tui.session_views import EventsView, JsonView
@@ -890,6 +898,9 @@ class Dashboard(App):
             if word in ("round", "rounds"):
                 self.run_worker(self._show_rounds(None), group="rounds", exclusive=True)
                 return
+            if word in ("fairshare", "fair-share", "fair", "fs"):
+                self.run_worker(self._show_fair_share(), group="fair-share", exclusive=True)
+                return
             if first.lower() == "replay":
                 if not rest.strip().isdigit():
                     self.notify("Replay which round? :replay N (:rounds lists them)")
@@ -915,11 +926,19 @@ class Dashboard(App):
             else:
                 self.notify(
                     f"Unknown command :{word} (try agents, sessions, describe, logs, events, json, project NAME, "
-                    "presets, rounds, replay N, help, quit)"
+                    "presets, rounds, replay N, fairshare, help, quit)"
                 )
 
         hint = "agents · sessions · describe · logs · events · json · project NAME · presets · help · quit"
         self.prompt_bar.ask(":", "", hint, done)
+
+    async def _show_fair_share(self) -> None:
+        try:
+            screen = FairShareScreen(await self.client.fair_share())
+        except APIError as e:
+            self.notify(f"Could not read fair share: {e}", severity="error", timeout=8)
+            return
+        self.push_screen(screen)
 
     async def _show_rounds(self, number: int | None) -> None:
         try:

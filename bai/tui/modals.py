@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
 
+from bai.common.present import fair_share_header, fair_share_table
 from bai.tui.views import app_line
 
 DIALOG_CSS = """
@@ -185,6 +186,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
             (":project NAME", "only that project's sessions (:project all: every project's)"),
             (":presets", "the resource presets, whether each would start now, and what you may still take"),
             (":rounds", "superadmins: the latest scheduling rounds (:replay N replays round N: the same again?)"),
+            (":fairshare", "fair share: who used how much lately, and the factor it gives their waiting sessions"),
         ],
     ),
     (
@@ -287,6 +289,40 @@ class RoundsScreen(ModalScreen[None]):
                     )
                 yield Static(Text("Scheduling rounds (newest first; :replay N replays one)", style="bold"))
                 yield Static(table if self.rounds else Text("No round kept yet"))
+            yield Static(Text("Esc or q closes this", style="dim"))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class FairShareScreen(ModalScreen[None]):
+    """Fair share's standings (`GET /bai/scheduler/fair-share`: the keypairs and projects one may see), as `bai
+    scheduler fair-share` prints them. Esc or q closes it."""
+
+    DEFAULT_CSS = (
+        DIALOG_CSS.format(name="FairShareScreen")
+        + "FairShareScreen > Vertical { width: 96%; max-width: 140; overflow-y: auto; }\n"
+    )
+    BINDINGS = [Binding("escape", "close", "Close"), Binding("q", "close", "Close")]
+
+    def __init__(self, answer: dict) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def compose(self) -> ComposeResult:
+        answer = self.answer
+
+        with Vertical():
+            yield Static(Text("Fair share (as the next scheduling round ranks it; most used first)", style="bold"))
+            yield Static(Text(fair_share_header(answer), style="dim"))
+            yield Static(
+                fair_share_table(answer["keypairs"], "ACCESS KEY", "USER", "accessKey", "user", expand=True)
+                if answer["keypairs"]
+                else Text("No keypair has usage or waiting sessions")
+            )
+            if answer["projects"]:
+                yield Static(Text("Projects (their factor counts where two or more have usage)", style="bold"))
+                yield Static(fair_share_table(answer["projects"], "PROJECT", "ID", "name", "projectId", expand=True))
             yield Static(Text("Esc or q closes this", style="dim"))
 
     def action_close(self) -> None:

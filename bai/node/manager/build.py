@@ -163,6 +163,7 @@ async def build_manager(
         usage=Usage(store, teams, stats, clock, agents.gpu_devices),
         presets=ResourcePresets(store, accounts, teams, agents, tuple(admission.groups), clock),
         scheduler_rounds=rounds,
+        fair_share=fair_share,
         admission=admission,
         stats=stats,
         clock=clock,

@@ -1,14 +1,24 @@
 """Scheduling rounds over REST (superadmins: a round holds every session of the cluster): `GET /bai/scheduler/rounds`
 (the latest kept, newest first; `limit` 1-500, `before` a round number) and `GET /bai/scheduler/rounds/{number}`
-(its replay: see services/scheduler_rounds.py), what `bai scheduler rounds|replay` call."""
+(its replay: see services/scheduler_rounds.py), what `bai scheduler rounds|replay` call; and fair share's
+standings, `GET /bai/scheduler/fair-share` (`bai scheduler fair-share`, the dashboard's `:fairshare`): each keypair's
+and project's decayed usage, its part of all the usage compared and its fair-share factor, as the next round ranks
+them (superadmins see every one, a domain admin its domain's, a user its own keypairs and projects)."""
 
 from __future__ import annotations
+
+from collections import Counter
+from typing import Any
 
 from aiohttp import web
 
 from bai.common.problems import Problem, invalid
+from bai.common.status import SessionStatus
 from bai.node.manager.http.context import services_of
+from bai.node.manager.rules.access import Actor
+from bai.node.manager.services.fair_share import Standing, standings
 from bai.node.manager.services.scheduler_rounds import SchedulerRounds
+from bai.node.manager.state.team_records import TeamDirectory
 
 MAX_LIMIT = 500
 
@@ -46,7 +56,63 @@ async def replay_round(request: web.Request) -> web.Response:
     return web.json_response(await rounds.replay(number))
 
 
+async def fair_share(request: web.Request) -> web.Response:
+    services = services_of(request)
+    if services.fair_share is None:
+        raise Problem("not-implemented", "Not implemented.", "this manager keeps no fair-share usage")
+    if request.query:
+        raise invalid(f"fair share takes no parameters (not {sorted(request.query)[0][:40]!r})")
+    actor = services.teams.actor(request["access_key"])
+    directory = services.teams.directory
+    now = services.clock.now()
+    usage = await services.fair_share.current(now)
+    pending = await services.state.list_sessions(None, [SessionStatus.PENDING])
+    keypairs = standings(services.fair_share.keypairs(usage), Counter(s.access_key for s in pending))
+    projects = standings(services.fair_share.projects(usage), Counter(s.project_id for s in pending))
+    return web.json_response(
+        {
+            "asOf": now.isoformat(),
+            "halfLifeSeconds": services.fair_share.half_life,
+            "gpuWeight": services.fair_share.gpu_weight,
+            "compared": {"keypairs": len(keypairs), "projects": len(projects)},
+            "keypairs": [_keypair_row(row, directory) for row in keypairs if _sees_keypair(actor, directory, row.key)],
+            "projects": [_project_row(row, directory) for row in projects if _sees_project(actor, directory, row.key)],
+        }
+    )
+
+
+def _sees_keypair(actor: Actor, directory: TeamDirectory, access_key: str) -> bool:
+    if actor.is_superadmin or access_key == actor.access_key:
+        return True
+    owner = directory.user_of(access_key)
+    if owner is None:
+        return False
+    return (actor.user is not None and owner.uuid == actor.user.uuid) or actor.may_manage(owner.domain_name)
+
+
+def _sees_project(actor: Actor, directory: TeamDirectory, project_id: str) -> bool:
+    if actor.is_superadmin or project_id in actor.projects:
+        return True
+    project = directory.projects.get(project_id)
+    return project is not None and actor.may_manage(project.domain_name)
+
+
+def _figures(row: Standing) -> dict[str, Any]:
+    return {"usage": row.usage, "part": row.part, "factor": row.factor, "waiting": row.waiting}
+
+
+def _keypair_row(row: Standing, directory: TeamDirectory) -> dict[str, Any]:
+    owner = directory.user_of(row.key)
+    return {"accessKey": row.key, "user": owner.email if owner is not None else None, **_figures(row)}
+
+
+def _project_row(row: Standing, directory: TeamDirectory) -> dict[str, Any]:
+    project = directory.projects.get(row.key)
+    return {"projectId": row.key, "name": project.name if project is not None else None, **_figures(row)}
+
+
 def add_scheduler_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/bai/scheduler/rounds", list_rounds)
     r.add_get("/bai/scheduler/rounds/{number}", replay_round)
+    r.add_get("/bai/scheduler/fair-share", fair_share)

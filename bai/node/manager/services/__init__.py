@@ -12,6 +12,7 @@ from bai.node.manager.services.accounts import Accounts
 from bai.node.manager.services.activity import Activity
 from bai.node.manager.services.agent_registry import Agents
 from bai.node.manager.services.app_forwarding import Apps
+from bai.node.manager.services.fair_share import FairShare
 from bai.node.manager.services.hubs import Hubs
 from bai.node.manager.services.image_catalogue import Images
 from bai.node.manager.services.kernel_logs import KernelLogs
@@ -53,6 +54,7 @@ class Services:
     usage: Usage | None = None  # usage reports (computed when asked)
     presets: ResourcePresets | None = None  # resource presets (Backend.AI's), checked against what is free
     scheduler_rounds: SchedulerRounds | None = None  # the latest scheduling rounds, kept for replay
+    fair_share: FairShare | None = None  # fair share's usage (the multifactor policy's), as the rounds count it
     admission: Admission = field(default_factory=Admission)  # the configuration's rules (registries, groups)
     stats: StatsBook = field(default_factory=StatsBook)  # live statistics (the same book the lifecycle keeps)
     clock: Clock = field(default_factory=Clock)  # the manager's one clock (a session's age as shown)

@@ -13,9 +13,12 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 
+import msgspec
+
 from bai.common import slots as slotlib
 from bai.node.manager.state.protocols import FairShareState
 from bai.node.manager.state.records import Session, stamp
+from bai.node.scheduler.multifactor import fair_share_factors
 
 MEM_WEIGHT_PER_GIB = 0.1
 GIB = Decimal(1024**3)
@@ -41,6 +44,30 @@ def decayed(value: float, seconds: float, half_life: float) -> float:
     if seconds <= 0 or half_life <= 0:
         return value
     return value * float(2.0 ** (-seconds / half_life))
+
+
+class Standing(msgspec.Struct, frozen=True):
+    """A keypair's (or project's) place in fair share, as the next round would rank it: its decayed usage (GPU-weighted
+    slot-seconds), its part of the usage of all those compared (the keypairs with usage or a pending session),
+    its fair-share factor 2^-(part / equal share), and how many of its sessions wait."""
+
+    key: str
+    usage: float
+    part: float
+    factor: float
+    waiting: int = 0
+
+
+def standings(usage: Mapping[str, float], waiting: Mapping[str, int]) -> list[Standing]:
+    """Everyone compared (with usage, or with sessions waiting), the most used first; the factors are the
+    scheduler's own (`multifactor.fair_share_factors`)."""
+    compared = [k for k, n in waiting.items() if n > 0]
+    factors = fair_share_factors(usage, {}, compared)
+    used = {k: max(0.0, float(usage.get(k, 0.0))) for k in factors}
+    total = sum(used[k] for k in sorted(used))
+    rows = [Standing(k, used[k], used[k] / total if total > 0 else 0.0, factors[k], waiting.get(k, 0)) for k in factors]
+    rows.sort(key=lambda r: (-r.usage, r.key))
+    return rows
 
 
 class FairShare:
@@ -84,6 +111,19 @@ class FairShare:
             await self.state.save_fair_share_usage({k: (v, stamp(now)) for k, v in usage.items()})
             self._saved_at = now
         return dict(usage)
+
+    async def current(self, now: datetime) -> dict[str, float]:
+        """Every key's usage at `now`, as the last round counted it (decayed since, nothing charged): this manager's
+        own figures while it runs the rounds, else what the one that does stored last."""
+        stored = await self.state.fair_share_usage()
+        newest = max((datetime.fromisoformat(as_of) for _, as_of in stored.values()), default=None)
+        if self._usage is not None and self._at is not None and (newest is None or self._at >= newest):
+            elapsed = (now - self._at).total_seconds()
+            return {k: decayed(v, elapsed, self.half_life) for k, v in self._usage.items()}
+        return {
+            k: decayed(v, (now - datetime.fromisoformat(as_of)).total_seconds(), self.half_life)
+            for k, (v, as_of) in stored.items()
+        }
 
     def projects(self, usage: Mapping[str, float]) -> dict[str, float]:
         """The projects' usage, by project id."""
