@@ -20,7 +20,7 @@ from typer.testing import CliRunner, Result
 from bai.cli import typer_fast
 from bai.cli.lazy import lean_command
 from bai.cli.main import app
-from bai.common.present import size, slots_text
+from bai.common.present import reason, size, slots_text
 from tests.cli_fake import Fake, GiB, bai, cli_env, serve, session, usage
 
 BAI_SCRIPT = Path(sys.executable).parent / "bai"
@@ -156,6 +156,22 @@ def test_piped_tables_keep_each_row_on_one_line(env: dict[str, str]) -> None:
 
 
 # -- units ----------------------------------------------------------------------------------------------------
+
+
+def test_a_waiting_sessions_reason_says_what_is_planned_for_it_first() -> None:
+    """Where a table cuts a reason short, the reservation's start (or the preemption under way) still shows."""
+
+    def waiting(msg: str) -> dict:
+        return {"status": "PENDING", "statusInfo": "no-available-instances", "statusData": {"scheduler": {"msg": msg}}}
+
+    room = "no agent has room: best is a1 with cpu 0 free of 2 requested"
+    assert reason(waiting(f"{room}; reserved: starts by 2026-12-07 15:32 UTC on a1, a2")) == (
+        f"no-available-instances: reserved: starts by 2026-12-07 15:32 UTC on a1, a2 ({room})"
+    )
+    assert reason(waiting(f"{room}; preempting low1 on a1: starts once they have ended")) == (
+        f"no-available-instances: preempting low1 on a1: starts once they have ended ({room})"
+    )
+    assert reason(waiting(room)) == f"no-available-instances: {room}"
 
 
 def test_one_unit_style_for_bytes() -> None:

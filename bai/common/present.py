@@ -41,7 +41,7 @@ def reason(session: dict[str, Any]) -> str:
         if isinstance(data.get("error"), dict):
             detail = data["error"].get("repr") or data["error"].get("name", "")
         elif isinstance(data.get("scheduler"), dict):
-            detail = data["scheduler"].get("msg", "")
+            detail = _plan_first(str(data["scheduler"].get("msg", "")))
         elif data.get("exitCode") is not None:
             detail = f"exit code {data['exitCode']}"
             if data.get("msg"):  # why it ended, when known (e.g. out of memory)
@@ -51,6 +51,17 @@ def reason(session: dict[str, Any]) -> str:
     if info and detail:
         return f"{info}: {detail}"
     return info or detail
+
+
+def _plan_first(msg: str) -> str:
+    """A waiting session's reason with what is planned for it first (where a table cuts it short, what a user most
+    wants to know stays): "reserved: starts by 14:20 UTC on a1 (no agent has room: …)", "preempting low1 on a1:
+    starts once they have ended (no agent has room: …)"."""
+    for mark in ("; reserved: ", "; preempting "):
+        why, found, plan = msg.partition(mark)
+        if found and why:
+            return f"{mark[2:]}{plan} ({why})"
+    return msg
 
 
 def _clock(iso: str) -> str:
