@@ -461,8 +461,9 @@ async def test_the_whole_scheduling_history_is_searched_by_outcome_session_order
     for sid, name in ((SID1, "sess-1"), (SID2, "sess-2"), (SID3, "sess-3")):
         await create(state, sid, name=name)
     times = [now + timedelta(minutes=i) for i in range(3)]
+    failed = [{"name": "concurrency", "msg": "too many"}]
     waits = [
-        SchedulingAttempt(sid, "pending", "no-available-instances", f"{sid} waits", "", []) for sid in (SID1, SID2)
+        SchedulingAttempt(sid, "pending", "no-available-instances", f"{sid} waits", "", failed) for sid in (SID1, SID2)
     ]
     await state.apply_round([], [], [], waits, times[0])
     await state.apply_round([], [], [], [waits[1]], times[1])  # (merged: SID2's row is updated at times[1])
@@ -488,6 +489,10 @@ async def test_the_whole_scheduling_history_is_searched_by_outcome_session_order
     assert await search(offset=1, limit=1) == ([newest[1]], 3)  # the page, and how many there are in all
     assert await search(offset=5) == ([], 3)
     assert await search(keep=lambda a: "waits" in a.msg, limit=1) == ([newest[1]], 2)
+    (row,), _ = await state.search_scheduling_history(HistorySearch(["pending"], [SID1]), lambda a: True, 0, 5)
+    assert (row.predicates, row.status_info, row.msg, row.first_at) == (failed, "no-available-instances",
+                                                                        f"{SID1} waits", stamp(times[0]))  # fmt: skip
+    assert row.number > 0
 
 
 async def test_sessions_are_found_by_id_id_prefix_or_name_under_the_owner_rules(state: State, now: datetime) -> None:

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
+import msgspec
+
 from bai.common.status import ACTIVE_STATUSES, SESSION_TRANSITIONS, SessionStatus, check_transition
 from bai.node.manager.state.records import (
     Dotfile,
@@ -647,7 +649,7 @@ class Sessions(Queries):
                     r["status_info"],
                     r["msg"],
                     r["agents"],
-                    json.loads(r["predicates"]),
+                    [],  # (the failed checks: decoded for the page's rows only)
                     r["first_at"],
                     r["last_at"],
                     r["rounds"],
@@ -655,7 +657,7 @@ class Sessions(Queries):
                 )  # fmt: skip
                 if keep(attempt):
                     if offset <= total < offset + limit:
-                        page.append(attempt)
+                        page.append(msgspec.structs.replace(attempt, predicates=json.loads(r["predicates"])))
                     total += 1
             return page, total
 
