@@ -156,6 +156,9 @@ def kernel_pids_limit(configured: int, cpu: float, host_cpus: int, pid_max: int)
 
 
 CONTAINER_LOG_MAX = "1m"  # the container's own log (Docker's json-file) on the node's disk
+# how long a create waits, when the port pool is short, for the host ports of killed kernels whose containers are
+# still being removed (a destroy answers once a kernel's processes are dead; its container goes a moment later)
+PORTS_FREED_WAIT = 10.0
 NO_PYTHON = "bai: no python in this image"  # the first line of such a kernel's log
 EXEC_MARKER = "exec-channel"  # in the kernel's folder (not the run folder): the kernel has no runner
 # Start the runner with the image's Python (it connects to the agent), or say there is none and idle
@@ -351,6 +354,8 @@ class DockerBackend(BackendBase):
     ) -> None:
         self.agent_id = agent_id
         self.ports = PortPool(*port_range)  # host ports (127.0.0.1) kernels publish their apps on
+        self._dying: set[str] = set()  # kernels killed whose containers (and host ports) are still being removed
+        self._ports_freed = asyncio.Event()  # set whenever a dying kernel's host ports come back
         self.user = user
         self.owner = owner_of(user)  # who owns the kernel's home and its runner socket
         self.cap_add = check_capabilities(cap_add or [])
@@ -812,7 +817,7 @@ class DockerBackend(BackendBase):
 
         try:
             volumes, labels = await self._image_config(spec)
-            service_ports = self._service_ports(spec, labels)
+            service_ports = await self._service_ports_once_freed(spec, labels)
             # the scratch is prepared (mkfs, mount: in a thread) while the container is created: creating
             # only names the scratch's folders (Docker looks at a bind's source when it starts)
             layout = self.scratch.plan(kdir, self.owner, volumes) if self.scratch is not None else Layout()
@@ -1014,12 +1019,14 @@ class DockerBackend(BackendBase):
         pid = await self._host_pid(cid)
         # (in the loop, not a thread: two reads under /proc and a signal; a session's kernels end together)
         if pid and _kill_if_in(pid, cid):
+            self._dying.add(kernel.spec.kernel_id)  # (`destroy`, in the background, gives its host ports back)
             return True
         try:
             await self.docker.containers.container(cid).kill(signal="SIGKILL")
         except DockerError as e:
             if e.status not in (404, 409):  # gone, or not running
                 return False
+        self._dying.add(kernel.spec.kernel_id)
         return True
 
     async def _image_config(self, spec: KernelSpec) -> tuple[list[str], dict[str, str]]:
@@ -1033,6 +1040,22 @@ class DockerBackend(BackendBase):
         config = info.get("Config") or {}
         mounted = {m.target for m in spec.mounts}
         return sorted(v for v in config.get("Volumes") or {} if v not in mounted), dict(config.get("Labels") or {})
+
+    async def _service_ports_once_freed(self, spec: KernelSpec, labels: dict[str, str]) -> list[ServicePort]:
+        """`_service_ports`; where the pool is short while killed kernels' containers are still being removed,
+        once their host ports are back (at most PORTS_FREED_WAIT seconds): a destroy that answered has freed its
+        ports as far as its user can tell."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PORTS_FREED_WAIT
+        while True:
+            try:
+                return self._service_ports(spec, labels)
+            except KernelStartError:
+                if not any(self.ports.held.get(k) for k in self._dying) or loop.time() >= deadline:
+                    raise
+            self._ports_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ports_freed.wait(), deadline - loop.time())
 
     def _service_ports(self, spec: KernelSpec, labels: dict[str, str]) -> list[ServicePort]:
         """The image's apps; published on 127.0.0.1 from the port pool where the kernel's network can
@@ -1192,6 +1215,9 @@ class DockerBackend(BackendBase):
                 await asyncio.wait_for(kernel.watcher, 5)
         kernel.set_exit(137)
         self.ports.release(kernel.spec.kernel_id)
+        if kernel.spec.kernel_id in self._dying:
+            self._dying.discard(kernel.spec.kernel_id)
+            self._ports_freed.set()
         await asyncio.to_thread(scratchlib.remove_kernel_dir, kernel.run_dir.parent)
 
     async def adopt(self, on_output: OutputSink) -> list[Kernel]:
