@@ -171,14 +171,19 @@ def test_fair_share_standings_from_the_cli(node: Node) -> None:
     assert project["usage"] >= mine["usage"] * 0.99, project  # (the admin's sessions are the default project's)
     table = node.cli("scheduler", "fair-share", check=True).stdout
     assert "ACCESS KEY" in table and admin in table and "halving every 7 days" in table, table
-    # a user sees its own keypair only; a parameter is a 400
+    # a user who waits too is compared, and sees its own keypair only; a parameter is a 400
     user = node.json("keypair", "create", "--user", "fs-user@example.com")
     env = {"accessKey": user["accessKey"], "secretKey": user["secretKey"]}
+    node.cli("session", "create", "sim", "--name", "fs-user-wait", "--cpu", "1", "--detach", check=True,
+             as_keypair=env)  # fmt: skip
     seen = node.json("scheduler", "fair-share", as_keypair=env)
-    assert [r["accessKey"] for r in seen["keypairs"]] in ([], [user["accessKey"]]), seen
-    assert seen["compared"] == answer["compared"] or seen["compared"]["keypairs"] >= 1
+    assert [(r["accessKey"], r["user"], r["usage"], r["factor"], r["waiting"]) for r in seen["keypairs"]] == [
+        (user["accessKey"], "fs-user@example.com", 0.0, 1.0, 1)
+    ], seen
+    assert seen["compared"]["keypairs"] == answer["compared"]["keypairs"] + 1, seen  # (the others, unseen)
     status, _ = signed_request(node, "GET", "/bai/scheduler/fair-share?x=1", *admin_keys(node))
     assert status == 400
+    node.cli("session", "destroy", "fs-user-wait", as_keypair=env)
     for name in ("fs-hold", "fs-wait"):
         node.cli("session", "destroy", name)
 

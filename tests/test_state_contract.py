@@ -455,6 +455,14 @@ def unnumbered(attempts: list[SchedulingAttempt]) -> list[SchedulingAttempt]:
     return [msgspec.structs.replace(a, number=0) for a in attempts]
 
 
+async def test_who_waits_is_counted_per_keypair_and_project(state: Any, now: datetime) -> None:
+    await create(state, SID1, owner="AK1", project_id="p1")
+    await create(state, SID2, name="sess-2", owner="AK1", project_id="p1")
+    await create(state, SID3, name="sess-3", owner="AK2", project_id="p2")
+    await state.apply_round([(SID3, {f"{SID3}-main1": "a1"})], [], [], [], now)  # placed: no longer waits
+    assert sorted(await state.pending_by_owner()) == [("AK1", "p1", 2)]
+
+
 async def test_the_whole_scheduling_history_is_searched_by_outcome_session_order_and_page(
     state: State, now: datetime
 ) -> None:

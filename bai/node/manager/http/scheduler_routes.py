@@ -7,16 +7,14 @@ them (superadmins see every one, a domain admin its domain's, a user its own key
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from aiohttp import web
 
 from bai.common.problems import Problem, invalid
-from bai.common.status import SessionStatus
 from bai.node.manager.http.context import services_of
-from bai.node.manager.rules.access import Actor
-from bai.node.manager.services.fair_share import Standing, standings
+from bai.node.manager.rules.access import Actor, may_act_on_keypair, may_see_project
+from bai.node.manager.services.fair_share import Standing
 from bai.node.manager.services.scheduler_rounds import SchedulerRounds
 from bai.node.manager.state.team_records import TeamDirectory
 
@@ -65,36 +63,35 @@ async def fair_share(request: web.Request) -> web.Response:
     actor = services.teams.actor(request["access_key"])
     directory = services.teams.directory
     now = services.clock.now()
-    usage = await services.fair_share.current(now)
-    pending = await services.state.list_sessions(None, [SessionStatus.PENDING])
-    keypairs = standings(services.fair_share.keypairs(usage), Counter(s.access_key for s in pending))
-    projects = standings(services.fair_share.projects(usage), Counter(s.project_id for s in pending))
+    found = await services.fair_share.standings(now)
     return web.json_response(
         {
             "asOf": now.isoformat(),
             "halfLifeSeconds": services.fair_share.half_life,
             "gpuWeight": services.fair_share.gpu_weight,
-            "compared": {"keypairs": len(keypairs), "projects": len(projects)},
-            "keypairs": [_keypair_row(row, directory) for row in keypairs if _sees_keypair(actor, directory, row.key)],
-            "projects": [_project_row(row, directory) for row in projects if _sees_project(actor, directory, row.key)],
+            "compared": {"keypairs": len(found.keypairs), "projects": len(found.projects)},
+            "keypairs": [
+                _keypair_row(row, directory) for row in found.keypairs if _sees_keypair(actor, directory, row.key)
+            ],
+            "projects": [
+                _project_row(row, directory) for row in found.projects if _sees_project(actor, directory, row.key)
+            ],
         }
     )
 
 
 def _sees_keypair(actor: Actor, directory: TeamDirectory, access_key: str) -> bool:
-    if actor.is_superadmin or access_key == actor.access_key:
-        return True
+    """Its own user's keypairs, and those it may act on (a domain admin's domain's; any for a superadmin)."""
     owner = directory.user_of(access_key)
-    if owner is None:
-        return False
-    return (actor.user is not None and owner.uuid == actor.user.uuid) or actor.may_manage(owner.domain_name)
+    mine = owner is not None and actor.user is not None and owner.uuid == actor.user.uuid
+    return mine or may_act_on_keypair(directory, actor, access_key)
 
 
 def _sees_project(actor: Actor, directory: TeamDirectory, project_id: str) -> bool:
-    if actor.is_superadmin or project_id in actor.projects:
-        return True
     project = directory.projects.get(project_id)
-    return project is not None and actor.may_manage(project.domain_name)
+    if project is None:
+        return actor.is_superadmin
+    return may_see_project(actor, project)
 
 
 def _figures(row: Standing) -> dict[str, Any]:

@@ -70,6 +70,13 @@ def standings(usage: Mapping[str, float], waiting: Mapping[str, int]) -> list[St
     return rows
 
 
+class Standings(msgspec.Struct, frozen=True):
+    """Fair share as the next round ranks it (`FairShare.standings`): every keypair and project compared."""
+
+    keypairs: list[Standing]
+    projects: list[Standing]
+
+
 class FairShare:
     def __init__(
         self, state: FairShareState, half_life: float, gpu_weight: float = 10.0, persist_every: float = 30.0
@@ -124,6 +131,17 @@ class FairShare:
             k: decayed(v, (now - datetime.fromisoformat(as_of)).total_seconds(), self.half_life)
             for k, (v, as_of) in stored.items()
         }
+
+    async def standings(self, now: datetime) -> Standings:
+        """Every keypair's and project's standing at `now`: its usage as the rounds counted it (`current`), among
+        those with usage or with sessions waiting."""
+        usage = await self.current(now)
+        by_keypair: dict[str, int] = {}
+        by_project: dict[str, int] = {}
+        for access_key, project_id, count in await self.state.pending_by_owner():
+            by_keypair[access_key] = by_keypair.get(access_key, 0) + count
+            by_project[project_id] = by_project.get(project_id, 0) + count
+        return Standings(standings(self.keypairs(usage), by_keypair), standings(self.projects(usage), by_project))
 
     def projects(self, usage: Mapping[str, float]) -> dict[str, float]:
         """The projects' usage, by project id."""

@@ -387,6 +387,10 @@ class FairShareState(Protocol):
 
     async def save_fair_share_usage(self, rows: Mapping[str, tuple[float, str]]) -> None: ...
 
+    async def pending_by_owner(self) -> list[tuple[str, str, int]]:
+        """How many sessions wait, per (access key, project id)."""
+        ...
+
 
 class RoundState(Protocol):
     """Scheduling rounds kept for replay."""

@@ -1,5 +1,5 @@
-"""Fair-share usage (`fair_share_usage`: each keypair's and project's decayed usage, as of a time): the same queries
-for SQLite and PostgreSQL."""
+"""Fair-share usage (`fair_share_usage`: each keypair's and project's decayed usage, as of a time) and who waits
+(`pending_by_owner`, what fair share compares): the same queries for SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -30,3 +30,15 @@ class FairShareQueries(Queries):
             )
 
         await self.db.transaction(fn)
+
+    async def pending_by_owner(self) -> list[tuple[str, str, int]]:
+        """How many sessions wait, per (access key, project id): one counting read."""
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
+            rows = conn.execute(
+                "SELECT access_key, project_id, COUNT(*) FROM sessions WHERE status='PENDING' "
+                "GROUP BY access_key, project_id"
+            ).fetchall()
+            return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+        return await self.db.run(fn)
