@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 from textual import events
+from textual.css.query import NoMatches
 
 from bai.tui.app import Dashboard
 from bai.tui.modals import ConfirmScreen, KernelScreen
+from bai.tui.views import LogsView
 from tests.tui_fake import FakeClient, sessions
 from tests.tui_support import frozen_clock, plain, until
 
@@ -301,3 +303,23 @@ async def test_a_live_session_shows_its_last_run_apart_from_its_fate() -> None:
         assert "Last run" in body and "exit 137 (the session goes on)" in body
         assert "FAILURE" not in body and "Exit code" not in body
         assert "queued 3s, running 29m 57s" in body
+
+
+async def test_closing_stops_drawings_quietly_but_a_missing_widget_while_running_is_raised() -> None:
+    """Closing removes the widgets screen by screen while the timers and stream workers still run (CI once
+    saw the log flush find the log view gone as a test ended): a drawing then stops quietly. A widget
+    missing while the dashboard runs is a bug, and it is raised."""
+    client = FakeClient()
+    sid = client.by_name("train-resnet")["id"]
+    client.logs[(sid, None)] = _log_lines(3)
+    app = Dashboard(client, clock=frozen_clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await move_to(pilot, app, "train-resnet")
+        await pilot.press("l")
+        await until(pilot, lambda: len(app.logs_view.buffer.lines) == 3, what="the log")
+        with pytest.raises(NoMatches):
+            app._unless_closing(lambda: app.query_one("#no-such-widget"))
+        app._pending_logs.extend(_log_lines(1)[0][1]["chunks"])  # output that arrives as the dashboard closes
+    assert not app.is_running and not app.query(LogsView)
+    app._unless_closing(lambda: app._flush_logs(force=True))  # the flush timer, firing now: no error

@@ -179,9 +179,9 @@ class Dashboard(App):
 
     def on_mount(self) -> None:
         self._fit_footer(self.size.width)
-        self.run_worker(self._follow_cluster(), group="cluster", exclusive=True)
-        self.set_interval(0.2, self._tick)
-        self.set_interval(LOG_FLUSH, lambda: self._flush_logs(force=False))
+        self._background(self._follow_cluster(), group="cluster", exclusive=True)
+        self.set_interval(0.2, lambda: self._unless_closing(self._redraw))
+        self.set_interval(LOG_FLUSH, lambda: self._unless_closing(lambda: self._flush_logs(force=False)))
         self._focus_view()
         self._draw_topbar()
 
@@ -307,21 +307,35 @@ class Dashboard(App):
 
     def _show_move(self, old: str, new: str) -> None:
         self.notify(move_line(old, new), severity="warning", timeout=10)
-        try:
-            self._draw_topbar()
-        except NoMatches:  # (closing)
-            pass
+        self._unless_closing(self._draw_topbar)
 
     # -- drawing ----------------------------------------------------------------------------------
 
-    def _tick(self) -> None:
-        """Redraw the visible view when the model changed, and once a second for ages and clocks."""
+    def _unless_closing(self, draw: Callable[[], None]) -> None:
+        """Run a timer's drawing; once the dashboard is closing its widgets go (screen by screen, while
+        its timers and workers still run), and a drawing that finds one gone just stops. Missing widgets
+        while the dashboard runs are a bug and raised."""
         try:
-            self._redraw()
-        except NoMatches:  # the main screen's widgets are gone: the dashboard is closing
-            pass
+            draw()
+        except NoMatches:
+            if self.is_running:
+                raise
+
+    def _background(self, work: Awaitable[None], group: str, exclusive: bool = False) -> None:
+        """Run `work` in a worker (a stream followed, a request sent) that, like the timers, stops quietly
+        when it finds the widgets gone because the dashboard is closing."""
+
+        async def guarded() -> None:
+            try:
+                await work
+            except NoMatches:
+                if self.is_running:
+                    raise
+
+        self.run_worker(guarded(), group=group, exclusive=exclusive)
 
     def _redraw(self) -> None:
+        """Redraw the visible view when the model changed, and once a second for ages and clocks."""
         now = asyncio.get_running_loop().time()
         age_tick = now - self._last_age_tick >= 1.0
         if age_tick:
@@ -494,7 +508,7 @@ class Dashboard(App):
         if (row.get("clusterSize") or 1) <= 1 and len(row.get("kernels") or []) <= 1:
             then(None)
             return
-        self.run_worker(self._pick_kernel(sid, row.get("name", sid[:8]), what, then), group="kernel", exclusive=True)
+        self._background(self._pick_kernel(sid, row.get("name", sid[:8]), what, then), group="kernel", exclusive=True)
 
     async def _pick_kernel(self, sid: str, name: str, what: str, then: Callable[[str | None], None]) -> None:
         try:
@@ -535,7 +549,7 @@ class Dashboard(App):
     def _load_detail(self, sid: str) -> None:
         row = self.model.sessions.get(sid)
         self._detail_key = _detail_key(row)
-        self.run_worker(self._fetch_detail(sid), group="detail", exclusive=True)
+        self._background(self._fetch_detail(sid), group="detail", exclusive=True)
 
     async def _fetch_detail(self, sid: str) -> None:
         try:
@@ -567,7 +581,7 @@ class Dashboard(App):
             row = self.model.sessions.get(sid) or {}
             self._pending_logs = []
             self.logs_view.reset(sid, row.get("name", sid[:8]), kernel)
-            self.run_worker(self._follow_logs(sid, kernel), group="logs", exclusive=True)
+            self._background(self._follow_logs(sid, kernel), group="logs", exclusive=True)
         self.action_show("logs")
 
     def action_events(self) -> None:
@@ -579,7 +593,7 @@ class Dashboard(App):
         if sid != self.events_view.session_id:
             row = self.model.sessions.get(sid) or {}
             self.events_view.reset(sid, row.get("name", sid[:8]))
-            self.run_worker(self._follow_events(sid), group="events", exclusive=True)
+            self._background(self._follow_events(sid), group="events", exclusive=True)
         self.action_show("events")
 
     async def _follow_events(self, sid: str) -> None:
@@ -613,7 +627,7 @@ class Dashboard(App):
             return
         name = (self.model.sessions.get(sid) or {}).get("name", sid[:8])
         self.json_view.show(sid, name, None)
-        self.run_worker(self._fetch_json(sid, name), group="json", exclusive=True)
+        self._background(self._fetch_json(sid, name), group="json", exclusive=True)
         self.action_show("json")
 
     async def _fetch_json(self, sid: str, name: str) -> None:
@@ -637,7 +651,7 @@ class Dashboard(App):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self.run_worker(self._terminate(sid, row["name"]), group=f"terminate-{sid}")
+                self._background(self._terminate(sid, row["name"]), group=f"terminate-{sid}")
 
         self.push_screen(ConfirmScreen(question, yes="Terminate"), answered)
 
@@ -678,7 +692,7 @@ class Dashboard(App):
             if self.shell_open:
                 return
             self.shell_open = True
-            self.run_worker(self._shell(sid, name, kernel), group="shell", exclusive=True)
+            self._background(self._shell(sid, name, kernel), group="shell", exclusive=True)
 
         self.with_kernel(sid, "a shell", start)
 
@@ -702,10 +716,7 @@ class Dashboard(App):
     def _back_from_shell(self) -> None:
         """The terminal is the dashboard's again: the view is drawn anew and its table has the focus, so
         that the next key acts on the row highlighted now."""
-        try:
-            self._switch(self.view)
-        except NoMatches:  # closing
-            pass
+        self._unless_closing(lambda: self._switch(self.view))
 
     async def _suspended_shell(self, sid: str, kernel: str | None = None) -> int:
         """Give this terminal to a shell in the session (attach_terminal, as `bai session shell`) and take
@@ -727,7 +738,7 @@ class Dashboard(App):
         row = self._running_session(sid, "no apps forwarded", "No apps of {name}: it is {status}, and apps need")
         if row is None:
             return
-        self.run_worker(self._choose_app(row), group="apps", exclusive=True)
+        self._background(self._choose_app(row), group="apps", exclusive=True)
 
     async def _choose_app(self, row: dict[str, Any]) -> None:
         sid, name = row["id"], row["name"]
@@ -757,7 +768,7 @@ class Dashboard(App):
         if key in self._opening:
             return
         self._opening.add(key)
-        self.run_worker(self._forward(key, row, app), group=f"forward-{key[0]}-{key[1]}")
+        self._background(self._forward(key, row, app), group=f"forward-{key[0]}-{key[1]}")
 
     async def _forward(self, key: tuple[str, str], row: dict[str, Any], app: dict[str, Any]) -> None:
         sid, name = key
@@ -893,19 +904,19 @@ class Dashboard(App):
                 self._command_project(rest.strip())
                 return
             if word in ("preset", "presets", "pre"):
-                self.run_worker(self._show_presets(), group="presets", exclusive=True)
+                self._background(self._show_presets(), group="presets", exclusive=True)
                 return
             if word in ("round", "rounds"):
-                self.run_worker(self._show_rounds(None), group="rounds", exclusive=True)
+                self._background(self._show_rounds(None), group="rounds", exclusive=True)
                 return
             if word in ("fairshare", "fair-share", "fair", "fs"):
-                self.run_worker(self._show_fair_share(), group="fair-share", exclusive=True)
+                self._background(self._show_fair_share(), group="fair-share", exclusive=True)
                 return
             if first.lower() == "replay":
                 if not rest.strip().isdigit():
                     self.notify("Replay which round? :replay N (:rounds lists them)")
                     return
-                self.run_worker(self._show_rounds(int(rest.strip())), group="rounds", exclusive=True)
+                self._background(self._show_rounds(int(rest.strip())), group="rounds", exclusive=True)
                 return
             target = view_of(word, VIEW_NAMES)
             if word in ("q", "quit", "exit"):
