@@ -75,25 +75,38 @@ class Managers:
         secrets = load_or_create(self.managers[0].state_dir)
         for node in self.managers[1:]:
             shutil.copytree(self.managers[0].state_dir / "link", node.state_dir / "link")
+        self.secrets = secrets
         self.agent = Node(
             base / "agent", backend, extra_config=LINK_CONFIG + extra_config, role="agent", agent_config=agent_config,
-            args=(*(a for link in self.links for a in ("--manager", f"tcp://127.0.0.1:{link}")),
-                  "--manager-key", secrets.public_key, "--join-token", secrets.join_token),
         )  # fmt: skip
 
     def _new_link_port(self, i: int) -> Callable[[], None]:
+        """A manager whose start found a port it was given taken draws its link's port again, but only until
+        the agent has been started: the agent dials the managers' link ports it was started with, and a
+        manager moved elsewhere after that would never get it (its next try keeps the port)."""
+
         def renew() -> None:
+            if self.agent.proc is not None:
+                return
             self.links[i] = free_port()
             self.managers[i].args = ("--link-listen", f"127.0.0.1:{self.links[i]}", "--database", self.url)
 
         return renew
+
+    def start_agent(self) -> None:
+        """The agent, dialing every manager's link port as the managers started with it."""
+        self.agent.args = (
+            *(a for link in self.links for a in ("--manager", f"tcp://127.0.0.1:{link}")),
+            "--manager-key", self.secrets.public_key, "--join-token", self.secrets.join_token,
+        )  # fmt: skip
+        self.agent.start()
 
     # -- processes ------------------------------------------------------------------------------------
 
     def start(self) -> Managers:
         """Every manager (together), then the agent, once every manager has it."""
         self.start_managers(range(len(self.managers)))
-        self.agent.start()
+        self.start_agent()
         assert wait_for(lambda: all(self.agents_seen(i) for i in range(len(self.managers))), 20), "agent not seen"
         return self
 

@@ -311,6 +311,10 @@ class Cluster:
         return self.manager.port
 
     def _new_link_port(self) -> None:
+        """A manager start that found a port taken draws the link's port again, but only while no agent runs:
+        those dial the port they were started with (a restarted manager's next try keeps it)."""
+        if any(agent.proc is not None for agent in self.agents):
+            return
         self.link_port = free_port()
         self.manager.args = ("--link-listen", f"127.0.0.1:{self.link_port}")
 

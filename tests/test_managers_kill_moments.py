@@ -114,7 +114,7 @@ def test_a_manager_killed_while_it_starts_on_an_empty_database(cluster, moment: 
     assert time.monotonic() - killed <= 12
     m.start_managers([victim[0]])  # it comes back as a follower, on the schema the other made
     assert m.leads(victim[0]) is False and m.leads(survivor) is True
-    m.agent.start()
+    m.start_agent()
     assert wait_for(lambda: m.agents_seen(0) and m.agents_seen(1), 20)
     accepted = _running(m, [f"sess-{i}" for i in range(4)])
     m.check(accepted)
