@@ -69,9 +69,9 @@ import asyncpg
 import psycopg
 from psycopg.rows import dict_row
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import pgserver  # noqa: E402
-from pgserver import PostgresServer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests import pgserver  # noqa: E402
+from tests.pgserver import PostgresServer  # noqa: E402
 
 POOL = 10  # connections of (b) and (c): asyncpg's default pool size
 MAX_GROUP = 256  # transactions one COMMIT takes at most, as db.py's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,10 +21,34 @@ BUSYBOX_IMAGE = os.environ.get("BAI_TEST_BUSYBOX_IMAGE", "bai-busybox:latest")
 WARM_POOL = int(os.environ.get("BAI_TEST_WARM_POOL", "0"))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _server_ports() -> range:
+    """Where tests draw ports for their servers: below the kernel's ephemeral range, from which every outgoing
+    connection takes its local port (a port found free there can be taken before the server binds it: CI saw a
+    manager's link port go that way), and below the agent's kernel port pool (30000-31000)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(20000, min(30000, low))
+
+
+_SERVER_PORTS = _server_ports()
+_draw = random.Random()  # (its own: a test seeding `random` must not give every worker the same ports)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now, for a server a test starts (see `_server_ports`)."""
+    for _ in range(200 if len(_SERVER_PORTS) > 1000 else 0):
+        port = _draw.choice(_SERVER_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # (no room below the ephemeral range on this machine: the kernel's choice)
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def docker_ready() -> str | None:

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.nodeproc import free_port
+
 REQUIRED = os.environ.get("BAI_REQUIRE_POSTGRES") == "1"
 
 
@@ -34,12 +36,6 @@ def bin_dir() -> Path | None:
 def available() -> bool:
     where = bin_dir()
     return where is not None and (where / "initdb").exists()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PostgresServer:
@@ -77,7 +73,7 @@ class PostgresServer:
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
         for attempt in range(5):
-            port = _free_port()
+            port = free_port()
             process = subprocess.Popen(
                 [*prefix, str(where / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
                  "-c", f"unix_socket_directories={root}", "-c", f"fsync={'on' if durable else 'off'}",

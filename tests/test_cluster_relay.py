@@ -38,6 +38,7 @@ from bai.node.link.streams import LinkStream
 from bai.node.manager.services.agent_events import AgentEvents
 from bai.node.manager.services.peers import PeerRelay
 from bai.node.manager.state import records
+from tests.nodeproc import free_port
 from tests.records import a_kernel, a_session
 
 RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"
@@ -59,15 +60,13 @@ def cluster_port() -> int:
 
 
 def free_ports(n: int) -> list[int]:
-    """`n` TCP ports free here now (the kernel's choice)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for sock in socks:
-            sock.bind(("0.0.0.0", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+    """`n` different TCP ports free here now, on every address."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port("0.0.0.0")
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -7,7 +7,6 @@ must not cost the others anything; a manager that starts after the agent gets it
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from functools import partial
@@ -23,6 +22,7 @@ from bai.node.link.fanout import FanoutAgentLink
 from bai.node.link.keys import ManagerSecrets, load_or_create
 from bai.node.link.streams import LinkStream
 from bai.node.link.zmq import LinkUnavailable, ZmqAgentLink, ZmqManagerLink
+from tests.nodeproc import free_port
 
 HEARTBEAT = 0.1
 TIMEOUT = 0.6  # the managers declare a silent agent lost after this
@@ -80,12 +80,6 @@ async def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.01)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:

@@ -20,16 +20,11 @@ from typing import Any
 import pytest
 
 from bai.node.agent.channel import NO_RUNNER, Channel, ChannelError, RunnerChannel
+from tests.nodeproc import free_port
 
 RUNNER = Path(__file__).resolve().parent.parent / "bai" / "node" / "agent" / "runner.py"
 PYTHON = os.environ.get("BAI_RUNNER_PYTHON", sys.executable)
 HTTP_SERVER = ["{runtime_path}", "-m", "http.server", "{port}", "--bind", "127.0.0.1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def unique(base: str) -> str:
