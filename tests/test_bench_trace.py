@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.trace import USERS, late_demand, make_trace, max_min_shares, simulate
+from bench.trace import USERS, asked_in_window, late_demand, make_trace, max_min_shares, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,6 +39,7 @@ def test_a_small_trace_accounts_every_session_and_the_late_half() -> None:
         assert sum(len(w) for w in out.waits.values()) == waited
         assert sum(out.user_late.values()) == pytest.approx(out.all_late)
         assert out.used_gpu_seconds <= 4 * 8 * window * (1 + 1e-9)  # never more than the cluster has
+        assert out.used_gpu_seconds <= asked_in_window(jobs, window) * (1 + 1e-9)  # nor than was asked
         assert out.largest_wait == max(out.waits.get(32, [0.0]))
     # the trace is overloaded (2x): strict FIFO leaves sessions waiting that backfill starts
     assert simulate("backfill", jobs, 4, window).started > simulate("strict-fifo", jobs, 4, window).started
@@ -52,6 +53,6 @@ def test_the_bench_prints_its_figures_and_yardsticks() -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "longest wait by size" in out and "backfill, by user" in out
-    assert "against its max-min fair share" in out
+    assert "against its max-min fair share" in out and "the most any policy could reach" in out
     for figure in ("GPU utilisation, backfill", "longest wait of the 32-GPU sessions", "heavy user's share"):
         assert figure in out
