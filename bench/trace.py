@@ -321,10 +321,10 @@ def main() -> None:
     def util(p: str) -> float:
         return results[p].used_gpu_seconds / total
 
-    ceiling = asked_in_window(jobs, window) / total
+    ceiling = min(asked_in_window(jobs, window) / total, 1.0)
     print(
-        f"{'asked':<12} utilisation {min(ceiling, 1.0):6.1%}  were every session started on arrival (at most the cluster): "
-        f"{min(ceiling, 1.0) / util('strict-fifo'):.2f}x strict FIFO, the most any policy could reach"
+        f"{'asked':<12} utilisation {ceiling:6.1%}  were every session started on arrival (at most the cluster): "
+        f"{ceiling / util('strict-fifo'):.2f}x strict FIFO, the most any policy could reach"
     )
     fair = 1 / len(USERS)
     bf = results["backfill"]
