@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -311,26 +311,27 @@ class Dashboard(App):
 
     # -- drawing ----------------------------------------------------------------------------------
 
-    def _unless_closing(self, draw: Callable[[], None]) -> None:
-        """Run a timer's drawing; once the dashboard is closing its widgets go (screen by screen, while
-        its timers and workers still run), and a drawing that finds one gone just stops. Missing widgets
-        while the dashboard runs are a bug and raised."""
+    @contextlib.contextmanager
+    def _quiet_when_closing(self) -> Iterator[None]:
+        """Once the dashboard is closing its widgets go (screen by screen, while its timers and workers
+        still run): what finds one gone then just stops. A missing widget while it runs is a bug, raised."""
         try:
-            draw()
+            yield
         except NoMatches:
             if self.is_running:
                 raise
 
+    def _unless_closing(self, draw: Callable[[], None]) -> None:
+        """Run a timer's drawing (see `_quiet_when_closing`)."""
+        with self._quiet_when_closing():
+            draw()
+
     def _background(self, work: Awaitable[None], group: str, exclusive: bool = False) -> None:
-        """Run `work` in a worker (a stream followed, a request sent) that, like the timers, stops quietly
-        when it finds the widgets gone because the dashboard is closing."""
+        """Run `work` in a worker (a stream followed, a request sent; see `_quiet_when_closing`)."""
 
         async def guarded() -> None:
-            try:
+            with self._quiet_when_closing():
                 await work
-            except NoMatches:
-                if self.is_running:
-                    raise
 
         self.run_worker(guarded(), group=group, exclusive=exclusive)
 
